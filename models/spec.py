@@ -1,0 +1,123 @@
+"""One frozen dataclass describes a model; `build_model` turns it into a TransformerLens bridge.
+
+Variants the bridge config cannot express are realised here and nowhere else, so a model loaded
+from a checkpoint is built by the same function and behaves exactly like the trained one:
+- uniform attention: W_Q and b_Q are zeroed and frozen, so every score is exactly 0 and the causal
+  softmax is the plain prefix average (row t puts 1/(t+1) on 0..t) under any input or hook;
+- no positions: boot_native refuses "none" (and None silently means learned), so W_pos is zeroed
+  and frozen;
+- no score scaling: the native attention ignores use_attn_scale=False (it still divides by
+  sqrt(d_head)), so the divisor is set to 1 on each attention module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+from models.errors import UsageError
+
+Attention = Literal["softmax", "uniform"]
+Positions = Literal["learned", "rotary", "none"]
+Norm = Optional[Literal["LN"]]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    n_layers: int = 1
+    d_model: int = 128
+    n_heads: int = 4
+    mlp: bool = True
+    attention: Attention = "softmax"
+    positions: Positions = "learned"
+    norm: Norm = "LN"
+    scale_scores: bool = True
+    n_ctx: int = 32
+    d_vocab: int = 0
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+    def validate(self) -> "ModelSpec":
+        positive = {"n_layers": self.n_layers, "d_model": self.d_model, "n_heads": self.n_heads,
+                    "n_ctx": self.n_ctx, "d_vocab": self.d_vocab}
+        for field, value in positive.items():
+            if not isinstance(value, int) or value <= 0:
+                raise UsageError(f"model {field} must be a positive integer, got {value!r}")
+        if self.d_model % self.n_heads:
+            raise UsageError(f"n_heads={self.n_heads} does not divide d_model={self.d_model}; "
+                             "pick a head count that divides the width")
+        if self.attention not in ("softmax", "uniform"):
+            raise UsageError(f"attention must be 'softmax' or 'uniform', got {self.attention!r}")
+        if self.positions not in ("learned", "rotary", "none"):
+            raise UsageError(f"positions must be learned, rotary or none, got {self.positions!r}")
+        if self.norm not in ("LN", None):
+            raise UsageError(f"norm must be 'LN' or null, got {self.norm!r}")
+        return self
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, fields: dict) -> "ModelSpec":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(fields) - known)
+        if unknown:
+            raise UsageError(f"model spec has unknown field(s) {unknown}; "
+                             "it was written by another toylens version or edited by hand")
+        missing = sorted(known - set(fields))
+        if missing:
+            raise UsageError(f"model spec is missing field(s) {missing}; re-create the run")
+        return cls(**fields).validate()
+
+
+def build_model(spec: ModelSpec, seed: int = 0):
+    """A randomly initialised `TransformerBridge` realising `spec`, in eval mode."""
+    from transformer_lens import TransformerBridge, TransformerBridgeConfig
+
+    spec.validate()
+    config = TransformerBridgeConfig(
+        d_model=spec.d_model,
+        d_head=spec.d_head,
+        n_heads=spec.n_heads,
+        n_layers=spec.n_layers,
+        n_ctx=spec.n_ctx,
+        d_vocab=spec.d_vocab,
+        d_mlp=4 * spec.d_model,
+        act_fn="gelu",
+        attn_only=not spec.mlp,
+        normalization_type=spec.norm,
+        positional_embedding_type="rotary" if spec.positions == "rotary" else "standard",
+        seed=seed,
+    )
+    model = TransformerBridge.boot_native(config)
+    apply_variant(model, spec)
+    model.eval()
+    return model
+
+
+def apply_variant(model, spec: ModelSpec) -> None:
+    """Zero-and-freeze the weights and set the constants that realise the spec's variant."""
+    import torch
+
+    with torch.no_grad():
+        if spec.positions == "none":
+            freeze_at_zero(model.pos_embed.weight)
+        for block in model.blocks:
+            if spec.attention == "uniform":
+                freeze_at_zero(block.attn.q.weight)
+                freeze_at_zero(block.attn.q.bias)
+            if not spec.scale_scores:
+                native_attention(block).scale = 1.0
+
+
+def freeze_at_zero(parameter) -> None:
+    parameter.zero_()
+    parameter.requires_grad_(False)
+
+
+def native_attention(block):
+    """The bridge wraps the native attention module; its `scale` lives on the wrapped one."""
+    return block.attn.original_component

@@ -1,0 +1,130 @@
+"""Accuracy at the scored positions, per run and per model over seeds, with confidence intervals,
+the foil ("wrong answer") rate, the "other token" rate, a breakdown by group, and the shuffle test.
+
+`python -m probes.accuracy RUNS_DIR` prints the comparison and writes RUNS_DIR/summary.json.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from models.checkpoint import write_json
+from models.errors import Parser, run_cli
+from probes.stats import Interval, mean_interval, wilson
+
+SUMMARY = "summary.json"
+
+
+@dataclass(frozen=True)
+class SplitAccuracy:
+    n: int
+    accuracy: Interval       # Wilson interval over scored predictions
+    foil_rate: float
+    other_rate: float
+    by_group: dict[str, dict]
+
+
+@dataclass(frozen=True)
+class RunAccuracy:
+    model_name: str
+    seed: int
+    path: str
+    steps: int
+    splits: dict[str, SplitAccuracy]
+    shuffle_max_logit_change: float
+
+
+@dataclass(frozen=True)
+class ModelAccuracy:
+    model_name: str
+    seeds: list[int]
+    heldout: Interval        # mean over seeds, t interval
+    train: Interval
+    heldout_foil_rate: Interval
+    shuffle_max_logit_change: float
+    runs: list[RunAccuracy]
+
+
+def split_accuracy(scored, groups: list[str]) -> SplitAccuracy:
+    correct, foil = scored.correct, scored.chose_foil
+    n = len(correct)
+    row_groups = [groups[i] for i in scored.example_index.tolist()]
+    by_group = {}
+    for group in sorted(set(row_groups)):
+        mask = [g == group for g in row_groups]
+        group_correct = int(correct[mask].sum())
+        by_group[group] = {"n": sum(mask), "accuracy": wilson(group_correct, sum(mask)).as_dict(),
+                           "foil_rate": float(foil[mask].float().mean())}
+    return SplitAccuracy(
+        n=n,
+        accuracy=wilson(int(correct.sum()), n),
+        foil_rate=float(foil.float().mean()),
+        other_rate=float((~correct & ~foil).float().mean()),
+        by_group=by_group,
+    )
+
+
+def run_accuracy(run) -> RunAccuracy:
+    from probes.shuffle import shuffle_test
+    from tasks.evaluate import score_model
+
+    model = run.load_model()
+    batches = run.batches()
+    splits = {name: split_accuracy(score_model(model, batch), batch.groups) for name, batch in batches.items()}
+    shuffle = shuffle_test(model, batches["heldout"], seed=run.seed)
+    return RunAccuracy(run.model_name, run.seed, str(run.path), int(run.metrics.get("steps", 0)), splits,
+                       shuffle.max_abs_logit_change)
+
+
+def model_accuracy(runs: list[RunAccuracy]) -> ModelAccuracy:
+    return ModelAccuracy(
+        model_name=runs[0].model_name,
+        seeds=[r.seed for r in runs],
+        heldout=mean_interval([r.splits["heldout"].accuracy.value for r in runs]),
+        train=mean_interval([r.splits["train"].accuracy.value for r in runs]),
+        heldout_foil_rate=mean_interval([r.splits["heldout"].foil_rate for r in runs]),
+        shuffle_max_logit_change=max(r.shuffle_max_logit_change for r in runs),
+        runs=runs,
+    )
+
+
+def family_order(runs) -> list[str]:
+    """Models in the task's own family order, then any others alphabetically."""
+    family = list(runs[0].task.default_models())
+    names = {run.model_name for run in runs}
+    return [n for n in family if n in names] + sorted(names - set(family))
+
+
+def compare_runs(runs_dir: Path) -> list[ModelAccuracy]:
+    from tasks.runs import find_runs
+
+    runs = find_runs(runs_dir)
+    results = [run_accuracy(run) for run in runs]
+    return [model_accuracy([r for r in results if r.model_name == name]) for name in family_order(runs)]
+
+
+def write_summary(runs_dir: Path, models: list[ModelAccuracy]) -> Path:
+    path = Path(runs_dir) / SUMMARY
+    write_json(path, {"models": [asdict(m) for m in models]})
+    return path
+
+
+def compare_runs_command(runs_dir: Path) -> None:
+    from probes.render import accuracy_table
+
+    models = compare_runs(runs_dir)
+    print(accuracy_table(models))
+    print(f"\nwrote {write_summary(runs_dir, models)}")
+
+
+def main(argv=None) -> None:
+    parser = Parser(prog="python -m probes.accuracy",
+                    description="Compare held-out accuracy of trained runs, with CIs over seeds.")
+    parser.add_argument("runs_dir", type=Path, nargs="?", default=Path("runs/winograd"))
+    args = parser.parse_args(argv)
+    run_cli(compare_runs_command, args.runs_dir)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+"""Terminal tables for probe results. Computing lives in the probe modules; this only formats."""
+
+from __future__ import annotations
+
+import math
+
+from probes.stats import Interval
+
+
+def percent(interval: Interval) -> str:
+    if math.isnan(interval.low):
+        return f"{interval.value:6.1%}"
+    return f"{interval.value:6.1%} [{interval.low:.0%}, {interval.high:.0%}]"
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(c)) for c in column) for column in zip(headers, *rows)]
+    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths))  # noqa: E731
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def accuracy_table(models) -> str:
+    headers = ["model", "seeds", "held-out (95% CI)", "wrong noun", "train", "held-out n/seed", "shuffle max|dlogit|"]
+    rows = [[m.model_name, len(m.seeds), percent(m.heldout), f"{m.heldout_foil_rate.value:.1%}",
+             percent(m.train), m.runs[0].splits["heldout"].n, f"{m.shuffle_max_logit_change:.1e}"]
+            for m in models]
+    per_seed = [[m.model_name, r.seed, percent(r.splits["heldout"].accuracy), r.steps]
+                for m in models for r in m.runs]
+    return (table(headers, rows) + "\n\nper seed (Wilson 95% CI over held-out examples):\n"
+            + table(["model", "seed", "held-out", "steps"], per_seed))

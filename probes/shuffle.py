@@ -1,0 +1,41 @@
+"""The shuffle test: permute the prefix before the first scored position and measure how much the
+scored logits move. A bag of words gives float noise; anything that reads order gives a difference."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from tasks.data import Batch
+from tasks.evaluate import logits_at_scored, run_logits
+
+
+@dataclass(frozen=True)
+class ShuffleResult:
+    max_abs_logit_change: float
+    mean_abs_logit_change: float
+    permutations: int
+    examples: int
+
+
+def shuffled_prefixes(batch: Batch, generator: torch.Generator) -> torch.Tensor:
+    tokens = batch.tokens.clone()
+    first_scored = torch.full((len(batch),), tokens.shape[1], dtype=torch.long)
+    first_scored = first_scored.scatter_reduce(0, batch.example_index, batch.positions, reduce="amin")
+    for row, end in enumerate(first_scored.tolist()):
+        order = torch.randperm(end, generator=generator)
+        tokens[row, :end] = tokens[row, order]
+    return tokens
+
+
+@torch.no_grad()
+def shuffle_test(model, batch: Batch, permutations: int = 4, seed: int = 0) -> ShuffleResult:
+    generator = torch.Generator().manual_seed(seed)
+    reference = logits_at_scored(run_logits(model, batch.inputs), batch)
+    changes = []
+    for _ in range(permutations):
+        shuffled = shuffled_prefixes(batch, generator)
+        changes.append((logits_at_scored(run_logits(model, shuffled[:, :-1]), batch) - reference).abs())
+    change = torch.stack(changes)
+    return ShuffleResult(change.max().item(), change.mean().item(), permutations, len(batch))

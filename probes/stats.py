@@ -1,0 +1,39 @@
+"""Confidence intervals: Wilson for one proportion, Student t for a mean over seeds."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Interval:
+    value: float
+    low: float
+    high: float
+    n: int
+
+    def as_dict(self) -> dict:
+        return {"value": self.value, "low": self.low, "high": self.high, "n": self.n}
+
+
+def wilson(successes: int, n: int, z: float = 1.959964) -> Interval:
+    if n == 0:
+        return Interval(math.nan, math.nan, math.nan, 0)
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return Interval(p, max(0.0, centre - half), min(1.0, centre + half), n)
+
+
+def mean_interval(values: list[float], confidence: float = 0.95) -> Interval:
+    """Mean over seeds with a t interval; a single seed gets no interval (nan bounds)."""
+    from scipy.stats import t
+
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return Interval(mean, math.nan, math.nan, n)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    half = t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
+    return Interval(mean, mean - half, mean + half, n)

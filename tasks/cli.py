@@ -1,0 +1,97 @@
+"""`python -m tasks list|train NAME` and `python -m tasks.<name> train`: thin layers over
+`tasks.family`. Heavy imports (torch, TransformerLens) happen only on the paths that train."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from models.errors import Parser, UsageError, positive_int, run_cli
+from tasks.registry import get_task_class, task_classes
+
+
+def add_train_arguments(parser: Parser, task_cls: type) -> None:
+    parser.add_argument("--models", help="comma-separated model names (default: the task's whole family)")
+    parser.add_argument("--seeds", type=positive_int, default=3, help="train seeds 0..N-1 (default 3)")
+    parser.add_argument("--out", type=Path, help=f"runs folder (default runs/{task_cls.name})")
+    parser.add_argument("--steps", type=positive_int, help="hard step budget per run")
+    parser.add_argument("--batch-size", type=positive_int)
+    parser.add_argument("--lr", type=float)
+    parser.add_argument("--eval-every", type=positive_int)
+    parser.add_argument("--overwrite", action="store_true", help="replace runs that differ or exist")
+    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    params = parser.add_argument_group(f"{task_cls.name} task parameters")
+    for field in dataclasses.fields(task_cls.Params):
+        flag = "--" + field.name.replace("_", "-")
+        if field.type in (bool, "bool"):
+            params.add_argument(flag, action="store_true", default=field.default)
+        else:
+            kind = {"int": int, "float": float, "str": str}.get(str(field.type), field.type)
+            params.add_argument(flag, type=kind, default=field.default, help=f"default {field.default}")
+
+
+def train_command(task_cls: type, args) -> None:
+    from tasks.family import plan_family, train_family
+    from tasks.training import TrainSettings
+
+    params = task_cls.Params(**{f.name: getattr(args, f.name) for f in dataclasses.fields(task_cls.Params)})
+    task = task_cls(params)
+    overrides = {**task.default_training(),
+                 **{key: value for key, value in (("max_steps", args.steps), ("batch_size", args.batch_size),
+                                                  ("lr", args.lr), ("eval_every", args.eval_every))
+                    if value is not None}}
+    settings = TrainSettings.from_dict(overrides)
+    models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
+    out = args.out or Path("runs") / task.name
+    plans = plan_family(task, models, list(range(args.seeds)), settings, out)
+    train_family(plans, overwrite=args.overwrite, progress=not args.no_progress)
+    # The comparison is a probe; the CLI composes training and probing, the packages stay apart.
+    from probes.accuracy import compare_runs_command
+
+    compare_runs_command(out)
+
+
+def summary_line(task_cls: type) -> str:
+    return (task_cls.__doc__ or task_cls.name).strip().splitlines()[0]
+
+
+def task_parser(task_cls: type, prog: str) -> Parser:
+    parser = Parser(prog=prog, description=task_cls.__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    add_train_arguments(commands.add_parser("train", help=f"train the {task_cls.name} model family"), task_cls)
+    return parser
+
+
+def main_for_task(name: str, argv=None) -> None:
+    def body():
+        task_cls = get_task_class(name)
+        args = task_parser(task_cls, f"python -m tasks.{name}").parse_args(argv)
+        train_command(task_cls, args)
+
+    run_cli(body)
+
+
+def main(argv=None) -> None:
+    import sys
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+
+    def body():
+        if argv[:1] == ["list"]:
+            for name, cls in task_classes().items():
+                print(f"{name:<16} {summary_line(cls)}")
+            return
+        if argv[:1] == ["train"] and len(argv) >= 2 and not argv[1].startswith("-"):
+            task_cls = get_task_class(argv[1])
+            args = task_parser(task_cls, "python -m tasks train NAME").parse_args(["train", *argv[2:]])
+            return train_command(task_cls, args)
+        if argv[:1] == ["train"]:
+            raise UsageError("train needs a task name: python -m tasks train NAME (see python -m tasks list)")
+        raise UsageError("usage: python -m tasks list | python -m tasks train NAME [options]")
+
+    if argv in (["-h"], ["--help"], []):
+        print("usage: python -m tasks list | python -m tasks train NAME [options]\n"
+              "  list         registered tasks (built-in and plugins)\n"
+              "  train NAME   train NAME's model family (python -m tasks train NAME --help)")
+        return
+    run_cli(body)

@@ -1,0 +1,102 @@
+"""Generated examples as an HF `DatasetDict`, cached on disk by a fingerprint of task and seed."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from tasks.base import NO_FOIL, SPLITS, Example, Task
+
+COLUMNS = ("tokens", "positions", "foils", "group", "counterfactual")
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("TOYLENS_CACHE", Path.home() / ".cache" / "toylens")) / "data"
+
+
+def fingerprint(task: Task, seed: int) -> str:
+    described = {"task": task.name, "params": task.params_dict(), "seed": seed,
+                 "vocabulary": task.vocabulary(), "generator": getattr(task, "version", 1)}
+    return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def examples_to_columns(examples: list[Example]) -> dict[str, list]:
+    return {
+        "tokens": [list(e.tokens) for e in examples],
+        "positions": [list(e.positions) for e in examples],
+        "foils": [list(e.foils) or [NO_FOIL] * len(e.positions) for e in examples],
+        "group": [e.group for e in examples],
+        "counterfactual": [list(e.counterfactual) for e in examples],
+    }
+
+
+def task_dataset(task: Task, seed: int):
+    """The task's splits for `seed`: loaded from the cache, or generated, checked and cached."""
+    from datasets import Dataset, DatasetDict, disable_progress_bars, load_from_disk
+
+    disable_progress_bars()  # the training bar is the one progress bar a user needs
+
+    from tasks.validate import validate_task_examples
+
+    path = cache_root() / f"{task.name}-{fingerprint(task, seed)}"
+    if (path / "dataset_dict.json").is_file():
+        return load_from_disk(str(path))
+    splits = validate_task_examples(task, seed)
+    data = DatasetDict({name: Dataset.from_dict(examples_to_columns(splits[name])) for name in SPLITS})
+    temp = path.with_name(path.name + f".tmp{os.getpid()}")
+    data.save_to_disk(str(temp))
+    shutil.rmtree(path, ignore_errors=True)
+    os.replace(temp, path)
+    return data
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A split as right-padded tensors. Padding never leaks into real positions: attention is causal."""
+
+    tokens: "torch.Tensor"          # [n, length], padded with 0
+    lengths: "torch.Tensor"         # [n]
+    example_index: "torch.Tensor"   # [k] one entry per scored position
+    positions: "torch.Tensor"       # [k]
+    answers: "torch.Tensor"         # [k]
+    foils: "torch.Tensor"           # [k], NO_FOIL where none
+    groups: list[str]               # [n]
+    counterfactual: "torch.Tensor | None"  # [n, length] or None when the task has none
+
+    def __len__(self) -> int:
+        return self.tokens.shape[0]
+
+    @property
+    def inputs(self):
+        """What the model reads: every token but the last (the last one is only ever an answer)."""
+        return self.tokens[:, :-1]
+
+
+def to_batch(split) -> Batch:
+    import torch
+
+    rows = split.to_dict()
+    lengths = [len(t) for t in rows["tokens"]]
+    width = max(lengths)
+
+    def padded(sequences):
+        return torch.tensor([list(s) + [0] * (width - len(s)) for s in sequences], dtype=torch.long)
+
+    tokens = padded(rows["tokens"])
+    example_index = [i for i, ps in enumerate(rows["positions"]) for _ in ps]
+    positions = [p for ps in rows["positions"] for p in ps]
+    has_counterfactual = all(len(c) for c in rows["counterfactual"]) and len(lengths) > 0
+    return Batch(
+        tokens=tokens,
+        lengths=torch.tensor(lengths),
+        example_index=torch.tensor(example_index, dtype=torch.long),
+        positions=torch.tensor(positions, dtype=torch.long),
+        answers=tokens[torch.tensor(example_index, dtype=torch.long), torch.tensor(positions) + 1],
+        foils=torch.tensor([f for fs in rows["foils"] for f in fs], dtype=torch.long),
+        groups=list(rows["group"]),
+        counterfactual=padded(rows["counterfactual"]) if has_counterfactual else None,
+    )

@@ -1,0 +1,64 @@
+"""The model's predictions at a task's scored positions: the one measurement training and every
+probe share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from tasks.base import NO_FOIL
+from tasks.data import Batch
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One row per scored position."""
+
+    predicted: torch.Tensor    # [k] argmax token
+    answers: torch.Tensor      # [k]
+    foils: torch.Tensor        # [k], NO_FOIL where none
+    logit_diff: torch.Tensor   # [k] answer logit - foil logit (nan without a foil)
+    loss: torch.Tensor         # [] mean cross-entropy of the answers
+    example_index: torch.Tensor
+
+    @property
+    def correct(self) -> torch.Tensor:
+        return self.predicted == self.answers
+
+    @property
+    def chose_foil(self) -> torch.Tensor:
+        return (self.predicted == self.foils) & (self.foils != NO_FOIL)
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct.float().mean().item()
+
+
+def logits_at_scored(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
+    """[k, vocab] logits at each scored position, from full-sequence logits [n, length, vocab]."""
+    return logits[batch.example_index, batch.positions]
+
+
+def score_logits(scored_logits: torch.Tensor, batch: Batch) -> Scored:
+    answers, foils = batch.answers, batch.foils
+    has_foil = foils != NO_FOIL
+    answer_logit = scored_logits.gather(1, answers[:, None])[:, 0]
+    foil_logit = scored_logits.gather(1, foils.clamp(min=0)[:, None])[:, 0]
+    return Scored(
+        predicted=scored_logits.argmax(-1),
+        answers=answers,
+        foils=foils,
+        logit_diff=torch.where(has_foil, answer_logit - foil_logit, torch.nan),
+        loss=torch.nn.functional.cross_entropy(scored_logits, answers),
+        example_index=batch.example_index,
+    )
+
+
+@torch.no_grad()
+def run_logits(model, tokens: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
+    return torch.cat([model(tokens[i:i + chunk]) for i in range(0, len(tokens), chunk)])
+
+
+def score_model(model, batch: Batch) -> Scored:
+    return score_logits(logits_at_scored(run_logits(model, batch.inputs), batch), batch)

@@ -1,0 +1,63 @@
+"""Checks every generated example against the task contract, so a broken plugin fails with one
+line naming the plugin, the example and the rule, instead of a shape error deep in training."""
+
+from __future__ import annotations
+
+from models import UsageError
+from tasks.base import NO_FOIL, SPLITS, Example, Task
+
+
+def refuse(task: Task, where: str, rule: str) -> UsageError:
+    return UsageError(f"task plugin {task.name!r}: {where} {rule}")
+
+
+def validate_task_examples(task: Task, seed: int) -> dict[str, list[Example]]:
+    splits = task.generate(seed)
+    if not isinstance(splits, dict) or set(splits) != set(SPLITS):
+        got = sorted(splits) if isinstance(splits, dict) else type(splits).__name__
+        raise refuse(task, "generate()", f"must return a dict with exactly the splits {list(SPLITS)}, got {got}")
+    vocabulary_size = len(task.vocabulary())
+    for split, examples in splits.items():
+        if not examples:
+            raise refuse(task, f"split {split!r}", "is empty; every split needs examples")
+        for index, example in enumerate(examples):
+            check_example(task, f"{split} example {index}", example, vocabulary_size)
+    if splits != task.generate(seed):
+        raise refuse(task, f"generate(seed={seed})", "is not deterministic: two calls gave different "
+                     "examples; draw all randomness from a generator seeded with `seed`")
+    if task.disjoint_splits:
+        check_disjoint(task, splits)
+    return splits
+
+
+def check_example(task: Task, where: str, example: Example, vocabulary_size: int) -> None:
+    if not isinstance(example, Example):
+        raise refuse(task, where, f"is a {type(example).__name__}, not a tasks.base.Example")
+    tokens = example.tokens
+    if any(not 0 <= t < vocabulary_size for t in tokens):
+        raise refuse(task, where, f"has a token id outside the vocabulary (0..{vocabulary_size - 1})")
+    if not example.positions:
+        raise refuse(task, where, "has no scored positions")
+    for position in example.positions:
+        if not 0 <= position < len(tokens) - 1:
+            raise refuse(task, where, f"has scored position {position} out of range: its answer "
+                         f"tokens[{position}+1] must exist in a sequence of length {len(tokens)}")
+    if example.foils and len(example.foils) != len(example.positions):
+        raise refuse(task, where, "has a foil count different from its scored-position count")
+    if any(f != NO_FOIL and not 0 <= f < vocabulary_size for f in example.foils):
+        raise refuse(task, where, "has a foil that is not in the vocabulary")
+    if example.counterfactual and len(example.counterfactual) != len(tokens):
+        raise refuse(task, where, f"has a counterfactual of length {len(example.counterfactual)}, "
+                     f"not {len(tokens)}; patching needs aligned positions")
+    if any(not 0 <= t < vocabulary_size for t in example.counterfactual):
+        raise refuse(task, where, "has a counterfactual token outside the vocabulary")
+
+
+def check_disjoint(task: Task, splits: dict[str, list[Example]]) -> None:
+    seen: dict[tuple, str] = {}
+    for split, examples in splits.items():
+        for index, example in enumerate(examples):
+            owner = seen.setdefault(example.tokens, split)
+            if owner != split:
+                raise refuse(task, f"{split} example {index}", f"also occurs in split {owner!r}; "
+                             "splits must not overlap (set disjoint_splits = False if they may)")

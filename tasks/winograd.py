@@ -1,0 +1,129 @@
+"""Winograd pronoun probe: `the {x} did not cross the {y} because it was too {adj} , so the {ref} waited .`
+
+Fixed version (default): both candidates come from one noun pool and either may take either slot;
+the adjective's ROLE decides the referent (crosser adjectives: ref = x; crossed adjectives: ref = y).
+Held-out examples use ordered noun pairs whose reverse occurs in training and which never occur
+themselves, so a model that knows which nouns are present but not their order answers backwards.
+Leaky version (`leaky=True`): one animal and one place; the category alone decides the referent.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from models import ModelSpec, UsageError
+from tasks.base import Example, Task
+
+ANIMALS = ("animal", "dog", "cat", "horse", "cow", "goat", "sheep", "fox",
+           "deer", "duck", "mouse", "pig")
+PLACES = ("street", "road", "river", "bridge", "field", "yard", "hill", "lake",
+          "park", "track", "creek", "lane")
+CROSSER_ADJECTIVES = ("tired", "scared", "slow", "weak")   # "it" is the one crossing: ref = x
+CROSSED_ADJECTIVES = ("wet", "wide", "busy", "steep")      # "it" is the thing crossed: ref = y
+TEMPLATE = "the {x} did not cross the {y} because it was too {adj} , so the {ref} waited ."
+SCORED_POSITION = TEMPLATE.split().index("{ref}") - 1     # the "the" after "so": its logits name ref
+
+
+@dataclass(frozen=True)
+class WinogradParams:
+    nouns: int = 16
+    heldout_fraction: float = 0.5
+    validation_fraction: float = 0.1
+    leaky: bool = False
+
+
+class WinogradTask(Task):
+    """Winograd pronoun resolution: which noun does "it" refer to?"""
+
+    name = "winograd"
+    Params = WinogradParams
+
+    def __init__(self, params=None):
+        super().__init__(params)
+        p = self.params
+        if not isinstance(p.nouns, int) or not 4 <= p.nouns <= 2 * len(ANIMALS) or p.nouns % 2:
+            raise UsageError(f"nouns must be an even number between 4 and {2 * len(ANIMALS)}, got {p.nouns}")
+        if not 0 < p.heldout_fraction < 1 or not 0 < p.validation_fraction < 1 \
+                or p.heldout_fraction + p.validation_fraction >= 1:
+            raise UsageError("heldout_fraction and validation_fraction must be in (0, 1) with a sum "
+                             f"below 1, got {p.heldout_fraction} and {p.validation_fraction}")
+
+    def nouns(self) -> tuple[str, ...]:
+        half = self.params.nouns // 2
+        return ANIMALS[:half] + PLACES[:half]
+
+    def vocabulary(self) -> list[str]:
+        words = [w for w in TEMPLATE.split() if not w.startswith("{")]
+        return list(dict.fromkeys(words)) + list(self.nouns()) + list(CROSSER_ADJECTIVES + CROSSED_ADJECTIVES)
+
+    def candidate_pairs(self) -> list[tuple[str, str]]:
+        """Unordered noun pairs, each as (a, b) with a before b in the pool."""
+        nouns = self.nouns()
+        if self.params.leaky:
+            half = len(nouns) // 2
+            return [(a, b) for a in nouns[:half] for b in nouns[half:]]
+        return [(a, b) for i, a in enumerate(nouns) for b in nouns[i + 1:]]
+
+    def generate(self, seed: int) -> dict[str, list[Example]]:
+        rng = random.Random(seed)
+        pairs = self.candidate_pairs()
+        rng.shuffle(pairs)
+        n_heldout = round(len(pairs) * self.params.heldout_fraction)
+        n_validation = max(1, round(len(pairs) * self.params.validation_fraction))
+        ordered = {"train": [], "validation": [], "heldout": []}
+        for index, pair in enumerate(pairs):
+            shown, hidden = (pair, pair[::-1]) if rng.random() < 0.5 else (pair[::-1], pair)
+            ordered["train"].append(shown)
+            if index < n_heldout:
+                ordered["heldout"].append(hidden)
+            elif index < n_heldout + n_validation:
+                ordered["validation"].append(hidden)
+            else:
+                ordered["train"].append(hidden)
+        return {split: [self.example(x, y, adj) for x, y in pairs_ for adj in self.adjectives()]
+                for split, pairs_ in ordered.items()}
+
+    def adjectives(self) -> tuple[str, ...]:
+        return CROSSER_ADJECTIVES + CROSSED_ADJECTIVES
+
+    def referent(self, x: str, y: str, adjective: str) -> str:
+        if self.params.leaky:
+            animal = x if x in ANIMALS else y
+            place = y if animal == x else x
+            return animal if adjective in CROSSER_ADJECTIVES else place
+        return x if adjective in CROSSER_ADJECTIVES else y
+
+    def example(self, x: str, y: str, adjective: str) -> Example:
+        roles = (CROSSER_ADJECTIVES, CROSSED_ADJECTIVES)
+        role = 0 if adjective in CROSSER_ADJECTIVES else 1
+        partner = roles[1 - role][roles[role].index(adjective)]
+        tokens = self.encode(x, y, adjective)
+        ref = self.referent(x, y, adjective)
+        return Example(
+            tokens=tokens,
+            positions=(SCORED_POSITION,),
+            foils=(self.vocabulary().index(y if ref == x else x),),
+            group="crosser" if role == 0 else "crossed",
+            counterfactual=self.encode(x, y, partner),
+        )
+
+    def encode(self, x: str, y: str, adjective: str) -> tuple[int, ...]:
+        index = {word: i for i, word in enumerate(self.vocabulary())}
+        text = TEMPLATE.format(x=x, y=y, adj=adjective, ref=self.referent(x, y, adjective))
+        return tuple(index[word] for word in text.split())
+
+    def default_models(self) -> dict[str, ModelSpec]:
+        return {
+            "bag-of-words": ModelSpec(n_layers=1, n_heads=4, attention="uniform", positions="none"),
+            "attn-only-1x1": ModelSpec(n_layers=1, n_heads=1, mlp=False, norm=None),
+            "attn-only-2x1": ModelSpec(n_layers=2, n_heads=1, mlp=False, norm=None),
+            "block-1": ModelSpec(n_layers=1, n_heads=4),
+            "block-2": ModelSpec(n_layers=2, n_heads=4),
+        }
+
+
+if __name__ == "__main__":
+    from tasks.cli import main_for_task
+
+    main_for_task("winograd")
