@@ -1,0 +1,43 @@
+"""Shared fixtures: tiny tasks and briefly trained runs, built once per test session."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+# Generated datasets go to a throwaway cache, never the user's.
+os.environ.setdefault("TOYLENS_CACHE", tempfile.mkdtemp(prefix="toylens-test-cache-"))
+
+from models import ModelSpec  # noqa: E402
+from tasks.winograd import WinogradParams, WinogradTask  # noqa: E402
+
+TINY_SPECS = {
+    "bag-of-words": ModelSpec(n_layers=1, d_model=32, n_heads=2, attention="uniform", positions="none"),
+    "attn-only-2x1": ModelSpec(n_layers=2, d_model=32, n_heads=1, mlp=False, norm=None),
+}
+
+
+@pytest.fixture(scope="session")
+def small_winograd() -> WinogradTask:
+    return WinogradTask(WinogradParams(nouns=8))
+
+
+def train_tiny(task, out: Path, specs: dict, seeds=(0,), steps: int = 150):
+    """Train `specs` briefly into `out` with the real training path; returns the run folder."""
+    from tasks.family import RunPlan, train_family
+    from tasks.training import TrainSettings
+
+    settings = TrainSettings(max_steps=steps, batch_size=32, eval_every=50)
+    plans = [RunPlan(task, name, spec, seed, settings, out / name / f"seed{seed}")
+             for name, spec in specs.items() for seed in seeds]
+    train_family(plans, progress=False)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_runs(tmp_path_factory, small_winograd) -> Path:
+    """A bag of words and a 2-layer attention-only model on 8-noun Winograd, one seed, 150 steps."""
+    return train_tiny(small_winograd, tmp_path_factory.mktemp("runs") / "winograd", TINY_SPECS)
