@@ -1,0 +1,70 @@
+import json
+import math
+
+import torch
+
+from models import ModelSpec, build_model
+from probes.accuracy import SUMMARY, compare_runs, write_summary
+from probes.shuffle import shuffle_test
+from probes.stats import mean_interval, wilson
+from tasks.data import task_dataset, to_batch
+
+
+def heldout_batch(task, seed=0):
+    return to_batch(task_dataset(task, seed)["heldout"])
+
+
+def test_uniform_model_is_order_blind_and_softmax_model_is_not(small_winograd):
+    batch = heldout_batch(small_winograd)
+    spec = dict(d_model=32, n_heads=2, n_ctx=17, d_vocab=len(small_winograd.vocabulary()))
+    bag = build_model(ModelSpec(attention="uniform", positions="none", **spec))
+    attention = build_model(ModelSpec(**spec))
+    assert shuffle_test(bag, batch).max_abs_logit_change < 1e-4
+    assert shuffle_test(attention, batch).max_abs_logit_change > 1e-2
+
+
+def test_wilson_interval_matches_known_values():
+    interval = wilson(8, 10)
+    assert math.isclose(interval.low, 0.4902, abs_tol=1e-3) and math.isclose(interval.high, 0.9433, abs_tol=1e-3)
+    assert wilson(0, 480).low == 0.0 and wilson(0, 480).high < 0.01
+
+
+def test_mean_interval_over_seeds():
+    interval = mean_interval([0.9, 1.0, 0.95])
+    assert math.isclose(interval.value, 0.95) and interval.low < 0.95 < interval.high
+    assert math.isnan(mean_interval([0.5]).low)
+
+
+def test_comparison_summary_holds_every_number(tiny_runs):
+    models = compare_runs(tiny_runs)
+    assert [m.model_name for m in models] == ["bag-of-words", "attn-only-2x1"]
+    path = write_summary(tiny_runs, models)
+    summary = json.loads(path.read_text())
+    assert path.name == SUMMARY
+    bag = summary["models"][0]
+    heldout = bag["runs"][0]["splits"]["heldout"]
+    assert heldout["n"] == len(heldout_batch(tiny_runs_task(tiny_runs)).answers)
+    assert abs(heldout["foil_rate"] + heldout["other_rate"] + heldout["accuracy"]["value"] - 1) < 1e-6
+    assert set(heldout["by_group"]) == {"crosser", "crossed"}
+    assert bag["shuffle_max_logit_change"] < 1e-4
+
+
+def tiny_runs_task(runs_dir):
+    from tasks.runs import find_runs
+
+    return find_runs(runs_dir)[0].task
+
+
+def test_same_seed_gives_identical_metrics(tmp_path, small_winograd):
+    from tests.conftest import TINY_SPECS, train_tiny
+
+    spec = {"attn-only-2x1": TINY_SPECS["attn-only-2x1"]}
+    first = train_tiny(small_winograd, tmp_path / "a", spec, steps=60)
+    second = train_tiny(small_winograd, tmp_path / "b", spec, steps=60)
+    read = lambda root: json.loads((root / "attn-only-2x1/seed0/metrics.json").read_text())  # noqa: E731
+    a, b = read(first), read(second)
+    a.pop("train_seconds"), b.pop("train_seconds")
+    assert a == b
+    logs = [(root / "attn-only-2x1/seed0/log.jsonl").read_text().splitlines() for root in (first, second)]
+    strip = lambda line: {k: v for k, v in json.loads(line).items() if k != "seconds"}  # noqa: E731
+    assert [strip(line) for line in logs[0]] == [strip(line) for line in logs[1]]
