@@ -1,12 +1,18 @@
 """Checkpoints are `model.safetensors` + `config.json`, written atomically; nothing is unpickled.
 
-`config.json` holds the model spec and whatever the caller records beside it (task, vocabulary,
-training settings, seed, versions). Loading rebuilds the variant with `build_model`, so frozen
-weights and constants come back exactly as trained.
+`config.json` holds the model spec, the SHA-256 of the weights file and whatever the caller records
+beside it (task, vocabulary, training settings, seed, versions). Loading checks everything it can
+before importing torch (`inspect_checkpoint`), then rebuilds the variant with `build_model`, so
+frozen weights and constants come back exactly as trained.
+
+Compatibility: `format` names the layout. A run written by any toylens version with the same
+format loads (unknown or missing spec fields are refused by name); another format is refused with
+the version that wrote it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -19,6 +25,7 @@ WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 REQUIRED_CONFIG_FIELDS = ("format", "spec", "vocabulary")
 FORMAT = "toylens-run/1"
+PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".pkl", ".ckpt")
 
 
 def atomic_write(path: Path, write) -> None:
@@ -29,10 +36,17 @@ def atomic_write(path: Path, write) -> None:
     os.close(handle)
     try:
         write(temp)
+        os.chmod(temp, 0o666 & ~current_umask())  # mkstemp makes 0600; give the usual permissions
         os.replace(temp, path)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
+
+
+def current_umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
 
 
 def write_json(path: Path, payload) -> None:
@@ -42,13 +56,50 @@ def write_json(path: Path, payload) -> None:
     atomic_write(path, write)
 
 
-def save_checkpoint(run_dir: Path, model, config: dict) -> None:
-    """Weights first, config last: a run dir with a config always has matching weights."""
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def save_tensors(path: Path, tensors: dict, metadata: dict) -> None:
+    """Tensors and a JSON-able `metadata` dict in one safetensors file, written atomically."""
     from safetensors.torch import save_file
 
-    state = {name: tensor.detach().contiguous() for name, tensor in model.state_dict().items()}
-    atomic_write(Path(run_dir) / WEIGHTS, lambda temp: save_file(state, temp))
-    write_json(Path(run_dir) / CONFIG, {"format": FORMAT, **config})
+    tensors = cpu_tensors(tensors)
+    atomic_write(path, lambda temp: save_file(tensors, temp, metadata={"toylens": json.dumps(metadata)}))
+
+
+def cpu_tensors(tensors: dict) -> dict:
+    """What safetensors can write, wherever training ran (CPU or GPU)."""
+    return {name: tensor.detach().cpu().contiguous() for name, tensor in tensors.items()}
+
+
+def load_tensors(path: Path, fix: str) -> tuple[dict, dict]:
+    """(tensors, metadata) saved by `save_tensors`; a damaged file is a UsageError naming `fix`."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            metadata = json.loads((handle.metadata() or {})["toylens"])
+            return {name: handle.get_tensor(name) for name in handle.keys()}, metadata
+    except (SafetensorError, OSError, KeyError, json.JSONDecodeError) as error:
+        raise UsageError(f"{path} is {damage(path)} ({error}); {fix}") from None
+
+
+def save_checkpoint(run_dir: Path, model, config: dict) -> None:
+    """Weights first, config (with the weights' SHA-256) last: a config always names its weights."""
+    from safetensors.torch import save_file
+
+    weights = Path(run_dir) / WEIGHTS
+    state = cpu_tensors(model.state_dict())
+    atomic_write(weights, lambda temp: save_file(state, temp))
+    write_json(Path(run_dir) / CONFIG, {**config, "format": FORMAT, "weights_sha256": sha256_file(weights)})
+
+
+def writer(config: dict) -> str:
+    """Which toylens wrote a config, for error messages."""
+    versions = config.get("versions")
+    found = versions.get("toylens") if isinstance(versions, dict) else None
+    return f"toylens {found}" if found else "an unknown toylens version"
 
 
 def read_config(run_dir: Path) -> dict:
@@ -58,7 +109,7 @@ def read_config(run_dir: Path) -> dict:
     try:
         config = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise UsageError(f"{path} is not valid JSON ({error.msg if hasattr(error, 'msg') else error}); "
+        raise UsageError(f"{path} is not valid JSON ({getattr(error, 'msg', error)}); "
                          "retrain the run or restore the file") from None
     if not isinstance(config, dict):
         raise UsageError(f"{path} must hold a JSON object; retrain the run")
@@ -66,9 +117,54 @@ def read_config(run_dir: Path) -> dict:
     if missing:
         raise UsageError(f"{path} is missing field(s) {missing}; retrain the run")
     if config["format"] != FORMAT:
-        raise UsageError(f"{path} has format {config['format']!r}, this toylens reads {FORMAT!r}; "
-                         "retrain the run with this version")
+        raise UsageError(f"{path} has format {config['format']!r} (written by {writer(config)}), this "
+                         f"toylens reads {FORMAT!r}; use that toylens version or retrain the run")
     return config
+
+
+def damage(path: Path) -> str:
+    """Why a weights file does not load, in words: pickles get named as such."""
+    with open(path, "rb") as handle:
+        head = handle.read(4)
+    if head.startswith(b"PK\x03\x04") or (head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05")):
+        return "a pickle (torch.save), not safetensors; toylens never unpickles a file"
+    return "corrupt or truncated"
+
+
+def inspect_checkpoint(run_dir: Path) -> tuple[dict, ModelSpec]:
+    """(config, spec) after every check that needs no torch: files present, no pickles, config
+    fields, spec, vocabulary size, and the weights' SHA-256 against the one config.json recorded."""
+    run_dir = Path(run_dir)
+    weights = run_dir / WEIGHTS
+    if not weights.is_file():
+        pickles = sorted(p.name for p in run_dir.iterdir() if p.suffix in PICKLE_SUFFIXES) \
+            if run_dir.is_dir() else []
+        if pickles:
+            raise UsageError(f"{run_dir / pickles[0]} is a pickled checkpoint; toylens loads only "
+                             f"safetensors ({WEIGHTS}) and never unpickles a file")
+        raise UsageError(f"{weights} not found; retrain the run (or resume it if it is unfinished)")
+    config = read_config(run_dir)
+    if not isinstance(config["spec"], dict):
+        raise UsageError(f"{run_dir / CONFIG}: spec must be a JSON object; retrain the run")
+    try:
+        spec = ModelSpec.from_dict(config["spec"])
+    except UsageError as error:
+        raise UsageError(f"{run_dir / CONFIG}: {error}") from None
+    vocabulary = config["vocabulary"]
+    if not isinstance(vocabulary, list) or len(vocabulary) != spec.d_vocab:
+        size = len(vocabulary) if isinstance(vocabulary, list) else "no list of"
+        raise UsageError(f"{run_dir / CONFIG}: vocabulary has {size} tokens but the model expects "
+                         f"d_vocab={spec.d_vocab}; the files do not belong together")
+    recorded = config.get("weights_sha256")
+    if recorded is None:
+        raise UsageError(f"{run_dir / CONFIG} records no weights_sha256, so {WEIGHTS} cannot be "
+                         "verified; retrain the run")
+    if sha256_file(weights) != recorded:
+        problem = damage(weights)
+        if problem == "corrupt or truncated":
+            problem = "corrupt or truncated, or not the file config.json was written with (SHA-256 differs)"
+        raise UsageError(f"{weights} is {problem}; retrain the run")
+    return config, spec
 
 
 def load_checkpoint(run_dir: Path):
@@ -76,32 +172,20 @@ def load_checkpoint(run_dir: Path):
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    run_dir = Path(run_dir)
-    pickles = sorted(p.name for p in run_dir.glob("*.pt")) + sorted(p.name for p in run_dir.glob("*.pth"))
-    weights_path = run_dir / WEIGHTS
-    if not weights_path.is_file():
-        if pickles:
-            raise UsageError(f"{run_dir / pickles[0]} is a pickled checkpoint; toylens loads only "
-                             f"safetensors ({WEIGHTS}) and never unpickles a file")
-        raise UsageError(f"{weights_path} not found; retrain the run")
-    config = read_config(run_dir)
-    spec = ModelSpec.from_dict(config["spec"])
-    vocabulary = config["vocabulary"]
-    if not isinstance(vocabulary, list) or len(vocabulary) != spec.d_vocab:
-        raise UsageError(f"{run_dir / CONFIG}: vocabulary has {len(vocabulary)} tokens but the "
-                         f"model expects d_vocab={spec.d_vocab}; the files do not belong together")
+    config, spec = inspect_checkpoint(run_dir)
+    weights = Path(run_dir) / WEIGHTS
     try:
-        state = load_file(str(weights_path))
+        state = load_file(str(weights))
     except (SafetensorError, OSError, ValueError) as error:
-        raise UsageError(f"{weights_path} is corrupt or truncated ({error}); retrain the run") from None
+        raise UsageError(f"{weights} is {damage(weights)} ({error}); retrain the run") from None
     model = build_model(spec, seed=int(config.get("seed", 0)))
     expected = model.state_dict()
     if set(state) != set(expected):
-        raise UsageError(f"{weights_path} holds tensors {sorted(set(state) ^ set(expected))[:3]} that "
+        raise UsageError(f"{weights} holds tensors {sorted(set(state) ^ set(expected))[:3]} that "
                          "do not match the spec in config.json; the files do not belong together")
     for name, tensor in state.items():
         if tensor.shape != expected[name].shape:
-            raise UsageError(f"{weights_path}: {name} has shape {tuple(tensor.shape)}, spec expects "
+            raise UsageError(f"{weights}: {name} has shape {tuple(tensor.shape)}, spec expects "
                              f"{tuple(expected[name].shape)}; the files do not belong together")
     model.load_state_dict(state)
     model.eval()

@@ -37,7 +37,16 @@ def run_cli(command, *args) -> None:
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
-    except KeyboardInterrupt:
-        print("\ninterrupted: finished runs are kept; rerun the same command to train the rest",
+    except KeyboardInterrupt as interrupt:
+        # Training raises KeyboardInterrupt(how to resume); elsewhere every file written is complete.
+        print(f"\ninterrupted: {str(interrupt) or 'stopped; every file written so far is complete'}",
               file=sys.stderr)
         sys.exit(130)
+    except BrokenPipeError:
+        # The reader went away (e.g. `| head`): not an error of the user's input.
+        sys.stderr.close()
+        sys.exit(0)
+    except OSError as error:
+        # The file system refused (permissions, disk full, a file where a folder should be).
+        print(f"error: {error}; check the path and its permissions or free space", file=sys.stderr)
+        sys.exit(EXIT_USAGE)

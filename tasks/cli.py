@@ -9,6 +9,14 @@ from pathlib import Path
 from models.errors import Parser, UsageError, positive_int, run_cli
 from tasks.registry import get_task_class, task_classes
 
+MAX_SEEDS = 1000
+
+
+def default_jobs() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
 
 def add_train_arguments(parser: Parser, task_cls: type) -> None:
     parser.add_argument("--models", help="comma-separated model names (default: the task's whole family)")
@@ -18,7 +26,14 @@ def add_train_arguments(parser: Parser, task_cls: type) -> None:
     parser.add_argument("--batch-size", type=positive_int)
     parser.add_argument("--lr", type=float)
     parser.add_argument("--eval-every", type=positive_int)
-    parser.add_argument("--overwrite", action="store_true", help="replace runs that differ or exist")
+    parser.add_argument("--checkpoint-every", type=positive_int,
+                        help="save the resumable train state every N steps (default: every evaluation)")
+    existing = parser.add_mutually_exclusive_group()
+    existing.add_argument("--overwrite", action="store_true", help="replace runs that differ or exist")
+    existing.add_argument("--resume", action="store_true",
+                          help="continue unfinished runs from their last checkpoint (same final weights)")
+    parser.add_argument("--jobs", type=positive_int, default=default_jobs(),
+                        help="runs trained at a time, one process and one thread each (default: CPU cores)")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
     params = parser.add_argument_group(f"{task_cls.name} task parameters")
     for field in dataclasses.fields(task_cls.Params):
@@ -32,8 +47,10 @@ def add_train_arguments(parser: Parser, task_cls: type) -> None:
 
 def train_command(task_cls: type, args) -> None:
     from tasks.family import plan_family, train_family
-    from tasks.training import TrainSettings
+    from tasks.settings import TrainSettings
 
+    if args.seeds > MAX_SEEDS:
+        raise UsageError(f"--seeds {args.seeds} is absurd; use at most {MAX_SEEDS}")
     params = task_cls.Params(**{f.name: getattr(args, f.name) for f in dataclasses.fields(task_cls.Params)})
     task = task_cls(params)
     overrides = {**task.default_training(),
@@ -44,7 +61,8 @@ def train_command(task_cls: type, args) -> None:
     models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
     out = args.out or Path("runs") / task.name
     plans = plan_family(task, models, list(range(args.seeds)), settings, out)
-    train_family(plans, overwrite=args.overwrite, progress=not args.no_progress)
+    train_family(plans, overwrite=args.overwrite, progress=not args.no_progress, resume=args.resume,
+                 checkpoint_every=args.checkpoint_every, jobs=args.jobs)
     # The comparison is a probe; the CLI composes training and probing, the packages stay apart.
     from probes.accuracy import compare_runs_command
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -69,6 +70,11 @@ class Batch:
 
     def __len__(self) -> int:
         return self.tokens.shape[0]
+
+    def to(self, device) -> "Batch":
+        moved = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return Batch(**{name: value.to(device) if hasattr(value, "to") else value
+                        for name, value in moved.items()})
 
     @property
     def inputs(self):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import platform
+import shlex
 import sys
 from dataclasses import dataclass
 from functools import cached_property
@@ -14,11 +15,14 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from models import UsageError
-from models.checkpoint import CONFIG, load_checkpoint, read_config
+from models.checkpoint import CONFIG, inspect_checkpoint, load_checkpoint, read_config, writer
 from tasks.registry import get_task_class
 
 METRICS = "metrics.json"
 LOG = "log.jsonl"
+# Every field a run's config.json may hold; another field means another toylens wrote it.
+RUN_FIELDS = {"format", "spec", "vocabulary", "weights_sha256", "task", "model_name", "seed", "data_seed",
+              "training", "versions", "command", "resumed_by"}
 
 
 def package_versions() -> dict:
@@ -31,8 +35,27 @@ def package_versions() -> dict:
     return found
 
 
+def command_argv() -> list[str]:
+    """The command as typed: `python -m tasks.winograd train ...` rather than the module's file path."""
+    main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if main_spec is not None:
+        return ["python", "-m", main_spec.name.removesuffix(".__main__"), *sys.argv[1:]]
+    return ["python", *sys.argv]
+
+
 def command_line() -> str:
-    return " ".join([Path(sys.executable).name, *sys.argv])
+    return shlex.join(command_argv())
+
+
+def read_run_config(run_dir: Path) -> dict:
+    """config.json of a run folder, refusing fields this toylens does not know."""
+    config = read_config(run_dir)
+    unknown = sorted(set(config) - RUN_FIELDS)
+    if unknown:
+        raise UsageError(f"{Path(run_dir) / CONFIG} has field(s) {unknown} that this toylens "
+                         f"({package_versions()['toylens']}) does not know: written by {writer(config)} or "
+                         "edited by hand; remove them, use the toylens that wrote them, or retrain the run")
+    return config
 
 
 def task_from_config(config: dict, where: Path):
@@ -57,7 +80,7 @@ class Run:
 
     @cached_property
     def config(self) -> dict:
-        return read_config(self.path)
+        return read_run_config(self.path)
 
     @property
     def model_name(self) -> str:
@@ -74,7 +97,19 @@ class Run:
     @cached_property
     def metrics(self) -> dict:
         path = self.path / METRICS
-        return json.loads(path.read_text()) if path.is_file() else {}
+        try:
+            return json.loads(path.read_text()) if path.is_file() else {}
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise UsageError(f"{path} is not valid JSON; retrain the run") from None
+
+    def check(self) -> None:
+        """Every check that needs no torch, so a bad run fails before any model loads."""
+        inspect_checkpoint(self.path)
+        if not isinstance(self.metrics, dict):
+            raise UsageError(f"{self.path / METRICS} must hold a JSON object; retrain the run")
+        if self.config["vocabulary"] != self.task.vocabulary():
+            raise UsageError(f"{self.path / CONFIG}: its vocabulary differs from task {self.task.name!r}'s "
+                             "(edited, or made by another version of the task); retrain the run")
 
     def load_model(self):
         return load_checkpoint(self.path)[0]
@@ -84,7 +119,13 @@ class Run:
         from tasks.data import task_dataset, to_batch
 
         data = task_dataset(self.task, int(self.config.get("data_seed", self.seed)))
-        return {name: to_batch(split) for name, split in data.items()}
+        batches = {name: to_batch(split) for name, split in data.items()}
+        n_ctx = self.config["spec"]["n_ctx"]
+        longest = max(batch.inputs.shape[1] for batch in batches.values())
+        if longest > n_ctx:
+            raise UsageError(f"{self.path}: the task's sequences need {longest} positions but the model's "
+                             f"context is n_ctx={n_ctx}; use the task parameters the run was trained with")
+        return batches
 
 
 def find_runs(runs_dir: Path) -> list[Run]:
@@ -101,4 +142,6 @@ def find_runs(runs_dir: Path) -> list[Run]:
     tasks = sorted({run.config.get("task", {}).get("name", "?") for run in runs})
     if len(tasks) > 1:
         raise UsageError(f"runs folder {runs_dir} mixes runs of tasks {tasks}; point at one task's folder")
+    for run in runs:
+        run.check()
     return sorted(runs, key=lambda run: (run.model_name, run.seed))

@@ -9,52 +9,18 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from models import UsageError
+from models.checkpoint import atomic_write, save_tensors
 from tasks.data import Batch
 from tasks.evaluate import logits_at_scored, score_logits
+from tasks.resume import FRESH, load_train_state, save_train_state
+from tasks.settings import TrainSettings
 
-
-@dataclass(frozen=True)
-class TrainSettings:
-    max_steps: int = 1000
-    batch_size: int = 64
-    lr: float = 1e-3
-    weight_decay: float = 0.01
-    eval_every: int = 25
-    # Stop once validation accuracy has been >= stop_accuracy for stop_evals evaluations in a row
-    # and validation loss improved by less than plateau_tolerance (relative) over plateau_steps.
-    stop_accuracy: float = 0.99
-    stop_evals: int = 3
-    plateau_steps: int = 250
-    plateau_tolerance: float = 0.01
-
-    def validate(self) -> "TrainSettings":
-        for name in ("max_steps", "batch_size", "eval_every", "stop_evals", "plateau_steps"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
-                raise UsageError(f"{name} must be a positive integer, got {value!r}")
-        if self.max_steps > 1_000_000:
-            raise UsageError(f"max_steps={self.max_steps} is absurd for a toy model; use at most 1000000")
-        if self.batch_size > 65_536:
-            raise UsageError(f"batch_size={self.batch_size} is absurd; use at most 65536")
-        if not 0 < self.lr < 1:
-            raise UsageError(f"lr must lie in (0, 1), got {self.lr}")
-        if self.weight_decay < 0:
-            raise UsageError(f"weight_decay must be >= 0, got {self.weight_decay}")
-        return self
-
-    @classmethod
-    def from_dict(cls, values: dict) -> "TrainSettings":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise UsageError(f"unknown training setting(s) {unknown}; known: {sorted(known)}")
-        return cls(**values).validate()
+SNAPSHOTS = "snapshots"   # run_dir/snapshots/step{N}.safetensors
 
 
 @dataclass(frozen=True)
@@ -68,7 +34,7 @@ class TrainResult:
 def lm_loss(logits: torch.Tensor, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy over the real (unpadded) positions."""
     targets = tokens[:, 1:]
-    real = torch.arange(targets.shape[1])[None, :] < (lengths[:, None] - 1)
+    real = torch.arange(targets.shape[1], device=tokens.device)[None, :] < (lengths[:, None] - 1)
     return torch.nn.functional.cross_entropy(logits[real], targets[real])
 
 
@@ -92,48 +58,91 @@ def should_stop(history: list[dict], settings: TrainSettings) -> bool:
 
 
 def train(model, train_batch: Batch, validation_batch: Batch, settings: TrainSettings, seed: int,
-          log_path: Path | None = None, progress: bool = True, label: str = "") -> TrainResult:
+          log_path: Path | None = None, progress: bool = True, label: str = "",
+          snapshot_dir: Path | None = None, state_path: Path | None = None,
+          checkpoint_every: int | None = None, resume: bool = False) -> TrainResult:
+    """Train `model` in place. With `state_path`, the complete train state is saved there every
+    `checkpoint_every` steps (default: every evaluation); with `resume`, training continues from it
+    and ends with exactly the weights and history of an uninterrupted run."""
     from tqdm.auto import tqdm
 
+    device = training_device()
+    model.to(device)
+    train_batch, validation_batch = train_batch.to(device), validation_batch.to(device)
+    forward = hook_free_forward(model)
     generator = torch.Generator().manual_seed(seed)
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=settings.lr, weight_decay=settings.weight_decay)
-    history: list[dict] = []
-    start = time.perf_counter()
-    log = open(log_path, "w") if log_path else None
+    resuming = resume and state_path is not None and Path(state_path).is_file()
+    done = load_train_state(state_path, model, optimizer, generator) if resuming else FRESH
+    history: list[dict] = list(done["history"])
+    start = time.perf_counter() - done["seconds"]
+    log = open_log(log_path, history) if log_path else None
+    checkpoint_every = checkpoint_every or settings.eval_every
     stop_reason = "step budget"
-    bar = tqdm(range(1, settings.max_steps + 1), desc=label, disable=not progress, leave=False,
-               dynamic_ncols=True)
+    bar = tqdm(range(done["step"] + 1, settings.max_steps + 1), desc=label, disable=not progress,
+               leave=False, dynamic_ncols=True, initial=done["step"], total=settings.max_steps)
+    if snapshot_dir and settings.snapshot_every and done["step"] == 0:
+        save_snapshot(model, snapshot_dir, 0)
     try:
         for step in bar:
             model.train()
             rows = torch.randint(len(train_batch), (settings.batch_size,), generator=generator)
             tokens, lengths = train_batch.tokens[rows], train_batch.lengths[rows]
-            loss = lm_loss(model(tokens[:, :-1]), tokens, lengths)
+            loss = lm_loss(forward(tokens[:, :-1]), tokens, lengths)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-            if step % settings.eval_every and step != settings.max_steps:
-                continue
-            model.eval()
-            entry = {"step": step, "train_loss": loss.item(), **evaluate(model, validation_batch),
-                     "seconds": round(time.perf_counter() - start, 3)}
-            history.append(entry)
-            if log:
-                log.write(json.dumps(entry) + "\n")
-                log.flush()
-            bar.set_postfix(loss=f"{entry['val_loss']:.3f}", val_acc=f"{entry['val_accuracy']:.3f}")
-            if should_stop(history, settings):
-                stop_reason = "validation converged"
-                break
+            if snapshot_dir and settings.snapshot_every and step % settings.snapshot_every == 0:
+                save_snapshot(model, snapshot_dir, step)
+            if step % settings.eval_every == 0 or step == settings.max_steps:
+                model.eval()
+                entry = {"step": step, "train_loss": loss.item(), **evaluate(forward, validation_batch),
+                         "seconds": round(time.perf_counter() - start, 3)}
+                history.append(entry)
+                if log:
+                    log.write(json.dumps(entry) + "\n")
+                    log.flush()
+                bar.set_postfix(loss=f"{entry['val_loss']:.3f}", val_acc=f"{entry['val_accuracy']:.3f}")
+                if should_stop(history, settings):
+                    stop_reason = "validation converged"
+                    break
+            if state_path is not None and step % checkpoint_every == 0:
+                save_train_state(state_path, model, optimizer, generator,
+                                 {"step": step, "history": history, "seconds": time.perf_counter() - start})
     finally:
         bar.close()
         if log:
             log.close()
         model.eval()
+        model.to("cpu")
     return TrainResult(steps=history[-1]["step"] if history else 0, stop_reason=stop_reason,
                        seconds=time.perf_counter() - start, history=history)
 
 
-def settings_dict(settings: TrainSettings) -> dict:
-    return asdict(settings)
+def training_device() -> str:
+    """A GPU when one is present; tiny models still train, just without waiting on 2 CPU cores."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def hook_free_forward(model):
+    """The bridge's wrapped native module: the same parameters and bitwise the same logits (a test
+    checks), without the per-call hook dispatch, which costs ~25% of a training step on CPU. The
+    variants live in frozen weights, not hooks, so nothing is skipped."""
+    return getattr(model, "original_model", model)
+
+
+def open_log(log_path: Path, history: list[dict]):
+    """The JSON-lines log, rewritten to hold exactly `history` (a resumed run drops lines logged
+    after its last saved state), opened for appending."""
+    atomic_write(log_path, lambda temp: Path(temp).write_text("".join(json.dumps(h) + "\n" for h in history)))
+    return open(log_path, "a")
+
+
+def snapshot_path(snapshot_dir: Path, step: int) -> Path:
+    return Path(snapshot_dir) / f"step{step}.safetensors"
+
+
+def save_snapshot(model, snapshot_dir: Path, step: int) -> None:
+    """Weights only (no optimizer state): enough to replay what the model computed at `step`."""
+    save_tensors(snapshot_path(snapshot_dir, step), model.state_dict(), {"step": step})

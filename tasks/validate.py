@@ -3,6 +3,8 @@ line naming the plugin, the example and the rule, instead of a shape error deep 
 
 from __future__ import annotations
 
+import numbers
+
 from models import UsageError
 from tasks.base import NO_FOIL, SPLITS, Example, Task
 
@@ -22,9 +24,7 @@ def validate_task_examples(task: Task, seed: int) -> dict[str, list[Example]]:
             raise refuse(task, f"split {split!r}", "is empty; every split needs examples")
         for index, example in enumerate(examples):
             check_example(task, f"{split} example {index}", example, vocabulary_size)
-    if splits != task.generate(seed):
-        raise refuse(task, f"generate(seed={seed})", "is not deterministic: two calls gave different "
-                     "examples; draw all randomness from a generator seeded with `seed`")
+    check_deterministic(task, seed, splits)
     if task.disjoint_splits:
         check_disjoint(task, splits)
     return splits
@@ -33,15 +33,25 @@ def validate_task_examples(task: Task, seed: int) -> dict[str, list[Example]]:
 def check_example(task: Task, where: str, example: Example, vocabulary_size: int) -> None:
     if not isinstance(example, Example):
         raise refuse(task, where, f"is a {type(example).__name__}, not a tasks.base.Example")
+    for field in ("tokens", "positions", "foils", "counterfactual"):
+        value = getattr(example, field)
+        bad = [v for v in value if not is_int(v)] if isinstance(value, (tuple, list)) else [value]
+        if bad:
+            raise refuse(task, where, f"has {bad[0]!r} in {field}, which must be a tuple of ints "
+                         "(token ids are indices into vocabulary())")
     tokens = example.tokens
-    if any(not 0 <= t < vocabulary_size for t in tokens):
-        raise refuse(task, where, f"has a token id outside the vocabulary (0..{vocabulary_size - 1})")
     if not example.positions:
         raise refuse(task, where, "has no scored positions")
     for position in example.positions:
         if not 0 <= position < len(tokens) - 1:
             raise refuse(task, where, f"has scored position {position} out of range: its answer "
                          f"tokens[{position}+1] must exist in a sequence of length {len(tokens)}")
+    for position in example.positions:
+        if not 0 <= tokens[position + 1] < vocabulary_size:
+            raise refuse(task, where, f"has answer id {tokens[position + 1]} (tokens[{position}+1]) that is "
+                         f"not in the vocabulary (ids 0..{vocabulary_size - 1})")
+    if any(not 0 <= t < vocabulary_size for t in tokens):
+        raise refuse(task, where, f"has a token id outside the vocabulary (0..{vocabulary_size - 1})")
     if example.foils and len(example.foils) != len(example.positions):
         raise refuse(task, where, "has a foil count different from its scored-position count")
     if any(f != NO_FOIL and not 0 <= f < vocabulary_size for f in example.foils):
@@ -53,11 +63,29 @@ def check_example(task: Task, where: str, example: Example, vocabulary_size: int
         raise refuse(task, where, "has a counterfactual token outside the vocabulary")
 
 
+def is_int(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_deterministic(task: Task, seed: int, splits: dict[str, list[Example]]) -> None:
+    again = task.generate(seed)
+    for split in SPLITS:
+        first, second = splits[split], again.get(split, []) if isinstance(again, dict) else []
+        for index, example in enumerate(first):
+            if index >= len(second) or second[index] != example:
+                raise refuse(task, f"{split} example {index}", f"differs between two calls of "
+                             f"generate(seed={seed}); generation must be deterministic: draw all "
+                             "randomness from a generator seeded with `seed`, e.g. random.Random(seed)")
+        if len(second) != len(first):
+            raise refuse(task, f"split {split!r}", f"has {len(first)} then {len(second)} examples in two calls "
+                         f"of generate(seed={seed}); generation must be deterministic")
+
+
 def check_disjoint(task: Task, splits: dict[str, list[Example]]) -> None:
     seen: dict[tuple, str] = {}
     for split, examples in splits.items():
         for index, example in enumerate(examples):
-            owner = seen.setdefault(example.tokens, split)
+            owner = seen.setdefault(tuple(example.tokens), split)
             if owner != split:
                 raise refuse(task, f"{split} example {index}", f"also occurs in split {owner!r}; "
                              "splits must not overlap (set disjoint_splits = False if they may)")

@@ -48,6 +48,11 @@ class WinogradTask(Task):
                 or p.heldout_fraction + p.validation_fraction >= 1:
             raise UsageError("heldout_fraction and validation_fraction must be in (0, 1) with a sum "
                              f"below 1, got {p.heldout_fraction} and {p.validation_fraction}")
+        pairs = len(self.candidate_pairs())
+        if not 1 <= round(pairs * p.heldout_fraction) < pairs:
+            raise UsageError(f"heldout_fraction={p.heldout_fraction} holds out {round(pairs * p.heldout_fraction)} "
+                             f"of the {pairs} noun pairs; leave at least one held out and one for validation "
+                             "by changing --heldout-fraction or --nouns")
 
     def nouns(self) -> tuple[str, ...]:
         half = self.params.nouns // 2

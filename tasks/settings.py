@@ -1,0 +1,61 @@
+"""Training settings: a frozen dataclass validated before torch is imported, so bad numbers on the
+command line fail at once with one line."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+
+from models import UsageError
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    max_steps: int = 1000
+    batch_size: int = 64
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    eval_every: int = 25
+    # Stop once validation accuracy has been >= stop_accuracy for stop_evals evaluations in a row
+    # and validation loss improved by less than plateau_tolerance (relative) over plateau_steps.
+    stop_accuracy: float = 0.99
+    stop_evals: int = 3
+    plateau_steps: int = 250
+    plateau_tolerance: float = 0.01
+    # Save weights every snapshot_every steps (and at step 0) for probes that replay training; 0 = never.
+    snapshot_every: int = 0
+
+    def validate(self) -> "TrainSettings":
+        if not isinstance(self.snapshot_every, int) or self.snapshot_every < 0:
+            raise UsageError(f"snapshot_every must be a non-negative integer (0 = no snapshots), "
+                             f"got {self.snapshot_every!r}")
+        for name in ("max_steps", "batch_size", "eval_every", "stop_evals", "plateau_steps"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise UsageError(f"{name} must be a positive integer, got {value!r}")
+        for name in ("lr", "weight_decay", "stop_accuracy", "plateau_tolerance"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise UsageError(f"{name} must be a finite number, got {value!r}; the default is "
+                                 f"{getattr(TrainSettings, name)}")
+        if self.max_steps > 1_000_000:
+            raise UsageError(f"max_steps={self.max_steps} is absurd for a toy model; use at most 1000000")
+        if self.batch_size > 65_536:
+            raise UsageError(f"batch_size={self.batch_size} is absurd; use at most 65536")
+        if not 0 < self.lr < 1:
+            raise UsageError(f"lr must lie in (0, 1), got {self.lr}; try 1e-3")
+        if self.weight_decay < 0:
+            raise UsageError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        return self
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "TrainSettings":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise UsageError(f"unknown training setting(s) {unknown}; known: {sorted(known)}")
+        return cls(**values).validate()
+
+
+def settings_dict(settings: TrainSettings) -> dict:
+    return asdict(settings)

@@ -1,0 +1,51 @@
+"""The head-ablation notebook runs top to bottom on a fresh machine, in the venv's own Python."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "ablate_heads.ipynb"
+
+
+def venv_kernel(root: Path) -> str:
+    """A kernelspec that runs this very interpreter, so the notebook sees the installed toylens
+    whatever python3 kernels the machine has."""
+    name = "toylens-test"
+    folder = root / "kernels" / name
+    folder.mkdir(parents=True)
+    (folder / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "toylens venv", "language": "python"}))
+    return name
+
+
+def test_notebook_is_committed_without_outputs():
+    import nbformat
+
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert code and all(not cell.outputs and cell.execution_count is None for cell in code)
+
+
+def test_ablate_heads_notebook_runs_clean(tmp_path, monkeypatch):
+    import nbformat
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    monkeypatch.setenv("TOYLENS_RUNS", str(tmp_path / "no-runs"))  # forces the notebook's own short run
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")   # tiny model, shared machine
+    kernel = venv_kernel(tmp_path / "jupyter")
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    NotebookClient(notebook, kernel_name=kernel, timeout=120,
+                   resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
+    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    text = "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "") for o in outputs)
+    assert "1 layer(s) x 4 head(s)" in text and "largest change in mean attention: 0.000" in text
+    assert any("image/png" in o.get("data", {}) for o in outputs)  # the heatmaps
+    # The sweep table names every head of the one-layer, four-head model and the whole layer.
+    assert all(f"L0H{h}" in text for h in range(4)) and "L0H0, L0H1, L0H2, L0H3" in text

@@ -1,0 +1,89 @@
+"""The training loop's resume logic, in process: an interrupted `train` continued with `resume=True`
+ends bit for bit where an uninterrupted one does, and its log holds each evaluation once."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import tasks.training as training
+from models import UsageError, build_model
+from tasks.data import task_dataset, to_batch
+from tasks.resume import STATE
+from tasks.settings import TrainSettings
+from tests.conftest import TINY_SPECS
+
+SETTINGS = TrainSettings(max_steps=40, batch_size=16, eval_every=10)
+
+
+@pytest.fixture(scope="module")
+def batches(small_winograd):
+    return {name: to_batch(split) for name, split in task_dataset(small_winograd, 0).items()}
+
+
+def fresh_model(batches, small_winograd):
+    from tasks.family import sized_spec
+
+    return build_model(sized_spec(TINY_SPECS["attn-only-2x1"], small_winograd, batches), seed=0)
+
+
+def run(model, batches, tmp_path, **options):
+    return training.train(model, batches["train"], batches["validation"], SETTINGS, seed=0, progress=False,
+                          log_path=tmp_path / "log.jsonl", state_path=tmp_path / STATE, **options)
+
+
+def interrupt_at_call(monkeypatch, calls: int) -> None:
+    """Make the `calls`-th loss computation raise KeyboardInterrupt, like Ctrl-C mid-step."""
+    real, seen = training.lm_loss, []
+
+    def loss(*args):
+        seen.append(1)
+        if len(seen) == calls:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(training, "lm_loss", loss)
+
+
+def logged(path) -> list[dict]:
+    return [{k: v for k, v in json.loads(line).items() if k != "seconds"} for line in path.read_text().splitlines()]
+
+
+def test_resumed_training_matches_uninterrupted_training(batches, small_winograd, tmp_path, monkeypatch):
+    straight = fresh_model(batches, small_winograd)
+    (tmp_path / "a").mkdir()
+    expected = run(straight, batches, tmp_path / "a")
+
+    # Steps 1-10 and the evaluation at 10 call lm_loss 11 times; stop during step 27, after the
+    # evaluation at 20 was logged and the state at 15 saved (checkpoints every 15 steps).
+    interrupted = fresh_model(batches, small_winograd)
+    (tmp_path / "b").mkdir()
+    interrupt_at_call(monkeypatch, 29)
+    with pytest.raises(KeyboardInterrupt):
+        run(interrupted, batches, tmp_path / "b", checkpoint_every=15)
+    assert [e["step"] for e in logged(tmp_path / "b" / "log.jsonl")] == [10, 20]
+    monkeypatch.undo()
+
+    resumed = fresh_model(batches, small_winograd)   # a new process would start from scratch too
+    result = run(resumed, batches, tmp_path / "b", checkpoint_every=15, resume=True)
+
+    for name, tensor in straight.state_dict().items():
+        assert torch.equal(tensor, resumed.state_dict()[name]), name
+    drop = lambda history: [{k: v for k, v in h.items() if k != "seconds"} for h in history]  # noqa: E731
+    assert drop(result.history) == drop(expected.history)
+    assert logged(tmp_path / "b" / "log.jsonl") == logged(tmp_path / "a" / "log.jsonl")
+    assert (result.steps, result.stop_reason) == (expected.steps, expected.stop_reason)
+
+
+def test_without_resume_an_old_state_is_ignored(batches, small_winograd, tmp_path):
+    first = run(fresh_model(batches, small_winograd), batches, tmp_path)
+    again = run(fresh_model(batches, small_winograd), batches, tmp_path)
+    assert [h["val_loss"] for h in again.history] == [h["val_loss"] for h in first.history]
+
+
+def test_damaged_state_is_refused_with_the_fix(batches, small_winograd, tmp_path):
+    (tmp_path / STATE).write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not a header}")
+    with pytest.raises(UsageError, match="corrupt or truncated .*pass --overwrite"):
+        run(fresh_model(batches, small_winograd), batches, tmp_path, resume=True)

@@ -1,0 +1,159 @@
+"""A malformed plugin is refused with one line naming the plugin, the example and the rule it broke."""
+
+from __future__ import annotations
+
+import random
+import sys
+import textwrap
+
+import pytest
+
+from models import ModelSpec, UsageError
+from tasks.base import Example, Task
+from tasks.registry import task_classes
+from tasks.validate import validate_task_examples
+
+VOCABULARY = ["a", "b", "c", "d"]
+
+
+def good(offset: int = 0) -> Example:
+    """A well-formed example: `a b c` scored at position 1 (answer c), foil d, partner `a b d`."""
+    return Example(tokens=(0, 1, 2 + offset % 2), positions=(1,), foils=(3 - offset % 2,),
+                   counterfactual=(0, 1, 3 - offset % 2))
+
+
+class FakeTask(Task):
+    """A task whose splits are whatever the test puts in `splits`."""
+
+    name = "fake"
+    splits: dict = {}
+
+    def vocabulary(self):
+        return VOCABULARY
+
+    def generate(self, seed):
+        return {split: list(examples) for split, examples in self.splits.items()}
+
+    def default_models(self):
+        return {"tiny": ModelSpec(d_model=8, n_heads=1)}
+
+
+def fake(train: list[Example], disjoint: bool = False) -> Task:
+    cls = type("Fake", (FakeTask,), {"splits": {"train": train, "validation": [good()], "heldout": [good(1)]},
+                                     "disjoint_splits": disjoint})
+    return cls()
+
+
+def refusal(task: Task) -> str:
+    with pytest.raises(UsageError) as caught:
+        validate_task_examples(task, seed=0)
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith("task plugin 'fake': ")
+    return message
+
+
+def test_a_well_formed_task_passes():
+    assert validate_task_examples(fake([good(), good(1), good()]), seed=0)["train"][1] == good(1)
+
+
+def test_scored_position_out_of_range():
+    bad = Example(tokens=(0, 1, 2), positions=(2,))
+    message = refusal(fake([good(), bad]))
+    assert "train example 1 has scored position 2 out of range" in message
+    assert "tokens[2+1] must exist in a sequence of length 3" in message
+
+
+def test_answer_not_in_vocabulary():
+    bad = Example(tokens=(0, 1, 7), positions=(1,))
+    assert "train example 0 has answer id 7 (tokens[1+1]) that is not in the vocabulary (ids 0..3)" \
+        in refusal(fake([bad]))
+
+
+def test_token_strings_instead_of_ids():
+    bad = Example(tokens=("a", "b", "c"), positions=(1,))
+    assert "train example 0 has 'a' in tokens, which must be a tuple of ints" in refusal(fake([bad]))
+
+
+def test_counterfactual_of_a_different_length():
+    bad = Example(tokens=(0, 1, 2), positions=(1,), counterfactual=(0, 1, 3, 3))
+    message = refusal(fake([good(), good(1), bad]))
+    assert "train example 2 has a counterfactual of length 4, not 3; patching needs aligned positions" in message
+
+
+def test_overlapping_splits_when_they_must_be_disjoint():
+    message = refusal(fake([good(1), good(0)], disjoint=True))
+    assert "validation example 0 also occurs in split 'train'; splits must not overlap" in message
+
+
+def test_overlapping_splits_allowed_when_declared():
+    assert validate_task_examples(fake([good(1), good(0)], disjoint=False), seed=0)
+
+
+def test_non_deterministic_generation():
+    class Unseeded(FakeTask):
+        name = "fake"
+
+        def generate(self, seed):
+            rng = random.Random()  # the bug: not seeded with `seed`
+            return {split: [good(rng.randrange(1000)) for _ in range(40)] for split in ("train", "validation", "heldout")}
+
+    message = refusal(Unseeded())
+    assert "differs between two calls of generate(seed=0); generation must be deterministic" in message
+    assert " example " in message
+
+
+def test_missing_split():
+    task = fake([good()])
+    task.splits = {"train": [good()], "heldout": [good(1)]}
+    assert "generate() must return a dict with exactly the splits ['train', 'validation', 'heldout']" \
+        in refusal(task)
+
+
+PLUGIN_SOURCE = textwrap.dedent('''
+    from tasks.base import Task
+
+    class Plugin(Task):
+        """A fake plugin that claims the name winograd."""
+        name = "winograd"
+        def vocabulary(self): return ["a"]
+        def generate(self, seed): return {}
+        def default_models(self): return {}
+
+    def make():
+        pass
+''')
+
+
+def install_fake_plugin(root, monkeypatch, dist: str, entry: str) -> None:
+    """A minimal installed distribution on sys.path: a dist-info folder naming one entry point."""
+    info = root / f"{dist.replace('-', '_')}-0.1.dist-info"  # the folder name is parsed for the name
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[toylens.tasks]\n{entry}\n")
+    (root / "fake_plugin.py").write_text(PLUGIN_SOURCE)
+    monkeypatch.syspath_prepend(str(root))
+    monkeypatch.delitem(sys.modules, "fake_plugin", raising=False)
+
+
+def test_two_plugins_with_one_name(tmp_path, monkeypatch):
+    install_fake_plugin(tmp_path, monkeypatch, "toylens-copycat", "winograd = fake_plugin:Plugin")
+    with pytest.raises(UsageError) as caught:
+        task_classes()
+    message = str(caught.value)
+    assert message.startswith("two task plugins are named 'winograd': ")
+    assert "from package toylens-copycat" in message and "WinogradTask from package toylens;" in message
+    assert message.endswith("uninstall one or rename its task")
+
+
+def test_a_plugin_that_is_not_a_task(tmp_path, monkeypatch):
+    install_fake_plugin(tmp_path, monkeypatch, "toylens-oops", "oops = fake_plugin:make")
+    with pytest.raises(UsageError, match=r"^task plugin 'oops' \(fake_plugin:make from package toylens-oops\) "
+                                         r"is not a subclass of tasks.base.Task"):
+        task_classes()
+
+
+def test_a_plugin_that_fails_to_import(tmp_path, monkeypatch):
+    install_fake_plugin(tmp_path, monkeypatch, "toylens-broken", "broken = fake_plugin_missing:Plugin")
+    with pytest.raises(UsageError, match=r"^task plugin 'broken' \(fake_plugin_missing:Plugin from package "
+                                         r"toylens-broken\) failed to import: ModuleNotFoundError"):
+        task_classes()
