@@ -1,0 +1,198 @@
+"""Head ablation: replace chosen heads' outputs (`hook_z`, every position) and re-score the task.
+
+Methods: "zero" (z = 0), "mean" (z = its mean over a reference batch at the same position) and
+"resample" (z from another, randomly drawn reference example at the same position). Mean and
+resample statistics come from `reference_batch` (default: the batch itself).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+
+from models.errors import UsageError
+from tasks.data import Batch
+from tasks.evaluate import Scored, logits_at_scored, score_logits
+
+METHODS = ("zero", "mean", "resample")
+HEAD_NAME = re.compile(r"^L(\d+)H(\d+)$")
+
+
+def head_name(layer: int, head: int) -> str:
+    return f"L{layer}H{head}"
+
+
+def parse_heads(heads) -> tuple[tuple[int, int], ...]:
+    """(layer, head) pairs from pairs or names like "L0H1"."""
+    parsed = []
+    for head in heads:
+        if isinstance(head, str):
+            match = HEAD_NAME.match(head.strip())
+            if not match:
+                raise UsageError(f"head {head!r} is not of the form L<layer>H<head>, e.g. L0H1")
+            head = (int(match[1]), int(match[2]))
+        layer, index = (int(v) for v in head)
+        parsed.append((layer, index))
+    return tuple(dict.fromkeys(parsed))
+
+
+def check_heads(model, heads) -> None:
+    for layer, head in heads:
+        if not (0 <= layer < model.cfg.n_layers and 0 <= head < model.cfg.n_heads):
+            raise UsageError(f"head L{layer}H{head} does not exist: the model has "
+                             f"{model.cfg.n_layers} layers of {model.cfg.n_heads} heads")
+
+
+def z_name(layer: int) -> str:
+    return f"blocks.{layer}.attn.hook_z"
+
+
+@dataclass(frozen=True)
+class AblationResult:
+    heads: tuple[str, ...]          # () is the unablated baseline
+    method: str
+    accuracy: float
+    logit_diff: float               # mean answer - foil logit over scored positions with a foil
+    foil_rate: float
+    by_group: dict[str, dict]       # group -> {"n", "accuracy", "logit_diff"}
+
+    @property
+    def label(self) -> str:
+        return ", ".join(self.heads) if self.heads else "none"
+
+
+def valid_positions(batch: Batch, width: int) -> torch.Tensor:
+    """[n, width] True where a row has a real input token (right padding is False)."""
+    return torch.arange(width)[None, :] < (batch.lengths[:, None] - 1)
+
+
+def fit_width(values: torch.Tensor, width: int, fill: torch.Tensor) -> torch.Tensor:
+    """Cut or extend dim 1 (positions) to `width`, extending with `fill`."""
+    if values.shape[1] >= width:
+        return values[:, :width]
+    extra = fill.expand(values.shape[0], width - values.shape[1], *fill.shape[-2:])
+    return torch.cat([values, extra], dim=1)
+
+
+@torch.no_grad()
+def cached_z(model, tokens: torch.Tensor, layers) -> dict[int, torch.Tensor]:
+    _, cache = model.run_with_cache(tokens, names_filter=[z_name(layer) for layer in layers])
+    return {layer: cache[z_name(layer)] for layer in layers}
+
+
+def replacement_z(model, batch: Batch, layers, method: str, seed: int, reference: Batch) -> dict:
+    """Per layer, the [n, pos, head, d_head] values the ablated heads' z is replaced with."""
+    width = batch.inputs.shape[1]
+    if method == "zero" or not layers:
+        return {layer: None for layer in layers}
+    z = cached_z(model, reference.inputs, layers)
+    valid = valid_positions(reference, reference.inputs.shape[1]).float()[:, :, None, None]
+    out = {}
+    if method == "mean":
+        for layer in layers:
+            total = (z[layer] * valid).sum(0)
+            # Positions no reference row reaches fall back to the mean over all real positions.
+            overall = total.sum(0) / valid.sum()
+            per_position = total / valid.sum(0).clamp(min=1)
+            per_position = torch.where(valid.sum(0) > 0, per_position, overall)
+            out[layer] = fit_width(per_position[None], width, overall[None, None])[0].expand(
+                len(batch), -1, -1, -1)
+        return out
+    rows = resample_rows(batch, reference, seed)
+    for layer in layers:
+        overall = (z[layer] * valid).sum((0, 1)) / valid.sum()
+        out[layer] = fit_width(z[layer][rows], width, overall[None, None])
+    return out
+
+
+def resample_rows(batch: Batch, reference: Batch, seed: int) -> torch.Tensor:
+    """For each row, a random reference row at least as long (so no real position reads padding)."""
+    generator = torch.Generator().manual_seed(seed)
+    ref_lengths = reference.lengths
+    rows = []
+    for length in batch.lengths.tolist():
+        candidates = torch.nonzero(ref_lengths >= length)[:, 0]
+        if len(candidates) == 0:
+            candidates = torch.arange(len(reference))
+        rows.append(int(candidates[torch.randint(len(candidates), (1,), generator=generator)]))
+    return torch.tensor(rows, dtype=torch.long)
+
+
+def check_method(method: str) -> None:
+    if method not in METHODS:
+        raise UsageError(f"ablation method must be one of {', '.join(METHODS)}, got {method!r}")
+
+
+def ablation_hooks(model, batch: Batch, heads, method: str = "zero", seed: int = 0,
+                   reference_batch: Batch | None = None, values: dict | None = None) -> list:
+    """Forward hooks that ablate `heads` for a run over `batch.inputs` (or any tensor of its shape).
+    `values` (layer -> replacement z, from `replacement_z`) saves recomputing them in a sweep."""
+    check_method(method)
+    heads = parse_heads(heads)
+    check_heads(model, heads)
+    layers = sorted({layer for layer, _ in heads})
+    if values is None:
+        values = replacement_z(model, batch, layers, method, seed, reference_batch or batch)
+
+    def hook(layer, indices):
+        def replace(z, hook):
+            z = z.clone()
+            z[:, :, indices] = 0.0 if values[layer] is None else values[layer][:, :, indices]
+            return z
+        return replace
+
+    return [(z_name(layer), hook(layer, [h for l, h in heads if l == layer])) for layer in layers]
+
+
+@torch.no_grad()
+def ablated_scored(model, batch: Batch, heads, method: str = "zero", seed: int = 0,
+                   reference_batch: Batch | None = None, values: dict | None = None) -> Scored:
+    hooks = ablation_hooks(model, batch, heads, method, seed, reference_batch, values)
+    logits = model.run_with_hooks(batch.inputs, fwd_hooks=hooks)
+    return score_logits(logits_at_scored(logits, batch), batch)
+
+
+def summarise(scored: Scored, batch: Batch, heads, method: str) -> AblationResult:
+    row_groups = [batch.groups[i] for i in scored.example_index.tolist()]
+    by_group = {}
+    for group in sorted(set(row_groups)):
+        mask = torch.tensor([g == group for g in row_groups])
+        by_group[group] = {"n": int(mask.sum()), "accuracy": scored.correct[mask].float().mean().item(),
+                           "logit_diff": nanmean(scored.logit_diff[mask])}
+    return AblationResult(
+        heads=tuple(head_name(*h) for h in parse_heads(heads)),
+        method=method,
+        accuracy=scored.accuracy,
+        logit_diff=nanmean(scored.logit_diff),
+        foil_rate=scored.chose_foil.float().mean().item(),
+        by_group=by_group,
+    )
+
+
+def nanmean(values: torch.Tensor) -> float:
+    return values.nanmean().item() if len(values) else float("nan")
+
+
+def ablate(model, batch: Batch, heads, method: str = "zero", seed: int = 0,
+           reference_batch: Batch | None = None) -> AblationResult:
+    """Score `batch` with `heads` ("L0H1" or (0, 1)) ablated at every position."""
+    scored = ablated_scored(model, batch, heads, method, seed, reference_batch)
+    return summarise(scored, batch, heads, method)
+
+
+def sweep_targets(model) -> list[tuple[tuple[int, int], ...]]:
+    """No heads, each head, then each whole layer (skipped when a layer has one head: same thing)."""
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    singles = [((layer, head),) for layer in range(n_layers) for head in range(n_heads)]
+    layers = [tuple((layer, head) for head in range(n_heads)) for layer in range(n_layers)]
+    return [()] + singles + (layers if n_heads > 1 else [])
+
+
+def head_ablation_sweep(model, batch: Batch, method: str = "zero", seed: int = 0,
+                        reference_batch: Batch | None = None) -> list[AblationResult]:
+    check_method(method)
+    values = replacement_z(model, batch, list(range(model.cfg.n_layers)), method, seed, reference_batch or batch)
+    return [summarise(ablated_scored(model, batch, heads, method, values=values), batch, heads, method)
+            for heads in sweep_targets(model)]

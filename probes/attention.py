@@ -1,0 +1,152 @@
+"""Attention at the scored positions: per block and head, averaged per group, and for one example
+next to its counterfactual partner.
+
+Which key a row attends to is summarised three ways that mean something for any task: the mean
+row over absolute key positions (labelled by the token there when it is the same in every example),
+the mass on keys holding the answer or the foil token, and the mean mass by offset (query - key).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import torch
+
+from tasks.data import Batch
+
+ALL = "all"
+
+
+def pattern_name(layer: int) -> str:
+    # The bridge's hook_pattern holds the softmax pattern (hook_attn_scores does too, see TL4 notes).
+    return f"blocks.{layer}.attn.hook_pattern"
+
+
+@torch.no_grad()
+def patterns(model, tokens: torch.Tensor) -> torch.Tensor:
+    """[n, layer, head, query, key] attention patterns."""
+    names = [pattern_name(layer) for layer in range(model.cfg.n_layers)]
+    _, cache = model.run_with_cache(tokens, names_filter=names)
+    return torch.stack([cache[name] for name in names], dim=1)
+
+
+def position_labels(tokens: torch.Tensor, vocabulary: list[str] | None) -> list[str]:
+    """'p3 so' where every example has the same token at p3, else 'p3 (dog, cat, ...)'."""
+    labels = []
+    for position in range(tokens.shape[1]):
+        column = Counter(tokens[:, position].tolist())
+        words = [vocabulary[t] if vocabulary else str(t) for t, _ in column.most_common(2)]
+        labels.append(f"p{position} {words[0]}" if len(column) == 1 else f"p{position} ({words[0]}, {words[1]}, ...)")
+    return labels
+
+
+@dataclass(frozen=True)
+class HeadFocus:
+    """Where one head's scored-position rows put most weight, for one group."""
+
+    position: int
+    label: str
+    weight: float
+    on_answer: float      # mean mass on keys holding the answer token
+    on_foil: float        # mean mass on keys holding the foil token (nan without foils)
+    top_offset: int       # the offset (query - key) with most mean mass
+
+
+@dataclass(frozen=True)
+class ScoredAttention:
+    labels: list[str]                       # per key position
+    mean: dict[str, torch.Tensor]           # group (and "all") -> [layer, head, key]
+    by_offset: dict[str, torch.Tensor]      # group -> [layer, head, offset]
+    focus: dict[str, list[list[HeadFocus]]]  # group -> [layer][head]
+    rows: dict[str, int]                    # scored rows per group
+
+    def layer_mean(self, group: str = ALL) -> torch.Tensor:
+        """[layer, key] averaged over each block's heads, as the source shows it."""
+        return self.mean[group].mean(1)
+
+
+def token_mass(rows: torch.Tensor, keys: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """[layer, head] mean mass on keys whose token equals each row's target token."""
+    hit = (keys == targets[:, None]).float()               # [k, key]
+    return (rows * hit[:, None, None, :]).sum(-1).mean(0)
+
+
+def offsets(rows: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+    """[layer, head, offset] mean mass at query - key = offset."""
+    k, n_layers, n_heads, width = rows.shape
+    out = torch.zeros(n_layers, n_heads, width)
+    key = torch.arange(width)
+    for row, query in enumerate(queries.tolist()):
+        keep = key <= query
+        out[:, :, query - key[keep]] += rows[row][:, :, keep]
+    return out / max(k, 1)
+
+
+def scored_attention(model, batch: Batch, vocabulary: list[str] | None = None) -> ScoredAttention:
+    attention = patterns(model, batch.inputs)
+    rows = attention[batch.example_index, :, :, batch.positions]      # [k, layer, head, key]
+    keys = batch.inputs[batch.example_index]                          # [k, key]
+    row_groups = [batch.groups[i] for i in batch.example_index.tolist()]
+    labels = position_labels(batch.inputs, vocabulary)
+    mean, by_offset, focus, counts = {}, {}, {}, {}
+    for group in [ALL] + sorted(set(row_groups)):
+        mask = torch.tensor([group in (ALL, g) for g in row_groups])
+        group_rows, group_keys = rows[mask], keys[mask]
+        mean[group] = group_rows.mean(0)
+        by_offset[group] = offsets(group_rows, batch.positions[mask])
+        on_answer = token_mass(group_rows, group_keys, batch.answers[mask])
+        on_foil = token_mass(group_rows, group_keys, batch.foils[mask])
+        counts[group] = int(mask.sum())
+        focus[group] = [[HeadFocus(
+            position=int(mean[group][layer, head].argmax()),
+            label=labels[int(mean[group][layer, head].argmax())],
+            weight=float(mean[group][layer, head].max()),
+            on_answer=float(on_answer[layer, head]),
+            on_foil=float(on_foil[layer, head]) if bool((batch.foils[mask] >= 0).all()) else float("nan"),
+            top_offset=int(by_offset[group][layer, head].argmax()),
+        ) for head in range(rows.shape[2])] for layer in range(rows.shape[1])]
+    return ScoredAttention(labels, mean, by_offset, focus, counts)
+
+
+@dataclass(frozen=True)
+class PairAttention:
+    """One example and its counterfactual: attention rows at the example's first scored position."""
+
+    example: int
+    position: int
+    clean_tokens: list[str]
+    corrupt_tokens: list[str]
+    clean: torch.Tensor       # [layer, head, key]
+    corrupt: torch.Tensor
+
+
+def pair_attention(model, batch: Batch, example: int = 0, vocabulary: list[str] | None = None) -> PairAttention:
+    from probes.patching import corrupt_inputs
+
+    position = int(batch.positions[batch.example_index == example][0])
+    length = int(batch.lengths[example]) - 1
+    clean_in = batch.inputs[example:example + 1, :length]
+    corrupt_in = corrupt_inputs(batch)[example:example + 1, :length]
+    words = (lambda ts: [vocabulary[t] if vocabulary else str(t) for t in ts.tolist()])  # noqa: E731
+    return PairAttention(
+        example=example,
+        position=position,
+        clean_tokens=words(clean_in[0]),
+        corrupt_tokens=words(corrupt_in[0]),
+        clean=patterns(model, clean_in)[0, :, :, position],
+        corrupt=patterns(model, corrupt_in)[0, :, :, position],
+    )
+
+
+def attention_from(model, batch: Batch, position: int) -> dict[str, torch.Tensor]:
+    """Group (and "all") -> [layer, head, key] mean attention row of query `position`, over the
+    examples long enough to have it: what a head does at a position that is not scored."""
+    attention = patterns(model, batch.inputs)[:, :, :, position]       # [n, layer, head, key]
+    present = batch.lengths - 1 > position
+    out = {}
+    for group in [ALL] + sorted(set(batch.groups)):
+        mask = present & torch.tensor([group in (ALL, g) for g in batch.groups])
+        if mask.any():
+            out[group] = attention[mask].mean(0)
+    return out

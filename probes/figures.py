@@ -1,0 +1,109 @@
+"""Heatmaps for probe results (Agg backend: files, no display). Each `draw_*` fills one axes; the
+public functions return a matplotlib Figure a notebook can show.
+
+Drawn with matplotlib's imshow rather than seaborn.heatmap: seaborn renders the whole figure once
+per heatmap to decide whether tick labels overlap, which made the report's figures take most of
+its time. Labels here are simply rotated.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import seaborn as sns  # noqa: E402,F401  (probes.dynamics draws its line plots with it)
+
+
+def heatmap(ax, data, xlabels, ylabels, label: str, cmap: str = "viridis", vmin=0.0, vmax=1.0) -> None:
+    image = ax.imshow(data, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest")
+    short = [label if len(label) <= 14 else label[:13] + "…" for label in xlabels]
+    ax.set_xticks(range(len(xlabels)), short, rotation=90, fontsize=7)
+    ax.set_yticks(range(len(ylabels)), ylabels, fontsize=7)
+    ax.figure.colorbar(image, ax=ax, label=label, fraction=0.04, pad=0.01)
+
+
+def head_rows(n_layers: int, n_heads: int) -> list[str]:
+    return [f"L{l}H{h}" for l in range(n_layers) for h in range(n_heads)]
+
+
+def draw_attention(ax, result, labels=None, group: str = "all", title: str | None = None) -> None:
+    """Mean attention row at the scored positions, one row per head (result: ScoredAttention)."""
+    mean = result.mean[group]
+    n_layers, n_heads, width = mean.shape
+    heatmap(ax, mean.reshape(n_layers * n_heads, width).numpy(), labels or result.labels,
+            head_rows(n_layers, n_heads), "attention")
+    ax.set_title(title or f"attention at scored positions ({group}, {result.rows[group]} rows)")
+    ax.set_xlabel("key position")
+
+
+def attention_heatmap(result, labels=None, groups=None):
+    """One panel per group (default: all groups and "all")."""
+    groups = groups or list(result.mean)
+    fig, axes = plt.subplots(len(groups), 1, figsize=(max(6, 0.45 * len(result.labels) + 2), 1.2 + 2.2 * len(groups)),
+                             squeeze=False, layout="constrained")
+    for ax, group in zip(axes[:, 0], groups):
+        draw_attention(ax, result, labels, group)
+    return fig
+
+
+def draw_patching(ax, patching, labels) -> None:
+    """Share of the clean - corrupt gap restored by each head's output at each position."""
+    recovered = patching.recovered(patching.head_out)            # [layer, pos, head]
+    n_layers, width, n_heads = recovered.shape
+    grid = recovered.permute(0, 2, 1).reshape(n_layers * n_heads, width).numpy()
+    heatmap(ax, grid, labels, head_rows(n_layers, n_heads), "recovered", "RdBu", -1, 1)
+    ax.set_title(f"activation patching: head output restored (clean -> corrupt, {patching.pairs} pairs)")
+
+
+def draw_residual(ax, patching, labels) -> None:
+    recovered = patching.recovered(patching.resid_pre).numpy()
+    heatmap(ax, recovered, labels, [f"before block {l + 1}" for l in range(recovered.shape[0])],
+            "recovered", "RdBu", -1, 1)
+    ax.set_title("activation patching: residual stream restored")
+
+
+def patching_heatmap(patching, labels):
+    fig, axes = plt.subplots(2, 1, figsize=(max(6, 0.45 * len(labels) + 2), 6), layout="constrained")
+    draw_patching(axes[0], patching, labels)
+    draw_residual(axes[1], patching, labels)
+    return fig
+
+
+def draw_attention_groups(ax, result, labels) -> None:
+    """One row per head and group: the groups of a head side by side, for comparison."""
+    groups = [g for g in result.mean if g != "all"] or ["all"]
+    n_layers, n_heads, width = result.mean[groups[0]].shape
+    rows = [result.mean[g][l, h] for l in range(n_layers) for h in range(n_heads) for g in groups]
+    names = [f"L{l}H{h} {g}" for l in range(n_layers) for h in range(n_heads) for g in groups]
+    import torch
+
+    heatmap(ax, torch.stack(rows).numpy(), labels, names, "attention")
+    ax.set_title("attention at scored positions, per group")
+
+
+def run_figure(analysis):
+    """Attention per head and group, head patching and residual patching for one run, stacked.
+    Fixed margins instead of constrained layout, which cost a second per figure."""
+    groups = max(1, len(analysis.attention.mean) - 1)
+    n_heads = analysis.patching.head_out.shape[0] * analysis.patching.head_out.shape[2]
+    heights = [0.22 * n_heads * groups + 0.4, 0.22 * n_heads + 0.4, 0.22 * analysis.patching.resid_pre.shape[0] + 0.4]
+    fig, axes = plt.subplots(3, 1, figsize=(max(7, 0.4 * len(analysis.labels) + 3), sum(heights) + 4.8),
+                             gridspec_kw={"height_ratios": heights})
+    draw_attention_groups(axes[0], analysis.attention, analysis.labels)
+    draw_patching(axes[1], analysis.patching, analysis.labels)
+    draw_residual(axes[2], analysis.patching, analysis.labels)
+    fig.suptitle(f"{analysis.model_name} seed {analysis.seed}")
+    fig.subplots_adjust(left=0.16, right=0.92, top=0.92, bottom=0.1, hspace=1.2)
+    return fig
+
+
+def save(fig, path) -> None:
+    from models.checkpoint import atomic_write
+
+    # The temp file's suffix is .tmp, so the image format is named explicitly.
+    atomic_write(path, lambda temp: fig.savefig(temp, dpi=90, format=Path(path).suffix.lstrip(".")))
+    plt.close(fig)

@@ -1,0 +1,211 @@
+"""Head roles in sequences with repeated tokens: previous-token, duplicate-token, induction
+(prefix-matching) and copying scores, each ranking checked by ablation.
+
+Attention scores reuse TransformerLens's head-detector patterns (`head_detector.get_*_detection_pattern`)
+but average only over the query rows where the pattern has a target: TL's `detect_head` divides by
+every row (a perfect induction head scores ~0.5 on a half-repeated sequence) and needs a tokenizer
+(`to_tokens`), which our word-level models do not have. Copying is the eigenvalue positivity of the
+full OV circuit W_E W_OV W_U (Elhage et al. 2021) and the head's direct effect on the answer's logit.
+
+No attention threshold decides a role (previous-token heads were diffuse yet necessary, measured):
+heads are ranked by score, and ablating them, one at a time and the top-ranked ones together,
+shows whether the ranking is the one that matters for the task's answers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from probes.ablation import ablate, head_name
+from probes.attention import patterns
+from tasks.data import Batch
+
+ATTENTION_ROLES = ("previous_token", "duplicate_token", "induction")
+ROLES = ATTENTION_ROLES + ("copying", "direct_logit")
+# A role's heads: the fewest top-ranked heads of the top head's layer whose joint ablation costs this
+# share of what ablating the whole layer costs.
+LAYER_SHARE = 0.9
+
+
+@dataclass(frozen=True)
+class HeadScores:
+    """[layer][head] scores. Attention scores are mean attention on the role's target over the query
+    rows that have one; copying lies in [-1, 1]; direct_logit is in logits (answer minus mean)."""
+
+    previous_token: list[list[float]]
+    duplicate_token: list[list[float]]
+    induction: list[list[float]]
+    copying: list[list[float]]
+    direct_logit: list[list[float]]
+
+    def of(self, role: str) -> list[list[float]]:
+        return getattr(self, role)
+
+
+def detection_patterns(inputs: torch.Tensor, lengths: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per role, [n, pos, pos] 0/1 targets built by TL's head detector on each sequence's real
+    tokens (padding would count as duplicates of each other)."""
+    from transformer_lens import head_detector as hd
+
+    builders = {"previous_token": hd.get_previous_token_head_detection_pattern,
+                "duplicate_token": hd.get_duplicate_token_head_detection_pattern,
+                "induction": hd.get_induction_head_detection_pattern}
+    n, width = inputs.shape
+    out = {role: torch.zeros(n, width, width) for role in builders}
+    for row, length in enumerate((lengths - 1).tolist()):
+        tokens = inputs[row, :length][None]
+        for role, build in builders.items():
+            out[role][row, :length, :length] = build(tokens)
+    return out
+
+
+@torch.no_grad()
+def attention_scores(model, batch: Batch) -> dict[str, torch.Tensor]:
+    """Per attention role, [layer, head] mean attention on the target over rows that have one."""
+    pattern = patterns(model, batch.inputs)                     # [n, layer, head, q, k]
+    scores = {}
+    for role, target in detection_patterns(batch.inputs, batch.lengths).items():
+        rows = (target.sum(-1) > 0).sum().clamp(min=1)
+        scores[role] = torch.einsum("nlhqk,nqk->lh", pattern, target) / rows
+    return scores
+
+
+@torch.no_grad()
+def copying_scores(model) -> torch.Tensor:
+    """[layer, head] sum(eigenvalues) / sum(|eigenvalues|) of W_E W_OV W_U: 1 for a head whose
+    output raises the logit of the token it attends to, -1 for one that suppresses it."""
+    eigenvalues = (model.W_E @ model.OV @ model.W_U).eigenvalues    # [layer, head, d_head]
+    return eigenvalues.sum(-1).real / eigenvalues.abs().sum(-1).clamp(min=1e-12)
+
+
+@torch.no_grad()
+def direct_logit_effects(model, batch: Batch) -> torch.Tensor:
+    """[layer, head] mean direct contribution of each head's output to the answer logit (minus the
+    mean logit) at the scored positions, through the final LayerNorm's cached scale if any."""
+    _, cache = model.run_with_cache(batch.inputs)
+    stack = cache.stack_head_results(layer=-1, apply_ln=True)     # [layer*head, n, pos, d_model]
+    at_scored = stack[:, batch.example_index, batch.positions]     # [layer*head, k, d_model]
+    W_U = model.W_U
+    directions = (W_U - W_U.mean(-1, keepdim=True))[:, batch.answers]  # [d_model, k]
+    effect = (at_scored * directions.T[None]).sum(-1).mean(-1)
+    return effect.view(model.cfg.n_layers, model.cfg.n_heads)
+
+
+def head_scores(model, batch: Batch) -> HeadScores:
+    attention = attention_scores(model, batch)
+    return HeadScores(**{role: attention[role].tolist() for role in ATTENTION_ROLES},
+                      copying=copying_scores(model).tolist(),
+                      direct_logit=direct_logit_effects(model, batch).tolist())
+
+
+@dataclass(frozen=True)
+class RoleEvidence:
+    """A role's ranking and what ablating the ranked heads does to accuracy at the scored positions."""
+
+    role: str
+    ranking: list[str]               # every head, highest score first
+    scores: dict[str, float]
+    layer: int                       # the top-ranked head's layer
+    cumulative: list[float]          # accuracy with that layer's top-1, top-2, ... heads ablated
+    layer_ablated: float             # accuracy with the whole layer ablated
+    heads: list[str]                 # fewest top-ranked heads reaching LAYER_SHARE of the layer's cost
+    top_is_most_harmful: bool        # the top head's ablation costs the most of any head in its layer
+
+
+@dataclass(frozen=True)
+class HeadReport:
+    method: str
+    baseline_accuracy: float
+    ablated_accuracy: dict[str, float]   # each head ablated alone
+    scores: HeadScores
+    roles: dict[str, RoleEvidence]
+
+
+def ranked(scores: list[list[float]]) -> list[tuple[int, int]]:
+    heads = [(layer, head) for layer, row in enumerate(scores) for head in range(len(row))]
+    return sorted(heads, key=lambda h: -scores[h[0]][h[1]])
+
+
+def role_evidence(model, batch: Batch, role: str, scores: HeadScores, baseline: float,
+                  single: dict[str, float], method: str) -> RoleEvidence:
+    order = ranked(scores.of(role))
+    layer = order[0][0]
+    in_layer = [h for h in order if h[0] == layer]
+    cumulative = [ablate(model, batch, in_layer[:k], method).accuracy for k in range(1, len(in_layer))]
+    layer_ablated = ablate(model, batch, in_layer, method).accuracy
+    cumulative.append(layer_ablated)
+    cost = baseline - layer_ablated
+    needed = next((k for k, accuracy in enumerate(cumulative, 1)
+                   if cost > 0 and baseline - accuracy >= LAYER_SHARE * cost), 0)
+    harm = {head_name(*h): baseline - single[head_name(*h)] for h in in_layer}
+    return RoleEvidence(
+        role=role,
+        ranking=[head_name(*h) for h in order],
+        scores={head_name(*h): scores.of(role)[h[0]][h[1]] for h in order},
+        layer=layer,
+        cumulative=cumulative,
+        layer_ablated=layer_ablated,
+        heads=[head_name(*h) for h in in_layer[:needed]],
+        top_is_most_harmful=harm[head_name(*order[0])] >= max(harm.values()) and cost > 0,
+    )
+
+
+def head_report(model, batch: Batch, method: str = "mean") -> HeadReport:
+    """Scores of every head for every role, each ranking checked by `method` ablation."""
+    scores = head_scores(model, batch)
+    baseline = ablate(model, batch, (), method).accuracy
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    single = {head_name(l, h): ablate(model, batch, [(l, h)], method).accuracy
+              for l in range(n_layers) for h in range(n_heads)}
+    roles = {role: role_evidence(model, batch, role, scores, baseline, single, method) for role in ROLES}
+    return HeadReport(method, baseline, single, scores, roles)
+
+
+def induction_share(batch: Batch) -> float:
+    """Share of scored positions whose answer is the one token that followed earlier copies of the
+    current token: the data property that makes previous-token and induction heads worth ranking."""
+    hits = 0
+    for row, position, answer in zip(batch.example_index.tolist(), batch.positions.tolist(),
+                                     batch.answers.tolist()):
+        tokens = batch.tokens[row, :position + 1].tolist()
+        successors = {tokens[i + 1] for i in range(position) if tokens[i] == tokens[position]}
+        hits += successors == {answer}
+    return hits / max(len(batch.answers), 1)
+
+
+@dataclass(frozen=True)
+class RunHeads:
+    """One run's head roles and, between its previous-token and induction heads, path patching
+    through the receiver's query, key and value inputs."""
+
+    model_name: str
+    seed: int
+    report: HeadReport
+    previous: list[str]              # previous-token heads below the induction layer
+    induction: list[str]
+    paths: list                      # probes.path_patching.PathPatch, q/k/v per sender-receiver pair
+
+
+PATH_PAIRS = 96
+
+
+def run_heads(run, rows: int = 128) -> RunHeads:
+    from probes.patching import spread_subset
+    from probes.path_patching import COMPONENTS, PathTarget, path_patch_many
+
+    model, heldout = run.load_model(), run.batches()["heldout"]
+    report = head_report(model, spread_subset(heldout, rows))
+    induction = report.roles["induction"]
+    below = [h for h in report.roles["previous_token"].ranking if int(h[1:h.index("H")]) < induction.layer]
+    chosen = [h for h in report.roles["previous_token"].heads if h in below] or below[:1]
+    targets = [PathTarget(parse(s), None, parse(r), c) for s in chosen for r in induction.heads for c in COMPONENTS]
+    paths = path_patch_many(model, spread_subset(heldout, PATH_PAIRS), targets) if targets else []
+    return RunHeads(run.model_name, run.seed, report, chosen, induction.heads, paths)
+
+
+def parse(name: str) -> tuple[int, int]:
+    from probes.ablation import parse_heads
+
+    return parse_heads([name])[0]

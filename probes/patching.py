@@ -1,0 +1,213 @@
+"""Activation patching over a task's counterfactual pairs (clean = tokens, corrupt = counterfactual).
+
+Denoising, as `transformer_lens.patching`: run the corrupt input, restore one clean activation,
+measure the metric at the scored positions. Written here rather than looping over TL's
+`get_act_patch_*` because those run one forward per patched index; we stack many interventions as
+replicas of the batch in one forward (tests check the numbers equal TL's).
+
+The metric at a scored position is the answer-minus-foil logit where the task names a foil, else
+the answer's log-probability; "restored" is the share of scored positions where the clean answer
+wins again: over the foil where there is one, else as the top prediction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from models.errors import UsageError
+from tasks.base import NO_FOIL
+from tasks.data import Batch
+
+ROWS_PER_FORWARD = 8192
+
+
+def scored_metric(scored_logits: torch.Tensor, batch: Batch) -> torch.Tensor:
+    """[..., k] metric from [..., k, vocab] logits at the scored positions."""
+    answers = batch.answers.expand(*scored_logits.shape[:-1])
+    answer = scored_logits.gather(-1, answers[..., None])[..., 0]
+    foil = scored_logits.gather(-1, batch.foils.clamp(min=0).expand_as(answers)[..., None])[..., 0]
+    log_prob = answer - scored_logits.logsumexp(-1)
+    return torch.where(batch.foils != NO_FOIL, answer - foil, log_prob)
+
+
+def metric_name(batch: Batch) -> str:
+    return "answer - foil logit" if bool((batch.foils != NO_FOIL).all()) else "answer log-prob"
+
+
+def replica_scored(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
+    """[replicas, k, vocab] from the logits of `replicas` stacked copies of the batch."""
+    n = len(batch)
+    logits = logits.view(-1, n, *logits.shape[1:])
+    return logits[:, batch.example_index, batch.positions]
+
+
+def require_pairs(batch: Batch) -> None:
+    if batch.counterfactual is None:
+        raise UsageError("the task declares no counterfactual pairs, so patching has nothing to "
+                         "compare; give each Example a counterfactual")
+
+
+def corrupt_inputs(batch: Batch) -> torch.Tensor:
+    require_pairs(batch)
+    return batch.counterfactual[:, :-1]
+
+
+def select_rows(batch: Batch, rows) -> Batch:
+    """The examples `rows` of a batch, scored positions re-indexed."""
+    rows = torch.as_tensor(rows, dtype=torch.long)
+    new_index = torch.full((len(batch),), -1, dtype=torch.long)
+    new_index[rows] = torch.arange(len(rows))
+    keep = new_index[batch.example_index] >= 0
+    width = int(batch.lengths[rows].max())
+    return replace(
+        batch,
+        tokens=batch.tokens[rows, :width],
+        lengths=batch.lengths[rows],
+        example_index=new_index[batch.example_index[keep]],
+        positions=batch.positions[keep],
+        answers=batch.answers[keep],
+        foils=batch.foils[keep],
+        groups=[batch.groups[i] for i in rows.tolist()],
+        counterfactual=None if batch.counterfactual is None else batch.counterfactual[rows, :width],
+    )
+
+
+def spread_subset(batch: Batch, limit: int) -> Batch:
+    """At most `limit` examples, evenly spaced, so every group keeps its share (deterministic)."""
+    if len(batch) <= limit:
+        return batch
+    return select_rows(batch, torch.linspace(0, len(batch) - 1, limit).round().long().unique())
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Mean metric and restored share of one forward over the pairs."""
+
+    metric: float
+    restored: float
+
+
+def outcome(scored_logits: torch.Tensor, batch: Batch) -> list[Outcome]:
+    """One Outcome per replica from [replicas, k, vocab]."""
+    metric = scored_metric(scored_logits, batch)
+    top = scored_logits.argmax(-1) == batch.answers
+    restored = torch.where(batch.foils != NO_FOIL, metric > 0, top).float().mean(-1)
+    return [Outcome(m, r) for m, r in zip(metric.mean(-1).tolist(), restored.tolist())]
+
+
+@torch.no_grad()
+def run_outcome(model, batch: Batch, tokens: torch.Tensor, hooks=()) -> Outcome:
+    logits = model.run_with_hooks(tokens, fwd_hooks=list(hooks))
+    return outcome(replica_scored(logits, batch), batch)[0]
+
+
+def hook_name(activation: str, layer: int) -> str:
+    return {"z": f"blocks.{layer}.attn.hook_z", "resid_pre": f"blocks.{layer}.hook_resid_pre"}[activation]
+
+
+@torch.no_grad()
+def clean_activations(model, batch: Batch, names: list[str]) -> dict:
+    _, cache = model.run_with_cache(batch.inputs, names_filter=names)
+    return {name: cache[name] for name in names}
+
+
+@torch.no_grad()
+def patch_many(model, batch: Batch, activation: str, targets: list[tuple]) -> list[Outcome]:
+    """Restore clean `activation` ("z" or "resid_pre") at each target (layer, position|None,
+    head|None; None = all) in the corrupt run; replicas of the batch carry many targets per forward."""
+    corrupt = corrupt_inputs(batch)
+    layers = sorted({t[0] for t in targets})
+    clean = clean_activations(model, batch, [hook_name(activation, layer) for layer in layers])
+    per_forward = max(1, ROWS_PER_FORWARD // len(batch))
+    results = []
+    for start in range(0, len(targets), per_forward):
+        chunk = targets[start:start + per_forward]
+
+        def hook(layer):
+            def patch(act, hook):
+                act = act.clone()
+                view = act.view(len(chunk), len(batch), *act.shape[1:])
+                source = clean[hook_name(activation, layer)]
+                for replica, (target_layer, position, *head) in enumerate(chunk):
+                    if target_layer != layer:
+                        continue
+                    index = (slice(None), slice(None) if position is None else position)
+                    if head and head[0] is not None:
+                        index += (head[0],)
+                    view[(replica,) + index] = source[index]
+                return act
+            return patch
+
+        hooks = [(hook_name(activation, layer), hook(layer)) for layer in sorted({t[0] for t in chunk})]
+        logits = model.run_with_hooks(corrupt.repeat(len(chunk), 1), fwd_hooks=hooks)
+        results += outcome(replica_scored(logits, batch), batch)
+    return results
+
+
+@dataclass(frozen=True)
+class ActivationPatching:
+    metric: str
+    pairs: int
+    clean: Outcome
+    corrupt: Outcome
+    head_out: torch.Tensor            # [layer, pos, head] metric with that head's output restored there
+    head_out_restored: torch.Tensor
+    head_all: torch.Tensor            # [layer, head] output restored at every position
+    head_all_restored: torch.Tensor
+    resid_pre: torch.Tensor           # [layer, pos] residual stream restored before the block
+    resid_pre_restored: torch.Tensor
+
+    def recovered(self, values):
+        """Share of the clean - corrupt gap a patch closes (1 = clean, 0 = corrupt)."""
+        return (values - self.corrupt.metric) / (self.clean.metric - self.corrupt.metric)
+
+
+def grid(outcomes: list[Outcome], shape) -> tuple[torch.Tensor, torch.Tensor]:
+    return (torch.tensor([o.metric for o in outcomes]).view(shape),
+            torch.tensor([o.restored for o in outcomes]).view(shape))
+
+
+def live_positions(batch: Batch) -> list[int]:
+    """Positions where a clean activation can differ from the corrupt one and still reach a scored
+    position: from the first token the pair differs in to the last scored position. Patching
+    anywhere else leaves the corrupt run exactly as it is, so those forwards are skipped."""
+    differs = (batch.inputs != corrupt_inputs(batch)).any(0).nonzero()
+    if len(differs) == 0:
+        return []
+    return list(range(int(differs[0]), int(batch.positions.max()) + 1))
+
+
+def patch_grid(model, batch: Batch, activation: str, targets: list[tuple], live: set[int],
+               corrupt: Outcome) -> list[Outcome]:
+    """patch_many over the live targets; dead ones get the corrupt outcome they would measure."""
+    run = [t for t in targets if t[1] is None or t[1] in live]
+    measured = iter(patch_many(model, batch, activation, run))
+    return [next(measured) if t[1] is None or t[1] in live else corrupt for t in targets]
+
+
+def activation_patching(model, batch: Batch) -> ActivationPatching:
+    """Every head's output at every position, every head at all positions, the residual stream
+    per layer and position, each restored from clean into corrupt on its own."""
+    require_pairs(batch)
+    n_layers, n_heads, width = model.cfg.n_layers, model.cfg.n_heads, batch.inputs.shape[1]
+    corrupt = run_outcome(model, batch, corrupt_inputs(batch))
+    live = set(live_positions(batch))
+    by_pos = [(l, p, h) for l in range(n_layers) for p in range(width) for h in range(n_heads)]
+    all_pos = [(l, None, h) for l in range(n_layers) for h in range(n_heads)]
+    resid = [(l, p) for l in range(n_layers) for p in range(width)]
+    head_out, head_out_restored = grid(patch_grid(model, batch, "z", by_pos, live, corrupt),
+                                       (n_layers, width, n_heads))
+    head_all, head_all_restored = grid(patch_many(model, batch, "z", all_pos), (n_layers, n_heads))
+    resid_pre, resid_restored = grid(patch_grid(model, batch, "resid_pre", resid, live, corrupt),
+                                     (n_layers, width))
+    return ActivationPatching(
+        metric=metric_name(batch),
+        pairs=len(batch),
+        clean=run_outcome(model, batch, batch.inputs),
+        corrupt=corrupt,
+        head_out=head_out, head_out_restored=head_out_restored,
+        head_all=head_all, head_all_restored=head_all_restored,
+        resid_pre=resid_pre, resid_pre_restored=resid_restored,
+    )

@@ -1,0 +1,116 @@
+"""Induction: `BOS a1 a2 ... aR a1 a2 ... aR`, R random tokens and then the same R tokens again.
+
+The repeat length R is drawn per sequence: with a fixed R the repeat sits a fixed distance back and
+layer-0 heads solve it positionally (measured), so no induction head forms. Each sequence's tokens
+are distinct, so "the token after the earlier copy of this one" always names one answer.
+
+Scored positions are the repeat from its first token on: the logits at the first repeated token a1
+predict a2, ..., the logits at a(R-1) predict aR. The first repeated token itself is not an answer
+(nothing says where the repeat starts), so it is never scored. The counterfactual partner keeps the
+repeat and shuffles the first half, so the same query tokens find different successors: the
+induction answer changes at every scored position while the bag of tokens stays the same.
+Held-out sequences are drawn from the same pool as training and never occur in it.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+from models import ModelSpec, UsageError
+from tasks.base import Example, Task
+
+BOS = "<bos>"
+
+
+@dataclass(frozen=True)
+class InductionParams:
+    tokens: int = 64           # random tokens (the vocabulary is these plus BOS)
+    min_repeat: int = 20
+    max_repeat: int = 30
+    train: int = 20_000        # sequences; large, so memorising them is harder than induction
+    validation: int = 256
+    heldout: int = 512
+
+
+class InductionTask(Task):
+    """Induction: predict the rest of a repeated random sequence ([A][B] ... [A] -> [B])."""
+
+    name = "induction"
+    Params = InductionParams
+
+    def __init__(self, params=None):
+        super().__init__(params)
+        p = self.params
+        if not isinstance(p.tokens, int) or not 4 <= p.tokens <= 100_000:
+            raise UsageError(f"tokens must be an integer between 4 and 100000, got {p.tokens}")
+        if not 2 <= p.min_repeat <= p.max_repeat <= p.tokens:
+            raise UsageError(f"need 2 <= min_repeat <= max_repeat <= tokens, got min_repeat={p.min_repeat}, "
+                             f"max_repeat={p.max_repeat}, tokens={p.tokens}")
+        for split in ("train", "validation", "heldout"):
+            if not isinstance(getattr(p, split), int) or getattr(p, split) <= 0:
+                raise UsageError(f"{split} must be a positive number of sequences, got {getattr(p, split)}")
+        possible = sum(math.perm(p.tokens, r) for r in range(p.min_repeat, p.max_repeat + 1))
+        if possible < 2 * (p.train + p.validation + p.heldout):
+            raise UsageError(f"only {possible} distinct sequences exist with these tokens and repeat "
+                             "lengths, too few for disjoint splits; raise tokens or max_repeat")
+
+    def vocabulary(self) -> list[str]:
+        return [BOS] + [f"t{i}" for i in range(self.params.tokens)]
+
+    def generate(self, seed: int) -> dict[str, list[Example]]:
+        p = self.params
+        rng = random.Random(seed)
+        sizes = {"train": p.train, "validation": p.validation, "heldout": p.heldout}
+        # One pool, drawn without duplicates, then cut into splits: no sequence is in two splits.
+        seen: set[tuple[int, ...]] = set()
+        pool: list[tuple[int, ...]] = []
+        while len(pool) < sum(sizes.values()):
+            first = tuple(rng.sample(range(1, p.tokens + 1), rng.randint(p.min_repeat, p.max_repeat)))
+            if first not in seen:
+                seen.add(first)
+                pool.append(first)
+        splits, start = {}, 0
+        for split, size in sizes.items():
+            splits[split] = [self.example(first, rng) for first in pool[start:start + size]]
+            start += size
+        return splits
+
+    def example(self, first: tuple[int, ...], rng: random.Random) -> Example:
+        repeat = len(first)
+        tokens = (0,) + first + first
+        return Example(
+            tokens=tokens,
+            positions=tuple(range(repeat + 1, 2 * repeat)),
+            group=f"repeat{repeat}",
+            counterfactual=(0,) + shuffled_successors(first, rng) + first,
+        )
+
+    def default_models(self) -> dict[str, ModelSpec]:
+        return {
+            "bag-of-words": ModelSpec(n_layers=1, n_heads=4, attention="uniform", positions="none"),
+            "attn-only-1x4": ModelSpec(n_layers=1, n_heads=4, mlp=False, norm=None),
+            "attn-only-2x4": ModelSpec(n_layers=2, n_heads=4, mlp=False, norm=None),
+        }
+
+    def default_training(self) -> dict:
+        # The phase change comes at ~400-450 steps; 1200 leaves room for late seeds. The 2-layer
+        # model stops early once validation converges; the others (which cannot) use the budget.
+        return {"max_steps": 1200, "batch_size": 64, "lr": 1e-3, "eval_every": 25, "snapshot_every": 50}
+
+
+def shuffled_successors(first: tuple[int, ...], rng: random.Random) -> tuple[int, ...]:
+    """A permutation of `first` in which no token keeps its successor, so every induction answer
+    changes. Rejection sampling: a random permutation qualifies with probability ~1/e."""
+    pairs = set(zip(first, first[1:]))
+    while True:
+        shuffled = tuple(rng.sample(first, len(first)))
+        if not pairs & set(zip(shuffled, shuffled[1:])):
+            return shuffled
+
+
+if __name__ == "__main__":
+    from tasks.cli import main_for_task
+
+    main_for_task("induction")

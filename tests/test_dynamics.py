@@ -1,0 +1,79 @@
+"""Snapshots written during training and the replay probe over them."""
+
+from __future__ import annotations
+
+import pytest
+
+from models import ModelSpec
+from probes.dynamics import SnapshotPoint, phase_change
+from tasks.induction import InductionParams, InductionTask
+
+
+def point(step: int, scored_loss: float) -> SnapshotPoint:
+    return SnapshotPoint(step, scored_loss, 4.0, 0.0, 0.0, [[0.0]], [[0.0]])
+
+
+def test_phase_change_is_the_steepest_fall_per_step():
+    points = [point(0, 4.2), point(50, 4.1), point(100, 3.0), point(200, 1.5), point(250, 1.4)]
+    # falls per step: 0.002, 0.022, 0.015, 0.002 -> steepest between 50 and 100
+    assert phase_change(points)[:2] == (75, (50, 100))
+    assert phase_change([point(0, 4.0), point(50, 4.1)]) == (None, None, 0.0)   # never falls
+    assert phase_change([point(0, 4.0)]) == (None, None, 0.0)
+
+
+@pytest.fixture(scope="module")
+def snapshot_run(tmp_path_factory):
+    from tasks.family import RunPlan, train_family
+    from tasks.settings import TrainSettings
+
+    task = InductionTask(InductionParams(tokens=8, min_repeat=3, max_repeat=5, train=300, validation=20,
+                                         heldout=40))
+    spec = ModelSpec(n_layers=2, d_model=16, n_heads=2, mlp=False, norm=None)
+    settings = TrainSettings(max_steps=40, batch_size=16, eval_every=20, snapshot_every=20)
+    out = tmp_path_factory.mktemp("runs") / "induction"
+    train_family([RunPlan(task, "attn-only-2x2", spec, 0, settings, out / "attn-only-2x2" / "seed0")],
+                 progress=False)
+    return out
+
+
+def test_training_writes_weight_snapshots(snapshot_run):
+    from probes.dynamics import snapshot_files
+
+    files = snapshot_files(snapshot_run / "attn-only-2x2" / "seed0")
+    assert [step for step, _ in files] == [0, 20, 40]
+
+
+def test_replay_scores_every_snapshot_and_the_last_matches_the_final_model(snapshot_run):
+    from probes.dynamics import run_dynamics
+    from tasks.evaluate import score_model
+    from tasks.runs import find_runs
+
+    run = find_runs(snapshot_run)[0]
+    result = run_dynamics(run)
+    assert [p.step for p in result.points] == [0, 20, 40]
+    assert all(len(p.induction) == 2 and len(p.induction[0]) == 2 for p in result.points)
+    # Step 40 is the final model: its scored loss is the loss score_model reports on the same rows.
+    from probes.patching import spread_subset
+
+    batch = spread_subset(run.batches()["heldout"], 128)
+    assert result.points[-1].scored_loss == pytest.approx(score_model(run.load_model(), batch).loss.item(), rel=1e-5)
+
+
+def test_dynamics_command_writes_json_and_figure(snapshot_run, capsys):
+    from probes.dynamics import dynamics_command
+
+    dynamics_command(snapshot_run)
+    assert "phase change" in capsys.readouterr().out
+    assert (snapshot_run / "dynamics.json").is_file() and (snapshot_run / "dynamics_attn-only-2x2.png").is_file()
+
+
+def test_runs_without_snapshots_are_refused_in_one_line(snapshot_run, tmp_path):
+    import shutil
+    import subprocess
+    import sys
+
+    bare = tmp_path / "induction"
+    shutil.copytree(snapshot_run, bare)
+    shutil.rmtree(bare / "attn-only-2x2" / "seed0" / "snapshots")
+    done = subprocess.run([sys.executable, "-m", "probes.dynamics", str(bare)], capture_output=True, text=True)
+    assert done.returncode == 2 and "snapshot" in done.stderr and len(done.stderr.strip().splitlines()) == 1
