@@ -180,6 +180,7 @@ def pin_positions(nodes: list[Node], patching, measure, target: float, batch) ->
 PATCH_PAIRS = 64        # counterfactual pairs per run for patching and search (evenly spread)
 ABLATION_ROWS = 160     # held-out examples per ablation sweep and shuffle test (evenly spread)
 REFERENCE_ROWS = 256    # training examples the mean ablation averages over
+ROUTE_POSITIONS = 6     # sender positions each circuit route is resolved at
 MIN_GAP = 1.0           # clean - corrupt metric (logits or nats) below which no circuit is traced
 
 
@@ -220,6 +221,17 @@ def routes(paths: list, circuit: Circuit, floor: float = 0.1) -> list:
     return [p for p in inside if abs(p.recovered) >= floor or best[(p.sender, p.receiver)] is p]
 
 
+def route_positions(patching, sender: str, batch) -> list[int]:
+    """The sender's ROUTE_POSITIONS live positions where restoring its output matters most: a task
+    scored at many positions (induction) would otherwise need one path patch per position."""
+    from probes.ablation import parse_heads
+    from probes.patching import live_positions
+
+    layer, head = parse_heads([sender])[0]
+    effect = patching.recovered(patching.head_out[layer, :, head]).abs()
+    return sorted(sorted(live_positions(batch), key=lambda p: -float(effect[p]))[:ROUTE_POSITIONS])
+
+
 def node_query(node: Node, batch) -> int:
     """The query position a node's attention is shown at: its first pinned position, else the
     first example's first scored position."""
@@ -243,7 +255,7 @@ def analyse_run(run) -> RunAnalysis:
     from probes.ablation import METHODS, ablate, head_ablation_sweep, parse_heads
     from probes.attention import attention_from, pair_attention, position_labels, scored_attention
     from probes.composition import composition_scores
-    from probes.patching import activation_patching, live_positions, spread_subset
+    from probes.patching import activation_patching, spread_subset
     from probes.path_patching import PathTarget, path_patch_many, path_sweep
 
     model, batches, vocabulary = run.load_model(), run.batches(), run.task.vocabulary()
@@ -270,7 +282,7 @@ def analyse_run(run) -> RunAnalysis:
     circuit = search_circuit(model, pairs, reference, patching)
     paths = path_sweep(model, pairs) if model.cfg.n_layers > 1 else []
     positions = [PathTarget(parse_heads([p.sender])[0], (position,), parse_heads([p.receiver])[0], p.component)
-                 for p in routes(paths, circuit) for position in live_positions(pairs)]
+                 for p in routes(paths, circuit) for position in route_positions(patching, p.sender, pairs)]
     node_attention = {}
     for node in circuit.nodes:
         rows = attention_from(model, pairs, node_query(node, pairs))

@@ -67,7 +67,8 @@ def train(model, train_batch: Batch, validation_batch: Batch, settings: TrainSet
     from tqdm.auto import tqdm
 
     device = training_device()
-    model.to(device)
+    if device != "cpu":
+        model.to(device)
     train_batch, validation_batch = train_batch.to(device), validation_batch.to(device)
     forward = hook_free_forward(model)
     generator = torch.Generator().manual_seed(seed)
@@ -115,7 +116,8 @@ def train(model, train_batch: Batch, validation_batch: Batch, settings: TrainSet
         if log:
             log.close()
         model.eval()
-        model.to("cpu")
+        if device != "cpu":
+            model.to("cpu")
     return TrainResult(steps=history[-1]["step"] if history else 0, stop_reason=stop_reason,
                        seconds=time.perf_counter() - start, history=history)
 

@@ -121,8 +121,10 @@ class WinogradTask(Task):
     def default_models(self) -> dict[str, ModelSpec]:
         return {
             "bag-of-words": ModelSpec(n_layers=1, n_heads=4, attention="uniform", positions="none"),
-            "attn-only-1x1": ModelSpec(n_layers=1, n_heads=1, mlp=False, norm=None),
-            "attn-only-2x1": ModelSpec(n_layers=2, n_heads=1, mlp=False, norm=None),
+            # LayerNorm kept: without it 1 of 3 attn-only-2x1 seeds stalled at 32% within the budget
+            # (with it, 3 of 3 reached 100%).
+            "attn-only-1x1": ModelSpec(n_layers=1, n_heads=1, mlp=False),
+            "attn-only-2x1": ModelSpec(n_layers=2, n_heads=1, mlp=False),
             "block-1": ModelSpec(n_layers=1, n_heads=4),
             "block-2": ModelSpec(n_layers=2, n_heads=4),
         }
