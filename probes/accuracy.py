@@ -67,11 +67,14 @@ def split_accuracy(scored, groups: list[str]) -> SplitAccuracy:
 
 def run_accuracy(run) -> RunAccuracy:
     from probes.shuffle import shuffle_test
-    from tasks.evaluate import score_model
+    from tasks.evaluate import score_split
 
     model = run.load_model()
     batches = run.batches()
-    splits = {name: split_accuracy(score_model(model, batch), batch.groups) for name, batch in batches.items()}
+    splits = {}
+    for name, batch in batches.items():
+        scored, sample = score_split(model, batch)
+        splits[name] = split_accuracy(scored, sample.groups)
     shuffle = shuffle_test(model, batches["heldout"], seed=run.seed)
     return RunAccuracy(run.model_name, run.seed, str(run.path), int(run.metrics.get("steps", 0)), splits,
                        shuffle.max_abs_logit_change)

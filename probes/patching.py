@@ -12,13 +12,13 @@ wins again: over the foil where there is one, else as the top prediction.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
 from models.errors import UsageError
 from tasks.base import NO_FOIL
-from tasks.data import Batch
+from tasks.data import Batch, select_rows, spread_subset  # noqa: F401  (re-exported for probes)
 
 ROWS_PER_FORWARD = 8192
 
@@ -52,33 +52,6 @@ def require_pairs(batch: Batch) -> None:
 def corrupt_inputs(batch: Batch) -> torch.Tensor:
     require_pairs(batch)
     return batch.counterfactual[:, :-1]
-
-
-def select_rows(batch: Batch, rows) -> Batch:
-    """The examples `rows` of a batch, scored positions re-indexed."""
-    rows = torch.as_tensor(rows, dtype=torch.long)
-    new_index = torch.full((len(batch),), -1, dtype=torch.long)
-    new_index[rows] = torch.arange(len(rows))
-    keep = new_index[batch.example_index] >= 0
-    width = int(batch.lengths[rows].max())
-    return replace(
-        batch,
-        tokens=batch.tokens[rows, :width],
-        lengths=batch.lengths[rows],
-        example_index=new_index[batch.example_index[keep]],
-        positions=batch.positions[keep],
-        answers=batch.answers[keep],
-        foils=batch.foils[keep],
-        groups=[batch.groups[i] for i in rows.tolist()],
-        counterfactual=None if batch.counterfactual is None else batch.counterfactual[rows, :width],
-    )
-
-
-def spread_subset(batch: Batch, limit: int) -> Batch:
-    """At most `limit` examples, evenly spaced, so every group keeps its share (deterministic)."""
-    if len(batch) <= limit:
-        return batch
-    return select_rows(batch, torch.linspace(0, len(batch) - 1, limit).round().long().unique())
 
 
 @dataclass(frozen=True)

@@ -106,3 +106,34 @@ def to_batch(split) -> Batch:
         groups=list(rows["group"]),
         counterfactual=padded(rows["counterfactual"]) if has_counterfactual else None,
     )
+
+
+def select_rows(batch: Batch, rows) -> Batch:
+    """The examples `rows` of a batch, scored positions re-indexed."""
+    import torch
+
+    rows = torch.as_tensor(rows, dtype=torch.long)
+    new_index = torch.full((len(batch),), -1, dtype=torch.long)
+    new_index[rows] = torch.arange(len(rows))
+    keep = new_index[batch.example_index] >= 0
+    width = int(batch.lengths[rows].max())
+    return dataclasses.replace(
+        batch,
+        tokens=batch.tokens[rows, :width],
+        lengths=batch.lengths[rows],
+        example_index=new_index[batch.example_index[keep]],
+        positions=batch.positions[keep],
+        answers=batch.answers[keep],
+        foils=batch.foils[keep],
+        groups=[batch.groups[i] for i in rows.tolist()],
+        counterfactual=None if batch.counterfactual is None else batch.counterfactual[rows, :width],
+    )
+
+
+def spread_subset(batch: Batch, limit: int) -> Batch:
+    """At most `limit` examples, evenly spaced, so every group keeps its share (deterministic)."""
+    import torch
+
+    if len(batch) <= limit:
+        return batch
+    return select_rows(batch, torch.linspace(0, len(batch) - 1, limit).round().long().unique())

@@ -8,7 +8,11 @@ from dataclasses import dataclass
 import torch
 
 from tasks.base import NO_FOIL
-from tasks.data import Batch
+from tasks.data import Batch, spread_subset
+
+# Splits larger than this (induction trains on 20,000 sequences) are scored on an evenly spread
+# sample of this many examples; the sample size travels with every accuracy reported.
+SCORE_ROWS = 4096
 
 
 @dataclass(frozen=True)
@@ -62,3 +66,10 @@ def run_logits(model, tokens: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
 
 def score_model(model, batch: Batch) -> Scored:
     return score_logits(logits_at_scored(run_logits(model, batch.inputs), batch), batch)
+
+
+def score_split(model, batch: Batch) -> tuple[Scored, Batch]:
+    """Score a whole split, or an evenly spread SCORE_ROWS-example sample of a larger one; returns
+    the scores and the examples they are for."""
+    sample = spread_subset(batch, SCORE_ROWS)
+    return score_model(model, sample), sample

@@ -7,6 +7,7 @@ has a config but no metrics.json, and continues with --resume from its last save
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 from dataclasses import dataclass, replace
@@ -128,7 +129,7 @@ def execute(plan: RunPlan, progress: bool = True, resume: bool = False,
     """Train one run (or continue it from its saved train state) and write its folder; returns its metrics."""
     from models import build_model
     from tasks.data import task_dataset, to_batch
-    from tasks.evaluate import score_model
+    from tasks.evaluate import score_split
     from tasks.resume import STATE
     from tasks.training import SNAPSHOTS, train
 
@@ -146,7 +147,7 @@ def execute(plan: RunPlan, progress: bool = True, resume: bool = False,
     save_checkpoint(plan.run_dir, model, config)
     metrics = {"steps": result.steps, "stop_reason": result.stop_reason,
                "train_seconds": round(result.seconds, 3),
-               "accuracy": {name: score_model(model, batch).accuracy for name, batch in batches.items()}}
+               "accuracy": {name: score_split(model, batch)[0].accuracy for name, batch in batches.items()}}
     write_json(plan.run_dir / METRICS, metrics)
     (plan.run_dir / STATE).unlink(missing_ok=True)  # a finished run is never resumed
     return metrics
@@ -206,6 +207,20 @@ def execute_single_threaded(plan: RunPlan, progress: bool, resume: bool, checkpo
         torch.set_num_threads(threads)
 
 
+def exit_with_parent(parent: int) -> None:
+    """Worker initializer: a killed parent (SIGKILL included) must not leave workers training on,
+    writing into run folders nobody watches (seen: orphans overwrote a restarted family's runs)."""
+    import threading
+    import time
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def train_in_workers(todo: list, progress: bool, checkpoint_every: int | None, jobs: int) -> None:
     """Runs in `jobs` spawned processes (fork after torch has started its thread pool can hang);
     one bar counts finished runs, since per-step bars from several processes would interleave."""
@@ -214,7 +229,8 @@ def train_in_workers(todo: list, progress: bool, checkpoint_every: int | None, j
 
     from tqdm.auto import tqdm
 
-    pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=multiprocessing.get_context("spawn"))
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=multiprocessing.get_context("spawn"),
+                               initializer=exit_with_parent, initargs=(os.getpid(),))
     bar = tqdm(total=len(todo), desc=f"training {len(todo)} runs, {jobs} at a time", unit="run",
                disable=not progress, dynamic_ncols=True)
     try:

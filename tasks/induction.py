@@ -89,9 +89,11 @@ class InductionTask(Task):
 
     def default_models(self) -> dict[str, ModelSpec]:
         return {
-            "bag-of-words": ModelSpec(n_layers=1, n_heads=4, attention="uniform", positions="none"),
-            "attn-only-1x4": ModelSpec(n_layers=1, n_heads=4, mlp=False, norm=None),
-            "attn-only-2x4": ModelSpec(n_layers=2, n_heads=4, mlp=False, norm=None),
+            # The bag of words is the 1-layer model with uniform attention and no positions: the
+            # same architecture minus the ability to choose what to read.
+            "bag-of-words": ModelSpec(n_layers=1, n_heads=4, mlp=False, attention="uniform", positions="none"),
+            "attn-only-1x4": ModelSpec(n_layers=1, n_heads=4, mlp=False),
+            "attn-only-2x4": ModelSpec(n_layers=2, n_heads=4, mlp=False),
         }
 
     def default_training(self) -> dict:

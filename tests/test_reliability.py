@@ -183,3 +183,38 @@ def test_run_from_another_toylens_version_with_the_same_format_loads(tiny_runs, 
         config_path.write_text(json.dumps(config))
     runs = find_runs(copy)
     assert runs and all(run.load_model() is not None for run in runs)
+
+
+def children(pid: int) -> list[int]:
+    listed = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in listed.split()]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True).stdout
+    return bool(status.strip()) and not status.strip().startswith("Z")
+
+
+def test_parallel_workers_exit_when_the_parent_is_killed(tmp_path):
+    process = subprocess.Popen([sys.executable, "-m", "tasks.winograd", "train", "--models", "attn-only-1x1",
+                                "--seeds", "2", "--jobs", "2", "--steps", "100000", "--nouns", "6",
+                                "--no-progress", "--out", str(tmp_path)],
+                               env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.rglob("log.jsonl"))) < 2:   # both workers are training
+        assert time.monotonic() < deadline and process.poll() is None
+        time.sleep(0.1)
+    workers = children(process.pid)
+    process.kill()
+    process.wait()
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    survivors = [pid for pid in workers if alive(pid)]
+    for pid in survivors:
+        os.kill(pid, signal.SIGKILL)
+    assert workers and not survivors
