@@ -10,7 +10,7 @@ from probes.stats import Interval
 def percent(interval: Interval) -> str:
     if math.isnan(interval.low):
         return f"{interval.value:6.1%}"
-    return f"{interval.value:6.1%} [{interval.low:.0%}, {interval.high:.0%}]"
+    return f"{interval.value:6.1%} [{interval.low:.1%}, {interval.high:.1%}]"
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
@@ -20,7 +20,7 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
 
 
 def accuracy_table(models) -> str:
-    headers = ["model", "seeds", "held-out (95% CI)", "wrong noun", "train", "held-out n/seed", "shuffle max|dlogit|"]
+    headers = ["model", "seeds", "held-out (95% CI)", "foil (wrong answer)", "train", "held-out n/seed", "shuffle max|dlogit|"]
     rows = [[m.model_name, len(m.seeds), percent(m.heldout), f"{m.heldout_foil_rate.value:.1%}",
              percent(m.train), m.runs[0].splits["heldout"].n, f"{m.shuffle_max_logit_change:.1e}"]
             for m in models]
