@@ -29,9 +29,10 @@ def load_task_class(entry) -> type:
     return cls
 
 
-def task_classes() -> dict[str, type]:
+def task_classes(entries=None) -> dict[str, type]:
+    """Task classes by name, from `entries` (default: every installed plugin)."""
     found: dict[str, tuple[type, object]] = {}
-    for entry in entry_points(group=GROUP):
+    for entry in entry_points(group=GROUP) if entries is None else entries:
         cls = load_task_class(entry)
         name = getattr(cls, "name", entry.name)
         if name in found and found[name][0] is not cls:
@@ -42,6 +43,11 @@ def task_classes() -> dict[str, type]:
 
 
 def get_task_class(name: str) -> type:
+    # Load only the plugins registered under `name` first, so one broken unrelated plugin does not
+    # stop every task; a class whose name differs from its entry point's needs the full scan.
+    named = task_classes([entry for entry in entry_points(group=GROUP) if entry.name == name])
+    if name in named:
+        return named[name]
     classes = task_classes()
     if name not in classes:
         known = ", ".join(classes) or "none (is toylens installed with pip install -e .?)"

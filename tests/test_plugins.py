@@ -3,10 +3,13 @@ gets: listed, trained, compared, reported on, with no change to toylens."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import site
 import subprocess
 import sys
+import sysconfig
 from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 
@@ -31,6 +34,10 @@ def example_plugin() -> str:
         isolation = ["--no-build-isolation"] if has_setuptools() else []
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *isolation, "-e", str(EXAMPLE)],
                        check=True, capture_output=True, text=True)
+        # The entry point is visible to this process at once; its module only once the new .pth
+        # file is read, or every later registry lookup in this test session would fail to import it.
+        site.addsitedir(sysconfig.get_paths()["purelib"])
+        importlib.invalidate_caches()
     return "firstmark"
 
 
