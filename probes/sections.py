@@ -4,8 +4,10 @@ weight snapshots. `python -m probes.circuit report` appends whatever `report_sec
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, is_dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from probes.report import jsonable, md_table
 
 INDUCTION_SHARE = 0.5   # head roles are ranked when at least this share of answers is induction-predictable
 
@@ -20,11 +22,6 @@ class Section:
 
 def pct(value: float) -> str:
     return f"{value:.1%}"
-
-
-def md_table(headers: list[str], rows: list[list]) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
 
 
 def head_roles_section(runs, out: Path) -> Section | None:
@@ -119,15 +116,3 @@ PROVIDERS = (head_roles_section, dynamics_section)
 
 def report_sections(runs, out: Path) -> list[Section]:
     return [section for provider in PROVIDERS if (section := provider(runs, out)) is not None]
-
-
-def jsonable(value):
-    if is_dataclass(value):
-        return jsonable(asdict(value))
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, float) and value != value:
-        return None
-    return value
