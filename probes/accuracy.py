@@ -65,19 +65,38 @@ def split_accuracy(scored, groups: list[str]) -> SplitAccuracy:
     )
 
 
-def run_accuracy(run) -> RunAccuracy:
+EVALUATION = "evaluation"   # metrics.json key: the RunAccuracy measured right after training
+
+
+def measure_accuracy(model, batches: dict, model_name: str, seed: int, path, steps: int) -> RunAccuracy:
     from probes.shuffle import shuffle_test
     from tasks.evaluate import score_split
 
-    model = run.load_model()
-    batches = run.batches()
     splits = {}
     for name, batch in batches.items():
         scored, sample = score_split(model, batch)
         splits[name] = split_accuracy(scored, sample.groups)
-    shuffle = shuffle_test(model, batches["heldout"], seed=run.seed)
-    return RunAccuracy(run.model_name, run.seed, str(run.path), int(run.metrics.get("steps", 0)), splits,
-                       shuffle.max_abs_logit_change)
+    shuffle = shuffle_test(model, batches["heldout"], seed=seed)
+    return RunAccuracy(model_name, seed, str(path), steps, splits, shuffle.max_abs_logit_change)
+
+
+def stored_accuracy(record: dict, path) -> RunAccuracy:
+    splits = {name: SplitAccuracy(s["n"], Interval(**s["accuracy"]), s["foil_rate"], s["other_rate"], s["by_group"])
+              for name, s in record["splits"].items()}
+    return RunAccuracy(record["model_name"], record["seed"], str(path), record["steps"], splits,
+                       record["shuffle_max_logit_change"])
+
+
+def run_accuracy(run) -> RunAccuracy:
+    """What training measured (in its worker, while the model was in memory), else measured now."""
+    record = run.metrics.get(EVALUATION)
+    if isinstance(record, dict):
+        try:
+            return stored_accuracy(record, run.path)
+        except (KeyError, TypeError):
+            pass  # written by another version: measure again
+    return measure_accuracy(run.load_model(), run.batches(), run.model_name, run.seed, run.path,
+                            int(run.metrics.get("steps", 0)))
 
 
 def model_accuracy(runs: list[RunAccuracy]) -> ModelAccuracy:

@@ -15,6 +15,7 @@ heads are measured by exact path patching (Q, K, V; all positions, then each pos
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -177,7 +178,8 @@ def pin_positions(nodes: list[Node], patching, measure, target: float, batch) ->
     return nodes
 
 
-PATCH_PAIRS = 64        # counterfactual pairs per run for patching and search (evenly spread)
+PATCH_PAIRS = 64        # counterfactual pairs per run for patching and search (evenly spread) ...
+PATCH_SCORED = 512      # ... or fewer, when that many pairs already hold this many scored positions
 ABLATION_ROWS = 160     # held-out examples per ablation sweep and shuffle test (evenly spread)
 REFERENCE_ROWS = 256    # training examples the mean ablation averages over
 ROUTE_POSITIONS = 6     # sender positions each circuit route is resolved at
@@ -251,6 +253,14 @@ def heldout_accuracy(run, model, heldout):
                        shuffle_test(model, spread_subset(heldout, ABLATION_ROWS), seed=run.seed).max_abs_logit_change)
 
 
+def patch_pairs(heldout) -> int:
+    """How many counterfactual pairs patching uses: PATCH_PAIRS, or as many as hold PATCH_SCORED
+    scored positions. Every patch is a forward over all the pairs, and a task scored at ~25
+    positions per sequence (induction) has a precise mean metric from ~20 of them."""
+    scored_per_pair = len(heldout.answers) / max(len(heldout), 1)
+    return max(1, min(PATCH_PAIRS, math.ceil(PATCH_SCORED / max(scored_per_pair, 1))))
+
+
 def analyse_run(run) -> RunAnalysis:
     from probes.ablation import METHODS, ablate, head_ablation_sweep, parse_heads
     from probes.attention import attention_from, pair_attention, position_labels, scored_attention
@@ -267,7 +277,7 @@ def analyse_run(run) -> RunAnalysis:
     if heldout.counterfactual is None:
         return RunAnalysis(**base, note="the task declares no counterfactual pairs")
     reference = spread_subset(batches["train"], REFERENCE_ROWS)
-    pairs = spread_subset(heldout, PATCH_PAIRS)
+    pairs = spread_subset(heldout, patch_pairs(heldout))
     sample = spread_subset(heldout, ABLATION_ROWS)
     ablations = {method: head_ablation_sweep(model, sample, method, run.seed, reference) for method in METHODS}
     patching = activation_patching(model, pairs)
@@ -298,20 +308,16 @@ def analyse_run(run) -> RunAnalysis:
     )
 
 
-def report_command(runs_dir: Path, out: Path | None) -> None:
+def report_command(runs_dir: Path, out: Path | None, jobs: int = 1) -> None:
     from probes.accuracy import family_order
     from probes.report import summary_lines, write_report
     from tasks.runs import find_runs
+    from tasks.workers import map_jobs
 
     runs = find_runs(runs_dir)
-    import torch
-
-    # The models are tiny: a second intra-op thread adds synchronisation, not speed, and on a
-    # shared CPU its spin-waits made the report several times slower (measured).
-    torch.set_num_threads(1)
     order = family_order(runs)
     runs = sorted(runs, key=lambda run: (order.index(run.model_name), run.seed))
-    analyses = [analyse_run(run) for run in runs]
+    analyses = map_jobs(analyse_run, runs, jobs, f"analysing {len(runs)} runs, {min(jobs, len(runs))} at a time")
     out = out or Path(runs_dir) / "report"
     # Sections the runs' data call for (head roles, training dynamics); see probes/sections.py.
     from probes.sections import report_sections
@@ -323,7 +329,8 @@ def report_command(runs_dir: Path, out: Path | None) -> None:
 
 
 def main(argv=None) -> None:
-    from models.errors import Parser, run_cli
+    from models.errors import Parser, positive_int, run_cli
+    from tasks.workers import default_jobs
 
     parser = Parser(prog="python -m probes.circuit",
                     description="Trace which heads, at which positions, decide a task's answer.")
@@ -332,8 +339,10 @@ def main(argv=None) -> None:
     report.add_argument("runs_dir", type=Path, nargs="?", default=Path("runs/winograd"),
                         help="a task's runs folder (default: runs/winograd)")
     report.add_argument("--out", type=Path, default=None, help="report folder (default: RUNS_DIR/report)")
+    report.add_argument("--jobs", type=positive_int, default=default_jobs(),
+                        help="runs analysed at a time, each in its own process (default: the CPU cores)")
     args = parser.parse_args(argv)
-    run_cli(report_command, args.runs_dir, args.out)
+    run_cli(report_command, args.runs_dir, args.out, args.jobs)
 
 
 if __name__ == "__main__":

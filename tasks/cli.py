@@ -8,14 +8,9 @@ from pathlib import Path
 
 from models.errors import Parser, UsageError, positive_int, run_cli
 from tasks.registry import get_task_class, task_classes
+from tasks.workers import default_jobs
 
 MAX_SEEDS = 1000
-
-
-def default_jobs() -> int:
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def add_train_arguments(parser: Parser, task_cls: type) -> None:

@@ -7,10 +7,9 @@ has a config but no metrics.json, and continues with --resume from its last save
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import shutil
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from models import ModelSpec, UsageError
@@ -18,6 +17,7 @@ from models.checkpoint import CONFIG, FORMAT, WEIGHTS, save_checkpoint, write_js
 from tasks.base import Task
 from tasks.runs import LOG, METRICS, command_argv, command_line, package_versions, read_run_config
 from tasks.settings import TrainSettings, settings_dict
+from tasks.workers import map_jobs
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ def execute(plan: RunPlan, progress: bool = True, resume: bool = False,
     """Train one run (or continue it from its saved train state) and write its folder; returns its metrics."""
     from models import build_model
     from tasks.data import task_dataset, to_batch
-    from tasks.evaluate import score_split
+    from probes.accuracy import EVALUATION, measure_accuracy
     from tasks.resume import STATE
     from tasks.training import SNAPSHOTS, train
 
@@ -145,9 +145,12 @@ def execute(plan: RunPlan, progress: bool = True, resume: bool = False,
                    label=f"{plan.model_name} seed {plan.seed}", state_path=plan.run_dir / STATE,
                    checkpoint_every=checkpoint_every, resume=resume)
     save_checkpoint(plan.run_dir, model, config)
+    # Measured here, in the worker that holds the model, so the comparison after training reads it.
+    evaluation = measure_accuracy(model, batches, plan.model_name, plan.seed, plan.run_dir, result.steps)
     metrics = {"steps": result.steps, "stop_reason": result.stop_reason,
                "train_seconds": round(result.seconds, 3),
-               "accuracy": {name: score_split(model, batch)[0].accuracy for name, batch in batches.items()}}
+               "accuracy": {name: split.accuracy.value for name, split in evaluation.splits.items()},
+               EVALUATION: {k: v for k, v in asdict(evaluation).items() if k != "path"}}  # folders move
     write_json(plan.run_dir / METRICS, metrics)
     (plan.run_dir / STATE).unlink(missing_ok=True)  # a finished run is never resumed
     return metrics
@@ -172,10 +175,10 @@ def train_family(plans: list[RunPlan], overwrite: bool = False, progress: bool =
         else:
             if status == "resume":
                 print(f"{plan.run_dir}: resuming from its last checkpoint")
-            todo.append((plan, status == "resume"))
-    runner = train_in_workers if jobs > 1 and len(todo) > 1 else train_in_turn
+            todo.append(TrainJob(plan, status == "resume", checkpoint_every, progress and jobs <= 1))
     try:
-        runner(todo, progress, checkpoint_every, jobs)
+        map_jobs(train_job, todo, jobs, f"training {len(todo)} runs, {min(jobs, len(todo))} at a time",
+                 progress=progress and jobs > 1, on_result=lambda job, metrics, write: report_run(job.plan, metrics, write))
     except KeyboardInterrupt:
         raise KeyboardInterrupt(f"unfinished runs are kept; continue them from their last checkpoint "
                                 f"with: {resume_command()}") from None
@@ -188,57 +191,13 @@ def report_run(plan: RunPlan, metrics: dict, write=print) -> None:
           f"({metrics['stop_reason']}, {metrics['train_seconds']:.1f} s), held-out {heldout:.1%}")
 
 
-def train_in_turn(todo: list, progress: bool, checkpoint_every: int | None, jobs: int) -> None:
-    for plan, resume in todo:
-        report_run(plan, execute_single_threaded(plan, progress, resume, checkpoint_every))
+@dataclass(frozen=True)
+class TrainJob:
+    plan: RunPlan
+    resume: bool
+    checkpoint_every: int | None
+    progress: bool          # per-step bar: only when runs go one at a time (bars would interleave)
 
 
-def execute_single_threaded(plan: RunPlan, progress: bool, resume: bool, checkpoint_every: int | None) -> dict:
-    """One intra-op thread per run: these matmuls are too small to gain from a second thread and lose
-    badly to oversubscription (measured: 17 -> 1.6 steps/s on a busy 2-core machine). Parallelism
-    comes from running whole runs side by side, so results are the same whatever --jobs is."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return execute(plan, progress=progress, resume=resume, checkpoint_every=checkpoint_every)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def exit_with_parent(parent: int) -> None:
-    """Worker initializer: a killed parent (SIGKILL included) must not leave workers training on,
-    writing into run folders nobody watches (seen: orphans overwrote a restarted family's runs)."""
-    import threading
-    import time
-
-    def watch():
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=watch, daemon=True).start()
-
-
-def train_in_workers(todo: list, progress: bool, checkpoint_every: int | None, jobs: int) -> None:
-    """Runs in `jobs` spawned processes (fork after torch has started its thread pool can hang);
-    one bar counts finished runs, since per-step bars from several processes would interleave."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    from tqdm.auto import tqdm
-
-    pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=multiprocessing.get_context("spawn"),
-                               initializer=exit_with_parent, initargs=(os.getpid(),))
-    bar = tqdm(total=len(todo), desc=f"training {len(todo)} runs, {jobs} at a time", unit="run",
-               disable=not progress, dynamic_ncols=True)
-    try:
-        futures = {pool.submit(execute_single_threaded, plan, False, resume, checkpoint_every): plan
-                   for plan, resume in todo}
-        for future in as_completed(futures):
-            report_run(futures[future], future.result(), write=bar.write)
-            bar.update()
-    finally:
-        bar.close()
-        pool.shutdown(wait=True, cancel_futures=True)
+def train_job(job: TrainJob) -> dict:
+    return execute(job.plan, progress=job.progress, resume=job.resume, checkpoint_every=job.checkpoint_every)

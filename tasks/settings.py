@@ -16,8 +16,9 @@ class TrainSettings:
     lr: float = 1e-3
     weight_decay: float = 0.01
     eval_every: int = 25
-    # Stop once validation accuracy has been >= stop_accuracy for stop_evals evaluations in a row
-    # and validation loss improved by less than plateau_tolerance (relative) over plateau_steps.
+    # Stop "solved" once validation accuracy has been >= stop_accuracy for stop_evals evaluations in
+    # a row, or "stalled" once the best validation loss has not improved by plateau_tolerance
+    # (relative) for plateau_steps steps: a model that cannot learn the task stops wasting steps.
     stop_accuracy: float = 0.99
     stop_evals: int = 3
     plateau_steps: int = 250
