@@ -308,21 +308,37 @@ def analyse_run(run) -> RunAnalysis:
     )
 
 
+def analysis_cost(run) -> int:
+    """Rough relative cost of analysing a run: patching grows with heads x layers (and MLPs)."""
+    spec = run.config.get("spec", {})
+    if spec.get("attention") == "uniform":
+        return 1
+    return spec.get("n_layers", 1) ** 2 * spec.get("n_heads", 1) * (2 if spec.get("mlp", True) else 1)
+
+
+def measure_for_report(run) -> tuple:
+    """Everything the report measures on one run: its analysis and what each extra section needs."""
+    from probes.sections import measure_sections
+
+    return analyse_run(run), measure_sections(run)
+
+
 def report_command(runs_dir: Path, out: Path | None, jobs: int = 1) -> None:
     from probes.accuracy import family_order
     from probes.report import summary_lines, write_report
+    from probes.sections import report_sections
     from tasks.runs import find_runs
     from tasks.workers import map_jobs
 
     runs = find_runs(runs_dir)
     order = family_order(runs)
     runs = sorted(runs, key=lambda run: (order.index(run.model_name), run.seed))
-    analyses = map_jobs(analyse_run, runs, jobs, f"analysing {len(runs)} runs, {min(jobs, len(runs))} at a time")
+    measured = map_jobs(measure_for_report, runs, jobs, f"analysing {len(runs)} runs, {min(jobs, len(runs))} at a time",
+                        cost=analysis_cost)
+    analyses = [analysis for analysis, _ in measured]
     out = out or Path(runs_dir) / "report"
     # Sections the runs' data call for (head roles, training dynamics); see probes/sections.py.
-    from probes.sections import report_sections
-
-    sections = report_sections(runs, out)
+    sections = report_sections([per_run for _, per_run in measured], out)
     written = write_report(analyses, out, task=runs[0].task.name, extra=sections)
     print("\n".join(summary_lines(analyses) + [line for s in sections for line in s.summary]))
     print(f"\nwrote {written}")

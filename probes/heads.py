@@ -178,7 +178,9 @@ def induction_share(batch: Batch) -> float:
 @dataclass(frozen=True)
 class RunHeads:
     """One run's head roles and, between its previous-token and induction heads, path patching
-    through the receiver's query, key and value inputs."""
+    through the receiver's query, key and value inputs: edge by edge, and jointly (every chosen
+    previous-token head into every induction head at once, since redundant induction heads each
+    recover only part of the gap alone)."""
 
     model_name: str
     seed: int
@@ -186,6 +188,12 @@ class RunHeads:
     previous: list[str]              # previous-token heads below the induction layer
     induction: list[str]
     paths: list                      # probes.path_patching.PathPatch, q/k/v per sender-receiver pair
+    joint_paths: list                # PathPatch, q/k/v: all `previous` heads -> all `induction` heads
+    # The joint K path with the induction heads' values from the clean run, and the same with no
+    # sender position patched (clean values alone): what the K path adds once the copied tokens
+    # are the clean ones (induction's counterfactual changes them, so K alone cannot restore them).
+    k_with_clean_values: object = None
+    clean_values_alone: object = None
 
 
 PATH_PAIRS = 96
@@ -200,9 +208,15 @@ def run_heads(run, rows: int = 128) -> RunHeads:
     induction = report.roles["induction"]
     below = [h for h in report.roles["previous_token"].ranking if int(h[1:h.index("H")]) < induction.layer]
     chosen = [h for h in report.roles["previous_token"].heads if h in below] or below[:1]
-    targets = [PathTarget(parse(s), None, parse(r), c) for s in chosen for r in induction.heads for c in COMPONENTS]
-    paths = path_patch_many(model, spread_subset(heldout, PATH_PAIRS), targets) if targets else []
-    return RunHeads(run.model_name, run.seed, report, chosen, induction.heads, paths)
+    edges = [PathTarget(parse(s), None, parse(r), c) for s in chosen for r in induction.heads for c in COMPONENTS]
+    senders, receivers = tuple(sorted(map(parse, chosen))), tuple(sorted(map(parse, induction.heads)))
+    joint = [PathTarget(senders, None, receivers, c) for c in COMPONENTS] if edges else []
+    with_values = [PathTarget(senders, None, receivers, "k", clean_values=True),
+                   PathTarget(senders, (), receivers, "k", clean_values=True)] if edges else []
+    paths = path_patch_many(model, spread_subset(heldout, PATH_PAIRS), edges + joint + with_values) if edges else []
+    n_edges, n_joint = len(edges), len(joint)
+    return RunHeads(run.model_name, run.seed, report, chosen, induction.heads, paths[:n_edges],
+                    paths[n_edges:n_edges + n_joint], *(paths[n_edges + n_joint:] or [None, None]))
 
 
 def parse(name: str) -> tuple[int, int]:

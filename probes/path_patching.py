@@ -1,5 +1,8 @@
 """Exact path patching: a sender head's clean output reaches ONLY one receiver head's query, key or
-value input; every other reader keeps the corrupt run's value.
+value input; every other reader keeps the corrupt run's value. A joint path does the same for a SET
+of senders and a SET of receivers at once: the senders' summed clean-minus-corrupt writes reach only
+the chosen input of every receiver (redundant heads, e.g. several induction heads, are then tested
+as one circuit rather than edge by edge).
 
 Written by hand because TL's `patching.get_act_patch_direct_path` needs the bridge's split-QKV fork
 (`use_split_qkv_input`), which the native attention of `boot_native` models refuses; it also
@@ -7,6 +10,9 @@ patches every position at once, where we need one sender position at a time. Her
 own Q/K/V is recomputed in the same forward from (its block's corrupt residual + the sender's
 clean-minus-corrupt write), through its own LayerNorm and projection, and swapped in for that head
 only. Real forward passes, nothing linearised.
+
+Joint receivers must share one layer: a receiver in a later layer would read a residual that already
+carries an earlier receiver's patched output, mixing in a longer path.
 """
 
 from __future__ import annotations
@@ -17,8 +23,8 @@ import torch
 
 from probes.ablation import head_name, z_name
 from probes.attention import pattern_name
-from probes.patching import (ROWS_PER_FORWARD, Outcome, corrupt_inputs, live_positions, outcome,
-                             replica_scored, run_outcome)
+from probes.patching import (Outcome, corrupt_inputs, live_positions, outcome, replica_scored,
+                             replicas_per_forward, run_outcome)
 from tasks.data import Batch
 
 COMPONENTS = ("q", "k", "v")
@@ -26,27 +32,87 @@ COMPONENTS = ("q", "k", "v")
 
 @dataclass(frozen=True)
 class PathPatch:
-    sender: str                 # "L0H0"
+    sender: str                 # "L0H0", or "L0H1+L0H3" for a joint path
     positions: tuple[int, ...] | None   # sender positions patched; None = every position
-    receiver: str
+    receiver: str               # "L1H0", or "L1H0+L1H2"
     component: str              # q | k | v
     metric: float
     recovered: float            # share of the clean - corrupt gap closed
     restored: float             # share of scored positions predicting the clean answer again
-    attention_moved: float      # receiver's scored rows: total variation, patched vs corrupt
+    # Receivers' scored rows. Several receivers: attention_moved is the mean over receivers;
+    # attention_recovered the gap-weighted mean, 1 - sum TV(patched, clean) / sum TV(corrupt, clean),
+    # so a receiver whose attention the corruption barely moves cannot blow up the ratio.
+    attention_moved: float      # total variation, patched vs corrupt
     attention_recovered: float  # 1 - TV(patched, clean) / TV(corrupt, clean)
+    clean_values: bool = False  # receivers' values came from the clean run (see PathTarget)
 
     @property
     def where(self) -> str:
-        return "all positions" if self.positions is None else ",".join(f"p{p}" for p in self.positions)
+        if self.positions is None:
+            return "all positions"
+        return ",".join(f"p{p}" for p in self.positions) or "no positions"
+
+
+Head = tuple[int, int]
+
+
+def heads_of(value) -> tuple[Head, ...]:
+    """One (layer, head) or a collection of them, as a tuple of distinct heads in the given order."""
+    if len(value) == 2 and all(isinstance(v, int) for v in value):
+        return (tuple(value),)
+    return tuple(dict.fromkeys(tuple(head) for head in value))
 
 
 @dataclass(frozen=True)
 class PathTarget:
-    sender: tuple[int, int]
+    sender: Head | tuple[Head, ...]      # one head, or a set whose writes are summed
     positions: tuple[int, ...] | None
-    receiver: tuple[int, int]
+    receiver: Head | tuple[Head, ...]    # one head, or a set in one layer, all patched together
     component: str
+    # Receivers (of a q or k path) read their values from the clean run: the path alone decides
+    # where they look, the clean run what they copy. A counterfactual that changes the copied
+    # tokens (induction's) needs both to restore the answer; positions=() with clean values is the
+    # matching baseline (clean values, no path).
+    clean_values: bool = False
+
+    def __post_init__(self):
+        senders, receivers = self.senders, self.receivers
+        if not senders or not receivers:
+            raise ValueError("a path needs at least one sender and one receiver head")
+        if self.component not in COMPONENTS:
+            raise ValueError(f"component must be one of {COMPONENTS}, got {self.component!r}")
+        if self.clean_values and self.component == "v":
+            raise ValueError("clean_values goes with a q or k path; a v path already sets the values")
+        if len({layer for layer, _ in receivers}) > 1:
+            raise ValueError(f"receivers {names(receivers)} span several layers; a later receiver would "
+                             "read an earlier one's patched output, so patch one layer at a time")
+        if receivers[0][0] <= max(layer for layer, _ in senders):
+            raise ValueError(f"the receiver(s) {names(receivers)} must sit in a later block than the "
+                             f"sender(s) {names(senders)}")
+
+    @property
+    def senders(self) -> tuple[Head, ...]:
+        return heads_of(self.sender)
+
+    @property
+    def receivers(self) -> tuple[Head, ...]:
+        return heads_of(self.receiver)
+
+    @property
+    def layer(self) -> int:
+        return self.receivers[0][0]
+
+
+def names(heads) -> str:
+    """A head set's name, e.g. L0H1+L0H3; one head's is its own, e.g. L0H1."""
+    return "+".join(head_name(*head) for head in heads)
+
+
+def parse_names(name: str) -> tuple[Head, ...]:
+    """Inverse of `names`."""
+    from probes.ablation import parse_heads
+
+    return parse_heads(name.split("+"))
 
 
 def head_writes(model, batch: Batch, senders) -> dict[tuple[int, int], torch.Tensor]:
@@ -74,8 +140,9 @@ def receiver_input(model, layer: int, component: str, residual: torch.Tensor) ->
 class PathHooks:
     """Hooks for one forward over replicas of the corrupt batch, one PathTarget per replica."""
 
-    def __init__(self, model, targets: list[PathTarget], writes: dict, n: int):
+    def __init__(self, model, targets: list[PathTarget], writes: dict, n: int, clean_values: dict):
         self.model, self.targets, self.writes, self.n = model, targets, writes, n
+        self.clean_values = clean_values    # layer -> the clean run's v, for targets that ask for it
         self.residual = {}
 
     def keep_residual(self, layer):
@@ -89,22 +156,40 @@ class PathHooks:
             view = act.view(len(self.targets), self.n, *act.shape[1:])
             residual = self.residual[layer].view(len(self.targets), self.n, *act.shape[1:2], -1)
             for replica, target in enumerate(self.targets):
-                if target.receiver[0] != layer or target.component != component:
+                if target.layer != layer or target.component != component:
                     continue
-                delta = self.writes[target.sender]
+                delta = sum(self.writes[sender] for sender in target.senders)
                 if target.positions is not None:
                     mask = torch.zeros(delta.shape[1], dtype=torch.bool)
                     mask[list(target.positions)] = True
                     delta = delta * mask[None, :, None]
                 value = receiver_input(self.model, layer, component, residual[replica] + delta)
-                view[replica, :, :, target.receiver[1]] = value[:, :, target.receiver[1]]
+                heads = [head for _, head in target.receivers]
+                view[replica][:, :, heads] = value[:, :, heads]
+            return act
+        return hook
+
+    def use_clean_values(self, layer):
+        def hook(act, hook):
+            act = act.clone()
+            view = act.view(len(self.targets), self.n, *act.shape[1:])
+            for replica, target in enumerate(self.targets):
+                if target.layer == layer and target.clean_values:
+                    heads = [head for _, head in target.receivers]
+                    view[replica][:, :, heads] = self.clean_values[layer][:, :, heads]
             return act
         return hook
 
     def hooks(self) -> list:
-        wanted = sorted({(t.receiver[0], t.component) for t in self.targets})
+        wanted = sorted({(t.layer, t.component) for t in self.targets})
         out = [(f"blocks.{layer}.hook_resid_pre", self.keep_residual(layer)) for layer in {l for l, _ in wanted}]
+        out += [(value_name(layer), self.use_clean_values(layer))
+                for layer in sorted({t.layer for t in self.targets if t.clean_values})]
         return out + [(f"blocks.{layer}.attn.hook_{c}", self.patch(layer, c)) for layer, c in wanted]
+
+
+def value_name(layer: int) -> str:
+    return f"blocks.{layer}.attn.hook_v"
 
 
 def receiver_rows(cache_pattern: torch.Tensor, batch: Batch, head: int) -> torch.Tensor:
@@ -119,57 +204,66 @@ def total_variation(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def path_patch_many(model, batch: Batch, targets: list[PathTarget]) -> list[PathPatch]:
-    writes = head_writes(model, batch, sorted({t.sender for t in targets}))
+    writes = head_writes(model, batch, sorted({s for t in targets for s in t.senders}))
     clean, corrupt = run_outcome(model, batch, batch.inputs), run_outcome(model, batch, corrupt_inputs(batch))
-    receivers = sorted({t.receiver for t in targets})
+    receivers = sorted({r for t in targets for r in t.receivers})
     reference = {}
     for name, tokens in (("clean", batch.inputs), ("corrupt", corrupt_inputs(batch))):
         _, cache = model.run_with_cache(tokens, names_filter=[pattern_name(l) for l, _ in receivers])
         reference[name] = {r: receiver_rows(cache[pattern_name(r[0])], batch, r[1])[0] for r in receivers}
-    per_forward = max(1, ROWS_PER_FORWARD // len(batch))
+    value_layers = sorted({t.layer for t in targets if t.clean_values})
+    clean_values = {}
+    if value_layers:
+        _, cache = model.run_with_cache(batch.inputs, names_filter=[value_name(l) for l in value_layers])
+        clean_values = {layer: cache[value_name(layer)] for layer in value_layers}
+    per_forward = replicas_per_forward(batch)
     results = []
     for start in range(0, len(targets), per_forward):
         chunk = targets[start:start + per_forward]
-        hooks = PathHooks(model, chunk, writes, len(batch))
-        names = [pattern_name(l) for l in sorted({t.receiver[0] for t in chunk})]
+        hooks = PathHooks(model, chunk, writes, len(batch), clean_values)
+        layers = [pattern_name(l) for l in sorted({t.layer for t in chunk})]
         with model.hooks(fwd_hooks=hooks.hooks()):
-            logits, cache = model.run_with_cache(corrupt_inputs(batch).repeat(len(chunk), 1), names_filter=names)
+            logits, cache = model.run_with_cache(corrupt_inputs(batch).repeat(len(chunk), 1), names_filter=layers)
         outcomes = outcome(replica_scored(logits, batch), batch)
         for replica, (target, result) in enumerate(zip(chunk, outcomes)):
-            rows = receiver_rows(cache[pattern_name(target.receiver[0])], batch, target.receiver[1])[replica]
-            results.append(summarise(target, result, clean, corrupt, rows,
-                                     reference["clean"][target.receiver], reference["corrupt"][target.receiver]))
+            rows = {r: receiver_rows(cache[pattern_name(r[0])], batch, r[1])[replica] for r in target.receivers}
+            results.append(summarise(target, result, clean, corrupt, rows, reference))
     return results
 
 
-def summarise(target: PathTarget, result: Outcome, clean: Outcome, corrupt: Outcome, rows, clean_rows,
-              corrupt_rows) -> PathPatch:
-    gap_tv = float(total_variation(corrupt_rows, clean_rows))
+def summarise(target: PathTarget, result: Outcome, clean: Outcome, corrupt: Outcome, rows: dict,
+              reference: dict) -> PathPatch:
+    """`rows`: per receiver, its patched scored rows; `reference`: clean/corrupt rows per receiver."""
+    moved = [float(total_variation(rows[r], reference["corrupt"][r])) for r in target.receivers]
+    left = sum(float(total_variation(rows[r], reference["clean"][r])) for r in target.receivers)
+    gap_tv = sum(float(total_variation(reference["corrupt"][r], reference["clean"][r])) for r in target.receivers)
     return PathPatch(
-        sender=head_name(*target.sender),
+        sender=names(target.senders),
         positions=target.positions,
-        receiver=head_name(*target.receiver),
+        receiver=names(target.receivers),
         component=target.component,
         metric=result.metric,
         recovered=(result.metric - corrupt.metric) / (clean.metric - corrupt.metric),
         restored=result.restored,
-        attention_moved=float(total_variation(rows, corrupt_rows)),
-        attention_recovered=1 - float(total_variation(rows, clean_rows)) / gap_tv if gap_tv > 1e-6 else float("nan"),
+        attention_moved=sum(moved) / len(moved),
+        attention_recovered=1 - left / gap_tv if gap_tv > 1e-6 else float("nan"),
+        clean_values=target.clean_values,
     )
+
+
+def joint_path_patch(model, batch: Batch, senders, receivers, component: str, positions=None) -> PathPatch:
+    """The senders' summed writes at `positions` (None = all) reach only the `component` input of
+    every receiver (one layer, later than every sender). Heads as (layer, head) or names ("L0H1")."""
+    from probes.ablation import parse_heads
+
+    target = PathTarget(parse_heads(senders), None if positions is None else tuple(positions),
+                        parse_heads(receivers), component)
+    return path_patch_many(model, batch, [target])[0]
 
 
 def path_patch(model, batch: Batch, sender, receiver, component: str, positions=None) -> PathPatch:
     """One path: sender (layer, head) at `positions` (None = all) into receiver's `component`."""
-    from probes.ablation import parse_heads
-
-    (sender,), (receiver,) = parse_heads([sender]), parse_heads([receiver])
-    if receiver[0] <= sender[0]:
-        raise ValueError(f"the receiver {head_name(*receiver)} must sit in a later block than the "
-                         f"sender {head_name(*sender)}")
-    if component not in COMPONENTS:
-        raise ValueError(f"component must be one of {COMPONENTS}, got {component!r}")
-    target = PathTarget(sender, None if positions is None else tuple(positions), receiver, component)
-    return path_patch_many(model, batch, [target])[0]
+    return joint_path_patch(model, batch, [sender], [receiver], component, positions)
 
 
 def head_pairs(model) -> list[tuple[tuple[int, int], tuple[int, int]]]:
@@ -186,8 +280,6 @@ def path_sweep(model, batch: Batch) -> list[PathPatch]:
 
 def position_sweep(model, batch: Batch, edges: list[PathPatch]) -> list[PathPatch]:
     """The given edges again, sender patched at one position at a time (positions that can matter)."""
-    from probes.ablation import parse_heads
-
-    targets = [PathTarget(parse_heads([e.sender])[0], (p,), parse_heads([e.receiver])[0], e.component)
+    targets = [PathTarget(parse_names(e.sender), (p,), parse_names(e.receiver), e.component)
                for e in edges for p in live_positions(batch)]
     return path_patch_many(model, batch, targets) if targets else []

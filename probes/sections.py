@@ -1,6 +1,7 @@
 """Extra report sections that appear when the runs' data call for them, never by task name:
 head roles when the scored answers are induction-predictable, training dynamics when runs kept
-weight snapshots. `python -m probes.circuit report` appends whatever `report_sections` returns."""
+weight snapshots. Each section is measured run by run (`measure_sections`, in the report's worker
+processes) and rendered from those results (`report_sections`)."""
 
 from __future__ import annotations
 
@@ -24,24 +25,39 @@ def pct(value: float) -> str:
     return f"{value:.1%}"
 
 
-def head_roles_section(runs, out: Path) -> Section | None:
+@dataclass(frozen=True)
+class RunRoles:
+    model_name: str
+    seed: int
+    induction_share: float
+    final: object                    # probes.dynamics.SnapshotPoint of the final weights
+    heads: object = None             # probes.heads.RunHeads; None for uniform attention
+
+
+def measure_head_roles(run) -> RunRoles | None:
     from probes.dynamics import snapshot_point
     from probes.heads import induction_share, run_heads
     from probes.patching import spread_subset
 
-    first = runs[0].batches()["heldout"]
-    share = induction_share(first)
+    heldout = run.batches()["heldout"]
+    share = induction_share(heldout)
     if share < INDUCTION_SHARE:
         return None
-    position_rows, role_rows, path_rows, summary, data = [], [], [], [], {"induction_share": share, "runs": []}
-    for run in runs:
-        model, heldout = run.load_model(), spread_subset(run.batches()["heldout"], 256)
-        final = snapshot_point(model, heldout, int(run.metrics.get("steps", 0)))
+    final = snapshot_point(run.load_model(), spread_subset(heldout, 256), int(run.metrics.get("steps", 0)))
+    softmax = run.config.get("spec", {}).get("attention") == "softmax"
+    return RunRoles(run.model_name, run.seed, share, final, run_heads(run) if softmax else None)
+
+
+def head_roles_section(measured: list[RunRoles], out: Path) -> Section | None:
+    position_rows, role_rows, path_rows, summary = [], [], [], []
+    data = {"induction_share": measured[0].induction_share, "runs": []}
+    for run in measured:
+        final = run.final
         position_rows.append([run.model_name, run.seed, pct(final.scored_accuracy), f"{final.scored_loss:.2f}",
                               pct(final.other_accuracy), f"{final.other_loss:.2f}"])
         entry = {"model": run.model_name, "seed": run.seed, "final": asdict(final)}
-        if run.config.get("spec", {}).get("attention") == "softmax":
-            heads = run_heads(run)
+        if run.heads is not None:
+            heads = run.heads
             report = heads.report
             for role in ("previous_token", "induction", "duplicate_token", "copying", "direct_logit"):
                 evidence = report.roles[role]
@@ -51,9 +67,13 @@ def head_roles_section(runs, out: Path) -> Section | None:
                                   f"{top}: {pct(report.ablated_accuracy[top])}",
                                   ", ".join(evidence.heads) or "none",
                                   "yes" if evidence.top_is_most_harmful else "no"])
-            for p in heads.paths:
-                path_rows.append([run.model_name, run.seed, f"{p.sender} -> {p.receiver}", p.component,
-                                  pct(p.recovered), f"{p.attention_recovered:.2f}"])
+            with_values = [p for p in (heads.k_with_clean_values, heads.clean_values_alone) if p is not None]
+            for kind, paths in (("edge", heads.paths), ("joint", heads.joint_paths),
+                                ("joint, clean values", with_values)):
+                for p in paths:
+                    where = "" if p.positions is None else f" ({p.where})"
+                    path_rows.append([run.model_name, run.seed, kind, f"{p.sender}{where} -> {p.receiver}", p.component,
+                                      pct(p.recovered), f"{p.attention_recovered:.2f}"])
             line = (f"{run.model_name} seed {run.seed}: previous-token head(s) {', '.join(heads.previous) or 'none'}, "
                     f"induction head(s) {', '.join(heads.induction) or 'none'} (baseline {pct(report.baseline_accuracy)}"
                     + "".join(f", ablating {h} -> {pct(report.ablated_accuracy[h])}"
@@ -63,10 +83,18 @@ def head_roles_section(runs, out: Path) -> Section | None:
                            default=None)
                 if best is not None:
                     line += f"; best {component.upper()} edge {best.sender} -> {best.receiver} recovers {pct(best.recovered)}"
+            joint = {p.component: p for p in heads.joint_paths}
+            if joint:
+                line += (f"; joint K path {joint['k'].sender} -> {joint['k'].receiver} recovers "
+                         f"{pct(joint['k'].recovered)}, attention {joint['k'].attention_recovered:.2f} "
+                         f"(Q {pct(joint['q'].recovered)}, V {pct(joint['v'].recovered)})")
+            if heads.k_with_clean_values is not None:
+                line += (f"; with clean values {pct(heads.k_with_clean_values.recovered)} "
+                         f"(clean values alone {pct(heads.clean_values_alone.recovered)})")
             summary.append(line)
             entry["heads"] = asdict(heads)
         data["runs"].append(entry)
-    parts = [f"{pct(share)} of scored answers are the unique token that followed an earlier copy of the "
+    parts = [f"{pct(data['induction_share'])} of scored answers are the unique token that followed an earlier copy of the "
              "current token, so heads are ranked for induction roles. Scores: attention on the role's "
              "target (previous token, earlier copy, token after the earlier copy) over rows that have one; "
              "copying = eigenvalue positivity of W_E W_OV W_U; direct logit = the head's direct effect on the "
@@ -80,17 +108,27 @@ def head_roles_section(runs, out: Path) -> Section | None:
                            role_rows)]
     if path_rows:
         parts += ["", "Path patching from previous-token heads into induction heads' query, key, value "
-                  "(share of the clean - corrupt gap recovered; attention recovered):", "",
-                  md_table(["model", "seed", "edge", "input", "recovered", "attention recovered"], path_rows)]
+                  "(share of the clean - corrupt gap recovered; attention recovered). An edge is one sender "
+                  "into one receiver; the joint path sends the summed writes of every previous-token head "
+                  "into that input of every induction head at once (attention recovered weighted by each "
+                  "receiver's clean - corrupt attention gap). The counterfactual shuffles the first half, "
+                  "so the token an induction head copies differs too: the joint K path is shown again with "
+                  "the induction heads' values from the clean run, and with those clean values alone "
+                  "(no sender position patched):", "",
+                  md_table(["model", "seed", "path", "heads", "input", "recovered", "attention recovered"],
+                           path_rows)]
     return Section("Head roles", "\n".join(parts), summary, jsonable(data))
 
 
-def dynamics_section(runs, out: Path) -> Section | None:
-    from probes.dynamics import has_snapshots, run_dynamics, write_dynamics
+def measure_dynamics(run):
+    from probes.dynamics import has_snapshots, run_dynamics
 
-    results = [run_dynamics(run) for run in runs if has_snapshots(run)]
-    if not results:
-        return None
+    return run_dynamics(run) if has_snapshots(run) else None
+
+
+def dynamics_section(results: list, out: Path) -> Section | None:
+    from probes.dynamics import write_dynamics
+
     figures = write_dynamics(results, Path(out) / "figures")
     rows, summary = [], []
     for d in results:
@@ -111,8 +149,19 @@ def dynamics_section(runs, out: Path) -> Section | None:
                    jsonable({"runs": [asdict(d) for d in results]}))
 
 
-PROVIDERS = (head_roles_section, dynamics_section)
+PROVIDERS = ((measure_head_roles, head_roles_section), (measure_dynamics, dynamics_section))
 
 
-def report_sections(runs, out: Path) -> list[Section]:
-    return [section for provider in PROVIDERS if (section := provider(runs, out)) is not None]
+def measure_sections(run) -> list:
+    """Per provider, what it measured on `run` (None where the run's data do not call for it)."""
+    return [measure(run) for measure, _ in PROVIDERS]
+
+
+def report_sections(measured: list[list], out: Path) -> list[Section]:
+    """`measured`: measure_sections of every run, in report order."""
+    sections = []
+    for index, (_, render) in enumerate(PROVIDERS):
+        results = [per_run[index] for per_run in measured if per_run[index] is not None]
+        if results and (section := render(results, out)) is not None:
+            sections.append(section)
+    return sections

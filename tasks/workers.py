@@ -42,10 +42,11 @@ def exit_with_parent(parent: int) -> None:
 
 
 def map_jobs(function: Callable, items: Iterable, jobs: int, desc: str, progress: bool = True,
-             on_result: Callable | None = None) -> list:
+             on_result: Callable | None = None, cost: Callable | None = None) -> list:
     """`[function(item) for item in items]`, each in one torch thread; with jobs > 1, `jobs` at a
-    time in spawned processes (fork after torch has started its thread pool can hang). One bar
-    counts finished jobs; `on_result(item, result, write)` sees each result as it arrives."""
+    time in spawned processes (fork after torch has started its thread pool can hang), the highest
+    `cost(item)` first so no long job starts last. One bar counts finished jobs; `on_result(item,
+    result, write)` sees each result as it arrives."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
@@ -65,7 +66,8 @@ def map_jobs(function: Callable, items: Iterable, jobs: int, desc: str, progress
         pool = ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=multiprocessing.get_context("spawn"),
                                    initializer=exit_with_parent, initargs=(os.getpid(),))
         try:
-            futures = {pool.submit(in_one_thread, function, item): index for index, item in enumerate(items)}
+            order = sorted(range(len(items)), key=lambda i: -cost(items[i])) if cost else range(len(items))
+            futures = {pool.submit(in_one_thread, function, items[index]): index for index in order}
             for future in as_completed(futures):
                 index = futures[future]
                 results[index] = future.result()

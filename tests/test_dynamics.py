@@ -77,3 +77,16 @@ def test_runs_without_snapshots_are_refused_in_one_line(snapshot_run, tmp_path):
     shutil.rmtree(bare / "attn-only-2x2" / "seed0" / "snapshots")
     done = subprocess.run([sys.executable, "-m", "probes.dynamics", str(bare)], capture_output=True, text=True)
     assert done.returncode == 2 and "snapshot" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_induction_report_adds_head_roles_and_dynamics_sections(snapshot_run, tmp_path, capsys):
+    import json
+
+    from probes.circuit import report_command
+
+    report_command(snapshot_run, tmp_path / "report", jobs=1)
+    markdown = (tmp_path / "report" / "report.md").read_text()
+    assert "Head roles" in markdown and "Training dynamics" in markdown
+    data = json.dumps(json.loads((tmp_path / "report" / "report.json").read_text()))
+    assert "induction_share" in data and "phase_change_step" in data
+    assert "phase change" in capsys.readouterr().out
