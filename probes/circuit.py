@@ -316,14 +316,19 @@ def analysis_cost(run) -> int:
     return spec.get("n_layers", 1) ** 2 * spec.get("n_heads", 1) * (2 if spec.get("mlp", True) else 1)
 
 
-def measure_for_report(run) -> tuple:
-    """Everything the report measures on one run: its analysis and what each extra section needs."""
+def measure_for_report(run, out: Path) -> tuple:
+    """Everything the report needs from one run: its analysis, what each extra section measured,
+    and its figure, drawn here so the workers share the drawing too."""
+    from probes.report import write_run_figure
     from probes.sections import measure_sections
 
-    return analyse_run(run), measure_sections(run)
+    analysis = analyse_run(run)
+    return analysis, measure_sections(run), write_run_figure(analysis, out)
 
 
 def report_command(runs_dir: Path, out: Path | None, jobs: int = 1) -> None:
+    from functools import partial
+
     from probes.accuracy import family_order
     from probes.report import summary_lines, write_report
     from probes.sections import report_sections
@@ -333,13 +338,15 @@ def report_command(runs_dir: Path, out: Path | None, jobs: int = 1) -> None:
     runs = find_runs(runs_dir)
     order = family_order(runs)
     runs = sorted(runs, key=lambda run: (order.index(run.model_name), run.seed))
-    measured = map_jobs(measure_for_report, runs, jobs, f"analysing {len(runs)} runs, {min(jobs, len(runs))} at a time",
-                        cost=analysis_cost)
-    analyses = [analysis for analysis, _ in measured]
-    out = out or Path(runs_dir) / "report"
+    out = Path(out or Path(runs_dir) / "report")
+    (out / "figures").mkdir(parents=True, exist_ok=True)
+    measured = map_jobs(partial(measure_for_report, out=out), runs, jobs,
+                        f"analysing {len(runs)} runs, {min(jobs, len(runs))} at a time", cost=analysis_cost)
+    analyses = [analysis for analysis, _, _ in measured]
     # Sections the runs' data call for (head roles, training dynamics); see probes/sections.py.
-    sections = report_sections([per_run for _, per_run in measured], out)
-    written = write_report(analyses, out, task=runs[0].task.name, extra=sections)
+    sections = report_sections([per_run for _, per_run, _ in measured], out)
+    written = write_report(analyses, out, task=runs[0].task.name, extra=sections,
+                           figures=[figure for _, _, figure in measured])
     print("\n".join(summary_lines(analyses) + [line for s in sections for line in s.summary]))
     print(f"\nwrote {written}")
 

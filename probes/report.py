@@ -53,11 +53,14 @@ def top_key(row: list[float], labels: list[str]) -> tuple[str, float]:
     return labels[index], row[index]
 
 
+MAX_GROUP_WORDS = 3   # more groups (e.g. induction's repeat lengths) are summarised by the all-group row
+
+
 def attention_words(analysis, node) -> str:
     rows = analysis.node_attention[node.describe()]
     groups = [g for g in rows if g != "all"]
     tops = {g: top_key(rows[g], analysis.labels) for g in groups}
-    if len({label for label, _ in tops.values()}) <= 1:
+    if len({label for label, _ in tops.values()}) <= 1 or len(groups) > MAX_GROUP_WORDS:
         label, weight = top_key(rows["all"], analysis.labels)
         return f"attends {label} ({weight:.2f})"
     return "attends " + "; ".join(f"{label} ({weight:.2f}) for {g}" for g, (label, weight) in tops.items())
@@ -322,20 +325,28 @@ def markdown(analyses, figures: dict, task: str, extra=()) -> str:
     return "\n".join(sections)
 
 
-def write_report(analyses, out: Path, task: str, extra=()) -> Path:
+def write_run_figure(analysis, out: Path) -> str | None:
+    """Draw one run's figure into out/figures; its path relative to `out`, or None if it has none.
+    Separate from write_report so the report's worker processes can draw their own runs."""
     from probes.figures import run_figure, save
 
+    if analysis.attention is None or analysis.patching is None:
+        return None
+    name = f"figures/{analysis.model_name}-seed{analysis.seed}.png"
+    save(run_figure(analysis), Path(out) / name)
+    return name
+
+
+def write_report(analyses, out: Path, task: str, extra=(), figures: list | None = None) -> Path:
+    """`figures`: each analysis's write_run_figure result, when already drawn."""
     out = Path(out)
     (out / "figures").mkdir(parents=True, exist_ok=True)
-    figures = {}
-    for a in analyses:
-        if a.attention is not None and a.patching is not None:
-            name = f"figures/{a.model_name}-seed{a.seed}.png"
-            save(run_figure(a), out / name)
-            figures[(a.model_name, a.seed)] = name
+    if figures is None:
+        figures = [write_run_figure(a, out) for a in analyses]
+    named = {(a.model_name, a.seed): name for a, name in zip(analyses, figures) if name}
     write_json(out / "report.json", {"task": task, "runs": [run_json(a) for a in analyses],
                                      "summary": summary_lines(analyses),
                                      "sections": {s.title: s.data for s in extra}})
-    text = markdown(analyses, figures, task, extra)
+    text = markdown(analyses, named, task, extra)
     atomic_write(out / "report.md", lambda path: Path(path).write_text(text))
     return out / "report.md"

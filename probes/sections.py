@@ -127,7 +127,7 @@ def measure_dynamics(run):
 
 
 def dynamics_section(results: list, out: Path) -> Section | None:
-    from probes.dynamics import write_dynamics
+    from probes.dynamics import MIN_ADVANTAGE, write_dynamics
 
     figures = write_dynamics(results, Path(out) / "figures")
     rows, summary = [], []
@@ -139,9 +139,12 @@ def dynamics_section(results: list, out: Path) -> Section | None:
                      f"{last.other_loss:.2f}"])
         summary.append(f"{d.model_name} seed {d.seed}: phase change at step ~{d.phase_change_step} "
                        f"(scored loss {d.points[0].scored_loss:.2f} -> {last.scored_loss:.2f})"
-                       if d.phase_change_step is not None else f"{d.model_name} seed {d.seed}: scored loss never fell")
+                       if d.phase_change_step is not None else
+                       f"{d.model_name} seed {d.seed}: no phase change (the scored positions never became better "
+                       f"predicted than the rest; scored loss {d.points[0].scored_loss:.2f} -> {last.scored_loss:.2f})")
     parts = ["Weight snapshots replayed on held-out sequences. The phase change is the midpoint of the "
-             "snapshot interval where the loss at the scored positions falls fastest.", "",
+             "snapshot interval where the loss at the scored positions falls fastest relative to the loss "
+             f"at the other positions; none unless the scored loss ends {MIN_ADVANTAGE} nats below it.", "",
              md_table(["model", "seed", "phase change", "interval", "fall /100 steps", "scored loss",
                        "final scored acc", "final other loss"], rows), ""]
     parts += [f"![dynamics {name}](figures/{path.name})" for name, path in figures.items()]

@@ -178,7 +178,8 @@ def train_family(plans: list[RunPlan], overwrite: bool = False, progress: bool =
             todo.append(TrainJob(plan, status == "resume", checkpoint_every, progress and jobs <= 1))
     try:
         map_jobs(train_job, todo, jobs, f"training {len(todo)} runs, {min(jobs, len(todo))} at a time",
-                 progress=progress and jobs > 1, on_result=lambda job, metrics, write: report_run(job.plan, metrics, write))
+                 progress=progress and jobs > 1, on_result=lambda job, metrics, write: report_run(job.plan, metrics, write),
+                 cost=lambda job: step_cost(job.plan.spec))
     except KeyboardInterrupt:
         raise KeyboardInterrupt(f"unfinished runs are kept; continue them from their last checkpoint "
                                 f"with: {resume_command()}") from None
@@ -189,6 +190,13 @@ def report_run(plan: RunPlan, metrics: dict, write=print) -> None:
     heldout = metrics["accuracy"]["heldout"]
     write(f"{plan.model_name:>16} seed {plan.seed}: {metrics['steps']:>5} steps "
           f"({metrics['stop_reason']}, {metrics['train_seconds']:.1f} s), held-out {heldout:.1%}")
+
+
+def step_cost(spec: ModelSpec) -> float:
+    """Rough relative cost of a training step, so the slowest runs start first and short ones fill
+    the gaps at the end (an expensive run started last left a core idle for a minute, measured)."""
+    per_layer = (1.0 if spec.attention == "softmax" else 0.5) + (1.0 if spec.mlp else 0.0)
+    return spec.n_layers * per_layer
 
 
 @dataclass(frozen=True)
