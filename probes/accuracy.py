@@ -66,17 +66,19 @@ def split_accuracy(scored, groups: list[str]) -> SplitAccuracy:
 
 
 EVALUATION = "evaluation"   # metrics.json key: the RunAccuracy measured right after training
+SHUFFLE_ROWS = 256          # held-out examples (evenly spread) the shuffle test permutes
 
 
 def measure_accuracy(model, batches: dict, model_name: str, seed: int, path, steps: int) -> RunAccuracy:
     from probes.shuffle import shuffle_test
+    from tasks.data import spread_subset
     from tasks.evaluate import score_split
 
     splits = {}
     for name, batch in batches.items():
         scored, sample = score_split(model, batch)
         splits[name] = split_accuracy(scored, sample.groups)
-    shuffle = shuffle_test(model, batches["heldout"], seed=seed)
+    shuffle = shuffle_test(model, spread_subset(batches["heldout"], SHUFFLE_ROWS), seed=seed)
     return RunAccuracy(model_name, seed, str(path), steps, splits, shuffle.max_abs_logit_change)
 
 

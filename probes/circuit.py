@@ -240,19 +240,6 @@ def node_query(node: Node, batch) -> int:
     return node.positions[0] if node.positions else int(batch.positions[0])
 
 
-def heldout_accuracy(run, model, heldout):
-    """probes.accuracy's RunAccuracy for the held-out split only (training already scored the
-    others), with its shuffle test on an evenly spread sample of it."""
-    from probes.patching import spread_subset
-    from probes.accuracy import RunAccuracy, split_accuracy
-    from probes.shuffle import shuffle_test
-    from tasks.evaluate import score_model
-
-    return RunAccuracy(run.model_name, run.seed, str(run.path), int(run.metrics.get("steps", 0)),
-                       {"heldout": split_accuracy(score_model(model, heldout), heldout.groups)},
-                       shuffle_test(model, spread_subset(heldout, ABLATION_ROWS), seed=run.seed).max_abs_logit_change)
-
-
 def patch_pairs(heldout) -> int:
     """How many counterfactual pairs patching uses: PATCH_PAIRS, or as many as hold PATCH_SCORED
     scored positions. Every patch is a forward over all the pairs, and a task scored at ~25
@@ -263,6 +250,7 @@ def patch_pairs(heldout) -> int:
 
 def analyse_run(run) -> RunAnalysis:
     from probes.ablation import METHODS, ablate, head_ablation_sweep, parse_heads
+    from probes.accuracy import run_accuracy
     from probes.attention import attention_from, pair_attention, position_labels, scored_attention
     from probes.composition import composition_scores
     from probes.patching import activation_patching, spread_subset
@@ -271,7 +259,7 @@ def analyse_run(run) -> RunAnalysis:
     model, batches, vocabulary = run.load_model(), run.batches(), run.task.vocabulary()
     heldout = batches["heldout"]
     base = dict(model_name=run.model_name, seed=run.seed, path=str(run.path), spec=run.config.get("spec", {}),
-                accuracy=heldout_accuracy(run, model, heldout))
+                accuracy=run_accuracy(run))
     if base["spec"].get("attention") == "uniform":
         return RunAnalysis(**base, note="uniform attention: a bag of words has no circuit to trace")
     if heldout.counterfactual is None:

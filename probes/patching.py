@@ -19,14 +19,10 @@ import torch
 from models.errors import UsageError
 from tasks.base import NO_FOIL
 from tasks.data import Batch, select_rows, spread_subset  # noqa: F401  (re-exported for probes)
-
-# Tokens per batched forward. Replicas of a batch share one forward, but past ~8k tokens the
-# [rows, heads, pos, pos] attention tensors fall out of cache: 8192 rows of 17 tokens ran at half
-# the rows/s of 256 rows, on both tasks' shapes (measured, one thread).
-TOKENS_PER_FORWARD = 8192
-
+from tasks.evaluate import TOKENS_PER_FORWARD
 
 def replicas_per_forward(batch: Batch) -> int:
+    """Replicas of `batch` that share one forward (see tasks.evaluate.TOKENS_PER_FORWARD)."""
     return max(1, TOKENS_PER_FORWARD // batch.inputs.numel())
 
 
