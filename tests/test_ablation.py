@@ -54,6 +54,16 @@ def test_sweep_covers_baseline_each_head_and_each_layer(setup):
     assert sum(g["n"] for g in sweep[0].by_group.values()) == len(heldout.positions)
 
 
+@pytest.mark.parametrize("method", ["zero", "mean", "resample"])
+def test_batched_sweep_equals_ablating_each_target_on_its_own(setup, method):
+    model, heldout, train = setup
+    sweep = head_ablation_sweep(model, heldout, method, seed=3, reference_batch=train)
+    for result in sweep[1:]:
+        alone = ablate(model, heldout, result.heads, method, seed=3, reference_batch=train)
+        assert result.accuracy == alone.accuracy
+        assert result.logit_diff == pytest.approx(alone.logit_diff, abs=1e-5)
+
+
 def test_resample_is_seeded_and_reads_long_enough_rows(setup):
     model, heldout, train = setup
     rows = resample_rows(heldout, train, seed=1)
