@@ -38,7 +38,8 @@ def train_baseline(out: Path, seeds: int) -> None:
     from tasks.settings import TrainSettings
     from tasks.winograd import WinogradTask
 
-    fixed = TrainSettings(max_steps=3000, stop_accuracy=2.0)  # accuracy never reaches 2: no early stop
+    # Neither stopping rule can fire: accuracy never reaches 2, and no plateau outlasts the budget.
+    fixed = TrainSettings(max_steps=3000, stop_accuracy=2.0, plateau_steps=3001)
     train_family(plan_family(WinogradTask(), None, list(range(seeds)), fixed, out), progress=False, jobs=1)
 
 

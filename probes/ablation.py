@@ -192,36 +192,10 @@ def sweep_targets(model) -> list[tuple[tuple[int, int], ...]]:
 
 def head_ablation_sweep(model, batch: Batch, method: str = "zero", seed: int = 0,
                         reference_batch: Batch | None = None) -> list[AblationResult]:
+    """One forward per target. Stacking the targets as replicas in shared forwards (as patching
+    does) was no faster: 0.29-0.31 s vs 0.25-0.35 s for a 2-block sweep of 64 pairs, and slower at
+    160 rows (0.71 s vs 0.59 s; measured, one thread)."""
     check_method(method)
     values = replacement_z(model, batch, list(range(model.cfg.n_layers)), method, seed, reference_batch or batch)
-    targets = sweep_targets(model)
-    return [summarise(scored, batch, heads, method)
-            for heads, scored in zip(targets, sweep_scored(model, batch, targets, values))]
-
-
-@torch.no_grad()
-def sweep_scored(model, batch: Batch, targets: list, values: dict) -> list[Scored]:
-    """Each target's heads ablated (with `values`, from replacement_z) in its own replica of the
-    batch; replicas share forwards, as in probes.patching.patch_many."""
-    from probes.patching import replicas_per_forward
-
-    n, per_forward, results = len(batch), replicas_per_forward(batch), []
-    for start in range(0, len(targets), per_forward):
-        chunk = [parse_heads(heads) for heads in targets[start:start + per_forward]]
-
-        def hook(layer):
-            def replace(z, hook):
-                z = z.clone()
-                view = z.view(len(chunk), n, *z.shape[1:])
-                for replica, heads in enumerate(chunk):
-                    indices = [h for l, h in heads if l == layer]
-                    if indices:
-                        view[replica][:, :, indices] = 0.0 if values[layer] is None else values[layer][:, :, indices]
-                return z
-            return replace
-
-        layers = sorted({layer for heads in chunk for layer, _ in heads})
-        logits = model.run_with_hooks(batch.inputs.repeat(len(chunk), 1),
-                                      fwd_hooks=[(z_name(layer), hook(layer)) for layer in layers])
-        results += [score_logits(logits_at_scored(logits[r * n:(r + 1) * n], batch), batch) for r in range(len(chunk))]
-    return results
+    return [summarise(ablated_scored(model, batch, heads, method, values=values), batch, heads, method)
+            for heads in sweep_targets(model)]

@@ -155,12 +155,12 @@ def live_positions(batch: Batch) -> list[int]:
     return list(range(int(differs[0]), int(batch.positions.max()) + 1))
 
 
-def patch_grid(model, batch: Batch, activation: str, targets: list[tuple], live: set[int],
-               corrupt: Outcome) -> list[Outcome]:
-    """patch_many over the live targets; dead ones get the corrupt outcome they would measure."""
-    run = [t for t in targets if t[1] is None or t[1] in live]
+def patch_grid(model, batch: Batch, activation: str, targets: list[tuple], matters, corrupt: Outcome) -> list[Outcome]:
+    """patch_many over the targets where `matters(target)`; the others leave every scored logit as
+    in the corrupt run, so they get the corrupt outcome they would measure, without a forward."""
+    run = [t for t in targets if matters(t)]
     measured = iter(patch_many(model, batch, activation, run))
-    return [next(measured) if t[1] is None or t[1] in live else corrupt for t in targets]
+    return [next(measured) if matters(t) else corrupt for t in targets]
 
 
 def activation_patching(model, batch: Batch) -> ActivationPatching:
@@ -170,13 +170,23 @@ def activation_patching(model, batch: Batch) -> ActivationPatching:
     n_layers, n_heads, width = model.cfg.n_layers, model.cfg.n_heads, batch.inputs.shape[1]
     corrupt = run_outcome(model, batch, corrupt_inputs(batch))
     live = set(live_positions(batch))
+    # A last-layer head's output at position p reaches only position p's logits (the MLP, final
+    # norm and unembedding act per position), so off the scored positions it changes nothing.
+    last_layer_reach = live & set(batch.positions.tolist())
+
+    def z_matters(target) -> bool:
+        layer, position, _ = target
+        return position is None or position in (last_layer_reach if layer == n_layers - 1 else live)
+
+    def resid_matters(target) -> bool:
+        return target[1] is None or target[1] in live
     by_pos = [(l, p, h) for l in range(n_layers) for p in range(width) for h in range(n_heads)]
     all_pos = [(l, None, h) for l in range(n_layers) for h in range(n_heads)]
     resid = [(l, p) for l in range(n_layers) for p in range(width)]
-    head_out, head_out_restored = grid(patch_grid(model, batch, "z", by_pos, live, corrupt),
+    head_out, head_out_restored = grid(patch_grid(model, batch, "z", by_pos, z_matters, corrupt),
                                        (n_layers, width, n_heads))
     head_all, head_all_restored = grid(patch_many(model, batch, "z", all_pos), (n_layers, n_heads))
-    resid_pre, resid_restored = grid(patch_grid(model, batch, "resid_pre", resid, live, corrupt),
+    resid_pre, resid_restored = grid(patch_grid(model, batch, "resid_pre", resid, resid_matters, corrupt),
                                      (n_layers, width))
     return ActivationPatching(
         metric=metric_name(batch),
