@@ -85,14 +85,17 @@ def load_tensors(path: Path, fix: str) -> tuple[dict, dict]:
         raise UsageError(f"{path} is {damage(path)} ({error}); {fix}") from None
 
 
-def save_checkpoint(run_dir: Path, model, config: dict) -> None:
-    """Weights first, config (with the weights' SHA-256) last: a config always names its weights."""
+def save_checkpoint(run_dir: Path, model, config: dict) -> str:
+    """Weights first, config (with the weights' SHA-256) last: a config always names its weights.
+    Returns that SHA-256."""
     from safetensors.torch import save_file
 
     weights = Path(run_dir) / WEIGHTS
     state = cpu_tensors(model.state_dict())
     atomic_write(weights, lambda temp: save_file(state, temp))
-    write_json(Path(run_dir) / CONFIG, {**config, "format": FORMAT, "weights_sha256": sha256_file(weights)})
+    digest = sha256_file(weights)
+    write_json(Path(run_dir) / CONFIG, {**config, "format": FORMAT, "weights_sha256": digest})
+    return digest
 
 
 def writer(config: dict) -> str:

@@ -90,9 +90,11 @@ def stored_accuracy(record: dict, path) -> RunAccuracy:
 
 
 def run_accuracy(run) -> RunAccuracy:
-    """What training measured (in its worker, while the model was in memory), else measured now."""
+    """What training measured (in its worker, while the model was in memory) if it was measured on
+    these weights and this spec, else measured now (which also checks that they fit together)."""
     record = run.metrics.get(EVALUATION)
-    if isinstance(record, dict):
+    if isinstance(record, dict) and record.get("weights_sha256") == run.config.get("weights_sha256") \
+            and record.get("spec") == run.config.get("spec"):
         try:
             return stored_accuracy(record, run.path)
         except (KeyError, TypeError):

@@ -144,13 +144,15 @@ def execute(plan: RunPlan, progress: bool = True, resume: bool = False,
                    log_path=plan.run_dir / LOG, progress=progress, snapshot_dir=plan.run_dir / SNAPSHOTS,
                    label=f"{plan.model_name} seed {plan.seed}", state_path=plan.run_dir / STATE,
                    checkpoint_every=checkpoint_every, resume=resume)
-    save_checkpoint(plan.run_dir, model, config)
-    # Measured here, in the worker that holds the model, so the comparison after training reads it.
+    weights_sha256 = save_checkpoint(plan.run_dir, model, config)
+    # Measured here, in the worker that holds the model, so the comparison after training reads it
+    # (for these exact weights and spec only; folders move, so no path).
     evaluation = measure_accuracy(model, batches, plan.model_name, plan.seed, plan.run_dir, result.steps)
+    record = {k: v for k, v in asdict(evaluation).items() if k != "path"}
     metrics = {"steps": result.steps, "stop_reason": result.stop_reason,
                "train_seconds": round(result.seconds, 3),
                "accuracy": {name: split.accuracy.value for name, split in evaluation.splits.items()},
-               EVALUATION: {k: v for k, v in asdict(evaluation).items() if k != "path"}}  # folders move
+               EVALUATION: {**record, "weights_sha256": weights_sha256, "spec": spec.to_dict()}}
     write_json(plan.run_dir / METRICS, metrics)
     (plan.run_dir / STATE).unlink(missing_ok=True)  # a finished run is never resumed
     return metrics
