@@ -1,7 +1,7 @@
 """Activation patching and head ablation: toylens's batched sweeps vs transformer_lens.patching
 (one forward per patched index) on the same inputs, equal results, speed ratio.
 
-    .venv/bin/python benchmarks/sweeps.py [--pairs 64] [--rounds 3]
+    .venv/bin/python benchmarks/sweeps.py [--pairs 64] [--rounds 5]
 
 Uses a freshly initialised block-2-shaped model (2 blocks, 4 heads, MLP) on Winograd held-out pairs,
 so it needs no trained run; the work per patch does not depend on the weights.
@@ -37,7 +37,7 @@ def best_time(function, rounds: int):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5, help="repeats; the best of each side is kept")
     args = parser.parse_args()
     torch.set_num_threads(1)  # what the report uses
     from transformer_lens import patching

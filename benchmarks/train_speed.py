@@ -30,7 +30,9 @@ SHAPES = {
 
 
 def steps_per_second(forward, parameters, spec: ModelSpec, steps: int, batch: int = 64) -> float:
-    optimizer = torch.optim.AdamW([p for p in parameters if p.requires_grad], lr=1e-3, weight_decay=0.01)
+    # foreach=True as in tasks.training, for both: the comparison is of the models, not the optimizers.
+    optimizer = torch.optim.AdamW([p for p in parameters if p.requires_grad], lr=1e-3, weight_decay=0.01,
+                                  foreach=True)
     tokens = torch.randint(spec.d_vocab, (batch, spec.n_ctx + 1), generator=torch.Generator().manual_seed(0))
     lengths = torch.full((batch,), spec.n_ctx + 1)
 
