@@ -55,13 +55,17 @@ def map_jobs(function: Callable, items: Iterable, jobs: int, desc: str, progress
     items = list(items)
     bar = tqdm(total=len(items), desc=desc, unit="job", disable=not progress, dynamic_ncols=True, leave=False)
     results = [None] * len(items)
+
+    def record(index, result):
+        results[index] = result
+        if on_result:
+            on_result(items[index], result, bar.write)
+        bar.update()
+
     try:
         if jobs <= 1 or len(items) <= 1:
             for index, item in enumerate(items):
-                results[index] = in_one_thread(function, item)
-                if on_result:
-                    on_result(item, results[index], bar.write)
-                bar.update()
+                record(index, in_one_thread(function, item))
             return results
         pool = ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=multiprocessing.get_context("spawn"),
                                    initializer=exit_with_parent, initargs=(os.getpid(),))
@@ -69,11 +73,7 @@ def map_jobs(function: Callable, items: Iterable, jobs: int, desc: str, progress
             order = sorted(range(len(items)), key=lambda i: -cost(items[i])) if cost else range(len(items))
             futures = {pool.submit(in_one_thread, function, items[index]): index for index in order}
             for future in as_completed(futures):
-                index = futures[future]
-                results[index] = future.result()
-                if on_result:
-                    on_result(items[index], results[index], bar.write)
-                bar.update()
+                record(futures[future], future.result())
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
         return results
