@@ -87,3 +87,21 @@ def test_damaged_state_is_refused_with_the_fix(batches, small_winograd, tmp_path
     (tmp_path / STATE).write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not a header}")
     with pytest.raises(UsageError, match="corrupt or truncated .*pass --overwrite"):
         run(fresh_model(batches, small_winograd), batches, tmp_path, resume=True)
+
+
+def evaluations(losses, accuracies, every=25):
+    return [{"step": every * (i + 1), "val_loss": loss, "val_accuracy": accuracy}
+            for i, (loss, accuracy) in enumerate(zip(losses, accuracies))]
+
+
+def test_stop_reason_solved_stalled_or_none():
+    settings = TrainSettings(stop_accuracy=0.99, stop_evals=3, plateau_steps=100, plateau_tolerance=0.01)
+    # Solved: accuracy >= 0.99 at the last 3 evaluations, whatever the loss does.
+    assert training.stop_reason(evaluations([1.0, 0.9, 0.9, 0.95], [0.5, 0.99, 1.0, 1.0]), settings) == "validation solved"
+    assert training.stop_reason(evaluations([1.0, 0.9, 0.9], [0.5, 1.0, 1.0]), settings) is None
+    # Stalled: the best loss (0.5 at step 25) is not beaten by 1% for 100 steps; gains under 1% do not count.
+    flat = evaluations([0.5, 0.6, 0.7, 0.498, 0.6], [0.1] * 5)
+    assert training.stop_reason(flat[:4], settings) is None
+    assert training.stop_reason(flat, settings) == "validation stalled"
+    improving = evaluations([0.5, 0.6, 0.7, 0.49, 0.6], [0.1] * 5)   # 2% better at step 100
+    assert training.stop_reason(improving, settings) is None
