@@ -55,7 +55,7 @@ def test_sweep_covers_baseline_each_head_and_each_layer(setup):
 
 
 @pytest.mark.parametrize("method", ["zero", "mean", "resample"])
-def test_batched_sweep_equals_ablating_each_target_on_its_own(setup, method):
+def test_sweep_equals_ablating_each_target_on_its_own(setup, method):
     model, heldout, train = setup
     sweep = head_ablation_sweep(model, heldout, method, seed=3, reference_batch=train)
     for result in sweep[1:]:
