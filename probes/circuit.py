@@ -327,14 +327,13 @@ def report_command(runs_dir: Path, out: Path | None, jobs: int = 1) -> None:
     order = family_order(runs)
     runs = sorted(runs, key=lambda run: (order.index(run.model_name), run.seed))
     out = Path(out or Path(runs_dir) / "report")
-    (out / "figures").mkdir(parents=True, exist_ok=True)
     measured = map_jobs(partial(measure_for_report, out=out), runs, jobs,
                         f"analysing {len(runs)} runs, {min(jobs, len(runs))} at a time", cost=analysis_cost)
     analyses = [analysis for analysis, _, _ in measured]
     # Sections the runs' data call for (head roles, training dynamics); see probes/sections.py.
     sections = report_sections([per_run for _, per_run, _ in measured], out)
-    written = write_report(analyses, out, task=runs[0].task.name, extra=sections,
-                           figures=[figure for _, _, figure in measured])
+    written = write_report(analyses, [figure for _, _, figure in measured], out, task=runs[0].task.name,
+                           extra=sections)
     print("\n".join(summary_lines(analyses) + [line for s in sections for line in s.summary]))
     print(f"\nwrote {written}")
 

@@ -337,12 +337,9 @@ def write_run_figure(analysis, out: Path) -> str | None:
     return name
 
 
-def write_report(analyses, out: Path, task: str, extra=(), figures: list | None = None) -> Path:
-    """`figures`: each analysis's write_run_figure result, when already drawn."""
+def write_report(analyses, figures: list, out: Path, task: str, extra=()) -> Path:
+    """`figures`: each analysis's write_run_figure result (a path under `out`, or None)."""
     out = Path(out)
-    (out / "figures").mkdir(parents=True, exist_ok=True)
-    if figures is None:
-        figures = [write_run_figure(a, out) for a in analyses]
     named = {(a.model_name, a.seed): name for a, name in zip(analyses, figures) if name}
     write_json(out / "report.json", {"task": task, "runs": [run_json(a) for a in analyses],
                                      "summary": summary_lines(analyses),

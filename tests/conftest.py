@@ -14,6 +14,23 @@ os.environ.setdefault("TOYLENS_CACHE", tempfile.mkdtemp(prefix="toylens-test-cac
 from models import ModelSpec  # noqa: E402
 from tasks.winograd import WinogradParams, WinogradTask  # noqa: E402
 
+def hand_batch(n: int = 24):
+    """Random 4-token sequences scored at position 3; the corrupt partner resamples token 1. For
+    the hand-built models of the patching tests."""
+    import torch
+
+    from tasks.base import NO_FOIL
+    from tasks.data import Batch
+
+    generator = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, 4, (n, 5), generator=generator)
+    counterfactual = tokens.clone()
+    counterfactual[:, 1] = (tokens[:, 1] + 1 + torch.randint(0, 3, (n,), generator=generator)) % 4
+    return Batch(tokens=tokens, lengths=torch.full((n,), 5), example_index=torch.arange(n),
+                 positions=torch.full((n,), 3), answers=tokens[:, 4], foils=torch.full((n,), NO_FOIL),
+                 groups=["g"] * n, counterfactual=counterfactual)
+
+
 TINY_SPECS = {
     "bag-of-words": ModelSpec(n_layers=1, d_model=32, n_heads=2, attention="uniform", positions="none"),
     "attn-only-2x1": ModelSpec(n_layers=2, d_model=32, n_heads=1, mlp=False, norm=None),

@@ -7,9 +7,9 @@ import torch
 
 from models import ModelSpec, build_model
 from probes.patching import activation_patching, corrupt_inputs, scored_metric, spread_subset
-from tasks.base import NO_FOIL
-from tasks.data import Batch, task_dataset, to_batch
+from tasks.data import task_dataset, to_batch
 from tasks.evaluate import logits_at_scored
+from tests.conftest import hand_batch
 
 
 @pytest.fixture(scope="module")
@@ -65,16 +65,6 @@ def hand_built(component: str, logits_read_sender: bool = False):
         state["unembed.weight"][:, sender] = torch.randn(4, 4, generator=generator)
     model.load_state_dict(state)
     return model.eval()
-
-
-def hand_batch(n: int = 24) -> Batch:
-    generator = torch.Generator().manual_seed(1)
-    tokens = torch.randint(0, 4, (n, 5), generator=generator)
-    counterfactual = tokens.clone()
-    counterfactual[:, 1] = (tokens[:, 1] + 1 + torch.randint(0, 3, (n,), generator=generator)) % 4
-    return Batch(tokens=tokens, lengths=torch.full((n,), 5), example_index=torch.arange(n),
-                 positions=torch.full((n,), 3), answers=tokens[:, 4],
-                 foils=torch.full((n,), NO_FOIL), groups=["g"] * n, counterfactual=counterfactual)
 
 
 @pytest.mark.parametrize("component", ["q", "k", "v"])

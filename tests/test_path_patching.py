@@ -9,19 +9,7 @@ import torch
 
 from models import ModelSpec, build_model
 from tasks.data import Batch
-
-
-def pairs_batch(n: int = 24) -> Batch:
-    """Random 4-token sequences scored at position 3; the corrupt partner resamples token 1."""
-    from tasks.base import NO_FOIL
-
-    generator = torch.Generator().manual_seed(1)
-    tokens = torch.randint(0, 4, (n, 5), generator=generator)
-    counterfactual = tokens.clone()
-    counterfactual[:, 1] = (tokens[:, 1] + 1 + torch.randint(0, 3, (n,), generator=generator)) % 4
-    return Batch(tokens=tokens, lengths=torch.full((n,), 5), example_index=torch.arange(n),
-                 positions=torch.full((n,), 3), answers=tokens[:, 4], foils=torch.full((n,), NO_FOIL),
-                 groups=["g"] * n, counterfactual=counterfactual)
+from tests.conftest import hand_batch
 
 
 def two_key_readers():
@@ -50,10 +38,10 @@ def two_key_readers():
 
 
 def predicted_pairs(model) -> Batch:
-    """pairs_batch with answer = the clean prediction and foil = the corrupt one (another token
+    """hand_batch with answer = the clean prediction and foil = the corrupt one (another token
     where they agree), so the clean - corrupt gap is the model's own. With a foil the metric is the
     answer - foil logit, linear in the final residual of a model without norm."""
-    batch = pairs_batch()
+    batch = hand_batch()
     with torch.no_grad():
         clean = model(batch.inputs)[:, 3].argmax(-1)
         corrupt = model(batch.counterfactual[:, :-1])[:, 3].argmax(-1)
@@ -72,7 +60,7 @@ def random_model(norm=None):
 def test_a_joint_path_of_one_head_each_is_the_single_edge(component):
     from probes.path_patching import PathTarget, joint_path_patch, path_patch_many
 
-    model, batch = random_model(norm="LN"), pairs_batch()
+    model, batch = random_model(norm="LN"), hand_batch()
     # The single-head form and the one-head sets, in different replicas of one forward.
     single, joint = path_patch_many(model, batch, [PathTarget((0, 1), None, (1, 0), component),
                                                    PathTarget(((0, 1),), None, ((1, 0),), component)])
@@ -112,7 +100,7 @@ def test_joint_senders_add_their_writes_into_the_receiver_input():
     from probes.patching import corrupt_inputs, outcome, replica_scored
     from probes.path_patching import joint_path_patch, path_patch
 
-    model, batch = random_model(), pairs_batch()
+    model, batch = random_model(), hand_batch()
     corrupt = corrupt_inputs(batch)
     _, clean_cache = model.run_with_cache(batch.inputs)
     _, corrupt_cache = model.run_with_cache(corrupt)
@@ -144,7 +132,7 @@ def test_receivers_must_follow_every_sender_in_one_layer(senders, receivers):
 
     spec = ModelSpec(n_layers=3, d_model=8, n_heads=2, mlp=False, n_ctx=4, d_vocab=4)
     with pytest.raises(ValueError):
-        joint_path_patch(build_model(spec, seed=0), pairs_batch(), senders, receivers, "k")
+        joint_path_patch(build_model(spec, seed=0), hand_batch(), senders, receivers, "k")
 
 
 def test_clean_values_swap_in_the_receivers_clean_value_input():
@@ -153,7 +141,7 @@ def test_clean_values_swap_in_the_receivers_clean_value_input():
     from probes.patching import corrupt_inputs, outcome, replica_scored
     from probes.path_patching import PathTarget, path_patch_many
 
-    model, batch = random_model(), pairs_batch()
+    model, batch = random_model(), hand_batch()
     corrupt = corrupt_inputs(batch)
     _, clean_cache = model.run_with_cache(batch.inputs)
     _, corrupt_cache = model.run_with_cache(corrupt)
