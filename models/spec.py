@@ -93,9 +93,22 @@ def build_model(spec: ModelSpec, seed: int = 0):
         seed=seed,
     )
     model = TransformerBridge.boot_native(config)
+    use_fused_layer_norm(model)
     apply_variant(model, spec)
     model.eval()
     return model
+
+
+def use_fused_layer_norm(model) -> None:
+    """TL's NormalizationBridge rebuilds LayerNorm from its parts (mean, pow, sqrt, div) so that
+    hook_scale / hook_normalized can be edited. Its `use_native_layernorm_autograd` switch (which TL
+    sets for OPT, CLIP, ...) runs torch's fused layer_norm instead and still fires those hooks; an
+    edit falls back to the parts with a warning. Measured: 6-15% of a training step on CPU."""
+    from transformer_lens.model_bridge.generalized_components.normalization import NormalizationBridge
+
+    for module in model.modules():
+        if isinstance(module, NormalizationBridge):
+            module.use_native_layernorm_autograd = True
 
 
 def apply_variant(model, spec: ModelSpec) -> None:
