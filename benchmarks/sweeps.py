@@ -3,8 +3,9 @@
 
     .venv/bin/python benchmarks/sweeps.py [--pairs 64] [--rounds 5]
 
-Uses a freshly initialised block-2-shaped model (2 blocks, 4 heads, MLP) on Winograd held-out pairs,
-so it needs no trained run; the work per patch does not depend on the weights.
+Uses freshly initialised models shaped like the Winograd family's blocks (4 heads, MLP; activation
+patching on 2 blocks, the ablation sweep on 1 and 2 blocks) on Winograd held-out pairs, so it needs
+no trained run; the work per patch does not depend on the weights.
 """
 
 from __future__ import annotations
@@ -44,42 +45,51 @@ def main() -> None:
 
     task = WinogradTask()
     pairs = spread_subset(to_batch(task_dataset(task, 0)["heldout"]), args.pairs)
-    spec = ModelSpec(n_layers=2, n_heads=4, n_ctx=pairs.inputs.shape[1], d_vocab=len(task.vocabulary()))
-    model = build_model(spec, seed=0)
 
     def metric(logits):
         return scored_metric(logits_at_scored(logits, pairs), pairs).mean()
 
-    def theirs_patching():
-        _, clean_cache = model.run_with_cache(pairs.inputs)
-        corrupt = corrupt_inputs(pairs)
-        return {"head_out": patching.get_act_patch_attn_head_out_by_pos(model, corrupt, clean_cache, metric),
-                "head_all": patching.get_act_patch_attn_head_out_all_pos(model, corrupt, clean_cache, metric),
-                "resid_pre": patching.get_act_patch_resid_pre(model, corrupt, clean_cache, metric)}
-
-    def theirs_ablation():
-        # Zero-ablating each head = patching its z from an all-zero cache, one forward per head.
-        _, cache = model.run_with_cache(pairs.inputs)
-        for name in list(cache.keys()):
-            cache.cache_dict[name] = torch.zeros_like(cache[name])
-        return patching.get_act_patch_attn_head_out_all_pos(model, pairs.inputs, cache, metric)
-
     with torch.no_grad():
+        model = winograd_model(task, pairs, n_layers=2)
         ours_time, ours = best_time(lambda: activation_patching(model, pairs), args.rounds)
-        their_time, theirs = best_time(theirs_patching, args.rounds)
+        their_time, theirs = best_time(lambda: theirs_patching(patching, model, pairs, metric), args.rounds)
         worst = max((getattr(ours, name) - value.float()).abs().max().item() for name, value in theirs.items())
-        print(f"activation patching ({args.pairs} pairs, every head x position, head x all positions, resid):")
+        print(f"activation patching, 2 blocks ({args.pairs} pairs, every head x position, head x all positions, "
+              "resid):")
         print(f"  toylens {ours_time:.2f} s  transformer_lens.patching {their_time:.2f} s  "
               f"speed-up {their_time / ours_time:.1f}x  max |difference| {worst:.1e}")
 
-        ours_time, sweep = best_time(lambda: head_ablation_sweep(model, pairs, "zero"), args.rounds)
-        their_time, theirs = best_time(theirs_ablation, args.rounds)
-        ours_grid = torch.tensor([r.logit_diff for r in sweep[1:1 + spec.n_layers * spec.n_heads]])
-        worst = (ours_grid - theirs.flatten().float()).abs().max().item()
-        print(f"zero-ablation sweep (every head; toylens also scores each whole layer):")
-        print(f"  toylens {ours_time:.2f} s  transformer_lens.patching {their_time:.2f} s  "
-              f"speed-up {their_time / ours_time:.1f}x  max |difference| {worst:.1e}")
+        print("zero-ablation sweep (every head; toylens also scores each whole layer):")
+        for n_layers in (1, 2):
+            model = winograd_model(task, pairs, n_layers)
+            ours_time, sweep = best_time(lambda: head_ablation_sweep(model, pairs, "zero"), args.rounds)
+            their_time, theirs = best_time(lambda: theirs_ablation(patching, model, pairs, metric), args.rounds)
+            n_heads = model.cfg.n_layers * model.cfg.n_heads
+            ours_grid = torch.tensor([r.logit_diff for r in sweep[1:1 + n_heads]])
+            worst = (ours_grid - theirs.flatten().float()).abs().max().item()
+            print(f"  {n_layers} block(s): toylens {ours_time:.2f} s  transformer_lens.patching {their_time:.2f} s  "
+                  f"speed-up {their_time / ours_time:.1f}x  max |difference| {worst:.1e}")
 
+
+def winograd_model(task, pairs, n_layers: int):
+    spec = ModelSpec(n_layers=n_layers, n_heads=4, n_ctx=pairs.inputs.shape[1], d_vocab=len(task.vocabulary()))
+    return build_model(spec, seed=0)
+
+
+def theirs_patching(patching, model, pairs, metric) -> dict:
+    _, clean_cache = model.run_with_cache(pairs.inputs)
+    corrupt = corrupt_inputs(pairs)
+    return {"head_out": patching.get_act_patch_attn_head_out_by_pos(model, corrupt, clean_cache, metric),
+            "head_all": patching.get_act_patch_attn_head_out_all_pos(model, corrupt, clean_cache, metric),
+            "resid_pre": patching.get_act_patch_resid_pre(model, corrupt, clean_cache, metric)}
+
+
+def theirs_ablation(patching, model, pairs, metric):
+    """Zero-ablating each head = patching its z from an all-zero cache, one forward per head."""
+    _, cache = model.run_with_cache(pairs.inputs)
+    for name in list(cache.keys()):
+        cache.cache_dict[name] = torch.zeros_like(cache[name])
+    return patching.get_act_patch_attn_head_out_all_pos(model, pairs.inputs, cache, metric)
 
 if __name__ == "__main__":
     main()

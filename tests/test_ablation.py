@@ -54,14 +54,28 @@ def test_sweep_covers_baseline_each_head_and_each_layer(setup):
     assert sum(g["n"] for g in sweep[0].by_group.values()) == len(heldout.positions)
 
 
+# The sweep replays one clean run instead of ablating with hooks: check it on every block layout.
+SWEEP_SPECS = {
+    "attention-only": dict(mlp=False, norm=None),
+    "MLP and LayerNorm": dict(),
+    "rotary, unscaled, 3 layers": dict(n_layers=3, positions="rotary", scale_scores=False),
+}
+
+
+@pytest.mark.parametrize("layout", SWEEP_SPECS)
 @pytest.mark.parametrize("method", ["zero", "mean", "resample"])
-def test_sweep_equals_ablating_each_target_on_its_own(setup, method):
-    model, heldout, train = setup
+def test_sweep_equals_ablating_each_target_on_its_own(setup, method, layout):
+    _, heldout, train = setup
+    fields = dict(n_layers=2, d_model=16, n_heads=2, n_ctx=heldout.inputs.shape[1], d_vocab=setup[0].cfg.d_vocab)
+    model = build_model(ModelSpec(**{**fields, **SWEEP_SPECS[layout]}), seed=7)
     sweep = head_ablation_sweep(model, heldout, method, seed=3, reference_batch=train)
-    for result in sweep[1:]:
+    assert len(sweep) == 1 + 3 * model.cfg.n_layers
+    for result in sweep:
         alone = ablate(model, heldout, result.heads, method, seed=3, reference_batch=train)
         assert result.accuracy == alone.accuracy
         assert result.logit_diff == pytest.approx(alone.logit_diff, abs=1e-5)
+        for group, scores in result.by_group.items():
+            assert scores["logit_diff"] == pytest.approx(alone.by_group[group]["logit_diff"], abs=1e-5)
 
 
 def test_resample_is_seeded_and_reads_long_enough_rows(setup):
