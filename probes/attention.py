@@ -75,11 +75,10 @@ def token_mass(rows: torch.Tensor, keys: torch.Tensor, targets: torch.Tensor) ->
 def offsets(rows: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
     """[layer, head, offset] mean mass at query - key = offset."""
     k, n_layers, n_heads, width = rows.shape
+    offset = queries[:, None] - torch.arange(width)[None, :]       # [k, key]
+    keep = offset >= 0
     out = torch.zeros(n_layers, n_heads, width)
-    key = torch.arange(width)
-    for row, query in enumerate(queries.tolist()):
-        keep = key <= query
-        out[:, :, query - key[keep]] += rows[row][:, :, keep]
+    out.index_add_(2, offset[keep], rows.permute(1, 2, 0, 3)[:, :, keep])
     return out / max(k, 1)
 
 

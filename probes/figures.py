@@ -104,6 +104,9 @@ def run_figure(analysis):
 def save(fig, path) -> None:
     from models.checkpoint import atomic_write
 
-    # The temp file's suffix is .tmp, so the image format is named explicitly.
-    atomic_write(path, lambda temp: fig.savefig(temp, dpi=90, format=Path(path).suffix.lstrip(".")))
+    # The temp file's suffix is .tmp, so the image format is named explicitly. PNG compression
+    # level 1: a third of a run figure's time went to level 6, for files 4% smaller (measured).
+    suffix = Path(path).suffix.lstrip(".")
+    options = {"pil_kwargs": {"compress_level": 1}} if suffix == "png" else {}
+    atomic_write(path, lambda temp: fig.savefig(temp, dpi=90, format=suffix, **options))
     plt.close(fig)

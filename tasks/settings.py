@@ -20,7 +20,7 @@ class TrainSettings:
     # a row, or "stalled" once the best validation loss has not improved by plateau_tolerance
     # (relative) for plateau_steps steps: a model that cannot learn the task stops wasting steps.
     stop_accuracy: float = 0.99
-    stop_evals: int = 3
+    stop_evals: int = 2
     plateau_steps: int = 250
     plateau_tolerance: float = 0.01
     # Save weights every snapshot_every steps (and at step 0) for probes that replay training; 0 = never.

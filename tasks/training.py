@@ -88,9 +88,9 @@ def train(model, train_batch: Batch, validation_batch: Batch, settings: TrainSet
                leave=False, dynamic_ncols=True, initial=done["step"], total=settings.max_steps)
     if snapshot_dir and settings.snapshot_every and done["step"] == 0:
         save_snapshot(model, snapshot_dir, 0)
-    # Mode switches only around evaluations: the bridge's train() walks every wrapper twice and
-    # cost ~5 ms, a tenth of a one-block step, when it was called every step (measured).
-    model.train()
+    # Mode switches only around evaluations, and on what runs: the bridge's train() walks every
+    # wrapper twice and cost ~5 ms, a tenth of a one-block step, when called every step (measured).
+    forward.train()
     try:
         for step in bar:
             rows = torch.randint(len(train_batch), (settings.batch_size,), generator=generator)
@@ -102,7 +102,7 @@ def train(model, train_batch: Batch, validation_batch: Batch, settings: TrainSet
             if snapshot_dir and settings.snapshot_every and step % settings.snapshot_every == 0:
                 save_snapshot(model, snapshot_dir, step)
             if step % settings.eval_every == 0 or step == settings.max_steps:
-                model.eval()
+                forward.eval()
                 entry = {"step": step, "train_loss": loss.item(), **evaluate(forward, validation_batch),
                          "seconds": round(time.perf_counter() - start, 3)}
                 history.append(entry)
@@ -113,7 +113,7 @@ def train(model, train_batch: Batch, validation_batch: Batch, settings: TrainSet
                 stop = stop_reason(history, settings)
                 if stop:
                     break
-                model.train()
+                forward.train()
             if state_path is not None and step % checkpoint_every == 0:
                 save_train_state(state_path, model, optimizer, generator,
                                  {"step": step, "history": history, "seconds": time.perf_counter() - start})
@@ -134,10 +134,34 @@ def training_device() -> str:
 
 
 def hook_free_forward(model):
-    """The bridge's wrapped native module: the same parameters and bitwise the same logits (a test
-    checks), without the per-call hook dispatch, which costs ~25% of a training step on CPU. The
-    variants live in frozen weights, not hooks, so nothing is skipped."""
-    return getattr(model, "original_model", model)
+    """The model's own TransformerLens modules (NativeModel, its blocks, attention and MLP, and the
+    very Linear / LayerNorm / Embedding leaves holding the parameters) with the bridge's hook
+    wrappers peeled off: the same parameter and buffer objects and bitwise the same logits (tested),
+    without the wrappers' per-call hook dispatch and LayerNorm bookkeeping, which cost up to a fifth
+    of a training step on CPU (benchmarks/train_speed.py). Variants live in frozen weights and module
+    constants, not hooks; a model with any hook attached is returned as it is, so none is skipped."""
+    native = getattr(model, "original_model", None)
+    if native is None or any(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks
+                             for m in model.modules()):
+        return model
+    return unwrapped(native)
+
+
+def unwrapped(module):
+    """`module` with every bridge wrapper replaced by the module it wraps. Leaves are returned
+    themselves; containers are shallow copies (sharing parameters and buffers) holding unwrapped
+    children, so the bridge itself is left untouched."""
+    import copy
+
+    from transformer_lens.model_bridge.generalized_components.base import GeneralizedComponent
+
+    while isinstance(module, GeneralizedComponent):
+        module = module.original_component
+    if not module._modules:
+        return module
+    clone = copy.copy(module)
+    clone._modules = {name: child if child is None else unwrapped(child) for name, child in module._modules.items()}
+    return clone
 
 
 def open_log(log_path: Path, history: list[dict]):

@@ -105,3 +105,37 @@ def test_stop_reason_solved_stalled_or_none():
     assert training.stop_reason(flat, settings) == "validation stalled"
     improving = evaluations([0.5, 0.6, 0.7, 0.49, 0.6], [0.1] * 5)   # 2% better at step 100
     assert training.stop_reason(improving, settings) is None
+
+
+VARIANTS = {
+    "softmax, MLP, LayerNorm": dict(),
+    "uniform attention, no positions": dict(attention="uniform", positions="none"),
+    "attention-only, no norm, unscaled": dict(mlp=False, norm=None, scale_scores=False),
+    "rotary, 2 layers": dict(positions="rotary", n_layers=2),
+}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_hook_free_forward_is_the_same_model_without_wrappers(variant):
+    from models import ModelSpec
+    from transformer_lens.model_bridge.generalized_components.base import GeneralizedComponent
+
+    model = build_model(ModelSpec(d_model=16, n_heads=2, n_ctx=9, d_vocab=11, **VARIANTS[variant]), seed=3)
+    forward = training.hook_free_forward(model)
+    assert not any(isinstance(m, GeneralizedComponent) for m in forward.modules())
+    assert {id(p) for p in forward.parameters()} == {id(p) for p in model.parameters()}
+    tokens = torch.randint(11, (5, 9), generator=torch.Generator().manual_seed(0))
+    assert torch.equal(forward(tokens), model(tokens))
+    # One step through it moves the bridge's own weights: the logits still agree afterwards.
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    forward(tokens).logsumexp(-1).mean().backward()
+    optimizer.step()
+    assert torch.equal(forward(tokens), model(tokens))
+
+
+def test_a_model_with_hooks_trains_through_the_bridge():
+    from models import ModelSpec
+
+    model = build_model(ModelSpec(d_model=16, n_heads=2, n_ctx=9, d_vocab=11), seed=3)
+    model.add_hook("blocks.0.attn.hook_pattern", lambda pattern, hook: pattern, is_permanent=True)
+    assert training.hook_free_forward(model) is model
