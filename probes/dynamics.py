@@ -174,7 +174,9 @@ def dynamics_frame(results: list[Dynamics]):
 def plot_dynamics(results: list[Dynamics]):
     """One row per seed: losses, induction scores, previous-token scores over steps; a dashed line
     at the detected phase change. `results` are the runs of one model."""
-    from probes.figures import plt, sns
+    import seaborn as sns  # here, not in probes.figures: 0.7 s of import the other figures do without
+
+    from probes.figures import plt
 
     frame = dynamics_frame(results)
     panels = [("loss", "loss (nats)"), ("induction", "induction score"), ("previous_token", "previous-token score")]

@@ -15,7 +15,6 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
-import seaborn as sns  # noqa: E402,F401  (probes.dynamics draws its line plots with it)
 
 
 def heatmap(ax, data, xlabels, ylabels, label: str, cmap: str = "viridis", vmin=0.0, vmax=1.0) -> None:
