@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import torch
 
 from models.errors import UsageError
+from models.resume import forward_from
+from probes.patching import hook_name
 from tasks.data import Batch
 from tasks.evaluate import Scored, logits_at_scored, score_logits
 
@@ -208,14 +210,17 @@ class CleanRun:
     W_O: torch.Tensor                       # [layer, head, d_head, d_model]
 
 
+def attn_out_name(layer: int) -> str:
+    return f"blocks.{layer}.hook_attn_out"
+
+
 @torch.no_grad()
 def clean_run(model, batch: Batch) -> CleanRun:
     layers = range(model.cfg.n_layers)
-    names = [f"blocks.{l}.{name}" for l in layers for name in ("hook_resid_pre", "hook_attn_out", "attn.hook_z")]
+    names = [n for l in layers for n in (hook_name("resid_pre", l), attn_out_name(l), z_name(l))]
     logits, cache = model.run_with_cache(batch.inputs, names_filter=names)
     return CleanRun(logits=logits, z={l: cache[z_name(l)] for l in layers},
-                    resid_mid={l: cache[f"blocks.{l}.hook_resid_pre"] + cache[f"blocks.{l}.hook_attn_out"]
-                               for l in layers},
+                    resid_mid={l: cache[hook_name("resid_pre", l)] + cache[attn_out_name(l)] for l in layers},
                     W_O=model.W_O)
 
 
@@ -226,7 +231,6 @@ def replayed_scored(model, batch: Batch, clean: CleanRun, heads, values: dict) -
     ablated heads (the output projection is linear in each head's z); the blocks before it computed
     what the clean run did, so only its MLP and the blocks after it run again. After the last
     attention every module is position-wise, so a last-layer target runs on its scored positions
-    only. TL 4 offers no shortcut here: its `start_at_layer` still runs the blocks before the layer.
     A sweep of a 2-block model runs ~half the FLOPs of a forward per target, a 1-block one ~1/6."""
     if not heads:
         return score_logits(logits_at_scored(clean.logits, batch), batch)
@@ -242,7 +246,5 @@ def replayed_scored(model, batch: Batch, clean: CleanRun, heads, values: dict) -
     block = model.blocks[layer]
     if not model.cfg.attn_only:
         residual = residual + block.mlp(block.ln2(residual))
-    for later in model.blocks[layer + 1:]:
-        (residual,) = later(residual)
-    logits = model.unembed(model.ln_final(residual))
+    logits = forward_from(model, residual, layer + 1)
     return score_logits(logits[:, 0] if last else logits_at_scored(logits, batch), batch)

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 
 import torch
 
+from models.resume import forward_from
 from probes.ablation import head_name, z_name
 from probes.attention import pattern_name
-from probes.patching import (Outcome, corrupt_inputs, live_positions, outcome, replica_scored,
+from probes.patching import (Outcome, corrupt_inputs, hook_name, live_positions, outcome, replica_scored,
                              replicas_per_forward, run_outcome)
 from tasks.data import Batch
 
@@ -182,7 +183,7 @@ class PathHooks:
 
     def hooks(self) -> list:
         wanted = sorted({(t.layer, t.component) for t in self.targets})
-        out = [(f"blocks.{layer}.hook_resid_pre", self.keep_residual(layer)) for layer in {l for l, _ in wanted}]
+        out = [(hook_name("resid_pre", layer), self.keep_residual(layer)) for layer in {l for l, _ in wanted}]
         out += [(value_name(layer), self.use_clean_values(layer))
                 for layer in sorted({t.layer for t in self.targets if t.clean_values})]
         return out + [(f"blocks.{layer}.attn.hook_{c}", self.patch(layer, c)) for layer, c in wanted]
@@ -216,19 +217,33 @@ def path_patch_many(model, batch: Batch, targets: list[PathTarget]) -> list[Path
     if value_layers:
         _, cache = model.run_with_cache(batch.inputs, names_filter=[value_name(l) for l in value_layers])
         clean_values = {layer: cache[value_name(layer)] for layer in value_layers}
+    # Blocks before a target's receivers compute exactly the corrupt run: each forward resumes from
+    # the corrupt residual entering the chunk's earliest receiver layer (equal results, tested).
+    first_layers = sorted({t.layer for t in targets})
+    _, cache = model.run_with_cache(corrupt_inputs(batch), names_filter=[hook_name("resid_pre", l) for l in first_layers])
+    corrupt_residual = {layer: cache[hook_name("resid_pre", layer)] for layer in first_layers}
     per_forward = replicas_per_forward(batch)
     results = []
     for start in range(0, len(targets), per_forward):
         chunk = targets[start:start + per_forward]
         hooks = PathHooks(model, chunk, writes, len(batch), clean_values)
-        layers = [pattern_name(l) for l in sorted({t.layer for t in chunk})]
-        with model.hooks(fwd_hooks=hooks.hooks()):
-            logits, cache = model.run_with_cache(corrupt_inputs(batch).repeat(len(chunk), 1), names_filter=layers)
+        first = min(t.layer for t in chunk)
+        patterns = {}
+        keep = [(pattern_name(l), keeper(patterns, pattern_name(l))) for l in sorted({t.layer for t in chunk})]
+        with model.hooks(fwd_hooks=hooks.hooks() + keep):
+            logits = forward_from(model, corrupt_residual[first].repeat(len(chunk), 1, 1), first)
         outcomes = outcome(replica_scored(logits, batch), batch)
         for replica, (target, result) in enumerate(zip(chunk, outcomes)):
-            rows = {r: receiver_rows(cache[pattern_name(r[0])], batch, r[1])[replica] for r in target.receivers}
+            rows = {r: receiver_rows(patterns[pattern_name(r[0])], batch, r[1])[replica] for r in target.receivers}
             results.append(summarise(target, result, clean, corrupt, rows, reference))
     return results
+
+
+def keeper(store: dict, name: str):
+    """A hook that stores what passes `name` (without changing it)."""
+    def keep(value, hook):
+        store[name] = value
+    return keep
 
 
 def summarise(target: PathTarget, result: Outcome, clean: Outcome, corrupt: Outcome, rows: dict,
