@@ -80,3 +80,16 @@ def test_loading_refuses_pickles(tmp_path):
     (tmp_path / "model.pt").write_bytes(b"\x80\x04not really")
     with pytest.raises(UsageError, match="never unpickles"):
         load_checkpoint(tmp_path)
+
+
+@pytest.mark.parametrize("fields", [dict(), dict(mlp=False, norm=None), dict(positions="rotary", scale_scores=False)])
+def test_forward_resumed_at_any_block_equals_the_full_forward(fields):
+    from models.resume import forward_from
+
+    model = build_model(ModelSpec(n_layers=3, d_model=16, n_heads=2, n_ctx=7, d_vocab=9, **fields), seed=1)
+    tokens = torch.randint(9, (4, 7), generator=torch.Generator().manual_seed(0))
+    logits, cache = model.run_with_cache(tokens)
+    for start in range(3):
+        torch.testing.assert_close(forward_from(model, cache[f"blocks.{start}.hook_resid_pre"], start), logits,
+                                   rtol=0, atol=1e-5)
+    torch.testing.assert_close(forward_from(model, cache["blocks.2.hook_resid_post"], 3), logits, rtol=0, atol=1e-5)
