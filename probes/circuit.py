@@ -318,8 +318,6 @@ def report_command(runs_dir: Path, out: Path | None, jobs: int = 1) -> None:
     from functools import partial
 
     from probes.accuracy import family_order
-    from probes.report import summary_lines, write_report
-    from probes.sections import report_sections
     from tasks.runs import find_runs
     from tasks.workers import map_jobs
 
@@ -329,11 +327,18 @@ def report_command(runs_dir: Path, out: Path | None, jobs: int = 1) -> None:
     out = Path(out or Path(runs_dir) / "report")
     measured = map_jobs(partial(measure_for_report, out=out), runs, jobs,
                         f"analysing {len(runs)} runs, {min(jobs, len(runs))} at a time", cost=analysis_cost)
+    publish_report(measured, out, task=runs[0].task.name)
+
+
+def publish_report(measured: list, out: Path, task: str) -> None:
+    """Write and summarise the report from each run's `measure_for_report` result (in report order)."""
+    from probes.report import summary_lines, write_report
+    from probes.sections import report_sections
+
     analyses = [analysis for analysis, _, _ in measured]
     # Sections the runs' data call for (head roles, training dynamics); see probes/sections.py.
     sections = report_sections([per_run for _, per_run, _ in measured], out)
-    written = write_report(analyses, [figure for _, _, figure in measured], out, task=runs[0].task.name,
-                           extra=sections)
+    written = write_report(analyses, [figure for _, _, figure in measured], out, task=task, extra=sections)
     print("\n".join(summary_lines(analyses) + [line for s in sections for line in s.summary]))
     print(f"\nwrote {written}")
 

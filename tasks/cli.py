@@ -30,6 +30,9 @@ def add_train_arguments(parser: Parser, task_cls: type) -> None:
     parser.add_argument("--jobs", type=positive_int, default=default_jobs(),
                         help="runs trained at a time, one process and one thread each (default: CPU cores)")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    parser.add_argument("--report", action="store_true",
+                        help="then trace the circuits of these runs in the same worker processes and write "
+                             "OUT/report (as `python -m probes.circuit report OUT` does, without its start-up)")
     params = parser.add_argument_group(f"{task_cls.name} task parameters")
     for field in dataclasses.fields(task_cls.Params):
         flag = "--" + field.name.replace("_", "-")
@@ -56,12 +59,18 @@ def train_command(task_cls: type, args) -> None:
     models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
     out = args.out or Path("runs") / task.name
     plans = plan_family(task, models, list(range(args.seeds)), settings, out)
-    train_family(plans, overwrite=args.overwrite, progress=not args.no_progress, resume=args.resume,
-                 checkpoint_every=args.checkpoint_every, jobs=args.jobs)
+    report = out / "report" if args.report else None
+    measured = train_family(plans, overwrite=args.overwrite, progress=not args.no_progress, resume=args.resume,
+                            checkpoint_every=args.checkpoint_every, jobs=args.jobs, report_out=report)
     # The comparison is a probe; the CLI composes training and probing, the packages stay apart.
     from probes.accuracy import compare_runs_command
 
     compare_runs_command(out)
+    if report is not None:
+        from probes.circuit import publish_report
+
+        print()
+        publish_report(measured, report, task=task.name)
 
 
 def summary_line(task_cls: type) -> str:

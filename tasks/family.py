@@ -165,8 +165,10 @@ def resume_command() -> str:
 
 
 def train_family(plans: list[RunPlan], overwrite: bool = False, progress: bool = True, resume: bool = False,
-                 checkpoint_every: int | None = None, jobs: int = 1) -> list[RunPlan]:
-    """Train every plan not already done; with jobs > 1, that many runs at a time in worker processes."""
+                 checkpoint_every: int | None = None, jobs: int = 1, report_out: Path | None = None) -> list:
+    """Train every plan not already done; with jobs > 1, that many runs at a time in worker processes.
+    With `report_out`, each worker then measures what the circuit report shows for its run (kept runs
+    too), saving the report's own start-up; returns those measurements in plan order (else Nones)."""
     if plans:
         check_out_folder(plans[0].run_dir.parent.parent, plans[0].task)
     statuses = [existing_status(plan, overwrite, resume) for plan in plans]
@@ -174,23 +176,27 @@ def train_family(plans: list[RunPlan], overwrite: bool = False, progress: bool =
     for plan, status in zip(plans, statuses):
         if status == "done":
             print(f"{plan.run_dir}: already trained with these settings, kept (--overwrite retrains)")
-        else:
-            if status == "resume":
-                print(f"{plan.run_dir}: resuming from its last checkpoint")
-            todo.append(TrainJob(plan, status == "resume", checkpoint_every, progress and jobs <= 1))
+        elif status == "resume":
+            print(f"{plan.run_dir}: resuming from its last checkpoint")
+        if status != "done" or report_out is not None:
+            todo.append(TrainJob(plan, status == "resume", checkpoint_every, progress and jobs <= 1,
+                                 train=status != "done", report_out=report_out))
     try:
-        map_jobs(train_job, todo, jobs, f"training {len(todo)} runs, {min(jobs, len(todo))} at a time",
-                 progress=progress and jobs > 1, on_result=lambda job, metrics, write: report_run(job.plan, metrics, write),
-                 cost=lambda job: step_cost(job.plan.spec))
+        results = map_jobs(train_job, todo, jobs, f"training {len(todo)} runs, {min(jobs, len(todo))} at a time",
+                           progress=progress and jobs > 1, on_result=report_run, cost=job_cost)
     except KeyboardInterrupt:
         raise KeyboardInterrupt(f"unfinished runs are kept; continue them from their last checkpoint "
                                 f"with: {resume_command()}") from None
-    return plans
+    measured = {job.plan.run_dir: result for job, (_, result) in zip(todo, results)}
+    return [measured.get(plan.run_dir) for plan in plans]
 
 
-def report_run(plan: RunPlan, metrics: dict, write=print) -> None:
+def report_run(job: "TrainJob", result: tuple, write=print) -> None:
+    metrics, _ = result
+    if metrics is None:
+        return
     heldout = metrics["accuracy"]["heldout"]
-    write(f"{plan.model_name:>16} seed {plan.seed}: {metrics['steps']:>5} steps "
+    write(f"{job.plan.model_name:>16} seed {job.plan.seed}: {metrics['steps']:>5} steps "
           f"({metrics['stop_reason']}, {metrics['train_seconds']:.1f} s), held-out {heldout:.1%}")
 
 
@@ -201,13 +207,29 @@ def step_cost(spec: ModelSpec) -> float:
     return spec.n_layers * per_layer
 
 
+def job_cost(job: "TrainJob") -> float:
+    return step_cost(job.plan.spec) if job.train else 0.0
+
+
 @dataclass(frozen=True)
 class TrainJob:
     plan: RunPlan
     resume: bool
     checkpoint_every: int | None
     progress: bool          # per-step bar: only when runs go one at a time (bars would interleave)
+    train: bool = True      # False: already trained and kept; only measured for the report
+    report_out: Path | None = None
 
 
-def train_job(job: TrainJob) -> dict:
-    return execute(job.plan, progress=job.progress, resume=job.resume, checkpoint_every=job.checkpoint_every)
+def train_job(job: TrainJob) -> tuple:
+    """(metrics, or None for a kept run; what the circuit report shows for the run, or None)."""
+    metrics = None
+    if job.train:
+        metrics = execute(job.plan, progress=job.progress, resume=job.resume, checkpoint_every=job.checkpoint_every)
+    if job.report_out is None:
+        return metrics, None
+    # Here, in the worker that trained the run: TransformerLens is already imported.
+    from probes.circuit import measure_for_report
+    from tasks.runs import Run
+
+    return metrics, measure_for_report(Run(job.plan.run_dir), job.report_out)

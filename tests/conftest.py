@@ -42,15 +42,20 @@ def small_winograd() -> WinogradTask:
     return WinogradTask(WinogradParams(nouns=8))
 
 
-def train_tiny(task, out: Path, specs: dict, seeds=(0,), steps: int = 150):
-    """Train `specs` briefly into `out` with the real training path; returns the run folder."""
-    from tasks.family import RunPlan, train_family
+def tiny_plans(task, out: Path, specs: dict, seeds=(0,), steps: int = 150) -> list:
+    from tasks.family import RunPlan
     from tasks.training import TrainSettings
 
     settings = TrainSettings(max_steps=steps, batch_size=32, eval_every=50)
-    plans = [RunPlan(task, name, spec, seed, settings, out / name / f"seed{seed}")
-             for name, spec in specs.items() for seed in seeds]
-    train_family(plans, progress=False)
+    return [RunPlan(task, name, spec, seed, settings, out / name / f"seed{seed}")
+            for name, spec in specs.items() for seed in seeds]
+
+
+def train_tiny(task, out: Path, specs: dict, seeds=(0,), steps: int = 150):
+    """Train `specs` briefly into `out` with the real training path; returns the run folder."""
+    from tasks.family import train_family
+
+    train_family(tiny_plans(task, out, specs, seeds, steps), progress=False)
     return out
 
 

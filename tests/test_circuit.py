@@ -74,6 +74,22 @@ def test_report_command_writes_markdown_json_and_figures(tiny_runs, capsys):
     assert (tiny_runs / "report" / "figures" / "attn-only-2x1-seed0.png").stat().st_size > 1000
 
 
+def test_training_with_the_report_writes_what_the_report_command_writes(tiny_runs, small_winograd, tmp_path,
+                                                                          capsys):
+    from probes.circuit import publish_report, report_command
+    from tasks.family import train_family
+    from tests.conftest import TINY_SPECS, tiny_plans
+
+    # The runs are already trained with these settings: kept, and analysed all the same.
+    measured = train_family(tiny_plans(small_winograd, tiny_runs, TINY_SPECS), progress=False,
+                            report_out=tmp_path / "together")
+    assert "kept" in capsys.readouterr().out and all(m is not None for m in measured)
+    publish_report(measured, tmp_path / "together", task=small_winograd.name)
+    report_command(tiny_runs, tmp_path / "apart")
+    assert (tmp_path / "together" / "report.md").read_text() == (tmp_path / "apart" / "report.md").read_text()
+    assert (tmp_path / "together" / "figures" / "attn-only-2x1-seed0.png").is_file()
+
+
 def test_report_command_usage_errors(tmp_path):
     done = subprocess.run([sys.executable, "-m", "probes.circuit", "report", str(tmp_path / "missing")],
                           capture_output=True, text=True, timeout=60)
