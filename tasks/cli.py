@@ -22,7 +22,7 @@ def add_train_arguments(parser: Parser, task_cls: type) -> None:
     parser.add_argument("--lr", type=float)
     parser.add_argument("--eval-every", type=positive_int)
     parser.add_argument("--checkpoint-every", type=positive_int,
-                        help="save the resumable train state every N steps (default: every evaluation)")
+                        help="save the resumable train state every N steps (default: every 4th evaluation)")
     existing = parser.add_mutually_exclusive_group()
     existing.add_argument("--overwrite", action="store_true", help="replace runs that differ or exist")
     existing.add_argument("--resume", action="store_true",
