@@ -63,7 +63,8 @@ def main() -> None:
     print(f"main job (train --report): {ours_seconds:.0f} s (target <= 120 s)")
     print(f"circuit report alone (python -m probes.circuit report): {report_seconds:.0f} s")
     print(f"source recipe, 3000 fixed steps: training {baseline_seconds:.0f} s{scaled}")
-    print(f"main job (training and report) vs the recipe's training alone: {baseline_seconds / ours_seconds:.1f}x faster")
+    print(f"main job (training and report) vs the recipe's training alone: "
+          f"{baseline_seconds / ours_seconds:.1f}x faster")
     print("held-out accuracy, main job vs recipe:")
     for name, value in ours_accuracy.items():
         print(f"  {name:<16} {value:7.1%}  {baseline_accuracy.get(name, float('nan')):7.1%}")

@@ -231,7 +231,7 @@ def replayed_scored(model, batch: Batch, clean: CleanRun, heads, values: dict) -
     ablated heads (the output projection is linear in each head's z); the blocks before it computed
     what the clean run did, so only its MLP and the blocks after it run again. After the last
     attention every module is position-wise, so a last-layer target runs on its scored positions
-    A sweep of a 2-block model runs ~half the FLOPs of a forward per target, a 1-block one ~1/6."""
+    only. A 2-block sweep runs ~half the FLOPs of a forward per target, a 1-block one ~1/6."""
     if not heads:
         return score_logits(logits_at_scored(clean.logits, batch), batch)
     (layer,) = {l for l, _ in heads}

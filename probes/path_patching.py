@@ -220,8 +220,9 @@ def path_patch_many(model, batch: Batch, targets: list[PathTarget]) -> list[Path
     # Blocks before a target's receivers compute exactly the corrupt run: each forward resumes from
     # the corrupt residual entering the chunk's earliest receiver layer (equal results, tested).
     first_layers = sorted({t.layer for t in targets})
-    _, cache = model.run_with_cache(corrupt_inputs(batch), names_filter=[hook_name("resid_pre", l) for l in first_layers])
-    corrupt_residual = {layer: cache[hook_name("resid_pre", layer)] for layer in first_layers}
+    names = {layer: hook_name("resid_pre", layer) for layer in first_layers}
+    _, cache = model.run_with_cache(corrupt_inputs(batch), names_filter=list(names.values()))
+    corrupt_residual = {layer: cache[name] for layer, name in names.items()}
     per_forward = replicas_per_forward(batch)
     results = []
     for start in range(0, len(targets), per_forward):

@@ -67,8 +67,8 @@ def train(model, train_batch: Batch, validation_batch: Batch, settings: TrainSet
           snapshot_dir: Path | None = None, state_path: Path | None = None,
           checkpoint_every: int | None = None, resume: bool = False) -> TrainResult:
     """Train `model` in place. With `state_path`, the complete train state is saved there every
-    `checkpoint_every` steps (default: every CHECKPOINT_EVALS evaluations); with `resume`, training continues from it
-    and ends with exactly the weights and history of an uninterrupted run."""
+    `checkpoint_every` steps (default: every CHECKPOINT_EVALS evaluations); with `resume`, training
+    continues from it and ends with exactly the weights and history of an uninterrupted run."""
     from tqdm.auto import tqdm
 
     device = training_device()
