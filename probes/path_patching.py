@@ -25,7 +25,7 @@ from models.resume import forward_from
 from probes.ablation import head_name, z_name
 from probes.attention import pattern_name
 from probes.patching import (Outcome, corrupt_inputs, hook_name, live_positions, outcome, replica_scored,
-                             replicas_per_forward, run_outcome)
+                             replicas_per_forward)
 from tasks.data import Batch
 
 COMPONENTS = ("q", "k", "v")
@@ -116,16 +116,11 @@ def parse_names(name: str) -> tuple[Head, ...]:
     return parse_heads(name.split("+"))
 
 
-def head_writes(model, batch: Batch, senders) -> dict[tuple[int, int], torch.Tensor]:
-    """Per sender, [n, pos, d_model] clean minus corrupt residual write (z @ W_O; b_O cancels)."""
-    layers = sorted({layer for layer, _ in senders})
-    names = [z_name(layer) for layer in layers]
-    with torch.no_grad():
-        _, clean = model.run_with_cache(batch.inputs, names_filter=names)
-        _, corrupt = model.run_with_cache(corrupt_inputs(batch), names_filter=names)
-        W_O = model.W_O
-        return {(l, h): (clean[z_name(l)][:, :, h] - corrupt[z_name(l)][:, :, h]) @ W_O[l, h]
-                for l, h in senders}
+def head_writes(model, clean: dict, corrupt: dict, senders) -> dict[tuple[int, int], torch.Tensor]:
+    """Per sender, [n, pos, d_model] clean minus corrupt residual write (z @ W_O; b_O cancels), from
+    the two runs' caches (holding each sender layer's z)."""
+    W_O = model.W_O
+    return {(l, h): (clean[z_name(l)][:, :, h] - corrupt[z_name(l)][:, :, h]) @ W_O[l, h] for l, h in senders}
 
 
 def receiver_input(model, layer: int, component: str, residual: torch.Tensor) -> torch.Tensor:
@@ -205,24 +200,24 @@ def total_variation(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def path_patch_many(model, batch: Batch, targets: list[PathTarget]) -> list[PathPatch]:
-    writes = head_writes(model, batch, sorted({s for t in targets for s in t.senders}))
-    clean, corrupt = run_outcome(model, batch, batch.inputs), run_outcome(model, batch, corrupt_inputs(batch))
+    senders = sorted({s for t in targets for s in t.senders})
     receivers = sorted({r for t in targets for r in t.receivers})
-    reference = {}
-    for name, tokens in (("clean", batch.inputs), ("corrupt", corrupt_inputs(batch))):
-        _, cache = model.run_with_cache(tokens, names_filter=[pattern_name(l) for l, _ in receivers])
-        reference[name] = {r: receiver_rows(cache[pattern_name(r[0])], batch, r[1])[0] for r in receivers}
     value_layers = sorted({t.layer for t in targets if t.clean_values})
-    clean_values = {}
-    if value_layers:
-        _, cache = model.run_with_cache(batch.inputs, names_filter=[value_name(l) for l in value_layers])
-        clean_values = {layer: cache[value_name(layer)] for layer in value_layers}
-    # Blocks before a target's receivers compute exactly the corrupt run: each forward resumes from
-    # the corrupt residual entering the chunk's earliest receiver layer (equal results, tested).
     first_layers = sorted({t.layer for t in targets})
-    names = {layer: hook_name("resid_pre", layer) for layer in first_layers}
-    _, cache = model.run_with_cache(corrupt_inputs(batch), names_filter=list(names.values()))
-    corrupt_residual = {layer: cache[name] for layer, name in names.items()}
+    # One clean and one corrupt forward hold everything the patches compare against: the senders'
+    # z, the receivers' patterns, the clean values, and the corrupt residual each forward resumes
+    # from (blocks before a target's receivers compute exactly the corrupt run; equal, tested).
+    shared = [z_name(l) for l in sorted({l for l, _ in senders})] + [pattern_name(l) for l, _ in receivers]
+    clean_logits, clean_cache = model.run_with_cache(
+        batch.inputs, names_filter=shared + [value_name(l) for l in value_layers])
+    corrupt_logits, corrupt_cache = model.run_with_cache(
+        corrupt_inputs(batch), names_filter=shared + [hook_name("resid_pre", l) for l in first_layers])
+    writes = head_writes(model, clean_cache, corrupt_cache, senders)
+    clean, corrupt = (outcome(replica_scored(logits, batch), batch)[0] for logits in (clean_logits, corrupt_logits))
+    reference = {name: {r: receiver_rows(cache[pattern_name(r[0])], batch, r[1])[0] for r in receivers}
+                 for name, cache in (("clean", clean_cache), ("corrupt", corrupt_cache))}
+    clean_values = {layer: clean_cache[value_name(layer)] for layer in value_layers}
+    corrupt_residual = {layer: corrupt_cache[hook_name("resid_pre", layer)] for layer in first_layers}
     per_forward = replicas_per_forward(batch)
     results = []
     for start in range(0, len(targets), per_forward):
