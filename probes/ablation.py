@@ -191,13 +191,14 @@ def sweep_targets(model) -> list[tuple[tuple[int, int], ...]]:
 
 
 def head_ablation_sweep(model, batch: Batch, method: str = "zero", seed: int = 0,
-                        reference_batch: Batch | None = None) -> list[AblationResult]:
+                        reference_batch: Batch | None = None, clean: "CleanRun | None" = None) -> list[AblationResult]:
     """Every target of `sweep_targets`, scored from one clean run replayed (see `replayed_scored`)
-    rather than one forward per target. Equal to ablating each target with hooks (tested)."""
+    rather than one forward per target. Equal to ablating each target with hooks (tested). Sweeps of
+    several methods over one batch can share `clean` (`clean_run(model, batch)`)."""
     check_method(method)
     layers = list(range(model.cfg.n_layers))
     values = replacement_z(model, batch, layers, method, seed, reference_batch or batch)
-    clean = clean_run(model, batch)
+    clean = clean or clean_run(model, batch)
     return [summarise(replayed_scored(model, batch, clean, heads, values), batch, heads, method)
             for heads in sweep_targets(model)]
 

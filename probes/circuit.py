@@ -249,7 +249,7 @@ def patch_pairs(heldout) -> int:
 
 
 def analyse_run(run) -> RunAnalysis:
-    from probes.ablation import METHODS, ablate, head_ablation_sweep, parse_heads
+    from probes.ablation import METHODS, ablate, clean_run, head_ablation_sweep, parse_heads
     from probes.accuracy import run_accuracy
     from probes.attention import attention_from, pair_attention, position_labels, scored_attention
     from probes.composition import composition_scores
@@ -267,7 +267,8 @@ def analyse_run(run) -> RunAnalysis:
     reference = spread_subset(batches["train"], REFERENCE_ROWS)
     pairs = spread_subset(heldout, patch_pairs(heldout))
     sample = spread_subset(heldout, ABLATION_ROWS)
-    ablations = {method: head_ablation_sweep(model, sample, method, run.seed, reference) for method in METHODS}
+    clean = clean_run(model, sample)
+    ablations = {method: head_ablation_sweep(model, sample, method, run.seed, reference, clean) for method in METHODS}
     patching = activation_patching(model, pairs)
     found = dict(attention=scored_attention(model, heldout, vocabulary),
                  pair=pair_attention(model, heldout, 0, vocabulary),

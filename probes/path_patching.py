@@ -133,6 +133,13 @@ def receiver_input(model, layer: int, component: str, residual: torch.Tensor) ->
     return out.view(*out.shape[:2], model.cfg.n_heads, model.cfg.d_head)
 
 
+def keeper(store: dict, name: str):
+    """A hook that stores the activation passing it in `store[name]`, unchanged."""
+    def keep(value, hook):
+        store[name] = value
+    return keep
+
+
 class PathHooks:
     """Hooks for one forward over replicas of the corrupt batch, one PathTarget per replica."""
 
@@ -140,11 +147,6 @@ class PathHooks:
         self.model, self.targets, self.writes, self.n = model, targets, writes, n
         self.clean_values = clean_values    # layer -> the clean run's v, for targets that ask for it
         self.residual = {}
-
-    def keep_residual(self, layer):
-        def hook(resid, hook):
-            self.residual[layer] = resid
-        return hook
 
     def patch(self, layer, component):
         def hook(act, hook):
@@ -178,7 +180,7 @@ class PathHooks:
 
     def hooks(self) -> list:
         wanted = sorted({(t.layer, t.component) for t in self.targets})
-        out = [(hook_name("resid_pre", layer), self.keep_residual(layer)) for layer in {l for l, _ in wanted}]
+        out = [(hook_name("resid_pre", layer), keeper(self.residual, layer)) for layer in {l for l, _ in wanted}]
         out += [(value_name(layer), self.use_clean_values(layer))
                 for layer in sorted({t.layer for t in self.targets if t.clean_values})]
         return out + [(f"blocks.{layer}.attn.hook_{c}", self.patch(layer, c)) for layer, c in wanted]
@@ -233,13 +235,6 @@ def path_patch_many(model, batch: Batch, targets: list[PathTarget]) -> list[Path
             rows = {r: receiver_rows(patterns[pattern_name(r[0])], batch, r[1])[replica] for r in target.receivers}
             results.append(summarise(target, result, clean, corrupt, rows, reference))
     return results
-
-
-def keeper(store: dict, name: str):
-    """A hook that stores what passes `name` (without changing it)."""
-    def keep(value, hook):
-        store[name] = value
-    return keep
 
 
 def summarise(target: PathTarget, result: Outcome, clean: Outcome, corrupt: Outcome, rows: dict,
