@@ -97,10 +97,10 @@ def run_accuracy(run) -> RunAccuracy:
             and record.get("spec") == run.config.get("spec"):
         try:
             return stored_accuracy(record, run.path)
-        except (KeyError, TypeError):
+        except (KeyError, TypeError, ValueError):
             pass  # written by another version: measure again
     return measure_accuracy(run.load_model(), run.batches(), run.model_name, run.seed, run.path,
-                            int(run.metrics.get("steps", 0)))
+                            run.metrics["steps"])
 
 
 def model_accuracy(runs: list[RunAccuracy]) -> ModelAccuracy:
@@ -137,19 +137,36 @@ def write_summary(runs_dir: Path, models: list[ModelAccuracy]) -> Path:
 
 
 def compare_runs_command(runs_dir: Path) -> None:
+    from models.checkpoint import CONFIG
     from probes.render import accuracy_table
 
     models = compare_runs(runs_dir)
     print(accuracy_table(models))
+    if (Path(runs_dir) / CONFIG).is_file():   # one run's own folder: summaries belong to runs folders
+        print(f"\n{runs_dir} is a single run's folder; no {SUMMARY} written (point at its runs folder for one)")
+        return
     print(f"\nwrote {write_summary(runs_dir, models)}")
 
 
+def locked_compare(runs_dir: Path) -> None:
+    from common.lock import folder_lock
+
+    from models.checkpoint import CONFIG
+
+    if not Path(runs_dir).is_dir() or (Path(runs_dir) / CONFIG).is_file():
+        return compare_runs_command(runs_dir)   # says what is wrong, or reads one run and writes nothing
+    with folder_lock(runs_dir, "runs folder"):
+        compare_runs_command(runs_dir)
+
+
 def main(argv=None) -> None:
+    from common.io import nonempty_path
+
     parser = Parser(prog="python -m probes.accuracy",
                     description="Compare held-out accuracy of trained runs, with CIs over seeds.")
-    parser.add_argument("runs_dir", type=Path, nargs="?", default=Path("runs/winograd"))
+    parser.add_argument("runs_dir", type=nonempty_path, nargs="?", default=Path("runs/winograd"))
     args = parser.parse_args(argv)
-    run_cli(compare_runs_command, args.runs_dir)
+    run_cli(locked_compare, args.runs_dir)
 
 
 if __name__ == "__main__":

@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import dataclasses
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from common.cli import Parser, UsageError, positive_int, run_cli
-from tasks.registry import get_task_class, task_classes
+from common.io import nonempty_path, staging
+from tasks.registry import build_task, get_task_class, param_type, task_classes
 from toylens.workers import default_jobs
 
 MAX_SEEDS = 1000
@@ -16,7 +18,7 @@ MAX_SEEDS = 1000
 def add_train_arguments(parser: Parser, task_cls: type) -> None:
     parser.add_argument("--models", help="comma-separated model names (default: the task's whole family)")
     parser.add_argument("--seeds", type=positive_int, default=3, help="train seeds 0..N-1 (default 3)")
-    parser.add_argument("--out", type=Path, help=f"runs folder (default runs/{task_cls.name})")
+    parser.add_argument("--out", type=nonempty_path, help=f"runs folder (default runs/{task_cls.name})")
     parser.add_argument("--steps", type=positive_int, help="hard step budget per run")
     parser.add_argument("--batch-size", type=positive_int)
     parser.add_argument("--lr", type=float)
@@ -34,43 +36,77 @@ def add_train_arguments(parser: Parser, task_cls: type) -> None:
                         help="then trace the circuits of these runs in the same worker processes and write "
                              "OUT/report (as `python -m probes.circuit report OUT` does, without its start-up)")
     params = parser.add_argument_group(f"{task_cls.name} task parameters")
+    taken = {option for action in parser._actions for option in action.option_strings}
+    dests = {action.dest for action in parser._actions} | {"command"}
     for field in dataclasses.fields(task_cls.Params):
         flag = "--" + field.name.replace("_", "-")
-        if field.type in (bool, "bool"):
+        if flag in taken or field.name in dests:
+            raise UsageError(f"task plugin {task_cls.name!r}: Params field {field.name!r} would be the flag "
+                             f"{flag}, which is already a train option; rename the field")
+        kind = param_type(task_cls, field)
+        if kind is bool:
             params.add_argument(flag, action="store_true", default=field.default)
         else:
-            kind = {"int": int, "float": float, "str": str}.get(str(field.type), field.type)
             params.add_argument(flag, type=kind, default=field.default, help=f"default {field.default}")
 
 
 def train_command(task_cls: type, args) -> None:
-    from toylens.family import plan_family, train_family
+    from tasks.data import cache_root
     from tasks.settings import TrainSettings
+    from toylens.family import plan_family, train_family
+
+    cache_root()   # refuses an empty TOYLENS_CACHE before any folder is made
 
     if args.seeds > MAX_SEEDS:
         raise UsageError(f"--seeds {args.seeds} is absurd; use at most {MAX_SEEDS}")
-    params = task_cls.Params(**{f.name: getattr(args, f.name) for f in dataclasses.fields(task_cls.Params)})
-    task = task_cls(params)
+    task = build_task(task_cls, {f.name: getattr(args, f.name) for f in dataclasses.fields(task_cls.Params)})
     overrides = {**task.default_training(),
                  **{key: value for key, value in (("max_steps", args.steps), ("batch_size", args.batch_size),
                                                   ("lr", args.lr), ("eval_every", args.eval_every))
                     if value is not None}}
     settings = TrainSettings.from_dict(overrides)
-    models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
+    models = model_list(args.models)
     out = args.out or Path("runs") / task.name
     plans = plan_family(task, models, list(range(args.seeds)), settings, out)
     report = out / "report" if args.report else None
-    measured = train_family(plans, overwrite=args.overwrite, progress=not args.no_progress, resume=args.resume,
-                            checkpoint_every=args.checkpoint_every, jobs=args.jobs, report_out=report)
-    # The comparison is a probe; the CLI composes training and probing, the packages stay apart.
-    from probes.accuracy import compare_runs_command
+    with writing_runs(out, report), (staging(report) if report is not None else nullcontext()) as staged:
+        measured = train_family(plans, overwrite=args.overwrite, progress=not args.no_progress, resume=args.resume,
+                                checkpoint_every=args.checkpoint_every, jobs=args.jobs, report_out=staged)
+        # The comparison is a probe; the CLI composes training and probing, the packages stay apart.
+        from probes.accuracy import compare_runs_command
 
-    compare_runs_command(out)
-    if report is not None:
-        from toylens.report import publish_report
+        compare_runs_command(out)
+        if report is not None:
+            from toylens.report import publish_report
 
-        print()
-        publish_report(measured, report, task=task.name)
+            print()
+            publish_report(measured, report, task=task.name, staged=staged)
+
+
+def model_list(text: str | None) -> list[str] | None:
+    """--models as names; absent means the whole family, but an empty value is refused (it would
+    silently train the whole family too)."""
+    if text is None:
+        return None
+    names = [name.strip() for name in text.split(",")]
+    if not all(names):
+        raise UsageError(f"--models {text!r} has an empty name; list model names separated by commas, or "
+                         "leave --models out to train the whole family")
+    return names
+
+
+@contextmanager
+def writing_runs(out: Path, report: Path | None):
+    """Hold the runs folder's lock, after refusing files in the way that toylens did not write."""
+    from common.io import check_replaceable, claim_check
+    from common.lock import folder_lock
+    from probes.accuracy import SUMMARY
+
+    with folder_lock(out, "runs folder"):
+        claim_check(out / SUMMARY)
+        if report is not None:
+            check_replaceable(report, "report folder")
+        yield
 
 
 def summary_line(task_cls: type) -> str:
