@@ -215,10 +215,13 @@ def foreign_files(folder: Path) -> list[Path]:
 
 def check_replaceable(folder: Path, what: str) -> None:
     """Refuse, before any work, when `folder` holds something toylens did not write."""
+    if Path(folder).is_symlink():
+        raise UsageError(f"{what} {folder} is a symbolic link; toylens does not write through links: "
+                         "remove it or choose another folder")
     foreign = foreign_files(folder) if Path(folder).exists() or Path(folder).is_symlink() else []
     if foreign:
         raise UsageError(f"{what} {folder} holds {foreign[0]}{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}"
-                         f", which toylens did not write (no {MANIFEST} lists it); toylens never replaces a "
+                         f", which was not written by toylens (no {MANIFEST} lists it); toylens never replaces a "
                          "user's files: move them away or choose another folder")
 
 
