@@ -130,7 +130,25 @@ def inspect_checkpoint(run_dir: Path) -> tuple[dict, ModelSpec]:
         if problem == "corrupt or truncated":
             problem = "corrupt or truncated, or not the file config.json was written with (SHA-256 differs)"
         raise UsageError(f"{weights} is {problem}; retrain the run")
+    held = stored_values(weights)
+    if spec.parameter_count() > 1.5 * held + 10_000:
+        # Checked from the file's header, before a model of the spec's size is allocated.
+        raise UsageError(f"{run_dir / CONFIG}: its spec describes ~{spec.parameter_count()} parameters but {WEIGHTS} "
+                         f"holds {held} values; the files do not belong together")
     return config, spec
+
+
+def stored_values(path: Path) -> int:
+    """How many numbers a safetensors file holds, read from its header alone."""
+    import math
+
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="numpy") as handle:
+            return sum(math.prod(handle.get_slice(name).get_shape()) for name in handle.keys())
+    except (SafetensorError, OSError, ValueError) as error:
+        raise UsageError(f"{path} is {damage(path)} ({error}); retrain the run") from None
 
 
 def load_checkpoint(run_dir: Path):

@@ -37,6 +37,11 @@ def exit_with_parent(parent: int) -> None:
     import time
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # tqdm's default lock is a multiprocessing semaphore; a worker stopped on Ctrl-C cannot release
+    # it, and the resource tracker then warns about it. Workers draw no shared bars: a thread lock does.
+    from tqdm.auto import tqdm
+
+    tqdm.set_lock(threading.RLock())
 
     def watch():
         while os.getppid() == parent:
