@@ -6,6 +6,7 @@ the foil ("wrong answer") rate, the "other token" rate, a breakdown by group, an
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -83,10 +84,41 @@ def measure_accuracy(model, batches: dict, model_name: str, seed: int, path, ste
 
 
 def stored_accuracy(record: dict, path) -> RunAccuracy:
-    splits = {name: SplitAccuracy(s["n"], Interval(**s["accuracy"]), s["foil_rate"], s["other_rate"], s["by_group"])
+    """The RunAccuracy recorded in metrics.json; ValueError if any field is not of exactly its type
+    (the caller then measures again rather than print it)."""
+    splits = {name: SplitAccuracy(s["n"], interval(s["accuracy"]), rate(s["foil_rate"]), rate(s["other_rate"]),
+                                  {g: {"n": count(v["n"]), "accuracy": interval(v["accuracy"]).as_dict(),
+                                       "foil_rate": rate(v["foil_rate"])} for g, v in s["by_group"].items()})
               for name, s in record["splits"].items()}
-    return RunAccuracy(record["model_name"], record["seed"], str(path), record["steps"], splits,
-                       record["shuffle_max_logit_change"])
+    if set(splits) != {"train", "validation", "heldout"} or any(type(s.n) is not int for s in splits.values()) \
+            or not isinstance(record["model_name"], str) or type(record["seed"]) is not int:
+        raise ValueError("not a RunAccuracy record")
+    return RunAccuracy(record["model_name"], record["seed"], str(path), count(record["steps"]), splits,
+                       number(record["shuffle_max_logit_change"]))
+
+
+def number(value) -> float:
+    if type(value) not in (int, float):
+        raise ValueError(f"{value!r} is not a number")
+    return value
+
+
+def rate(value) -> float:
+    if not (math.isnan(number(value)) or 0 <= value <= 1):
+        raise ValueError(f"{value!r} is not a rate")
+    return value
+
+
+def count(value) -> int:
+    if type(value) is not int or value < 0:
+        raise ValueError(f"{value!r} is not a count")
+    return value
+
+
+def interval(fields: dict) -> Interval:
+    if not isinstance(fields, dict) or set(fields) != {"value", "low", "high", "n"}:
+        raise ValueError("not an interval")
+    return Interval(rate(fields["value"]), rate(fields["low"]), rate(fields["high"]), count(fields["n"]))
 
 
 def run_accuracy(run) -> RunAccuracy:
@@ -97,8 +129,8 @@ def run_accuracy(run) -> RunAccuracy:
             and record.get("spec") == run.config.get("spec"):
         try:
             return stored_accuracy(record, run.path)
-        except (KeyError, TypeError, ValueError):
-            pass  # written by another version: measure again
+        except (KeyError, TypeError, ValueError, AttributeError):
+            pass  # written by another version (or forged): measure again
     return measure_accuracy(run.load_model(), run.batches(), run.model_name, run.seed, run.path,
                             run.metrics["steps"])
 

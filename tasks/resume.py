@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from models import UsageError
-from models.checkpoint import check_state, load_tensors, save_tensors
+from common.io import canonical_sha256
+from models.checkpoint import check_state, cpu_tensors, load_tensors, save_tensors
 from tasks.runs import short
 
 STATE = "train_state.safetensors"
@@ -28,15 +29,35 @@ def save_train_state(path: Path, model, optimizer, generator, progress: dict) ->
         # AdamW keeps only tensors per parameter (step, exp_avg, exp_avg_sq).
         tensors.update({f"optimizer.{index}.{key}": value for key, value in state.items()})
     tensors["generator"] = generator.get_state()
-    save_tensors(path, tensors, {"format": STATE_FORMAT, **progress})
+    tensors = cpu_tensors(tensors)
+    metadata = {"format": STATE_FORMAT, **progress}
+    save_tensors(path, tensors, {**metadata, "sha256": state_sha256(tensors, metadata)})
+
+
+def state_sha256(tensors: dict, metadata: dict) -> str:
+    """One checksum over every tensor (name, dtype, shape, bytes) and the progress, so an edited
+    state is refused like edited weights (~10 ms for a 2-block model's weights and moments)."""
+    import hashlib
+
+    import torch
+
+    digest = hashlib.sha256(canonical_sha256({k: v for k, v in metadata.items() if k != "sha256"}).encode())
+    for name in sorted(tensors):
+        tensor = tensors[name].detach().cpu().contiguous()
+        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
 
 
 def load_train_state(path: Path, model, optimizer, generator, settings) -> dict:
     """Restore model, optimizer and generator in place from `path`, after one schema check of the
     whole file; returns the saved progress."""
     fix = "pass --overwrite to start the run again"
-    tensors, progress = load_tensors(path, fix)
-    progress = check_progress(progress, settings, path, fix)
+    tensors, metadata = load_tensors(path, fix)
+    if not isinstance(metadata, dict) or metadata.get("sha256") != state_sha256(tensors, metadata):
+        raise UsageError(f"{path} was changed after toylens wrote it (or written by an older toylens): its "
+                         f"checksum differs; {fix}")
+    progress = check_progress(metadata, settings, path, fix)
     weights = {name.removeprefix("model."): t for name, t in tensors.items() if name.startswith("model.")}
     check_state(path, weights, model.state_dict())
     optimizer_state = check_optimizer(tensors, optimizer, progress["step"], path, fix)
