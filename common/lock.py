@@ -16,6 +16,9 @@ from common.cli import UsageError
 from common.io import LOCK
 
 
+HELD: set[str] = set()   # folders this process holds: a nested lock of the same folder is a no-op
+
+
 @contextmanager
 def folder_lock(folder: Path, what: str):
     """Hold the lock of `folder` (created if needed) for the duration; refuse if another live
@@ -23,6 +26,10 @@ def folder_lock(folder: Path, what: str):
     import fcntl
 
     folder = Path(folder)
+    key = os.path.realpath(folder)
+    if key in HELD:
+        yield
+        return
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"{what} {folder} is a file, not a folder; choose a folder")
     if folder.is_symlink():
@@ -42,6 +49,10 @@ def folder_lock(folder: Path, what: str):
                              "then run this again") from None
         os.ftruncate(handle, 0)
         os.pwrite(handle, f"process {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
-        yield
+        HELD.add(key)
+        try:
+            yield
+        finally:
+            HELD.discard(key)
     finally:
         os.close(handle)

@@ -198,7 +198,7 @@ def plot_dynamics(results: list[Dynamics]):
 
 def write_dynamics(results: list[Dynamics], out: Path) -> dict[str, Path]:
     """dynamics.json and one figure per model in `out`; returns {model: figure path}."""
-    from common.io import write_json
+    from common.io import atomic_write, write_json
     from probes.figures import plt
 
     out = Path(out)
@@ -208,7 +208,7 @@ def write_dynamics(results: list[Dynamics], out: Path) -> dict[str, Path]:
     for name in dict.fromkeys(d.model_name for d in results):
         fig = plot_dynamics([d for d in results if d.model_name == name])
         figures[name] = out / f"dynamics_{name}.png"
-        fig.savefig(figures[name], dpi=110)
+        atomic_write(figures[name], lambda temp: fig.savefig(temp, dpi=110, format="png"))
         plt.close(fig)
     return figures
 

@@ -173,8 +173,18 @@ def train_family(plans: list[RunPlan], overwrite: bool = False, progress: bool =
     """Train every plan not already done; with jobs > 1, that many runs at a time in worker processes.
     With `report_out`, each worker then measures what the circuit report shows for its run (kept runs
     too), saving the report's own start-up; returns those measurements in plan order (else Nones)."""
-    if plans:
-        check_out_folder(plans[0].run_dir.parent.parent, plans[0].task)
+    if not plans:
+        return []
+    from common.lock import folder_lock
+
+    out = plans[0].run_dir.parent.parent
+    check_out_folder(out, plans[0].task)
+    with folder_lock(out, "runs folder"):
+        return train_locked(plans, overwrite, progress, resume, checkpoint_every, jobs, report_out)
+
+
+def train_locked(plans: list[RunPlan], overwrite: bool, progress: bool, resume: bool,
+                 checkpoint_every: int | None, jobs: int, report_out: Path | None) -> list:
     statuses = [existing_status(plan, overwrite, resume) for plan in plans]
     for plan, status in zip(plans, statuses):
         if status != "done":   # this run folder will be written: nothing of the user's may be in it
