@@ -114,7 +114,7 @@ def phase_change(points: list[SnapshotPoint]) -> tuple[int | None, tuple[int, in
 def run_dynamics(run, rows: int = ROWS) -> Dynamics:
     """Replay every snapshot of `run` on its first `rows` held-out sequences."""
     from models.checkpoint import load_tensors
-    from probes.patching import spread_subset
+    from tasks.data import spread_subset
 
     files = snapshot_files(run.path)
     if len(files) < 2:

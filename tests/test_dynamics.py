@@ -53,7 +53,7 @@ def test_replay_scores_every_snapshot_and_the_last_matches_the_final_model(snaps
     assert [p.step for p in result.points] == [0, 20, 40]
     assert all(len(p.induction) == 2 and len(p.induction[0]) == 2 for p in result.points)
     # Step 40 is the final model: its scored loss is the loss score_model reports on the same rows.
-    from probes.patching import spread_subset
+    from tasks.data import spread_subset
 
     batch = spread_subset(run.batches()["heldout"], 128)
     assert result.points[-1].scored_loss == pytest.approx(score_model(run.load_model(), batch).loss.item(), rel=1e-5)
