@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 from transformer_lens.utilities import get_act_name
 
+from models.bridge import native
 from models.resume import forward_from
 from models.components import Head
 from probes.patching import (Outcome, corrupt_inputs, live_positions, outcome, replica_scored,
@@ -124,8 +125,8 @@ def receiver_input(model, layer: int, component: str, residual: torch.Tensor) ->
     """[n, pos, head, d_head]: the block's own LayerNorm and Q/K/V projection of `residual`.
     The raw torch modules are called so no hook fires inside a hook."""
     block = model.blocks[layer]
-    normed = block.ln1.original_component(residual)
-    projection = getattr(block.attn, component).original_component
+    normed = native(block.ln1)(residual)
+    projection = native(getattr(block.attn, component))
     out = projection(normed)
     return out.view(*out.shape[:2], model.cfg.n_heads, model.cfg.d_head)
 

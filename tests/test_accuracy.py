@@ -1,7 +1,6 @@
 import json
 import math
 
-import torch
 
 from models import ModelSpec, build_model
 from probes.accuracy import SUMMARY, compare_runs, write_summary
