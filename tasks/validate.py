@@ -4,13 +4,31 @@ line naming the plugin, the example and the rule, instead of a shape error deep 
 from __future__ import annotations
 
 import numbers
+from dataclasses import replace
 
-from models import UsageError
+from models import ModelSpec, UsageError
 from tasks.base import NO_FOIL, SPLITS, Example, Task
 
 
 def refuse(task: Task, where: str, rule: str) -> UsageError:
     return UsageError(f"task plugin {task.name!r}: {where} {rule}")
+
+
+def validate_family(task: Task) -> dict[str, ModelSpec]:
+    """The task's default models, each spec checked before anything trains (vocabulary size and
+    context length are filled in from the data later, so placeholders stand in for them here)."""
+    family = task.default_models()
+    if not isinstance(family, dict) or not family:
+        raise refuse(task, "default_models()", f"must return a non-empty dict of name -> ModelSpec, "
+                                               f"got {type(family).__name__}")
+    for name, spec in family.items():
+        if not isinstance(name, str) or not isinstance(spec, ModelSpec):
+            raise refuse(task, f"default model {name!r}", f"is a {type(spec).__name__}, not a ModelSpec")
+        try:
+            replace(spec, d_vocab=max(spec.d_vocab, 1)).validate()
+        except UsageError as error:
+            raise refuse(task, f"default model {name!r}:", str(error)) from None
+    return family
 
 
 def validate_task_examples(task: Task, seed: int) -> dict[str, list[Example]]:
