@@ -176,3 +176,20 @@ def test_a_bad_default_family_is_refused_before_training(family, fragments):
         validate_family(BadFamily())
     for fragment in fragments:
         assert fragment in str(refused.value)
+
+
+def test_a_slow_generate_says_what_toylens_is_waiting_for(monkeypatch, capsys):
+    import time
+
+    import tasks.validate as validate
+
+    class Slow(FakeTask):
+        splits = {"train": [good(0)], "validation": [good(1)], "heldout": [good(2)]}
+
+        def generate(self, seed):
+            time.sleep(0.3)
+            return super().generate(seed)
+
+    monkeypatch.setattr(validate, "SLOW_GENERATE_SECONDS", 0.1)
+    validate.generated(Slow(), 3)
+    assert "waiting for task plugin 'fake': generate(seed=3) has run" in capsys.readouterr().err
