@@ -18,7 +18,7 @@ from models.resume import forward_from
 from tasks.data import Batch
 from tasks.evaluate import Scored, logits_at_scored, score_logits
 
-METHODS = ("zero", "mean", "resample")
+ABLATION_METHODS = ("zero", "mean", "resample")
 def parse_heads(heads) -> tuple[Head, ...]:
     """Distinct `Head`s, in order, from Heads, (layer, head) pairs or names like "L0H1"."""
     return tuple(dict.fromkeys(Head.of(head) for head in heads))
@@ -104,8 +104,8 @@ def resample_rows(batch: Batch, reference: Batch, seed: int) -> torch.Tensor:
 
 
 def check_method(method: str) -> None:
-    if method not in METHODS:
-        raise UsageError(f"ablation method must be one of {', '.join(METHODS)}, got {method!r}")
+    if method not in ABLATION_METHODS:
+        raise UsageError(f"ablation method must be one of {', '.join(ABLATION_METHODS)}, got {method!r}")
 
 
 def ablation_hooks(model, batch: Batch, heads, method: str = "zero", seed: int = 0,

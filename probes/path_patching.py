@@ -25,7 +25,7 @@ from transformer_lens.utilities import get_act_name
 from models.bridge import native
 from models.resume import forward_from
 from models.components import Head
-from probes.patching import (Outcome, corrupt_inputs, live_positions, outcome, replica_scored,
+from probes.patching import (Outcome, corrupt_inputs, outcome, replica_scored,
                              replicas_per_forward)
 from tasks.data import Batch
 
@@ -277,10 +277,3 @@ def path_sweep(model, batch: Batch) -> list[PathPatch]:
     """Every sender -> later receiver head, Q, K and V, sender patched at all positions."""
     targets = [PathTarget(s, None, r, c) for s, r in head_pairs(model) for c in COMPONENTS]
     return path_patch_many(model, batch, targets)
-
-
-def position_sweep(model, batch: Batch, edges: list[PathPatch]) -> list[PathPatch]:
-    """The given edges again, sender patched at one position at a time (positions that can matter)."""
-    targets = [PathTarget(parse_names(e.sender), (p,), parse_names(e.receiver), e.component)
-               for e in edges for p in live_positions(batch)]
-    return path_patch_many(model, batch, targets) if targets else []
