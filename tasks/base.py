@@ -13,7 +13,6 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
 
-from common.io import path_name
 from models import ModelSpec, UsageError
 
 SPLITS = ("train", "validation", "heldout")
@@ -66,15 +65,6 @@ def checked_vocabulary(task, tokens):
     return tokens
 
 
-def checked_models(task, models):
-    if not (isinstance(models, dict) and models and all(isinstance(s, ModelSpec) for s in models.values())):
-        raise UsageError(f"task plugin {task.name!r}: default_models() must return a non-empty dict of "
-                         f"name -> models.ModelSpec, got {type(models).__name__}")
-    for name in models:
-        path_name(name, f"task plugin {task.name!r}: model name")
-    return models
-
-
 def checked_training(task, overrides):
     if not isinstance(overrides, dict):
         raise UsageError(f"task plugin {task.name!r}: default_training() must return a dict of "
@@ -82,8 +72,8 @@ def checked_training(task, overrides):
     return overrides
 
 
-RESULT_CHECKS = {"vocabulary": checked_vocabulary, "default_models": checked_models,
-                 "default_training": checked_training}
+# default_models() is checked by tasks.validate.validate_family, before anything trains.
+RESULT_CHECKS = {"vocabulary": checked_vocabulary, "default_training": checked_training}
 
 
 def guarded(member: str, method):

@@ -135,8 +135,10 @@ def check_metrics(metrics, path: Path, config: dict) -> dict:
     fix = "retrain the run (or restore the file)"
     if not isinstance(metrics, dict):
         raise UsageError(f"{path} must hold a JSON object; {fix}")
+    from tasks.settings import TrainSettings
+
     steps, accuracy = metrics.get("steps"), metrics.get("accuracy")
-    if not (is_int(steps) and 0 <= steps <= config["training"]["max_steps"]):
+    if not (is_int(steps) and 0 <= steps <= TrainSettings.from_dict(config["training"]).max_steps):
         raise UsageError(f"{path}: steps must be an integer from 0 to the run's max_steps, got {short(steps)}; {fix}")
     if not (isinstance(accuracy, dict) and set(accuracy) == {"train", "validation", "heldout"} and all(
             isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and 0 <= v <= 1
