@@ -146,7 +146,7 @@ def manifest_names(folder: Path) -> set[str]:
 
 
 def write_manifest(folder: Path, names: set[str]) -> None:
-    temp = Path(folder) / f".{MANIFEST}.{os.getpid()}.tmp"
+    temp = Path(folder) / f".{MANIFEST}.{os.getpid()}.tmp"   # "interrupted_write" recognises it
     temp.write_text(json.dumps({"written_by": "toylens", "files": sorted(names)}, indent=1) + "\n")
     os.replace(temp, Path(folder) / MANIFEST)
 
@@ -198,6 +198,16 @@ def remove(path: Path) -> None:
     path.unlink()
 
 
+def interrupted_write(path: Path) -> bool:
+    """A temp file atomic_write (or write_manifest) left when killed mid-write: `.NAME.XXXX.tmp`
+    beside a file NAME that toylens claimed before writing it."""
+    name = Path(path).name
+    if not (name.startswith(".") and name.endswith(".tmp")):
+        return False
+    target = name[1:-len(".tmp")].rsplit(".", 1)[0]
+    return target == MANIFEST.lstrip(".") or owned(Path(path).with_name(target))
+
+
 def foreign_files(folder: Path) -> list[Path]:
     """Files (and links) under `folder` that toylens cannot prove it wrote."""
     folder = Path(folder)
@@ -207,7 +217,8 @@ def foreign_files(folder: Path) -> list[Path]:
     for root, dirs, files in os.walk(folder):
         for name in dirs + files:
             entry = Path(root) / name
-            if entry.is_symlink() or (name in files and name not in (MANIFEST, LOCK) and not owned(entry)):
+            if entry.is_symlink() or (name in files and name not in (MANIFEST, LOCK) and not owned(entry)
+                                      and not interrupted_write(entry)):
                 found.append(entry)
         dirs[:] = [d for d in dirs if not (Path(root) / d).is_symlink()]
     return sorted(found)
@@ -231,7 +242,8 @@ def remove_tree(folder: Path, also=lambda path: False) -> None:
     folder = Path(folder)
     for root, dirs, files in os.walk(folder, topdown=False):
         for name in files:
-            if name != MANIFEST and (owned(Path(root) / name) or also(Path(root) / name)):
+            path = Path(root) / name
+            if name != MANIFEST and (owned(path) or interrupted_write(path) or also(path)):
                 (Path(root) / name).unlink()
         if (Path(root) / MANIFEST).is_file() and set(os.listdir(root)) == {MANIFEST}:
             (Path(root) / MANIFEST).unlink()

@@ -81,7 +81,7 @@ def test_a_users_files_in_out_are_never_replaced(tmp_path, where):
 
 
 def test_toylens_replaces_only_what_its_manifest_lists(tmp_path):
-    from common.io import claim, owned, remove, write_json
+    from common.io import claim, foreign_files, owned, remove, write_json
 
     write_json(tmp_path / "ours.json", {"a": 1})
     write_json(tmp_path / "ours.json", {"a": 2})          # its own file: replaced
@@ -92,6 +92,10 @@ def test_toylens_replaces_only_what_its_manifest_lists(tmp_path):
         with pytest.raises(UsageError):
             action()
     assert (tmp_path / "theirs.json").read_text() == "{}"
+    # A write killed midway leaves atomic_write's temp file beside a claimed name: that one is toylens's.
+    (tmp_path / ".ours.json.k1ll3d.tmp").write_text("half")
+    (tmp_path / ".notes.abc.tmp").write_text("mine")
+    assert foreign_files(tmp_path) == [tmp_path / ".notes.abc.tmp", tmp_path / "theirs.json"]
     os.symlink(tmp_path / "ours.json", tmp_path / "link.json")
     with pytest.raises(UsageError, match="symbolic link"):
         write_json(tmp_path / "link.json", {})

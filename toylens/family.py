@@ -12,7 +12,7 @@ from pathlib import Path
 
 from models import ModelSpec, UsageError
 from models.checkpoint import CONFIG, FORMAT, WEIGHTS, save_checkpoint
-from common.io import check_replaceable, read_json, remove, remove_tree, write_json
+from common.io import check_replaceable, interrupted_write, read_json, remove, remove_tree, write_json
 from tasks.base import Task
 from tasks.runs import (LOG, METRICS, command_argv, command_line, metrics_sha256, package_versions,
                         read_run_config, run_sha256)
@@ -141,8 +141,8 @@ def execute(plan: RunPlan, progress: bool = True, resume: bool = False,
     spec = sized_spec(plan.spec, plan.task, batches, plan.settings.batch_size)
     model = build_model(spec, seed=plan.seed)
     config = continue_run(plan) if resume else start_run(plan, spec)
-    for name in (CONFIG, METRICS, WEIGHTS, STATE, LOG):  # temp files a kill interrupted (atomic_write's)
-        for temp in plan.run_dir.glob(f".{name}.*.tmp"):
+    for temp in plan.run_dir.glob(".*.tmp"):  # left by a write that a kill interrupted
+        if interrupted_write(temp):
             temp.unlink()
     result = train(model, batches["train"], batches["validation"], plan.settings, plan.seed,
                    log_path=plan.run_dir / LOG, progress=progress, snapshot_dir=plan.run_dir / SNAPSHOTS,
