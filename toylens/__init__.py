@@ -1,0 +1,1 @@
+"""toylens's command layer: training families, sweeps and their executors."""
