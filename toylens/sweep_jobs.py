@@ -98,8 +98,8 @@ def run_sweep(runs: list[SweepRun], out: Path, executor, command: str, resume: b
                                                    "error": outcome.error})
             counts["failed"] += 1
             bar.write(f"{job.plan.run_dir}: failed twice ({outcome.error}); recorded in {FAILED}")
+        bar.set_postfix(done=counts["done"], failed=counts["failed"], refresh=False)
         bar.update()
-        bar.set_postfix(done=counts["done"], failed=counts["failed"])
 
     started = time.perf_counter()
     try:
