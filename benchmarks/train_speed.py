@@ -55,7 +55,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved repeats; the best of each is kept")
     args = parser.parse_args()
-    torch.set_num_threads(1)  # what training uses (tasks.workers.in_one_thread)
+    torch.set_num_threads(1)  # what training uses (toylens.workers.in_one_thread)
     print(f"{'shape':<40} {'toylens':>9} {'plain':>9} {'ratio':>6}")
     for name, spec in SHAPES.items():
         ours, plain = build_model(spec), PlainGPT(spec)

@@ -16,7 +16,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal, Optional
 
-from models.errors import UsageError
+from common.cli import UsageError
 
 Attention = Literal["softmax", "uniform"]
 Positions = Literal["learned", "rotary", "none"]
@@ -67,9 +67,8 @@ class ModelSpec:
         if unknown:
             raise UsageError(f"model spec has unknown field(s) {unknown}; "
                              "it was written by another toylens version or edited by hand")
-        missing = sorted(known - set(fields))
-        if missing:
-            raise UsageError(f"model spec is missing field(s) {missing}; re-create the run")
+        # A field absent from `fields` was added after the run was written: its default is the
+        # behaviour that run was trained with, so old runs load unchanged.
         return cls(**fields).validate()
 
 

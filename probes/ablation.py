@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from models.errors import UsageError
+from common.cli import UsageError
 from models.resume import forward_from
 from probes.patching import hook_name
 from tasks.data import Batch

@@ -170,7 +170,7 @@ def draw(groups: list[GroupCensus], path: Path) -> None:
 
 
 def write_census(groups: list[GroupCensus], out: Path) -> Path:
-    from models.checkpoint import atomic_write, write_json
+    from common.io import atomic_write, write_json
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -189,7 +189,7 @@ def census_command(runs_dir: Path, out: Path | None = None) -> None:
 
 
 def main(argv=None) -> None:
-    from models.errors import Parser, run_cli
+    from common.cli import Parser, run_cli
 
     parser = Parser(prog="python -m probes.census",
                     description="Count the circuits of a sweep's runs per model and grid point, with 95% intervals.")

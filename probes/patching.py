@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from models.errors import UsageError
+from common.cli import UsageError
 from tasks.base import NO_FOIL
 from tasks.data import Batch, select_rows, spread_subset  # noqa: F401  (re-exported for probes)
 from tasks.evaluate import TOKENS_PER_FORWARD

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import torch
 
-from models.checkpoint import atomic_write, save_tensors
+from models.checkpoint import save_tensors
+from common.io import atomic_write
 from tasks.data import Batch
 from tasks.evaluate import logits_at_scored, score_logits
 from tasks.resume import FRESH, load_train_state, save_train_state

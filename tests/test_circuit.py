@@ -56,7 +56,7 @@ def test_search_keeps_both_heads_of_a_two_hop_circuit():
 
 
 def test_report_command_writes_markdown_json_and_figures(tiny_runs, capsys):
-    from probes.circuit import main
+    from toylens.report import main
 
     main(["report", str(tiny_runs)])
     stdout = capsys.readouterr().out
@@ -76,8 +76,8 @@ def test_report_command_writes_markdown_json_and_figures(tiny_runs, capsys):
 
 def test_training_with_the_report_writes_what_the_report_command_writes(tiny_runs, small_winograd, tmp_path,
                                                                           capsys):
-    from probes.circuit import publish_report, report_command
-    from tasks.family import train_family
+    from toylens.report import publish_report, report_command
+    from toylens.family import train_family
     from tests.conftest import TINY_SPECS, tiny_plans
 
     # The runs are already trained with these settings: kept, and analysed all the same.

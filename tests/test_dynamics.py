@@ -23,7 +23,7 @@ def test_phase_change_is_the_steepest_fall_per_step():
 
 @pytest.fixture(scope="module")
 def snapshot_run(tmp_path_factory):
-    from tasks.family import RunPlan, train_family
+    from toylens.family import RunPlan, train_family
     from tasks.settings import TrainSettings
 
     task = InductionTask(InductionParams(tokens=8, min_repeat=3, max_repeat=5, train=300, validation=20,
@@ -82,7 +82,7 @@ def test_runs_without_snapshots_are_refused_in_one_line(snapshot_run, tmp_path):
 def test_induction_report_adds_head_roles_and_dynamics_sections(snapshot_run, tmp_path, capsys):
     import json
 
-    from probes.circuit import report_command
+    from toylens.report import report_command
 
     report_command(snapshot_run, tmp_path / "report", jobs=1)
     markdown = (tmp_path / "report" / "report.md").read_text()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from models import UsageError
+from common.cli import UsageError
 from tasks.winograd import WinogradTask
 from toylens.executors import LocalExecutor, Outcome, RayExecutor
 from toylens.sweep import FAILED, parse_grid, parse_seeds, plan_sweep
@@ -79,7 +79,7 @@ def test_bad_points_are_refused_before_anything_runs(tmp_path, grid, fragment):
 
 
 def test_bad_grid_on_the_command_line_is_one_line(capsys):
-    from tasks.cli import main_for_task
+    from toylens.cli import main_for_task
 
     with pytest.raises(SystemExit) as stopped:
         main_for_task("winograd", ["sweep", "--grid", "width=64"])

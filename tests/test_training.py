@@ -24,7 +24,7 @@ def batches(small_winograd):
 
 
 def fresh_model(batches, small_winograd):
-    from tasks.family import sized_spec
+    from toylens.family import sized_spec
 
     return build_model(sized_spec(TINY_SPECS["attn-only-2x1"], small_winograd, batches), seed=0)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Callable
 
-from tasks.workers import in_one_thread, map_jobs
+from toylens.workers import in_one_thread, map_jobs
 
 ATTEMPTS = 2
 
@@ -74,7 +74,7 @@ class RayExecutor:
         try:
             import ray
         except ImportError:
-            from models import UsageError
+            from common.cli import UsageError
 
             raise UsageError("--executor ray needs Ray: pip install -e '.[ray]' (or bash setup.sh)") from None
         address = self.target()

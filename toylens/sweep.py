@@ -16,7 +16,8 @@ import typing
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from models import ModelSpec, UsageError
+from common.cli import UsageError
+from models import ModelSpec
 from tasks.settings import TrainSettings
 
 MAX_RUNS = 100_000
@@ -111,7 +112,7 @@ def point_id(point: dict) -> str:
 
 @dataclass(frozen=True)
 class SweepRun:
-    plan: object          # toylens.family's RunPlan (tasks.family until the layout moves)
+    plan: object          # toylens.family.RunPlan
     point: str            # its grid point's id
     values: dict          # its grid point's values
 
@@ -119,7 +120,7 @@ class SweepRun:
 def plan_sweep(task_cls: type, params: dict, training: dict, models: list[str] | None, seeds: list[int],
                grid: Grid, out: Path) -> list[SweepRun]:
     """Every (point, model, seed), each checked (spec, task parameters, settings) before anything runs."""
-    from tasks.family import RunPlan, plan_family
+    from toylens.family import RunPlan, plan_family
 
     where = grid_fields(task_cls)
     runs = []
@@ -138,7 +139,7 @@ def plan_sweep(task_cls: type, params: dict, training: dict, models: list[str] |
 
 
 def write_points(runs: list[SweepRun], out: Path) -> None:
-    from models.checkpoint import write_json
+    from common.io import write_json
 
     for point, values in {run.point: run.values for run in runs}.items():
         path = Path(out) / point / POINT
@@ -148,9 +149,9 @@ def write_points(runs: list[SweepRun], out: Path) -> None:
 
 
 def add_sweep_arguments(parser, task_cls: type) -> None:
-    from tasks.cli import add_task_params
-    from tasks.workers import default_jobs
-    from models.errors import positive_int
+    from toylens.cli import add_task_params
+    from toylens.workers import default_jobs
+    from common.cli import positive_int
 
     parser.add_argument("--models", help="comma-separated model names (default: the task's whole family)")
     parser.add_argument("--seeds", default="0-2", help="seeds: a range 0-99 (inclusive) or a list 0,3,7 (default 0-2)")

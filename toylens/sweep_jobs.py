@@ -13,8 +13,9 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
-from models import UsageError
-from models.checkpoint import CONFIG, atomic_write, write_json
+from common.cli import UsageError
+from common.io import atomic_write, write_json
+from models.checkpoint import CONFIG
 from tasks.runs import METRICS
 
 from toylens.sweep import FAILED, SweepRun, write_points
@@ -22,7 +23,7 @@ from toylens.sweep import FAILED, SweepRun, write_points
 
 @dataclass(frozen=True)
 class SweepJob:
-    plan: object          # tasks.family.RunPlan; its run_dir is where the driver will write
+    plan: object          # toylens.family.RunPlan; its run_dir is where the driver will write
     command: str          # the driver's command, recorded in the run's config.json
 
 
@@ -36,7 +37,7 @@ def run_job(job: SweepJob) -> RunFiles:
     """Train and trace one run in a private temp folder; return every file it wrote."""
     from probes.circuit import analyse_run
     from probes.circuit_label import CIRCUIT, summarise
-    from tasks.family import execute
+    from toylens.family import execute
     from tasks.runs import Run
 
     started = time.perf_counter()
@@ -76,7 +77,7 @@ def run_sweep(runs: list[SweepRun], out: Path, executor, command: str, resume: b
               overwrite: bool = False, progress: bool = True, write=print) -> SweepOutcome:
     from tqdm.auto import tqdm
 
-    from tasks.family import check_out_folder, existing_status, resume_command, step_cost
+    from toylens.family import check_out_folder, existing_status, resume_command, step_cost
 
     check_out_folder(out, runs[0].plan.task)
     statuses = [existing_status(run.plan, overwrite, resume) for run in runs]

@@ -13,11 +13,12 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from models import ModelSpec, UsageError
-from models.checkpoint import CONFIG, FORMAT, WEIGHTS, save_checkpoint, write_json
+from models.checkpoint import CONFIG, FORMAT, WEIGHTS, save_checkpoint
+from common.io import write_json
 from tasks.base import Task
 from tasks.runs import LOG, METRICS, command_argv, command_line, package_versions, read_run_config
 from tasks.settings import TrainSettings, settings_dict
-from tasks.workers import map_jobs
+from toylens.workers import map_jobs
 
 
 @dataclass(frozen=True)
@@ -230,7 +231,7 @@ def train_job(job: TrainJob) -> tuple:
     if job.report_out is None:
         return metrics, None
     # Here, in the worker that trained the run: TransformerLens is already imported.
-    from probes.circuit import measure_for_report
+    from toylens.report import measure_for_report
     from tasks.runs import Run
 
     return metrics, measure_for_report(Run(job.plan.run_dir), job.report_out)

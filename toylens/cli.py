@@ -1,14 +1,14 @@
 """`python -m tasks list|train NAME` and `python -m tasks.<name> train`: thin layers over
-`tasks.family`. Heavy imports (torch, TransformerLens) happen only on the paths that train."""
+`toylens.family`. Heavy imports (torch, TransformerLens) happen only on the paths that train."""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
 
-from models.errors import Parser, UsageError, positive_int, run_cli
+from common.cli import Parser, UsageError, positive_int, run_cli
 from tasks.registry import get_task_class, task_classes
-from tasks.workers import default_jobs
+from toylens.workers import default_jobs
 
 MAX_SEEDS = 1000
 
@@ -48,7 +48,7 @@ def add_task_params(parser: Parser, task_cls: type) -> None:
 
 
 def train_command(task_cls: type, args) -> None:
-    from tasks.family import plan_family, train_family
+    from toylens.family import plan_family, train_family
     from tasks.settings import TrainSettings
 
     if args.seeds > MAX_SEEDS:
@@ -71,7 +71,7 @@ def train_command(task_cls: type, args) -> None:
 
     compare_runs_command(out)
     if report is not None:
-        from probes.circuit import publish_report
+        from toylens.report import publish_report
 
         print()
         publish_report(measured, report, task=task.name)
