@@ -15,11 +15,13 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from common.cli import UsageError
 from probes.circuit_label import CIRCUIT, CircuitSummary, circuit_label
 from probes.stats import Interval, mean_interval, wilson
 
 SOLVED = "validation solved"   # a run stopped otherwise (stalled, out of budget) counts as collapsed
 NOT_TRACED = "not traced (no circuit.json)"
+FAILED = "failed.json"     # written by a sweep for a run that failed twice
 
 
 @dataclass(frozen=True)
@@ -43,12 +45,23 @@ class GroupCensus:
     seeds: dict                # label -> seeds, so any share can be checked run by run
 
 
-def point_of(run_path: Path, runs_dir: Path) -> tuple[str, dict]:
+def read_object(path: Path) -> dict:
+    """A stored JSON object; anything else is refused with one line (stored files are untrusted)."""
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        data = None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path} is not a JSON object; rerun the sweep for that run or delete the file")
+    return data
+
+
+def point_of(run_path: Path) -> tuple[str, dict]:
     """A run's grid point: the folder above its model folder, when it holds point.json."""
     point_file = run_path.parent.parent / "point.json"
     if point_file.is_file():
-        data = json.loads(point_file.read_text())
-        return str(data.get("point", point_file.parent.name)), dict(data.get("values", {}))
+        data = read_object(point_file)
+        return str(data.get("point", point_file.parent.name)), dict(data.get("values") or {})
     return "default", {}
 
 
@@ -56,7 +69,12 @@ def read_label(run_path: Path) -> tuple[str, str]:
     path = run_path / CIRCUIT
     if not path.is_file():
         return "untraced", NOT_TRACED
-    label = circuit_label(CircuitSummary.from_dict(json.loads(path.read_text())))
+    try:
+        summary = CircuitSummary.from_dict(read_object(path))
+    except TypeError:
+        raise UsageError(f"{path} does not hold a circuit summary this toylens knows; rerun the sweep "
+                         "for that run") from None
+    label = circuit_label(summary)
     return label.kind, label.text
 
 
@@ -72,14 +90,14 @@ def take_census(runs_dir: Path) -> list[GroupCensus]:
     runs_dir = Path(runs_dir)
     groups, values = defaultdict(list), {}
     for run in find_runs(runs_dir):
-        point, point_values = point_of(run.path, runs_dir)
+        point, point_values = point_of(run.path)
         values[point] = point_values
         kind, label = read_label(run.path)
         groups[(point, run.model_name)].append((run, kind, label))
     failed = Counter()
-    for path in runs_dir.rglob("failed.json"):
-        record = json.loads(path.read_text())
-        failed[(point_of(path.parent, runs_dir)[0], record.get("model_name", path.parent.parent.name))] += 1
+    for path in runs_dir.rglob(FAILED):
+        record = read_object(path)
+        failed[(point_of(path.parent)[0], record.get("model_name", path.parent.parent.name))] += 1
     return [group_census(model, point, values[point], members, failed[(point, model)])
             for (point, model), members in sorted(groups.items())]
 
@@ -185,6 +203,9 @@ def census_command(runs_dir: Path, out: Path | None = None) -> None:
     groups = take_census(runs_dir)
     written = write_census(groups, out or Path(runs_dir) / "census")
     print("\n".join(summary_lines(groups)))
+    failed = sum(1 for _ in Path(runs_dir).rglob(FAILED))
+    if failed > sum(g.failed for g in groups):
+        print(f"{failed} runs failed twice in all, some in groups with no finished run (see their {FAILED})")
     print(f"\nwrote {written}")
 
 

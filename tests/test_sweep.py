@@ -78,6 +78,14 @@ def test_bad_points_are_refused_before_anything_runs(tmp_path, grid, fragment):
         plan_sweep(WinogradTask, PARAMS, TINY, ["block-1"], [0], parse_grid(grid, WinogradTask), tmp_path)
 
 
+def test_a_grid_value_cannot_name_a_folder_outside_the_sweep():
+    from toylens.sweep import point_id
+
+    assert point_id({"d_model": 64, "lr": 0.001}) == "d_model=64_lr=0.001"
+    with pytest.raises(UsageError, match="names a folder"):
+        point_id({"tag": "../../etc"})
+
+
 def test_bad_grid_on_the_command_line_is_one_line(capsys):
     from toylens.cli import main_for_task
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
+import re
 import typing
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -107,6 +107,10 @@ def parse_grid(items: list[str], task_cls: type) -> Grid:
 
 def point_id(point: dict) -> str:
     """A folder name for a grid point: 'd_model=64_lr=0.001' ('default' for the empty grid)."""
+    for key, value in point.items():
+        if not re.fullmatch(r"[A-Za-z0-9.+-]+", str(value)):
+            raise UsageError(f"--grid {key}={value}: a grid value names a folder; use letters, digits, '.', '+' "
+                             "and '-' only")
     return "_".join(f"{key}={value}" for key, value in point.items()) or "default"
 
 
@@ -140,10 +144,11 @@ def plan_sweep(task_cls: type, params: dict, training: dict, models: list[str] |
 
 def write_points(runs: list[SweepRun], out: Path) -> None:
     from common.io import write_json
+    from probes.census import read_object
 
     for point, values in {run.point: run.values for run in runs}.items():
         path = Path(out) / point / POINT
-        if path.is_file() and json.loads(path.read_text()).get("values") != values:
+        if path.is_file() and read_object(path).get("values") != values:
             raise UsageError(f"{path} records other grid values; choose another --out")
         write_json(path, {"point": point, "values": values})
 
@@ -198,6 +203,9 @@ def sweep_command(task_cls: type, args) -> None:
     per_run = f", {outcome.worker_seconds / outcome.done:.1f} s per run in its worker" if outcome.done else ""
     print(f"sweep: {outcome.done} runs done, {outcome.failed} failed, {outcome.kept} kept, "
           f"in {outcome.seconds:.1f} s{per_run}")
+    if outcome.done + outcome.kept == 0:
+        print(f"no finished runs in {out}: no census (see each run's {FAILED})")
+        return
     from probes.census import census_command
 
     census_command(out)
