@@ -95,6 +95,16 @@ def test_bad_grid_on_the_command_line_is_one_line(capsys):
     assert stopped.value.code == 2 and err.count("\n") == 1 and "unknown key 'width'" in err
 
 
+def test_ray_stays_optional(monkeypatch):
+    import subprocess
+
+    code = "import sys, toylens.cli, toylens.family, toylens.sweep, toylens.executors; print('ray' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+    monkeypatch.setitem(sys.modules, "ray", None)     # as if Ray were not installed
+    with pytest.raises(UsageError, match=r"pip install -e '.\[ray\]'"):
+        RayExecutor().run(len, [], print)
+
+
 # ---- a tiny sweep on the local pool --------------------------------------------------------
 
 @pytest.fixture(scope="module")
