@@ -124,7 +124,7 @@ class SweepRun:
 def plan_sweep(task_cls: type, params: dict, training: dict, models: list[str] | None, seeds: list[int],
                grid: Grid, out: Path) -> list[SweepRun]:
     """Every (point, model, seed), each checked (spec, task parameters, settings) before anything runs."""
-    from toylens.family import RunPlan, plan_family
+    from toylens.family import plan_family
 
     where = grid_fields(task_cls)
     runs = []
