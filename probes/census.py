@@ -43,6 +43,7 @@ class GroupCensus:
     named: Share               # runs whose circuit the report names as a path
     circuits: tuple[Share, ...]  # every circuit label, most frequent first
     seeds: dict                # label -> seeds, so any share can be checked run by run
+    path_recovered: dict       # label -> [min, median, max] share of the gap its runs' best path recovers
 
 
 def read_object(path: Path) -> dict:
@@ -65,17 +66,18 @@ def point_of(run_path: Path) -> tuple[str, dict]:
     return "default", {}
 
 
-def read_label(run_path: Path) -> tuple[str, str]:
+def read_label(run_path: Path) -> tuple[str, str, float | None]:
+    """(kind, label, share of the gap its best single path recovers, or None)."""
     path = run_path / CIRCUIT
     if not path.is_file():
-        return "untraced", NOT_TRACED
+        return "untraced", NOT_TRACED, None
     try:
         summary = CircuitSummary.from_dict(read_object(path))
     except TypeError:
         raise UsageError(f"{path} does not hold a circuit summary this toylens knows; rerun the sweep "
                          "for that run") from None
     label = circuit_label(summary)
-    return label.kind, label.text
+    return label.kind, label.text, summary.edge.recovered if summary.edge else None
 
 
 def heldout_distribution(values: list[float]) -> dict:
@@ -92,8 +94,7 @@ def take_census(runs_dir: Path) -> list[GroupCensus]:
     for run in find_runs(runs_dir):
         point, point_values = point_of(run.path)
         values[point] = point_values
-        kind, label = read_label(run.path)
-        groups[(point, run.model_name)].append((run, kind, label))
+        groups[(point, run.model_name)].append((run, *read_label(run.path)))
     failed = Counter()
     for path in runs_dir.rglob(FAILED):
         record = read_object(path)
@@ -104,19 +105,22 @@ def take_census(runs_dir: Path) -> list[GroupCensus]:
 
 def group_census(model: str, point: str, values: dict, members: list, failed: int) -> GroupCensus:
     n = len(members)
-    counts = Counter(label for _, _, label in members)
-    seeds = defaultdict(list)
-    for run, _, label in members:
+    counts = Counter(label for _, _, label, _ in members)
+    seeds, recovered = defaultdict(list), defaultdict(list)
+    for run, _, label, path_share in members:
         seeds[label].append(run.seed)
-    collapsed = sum(run.metrics.get("stop_reason") != SOLVED for run, _, _ in members)
-    named = sum(kind == "path" for _, kind, _ in members)
+        if path_share is not None:
+            recovered[label].append(path_share)
+    collapsed = sum(run.metrics.get("stop_reason") != SOLVED for run, _, _, _ in members)
+    named = sum(kind == "path" for _, kind, _, _ in members)
     return GroupCensus(
         model_name=model, point=point, values=values, finished=n, failed=failed,
-        heldout=heldout_distribution([float(run.metrics["accuracy"]["heldout"]) for run, _, _ in members]),
+        heldout=heldout_distribution([float(run.metrics["accuracy"]["heldout"]) for run, _, _, _ in members]),
         collapsed=Share("collapsed (validation never solved)", collapsed, wilson(collapsed, n)),
         named=Share("circuit named as a path", named, wilson(named, n)),
         circuits=tuple(Share(label, count, wilson(count, n)) for label, count in counts.most_common()),
-        seeds={label: sorted(s) for label, s in seeds.items()})
+        seeds={label: sorted(s) for label, s in seeds.items()},
+        path_recovered={label: [min(v), statistics.median(v), max(v)] for label, v in recovered.items()})
 
 
 # ---- rendering -----------------------------------------------------------------------------
@@ -138,12 +142,15 @@ def summary_lines(groups: list[GroupCensus]) -> list[str]:
 
 
 def markdown(groups: list[GroupCensus], figure: str | None) -> str:
+    from probes.report import EDGE_CLAIM
+
     out = ["# Circuit census", "",
            "Per model and grid point, over the runs that finished: each share is count / finished runs with a "
-           "95% Wilson interval. A circuit is named as a path only when the report names it (its best "
-           "single-position path patch recovers at least the report's claim threshold of the clean - "
-           "counterfactual gap); other runs are labelled by what was found. Collapsed: validation never "
-           "solved (stopped stalled or out of budget). Held-out accuracy: the task's held-out split.", ""]
+           "95% Wilson interval. A circuit is named as a path only as the report names it: its best "
+           f"single-position path patch recovers at least {EDGE_CLAIM:.0%} of the clean - counterfactual gap "
+           "(0 = the path alone restores nothing, 1 = all of it); other runs are labelled by what was found. "
+           "Collapsed: validation never solved (stopped stalled or out of budget). Held-out accuracy: the "
+           "task's held-out split.", ""]
     if figure:
         out += [f"![mechanism share per grid point]({figure})", ""]
     for g in groups:
@@ -154,11 +161,13 @@ def markdown(groups: list[GroupCensus], figure: str | None) -> str:
                 f"held-out accuracy over seeds: mean {h['mean']['value']:.1%} [{h['mean']['low']:.1%}, "
                 f"{h['mean']['high']:.1%}] (t 95%), min {h['min']:.1%}, quartiles {h['q1']:.1%} / "
                 f"{h['median']:.1%} / {h['q3']:.1%}, max {h['max']:.1%}", "",
-                "| circuit | runs | share [95% CI] | seeds |", "|---|---|---|---|"]
+                "| circuit | runs | share [95% CI] | best path recovers (min / median / max) | seeds |",
+                "|---|---|---|---|---|"]
         for s in (*g.circuits, g.named, g.collapsed):
             seeds = ", ".join(map(str, g.seeds.get(s.label, []))) or "-"
+            path = " / ".join(f"{v:.0%}" for v in g.path_recovered.get(s.label, [])) or "-"
             i = s.share
-            out.append(f"| {s.label} | {s.count}/{i.n} | {i.value:.1%} [{i.low:.1%}, {i.high:.1%}] | {seeds} |")
+            out.append(f"| {s.label} | {s.count}/{i.n} | {i.value:.1%} [{i.low:.1%}, {i.high:.1%}] | {path} | {seeds} |")
         out.append("")
     return "\n".join(out)
 
@@ -174,16 +183,15 @@ def draw(groups: list[GroupCensus], path: Path) -> None:
     table = pd.DataFrame([{"group": f"{g.model_name}\n{g.point}", "label": s.label, "share": s.share.value}
                           for g in groups for s in g.circuits])
     wide = table.pivot_table(index="group", columns="label", values="share", fill_value=0, sort=False)
-    fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(wide) + 4), 4.5))
+    fig, ax = plt.subplots(figsize=(1.2 * len(wide) + 3, 4.5))
     wide.plot(kind="bar", stacked=True, ax=ax, width=0.7, colormap="tab20")
     ax.set_ylabel("share of finished runs (0 = none, 1 = all)")
     ax.set_ylim(0, 1)
     ax.set_xlabel("")
     ax.tick_params(axis="x", rotation=0)
     ax.legend(title="circuit", fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
-    ax.set_title("Circuit census: mechanism share per model and grid point")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110, format="png")
+    ax.set_title("circuit share per model and grid point", fontsize=10)
+    fig.savefig(path, dpi=110, format="png", bbox_inches="tight")
     plt.close(fig)
 
 

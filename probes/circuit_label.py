@@ -67,7 +67,7 @@ def summarise(analysis) -> CircuitSummary:
 @dataclass(frozen=True)
 class CircuitLabel:
     kind: str    # 'path' | 'no single path' | 'one block' | 'untraced'
-    text: str    # what a census counts, e.g. 'Q-composition L0H0->L1H0 at p14'
+    text: str    # what a census counts, e.g. 'Q-composition L0H0->L1H0 at p14 the'
 
     @property
     def named(self) -> bool:
@@ -85,7 +85,7 @@ def circuit_label(summary: CircuitSummary) -> CircuitLabel:
     edge = summary.edge
     if edge is not None and edge.recovered >= EDGE_CLAIM:
         return CircuitLabel("path", f"{edge.component.upper()}-composition {edge.sender}->{edge.receiver} "
-                                    f"at p{edge.position}")
+                                    f"at {edge.position_label}")
     if edge is not None:
         return CircuitLabel("no single path", f"no single path carries it ({heads})")
     return CircuitLabel("one block", f"{'one block' if summary.n_layers == 1 else 'within one block'} ({heads})")

@@ -16,7 +16,7 @@ def summary(nodes=("L0H0", "L1H0@p14"), recovered=None, n_layers=2) -> CircuitSu
 
 def test_a_path_at_the_claim_threshold_is_named():
     label = circuit_label(summary(recovered=EDGE_CLAIM))
-    assert (label.kind, label.text, label.named) == ("path", "Q-composition L0H0->L1H0 at p14", True)
+    assert (label.kind, label.text, label.named) == ("path", "Q-composition L0H0->L1H0 at p14 the", True)
 
 
 def test_a_path_below_the_threshold_is_not_named_but_counted():
