@@ -89,12 +89,14 @@ class RayExecutor:
             refs = {remote.remote(function, item): item for item in ordered}
             pending = list(refs)
             while pending:
-                done, pending = ray.wait(pending, num_returns=1)
+                (ref,), pending = ray.wait(pending, num_returns=1)
                 try:
-                    outcome = Outcome(ray.get(done[0]))
+                    outcome = Outcome(ray.get(ref))
                 except ray.exceptions.RayError as error:
                     outcome = Outcome(error=one_line(error))
-                on_outcome(refs[done[0]], outcome)
+                # Dropping the last reference frees the run's files from the object store.
+                on_outcome(refs.pop(ref), outcome)
+                del ref
         finally:
             ray.shutdown()
 
