@@ -1,5 +1,5 @@
-"""`python -m tasks list|train NAME` and `python -m tasks.<name> train`: thin layers over
-`toylens.family`. Heavy imports (torch, TransformerLens) happen only on the paths that train."""
+"""`python -m tasks list|train|sweep NAME` and `python -m tasks.<name> train|sweep`: thin layers over
+`toylens.family` and `toylens.sweep`. Heavy imports (torch, TransformerLens) happen only on the paths that train."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 
 from common.cli import Parser, UsageError, positive_int, run_cli
 from tasks.registry import get_task_class, task_classes
+from tasks.validate import validate_family
 from toylens.workers import default_jobs
 
 MAX_SEEDS = 1000
@@ -117,12 +118,19 @@ def main(argv=None) -> None:
     def body():
         if argv[:1] == ["list"]:
             for name, cls in task_classes().items():
+                validate_family(cls())
                 print(f"{name:<16} {summary_line(cls)}")
             return
         if argv[:1] in (["train"], ["sweep"]) and len(argv) >= 2 and not argv[1].startswith("-"):
             task_cls = get_task_class(argv[1])
-            args = task_parser(task_cls, f"python -m tasks {argv[0]} NAME").parse_args([argv[0], *argv[2:]])
-            return run_command(task_cls, args)
+            parser = Parser(prog=f"python -m tasks {argv[0]} {argv[1]}", description=task_cls.__doc__)
+            if argv[0] == "sweep":
+                from toylens.sweep import add_sweep_arguments, sweep_command
+
+                add_sweep_arguments(parser, task_cls)
+                return sweep_command(task_cls, parser.parse_args(argv[2:]))
+            add_train_arguments(parser, task_cls)
+            return train_command(task_cls, parser.parse_args(argv[2:]))
         if argv[:1] in (["train"], ["sweep"]):
             raise UsageError(f"{argv[0]} needs a task name: python -m tasks {argv[0]} NAME (see python -m tasks list)")
         raise UsageError("usage: python -m tasks list | python -m tasks train|sweep NAME [options]")
