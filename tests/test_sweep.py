@@ -16,7 +16,7 @@ from common.cli import UsageError
 from tasks.winograd import WinogradTask
 from toylens.executors import LocalExecutor, Outcome, RayExecutor
 from toylens.sweep import FAILED, parse_grid, parse_seeds, plan_sweep
-from toylens.sweep_jobs import run_sweep
+from toylens.sweep_jobs import SweepJob, run_job, run_sweep
 
 TINY = {"max_steps": 20, "eval_every": 10, "batch_size": 32}
 PARAMS = {"nouns": 8, "heldout_fraction": 0.5, "validation_fraction": 0.1, "leaky": False}
@@ -193,13 +193,17 @@ def ray_cluster():
         cluster.shutdown()
 
 
-def die_first_time(marker: str) -> int:
-    """SIGKILL this worker process on the first attempt (a node lost mid-run); answer the second."""
+def killed_in_training_first_time(item):
+    """A real sweep run whose worker process is SIGKILLed once training starts, on the first attempt
+    only (a node lost mid-run); the retry runs it whole."""
+    job, marker = item
     attempts = Path(marker)
-    attempts.write_text(attempts.read_text() + "x" if attempts.exists() else "x")
-    if len(attempts.read_text()) == 1:
-        os.kill(os.getpid(), signal.SIGKILL)
-    return os.getpid()
+    attempts.write_text((attempts.read_text() if attempts.exists() else "") + "x")
+    if attempts.read_text() == "x":
+        import tasks.training
+
+        tasks.training.train = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)
+    return run_job(job)
 
 
 def always_die(marker: str) -> int:
@@ -213,11 +217,16 @@ def collect(executor, function, items) -> dict:
     return found
 
 
-def test_ray_retries_a_killed_worker_and_records_a_job_that_dies_twice(ray_cluster, tmp_path):
-    retried, lost = str(tmp_path / "retried"), str(tmp_path / "lost")
-    found = collect(RayExecutor(address=ray_cluster), die_first_time, [retried])
-    assert found[retried].error is None and found[retried].result > 0
-    assert Path(retried).read_text() == "xx"                      # killed once, run again once
+def test_ray_retries_a_worker_killed_mid_run_and_records_a_job_that_dies_twice(ray_cluster, local_sweep, tmp_path):
+    local, _ = local_sweep
+    run = tiny_sweep(tmp_path / "sweep")[0]
+    item = (SweepJob(run.plan, "test"), str(tmp_path / "retried"))
+    found = collect(RayExecutor(address=ray_cluster), killed_in_training_first_time, [item])
+    assert found[item].error is None
+    assert Path(item[1]).read_text() == "xx"                      # killed once mid-run, run again once
+    weights = (local / run.point / "attn-only-2x1" / "seed0" / "model.safetensors").read_bytes()
+    assert found[item].result.files["model.safetensors"] == weights
+    lost = str(tmp_path / "lost")
     found = collect(RayExecutor(address=ray_cluster), always_die, [lost])
     assert found[lost].result is None and "died" in found[lost].error.lower()
     assert Path(lost).read_text() == "xx"                         # tried twice, then given up
