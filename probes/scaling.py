@@ -30,7 +30,7 @@ PAIRS = 20_000       # q.k pairs for the variance (the source's count)
 KEYS = 64            # keys per softmax row (the source: "one of 64 tokens")
 ROWS = 2_000         # softmax rows per d_k
 SATURATED = 0.99
-WIDTHS = (16, 64, 256)
+WIDTHS = (32, 64, 256)
 REPLAY_ROWS = 256    # held-out sequences each snapshot is replayed on
 
 
@@ -56,7 +56,8 @@ class TrainedPoint:
     step: int
     heldout_accuracy: float
     heldout_loss: float
-    attention: RowStats
+    attention: RowStats              # every layer's rows pooled
+    layers: list[RowStats]
 
 
 @dataclass(frozen=True)
@@ -176,8 +177,9 @@ def trained_point(model, batch, step: int) -> TrainedPoint:
                             for layer, block in enumerate(model.blocks)], dim=1)
     valid = valid.expand_as(scores)
     keep = valid.any(-1)
-    stats = row_stats(scores[keep], valid[keep])
-    return TrainedPoint(step, scored.accuracy, scored.loss.item(), stats)
+    per_layer = [row_stats(scores[:, [layer]][keep[:, [layer]]], valid[:, [layer]][keep[:, [layer]]])
+                 for layer in range(scores.shape[1])]
+    return TrainedPoint(step, scored.accuracy, scored.loss.item(), row_stats(scores[keep], valid[keep]), per_layer)
 
 
 def replay(run, rows: int = REPLAY_ROWS) -> list[TrainedPoint]:
@@ -230,12 +232,15 @@ def trained_table(curves: list[TrainedCurve]) -> str:
     for c in curves:
         first, last = c.points[0], c.points[-1]
         peak = max(p.attention.score_std for p in c.points)
+        best = max(c.points, key=lambda p: p.heldout_accuracy)
         rows.append([c.d_k, "yes" if c.scaled else "no", c.seed, last.step,
+                     f"{best.heldout_accuracy:.1%} ({best.step})"
+                     + (" COLLAPSED" if best.heldout_accuracy - last.heldout_accuracy > 0.25 else ""),
                      f"{first.attention.score_std:.2f} -> {last.attention.score_std:.2f} (max {peak:.2f})",
                      f"{last.attention.entropy:.2f}", f"{last.attention.saturated:.1%}",
                      f"{last.attention.jacobian_trace:.3f}", f"{last.heldout_accuracy:.1%}",
                      f"{last.heldout_loss:.3f}"])
-    return table(["d_k", "scaled", "seed", "step", "score std (init -> end)", "entropy", "saturated",
+    return table(["d_k", "scaled", "seed", "step", "best held-out (step)", "score std (init -> end)", "entropy", "saturated",
                   "Jacobian trace", "held-out acc", "held-out loss"], rows)
 
 
@@ -288,6 +293,8 @@ def scaling_command(task_name: str, widths, seeds, steps: int, every: int, jobs:
     from probes.figures import save
     from tasks.registry import get_task_class
 
+    if max(widths) > 1024:
+        raise UsageError(f"--widths {max(widths)} is too wide to train on a CPU here; use d_k <= 1024")
     if every > steps:
         raise UsageError(f"--every {every} exceeds --steps {steps}; snapshots need every <= steps")
     task = None if init_only else get_task_class(task_name)()
