@@ -24,7 +24,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from models.errors import Parser, UsageError, positive_int, run_cli
+from common.cli import Parser, UsageError, positive_int, run_cli
 
 OUT = Path("runs/chapter/cost")
 D_MODEL, N_HEADS = 512, 8
@@ -91,14 +91,16 @@ def sdpa_forward(attention):
     """The same maps as `attention`, with torch's fused causal attention in the middle."""
     import torch
 
-    native = attention.original_component   # TL's module under the bridge's hook wrapper
+    from models.bridge import native
+
+    module = native(attention)
 
     def forward(x):
         batch, seq, _ = x.shape
-        q, k, v = (linear(x).view(batch, seq, native.n_heads, native.d_head).transpose(1, 2)
-                   for linear in (native.q, native.k, native.v))
-        z = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1 / native.scale)
-        return native.o(z.transpose(1, 2).reshape(batch, seq, -1))
+        q, k, v = (linear(x).view(batch, seq, module.n_heads, module.d_head).transpose(1, 2)
+                   for linear in (module.q, module.k, module.v))
+        z = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1 / module.scale)
+        return module.o(z.transpose(1, 2).reshape(batch, seq, -1))
 
     return forward
 
@@ -132,9 +134,14 @@ def time_forward(forward, x, budget: float) -> tuple[float, int]:
 
 
 def measure_cost(max_len: int = 4096, budget: float = 1.0, progress: bool = True) -> CostResult:
-    from tasks.workers import in_one_thread
+    import torch
 
-    return in_one_thread(measure_lengths, max_len, budget, progress)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return measure_lengths(max_len, budget, progress)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def measure_lengths(max_len: int, budget: float, progress: bool) -> CostResult:
@@ -196,9 +203,10 @@ def cost_table(result: CostResult) -> str:
 
 
 def cost_figure(result: CostResult):
-    from probes.figures import plt
+    from matplotlib.figure import Figure
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
+    fig = Figure(figsize=(11, 4), layout="constrained")
+    axes = fig.subplots(1, 2)
     for c in result.curves:
         ns = [p.n for p in c.points]
         axes[0].plot(ns, [p.seconds for p in c.points], marker="o", label=f"{c.implementation} (n^{c.time_exponent:.2f})")
@@ -218,7 +226,7 @@ def cost_figure(result: CostResult):
 
 
 def cost_command(max_len: int, budget: float, out: Path) -> None:
-    from models.checkpoint import write_json
+    from common.io import write_json
     from probes.figures import save
 
     if max_len < 128:

@@ -16,7 +16,7 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from models.errors import Parser, UsageError, run_cli
+from common.cli import Parser, UsageError, run_cli
 
 OUT = Path("runs/chapter/params")
 GPT2_SMALL = dict(n_layers=12, d_model=768, n_heads=12, d_vocab=50257, n_ctx=1024)
@@ -158,10 +158,11 @@ def params_table(result: ParamCount) -> str:
 
 
 def params_figure(result: ParamCount):
-    from probes.figures import plt
+    from matplotlib.figure import Figure
 
     names = [n for n in result.counted if result.counted[n] or result.formula[n]]
-    fig, ax = plt.subplots(figsize=(7, 0.4 * len(names) + 1.5), layout="constrained")
+    fig = Figure(figsize=(7, 0.4 * len(names) + 1.5), layout="constrained")
+    ax = fig.subplots()
     y = range(len(names))
     ax.barh([i - 0.2 for i in y], [result.counted[n] for n in names], height=0.4, label="counted (built model)")
     ax.barh([i + 0.2 for i in y], [result.formula[n] for n in names], height=0.4, label="formula")
@@ -173,7 +174,7 @@ def params_figure(result: ParamCount):
 
 
 def params_command(items: list[str], out: Path) -> None:
-    from models.checkpoint import write_json
+    from common.io import write_json
     from probes.figures import save
 
     spec = spec_from_args(items)

@@ -13,24 +13,22 @@ over training. Scores are recomputed from each attention module's own q, k maps 
 (TransformerLens 4.3's bridge fills hook_attn_scores with the softmax pattern, measured), over
 every real query position with at least two keys, pooled over both layers.
 
-`python -m probes.scaling` prints both tables and writes scaling.json and two figures to --out.
+`python -m probes.scaling` (toylens/scaling.py: it trains) prints both tables and writes
+scaling.json and two figures to --out.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from models.errors import Parser, UsageError, positive_int, run_cli
 
-OUT = Path("runs/chapter/scaling")
 DIMS = (4, 8, 16, 32, 64, 128, 256, 512, 1024)
 PAIRS = 20_000       # q.k pairs for the variance (the source's count)
 KEYS = 64            # keys per softmax row (the source: "one of 64 tokens")
 ROWS = 2_000         # softmax rows per d_k
 SATURATED = 0.99
-WIDTHS = (32, 64, 256)
 REPLAY_ROWS = 256    # held-out sequences each snapshot is replayed on
 
 
@@ -106,36 +104,9 @@ def measure_init(dims=DIMS, seed: int = 0) -> list[InitPoint]:
 
 # Training -----------------------------------------------------------------------------------------
 
-def scaling_spec(d_k: int, scaled: bool):
-    from models import ModelSpec
-
-    return ModelSpec(n_layers=2, d_model=d_k, n_heads=1, mlp=False, norm="LN", scale_scores=scaled)
-
-
-def model_name(d_k: int, scaled: bool) -> str:
-    return f"dk{d_k}-{'scaled' if scaled else 'unscaled'}"
-
-
-def scaling_settings(task, steps: int, every: int):
-    """The task's own training settings with a fixed budget: no early stop, so curves line up."""
-    from tasks.settings import TrainSettings
-
-    settings = TrainSettings.from_dict(task.default_training())
-    return replace(settings, max_steps=steps, eval_every=every, snapshot_every=every, stop_accuracy=2.0,
-                   plateau_steps=steps + 1).validate()
-
-
-def plan_runs(task, widths, seeds, steps: int, every: int, out: Path):
-    from tasks.family import RunPlan
-
-    settings = scaling_settings(task, steps, every)
-    return [RunPlan(task, model_name(d, s), scaling_spec(d, s), seed, settings, Path(out) / model_name(d, s) / f"seed{seed}")
-            for d in widths for s in (True, False) for seed in seeds]
-
-
 def attention_inputs(model):
     """Forward pre-hooks that keep each native attention module's input; returns (store, handles)."""
-    from models.spec import native_attention
+    from models.bridge import native_attention
 
     store, handles = {}, []
     for layer, block in enumerate(model.blocks):
@@ -159,7 +130,7 @@ def attention_scores(attention, hidden):
 def trained_point(model, batch, step: int) -> TrainedPoint:
     import torch
 
-    from models.spec import native_attention
+    from models.bridge import native_attention
     from tasks.evaluate import score_model
 
     store, handles = attention_inputs(model)
@@ -198,21 +169,6 @@ def replay(run, rows: int = REPLAY_ROWS) -> list[TrainedPoint]:
     return points
 
 
-def measure_trained(task, widths, seeds, steps: int, every: int, out: Path, jobs: int,
-                    overwrite: bool = False, progress: bool = True) -> list[TrainedCurve]:
-    from tasks.family import train_family
-    from tasks.runs import Run
-
-    plans = plan_runs(task, widths, seeds, steps, every, out)
-    train_family(plans, overwrite=overwrite, progress=progress, jobs=jobs)
-    curves = []
-    for plan in plans:
-        run = Run(plan.run_dir)
-        curves.append(TrainedCurve(plan.spec.d_model, plan.spec.scale_scores, plan.seed,
-                                   run.metrics.get("stop_reason", "?"), replay(run)))
-    return curves
-
-
 # Rendering ----------------------------------------------------------------------------------------
 
 def init_table(points: list[InitPoint]) -> str:
@@ -248,14 +204,15 @@ def init_figure(points: list[InitPoint]):
     import pandas as pd
     import seaborn as sns
 
-    from probes.figures import plt
+    from matplotlib.figure import Figure
 
     frame = pd.DataFrame([{"d_k": p.d_k, "scores": name, "Var(q.k)": p.var_qk, **asdict(stats)}
                           for p in points for name, stats in (("/ sqrt(d_k)", p.scaled), ("unscaled", p.unscaled))])
     panels = [("Var(q.k)", "Var(q.k) (line: = d_k)"), ("saturated", f"share of rows with max weight > {SATURATED}"),
               ("entropy", f"row entropy (nats; uniform = ln {KEYS} = {math.log(KEYS):.2f})"),
               ("jacobian_trace", "softmax Jacobian trace (1 - sum p^2)")]
-    fig, axes = plt.subplots(1, len(panels), figsize=(17, 3.6), layout="constrained")
+    fig = Figure(figsize=(17, 3.6), layout="constrained")
+    axes = fig.subplots(1, len(panels))
     for ax, (column, label) in zip(axes, panels):
         sns.lineplot(data=frame, x="d_k", y=column, hue="scores", marker="o", ax=ax)
         ax.set_xscale("log", base=2)
@@ -270,14 +227,15 @@ def trained_figure(curves: list[TrainedCurve], task_name: str):
     import pandas as pd
     import seaborn as sns
 
-    from probes.figures import plt
+    from matplotlib.figure import Figure
 
     frame = pd.DataFrame([{"step": p.step, "d_k": str(c.d_k), "scores": "/ sqrt(d_k)" if c.scaled else "unscaled",
                            "seed": c.seed, "held-out accuracy": p.heldout_accuracy, **asdict(p.attention)}
                           for c in curves for p in c.points])
     panels = [("score_std", "score std"), ("entropy", "row entropy (nats)"),
               ("saturated", f"share of rows max > {SATURATED}"), ("held-out accuracy", "held-out accuracy")]
-    fig, axes = plt.subplots(1, len(panels), figsize=(17, 3.6), layout="constrained")
+    fig = Figure(figsize=(17, 3.6), layout="constrained")
+    axes = fig.subplots(1, len(panels))
     for ax, (column, label) in zip(axes, panels):
         sns.lineplot(data=frame, x="step", y=column, hue="d_k", style="scores", marker="o", markersize=3, ax=ax)
         ax.set_ylabel(label)
@@ -287,49 +245,7 @@ def trained_figure(curves: list[TrainedCurve], task_name: str):
     return fig
 
 
-def scaling_command(task_name: str, widths, seeds, steps: int, every: int, jobs: int, init_only: bool,
-                    out: Path, overwrite: bool) -> None:
-    from models.checkpoint import write_json
-    from probes.figures import save
-    from tasks.registry import get_task_class
-
-    if max(widths) > 1024:
-        raise UsageError(f"--widths {max(widths)} is too wide to train on a CPU here; use d_k <= 1024")
-    if every > steps:
-        raise UsageError(f"--every {every} exceeds --steps {steps}; snapshots need every <= steps")
-    task = None if init_only else get_task_class(task_name)()
-    out = Path(out)
-    points = measure_init()
-    print("at initialisation (unit-variance q, k; " f"{PAIRS} pairs for the variance, {ROWS} rows of {KEYS} keys):")
-    print(init_table(points))
-    save(init_figure(points), out / "scaling_init.png")
-    result = {"init": [asdict(p) for p in points], "keys": KEYS, "saturated_above": SATURATED}
-    if task is not None:
-        curves = measure_trained(task, widths, seeds, steps, every, out / "runs", jobs, overwrite)
-        print(f"\ntrained on {task.name} ({steps} steps, held-out replay of {REPLAY_ROWS} sequences per snapshot):")
-        print(trained_table(curves))
-        save(trained_figure(curves, task.name), out / "scaling_trained.png")
-        result.update(task=task.name, steps=steps, trained=[asdict(c) for c in curves])
-    write_json(out / "scaling.json", result)
-    print(f"\nwrote {out / 'scaling.json'} and figures in {out}")
-
-
-def main(argv=None) -> None:
-    parser = Parser(prog="python -m probes.scaling",
-                    description="sqrt(d_k): scores, saturation, entropy and gradients, at init and in training.")
-    parser.add_argument("--task", default="winograd", help="task to train on (default winograd)")
-    parser.add_argument("--widths", type=positive_int, nargs="+", default=list(WIDTHS), help="d_k values trained")
-    parser.add_argument("--seeds", type=positive_int, default=1, help="seeds per model (0..N-1)")
-    parser.add_argument("--steps", type=positive_int, default=400)
-    parser.add_argument("--every", type=positive_int, default=50, help="snapshot and evaluation interval")
-    parser.add_argument("--jobs", type=positive_int, default=2)
-    parser.add_argument("--init-only", action="store_true", help="skip training")
-    parser.add_argument("--overwrite", action="store_true", help="retrain runs already in --out")
-    parser.add_argument("--out", type=Path, default=OUT)
-    args = parser.parse_args(argv)
-    run_cli(scaling_command, args.task, args.widths, list(range(args.seeds)), args.steps, args.every, args.jobs,
-            args.init_only, args.out, args.overwrite)
-
-
 if __name__ == "__main__":
+    from toylens.scaling import main  # training a family is the command layer's
+
     main()

@@ -55,7 +55,7 @@ def test_spec_from_key_values():
 
 
 def test_spec_from_run_folder(tmp_path):
-    from models.checkpoint import write_json
+    from common.io import write_json
 
     spec = SPECS[1]
     write_json(tmp_path / "config.json", {"format": "toylens-run/1", "spec": spec.to_dict(), "vocabulary": []})

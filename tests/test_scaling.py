@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from models import ModelSpec, build_model
-from probes.scaling import attention_inputs, attention_scores, init_point, measure_trained, row_stats
+from models.bridge import native_attention
+from probes.scaling import attention_inputs, attention_scores, init_point, row_stats
+from toylens.scaling import measure_trained
 
 
 def test_row_stats_known_answers():
@@ -51,7 +53,7 @@ def test_recomputed_scores_give_the_models_own_pattern(scaled):
         handle.remove()
     causal = torch.ones(7, 7, dtype=torch.bool).tril()
     for layer, block in enumerate(model.blocks):
-        scores = attention_scores(block.attn.original_component, store[layer])
+        scores = attention_scores(native_attention(block), store[layer])
         pattern = torch.softmax(scores.masked_fill(~causal, float("-inf")), -1)
         torch.testing.assert_close(pattern, cache[f"blocks.{layer}.attn.hook_pattern"])
 
