@@ -214,7 +214,7 @@ def init_figure(points: list[InitPoint]):
     fig = Figure(figsize=(17, 3.6), layout="constrained")
     axes = fig.subplots(1, len(panels))
     for ax, (column, label) in zip(axes, panels):
-        sns.lineplot(data=frame, x="d_k", y=column, hue="scores", marker="o", ax=ax)
+        sns.lineplot(data=frame, x="d_k", y=column, hue="scores", marker="o", ax=ax, legend=ax is axes[0])
         ax.set_xscale("log", base=2)
         ax.set_ylabel(label, fontsize=8)
     axes[0].set_yscale("log", base=2)
@@ -237,8 +237,11 @@ def trained_figure(curves: list[TrainedCurve], task_name: str):
     fig = Figure(figsize=(17, 3.6), layout="constrained")
     axes = fig.subplots(1, len(panels))
     for ax, (column, label) in zip(axes, panels):
-        sns.lineplot(data=frame, x="step", y=column, hue="d_k", style="scores", marker="o", markersize=3, ax=ax)
+        # The band is the range over seeds (the 100% percentile interval), not a confidence interval.
+        sns.lineplot(data=frame, x="step", y=column, hue="d_k", style="scores", marker="o", markersize=3, ax=ax,
+                     errorbar=("pi", 100), legend=ax is axes[-1])
         ax.set_ylabel(label)
+    axes[-1].legend(loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8)
     axes[0].set_yscale("log")
     fig.suptitle(f"trained on {task_name}: 2-layer 1-head attention-only, held-out replay "
                  f"({len({c.seed for c in curves})} seed(s); band = range over seeds)")

@@ -88,7 +88,7 @@ def main(argv=None) -> None:
                     description="sqrt(d_k): scores, saturation, entropy and gradients, at init and in training.")
     parser.add_argument("--task", default="winograd", help="task to train on (default winograd)")
     parser.add_argument("--widths", type=positive_int, nargs="+", default=list(WIDTHS), help="d_k values trained")
-    parser.add_argument("--seeds", type=positive_int, default=1, help="seeds per model (0..N-1)")
+    parser.add_argument("--seeds", type=positive_int, default=2, help="seeds per model (0..N-1; default 2)")
     parser.add_argument("--steps", type=positive_int, default=400)
     parser.add_argument("--every", type=positive_int, default=50, help="snapshot and evaluation interval")
     parser.add_argument("--jobs", type=positive_int, default=2)
