@@ -131,11 +131,12 @@ def trained_point(model, batch, step: int) -> TrainedPoint:
     import torch
 
     from models.bridge import native_attention
-    from tasks.evaluate import score_model
+    from tasks.evaluate import logits_at_scored, score_logits
 
     store, handles = attention_inputs(model)
     try:
-        scored = score_model(model, batch)
+        with torch.no_grad():   # one forward (not run_logits' chunks): the hooks keep one input per layer
+            scored = score_logits(logits_at_scored(model(batch.inputs), batch), batch)
     finally:
         for handle in handles:
             handle.remove()
