@@ -46,11 +46,6 @@ class AblationResult:
         return ", ".join(self.heads) if self.heads else "none"
 
 
-def valid_positions(batch: Batch, width: int) -> torch.Tensor:
-    """[n, width] True where a row has a real input token (right padding is False)."""
-    return torch.arange(width)[None, :] < (batch.lengths[:, None] - 1)
-
-
 def fit_width(values: torch.Tensor, width: int, fill: torch.Tensor) -> torch.Tensor:
     """Cut or extend dim 1 (positions) to `width`, extending with `fill`."""
     if values.shape[1] >= width:
@@ -71,7 +66,7 @@ def replacement_z(model, batch: Batch, layers, method: str, seed: int, reference
     if method == "zero" or not layers:
         return {layer: None for layer in layers}
     z = cached_z(model, reference.inputs, layers)
-    valid = valid_positions(reference, reference.inputs.shape[1]).float()[:, :, None, None]
+    valid = reference.real_positions().float()[:, :, None, None]
     out = {}
     if method == "mean":
         for layer in layers:
@@ -135,7 +130,7 @@ def ablated_scored(model, batch: Batch, heads, method: str = "zero", seed: int =
     return score_logits(logits_at_scored(logits, batch), batch)
 
 
-def summarise(scored: Scored, batch: Batch, heads, method: str) -> AblationResult:
+def ablation_result(scored: Scored, batch: Batch, heads, method: str) -> AblationResult:
     row_groups = [batch.groups[i] for i in scored.example_index.tolist()]
     by_group = {}
     for group in sorted(set(row_groups)):
@@ -160,7 +155,7 @@ def ablate(model, batch: Batch, heads, method: str = "zero", seed: int = 0,
            reference_batch: Batch | None = None) -> AblationResult:
     """Score `batch` with `heads` ("L0H1" or (0, 1)) ablated at every position."""
     scored = ablated_scored(model, batch, heads, method, seed, reference_batch)
-    return summarise(scored, batch, heads, method)
+    return ablation_result(scored, batch, heads, method)
 
 
 def sweep_targets(model) -> list[tuple[tuple[int, int], ...]]:
@@ -180,7 +175,7 @@ def head_ablation_sweep(model, batch: Batch, method: str = "zero", seed: int = 0
     layers = list(range(model.cfg.n_layers))
     values = replacement_z(model, batch, layers, method, seed, reference_batch or batch)
     clean = clean or clean_run(model, batch)
-    return [summarise(replayed_scored(model, batch, clean, heads, values), batch, heads, method)
+    return [ablation_result(replayed_scored(model, batch, clean, heads, values), batch, heads, method)
             for heads in sweep_targets(model)]
 
 

@@ -63,8 +63,7 @@ def position_masks(batch):
     """[n, width] masks over the model's input positions: real ones, and scored ones."""
     import torch
 
-    width = batch.inputs.shape[1]
-    real = torch.arange(width)[None, :] < (batch.lengths[:, None] - 1)
+    real = batch.real_positions()
     scored = torch.zeros_like(real)
     scored[batch.example_index, batch.positions] = True
     return real, scored
