@@ -31,6 +31,8 @@ _SOURCES = {
     "composition_scores": "probes.composition", "Composition": "probes.composition",
     "run_accuracy": "probes.accuracy", "RunAccuracy": "probes.accuracy",
     "faithfulness": "probes.circuit", "search_circuit": "probes.circuit",
+    "circuit_label": "probes.circuit_label", "CircuitSummary": "probes.circuit_label",
+    "take_census": "probes.census",
     # figures (matplotlib Figures; a notebook shows them)
     "attention_heatmap": "probes.figures",
 }
