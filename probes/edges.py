@@ -71,19 +71,20 @@ def record(model, batch: Batch, tokens: torch.Tensor, graph: Graph) -> Writes:
     names = [hook_name("resid_pre", l) for l in range(n_layers)] + [z_name(l) for l in range(n_layers)]
     names += [mlp_out_name(s.layer) for s in graph.senders if isinstance(s, MLP)] + [FINAL_RESIDUAL]
     logits, cache = model.run_with_cache(tokens, names_filter=names)
+    W_O = model.W_O
     resid_pre = {l: cache[hook_name("resid_pre", l)] for l in range(n_layers)}
     return Writes(outcome(replica_scored(logits, batch), batch)[0],
-                  {s: sender_write(model, s, cache.__getitem__) for s in graph.senders},
+                  {s: sender_write(W_O, s, cache.__getitem__) for s in graph.senders},
                   {**resid_pre, n_layers: cache[FINAL_RESIDUAL]})
 
 
-def sender_write(model, sender, read) -> torch.Tensor:
+def sender_write(W_O: torch.Tensor, sender, read) -> torch.Tensor:
     """A sender's write from activations `read(name)`; a head's b_O is the block's, not the head's,
     and equal in every run, so a head writes z @ W_O and the bias stays with the residual."""
     if isinstance(sender, Embed):
         return read(hook_name("resid_pre", 0))
     if isinstance(sender, Head):
-        return read(z_name(sender.layer))[:, :, sender.head] @ model.W_O[sender.layer, sender.head]
+        return read(z_name(sender.layer))[:, :, sender.head] @ W_O[sender.layer, sender.head]
     return read(mlp_out_name(sender.layer))
 
 
@@ -97,53 +98,63 @@ class EdgeHooks:
         for replica, edges in enumerate(sets):
             for edge in edges:
                 self.by_receiver.setdefault(edge.receiver, []).append((replica, edge))
-        self.seen, self.writes = {}, {}
+        self.seen, self.writes, self.W_O = {}, {}, model.W_O
 
     def actual(self, sender) -> torch.Tensor:
         """The sender's write in this forward, [replicas, n, pos, d] ([1, ...] below `start`)."""
         if sender not in self.writes:
             if not isinstance(sender, Embed) and sender.layer >= self.start:
-                write = sender_write(self.model, sender, self.seen.__getitem__)
+                write = sender_write(self.W_O, sender, self.seen.__getitem__)
                 self.writes[sender] = write.view(len(self.sets), self.n, *write.shape[1:])
             else:
                 self.writes[sender] = self.base.writes[sender][None]
         return self.writes[sender]
 
     def delta(self, receiver: Input):
-        """[replicas, n, pos, d] added to this input's residual, or None where no set touches it."""
+        """(replicas whose set touches this input, [those, n, pos, d] added to its residual), or None."""
         pending = self.by_receiver.get(receiver)
         if not pending:
             return None
-        out = torch.zeros(len(self.sets), *self.other.writes[pending[0][1].sender].shape)
+        rows = sorted({replica for replica, _ in pending})
+        out = torch.zeros(len(rows), *self.other.writes[pending[0][1].sender].shape)
         for replica, edge in pending:
             actual = self.actual(edge.sender)
             change = self.other.writes[edge.sender] - actual[replica if len(actual) > 1 else 0]
+            row = rows.index(replica)
             if edge.position is None:
-                out[replica] += change
+                out[row] += change
             else:
-                out[replica, :, edge.position] += change[:, edge.position]
-        return out
+                out[row, :, edge.position] += change[:, edge.position]
+        return torch.tensor(rows), out
 
-    def residual(self, name: str) -> torch.Tensor:
+    def residual(self, name: str, rows: torch.Tensor) -> torch.Tensor:
         value = self.seen[name]
-        return value.view(len(self.sets), self.n, *value.shape[1:])
+        return value.view(len(self.sets), self.n, *value.shape[1:])[rows]
 
     def head_input(self, layer: int, port: str, heads: list[Head]):
         def hook(act, hook):
             act = act.clone()
             view = act.view(len(self.sets), self.n, *act.shape[1:])
             for head in heads:
-                delta = self.delta(Input(head, port))
-                if delta is not None:
-                    value = receiver_input(self.model, layer, port, (self.residual(hook_name("resid_pre", layer)) + delta).flatten(0, 1))
-                    view[:, :, :, head.head] = value.view_as(view)[:, :, :, head.head]
+                touched = self.delta(Input(head, port))
+                if touched is not None:
+                    rows, delta = touched
+                    residual = self.residual(hook_name("resid_pre", layer), rows) + delta
+                    value = receiver_input(self.model, layer, port, residual.flatten(0, 1))
+                    view[rows, :, :, head.head] = value.view(len(rows), *view.shape[1:])[:, :, :, head.head]
             return act
         return hook
 
     def single_input(self, receiver: Input, residual_name: str, norm):
         def hook(act, hook):
-            delta = self.delta(receiver)
-            return act if delta is None else norm((self.residual(residual_name) + delta).flatten(0, 1))
+            touched = self.delta(receiver)
+            if touched is None:
+                return act
+            rows, delta = touched
+            act = act.clone()
+            view = act.view(len(self.sets), self.n, *act.shape[1:])
+            view[rows] = norm(self.residual(residual_name, rows) + delta)
+            return act
         return hook
 
     def hooks(self, graph: Graph) -> list:
