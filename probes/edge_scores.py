@@ -6,11 +6,17 @@ from __future__ import annotations
 import torch
 
 
+FLOAT_NOISE = 1e-6   # |score| below this share of the largest counts as 0 (a tie), not as a ranking
+
+
 def auroc(scores: torch.Tensor, positive: torch.Tensor) -> float:
     """Chance that a random true edge outscores a random other one (ties count half): the
-    Mann-Whitney U over n_pos * n_neg. 1 = every true edge ranked above every other, 0.5 = chance."""
+    Mann-Whitney U over n_pos * n_neg. 1 = every true edge ranked above every other, 0.5 = chance.
+    Scores within float noise of 0 are set to 0, so a method whose gradient vanishes on an edge
+    (1e-12 where the other edges have exact zeros) does not rank it by rounding error."""
     from scipy.stats import mannwhitneyu
 
+    scores = torch.where(scores.abs() < FLOAT_NOISE * scores.abs().max(), torch.zeros_like(scores), scores)
     positive = positive.bool()
     n_pos, n_neg = int(positive.sum()), int((~positive).sum())
     if n_pos == 0 or n_neg == 0:

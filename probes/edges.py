@@ -50,11 +50,6 @@ def resid_mid_name(layer: int) -> str:
 FINAL_RESIDUAL, LOGITS_IN = "ln_final.hook_in", "unembed.hook_in"
 
 
-def reading_layer(node) -> int:
-    """The block whose forward computes this receiver (n_layers for the logits)."""
-    return node.layer if isinstance(node, (Head, MLP)) else -1
-
-
 @dataclass(frozen=True)
 class Writes:
     """One run: each sender's residual write [n, pos, d_model] and the residual entering each block
@@ -183,8 +178,8 @@ class EdgeHooks:
 
 def start_layer(edges: Iterable[Edge], n_layers: int) -> int:
     """The first block that computes a receiver of these edges (n_layers: only the logits)."""
-    return min((reading_layer(e.receiver.node) if not isinstance(e.receiver.node, Logits) else n_layers
-                for e in edges), default=n_layers)
+    return min((n_layers if isinstance(e.receiver.node, Logits) else e.receiver.node.layer for e in edges),
+               default=n_layers)
 
 
 @dataclass(frozen=True)
