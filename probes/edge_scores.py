@@ -16,13 +16,17 @@ def auroc(scores: torch.Tensor, positive: torch.Tensor) -> float:
     (1e-12 where the other edges have exact zeros) does not rank it by rounding error."""
     from scipy.stats import mannwhitneyu
 
-    scores = torch.where(scores.abs() < FLOAT_NOISE * scores.abs().max(), torch.zeros_like(scores), scores)
+    scores = without_float_noise(scores)
     positive = positive.bool()
     n_pos, n_neg = int(positive.sum()), int((~positive).sum())
     if n_pos == 0 or n_neg == 0:
         return float("nan")
     u = mannwhitneyu(scores[positive].double().numpy(), scores[~positive].double().numpy()).statistic
     return float(u) / (n_pos * n_neg)
+
+
+def without_float_noise(scores: torch.Tensor) -> torch.Tensor:
+    return torch.where(scores.abs() < FLOAT_NOISE * scores.abs().max(), torch.zeros_like(scores), scores)
 
 
 def spearman(a: torch.Tensor, b: torch.Tensor) -> float:

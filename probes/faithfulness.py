@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from models.graph import Edge, Graph
+from probes.edge_scores import without_float_noise
 from probes.edges import Runs, circuit_outcomes, record_runs
 from tasks.data import Batch
 
@@ -48,8 +49,10 @@ def trapezoid(x: list[float], y: list[float]) -> float:
 
 
 def ranked(edges: tuple[Edge, ...], score: torch.Tensor) -> list[Edge]:
-    """Edges by |score|, largest first (ties keep the graph's order)."""
-    return [edges[i] for i in score.abs().argsort(descending=True, stable=True).tolist()]
+    """Edges by |score|, largest first; ties, and scores within float noise of 0, keep the graph's
+    order (probes.edge_scores.FLOAT_NOISE)."""
+    order = without_float_noise(score).abs().argsort(descending=True, stable=True)
+    return [edges[i] for i in order.tolist()]
 
 
 def normalised(metrics: list[float], empty: float, full: float) -> list[float]:
