@@ -15,33 +15,10 @@ from tests.conftest import hand_batch
 TWIN = ModelSpec(n_layers=2, d_model=16, n_heads=2, n_ctx=4, d_vocab=4)
 
 
-def gpt2_twin(spec: ModelSpec):
-    """A random GPT-2 bridge (whose joint-QKV attention has the split-QKV fork TL's direct path
-    patching needs, which boot_native's attention refuses) and the native model of `spec` loaded
-    with the same weights. Built from a config and an in-memory tokenizer: nothing from a hub."""
-    from tokenizers import Tokenizer, models
-    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
-    from transformer_lens import TransformerBridge
-
-    torch.manual_seed(0)
-    config = GPT2Config(vocab_size=spec.d_vocab, n_positions=spec.n_ctx, n_embd=spec.d_model, n_layer=spec.n_layers,
-                        n_head=spec.n_heads, activation_function="gelu", resid_pdrop=0, embd_pdrop=0, attn_pdrop=0,
-                        initializer_range=0.5)
-    vocab = {f"t{i}": i for i in range(spec.d_vocab)}
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="t0")),
-                                        unk_token="t0", pad_token="t0")
-    reference = TransformerBridge.boot_transformers("gpt2", hf_model=GPT2LMHeadModel(config).eval(), tokenizer=tokenizer)
-    reference.eval()
-    native = build_model(spec, seed=0)
-    ours, theirs = native.state_dict(), reference.state_dict()
-    # GPT-2's Conv1D keeps [in, out] for the output and MLP projections (square for o: shapes can't tell).
-    native.load_state_dict({name: theirs[name].T if ".attn.o." in name and name.endswith("weight")
-                            or theirs[name].shape != value.shape else theirs[name] for name, value in ours.items()})
-    return reference, native
-
-
 @pytest.fixture(scope="module")
 def twins():
+    from models.gpt2_twin import gpt2_twin
+
     reference, native = gpt2_twin(TWIN)
     batch = hand_batch()
     with torch.no_grad():
