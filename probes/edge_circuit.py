@@ -35,7 +35,7 @@ class EdgeCircuit:
     oracle: EdgeEffects
     methods: tuple[MethodResult, ...]   # the oracle first (its own ranking), then EAP, EAP-IG, ACDC
     circuit: SmallestCircuit            # from the oracle's ranking
-    acdc_faithfulness: float            # of the circuit ACDC kept
+    acdc_faithfulness: float | None     # of the circuit ACDC kept (None: ACDC not run)
     expected: frozenset | None
     seconds: float
 
@@ -49,19 +49,35 @@ def judged(model, batch: Batch, graph: Graph, oracle: EdgeEffects, scores: EdgeS
                         curve(model, batch, graph, scores.method, scores.score, runs))
 
 
-def edge_circuit(model, batch: Batch, graph: Graph, ig_steps: int = 5, acdc_threshold: float = 0.01,
+def edge_circuit(model, batch: Batch, graph: Graph, ig_steps: int = 5, acdc_threshold: float | None = 0.01,
                  expected: frozenset[Edge] | None = None) -> EdgeCircuit:
     """Everything about `model`'s edges on `batch`'s counterfactual pairs (clean = the batch,
-    counterfactual = its partners; edges outside a circuit get their counterfactual writes)."""
+    counterfactual = its partners; edges outside a circuit get their counterfactual writes).
+    acdc_threshold None skips the pruning (one forward per edge, in sequence: the slowest method)."""
     began = time.perf_counter()
     runs = record_runs(model, batch, graph, "noise")
     oracle = edge_effects(model, batch, graph)
     as_scores = EdgeScores("oracle", graph.edges, oracle.effect, oracle.seconds)
-    pruned = acdc(model, batch, graph, acdc_threshold)
-    methods = [as_scores, eap(model, batch, graph), eap_ig(model, batch, graph, ig_steps), pruned]
+    pruned = None if acdc_threshold is None else acdc(model, batch, graph, acdc_threshold)
+    methods = [as_scores, eap(model, batch, graph), eap_ig(model, batch, graph, ig_steps)] + ([pruned] if pruned else [])
     results = tuple(judged(model, batch, graph, oracle, m, runs, expected) for m in methods)
-    empty, kept, full = circuit_outcomes(model, batch, graph, [[], pruned.circuit, graph.edges], runs)
+    kept = None
+    if pruned:
+        empty, circuit, full = circuit_outcomes(model, batch, graph, [[], pruned.circuit, graph.edges], runs)
+        kept = normalised([circuit.metric], empty.metric, full.metric)[0]
     return EdgeCircuit(graph, len(batch), oracle, results,
-                       smallest_circuit(model, batch, graph, "oracle", oracle.effect, runs),
-                       normalised([kept.metric], empty.metric, full.metric)[0], expected,
+                       smallest_circuit(model, batch, graph, "oracle", oracle.effect, runs), kept, expected,
                        time.perf_counter() - began)
+
+
+def run_edge_circuit(run, **options) -> EdgeCircuit:
+    """edge_circuit on a trained run: its model and graph (from the run's spec), on the counterfactual
+    pairs the circuit report patches (probes.circuit.patch_pairs evenly spread held-out pairs)."""
+    from models import ModelSpec
+    from models.graph import graph_of
+    from probes.circuit import patch_pairs
+    from probes.patching import spread_subset
+
+    heldout = run.batches()["heldout"]
+    pairs = spread_subset(heldout, patch_pairs(heldout))
+    return edge_circuit(run.load_model(), pairs, graph_of(ModelSpec.from_dict(run.config["spec"])), **options)

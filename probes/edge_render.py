@@ -104,8 +104,9 @@ def markdown_lines(result: EdgeCircuit, title: str, figure_path: str | None = No
         lines += [f"- {edge_label(e, result)}" for e in found.edges]
     else:
         lines.append(f"No oracle-ranked circuit smaller than the full graph reaches {found.target:.0%}.")
-    lines += ["", f"ACDC's pruned circuit: faithfulness {result.acdc_faithfulness:.1%}.", "",
-              "| method | seconds | Spearman vs oracle | AUROC (oracle top 10%) | AUROC (expected) | CPR | CMD |",
+    if result.acdc_faithfulness is not None:
+        lines += ["", f"ACDC's pruned circuit: faithfulness {result.acdc_faithfulness:.1%}."]
+    lines += ["", "| method | seconds | Spearman vs oracle | AUROC (oracle top 10%) | AUROC (expected) | CPR | CMD |",
               "|---|---|---|---|---|---|---|"]
     for m in result.methods:
         expected = "n/a" if m.auroc_expected is None else f"{m.auroc_expected:.3f}"

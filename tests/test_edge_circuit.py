@@ -40,3 +40,33 @@ def test_report_lines_figure_and_mib_export(planted_result, tmp_path):
     assert len(exported["edges"]) == len(result.graph.edges)
     assert exported["edges"]["m0->logits"]["in_graph"] and not exported["edges"]["a0.h2->m0"]["in_graph"]
     assert "input->a0.h0<v>" in exported["edges"] and exported["nodes"]["a0.h2"] == {"in_graph": False}
+
+
+def test_acdc_can_be_skipped():
+    from probes.edge_circuit import edge_circuit
+    from probes.edge_render import markdown_lines
+    from probes.planted import two_hop
+
+    p = two_hop(n=8)
+    result = edge_circuit(p.model, p.batch, graph_of(p.spec), ig_steps=2, acdc_threshold=None)
+    assert [m.scores.method for m in result.methods] == ["oracle", "EAP", "EAP-IG (2 steps)"]
+    assert result.acdc_faithfulness is None and not any("ACDC" in line for line in markdown_lines(result, "x"))
+
+
+def test_the_edges_command_refuses_a_missing_folder(tmp_path, capsys):
+    from toylens.edges import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main([str(tmp_path / "nothing")])
+    assert exit_.value.code == 2 and "is not a folder of runs" in capsys.readouterr().err
+
+
+def test_the_edges_command_writes_report_figures_and_mib_files(tiny_runs, tmp_path):
+    from toylens.edges import main
+
+    main([str(tiny_runs), "--out", str(tmp_path)])
+    text = (tmp_path / "edges.md").read_text()
+    assert "#### attn-only-2x1 seed 0" in text and "bag-of-words" not in text
+    assert (tmp_path / "figures" / "edges_attn-only-2x1_seed0.png").is_file()
+    exported = json.loads((tmp_path / "mib_attn-only-2x1_seed0_eap.json").read_text())
+    assert set(exported) == {"cfg", "nodes", "edges"} and len(exported["edges"]) == 12
