@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
+from models.components import Head
 
 # torch and TransformerLens load inside the functions, so `--help` answers at once.
 
@@ -70,7 +70,9 @@ def mean_outputs(model, batch, reference) -> dict:
 def outside_ablated_hooks(model, nodes: list[Node], means: dict, width: int) -> list:
     import torch
 
-    from probes.ablation import check_heads, z_name
+    from transformer_lens.utilities import get_act_name
+
+    from probes.ablation import check_heads
 
     check_heads(model, [(n.layer, n.head) for n in nodes])
     masks = keep_masks(model, nodes, width)
@@ -81,7 +83,7 @@ def outside_ablated_hooks(model, nodes: list[Node], means: dict, width: int) -> 
             return torch.where(keep, z, means[layer][:z.shape[0], :z.shape[1]])
         return ablate
 
-    return [(z_name(layer), hook(layer)) for layer in range(model.cfg.n_layers)]
+    return [(get_act_name("z", layer), hook(layer)) for layer in range(model.cfg.n_layers)]
 
 
 def faithfulness(model, batch, nodes: list[Node], reference=None, *, means: dict | None = None,
@@ -130,7 +132,6 @@ def as_nodes(heads) -> list[Node]:
 def search_circuit(model, batch, reference, patching, target: float = TARGET) -> Circuit:
     """`batch` holds counterfactual pairs, `reference` the examples mean ablation averages over,
     `patching` the batch's probes.patching.ActivationPatching."""
-    from probes.ablation import head_name
 
     means = mean_outputs(model, batch, reference)
 
@@ -145,7 +146,7 @@ def search_circuit(model, batch, reference, patching, target: float = TARGET) ->
     for head in ranked:
         chosen.append(head)
         recovered = measure(as_nodes(chosen)).recovered
-        trace.append((tuple(head_name(*h) for h in chosen), recovered))
+        trace.append((tuple(str(Head(*h)) for h in chosen), recovered))
         if recovered >= target:
             break
     for head in reversed(list(chosen)):
@@ -153,11 +154,11 @@ def search_circuit(model, batch, reference, patching, target: float = TARGET) ->
         recovered = measure(as_nodes(fewer)).recovered if fewer else float("-inf")
         if recovered >= target:
             chosen = fewer
-            trace.append((tuple(head_name(*h) for h in chosen), recovered))
+            trace.append((tuple(str(Head(*h)) for h in chosen), recovered))
     chosen.sort()
     nodes = pin_positions(as_nodes(chosen), patching, measure, target, batch)
     return Circuit(tuple(nodes), measure(nodes), measure(as_nodes(chosen)),
-                   {head_name(*h): r for h, r in knockout.items()}, trace)
+                   {str(Head(*h)): r for h, r in knockout.items()}, trace)
 
 
 def pin_positions(nodes: list[Node], patching, measure, target: float, batch) -> list[Node]:
@@ -249,11 +250,12 @@ def patch_pairs(heldout) -> int:
 
 
 def analyse_run(run) -> RunAnalysis:
-    from probes.ablation import METHODS, ablate, clean_run, head_ablation_sweep, parse_heads
+    from probes.ablation import ABLATION_METHODS, ablate, clean_run, head_ablation_sweep, parse_heads
     from probes.accuracy import run_accuracy
     from probes.attention import attention_from, pair_attention, position_labels, scored_attention
     from probes.composition import composition_scores
-    from probes.patching import activation_patching, spread_subset
+    from probes.patching import activation_patching
+    from tasks.data import spread_subset
     from probes.path_patching import PathTarget, path_patch_many, path_sweep
 
     model, batches, vocabulary = run.load_model(), run.batches(), run.task.vocabulary()
@@ -268,7 +270,7 @@ def analyse_run(run) -> RunAnalysis:
     pairs = spread_subset(heldout, patch_pairs(heldout))
     sample = spread_subset(heldout, ABLATION_ROWS)
     clean = clean_run(model, sample)
-    ablations = {method: head_ablation_sweep(model, sample, method, run.seed, reference, clean) for method in METHODS}
+    ablations = {method: head_ablation_sweep(model, sample, method, run.seed, reference, clean) for method in ABLATION_METHODS}
     patching = activation_patching(model, pairs)
     found = dict(attention=scored_attention(model, heldout, vocabulary),
                  pair=pair_attention(model, heldout, 0, vocabulary),

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from common.cli import Parser, UsageError, positive_int, run_cli
 from tasks.registry import get_task_class, task_classes
+from tasks.validate import validate_family
 from toylens.workers import default_jobs
 
 MAX_SEEDS = 1000
@@ -101,11 +102,14 @@ def main(argv=None) -> None:
     def body():
         if argv[:1] == ["list"]:
             for name, cls in task_classes().items():
+                validate_family(cls())
                 print(f"{name:<16} {summary_line(cls)}")
             return
         if argv[:1] == ["train"] and len(argv) >= 2 and not argv[1].startswith("-"):
             task_cls = get_task_class(argv[1])
-            args = task_parser(task_cls, "python -m tasks train NAME").parse_args(["train", *argv[2:]])
+            parser = Parser(prog=f"python -m tasks train {argv[1]}", description=task_cls.__doc__)
+            add_train_arguments(parser, task_cls)
+            args = parser.parse_args(argv[2:])
             return train_command(task_cls, args)
         if argv[:1] == ["train"]:
             raise UsageError("train needs a task name: python -m tasks train NAME (see python -m tasks list)")

@@ -18,6 +18,7 @@ from common.io import write_json
 from tasks.base import Task
 from tasks.runs import LOG, METRICS, command_argv, command_line, package_versions, read_run_config
 from tasks.settings import TrainSettings, settings_dict
+from tasks.validate import validate_family
 from toylens.workers import map_jobs
 
 
@@ -45,7 +46,7 @@ def sized_spec(spec: ModelSpec, task: Task, batches: dict) -> ModelSpec:
 
 def plan_family(task: Task, model_names: list[str] | None, seeds: list[int], settings: TrainSettings,
                 out: Path) -> list[RunPlan]:
-    family = task.default_models()
+    family = validate_family(task)
     names = model_names or list(family)
     unknown = [name for name in names if name not in family]
     if unknown:
