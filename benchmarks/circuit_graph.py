@@ -28,8 +28,8 @@ from models.graph import Graph, Head, graph_of
 from probes.edge_methods import eap, eap_ig
 from probes.edge_scores import spearman
 from probes.edges import edge_effects
-from probes.patching import corrupt_inputs, scored_metric, spread_subset
-from tasks.data import task_dataset, to_batch
+from probes.patching import corrupt_inputs, scored_metric
+from tasks.data import spread_subset, task_dataset, to_batch
 from tasks.evaluate import logits_at_scored
 from tasks.winograd import WinogradTask
 

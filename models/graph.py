@@ -18,6 +18,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Optional, Union
 
+from models.components import Head
 from models.spec import ModelSpec
 
 
@@ -25,15 +26,6 @@ from models.spec import ModelSpec
 class Embed:
     def __str__(self) -> str:
         return "embed"
-
-
-@dataclass(frozen=True, order=True)
-class Head:
-    layer: int
-    head: int
-
-    def __str__(self) -> str:
-        return f"L{self.layer}H{self.head}"
 
 
 @dataclass(frozen=True, order=True)

@@ -76,7 +76,7 @@ def run_edge_circuit(run, **options) -> EdgeCircuit:
     from models import ModelSpec
     from models.graph import graph_of
     from probes.circuit import patch_pairs
-    from probes.patching import spread_subset
+    from tasks.data import spread_subset
 
     heldout = run.batches()["heldout"]
     pairs = spread_subset(heldout, patch_pairs(heldout))

@@ -1,20 +1,16 @@
 """Drawing and writing an EdgeCircuit: the circuit as a graph figure (layers as rows, nodes as boxes,
 edge width = |oracle effect|, q/k/v marked by colour and by where the edge lands on the box), the
-faithfulness-vs-size curves, markdown lines for a report, and edge scores in MIB's submission format
+faithfulness-vs-size curves, markdown lines for a report, and edge scores in MIB's submission format. Figures are made without pyplot (as probes.figures)
 (the EAP-IG library's Graph JSON: nodes `input`, `a{l}.h{h}`, `m{l}`, `logits`; edges
 `a0.h1->a1.h0<q>`; our position-free edges only)."""
 
 from __future__ import annotations
 
-import matplotlib
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt  # noqa: E402
-
-from models.graph import MLP, Edge, Embed, Head, Logits  # noqa: E402
-from probes.edge_circuit import EdgeCircuit  # noqa: E402
-from probes.edge_methods import EdgeScores  # noqa: E402
+from models.graph import MLP, Edge, Embed, Head, Logits
+from probes.edge_circuit import EdgeCircuit
+from probes.edge_methods import EdgeScores
 
 PORT_COLOUR = {"q": "tab:blue", "k": "tab:orange", "v": "tab:green", "in": "dimgray"}
 PORT_OFFSET = {"q": -0.25, "k": 0.0, "v": 0.25, "in": 0.0}
@@ -72,14 +68,14 @@ def draw_curves(ax, result: EdgeCircuit) -> None:
 
 
 def circuit_figure(result: EdgeCircuit, title: str):
-    figure, (left, right) = plt.subplots(1, 2, figsize=(13, 5), gridspec_kw={"width_ratios": [1.1, 1]})
+    figure = Figure(figsize=(13, 5), layout="constrained")
+    left, right = figure.subplots(1, 2, gridspec_kw={"width_ratios": [1.1, 1]})
     edges = result.circuit.edges or tuple(e for e, _ in result.oracle.ranked()[:10])
     reached = f"{len(edges)} edges, faithfulness {result.circuit.faithfulness:.0%}"
     draw_circuit(left, result, edges, f"{title}: smallest oracle-ranked circuit reaching "
                  f"{result.circuit.target:.0%} ({reached})" if result.circuit.edges else
                  f"{title}: top 10 oracle edges (no circuit below the full graph reaches {result.circuit.target:.0%})")
     draw_curves(right, result)
-    figure.tight_layout()
     return figure
 
 

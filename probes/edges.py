@@ -28,11 +28,12 @@ from dataclasses import dataclass
 from typing import Iterable, Literal
 
 import torch
+from transformer_lens.utilities import get_act_name
 
+from models.bridge import native
 from models.graph import MLP, Edge, Embed, Graph, Head, Input, Logits
 from models.resume import forward_from
-from probes.ablation import z_name
-from probes.patching import Outcome, corrupt_inputs, hook_name, outcome, replica_scored, replicas_per_forward
+from probes.patching import Outcome, corrupt_inputs, outcome, replica_scored, replicas_per_forward
 from probes.path_patching import keeper, receiver_input
 from tasks.data import Batch
 
@@ -40,11 +41,11 @@ Direction = Literal["noise", "denoise"]
 
 
 def mlp_out_name(layer: int) -> str:
-    return f"blocks.{layer}.hook_mlp_out"
+    return get_act_name("mlp_out", layer)
 
 
 def resid_mid_name(layer: int) -> str:
-    return f"blocks.{layer}.hook_resid_mid"
+    return get_act_name("resid_mid", layer)
 
 
 FINAL_RESIDUAL, LOGITS_IN = "ln_final.hook_in", "unembed.hook_in"
@@ -63,11 +64,11 @@ class Writes:
 @torch.no_grad()
 def record(model, batch: Batch, tokens: torch.Tensor, graph: Graph) -> Writes:
     n_layers = graph.n_layers
-    names = [hook_name("resid_pre", l) for l in range(n_layers)] + [z_name(l) for l in range(n_layers)]
+    names = [get_act_name("resid_pre", l) for l in range(n_layers)] + [get_act_name("z", l) for l in range(n_layers)]
     names += [mlp_out_name(s.layer) for s in graph.senders if isinstance(s, MLP)] + [FINAL_RESIDUAL]
     logits, cache = model.run_with_cache(tokens, names_filter=names)
     W_O = model.W_O
-    resid_pre = {l: cache[hook_name("resid_pre", l)] for l in range(n_layers)}
+    resid_pre = {l: cache[get_act_name("resid_pre", l)] for l in range(n_layers)}
     return Writes(outcome(replica_scored(logits, batch), batch)[0],
                   {s: sender_write(W_O, s, cache.__getitem__) for s in graph.senders},
                   {**resid_pre, n_layers: cache[FINAL_RESIDUAL]})
@@ -77,9 +78,9 @@ def sender_write(W_O: torch.Tensor, sender, read) -> torch.Tensor:
     """A sender's write from activations `read(name)`; a head's b_O is the block's, not the head's,
     and equal in every run, so a head writes z @ W_O and the bias stays with the residual."""
     if isinstance(sender, Embed):
-        return read(hook_name("resid_pre", 0))
+        return read(get_act_name("resid_pre", 0))
     if isinstance(sender, Head):
-        return read(z_name(sender.layer))[:, :, sender.head] @ W_O[sender.layer, sender.head]
+        return read(get_act_name("z", sender.layer))[:, :, sender.head] @ W_O[sender.layer, sender.head]
     return read(mlp_out_name(sender.layer))
 
 
@@ -134,7 +135,7 @@ class EdgeHooks:
                 touched = self.delta(Input(head, port))
                 if touched is not None:
                     rows, delta = touched
-                    residual = self.residual(hook_name("resid_pre", layer), rows) + delta
+                    residual = self.residual(get_act_name("resid_pre", layer), rows) + delta
                     value = receiver_input(self.model, layer, port, residual.flatten(0, 1))
                     view[rows, :, :, head.head] = value.view(len(rows), *view.shape[1:])[:, :, :, head.head]
             return act
@@ -156,8 +157,8 @@ class EdgeHooks:
         model, out = self.model, []
         layers = range(self.start, graph.n_layers)
         for l in layers:
-            out.append((hook_name("resid_pre", l), keeper(self.seen, hook_name("resid_pre", l))))
-            out.append((z_name(l), keeper(self.seen, z_name(l))))
+            out.append((get_act_name("resid_pre", l), keeper(self.seen, get_act_name("resid_pre", l))))
+            out.append((get_act_name("z", l), keeper(self.seen, get_act_name("z", l))))
         for sender in graph.senders:
             if isinstance(sender, MLP) and sender.layer >= self.start:
                 out.append((resid_mid_name(sender.layer), keeper(self.seen, resid_mid_name(sender.layer))))
@@ -167,12 +168,13 @@ class EdgeHooks:
             node = receiver.node
             if isinstance(node, Head) and node.layer >= self.start and node.head == 0:
                 heads = [Head(node.layer, h) for h in range(model.cfg.n_heads)]
-                out.append((f"blocks.{node.layer}.attn.hook_{receiver.port}", self.head_input(node.layer, receiver.port, heads)))
+                out.append((get_act_name(receiver.port, node.layer), self.head_input(node.layer, receiver.port, heads)))
             elif isinstance(node, MLP) and node.layer >= self.start:
-                norm = model.blocks[node.layer].ln2.original_component
+                norm = native(model.blocks[node.layer].ln2)
+                # The MLP's own input hook (after ln2); get_act_name's hook_mlp_in fires only behind a flag.
                 out.append((f"blocks.{node.layer}.mlp.hook_in", self.single_input(receiver, resid_mid_name(node.layer), norm)))
             elif isinstance(node, Logits):
-                out.append((LOGITS_IN, self.single_input(receiver, FINAL_RESIDUAL, model.ln_final.original_component)))
+                out.append((LOGITS_IN, self.single_input(receiver, FINAL_RESIDUAL, native(model.ln_final))))
         return out
 
 
