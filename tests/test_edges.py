@@ -109,3 +109,41 @@ def test_a_position_edge_patches_only_its_position():
     only = [float(v) for e, v in zip(per.edges, per.effect) if (e.sender, e.receiver) == target]
     assert total == pytest.approx(float(whole.effect[[(e.sender, e.receiver) for e in whole.edges].index(target)]), abs=1e-5)
     assert only[3] != 0 and only[:3] == [0.0, 0.0, 0.0]   # the logits are read at position 3 only
+
+
+def test_the_comparison_with_transformer_lens_catches_a_dropped_norm_or_input(twins, monkeypatch):
+    """Mutations of the oracle the test above must catch: the receiver's LayerNorm not recomputed
+    (its projection applied to the raw patched residual), and the v input never patched."""
+    from transformer_lens.patching import get_act_patch_direct_path
+
+    import probes.edges as edges
+    from models.bridge import native
+    from probes.patching import corrupt_inputs, outcome, replica_scored
+
+    reference, native_model, batch = twins
+    corrupt = corrupt_inputs(batch)
+    _, clean_cache = reference.run_with_cache(batch.inputs)
+    _, corrupt_cache = reference.run_with_cache(corrupt)
+
+    def metric(logits):
+        return torch.tensor(outcome(replica_scored(logits, batch), batch)[0].metric)
+
+    def gap(component):
+        theirs = get_act_patch_direct_path(reference, corrupt, clean_cache, corrupt_cache, metric, 0, 1,
+                                           component=component, verbose=False)
+        ours = edges.edge_effects(native_model, batch, graph_of(TWIN), direction="denoise")
+        return max(abs(float(theirs[1, e.receiver.node.head]) - (ours.base.metric + float(v)))
+                   for e, v in zip(ours.edges, ours.effect) if e.sender == Head(0, 1) and e.receiver.port == component)
+
+    def unnormed(model, layer, component, residual):
+        out = native(getattr(model.blocks[layer].attn, component))(residual)
+        return out.view(*out.shape[:2], model.cfg.n_heads, model.cfg.d_head)
+
+    assert gap("k") < 1e-4
+    with monkeypatch.context() as patch:
+        patch.setattr(edges, "receiver_input", unnormed)
+        assert gap("k") > 1e-3
+    original = edges.EdgeHooks.delta
+    with monkeypatch.context() as patch:
+        patch.setattr(edges.EdgeHooks, "delta", lambda self, r: None if r.port == "v" else original(self, r))
+        assert gap("v") > 1e-3
