@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/circuit_graph.py [--pairs 64] [--rounds 3] [--max-layers 4] [--max-heads 8]
 
-Prints: (1) for the Winograd family's two-layer shapes: edges, oracle time, EAP and EAP-IG time and
+Prints: (0) the planted circuits (probes.planted): each method's AUROC against the planted edges;
+(1) for the Winograd family's two-layer shapes: edges, oracle time, EAP and EAP-IG time and
 their Spearman rank correlation with the oracle (freshly initialised weights, scaled up so edges
 matter: timings do not depend on weights, correlations on a trained model come from the report);
 (2) the oracle against TL's get_act_patch_direct_path_all_sources on the head -> head q/k/v edges
@@ -54,6 +55,20 @@ def scaled(spec: ModelSpec):
     model = build_model(spec, seed=0)
     model.load_state_dict({name: 3 * value for name, value in model.state_dict().items()})
     return model
+
+
+def planted_table(pairs: int) -> None:
+    from probes.edge_circuit import edge_circuit
+    from probes.planted import planted_models
+
+    print(f"(0) planted circuits ({pairs} pairs each): AUROC of recovering the planted edges by |score| "
+          "(1 = every planted edge ranked first, 0.5 = chance), Spearman with the oracle, CPR / CMD:")
+    print(f"  {'model':<10} {'method':<22} {'AUROC':>6} {'rho':>6} {'CPR':>6} {'CMD':>6} {'s':>6}")
+    for p in planted_models(pairs):
+        result = edge_circuit(p.model, p.batch, graph_of(p.spec), expected=p.edges)
+        for m in result.methods:
+            print(f"  {p.name:<10} {m.scores.method:<22} {m.auroc_expected:>6.3f} {m.spearman:>6.3f} "
+                  f"{m.curve.cpr:>6.3f} {m.curve.cmd:>6.3f} {m.scores.seconds:>6.2f}")
 
 
 def methods_table(task, pairs, rounds: int) -> None:
@@ -138,6 +153,7 @@ def main() -> None:
     torch.set_num_threads(1)
     task = WinogradTask()
     pairs = spread_subset(to_batch(task_dataset(task, 0)["heldout"]), args.pairs)
+    planted_table(args.pairs)
     methods_table(task, pairs, args.rounds)
     against_transformer_lens(task, pairs, args.rounds)
     scaling(task, pairs, args.max_layers, args.max_heads)
