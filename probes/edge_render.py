@@ -13,7 +13,7 @@ from probes.edge_circuit import EdgeCircuit
 from probes.edge_methods import EdgeScores
 
 PORT_COLOUR = {"q": "tab:blue", "k": "tab:orange", "v": "tab:green", "in": "dimgray"}
-PORT_OFFSET = {"q": -0.25, "k": 0.0, "v": 0.25, "in": 0.0}
+PORT_OFFSET = {"q": -0.1, "k": 0.0, "v": 0.1, "in": 0.0}
 
 
 def place(node, n_layers: int, n_heads: int) -> tuple[float, float]:
@@ -47,7 +47,7 @@ def draw_circuit(ax, result: EdgeCircuit, edges: tuple[Edge, ...], title: str) -
     for port, colour in PORT_COLOUR.items():
         ax.plot([], [], color=colour, label=port if port != "in" else "MLP / logits input")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    ax.set_xlim(-0.8, n_heads - 0.2)
+    ax.set_xlim(-1.0, max(n_heads, 2))
     ax.set_ylim(-0.6, 2 * graph.n_layers + 1.6)
     ax.axis("off")
     ax.set_title(title, fontsize=9)
@@ -72,9 +72,9 @@ def circuit_figure(result: EdgeCircuit, title: str):
     left, right = figure.subplots(1, 2, gridspec_kw={"width_ratios": [1.1, 1]})
     edges = result.circuit.edges or tuple(e for e, _ in result.oracle.ranked()[:10])
     reached = f"{len(edges)} edges, faithfulness {result.circuit.faithfulness:.0%}"
-    draw_circuit(left, result, edges, f"{title}: smallest oracle-ranked circuit reaching "
+    draw_circuit(left, result, edges, f"{title}:\nsmallest oracle-ranked circuit reaching "
                  f"{result.circuit.target:.0%} ({reached})" if result.circuit.edges else
-                 f"{title}: top 10 oracle edges (no circuit below the full graph reaches {result.circuit.target:.0%})")
+                 f"{title}:\ntop 10 oracle edges (no circuit below the full graph reaches {result.circuit.target:.0%})")
     draw_curves(right, result)
     return figure
 
