@@ -35,6 +35,8 @@ _SOURCES = {
     "graph_of": "models.graph", "edge_effects": "probes.edges", "EdgeEffects": "probes.edges",
     "edge_circuit": "probes.edge_circuit", "run_edge_circuit": "probes.edge_circuit",
     "EdgeCircuit": "probes.edge_circuit", "planted_models": "probes.planted",
+    "circuit_label": "probes.circuit_label", "CircuitSummary": "probes.circuit_label",
+    "take_census": "probes.census",
     # figures (matplotlib Figures; a notebook shows them)
     "attention_heatmap": "probes.figures", "circuit_figure": "probes.edge_render",
 }
