@@ -80,4 +80,6 @@ def run_edge_circuit(run, **options) -> EdgeCircuit:
 
     heldout = run.batches()["heldout"]
     pairs = spread_subset(heldout, patch_pairs(heldout))
-    return edge_circuit(run.load_model(), pairs, graph_of(ModelSpec.from_dict(run.config["spec"])), **options)
+    spec = ModelSpec.from_dict(run.config["spec"])
+    options.setdefault("expected", run.task.expected_circuit(run.model_name, spec))
+    return edge_circuit(run.load_model(), pairs, graph_of(spec), **options)

@@ -70,3 +70,16 @@ def test_the_edges_command_writes_report_figures_and_mib_files(tiny_runs, tmp_pa
     assert (tmp_path / "figures" / "edges_attn-only-2x1_seed0.png").is_file()
     exported = json.loads((tmp_path / "mib_attn-only-2x1_seed0_eap.json").read_text())
     assert set(exported) == {"cfg", "nodes", "edges"} and len(exported["edges"]) == 12
+
+
+def test_a_task_that_declares_its_circuit_gets_every_method_scored_against_it(tiny_runs, monkeypatch):
+    from models.graph import Edge
+    from probes.edge_circuit import run_edge_circuit
+    from tasks.runs import find_runs
+
+    run = next(r for r in find_runs(tiny_runs) if r.model_name == "attn-only-2x1")
+    declared = frozenset(list(graph_of(run.task.default_models()["attn-only-2x1"]).edges)[:3])
+    assert all(isinstance(edge, Edge) for edge in declared)
+    monkeypatch.setattr(type(run.task), "expected_circuit", lambda self, name, spec: declared)
+    result = run_edge_circuit(run, acdc_threshold=None, ig_steps=2)
+    assert all(method.auroc_expected is not None for method in result.methods)
