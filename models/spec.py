@@ -7,7 +7,17 @@ from a checkpoint is built by the same function and behaves exactly like the tra
 - no positions: boot_native refuses "none" (and None silently means learned), so W_pos is zeroed
   and frozen;
 - no score scaling: the native attention ignores use_attn_scale=False (it still divides by
-  sqrt(d_head)), so the divisor is set to 1 on each attention module.
+  sqrt(d_head)), so the divisor is set to 1 on each attention module;
+- no attention ("none": each position sees only its own token): every attention weight and bias
+  (Q, K, V, O) is zeroed and frozen, so the attention output is exactly 0 and the block is the
+  residual stream (plus the MLP, when present);
+- sinusoidal positions: W_pos is set to the fixed sinusoid table and frozen;
+- ALiBi: boot_native refuses "alibi", so W_pos is zeroed and frozen and each attention module's
+  rotary slot gets `models.variants.AlibiBias`, which adds -m_h * (i - j) to the scores;
+- no residual around attention: the native block's class becomes `models.variants.ReplacingBlock`,
+  whose attention output replaces the stream instead of being added to it.
+Fields added after the first release default to the old behaviour, and `from_dict` fills such a
+field with its default when a config lacks it, so runs written before it existed load as trained.
 """
 
 from __future__ import annotations
@@ -18,9 +28,14 @@ from typing import Literal, Optional
 
 from models.errors import UsageError
 
-Attention = Literal["softmax", "uniform"]
-Positions = Literal["learned", "rotary", "none"]
+Attention = Literal["softmax", "uniform", "none"]
+Positions = Literal["learned", "rotary", "none", "sinusoidal", "alibi"]
+ATTENTIONS = ("softmax", "uniform", "none")
+POSITIONS = ("learned", "rotary", "none", "sinusoidal", "alibi")
 Norm = Optional[Literal["LN"]]
+# Every config.json has held these since the first release; a field added later may be absent.
+FIRST_FIELDS = {"n_layers", "d_model", "n_heads", "mlp", "attention", "positions", "norm", "scale_scores",
+                "n_ctx", "d_vocab"}
 
 
 @dataclass(frozen=True)
@@ -33,6 +48,7 @@ class ModelSpec:
     positions: Positions = "learned"
     norm: Norm = "LN"
     scale_scores: bool = True
+    residual: bool = True      # False: attention's output replaces the stream instead of adding to it
     n_ctx: int = 32
     d_vocab: int = 0
 
@@ -49,10 +65,17 @@ class ModelSpec:
         if self.d_model % self.n_heads:
             raise UsageError(f"n_heads={self.n_heads} does not divide d_model={self.d_model}; "
                              "pick a head count that divides the width")
-        if self.attention not in ("softmax", "uniform"):
-            raise UsageError(f"attention must be 'softmax' or 'uniform', got {self.attention!r}")
-        if self.positions not in ("learned", "rotary", "none"):
-            raise UsageError(f"positions must be learned, rotary or none, got {self.positions!r}")
+        if self.attention not in ATTENTIONS:
+            raise UsageError(f"attention must be one of {', '.join(ATTENTIONS)}, got {self.attention!r}")
+        if self.positions not in POSITIONS:
+            raise UsageError(f"positions must be one of {', '.join(POSITIONS)}, got {self.positions!r}")
+        if not isinstance(self.residual, bool):
+            raise UsageError(f"residual must be true or false, got {self.residual!r}")
+        if self.attention == "uniform" and self.positions == "alibi":
+            raise UsageError("uniform attention cannot take ALiBi positions (the bias would re-weight the "
+                             "average); use positions learned, sinusoidal or none")
+        if self.attention == "none" and not self.residual:
+            raise UsageError("attention 'none' with residual off leaves nothing of the input; keep residual on")
         if self.norm not in ("LN", None):
             raise UsageError(f"norm must be 'LN' or null, got {self.norm!r}")
         return self
@@ -67,9 +90,11 @@ class ModelSpec:
         if unknown:
             raise UsageError(f"model spec has unknown field(s) {unknown}; "
                              "it was written by another toylens version or edited by hand")
-        missing = sorted(known - set(fields))
+        missing = sorted(FIRST_FIELDS - set(fields))
         if missing:
             raise UsageError(f"model spec is missing field(s) {missing}; re-create the run")
+        # Any other field the config lacks was added after the run was written: its default is
+        # the behaviour the run was trained with.
         return cls(**fields).validate()
 
 
@@ -115,15 +140,29 @@ def apply_variant(model, spec: ModelSpec) -> None:
     """Zero-and-freeze the weights and set the constants that realise the spec's variant."""
     import torch
 
+    from models.variants import AlibiBias, ReplacingBlock, sinusoid_table
+
     with torch.no_grad():
-        if spec.positions == "none":
+        if spec.positions in ("none", "alibi"):
             freeze_at_zero(model.pos_embed.weight)
+        if spec.positions == "sinusoidal":
+            model.pos_embed.weight.copy_(sinusoid_table(spec.n_ctx, spec.d_model))
+            model.pos_embed.weight.requires_grad_(False)
         for block in model.blocks:
+            attention = native_attention(block)
             if spec.attention == "uniform":
                 freeze_at_zero(block.attn.q.weight)
                 freeze_at_zero(block.attn.q.bias)
+            if spec.attention == "none":
+                for projection in (block.attn.q, block.attn.k, block.attn.v, block.attn.o):
+                    freeze_at_zero(projection.weight)
+                    freeze_at_zero(projection.bias)
             if not spec.scale_scores:
-                native_attention(block).scale = 1.0
+                attention.scale = 1.0
+            if spec.positions == "alibi":
+                attention.rotary = AlibiBias(spec.n_heads, attention.scale)
+            if not spec.residual:
+                native_block(block).__class__ = ReplacingBlock
 
 
 def freeze_at_zero(parameter) -> None:
@@ -134,3 +173,8 @@ def freeze_at_zero(parameter) -> None:
 def native_attention(block):
     """The bridge wraps the native attention module; its `scale` lives on the wrapped one."""
     return block.attn.original_component
+
+
+def native_block(block):
+    """The native block the bridge's block wrapper calls; its forward holds the residual add."""
+    return block.original_component
