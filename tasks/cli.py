@@ -45,16 +45,17 @@ def add_jobs_arguments(parser: Parser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
-def add_task_parameters(parser: Parser, task_cls: type) -> None:
-    """One flag per field of the task's Params."""
+def add_task_parameters(parser: Parser, task_cls: type, defaults: dict | None = None) -> None:
+    """One flag per field of the task's Params; `defaults` replaces some of the Params defaults."""
     params = parser.add_argument_group(f"{task_cls.name} task parameters")
     for field in dataclasses.fields(task_cls.Params):
         flag = "--" + field.name.replace("_", "-")
+        default = (defaults or {}).get(field.name, field.default)
         if field.type in (bool, "bool"):
-            params.add_argument(flag, action="store_true", default=field.default)
+            params.add_argument(flag, action="store_true", default=default)
         else:
             kind = {"int": int, "float": float, "str": str}.get(str(field.type), field.type)
-            params.add_argument(flag, type=kind, default=field.default, help=f"default {field.default}")
+            params.add_argument(flag, type=kind, default=default, help=f"default {default}")
 
 
 def task_from_args(task_cls: type, args):
