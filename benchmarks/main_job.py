@@ -36,7 +36,7 @@ def heldout_by_model(runs_dir: Path) -> dict[str, float]:
 
 
 def train_baseline(out: Path, seeds: int) -> None:
-    from tasks.family import execute, plan_family
+    from toylens.family import execute, plan_family
     from tasks.settings import TrainSettings
     from tasks.winograd import WinogradTask
 

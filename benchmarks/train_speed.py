@@ -20,7 +20,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from plain_gpt import PlainGPT  # noqa: E402
 
 from models import ModelSpec, build_model  # noqa: E402
-from tasks.training import hook_free_forward, lm_loss  # noqa: E402
+from models.bridge import hook_free_forward  # noqa: E402
+from tasks.training import lm_loss  # noqa: E402
 
 SHAPES = {
     "1 block, 4 heads, 17 tokens": ModelSpec(n_layers=1, d_vocab=40, n_ctx=17),
@@ -55,7 +56,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved repeats; the best of each is kept")
     args = parser.parse_args()
-    torch.set_num_threads(1)  # what training uses (tasks.workers.in_one_thread)
+    torch.set_num_threads(1)  # what training uses (toylens.workers.in_one_thread)
     print(f"{'shape':<40} {'toylens':>9} {'plain':>9} {'ratio':>6}")
     for name, spec in SHAPES.items():
         ours, plain = build_model(spec), PlainGPT(spec)

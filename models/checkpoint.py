@@ -12,13 +12,11 @@ the version that wrote it.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 
-from models.errors import UsageError
+from common.cli import UsageError
+from common.io import atomic_write, sha256_file, write_json
 from models.spec import ModelSpec, build_model
 
 WEIGHTS = "model.safetensors"
@@ -26,38 +24,6 @@ CONFIG = "config.json"
 REQUIRED_CONFIG_FIELDS = ("format", "spec", "vocabulary")
 FORMAT = "toylens-run/1"
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".pkl", ".ckpt")
-
-
-def atomic_write(path: Path, write) -> None:
-    """Call `write(temp_path)` and rename the result over `path`: readers never see half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(handle)
-    try:
-        write(temp)
-        os.chmod(temp, 0o666 & ~current_umask())  # mkstemp makes 0600; give the usual permissions
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-
-
-def current_umask() -> int:
-    umask = os.umask(0)
-    os.umask(umask)
-    return umask
-
-
-def write_json(path: Path, payload) -> None:
-    def write(temp):
-        Path(temp).write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
-
-    atomic_write(path, write)
-
-
-def sha256_file(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def save_tensors(path: Path, tensors: dict, metadata: dict) -> None:

@@ -26,16 +26,14 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal, Optional
 
-from models.errors import UsageError
+from common.cli import UsageError
+from models.bridge import native, native_attention, use_fused_layer_norm
 
 Attention = Literal["softmax", "uniform", "none"]
 Positions = Literal["learned", "rotary", "none", "sinusoidal", "alibi"]
 ATTENTIONS = ("softmax", "uniform", "none")
 POSITIONS = ("learned", "rotary", "none", "sinusoidal", "alibi")
 Norm = Optional[Literal["LN"]]
-# Every config.json has held these since the first release; a field added later may be absent.
-FIRST_FIELDS = {"n_layers", "d_model", "n_heads", "mlp", "attention", "positions", "norm", "scale_scores",
-                "n_ctx", "d_vocab"}
 
 
 @dataclass(frozen=True)
@@ -90,11 +88,8 @@ class ModelSpec:
         if unknown:
             raise UsageError(f"model spec has unknown field(s) {unknown}; "
                              "it was written by another toylens version or edited by hand")
-        missing = sorted(FIRST_FIELDS - set(fields))
-        if missing:
-            raise UsageError(f"model spec is missing field(s) {missing}; re-create the run")
-        # Any other field the config lacks was added after the run was written: its default is
-        # the behaviour the run was trained with.
+        # A field absent from `fields` was added after the run was written: its default is the
+        # behaviour that run was trained with, so old runs load unchanged.
         return cls(**fields).validate()
 
 
@@ -124,18 +119,6 @@ def build_model(spec: ModelSpec, seed: int = 0):
     return model
 
 
-def use_fused_layer_norm(model) -> None:
-    """TL's NormalizationBridge rebuilds LayerNorm from its parts (mean, pow, sqrt, div) so that
-    hook_scale / hook_normalized can be edited. Its `use_native_layernorm_autograd` switch (which TL
-    sets for OPT, CLIP, ...) runs torch's fused layer_norm instead and still fires those hooks; an
-    edit falls back to the parts with a warning. Measured: 6-15% of a training step on CPU."""
-    from transformer_lens.model_bridge.generalized_components.normalization import NormalizationBridge
-
-    for module in model.modules():
-        if isinstance(module, NormalizationBridge):
-            module.use_native_layernorm_autograd = True
-
-
 def apply_variant(model, spec: ModelSpec) -> None:
     """Zero-and-freeze the weights and set the constants that realise the spec's variant."""
     import torch
@@ -162,19 +145,9 @@ def apply_variant(model, spec: ModelSpec) -> None:
             if spec.positions == "alibi":
                 attention.rotary = AlibiBias(spec.n_heads, attention.scale)
             if not spec.residual:
-                native_block(block).__class__ = ReplacingBlock
+                native(block).__class__ = ReplacingBlock
 
 
 def freeze_at_zero(parameter) -> None:
     parameter.zero_()
     parameter.requires_grad_(False)
-
-
-def native_attention(block):
-    """The bridge wraps the native attention module; its `scale` lives on the wrapped one."""
-    return block.attn.original_component
-
-
-def native_block(block):
-    """The native block the bridge's block wrapper calls; its forward holds the residual add."""
-    return block.original_component

@@ -7,48 +7,29 @@ resample statistics come from `reference_batch` (default: the batch itself).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import torch
+from transformer_lens.utilities import get_act_name
 
-from models.errors import UsageError
+from common.cli import UsageError
+from models.components import Head
 from models.resume import forward_from
-from probes.patching import hook_name
 from tasks.data import Batch
 from tasks.evaluate import Scored, logits_at_scored, score_logits
 
 METHODS = ("zero", "mean", "resample")
-HEAD_NAME = re.compile(r"^L(\d+)H(\d+)$")
-
-
-def head_name(layer: int, head: int) -> str:
-    return f"L{layer}H{head}"
-
-
-def parse_heads(heads) -> tuple[tuple[int, int], ...]:
-    """(layer, head) pairs from pairs or names like "L0H1"."""
-    parsed = []
-    for head in heads:
-        if isinstance(head, str):
-            match = HEAD_NAME.match(head.strip())
-            if not match:
-                raise UsageError(f"head {head!r} is not of the form L<layer>H<head>, e.g. L0H1")
-            head = (int(match[1]), int(match[2]))
-        layer, index = (int(v) for v in head)
-        parsed.append((layer, index))
-    return tuple(dict.fromkeys(parsed))
+def parse_heads(heads) -> tuple[Head, ...]:
+    """Distinct `Head`s, in order, from Heads, (layer, head) pairs or names like "L0H1"."""
+    return tuple(dict.fromkeys(Head.of(head) for head in heads))
 
 
 def check_heads(model, heads) -> None:
     for layer, head in heads:
         if not (0 <= layer < model.cfg.n_layers and 0 <= head < model.cfg.n_heads):
-            raise UsageError(f"head L{layer}H{head} does not exist: the model has "
+            raise UsageError(f"head {Head(layer, head)} does not exist: the model has "
                              f"{model.cfg.n_layers} layers of {model.cfg.n_heads} heads")
 
-
-def z_name(layer: int) -> str:
-    return f"blocks.{layer}.attn.hook_z"
 
 
 @dataclass(frozen=True)
@@ -80,8 +61,8 @@ def fit_width(values: torch.Tensor, width: int, fill: torch.Tensor) -> torch.Ten
 
 @torch.no_grad()
 def cached_z(model, tokens: torch.Tensor, layers) -> dict[int, torch.Tensor]:
-    _, cache = model.run_with_cache(tokens, names_filter=[z_name(layer) for layer in layers])
-    return {layer: cache[z_name(layer)] for layer in layers}
+    _, cache = model.run_with_cache(tokens, names_filter=[get_act_name("z", layer) for layer in layers])
+    return {layer: cache[get_act_name("z", layer)] for layer in layers}
 
 
 def replacement_z(model, batch: Batch, layers, method: str, seed: int, reference: Batch) -> dict:
@@ -143,7 +124,7 @@ def ablation_hooks(model, batch: Batch, heads, method: str = "zero", seed: int =
             return z
         return replace
 
-    return [(z_name(layer), hook(layer, [h for l, h in heads if l == layer])) for layer in layers]
+    return [(get_act_name("z", layer), hook(layer, [h for l, h in heads if l == layer])) for layer in layers]
 
 
 @torch.no_grad()
@@ -162,7 +143,7 @@ def summarise(scored: Scored, batch: Batch, heads, method: str) -> AblationResul
         by_group[group] = {"n": int(mask.sum()), "accuracy": scored.correct[mask].float().mean().item(),
                            "logit_diff": nanmean(scored.logit_diff[mask])}
     return AblationResult(
-        heads=tuple(head_name(*h) for h in parse_heads(heads)),
+        heads=tuple(str(h) for h in parse_heads(heads)),
         method=method,
         accuracy=scored.accuracy,
         logit_diff=nanmean(scored.logit_diff),
@@ -211,17 +192,14 @@ class CleanRun:
     W_O: torch.Tensor                       # [layer, head, d_head, d_model]
 
 
-def attn_out_name(layer: int) -> str:
-    return f"blocks.{layer}.hook_attn_out"
-
 
 @torch.no_grad()
 def clean_run(model, batch: Batch) -> CleanRun:
     layers = range(model.cfg.n_layers)
-    names = [n for l in layers for n in (hook_name("resid_pre", l), attn_out_name(l), z_name(l))]
+    names = [n for l in layers for n in (get_act_name("resid_pre", l), get_act_name("attn_out", l), get_act_name("z", l))]
     logits, cache = model.run_with_cache(batch.inputs, names_filter=names)
-    return CleanRun(logits=logits, z={l: cache[z_name(l)] for l in layers},
-                    resid_mid={l: cache[hook_name("resid_pre", l)] + cache[attn_out_name(l)] for l in layers},
+    return CleanRun(logits=logits, z={l: cache[get_act_name("z", l)] for l in layers},
+                    resid_mid={l: cache[get_act_name("resid_pre", l)] + cache[get_act_name("attn_out", l)] for l in layers},
                     W_O=model.W_O)
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from models.checkpoint import write_json
-from models.errors import Parser, run_cli
+from common.io import write_json
+from common.cli import Parser, run_cli
 from probes.stats import Interval, mean_interval, wilson
 
 SUMMARY = "summary.json"

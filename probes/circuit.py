@@ -1,4 +1,4 @@
-"""Circuit search and faithfulness, and `python -m probes.circuit report [RUNS_DIR]`.
+"""Circuit search and faithfulness (the report command is toylens.report).
 
 A circuit is a set of nodes: a head, kept at some positions (or all). Faithfulness follows
 TransformerLens's definition (`attribution_patching.faithfulness`): run the clean input with every
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
+from models.components import Head
 
 # torch and TransformerLens load inside the functions, so `--help` answers at once.
 
@@ -70,7 +70,9 @@ def mean_outputs(model, batch, reference) -> dict:
 def outside_ablated_hooks(model, nodes: list[Node], means: dict, width: int) -> list:
     import torch
 
-    from probes.ablation import check_heads, z_name
+    from transformer_lens.utilities import get_act_name
+
+    from probes.ablation import check_heads
 
     check_heads(model, [(n.layer, n.head) for n in nodes])
     masks = keep_masks(model, nodes, width)
@@ -81,7 +83,7 @@ def outside_ablated_hooks(model, nodes: list[Node], means: dict, width: int) -> 
             return torch.where(keep, z, means[layer][:z.shape[0], :z.shape[1]])
         return ablate
 
-    return [(z_name(layer), hook(layer)) for layer in range(model.cfg.n_layers)]
+    return [(get_act_name("z", layer), hook(layer)) for layer in range(model.cfg.n_layers)]
 
 
 def faithfulness(model, batch, nodes: list[Node], reference=None, *, means: dict | None = None,
@@ -130,7 +132,6 @@ def as_nodes(heads) -> list[Node]:
 def search_circuit(model, batch, reference, patching, target: float = TARGET) -> Circuit:
     """`batch` holds counterfactual pairs, `reference` the examples mean ablation averages over,
     `patching` the batch's probes.patching.ActivationPatching."""
-    from probes.ablation import head_name
 
     means = mean_outputs(model, batch, reference)
 
@@ -145,7 +146,7 @@ def search_circuit(model, batch, reference, patching, target: float = TARGET) ->
     for head in ranked:
         chosen.append(head)
         recovered = measure(as_nodes(chosen)).recovered
-        trace.append((tuple(head_name(*h) for h in chosen), recovered))
+        trace.append((tuple(str(Head(*h)) for h in chosen), recovered))
         if recovered >= target:
             break
     for head in reversed(list(chosen)):
@@ -153,11 +154,11 @@ def search_circuit(model, batch, reference, patching, target: float = TARGET) ->
         recovered = measure(as_nodes(fewer)).recovered if fewer else float("-inf")
         if recovered >= target:
             chosen = fewer
-            trace.append((tuple(head_name(*h) for h in chosen), recovered))
+            trace.append((tuple(str(Head(*h)) for h in chosen), recovered))
     chosen.sort()
     nodes = pin_positions(as_nodes(chosen), patching, measure, target, batch)
     return Circuit(tuple(nodes), measure(nodes), measure(as_nodes(chosen)),
-                   {head_name(*h): r for h, r in knockout.items()}, trace)
+                   {str(Head(*h)): r for h, r in knockout.items()}, trace)
 
 
 def pin_positions(nodes: list[Node], patching, measure, target: float, batch) -> list[Node]:
@@ -253,7 +254,8 @@ def analyse_run(run) -> RunAnalysis:
     from probes.accuracy import run_accuracy
     from probes.attention import attention_from, pair_attention, position_labels, scored_attention
     from probes.composition import composition_scores
-    from probes.patching import activation_patching, spread_subset
+    from probes.patching import activation_patching
+    from tasks.data import spread_subset
     from probes.path_patching import PathTarget, path_patch_many, path_sweep
 
     model, batches, vocabulary = run.load_model(), run.batches(), run.task.vocabulary()
@@ -297,69 +299,7 @@ def analyse_run(run) -> RunAnalysis:
     )
 
 
-def analysis_cost(run) -> int:
-    """Rough relative cost of analysing a run: patching grows with heads x layers (and MLPs)."""
-    spec = run.config.get("spec", {})
-    if spec.get("attention") == "uniform":
-        return 1
-    return spec.get("n_layers", 1) ** 2 * spec.get("n_heads", 1) * (2 if spec.get("mlp", True) else 1)
-
-
-def measure_for_report(run, out: Path) -> tuple:
-    """Everything the report needs from one run: its analysis, what each extra section measured,
-    and its figure, drawn here so the workers share the drawing too."""
-    from probes.report import write_run_figure
-    from probes.sections import measure_sections
-
-    analysis = analyse_run(run)
-    return analysis, measure_sections(run), write_run_figure(analysis, out)
-
-
-def report_command(runs_dir: Path, out: Path | None, jobs: int = 1) -> None:
-    from functools import partial
-
-    from probes.accuracy import family_order
-    from tasks.runs import find_runs
-    from tasks.workers import map_jobs
-
-    runs = find_runs(runs_dir)
-    order = family_order(runs)
-    runs = sorted(runs, key=lambda run: (order.index(run.model_name), run.seed))
-    out = Path(out or Path(runs_dir) / "report")
-    measured = map_jobs(partial(measure_for_report, out=out), runs, jobs,
-                        f"analysing {len(runs)} runs, {min(jobs, len(runs))} at a time", cost=analysis_cost)
-    publish_report(measured, out, task=runs[0].task.name)
-
-
-def publish_report(measured: list, out: Path, task: str) -> None:
-    """Write and summarise the report from each run's `measure_for_report` result (in report order)."""
-    from probes.report import summary_lines, write_report
-    from probes.sections import report_sections
-
-    analyses = [analysis for analysis, _, _ in measured]
-    # Sections the runs' data call for (head roles, training dynamics); see probes/sections.py.
-    sections = report_sections([per_run for _, per_run, _ in measured], out)
-    written = write_report(analyses, [figure for _, _, figure in measured], out, task=task, extra=sections)
-    print("\n".join(summary_lines(analyses) + [line for s in sections for line in s.summary]))
-    print(f"\nwrote {written}")
-
-
-def main(argv=None) -> None:
-    from models.errors import Parser, positive_int, run_cli
-    from tasks.workers import default_jobs
-
-    parser = Parser(prog="python -m probes.circuit",
-                    description="Trace which heads, at which positions, decide a task's answer.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    report = commands.add_parser("report", help="analyse every run in RUNS_DIR and write RUNS_DIR/report/")
-    report.add_argument("runs_dir", type=Path, nargs="?", default=Path("runs/winograd"),
-                        help="a task's runs folder (default: runs/winograd)")
-    report.add_argument("--out", type=Path, default=None, help="report folder (default: RUNS_DIR/report)")
-    report.add_argument("--jobs", type=positive_int, default=default_jobs(),
-                        help="runs analysed at a time, each in its own process (default: the CPU cores)")
-    args = parser.parse_args(argv)
-    run_cli(report_command, args.runs_dir, args.out, args.jobs)
-
-
 if __name__ == "__main__":
+    from toylens.report import main  # `python -m probes.circuit report` is the command layer's report
+
     main()

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
+from models.bridge import native
+
 KINDS = ("Q", "K", "V")
 
 
@@ -49,7 +51,7 @@ def pair_mask(n_layers: int, n_heads: int) -> torch.Tensor:
 def random_attention(model, seed: int):
     """Inside the block, `model`'s attention weights are redrawn i.i.d. Gaussian."""
     generator = torch.Generator().manual_seed(seed)
-    weights = [getattr(block.attn, name).original_component.weight
+    weights = [native(getattr(block.attn, name)).weight
                for block in model.blocks for name in ("q", "k", "v", "o")]
     saved = [w.detach().clone() for w in weights]
     try:

@@ -16,7 +16,7 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from models.errors import Parser, UsageError, run_cli
+from common.cli import Parser, UsageError, run_cli
 
 SNAPSHOT_FILE = re.compile(r"^step(\d+)\.safetensors$")
 ROWS = 128          # held-out sequences each snapshot is replayed on
@@ -114,7 +114,7 @@ def phase_change(points: list[SnapshotPoint]) -> tuple[int | None, tuple[int, in
 def run_dynamics(run, rows: int = ROWS) -> Dynamics:
     """Replay every snapshot of `run` on its first `rows` held-out sequences."""
     from models.checkpoint import load_tensors
-    from probes.patching import spread_subset
+    from tasks.data import spread_subset
 
     files = snapshot_files(run.path)
     if len(files) < 2:
@@ -198,7 +198,7 @@ def plot_dynamics(results: list[Dynamics]):
 
 def write_dynamics(results: list[Dynamics], out: Path) -> dict[str, Path]:
     """dynamics.json and one figure per model in `out`; returns {model: figure path}."""
-    from models.checkpoint import write_json
+    from common.io import write_json
     from probes.figures import plt
 
     out = Path(out)

@@ -13,25 +13,21 @@ Rungs (each adds one thing to the one before, except where the chapter swaps a p
   + LayerNorm       pre-norm LayerNorm: a full transformer block
   2 blocks          a second block
 
-`python -m probes.ladder TASK` trains them into runs/TASK/ladder/<rung>/seed<k> (kept when already
-trained with the same settings), prints held-out accuracy and loss per rung with 95% intervals over
-seeds and the shuffle test, and writes ladder.json and ladder.png there.
+This module measures and draws; `python -m probes.ladder TASK` (served by `toylens.ladder`) trains
+them into runs/TASK/ladder/<rung>/seed<k> (kept when already trained with the same settings),
+prints held-out accuracy and loss per rung with 95% intervals over seeds and the shuffle test, and
+writes ladder.json and ladder.png there.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 
 from models import ModelSpec
-from models.checkpoint import write_json
-from models.errors import Parser, UsageError, positive_int, run_cli
+from common.cli import UsageError
 from probes.stats import Interval, mean_interval
 
-LADDER_JSON = "ladder.json"
-LADDER_FIGURE = "ladder.png"
-MAX_WIDTH = 4096
 
 # (folder name, label, spec fields beyond the shared base). Uniform heads all compute the same
 # average, so the uniform rungs use one head.
@@ -88,18 +84,6 @@ class LadderResult:
     vocabulary: int             # uniform guessing scores loss ln(vocabulary)
     heldout_n: int              # scored held-out positions per seed
     rungs: list[RungResult]
-
-
-def ladder_plans(task, seeds: list[int], settings, out: Path, d_model: int = 128, rungs=None) -> list:
-    from tasks.family import RunPlan
-
-    specs = ladder_specs(d_model)
-    names = rungs or list(specs)
-    unknown = [n for n in names if n not in specs]
-    if unknown:
-        raise UsageError(f"unknown rung(s) {unknown}; known: {', '.join(specs)}")
-    return [RunPlan(task, name, specs[name], seed, settings, Path(out) / name / f"seed{seed}")
-            for name in names for seed in seeds]
 
 
 def seed_result(run) -> SeedResult:
@@ -185,58 +169,7 @@ def ladder_figure(result: LadderResult):
     return fig
 
 
-def ladder_command(args) -> None:
-    from tasks.cli import settings_from_args, task_from_args
-    from tasks.family import train_family
-
-    task = task_from_args(args.task_cls, args)
-    if args.d_model > MAX_WIDTH:
-        raise UsageError(f"--d-model {args.d_model} is absurd for a toy model; use at most {MAX_WIDTH}")
-    # The task's training settings; snapshots off (the ladder never replays training).
-    settings = settings_from_args(task, args, snapshot_every=0)
-    out = args.out or Path("runs") / task.name / "ladder"
-    rungs = [r.strip() for r in args.rungs.split(",") if r.strip()] if args.rungs else None
-    plans = ladder_plans(task, list(range(args.seeds)), settings, out, args.d_model, rungs)
-    train_family(plans, overwrite=args.overwrite, progress=not args.no_progress, jobs=args.jobs)
-    result = measure_ladder(plans)
-    print(ladder_table(result))
-    write_json(out / LADDER_JSON, asdict(result))
-    from probes.figures import save
-
-    save(ladder_figure(result), out / LADDER_FIGURE)
-    print(f"\nwrote {out / LADDER_JSON} and {out / LADDER_FIGURE}")
-
-
-def main(argv=None) -> None:
-    import sys
-
-    from tasks.cli import add_jobs_arguments, add_settings_arguments, add_task_parameters
-    from tasks.registry import get_task_class
-
-    argv = list(sys.argv[1:] if argv is None else argv)
-
-    def body():
-        task_name = argv[0] if argv and not argv[0].startswith("-") else None
-        task_cls = get_task_class(task_name) if task_name else None
-        parser = Parser(prog="python -m probes.ladder TASK",
-                        description="Train the ladder of models from no context to two blocks on TASK's data "
-                                    "and compare them on held-out data.")
-        if task_name is None:
-            parser.add_argument("task", help="a registered task (python -m tasks list)")
-            parser.parse_args(argv)
-            raise UsageError("python -m probes.ladder needs a task name first, e.g. python -m probes.ladder winograd")
-        add_settings_arguments(parser, f"runs/{task_name}/ladder")
-        parser.add_argument("--rungs", help=f"comma-separated rungs (default all: {', '.join(LABELS)})")
-        parser.add_argument("--d-model", type=positive_int, default=128, help="width of every rung (default 128)")
-        parser.add_argument("--overwrite", action="store_true", help="retrain rungs already trained")
-        add_jobs_arguments(parser)
-        add_task_parameters(parser, task_cls)
-        args = parser.parse_args(argv[1:])
-        args.task_cls = task_cls
-        ladder_command(args)
-
-    run_cli(body)
-
-
 if __name__ == "__main__":
+    from toylens.ladder import main  # the command trains, so it lives in the command layer
+
     main()

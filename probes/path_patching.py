@@ -20,11 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from transformer_lens.utilities import get_act_name
 
+from models.bridge import native
 from models.resume import forward_from
-from probes.ablation import head_name, z_name
-from probes.attention import pattern_name
-from probes.patching import (Outcome, corrupt_inputs, hook_name, live_positions, outcome, replica_scored,
+from models.components import Head
+from probes.patching import (Outcome, corrupt_inputs, live_positions, outcome, replica_scored,
                              replicas_per_forward)
 from tasks.data import Batch
 
@@ -54,14 +55,11 @@ class PathPatch:
         return ",".join(f"p{p}" for p in self.positions) or "no positions"
 
 
-Head = tuple[int, int]
-
-
 def heads_of(value) -> tuple[Head, ...]:
     """One (layer, head) or a collection of them, as a tuple of distinct heads in the given order."""
     if len(value) == 2 and all(isinstance(v, int) for v in value):
-        return (tuple(value),)
-    return tuple(dict.fromkeys(tuple(head) for head in value))
+        return (Head(*value),)
+    return tuple(dict.fromkeys(Head.of(head) for head in value))
 
 
 @dataclass(frozen=True)
@@ -106,7 +104,7 @@ class PathTarget:
 
 def names(heads) -> str:
     """A head set's name, e.g. L0H1+L0H3; one head's is its own, e.g. L0H1."""
-    return "+".join(head_name(*head) for head in heads)
+    return "+".join(str(Head(*head)) for head in heads)
 
 
 def parse_names(name: str) -> tuple[Head, ...]:
@@ -120,15 +118,15 @@ def head_writes(model, clean: dict, corrupt: dict, senders) -> dict[tuple[int, i
     """Per sender, [n, pos, d_model] clean minus corrupt residual write (z @ W_O; b_O cancels), from
     the two runs' caches (holding each sender layer's z)."""
     W_O = model.W_O
-    return {(l, h): (clean[z_name(l)][:, :, h] - corrupt[z_name(l)][:, :, h]) @ W_O[l, h] for l, h in senders}
+    return {(l, h): (clean[get_act_name("z", l)][:, :, h] - corrupt[get_act_name("z", l)][:, :, h]) @ W_O[l, h] for l, h in senders}
 
 
 def receiver_input(model, layer: int, component: str, residual: torch.Tensor) -> torch.Tensor:
     """[n, pos, head, d_head]: the block's own LayerNorm and Q/K/V projection of `residual`.
     The raw torch modules are called so no hook fires inside a hook."""
     block = model.blocks[layer]
-    normed = block.ln1.original_component(residual)
-    projection = getattr(block.attn, component).original_component
+    normed = native(block.ln1)(residual)
+    projection = native(getattr(block.attn, component))
     out = projection(normed)
     return out.view(*out.shape[:2], model.cfg.n_heads, model.cfg.d_head)
 
@@ -180,14 +178,11 @@ class PathHooks:
 
     def hooks(self) -> list:
         wanted = sorted({(t.layer, t.component) for t in self.targets})
-        out = [(hook_name("resid_pre", layer), keeper(self.residual, layer)) for layer in {l for l, _ in wanted}]
-        out += [(value_name(layer), self.use_clean_values(layer))
+        out = [(get_act_name("resid_pre", layer), keeper(self.residual, layer)) for layer in {l for l, _ in wanted}]
+        out += [(get_act_name("v", layer), self.use_clean_values(layer))
                 for layer in sorted({t.layer for t in self.targets if t.clean_values})]
-        return out + [(f"blocks.{layer}.attn.hook_{c}", self.patch(layer, c)) for layer, c in wanted]
+        return out + [(get_act_name(c, layer), self.patch(layer, c)) for layer, c in wanted]
 
-
-def value_name(layer: int) -> str:
-    return f"blocks.{layer}.attn.hook_v"
 
 
 def receiver_rows(cache_pattern: torch.Tensor, batch: Batch, head: int) -> torch.Tensor:
@@ -209,17 +204,17 @@ def path_patch_many(model, batch: Batch, targets: list[PathTarget]) -> list[Path
     # One clean and one corrupt forward hold everything the patches compare against: the senders'
     # z, the receivers' patterns, the clean values, and the corrupt residual each forward resumes
     # from (blocks before a target's receivers compute exactly the corrupt run; equal, tested).
-    shared = [z_name(l) for l in sorted({l for l, _ in senders})] + [pattern_name(l) for l, _ in receivers]
+    shared = [get_act_name("z", l) for l in sorted({l for l, _ in senders})] + [get_act_name("pattern", l) for l, _ in receivers]
     clean_logits, clean_cache = model.run_with_cache(
-        batch.inputs, names_filter=shared + [value_name(l) for l in value_layers])
+        batch.inputs, names_filter=shared + [get_act_name("v", l) for l in value_layers])
     corrupt_logits, corrupt_cache = model.run_with_cache(
-        corrupt_inputs(batch), names_filter=shared + [hook_name("resid_pre", l) for l in first_layers])
+        corrupt_inputs(batch), names_filter=shared + [get_act_name("resid_pre", l) for l in first_layers])
     writes = head_writes(model, clean_cache, corrupt_cache, senders)
     clean, corrupt = (outcome(replica_scored(logits, batch), batch)[0] for logits in (clean_logits, corrupt_logits))
-    reference = {name: {r: receiver_rows(cache[pattern_name(r[0])], batch, r[1])[0] for r in receivers}
+    reference = {name: {r: receiver_rows(cache[get_act_name("pattern", r[0])], batch, r[1])[0] for r in receivers}
                  for name, cache in (("clean", clean_cache), ("corrupt", corrupt_cache))}
-    clean_values = {layer: clean_cache[value_name(layer)] for layer in value_layers}
-    corrupt_residual = {layer: corrupt_cache[hook_name("resid_pre", layer)] for layer in first_layers}
+    clean_values = {layer: clean_cache[get_act_name("v", layer)] for layer in value_layers}
+    corrupt_residual = {layer: corrupt_cache[get_act_name("resid_pre", layer)] for layer in first_layers}
     per_forward = replicas_per_forward(batch)
     results = []
     for start in range(0, len(targets), per_forward):
@@ -227,12 +222,12 @@ def path_patch_many(model, batch: Batch, targets: list[PathTarget]) -> list[Path
         hooks = PathHooks(model, chunk, writes, len(batch), clean_values)
         first = min(t.layer for t in chunk)
         patterns = {}
-        keep = [(pattern_name(l), keeper(patterns, pattern_name(l))) for l in sorted({t.layer for t in chunk})]
+        keep = [(get_act_name("pattern", l), keeper(patterns, get_act_name("pattern", l))) for l in sorted({t.layer for t in chunk})]
         with model.hooks(fwd_hooks=hooks.hooks() + keep):
             logits = forward_from(model, corrupt_residual[first].repeat(len(chunk), 1, 1), first)
         outcomes = outcome(replica_scored(logits, batch), batch)
         for replica, (target, result) in enumerate(zip(chunk, outcomes)):
-            rows = {r: receiver_rows(patterns[pattern_name(r[0])], batch, r[1])[replica] for r in target.receivers}
+            rows = {r: receiver_rows(patterns[get_act_name("pattern", r[0])], batch, r[1])[replica] for r in target.receivers}
             results.append(summarise(target, result, clean, corrupt, rows, reference))
     return results
 

@@ -8,7 +8,7 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
-from models.checkpoint import atomic_write, write_json
+from common.io import atomic_write, write_json
 
 COMPONENT_WORDS = {"q": "query", "k": "keys", "v": "values"}
 UNUSED_MARGIN = 0.02   # a block whose full ablation keeps accuracy within this is "unused"

@@ -37,7 +37,7 @@ class RunRoles:
 def measure_head_roles(run) -> RunRoles | None:
     from probes.dynamics import snapshot_point
     from probes.heads import induction_share, run_heads
-    from probes.patching import spread_subset
+    from tasks.data import spread_subset
 
     heldout = run.batches()["heldout"]
     share = induction_share(heldout)

@@ -1,3 +1,4 @@
-from tasks.cli import main
+# `python -m tasks ...` is the user's command; the command layer (toylens.cli) serves it.
+from toylens.cli import main
 
 main()

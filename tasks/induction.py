@@ -115,6 +115,6 @@ def shuffled_successors(first: tuple[int, ...], rng: random.Random) -> tuple[int
 
 
 if __name__ == "__main__":
-    from tasks.cli import main_for_task
+    from toylens.cli import main_for_task
 
     main_for_task("induction")

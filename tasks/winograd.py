@@ -131,6 +131,6 @@ class WinogradTask(Task):
 
 
 if __name__ == "__main__":
-    from tasks.cli import main_for_task
+    from toylens.cli import main_for_task
 
     main_for_task("winograd")

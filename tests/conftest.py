@@ -43,7 +43,7 @@ def small_winograd() -> WinogradTask:
 
 
 def tiny_plans(task, out: Path, specs: dict, seeds=(0,), steps: int = 150) -> list:
-    from tasks.family import RunPlan
+    from toylens.family import RunPlan
     from tasks.training import TrainSettings
 
     settings = TrainSettings(max_steps=steps, batch_size=32, eval_every=50)
@@ -53,7 +53,7 @@ def tiny_plans(task, out: Path, specs: dict, seeds=(0,), steps: int = 150) -> li
 
 def train_tiny(task, out: Path, specs: dict, seeds=(0,), steps: int = 150):
     """Train `specs` briefly into `out` with the real training path; returns the run folder."""
-    from tasks.family import train_family
+    from toylens.family import train_family
 
     train_family(tiny_plans(task, out, specs, seeds, steps), progress=False)
     return out

@@ -11,7 +11,8 @@ import torch
 
 from models import ModelSpec, build_model
 from probes.circuit import Node, faithfulness, keep_masks, search_circuit
-from probes.patching import activation_patching, scored_metric, spread_subset
+from probes.patching import activation_patching, scored_metric
+from tasks.data import spread_subset
 from tasks.data import task_dataset, to_batch
 from test_patching import hand_batch, hand_built
 
@@ -56,7 +57,7 @@ def test_search_keeps_both_heads_of_a_two_hop_circuit():
 
 
 def test_report_command_writes_markdown_json_and_figures(tiny_runs, capsys):
-    from probes.circuit import main
+    from toylens.report import main
 
     main(["report", str(tiny_runs)])
     stdout = capsys.readouterr().out
@@ -76,8 +77,8 @@ def test_report_command_writes_markdown_json_and_figures(tiny_runs, capsys):
 
 def test_training_with_the_report_writes_what_the_report_command_writes(tiny_runs, small_winograd, tmp_path,
                                                                           capsys):
-    from probes.circuit import publish_report, report_command
-    from tasks.family import train_family
+    from toylens.report import publish_report, report_command
+    from toylens.family import train_family
     from tests.conftest import TINY_SPECS, tiny_plans
 
     # The runs are already trained with these settings: kept, and analysed all the same.

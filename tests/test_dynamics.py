@@ -23,7 +23,7 @@ def test_phase_change_is_the_steepest_fall_per_step():
 
 @pytest.fixture(scope="module")
 def snapshot_run(tmp_path_factory):
-    from tasks.family import RunPlan, train_family
+    from toylens.family import RunPlan, train_family
     from tasks.settings import TrainSettings
 
     task = InductionTask(InductionParams(tokens=8, min_repeat=3, max_repeat=5, train=300, validation=20,
@@ -53,7 +53,7 @@ def test_replay_scores_every_snapshot_and_the_last_matches_the_final_model(snaps
     assert [p.step for p in result.points] == [0, 20, 40]
     assert all(len(p.induction) == 2 and len(p.induction[0]) == 2 for p in result.points)
     # Step 40 is the final model: its scored loss is the loss score_model reports on the same rows.
-    from probes.patching import spread_subset
+    from tasks.data import spread_subset
 
     batch = spread_subset(run.batches()["heldout"], 128)
     assert result.points[-1].scored_loss == pytest.approx(score_model(run.load_model(), batch).loss.item(), rel=1e-5)
@@ -82,7 +82,7 @@ def test_runs_without_snapshots_are_refused_in_one_line(snapshot_run, tmp_path):
 def test_induction_report_adds_head_roles_and_dynamics_sections(snapshot_run, tmp_path, capsys):
     import json
 
-    from probes.circuit import report_command
+    from toylens.report import report_command
 
     report_command(snapshot_run, tmp_path / "report", jobs=1)
     markdown = (tmp_path / "report" / "report.md").read_text()

@@ -111,7 +111,7 @@ def interrupted(tmp_path_factory) -> dict:
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> dict:
     """The same command run straight through, in this process, on one thread like the others."""
-    from tasks.cli import main_for_task
+    from toylens.cli import main_for_task
 
     out = tmp_path_factory.mktemp("uninterrupted") / "winograd"
     threads = torch.get_num_threads()

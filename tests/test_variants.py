@@ -84,7 +84,7 @@ def test_alibi_scores_get_minus_slope_times_distance(scale_scores):
 
 @pytest.mark.parametrize("variant", NEW_VARIANTS)
 def test_new_variants_train_identically_without_the_bridge(variant):
-    from tasks.training import hook_free_forward
+    from models.bridge import hook_free_forward
 
     model = build_model(spec(**NEW_VARIANTS[variant]), seed=3)
     forward = hook_free_forward(model)

@@ -1,14 +1,15 @@
 """`python -m tasks list|train NAME` and `python -m tasks.<name> train`: thin layers over
-`tasks.family`. Heavy imports (torch, TransformerLens) happen only on the paths that train."""
+`toylens.family`. Heavy imports (torch, TransformerLens) happen only on the paths that train."""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
 
-from models.errors import Parser, UsageError, positive_int, run_cli
+from common.cli import Parser, UsageError, positive_int, run_cli
 from tasks.registry import get_task_class, task_classes
-from tasks.workers import default_jobs
+from tasks.validate import validate_family
+from toylens.workers import default_jobs
 
 MAX_SEEDS = 1000
 
@@ -76,7 +77,7 @@ def settings_from_args(task, args, **fixed):
 
 
 def train_command(task_cls: type, args) -> None:
-    from tasks.family import plan_family, train_family
+    from toylens.family import plan_family, train_family
 
     task = task_from_args(task_cls, args)
     settings = settings_from_args(task, args)
@@ -91,7 +92,7 @@ def train_command(task_cls: type, args) -> None:
 
     compare_runs_command(out)
     if report is not None:
-        from probes.circuit import publish_report
+        from toylens.report import publish_report
 
         print()
         publish_report(measured, report, task=task.name)
@@ -125,11 +126,14 @@ def main(argv=None) -> None:
     def body():
         if argv[:1] == ["list"]:
             for name, cls in task_classes().items():
+                validate_family(cls())
                 print(f"{name:<16} {summary_line(cls)}")
             return
         if argv[:1] == ["train"] and len(argv) >= 2 and not argv[1].startswith("-"):
             task_cls = get_task_class(argv[1])
-            args = task_parser(task_cls, "python -m tasks train NAME").parse_args(["train", *argv[2:]])
+            parser = Parser(prog=f"python -m tasks train {argv[1]}", description=task_cls.__doc__)
+            add_train_arguments(parser, task_cls)
+            args = parser.parse_args(argv[2:])
             return train_command(task_cls, args)
         if argv[:1] == ["train"]:
             raise UsageError("train needs a task name: python -m tasks train NAME (see python -m tasks list)")

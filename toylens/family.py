@@ -13,11 +13,13 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from models import ModelSpec, UsageError
-from models.checkpoint import CONFIG, FORMAT, WEIGHTS, save_checkpoint, write_json
+from models.checkpoint import CONFIG, FORMAT, WEIGHTS, save_checkpoint
+from common.io import write_json
 from tasks.base import Task
 from tasks.runs import LOG, METRICS, command_argv, command_line, package_versions, read_run_config
 from tasks.settings import TrainSettings, settings_dict
-from tasks.workers import map_jobs
+from tasks.validate import validate_family
+from toylens.workers import map_jobs
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,7 @@ def sized_spec(spec: ModelSpec, task: Task, batches: dict, context: int = 0) -> 
 
 def plan_family(task: Task, model_names: list[str] | None, seeds: list[int], settings: TrainSettings,
                 out: Path) -> list[RunPlan]:
-    family = task.default_models()
+    family = validate_family(task)
     names = model_names or list(family)
     unknown = [name for name in names if name not in family]
     if unknown:
@@ -234,7 +236,7 @@ def train_job(job: TrainJob) -> tuple:
     if job.report_out is None:
         return metrics, None
     # Here, in the worker that trained the run: TransformerLens is already imported.
-    from probes.circuit import measure_for_report
+    from toylens.report import measure_for_report
     from tasks.runs import Run
 
     return metrics, measure_for_report(Run(job.plan.run_dir), job.report_out)

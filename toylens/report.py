@@ -1,0 +1,72 @@
+"""`python -m probes.circuit report [RUNS_DIR]` (and `train --report`): analyse every run of a task,
+several at a time, and write one report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from probes.circuit import analyse_run
+
+
+def analysis_cost(run) -> int:
+    """Rough relative cost of analysing a run: patching grows with heads x layers (and MLPs)."""
+    spec = run.config.get("spec", {})
+    if spec.get("attention") == "uniform":
+        return 1
+    return spec.get("n_layers", 1) ** 2 * spec.get("n_heads", 1) * (2 if spec.get("mlp", True) else 1)
+
+
+def measure_for_report(run, out: Path) -> tuple:
+    """Everything the report needs from one run: its analysis, what each extra section measured,
+    and its figure, drawn here so the workers share the drawing too."""
+    from probes.report import write_run_figure
+    from probes.sections import measure_sections
+
+    analysis = analyse_run(run)
+    return analysis, measure_sections(run), write_run_figure(analysis, out)
+
+
+def report_command(runs_dir: Path, out: Path | None, jobs: int = 1) -> None:
+    from functools import partial
+
+    from probes.accuracy import family_order
+    from tasks.runs import find_runs
+    from toylens.workers import map_jobs
+
+    runs = find_runs(runs_dir)
+    order = family_order(runs)
+    runs = sorted(runs, key=lambda run: (order.index(run.model_name), run.seed))
+    out = Path(out or Path(runs_dir) / "report")
+    measured = map_jobs(partial(measure_for_report, out=out), runs, jobs,
+                        f"analysing {len(runs)} runs, {min(jobs, len(runs))} at a time", cost=analysis_cost)
+    publish_report(measured, out, task=runs[0].task.name)
+
+
+def publish_report(measured: list, out: Path, task: str) -> None:
+    """Write and summarise the report from each run's `measure_for_report` result (in report order)."""
+    from probes.report import summary_lines, write_report
+    from probes.sections import report_sections
+
+    analyses = [analysis for analysis, _, _ in measured]
+    # Sections the runs' data call for (head roles, training dynamics); see probes/sections.py.
+    sections = report_sections([per_run for _, per_run, _ in measured], out)
+    written = write_report(analyses, [figure for _, _, figure in measured], out, task=task, extra=sections)
+    print("\n".join(summary_lines(analyses) + [line for s in sections for line in s.summary]))
+    print(f"\nwrote {written}")
+
+
+def main(argv=None) -> None:
+    from common.cli import Parser, positive_int, run_cli
+    from toylens.workers import default_jobs
+
+    parser = Parser(prog="python -m probes.circuit",
+                    description="Trace which heads, at which positions, decide a task's answer.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    report = commands.add_parser("report", help="analyse every run in RUNS_DIR and write RUNS_DIR/report/")
+    report.add_argument("runs_dir", type=Path, nargs="?", default=Path("runs/winograd"),
+                        help="a task's runs folder (default: runs/winograd)")
+    report.add_argument("--out", type=Path, default=None, help="report folder (default: RUNS_DIR/report)")
+    report.add_argument("--jobs", type=positive_int, default=default_jobs(),
+                        help="runs analysed at a time, each in its own process (default: the CPU cores)")
+    args = parser.parse_args(argv)
+    run_cli(report_command, args.runs_dir, args.out, args.jobs)
