@@ -5,6 +5,7 @@ import json
 import math
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 import torch
@@ -14,9 +15,8 @@ from probes.ladder import RUNGS, ladder_specs
 from probes.positions import context_for, position_specs, score_lengths
 
 
-def rung(name: str, **sizes):
-    return build_model(ladder_specs(16)[name].__class__(**{**ladder_specs(16)[name].to_dict(), "n_ctx": 10,
-                                                           "d_vocab": 7, **sizes}), seed=1)
+def rung(name: str):
+    return build_model(replace(ladder_specs(16)[name], n_ctx=10, d_vocab=7), seed=1)
 
 
 def test_rungs_run_from_no_context_to_two_blocks():
@@ -71,14 +71,13 @@ def constant_batches(lengths):
 def test_a_model_without_positions_scores_the_same_at_every_length_on_a_length_invariant_input():
     batches = constant_batches([6, 12, 24])
     spec = position_specs(["none", "learned"], d_model=16)
-    none = build_model(spec["none"].__class__(**{**spec["none"].to_dict(), "n_ctx": 24, "d_vocab": 7}), seed=0)
+    none = build_model(replace(spec["none"], n_ctx=24, d_vocab=7), seed=0)
     scores = score_lengths(none, batches)
     assert [s.factor for s in scores] == [6, 12, 24]
     assert all(math.isclose(s.loss, scores[0].loss, rel_tol=1e-5) for s in scores)
     assert all(s.accuracy.value == scores[0].accuracy.value for s in scores)
     # The same measurement tells lengths apart once the model reads positions.
-    learned = build_model(spec["learned"].__class__(**{**spec["learned"].to_dict(), "n_ctx": 24, "d_vocab": 7}),
-                          seed=0)
+    learned = build_model(replace(spec["learned"], n_ctx=24, d_vocab=7), seed=0)
     losses = [s.loss for s in score_lengths(learned, batches)]
     assert max(losses) - min(losses) > 1e-4
 
