@@ -19,7 +19,7 @@ from models.resume import forward_from
 from tasks.data import Batch
 from tasks.evaluate import Scored, logits_at_scored, score_logits
 
-METHODS = ("zero", "mean", "resample")
+ABLATION_METHODS = ("zero", "mean", "resample")
 def parse_heads(heads) -> tuple[Head, ...]:
     """Distinct `Head`s, in order, from Heads, (layer, head) pairs or names like "L0H1"."""
     return tuple(dict.fromkeys(Head.of(head) for head in heads))
@@ -47,11 +47,6 @@ class AblationResult:
         return ", ".join(self.heads) if self.heads else "none"
 
 
-def valid_positions(batch: Batch, width: int) -> torch.Tensor:
-    """[n, width] True where a row has a real input token (right padding is False)."""
-    return torch.arange(width)[None, :] < (batch.lengths[:, None] - 1)
-
-
 def fit_width(values: torch.Tensor, width: int, fill: torch.Tensor) -> torch.Tensor:
     """Cut or extend dim 1 (positions) to `width`, extending with `fill`."""
     if values.shape[1] >= width:
@@ -72,7 +67,7 @@ def replacement_z(model, batch: Batch, layers, method: str, seed: int, reference
     if method == "zero" or not layers:
         return {layer: None for layer in layers}
     z = cached_z(model, reference.inputs, layers)
-    valid = valid_positions(reference, reference.inputs.shape[1]).float()[:, :, None, None]
+    valid = reference.real_positions().float()[:, :, None, None]
     out = {}
     if method == "mean":
         for layer in layers:
@@ -105,8 +100,8 @@ def resample_rows(batch: Batch, reference: Batch, seed: int) -> torch.Tensor:
 
 
 def check_method(method: str) -> None:
-    if method not in METHODS:
-        raise UsageError(f"ablation method must be one of {', '.join(METHODS)}, got {method!r}")
+    if method not in ABLATION_METHODS:
+        raise UsageError(f"ablation method must be one of {', '.join(ABLATION_METHODS)}, got {method!r}")
 
 
 def ablation_hooks(model, batch: Batch, heads, method: str = "zero", seed: int = 0,
@@ -136,7 +131,7 @@ def ablated_scored(model, batch: Batch, heads, method: str = "zero", seed: int =
     return score_logits(logits_at_scored(logits, batch), batch)
 
 
-def summarise(scored: Scored, batch: Batch, heads, method: str) -> AblationResult:
+def ablation_result(scored: Scored, batch: Batch, heads, method: str) -> AblationResult:
     row_groups = [batch.groups[i] for i in scored.example_index.tolist()]
     by_group = {}
     for group in sorted(set(row_groups)):
@@ -161,7 +156,7 @@ def ablate(model, batch: Batch, heads, method: str = "zero", seed: int = 0,
            reference_batch: Batch | None = None) -> AblationResult:
     """Score `batch` with `heads` ("L0H1" or (0, 1)) ablated at every position."""
     scored = ablated_scored(model, batch, heads, method, seed, reference_batch)
-    return summarise(scored, batch, heads, method)
+    return ablation_result(scored, batch, heads, method)
 
 
 def sweep_targets(model) -> list[tuple[tuple[int, int], ...]]:
@@ -181,7 +176,7 @@ def head_ablation_sweep(model, batch: Batch, method: str = "zero", seed: int = 0
     layers = list(range(model.cfg.n_layers))
     values = replacement_z(model, batch, layers, method, seed, reference_batch or batch)
     clean = clean or clean_run(model, batch)
-    return [summarise(replayed_scored(model, batch, clean, heads, values), batch, heads, method)
+    return [ablation_result(replayed_scored(model, batch, clean, heads, values), batch, heads, method)
             for heads in sweep_targets(model)]
 
 

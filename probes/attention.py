@@ -58,10 +58,6 @@ class ScoredAttention:
     focus: dict[str, list[list[HeadFocus]]]  # group -> [layer][head]
     rows: dict[str, int]                    # scored rows per group
 
-    def layer_mean(self, group: str = ALL) -> torch.Tensor:
-        """[layer, key] averaged over each block's heads, as the source shows it."""
-        return self.mean[group].mean(1)
-
 
 def token_mass(rows: torch.Tensor, keys: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """[layer, head] mean mass on keys whose token equals each row's target token."""

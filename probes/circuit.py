@@ -250,7 +250,7 @@ def patch_pairs(heldout) -> int:
 
 
 def analyse_run(run) -> RunAnalysis:
-    from probes.ablation import METHODS, ablate, clean_run, head_ablation_sweep, parse_heads
+    from probes.ablation import ABLATION_METHODS, ablate, clean_run, head_ablation_sweep, parse_heads
     from probes.accuracy import run_accuracy
     from probes.attention import attention_from, pair_attention, position_labels, scored_attention
     from probes.composition import composition_scores
@@ -276,7 +276,7 @@ def analyse_run(run) -> RunAnalysis:
     pairs = spread_subset(heldout, patch_pairs(heldout))
     sample = spread_subset(heldout, ABLATION_ROWS)
     clean = clean_run(model, sample)
-    ablations = {method: head_ablation_sweep(model, sample, method, run.seed, reference, clean) for method in METHODS}
+    ablations = {method: head_ablation_sweep(model, sample, method, run.seed, reference, clean) for method in ABLATION_METHODS}
     patching = activation_patching(model, pairs)
     found = dict(attention=scored_attention(model, heldout, vocabulary),
                  pair=pair_attention(model, heldout, 0, vocabulary),

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from common.cli import UsageError
 from models.bridge import native
 
 KINDS = ("Q", "K", "V")
@@ -68,7 +69,7 @@ def random_attention(model, seed: int):
 def composition_scores(model, baseline_draws: int = 4, seed: int = 0) -> Composition:
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
     if n_layers < 2:
-        raise ValueError("composition needs at least two blocks")
+        raise UsageError("composition needs at least two blocks")
     mask = pair_mask(n_layers, n_heads)
     draws = {kind: [] for kind in KINDS}
     for draw in range(baseline_draws):

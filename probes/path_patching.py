@@ -22,10 +22,11 @@ from dataclasses import dataclass
 import torch
 from transformer_lens.utilities import get_act_name
 
+from common.cli import UsageError
 from models.bridge import native
 from models.resume import forward_from
 from models.components import Head
-from probes.patching import (Outcome, corrupt_inputs, live_positions, outcome, replica_scored,
+from probes.patching import (Outcome, corrupt_inputs, outcome, replica_scored,
                              replicas_per_forward)
 from tasks.data import Batch
 
@@ -77,16 +78,16 @@ class PathTarget:
     def __post_init__(self):
         senders, receivers = self.senders, self.receivers
         if not senders or not receivers:
-            raise ValueError("a path needs at least one sender and one receiver head")
+            raise UsageError("a path needs at least one sender and one receiver head")
         if self.component not in COMPONENTS:
-            raise ValueError(f"component must be one of {COMPONENTS}, got {self.component!r}")
+            raise UsageError(f"component must be one of {COMPONENTS}, got {self.component!r}")
         if self.clean_values and self.component == "v":
-            raise ValueError("clean_values goes with a q or k path; a v path already sets the values")
+            raise UsageError("clean_values goes with a q or k path; a v path already sets the values")
         if len({layer for layer, _ in receivers}) > 1:
-            raise ValueError(f"receivers {names(receivers)} span several layers; a later receiver would "
+            raise UsageError(f"receivers {names(receivers)} span several layers; a later receiver would "
                              "read an earlier one's patched output, so patch one layer at a time")
         if receivers[0][0] <= max(layer for layer, _ in senders):
-            raise ValueError(f"the receiver(s) {names(receivers)} must sit in a later block than the "
+            raise UsageError(f"the receiver(s) {names(receivers)} must sit in a later block than the "
                              f"sender(s) {names(senders)}")
 
     @property
@@ -228,11 +229,11 @@ def path_patch_many(model, batch: Batch, targets: list[PathTarget]) -> list[Path
         outcomes = outcome(replica_scored(logits, batch), batch)
         for replica, (target, result) in enumerate(zip(chunk, outcomes)):
             rows = {r: receiver_rows(patterns[get_act_name("pattern", r[0])], batch, r[1])[replica] for r in target.receivers}
-            results.append(summarise(target, result, clean, corrupt, rows, reference))
+            results.append(path_result(target, result, clean, corrupt, rows, reference))
     return results
 
 
-def summarise(target: PathTarget, result: Outcome, clean: Outcome, corrupt: Outcome, rows: dict,
+def path_result(target: PathTarget, result: Outcome, clean: Outcome, corrupt: Outcome, rows: dict,
               reference: dict) -> PathPatch:
     """`rows`: per receiver, its patched scored rows; `reference`: clean/corrupt rows per receiver."""
     moved = [float(total_variation(rows[r], reference["corrupt"][r])) for r in target.receivers]
@@ -277,10 +278,3 @@ def path_sweep(model, batch: Batch) -> list[PathPatch]:
     """Every sender -> later receiver head, Q, K and V, sender patched at all positions."""
     targets = [PathTarget(s, None, r, c) for s, r in head_pairs(model) for c in COMPONENTS]
     return path_patch_many(model, batch, targets)
-
-
-def position_sweep(model, batch: Batch, edges: list[PathPatch]) -> list[PathPatch]:
-    """The given edges again, sender patched at one position at a time (positions that can matter)."""
-    targets = [PathTarget(parse_names(e.sender), (p,), parse_names(e.receiver), e.component)
-               for e in edges for p in live_positions(batch)]
-    return path_patch_many(model, batch, targets) if targets else []

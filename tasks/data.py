@@ -94,10 +94,21 @@ class Batch:
                     for t, p, f, g, c in zip(tokens, positions, foils, groups, counterfactual, strict=True)]
         return columns_to_batch(examples_to_columns(examples))
 
+    def real_positions(self, width: int | None = None) -> "torch.Tensor":
+        """[n, width] True where a row has a real input token (right padding is False)."""
+        return real_positions(self.lengths, self.inputs.shape[1] if width is None else width)
+
     @property
     def inputs(self):
         """What the model reads: every token but the last (the last one is only ever an answer)."""
         return self.tokens[:, :-1]
+
+
+def real_positions(lengths: "torch.Tensor", width: int) -> "torch.Tensor":
+    """[n, width] True at input positions 0..length-2 of each row (the last token is only an answer)."""
+    import torch
+
+    return torch.arange(width, device=lengths.device)[None, :] < (lengths[:, None] - 1)
 
 
 def to_batch(split) -> Batch:

@@ -135,14 +135,12 @@ class Run:
 
 
 def find_runs(runs_dir: Path) -> list[Run]:
-    """Every finished run `runs_dir/<model>/seed<k>`, sorted by model then seed; one task only.
-    Deeper folders (the ladder's and the positions probe's runs under runs/<task>/) are collections
-    of their own: point at them to read them."""
+    """Every finished run under `runs_dir`, sorted by model then seed; one task only."""
     runs_dir = Path(runs_dir)
     if not runs_dir.is_dir():
         raise UsageError(f"runs folder {runs_dir} does not exist; train first, e.g. "
                          "python -m tasks.winograd train")
-    runs = [Run(path.parent) for path in sorted(runs_dir.glob(f"*/*/{CONFIG}"))
+    runs = [Run(path.parent) for path in sorted(runs_dir.rglob(CONFIG))
             if (path.parent / METRICS).is_file()]
     if not runs:
         raise UsageError(f"runs folder {runs_dir} holds no finished runs; train first, e.g. "

@@ -16,7 +16,7 @@ import torch
 
 from models.checkpoint import save_tensors
 from common.io import atomic_write
-from tasks.data import Batch
+from tasks.data import Batch, real_positions
 from tasks.evaluate import logits_at_scored, score_logits
 from models.bridge import hook_free_forward
 from tasks.resume import FRESH, load_train_state, save_train_state
@@ -39,7 +39,7 @@ class TrainResult:
 def lm_loss(logits: torch.Tensor, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy over the real (unpadded) positions."""
     targets = tokens[:, 1:]
-    real = torch.arange(targets.shape[1], device=tokens.device)[None, :] < (lengths[:, None] - 1)
+    real = real_positions(lengths, targets.shape[1])
     return torch.nn.functional.cross_entropy(logits[real], targets[real])
 
 

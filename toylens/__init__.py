@@ -23,6 +23,7 @@ _SOURCES = {
     "get_task_class": "tasks.registry", "TrainSettings": "tasks.settings",
     # probes and their results
     "ablate": "probes.ablation", "head_ablation_sweep": "probes.ablation", "AblationResult": "probes.ablation",
+    "ablation_hooks": "probes.ablation", "ABLATION_METHODS": "probes.ablation",
     "activation_patching": "probes.patching", "ActivationPatching": "probes.patching",
     "path_patch": "probes.path_patching", "PathPatch": "probes.path_patching",
     "scored_attention": "probes.attention", "ScoredAttention": "probes.attention",
@@ -30,6 +31,10 @@ _SOURCES = {
     "composition_scores": "probes.composition", "Composition": "probes.composition",
     "run_accuracy": "probes.accuracy", "RunAccuracy": "probes.accuracy",
     "faithfulness": "probes.circuit", "search_circuit": "probes.circuit",
+    "circuit_label": "probes.circuit_label", "CircuitSummary": "probes.circuit_label",
+    "take_census": "probes.census",
+    # figures (matplotlib Figures; a notebook shows them)
+    "attention_heatmap": "probes.figures",
 }
 
 __all__ = sorted([*_SOURCES, "load_run"])

@@ -108,8 +108,9 @@ def check_out_folder(out: Path, task: Task) -> None:
                              f"choose another --out for task {task.name!r}")
 
 
-def start_run(plan: RunPlan, spec: ModelSpec) -> dict:
-    """Clear what an earlier attempt left and record the run's identity before the first step."""
+def start_run(plan: RunPlan, spec: ModelSpec, command: str | None = None) -> dict:
+    """Clear what an earlier attempt left and record the run's identity before the first step.
+    `command`: the command that asked for the run, when this process is a remote worker."""
     from tasks.resume import STATE
     from tasks.training import SNAPSHOTS
 
@@ -118,7 +119,7 @@ def start_run(plan: RunPlan, spec: ModelSpec) -> dict:
         (plan.run_dir / name).unlink(missing_ok=True)
     shutil.rmtree(plan.run_dir / SNAPSHOTS, ignore_errors=True)
     config = {**plan.identity(), "format": FORMAT, "spec": spec.to_dict(),
-              "vocabulary": plan.task.vocabulary(), "versions": package_versions(), "command": command_line()}
+              "vocabulary": plan.task.vocabulary(), "versions": package_versions(), "command": command or command_line()}
     write_json(plan.run_dir / CONFIG, config)
     return config
 
@@ -132,7 +133,7 @@ def continue_run(plan: RunPlan) -> dict:
 
 
 def execute(plan: RunPlan, progress: bool = True, resume: bool = False,
-            checkpoint_every: int | None = None) -> dict:
+            checkpoint_every: int | None = None, command: str | None = None) -> dict:
     """Train one run (or continue it from its saved train state) and write its folder; returns its metrics."""
     from models import build_model
     from tasks.data import task_dataset, to_batch
@@ -144,7 +145,7 @@ def execute(plan: RunPlan, progress: bool = True, resume: bool = False,
     batches = {name: to_batch(split) for name, split in data.items()}
     spec = sized_spec(plan.spec, plan.task, batches, plan.context)
     model = build_model(spec, seed=plan.seed)
-    config = continue_run(plan) if resume else start_run(plan, spec)
+    config = continue_run(plan) if resume else start_run(plan, spec, command)
     for temp in plan.run_dir.glob(".*.tmp"):  # left by a write that a kill interrupted
         temp.unlink()
     result = train(model, batches["train"], batches["validation"], plan.settings, plan.seed,

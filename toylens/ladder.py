@@ -53,7 +53,7 @@ def main(argv=None) -> None:
     import sys
 
     from tasks.registry import get_task_class
-    from toylens.cli import add_jobs_arguments, add_settings_arguments, add_task_parameters
+    from toylens.cli import add_jobs_arguments, add_settings_arguments, add_task_params
 
     argv = list(sys.argv[1:] if argv is None else argv)
 
@@ -72,7 +72,7 @@ def main(argv=None) -> None:
         parser.add_argument("--d-model", type=positive_int, default=128, help="width of every rung (default 128)")
         parser.add_argument("--overwrite", action="store_true", help="retrain rungs already trained")
         add_jobs_arguments(parser)
-        add_task_parameters(parser, task_cls)
+        add_task_params(parser, task_cls)
         args = parser.parse_args(argv[1:])
         args.task_cls = task_cls
         ladder_command(args)

@@ -63,7 +63,7 @@ def positions_command(args) -> None:
 
 def main(argv=None) -> None:
     from tasks.induction import InductionTask
-    from toylens.cli import add_jobs_arguments, add_settings_arguments, add_task_parameters
+    from toylens.cli import add_jobs_arguments, add_settings_arguments, add_task_params
 
     def body():
         parser = Parser(prog="python -m probes.positions",
@@ -78,7 +78,7 @@ def main(argv=None) -> None:
         parser.add_argument("--overwrite", action="store_true", help="retrain runs already trained")
         add_settings_arguments(parser, "runs/induction/positions")
         add_jobs_arguments(parser)
-        add_task_parameters(parser, InductionTask, DEFAULT_REPEAT)
+        add_task_params(parser, InductionTask, DEFAULT_REPEAT)
         args = parser.parse_args(argv)
         positions_command(args)
 
