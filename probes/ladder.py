@@ -143,9 +143,10 @@ def steps_text(seeds: list[SeedResult]) -> str:
 def ladder_figure(result: LadderResult):
     """Held-out accuracy and loss per rung, rungs left to right: each seed a dot, the mean a bar
     with its 95% interval."""
-    from probes.figures import plt
+    from matplotlib.figure import Figure
 
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(7, 0.9 * len(result.rungs) + 2), 6.5), sharex=True)
+    fig = Figure(figsize=(max(7, 0.9 * len(result.rungs) + 2), 6.5), layout="constrained")
+    top, bottom = fig.subplots(2, 1, sharex=True)
     x = range(len(result.rungs))
     for ax, metric, name in ((top, "accuracy", "held-out accuracy"), (bottom, "loss", "held-out loss (nats)")):
         means = [getattr(r, metric).value for r in result.rungs]
@@ -165,7 +166,6 @@ def ladder_figure(result: LadderResult):
     bottom.set_xticks(list(x), [r.label for r in result.rungs], rotation=30, ha="right")
     top.set_title(f"{result.task}: the ladder (n = {result.heldout_n} held-out positions per seed, "
                   f"{len(result.rungs[0].seeds)} seeds)")
-    fig.tight_layout()
     return fig
 
 

@@ -147,9 +147,10 @@ def positions_table(result: PositionsResult) -> str:
 
 
 def positions_figure(result: PositionsResult):
-    from probes.figures import plt
+    from matplotlib.figure import Figure
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig = Figure(figsize=(11, 4.2), layout="constrained")
+    axes = fig.subplots(1, 2)
     for kind in result.kinds:
         x = [l.factor for l in kind.lengths]
         for ax, metric in zip(axes, ("accuracy", "loss")):
@@ -168,7 +169,6 @@ def positions_figure(result: PositionsResult):
     axes[0].legend(title="positions")
     fig.suptitle(f"induction beyond the training length (trained on R {result.train_repeat[0]}-"
                  f"{result.train_repeat[1]}; {len(result.kinds[0].steps)} seeds, 95% t intervals)")
-    fig.tight_layout()
     return fig
 
 
