@@ -14,7 +14,7 @@ Rungs (each adds one thing to the one before, except where the chapter swaps a p
   2 blocks          a second block
 
 This module measures and draws; `python -m probes.ladder TASK` (served by `toylens.ladder`) trains
-them into runs/TASK/ladder/<rung>/seed<k> (kept when already trained with the same settings),
+them into runs/ladder/TASK/<rung>/seed<k> (kept when already trained with the same settings),
 prints held-out accuracy and loss per rung with 95% intervals over seeds and the shuffle test, and
 writes ladder.json and ladder.png there.
 """

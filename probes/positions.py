@@ -8,7 +8,7 @@ sinusoid table, rotary angles and ALiBi's bias simply continue. The 1x evaluatio
 own held-out split (never in training); the longer ones are fresh induction sequences.
 
 This module measures and draws; `python -m probes.positions` (served by `toylens.positions`) trains
-into runs/induction/positions/<kind>/seed<k> (kept when already trained with the same settings),
+into runs/positions/<kind>/seed<k> (kept when already trained with the same settings),
 prints accuracy and loss per length, and writes positions.json and positions.png there.
 """
 

@@ -38,7 +38,7 @@ def ladder_command(args) -> None:
         raise UsageError(f"--d-model {args.d_model} is absurd for a toy model; use at most {MAX_WIDTH}")
     # The task's training settings; snapshots off (the ladder never replays training).
     settings = settings_from_args(task, args, snapshot_every=0)
-    out = args.out or Path("runs") / task.name / "ladder"
+    out = args.out or Path("runs") / "ladder" / task.name
     rungs = [r.strip() for r in args.rungs.split(",") if r.strip()] if args.rungs else None
     plans = ladder_plans(task, list(range(args.seeds)), settings, out, args.d_model, rungs)
     train_family(plans, overwrite=args.overwrite, progress=not args.no_progress, jobs=args.jobs)
@@ -67,7 +67,7 @@ def main(argv=None) -> None:
             parser.add_argument("task", help="a registered task (python -m tasks list)")
             parser.parse_args(argv)
             raise UsageError("python -m probes.ladder needs a task name first, e.g. python -m probes.ladder winograd")
-        add_settings_arguments(parser, f"runs/{task_name}/ladder")
+        add_settings_arguments(parser, f"runs/ladder/{task_name}")
         parser.add_argument("--rungs", help=f"comma-separated rungs (default all: {', '.join(LABELS)})")
         parser.add_argument("--d-model", type=positive_int, default=128, help="width of every rung (default 128)")
         parser.add_argument("--overwrite", action="store_true", help="retrain rungs already trained")

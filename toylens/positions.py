@@ -50,7 +50,7 @@ def positions_command(args) -> None:
     if args.eval_sequences > 100_000:
         raise UsageError(f"--eval-sequences {args.eval_sequences} is absurd; use at most 100000")
     settings = settings_from_args(task, args, snapshot_every=0)
-    out = args.out or Path("runs") / "induction" / "positions"
+    out = args.out or Path("runs") / "positions"
     plans = position_plans(task, kinds, list(range(args.seeds)), settings, out, factors, args.d_model)
 
     train_family(plans, overwrite=args.overwrite, progress=not args.no_progress, jobs=args.jobs)
@@ -76,7 +76,7 @@ def main(argv=None) -> None:
                             help="sequences per length and seed (default 256)")
         parser.add_argument("--d-model", type=positive_int, default=128, help="width (default 128)")
         parser.add_argument("--overwrite", action="store_true", help="retrain runs already trained")
-        add_settings_arguments(parser, "runs/induction/positions")
+        add_settings_arguments(parser, "runs/positions")
         add_jobs_arguments(parser)
         add_task_params(parser, InductionTask, DEFAULT_REPEAT)
         args = parser.parse_args(argv)
