@@ -21,6 +21,7 @@ SUMMARY = "summary.json"
 class SplitAccuracy:
     n: int
     accuracy: Interval       # Wilson interval over scored predictions
+    loss: float              # mean cross-entropy of the answers at the scored positions (nats)
     foil_rate: float
     other_rate: float
     by_group: dict[str, dict]
@@ -60,6 +61,7 @@ def split_accuracy(scored, groups: list[str]) -> SplitAccuracy:
     return SplitAccuracy(
         n=n,
         accuracy=wilson(int(correct.sum()), n),
+        loss=scored.loss.item(),
         foil_rate=float(foil.float().mean()),
         other_rate=float((~correct & ~foil).float().mean()),
         by_group=by_group,
@@ -86,7 +88,7 @@ def measure_accuracy(model, batches: dict, model_name: str, seed: int, path, ste
 def stored_accuracy(record: dict, path) -> RunAccuracy:
     """The RunAccuracy recorded in metrics.json; ValueError if any field is not of exactly its type
     (the caller then measures again rather than print it)."""
-    splits = {name: SplitAccuracy(s["n"], interval(s["accuracy"]), rate(s["foil_rate"]), rate(s["other_rate"]),
+    splits = {name: SplitAccuracy(s["n"], interval(s["accuracy"]), number(s["loss"]), rate(s["foil_rate"]), rate(s["other_rate"]),
                                   {g: {"n": count(v["n"]), "accuracy": interval(v["accuracy"]).as_dict(),
                                        "foil_rate": rate(v["foil_rate"])} for g, v in s["by_group"].items()})
               for name, s in record["splits"].items()}

@@ -264,6 +264,12 @@ def analyse_run(run) -> RunAnalysis:
                 accuracy=run_accuracy(run))
     if base["spec"].get("attention") == "uniform":
         return RunAnalysis(**base, note="uniform attention: a bag of words has no circuit to trace")
+    if base["spec"].get("attention") == "none":
+        return RunAnalysis(**base, note="no attention: each position reads only its own token, no circuit to trace")
+    if base["spec"].get("residual") is False:
+        # Path patching and the circuit search send a head's write to later layers through the
+        # residual stream; without it a write reaches the next block only.
+        return RunAnalysis(**base, note="attention replaces the residual stream: not traced (the tracer assumes one)")
     if heldout.counterfactual is None:
         return RunAnalysis(**base, note="the task declares no counterfactual pairs")
     reference = spread_subset(batches["train"], REFERENCE_ROWS)
