@@ -6,8 +6,9 @@ before importing torch (`inspect_checkpoint`), then rebuilds the variant with `b
 frozen weights and constants come back exactly as trained.
 
 Compatibility: `format` names the layout. A run written by any toylens version with the same
-format loads (unknown or missing spec fields are refused by name); another format is refused with
-the version that wrote it.
+format loads (unknown spec fields are refused by name; a spec field added after the run was written
+takes its default, which is the behaviour the run was trained with); another format is refused
+with the version that wrote it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from models.spec import ModelSpec, build_model
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 REQUIRED_CONFIG_FIELDS = ("format", "spec", "vocabulary")
-FORMAT = "toylens-run/1"
+FORMAT = "toylens-run/2"   # /2: config.json carries run_sha256 (runs of /1 predate it)
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".pkl", ".ckpt")
 
 

@@ -146,7 +146,7 @@ def drop_spec_field(config: dict) -> None:
 
 
 def set_format(config: dict) -> None:
-    config["format"] = "toylens-run/2"
+    config["format"] = "toylens-run/9"
     config["versions"]["toylens"] = "9.0"
 
 
@@ -173,7 +173,7 @@ DAMAGES = {
     "vocabulary tokens differ": (lambda out: edit_config(out, swap_two_tokens),
                                  ("vocabulary differs from task 'winograd'",)),
     "other format": (lambda out: edit_config(out, set_format),
-                     ("format 'toylens-run/2' (written by toylens 9.0)", "use that toylens version")),
+                     ("format 'toylens-run/9' (written by toylens 9.0)", "use that toylens version")),
     "metrics not JSON": (lambda out: (out / BAD_RUN / "metrics.json").write_text("{"), ("metrics.json",)),
     "other tasks mixed in": (lambda out: edit_config(out, lambda c: c["task"].update(name="induction")),
                              ("mixes runs of tasks",)),

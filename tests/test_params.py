@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from models import ModelSpec, UsageError
+from models.checkpoint import FORMAT
 from probes.params import count_parameters, formula_counts, spec_from_args
 
 SPECS = [
@@ -59,7 +60,7 @@ def test_spec_from_run_folder(tmp_path):
     from tasks.runs import run_sha256
 
     spec = SPECS[1]
-    config = {"format": "toylens-run/1", "spec": spec.to_dict(), "vocabulary": ["a"], "model_name": "m", "seed": 0,
+    config = {"format": FORMAT, "spec": spec.to_dict(), "vocabulary": ["a"], "model_name": "m", "seed": 0,
               "task": {"name": "winograd", "params": {}}, "training": {}}
     write_json(tmp_path / "config.json", {**config, "run_sha256": run_sha256(config)})   # a whole config.json
     assert spec_from_args([str(tmp_path)]) == spec
