@@ -16,6 +16,17 @@ def origin(entry) -> str:
     return f"{entry.value} from package {package}"
 
 
+def shadowing_folder(module_name: str) -> str | None:
+    """The folder a plugin's module resolved to when a plain folder of that name (a namespace
+    package, say a project folder in the current directory) hid the installed module."""
+    import sys
+
+    module = sys.modules.get(module_name.split(".")[0])
+    if module is None or getattr(module, "__file__", None) is not None:
+        return None
+    return ", ".join(getattr(module, "__path__", [])) or module_name
+
+
 def load_task_class(entry) -> type:
     from tasks.base import Task
 
@@ -23,6 +34,11 @@ def load_task_class(entry) -> type:
         cls = entry.load()
     # A third-party plugin can fail in any way on import (sys.exit included); say which one.
     except (Exception, SystemExit) as error:  # noqa: BLE001
+        shadow = shadowing_folder(entry.module)
+        if shadow:
+            raise UsageError(f"task plugin {entry.name!r}: module {entry.module!r} was found as the folder "
+                             f"{shadow} (no __init__.py: e.g. the plugin's own project folder under the current "
+                             "directory) instead of the installed plugin; run from another folder") from None
         raise UsageError(f"task plugin {entry.name!r} ({origin(entry)}) failed to import: "
                          f"{type(error).__name__}: {error}; fix or uninstall that package") from None
     if not (isinstance(cls, type) and issubclass(cls, Task)):
