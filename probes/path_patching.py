@@ -24,6 +24,7 @@ import torch
 from models.resume import forward_from
 from probes.ablation import head_name, z_name
 from probes.attention import pattern_name
+from probes.stats import share
 from probes.patching import (Outcome, corrupt_inputs, hook_name, live_positions, outcome, replica_scored,
                              replicas_per_forward)
 from tasks.data import Batch
@@ -249,10 +250,10 @@ def summarise(target: PathTarget, result: Outcome, clean: Outcome, corrupt: Outc
         receiver=names(target.receivers),
         component=target.component,
         metric=result.metric,
-        recovered=(result.metric - corrupt.metric) / (clean.metric - corrupt.metric),
+        recovered=share(result.metric, corrupt.metric, clean.metric),
         restored=result.restored,
         attention_moved=sum(moved) / len(moved),
-        attention_recovered=1 - left / gap_tv if gap_tv > 1e-6 else float("nan"),
+        attention_recovered=share(left, gap_tv, 0.0),
         clean_values=target.clean_values,
     )
 

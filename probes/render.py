@@ -24,7 +24,26 @@ def accuracy_table(models) -> str:
     rows = [[m.model_name, len(m.seeds), percent(m.heldout), f"{m.heldout_foil_rate.value:.1%}",
              percent(m.train), m.runs[0].splits["heldout"].n, f"{m.shuffle_max_logit_change:.1e}"]
             for m in models]
-    per_seed = [[m.model_name, r.seed, percent(r.splits["heldout"].accuracy), r.steps]
+    per_seed = [[m.model_name, r.seed, percent(r.splits["heldout"].accuracy), r.steps, m.collapsed.get(r.seed, "")]
                 for m in models for r in m.runs]
-    return (table(headers, rows) + "\n\nper seed (Wilson 95% CI over held-out examples):\n"
-            + table(["model", "seed", "held-out", "steps"], per_seed))
+    return "\n".join([table(headers, rows), "", *health_lines(models),
+                      "per seed (Wilson 95% CI over held-out examples):",
+                      table(["model", "seed", "held-out", "steps", "health"], per_seed)])
+
+
+def health_lines(models) -> list[str]:
+    """Collapsed runs, the means without them, and the shortcut audit; each line ends a paragraph."""
+    from probes.health import shortcut_audit
+
+    lines = []
+    for m in models:
+        if m.collapsed:
+            seeds = ", ".join(str(seed) for seed in m.collapsed)
+            without = ("no seed left" if m.heldout_without_collapsed is None
+                       else percent(m.heldout_without_collapsed).strip())
+            lines.append(f"{m.model_name}: {len(m.collapsed)} of {len(m.seeds)} seeds collapsed (seed {seeds}); "
+                         f"held-out mean with them {percent(m.heldout).strip()}, without them {without}")
+    audit = shortcut_audit(models)
+    if audit is not None:
+        lines.append(audit.words())
+    return [line + "\n" for line in lines]
