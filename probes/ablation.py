@@ -2,9 +2,9 @@
 
 Methods: "zero" (z = 0), "mean" (z = its mean over a reference batch at the same position) and
 "resample" (z from another, randomly drawn reference example at the same position). Mean and
-resample statistics come from `reference_batch`, which they require: the report uses the run's
-training rows (`training_reference(run)`), and a notebook that passes the same gets the report's
-numbers. Mean is the default method, as in `probes.heads.head_report` and the report.
+resample statistics come from `reference_batch` (a Batch, or a `Reference` holding its
+activations), which they require: the report uses the run's training rows
+(`training_reference(run)`), and a notebook that passes the same gets the report's numbers. Mean is the default method, as in `probes.heads.head_report` and the report.
 """
 
 from __future__ import annotations
@@ -89,12 +89,31 @@ def cached_z(model, tokens: torch.Tensor, layers) -> dict[int, torch.Tensor]:
     return {layer: cache[z_name(layer)] for layer in layers}
 
 
-def replacement_z(model, batch: Batch, layers, method: str, seed: int, reference: Batch) -> dict:
+@dataclass(frozen=True)
+class Reference:
+    """Reference examples with every layer's z from one forward: a report ablates with the same
+    reference many times (three sweeps, the circuit search, the circuit itself, head roles)."""
+
+    batch: Batch
+    z: dict[int, torch.Tensor]
+
+    def __len__(self) -> int:
+        return len(self.batch)
+
+
+def reference_activations(model, batch: Batch) -> Reference:
+    return Reference(batch, cached_z(model, batch.inputs, range(model.cfg.n_layers)))
+
+
+def replacement_z(model, batch: Batch, layers, method: str, seed: int, reference: "Batch | Reference") -> dict:
     """Per layer, the [n, pos, head, d_head] values the ablated heads' z is replaced with."""
     width = batch.inputs.shape[1]
     if method == "zero" or not layers:
         return {layer: None for layer in layers}
-    z = cached_z(model, reference.inputs, layers)
+    if isinstance(reference, Reference):
+        z, reference = reference.z, reference.batch
+    else:
+        z = cached_z(model, reference.inputs, layers)
     valid = valid_positions(reference, reference.inputs.shape[1]).float()[:, :, None, None]
     out = {}
     if method == "mean":

@@ -57,10 +57,11 @@ class RunContext:
 
     @cached_property
     def reference(self):
-        """The training rows mean and resample ablation average over."""
-        from probes.ablation import training_reference
+        """The training rows mean and resample ablation average over, with their activations
+        (probes.ablation.Reference: one forward for every ablation of the run)."""
+        from probes.ablation import reference_activations, training_reference
 
-        return training_reference(self.run, self.settings.reference_rows)
+        return reference_activations(self.model, training_reference(self.run, self.settings.reference_rows))
 
     @cached_property
     def sample(self):

@@ -28,7 +28,7 @@ def token_share(result, vocabulary) -> str:
 def verdict(intact, ablated, settings: ReportSettings) -> tuple[str, str]:
     """('needed' | 'unused' | 'partly used', the numbers behind it) from two AblationResults, on
     accuracy and, where the task names foils, on the answer - foil logit difference."""
-    drop = intact.accuracy - ablated.accuracy
+    drop = round(intact.accuracy - ablated.accuracy, 9)   # accuracies are k/n: 1.0 - 0.98 must be 0.02
     kept = share(ablated.logit_diff, 0.0, intact.logit_diff)
     has_logit = not math.isnan(kept)
     numbers = f"keeps {pct(ablated.accuracy)} accuracy (intact {pct(intact.accuracy)})"
