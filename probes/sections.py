@@ -42,6 +42,32 @@ def measure_head_roles(context) -> RunRoles | None:
     return RunRoles(run.model_name, run.seed, share, final, run_heads(context) if softmax else None, basis)
 
 
+def role_line(run: RunRoles, claim: float) -> str:
+    """One run's head roles and the paths between them, in a summary line; an edge is named as a
+    path only when it recovers `claim` of the gap."""
+    heads, report = run.heads, run.heads.report
+    line = (f"{run.model_name} seed {run.seed}: previous-token head(s) {', '.join(heads.previous) or 'none'}, "
+            f"induction head(s) {', '.join(heads.induction) or 'none'} (baseline {pct(report.baseline_accuracy)}"
+            + "".join(f", ablating {h} -> {pct(report.ablated_accuracy[h])}"
+                      for h in heads.previous + heads.induction) + ")")
+    for component in ("k", "q", "v"):
+        best = max((p for p in heads.paths if p.component == component), key=lambda p: p.recovered,
+                   default=None)
+        if best is not None and best.recovered >= claim:
+            line += f"; {component.upper()} path {best.sender} -> {best.receiver} recovers {pct(best.recovered)}"
+        elif best is not None:
+            line += f"; no single {component.upper()} edge recovers {pct(claim)} (best {pct(best.recovered)})"
+    joint = {p.component: p for p in heads.joint_paths}
+    if joint:
+        line += (f"; joint K path {joint['k'].sender} -> {joint['k'].receiver} recovers "
+                 f"{pct(joint['k'].recovered)}, attention {joint['k'].attention_recovered:.2f} "
+                 f"(Q {pct(joint['q'].recovered)}, V {pct(joint['v'].recovered)})")
+    if heads.k_with_clean_values is not None:
+        line += (f"; with clean values {pct(heads.k_with_clean_values.recovered)} "
+                 f"(clean values alone {pct(heads.clean_values_alone.recovered)})")
+    return line
+
+
 def head_roles_section(measured: list[RunRoles], out: Path, settings) -> Section | None:
     position_rows, role_rows, path_rows, summary = [], [], [], []
     data = {"induction_share": measured[0].induction_share, "runs": []}
@@ -68,24 +94,7 @@ def head_roles_section(measured: list[RunRoles], out: Path, settings) -> Section
                     where = "" if p.positions is None else f" ({p.where})"
                     path_rows.append([run.model_name, run.seed, kind, f"{p.sender}{where} -> {p.receiver}", p.component,
                                       pct(p.recovered), f"{p.attention_recovered:.2f}"])
-            line = (f"{run.model_name} seed {run.seed}: previous-token head(s) {', '.join(heads.previous) or 'none'}, "
-                    f"induction head(s) {', '.join(heads.induction) or 'none'} (baseline {pct(report.baseline_accuracy)}"
-                    + "".join(f", ablating {h} -> {pct(report.ablated_accuracy[h])}"
-                              for h in heads.previous + heads.induction) + ")")
-            for component in ("k", "q", "v"):
-                best = max((p for p in heads.paths if p.component == component), key=lambda p: p.recovered,
-                           default=None)
-                if best is not None:
-                    line += f"; best {component.upper()} edge {best.sender} -> {best.receiver} recovers {pct(best.recovered)}"
-            joint = {p.component: p for p in heads.joint_paths}
-            if joint:
-                line += (f"; joint K path {joint['k'].sender} -> {joint['k'].receiver} recovers "
-                         f"{pct(joint['k'].recovered)}, attention {joint['k'].attention_recovered:.2f} "
-                         f"(Q {pct(joint['q'].recovered)}, V {pct(joint['v'].recovered)})")
-            if heads.k_with_clean_values is not None:
-                line += (f"; with clean values {pct(heads.k_with_clean_values.recovered)} "
-                         f"(clean values alone {pct(heads.clean_values_alone.recovered)})")
-            summary.append(line)
+            summary.append(role_line(run, settings.path_claim))
             entry["heads"] = asdict(heads)
         data["runs"].append(entry)
     parts = [f"{pct(data['induction_share'])} of scored answers are the unique token that followed an earlier copy of the "
