@@ -83,14 +83,16 @@ def render_accuracy(entries: list[AccuracyEntry], out: Path, settings: ReportSet
 
 def ablation_table(analysis) -> str:
     methods = list(analysis.ablations)
-    groups = sorted(analysis.ablations[methods[0]][0].by_group)
+    by_target = {method: {r.heads: r for r in analysis.ablations[method]} for method in methods}
+    targets = [r.heads for r in analysis.ablations["mean"]]
+    groups = sorted(by_target["mean"][()].by_group)
     rows = []
-    for index, result in enumerate(analysis.ablations[methods[0]]):
-        row = [result.label]
+    for heads in targets:
+        row = [by_target["mean"][heads].label]
         for method in methods:
-            r = analysis.ablations[method][index]
+            r = by_target[method][heads]
             row.append(f"{pct(r.accuracy)} / {r.logit_diff:+.2f} / {pct(r.top_share)}")
-        row += [pct(analysis.ablations["mean"][index].by_group[g]["accuracy"]) for g in groups]
+        row += [pct(by_target["mean"][heads].by_group[g]["accuracy"]) for g in groups]
         rows.append(row)
     headers = ["ablated"] + [f"{m}: acc / logit diff / top prediction" for m in methods] + [f"mean, {g}" for g in groups]
     return md_table(headers, rows)

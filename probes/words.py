@@ -41,22 +41,28 @@ def verdict(intact, ablated, settings: ReportSettings) -> tuple[str, str]:
     return "partly used", numbers
 
 
+def intact(analysis, method: str = "mean"):
+    """The sweep's unablated result."""
+    return next(result for result in analysis.ablations[method] if not result.heads)
+
+
 def whole_layers(analysis, method: str = "mean") -> list[tuple[int, object]]:
     """(layer, AblationResult with every head of that layer ablated), from the sweep."""
+    from probes.ablation import parse_heads
+
     n_heads = analysis.spec["n_heads"]
     found = {}
     for result in analysis.ablations[method]:
-        layers = {int(name[1:].split("H")[0]) for name in result.heads}
+        layers = {layer for layer, _ in parse_heads(result.heads)}
         if len(result.heads) == n_heads and len(layers) == 1:
             found[layers.pop()] = result
     return sorted(found.items())
 
 
 def block_sentences(analysis, settings: ReportSettings) -> list[str]:
-    intact = analysis.ablations["mean"][0]
     out = []
     for layer, result in whole_layers(analysis):
-        word, numbers = verdict(intact, result, settings)
+        word, numbers = verdict(intact(analysis), result, settings)
         out.append(f"block {layer + 1} {word}: mean-ablating all its heads {numbers}")
     return out
 
@@ -152,8 +158,8 @@ def describe(analysis, settings: ReportSettings, vocabulary=None) -> str:
     ablated = analysis.circuit_ablation
     parts.append(f"on {b.ablation} of {b.heldout} held-out examples (means over {b.reference} of {b.train} "
                  f"training rows), mean-ablating {'+'.join(circuit.heads)} leaves {pct(ablated.accuracy)} accuracy, "
-                 f"{token_share(ablated, vocabulary)}, logit difference {ablated.logit_diff:+.2f} "
-                 f"(intact {analysis.ablations['mean'][0].logit_diff:+.2f})")
+                 f"{pct(ablated.foil_rate)} foil, {token_share(ablated, vocabulary)}, logit difference {ablated.logit_diff:+.2f} "
+                 f"(intact {intact(analysis).logit_diff:+.2f})")
     parts += block_sentences(analysis, settings)
     return "; ".join(parts)
 
