@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create .venv and install toylens with its test tools. Safe to rerun: it reinstalls only when
 # pyproject.toml changed. torch is installed first, pinned to the CPU wheel, so nothing pulls a
-# multi-GB CUDA build.
+# multi-GB CUDA build. Ray (an optional extra, for sweeps on a cluster) is installed so the tests
+# cover it.
 set -euo pipefail
 cd "$(dirname "$0")"
 python3 -m venv .venv 2>/dev/null || [ -x .venv/bin/python ]
@@ -9,7 +10,7 @@ stamp=.venv/.toylens-installed
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q "torch==2.13.0" 2>&1 | { grep -v "is ignored" || true; }
-  .venv/bin/python -m pip install -q -e ".[dev]" 2>&1 | { grep -v "is ignored" || true; }
+  .venv/bin/python -m pip install -q -e ".[dev,ray]" 2>&1 | { grep -v "is ignored" || true; }
   .venv/bin/python -c "import torch, transformer_lens, models, tasks, probes"
   echo "$want" > "$stamp"
 fi

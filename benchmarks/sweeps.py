@@ -20,7 +20,8 @@ import torch
 
 from models import ModelSpec, build_model
 from probes.ablation import head_ablation_sweep
-from probes.patching import activation_patching, corrupt_inputs, scored_metric, spread_subset
+from probes.patching import activation_patching, corrupt_inputs, scored_metric
+from tasks.data import spread_subset
 from tasks.data import task_dataset, to_batch
 from tasks.evaluate import logits_at_scored
 from tasks.winograd import WinogradTask

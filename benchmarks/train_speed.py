@@ -20,7 +20,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from plain_gpt import PlainGPT  # noqa: E402
 
 from models import ModelSpec, build_model  # noqa: E402
-from tasks.training import hook_free_forward, lm_loss  # noqa: E402
+from models.bridge import hook_free_forward  # noqa: E402
+from tasks.training import lm_loss  # noqa: E402
 
 SHAPES = {
     "1 block, 4 heads, 17 tokens": ModelSpec(n_layers=1, d_vocab=40, n_ctx=17),

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Literal, Optional
 
 from common.cli import UsageError
+from models.bridge import native_attention, use_fused_layer_norm
 
 Attention = Literal["softmax", "uniform"]
 Positions = Literal["learned", "rotary", "none"]
@@ -98,18 +99,6 @@ def build_model(spec: ModelSpec, seed: int = 0):
     return model
 
 
-def use_fused_layer_norm(model) -> None:
-    """TL's NormalizationBridge rebuilds LayerNorm from its parts (mean, pow, sqrt, div) so that
-    hook_scale / hook_normalized can be edited. Its `use_native_layernorm_autograd` switch (which TL
-    sets for OPT, CLIP, ...) runs torch's fused layer_norm instead and still fires those hooks; an
-    edit falls back to the parts with a warning. Measured: 6-15% of a training step on CPU."""
-    from transformer_lens.model_bridge.generalized_components.normalization import NormalizationBridge
-
-    for module in model.modules():
-        if isinstance(module, NormalizationBridge):
-            module.use_native_layernorm_autograd = True
-
-
 def apply_variant(model, spec: ModelSpec) -> None:
     """Zero-and-freeze the weights and set the constants that realise the spec's variant."""
     import torch
@@ -128,8 +117,3 @@ def apply_variant(model, spec: ModelSpec) -> None:
 def freeze_at_zero(parameter) -> None:
     parameter.zero_()
     parameter.requires_grad_(False)
-
-
-def native_attention(block):
-    """The bridge wraps the native attention module; its `scale` lives on the wrapped one."""
-    return block.attn.original_component

@@ -9,48 +9,29 @@ activations), which they require: the report uses the run's training rows
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import torch
+from transformer_lens.utilities import get_act_name
 
 from common.cli import UsageError
+from models.components import Head
 from models.resume import forward_from
-from probes.patching import hook_name
 from tasks.data import Batch
 from tasks.evaluate import Scored, logits_at_scored, score_logits
 
-METHODS = ("zero", "mean", "resample")
-HEAD_NAME = re.compile(r"^L(\d+)H(\d+)$")
-
-
-def head_name(layer: int, head: int) -> str:
-    return f"L{layer}H{head}"
-
-
-def parse_heads(heads) -> tuple[tuple[int, int], ...]:
-    """(layer, head) pairs from pairs or names like "L0H1"."""
-    parsed = []
-    for head in heads:
-        if isinstance(head, str):
-            match = HEAD_NAME.match(head.strip())
-            if not match:
-                raise UsageError(f"head {head!r} is not of the form L<layer>H<head>, e.g. L0H1")
-            head = (int(match[1]), int(match[2]))
-        layer, index = (int(v) for v in head)
-        parsed.append((layer, index))
-    return tuple(dict.fromkeys(parsed))
+ABLATION_METHODS = ("zero", "mean", "resample")
+def parse_heads(heads) -> tuple[Head, ...]:
+    """Distinct `Head`s, in order, from Heads, (layer, head) pairs or names like "L0H1"."""
+    return tuple(dict.fromkeys(Head.of(head) for head in heads))
 
 
 def check_heads(model, heads) -> None:
     for layer, head in heads:
         if not (0 <= layer < model.cfg.n_layers and 0 <= head < model.cfg.n_heads):
-            raise UsageError(f"head L{layer}H{head} does not exist: the model has "
+            raise UsageError(f"head {Head(layer, head)} does not exist: the model has "
                              f"{model.cfg.n_layers} layers of {model.cfg.n_heads} heads")
 
-
-def z_name(layer: int) -> str:
-    return f"blocks.{layer}.attn.hook_z"
 
 
 @dataclass(frozen=True)
@@ -70,11 +51,6 @@ class AblationResult:
         return ", ".join(self.heads) if self.heads else "none"
 
 
-def valid_positions(batch: Batch, width: int) -> torch.Tensor:
-    """[n, width] True where a row has a real input token (right padding is False)."""
-    return torch.arange(width)[None, :] < (batch.lengths[:, None] - 1)
-
-
 def fit_width(values: torch.Tensor, width: int, fill: torch.Tensor) -> torch.Tensor:
     """Cut or extend dim 1 (positions) to `width`, extending with `fill`."""
     if values.shape[1] >= width:
@@ -85,8 +61,8 @@ def fit_width(values: torch.Tensor, width: int, fill: torch.Tensor) -> torch.Ten
 
 @torch.no_grad()
 def cached_z(model, tokens: torch.Tensor, layers) -> dict[int, torch.Tensor]:
-    _, cache = model.run_with_cache(tokens, names_filter=[z_name(layer) for layer in layers])
-    return {layer: cache[z_name(layer)] for layer in layers}
+    _, cache = model.run_with_cache(tokens, names_filter=[get_act_name("z", layer) for layer in layers])
+    return {layer: cache[get_act_name("z", layer)] for layer in layers}
 
 
 @dataclass(frozen=True)
@@ -114,7 +90,7 @@ def replacement_z(model, batch: Batch, layers, method: str, seed: int, reference
         z, reference = reference.z, reference.batch
     else:
         z = cached_z(model, reference.inputs, layers)
-    valid = valid_positions(reference, reference.inputs.shape[1]).float()[:, :, None, None]
+    valid = reference.real_positions().float()[:, :, None, None]
     out = {}
     if method == "mean":
         for layer in layers:
@@ -147,8 +123,8 @@ def resample_rows(batch: Batch, reference: Batch, seed: int) -> torch.Tensor:
 
 
 def check_method(method: str, reference_batch: Batch | None) -> None:
-    if method not in METHODS:
-        raise UsageError(f"ablation method must be one of {', '.join(METHODS)}, got {method!r}")
+    if method not in ABLATION_METHODS:
+        raise UsageError(f"ablation method must be one of {', '.join(ABLATION_METHODS)}, got {method!r}")
     if method != "zero" and reference_batch is None:
         raise UsageError(f"{method} ablation needs reference_batch, the examples whose activations replace "
                          "the heads' output: pass probes.ablation.training_reference(run) for the training "
@@ -180,7 +156,7 @@ def ablation_hooks(model, batch: Batch, heads, method: str = "mean", seed: int =
             return z
         return replace
 
-    return [(z_name(layer), hook(layer, [h for l, h in heads if l == layer])) for layer in layers]
+    return [(get_act_name("z", layer), hook(layer, [h for l, h in heads if l == layer])) for layer in layers]
 
 
 @torch.no_grad()
@@ -191,7 +167,7 @@ def ablated_scored(model, batch: Batch, heads, method: str = "mean", seed: int =
     return score_logits(logits_at_scored(logits, batch), batch)
 
 
-def summarise(scored: Scored, batch: Batch, heads, method: str) -> AblationResult:
+def ablation_result(scored: Scored, batch: Batch, heads, method: str) -> AblationResult:
     row_groups = [batch.groups[i] for i in scored.example_index.tolist()]
     by_group = {}
     for group in sorted(set(row_groups)):
@@ -199,7 +175,7 @@ def summarise(scored: Scored, batch: Batch, heads, method: str) -> AblationResul
         by_group[group] = {"n": int(mask.sum()), "accuracy": scored.correct[mask].float().mean().item(),
                            "logit_diff": nanmean(scored.logit_diff[mask])}
     return AblationResult(
-        heads=tuple(head_name(*h) for h in parse_heads(heads)),
+        heads=tuple(str(h) for h in parse_heads(heads)),
         method=method,
         accuracy=scored.accuracy,
         logit_diff=nanmean(scored.logit_diff),
@@ -220,7 +196,7 @@ def ablate(model, batch: Batch, heads, method: str = "mean", seed: int = 0,
     """Score `batch` with `heads` ("L0H1" or (0, 1)) ablated at every position; mean and resample
     take their values from `reference_batch` (see `training_reference`)."""
     scored = ablated_scored(model, batch, heads, method, seed, reference_batch)
-    return summarise(scored, batch, heads, method)
+    return ablation_result(scored, batch, heads, method)
 
 
 def sweep_targets(model) -> list[tuple[tuple[int, int], ...]]:
@@ -240,7 +216,7 @@ def head_ablation_sweep(model, batch: Batch, method: str = "mean", seed: int = 0
     layers = list(range(model.cfg.n_layers))
     values = replacement_z(model, batch, layers, method, seed, reference_batch)
     clean = clean or clean_run(model, batch)
-    return [summarise(replayed_scored(model, batch, clean, heads, values), batch, heads, method)
+    return [ablation_result(replayed_scored(model, batch, clean, heads, values), batch, heads, method)
             for heads in sweep_targets(model)]
 
 
@@ -252,17 +228,14 @@ class CleanRun:
     W_O: torch.Tensor                       # [layer, head, d_head, d_model]
 
 
-def attn_out_name(layer: int) -> str:
-    return f"blocks.{layer}.hook_attn_out"
-
 
 @torch.no_grad()
 def clean_run(model, batch: Batch) -> CleanRun:
     layers = range(model.cfg.n_layers)
-    names = [n for l in layers for n in (hook_name("resid_pre", l), attn_out_name(l), z_name(l))]
+    names = [n for l in layers for n in (get_act_name("resid_pre", l), get_act_name("attn_out", l), get_act_name("z", l))]
     logits, cache = model.run_with_cache(batch.inputs, names_filter=names)
-    return CleanRun(logits=logits, z={l: cache[z_name(l)] for l in layers},
-                    resid_mid={l: cache[hook_name("resid_pre", l)] + cache[attn_out_name(l)] for l in layers},
+    return CleanRun(logits=logits, z={l: cache[get_act_name("z", l)] for l in layers},
+                    resid_mid={l: cache[get_act_name("resid_pre", l)] + cache[get_act_name("attn_out", l)] for l in layers},
                     W_O=model.W_O)
 
 

@@ -12,21 +12,18 @@ from collections import Counter
 from dataclasses import dataclass
 
 import torch
+from transformer_lens.utilities import get_act_name
 
 from tasks.data import Batch
 
 ALL = "all"
 
 
-def pattern_name(layer: int) -> str:
-    # The bridge's hook_pattern holds the softmax pattern (hook_attn_scores does too, see TL4 notes).
-    return f"blocks.{layer}.attn.hook_pattern"
-
 
 @torch.no_grad()
 def patterns(model, tokens: torch.Tensor) -> torch.Tensor:
     """[n, layer, head, query, key] attention patterns."""
-    names = [pattern_name(layer) for layer in range(model.cfg.n_layers)]
+    names = [get_act_name("pattern", layer) for layer in range(model.cfg.n_layers)]
     _, cache = model.run_with_cache(tokens, names_filter=names)
     return torch.stack([cache[name] for name in names], dim=1)
 
@@ -60,10 +57,6 @@ class ScoredAttention:
     by_offset: dict[str, torch.Tensor]      # group -> [layer, head, offset]
     focus: dict[str, list[list[HeadFocus]]]  # group -> [layer][head]
     rows: dict[str, int]                    # scored rows per group
-
-    def layer_mean(self, group: str = ALL) -> torch.Tensor:
-        """[layer, key] averaged over each block's heads, as the source shows it."""
-        return self.mean[group].mean(1)
 
 
 def token_mass(rows: torch.Tensor, keys: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
+from models.components import Head
 
 # torch and TransformerLens load inside the functions, so `--help` answers at once.
 
@@ -77,7 +77,9 @@ def mean_outputs(model, batch, reference) -> dict:
 def outside_ablated_hooks(model, nodes: list[Node], means: dict, width: int) -> list:
     import torch
 
-    from probes.ablation import check_heads, z_name
+    from transformer_lens.utilities import get_act_name
+
+    from probes.ablation import check_heads
 
     check_heads(model, [(n.layer, n.head) for n in nodes])
     masks = keep_masks(model, nodes, width)
@@ -88,7 +90,7 @@ def outside_ablated_hooks(model, nodes: list[Node], means: dict, width: int) -> 
             return torch.where(keep, z, means[layer][:z.shape[0], :z.shape[1]])
         return ablate
 
-    return [(z_name(layer), hook(layer)) for layer in range(model.cfg.n_layers)]
+    return [(get_act_name("z", layer), hook(layer)) for layer in range(model.cfg.n_layers)]
 
 
 def faithfulness(model, batch, nodes: list[Node], reference=None, *, means: dict | None = None,
@@ -158,7 +160,6 @@ def search_circuit(model, batch, reference, patching, target: float = 0.9) -> Ci
     """The fewest heads (then positions) whose circuit keeps `target` of the clean - counterfactual
     gap. `batch` holds counterfactual pairs, `reference` the examples mean ablation averages over,
     `patching` the batch's probes.patching.ActivationPatching."""
-    from probes.ablation import head_name
     from probes.patching import run_outcome
 
     means = mean_outputs(model, batch, reference)
@@ -170,7 +171,7 @@ def search_circuit(model, batch, reference, patching, target: float = 0.9) -> Ci
 
     def step(heads):
         result = measure(as_nodes(heads))
-        trace.append((tuple(head_name(*h) for h in heads), result.recovered, result.normalised))
+        trace.append((tuple(str(Head(*h)) for h in heads), result.recovered, result.normalised))
         return result.recovered
 
     heads = all_heads(model)
@@ -190,7 +191,7 @@ def search_circuit(model, batch, reference, patching, target: float = 0.9) -> Ci
     chosen.sort()
     nodes = pin_positions(as_nodes(chosen), patching, measure, target, batch)
     return Circuit(tuple(nodes), measure(nodes), measure(as_nodes(chosen)),
-                   {head_name(*h): result for h, result in knockout.items()}, trace,
+                   {str(Head(*h)): result for h, result in knockout.items()}, trace,
                    upstream_complete(model, nodes, batch), upstream_complete(model, as_nodes(chosen), batch))
 
 

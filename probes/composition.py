@@ -15,6 +15,9 @@ from dataclasses import dataclass
 
 import torch
 
+from common.cli import UsageError
+from models.bridge import native
+
 KINDS = ("Q", "K", "V")
 
 
@@ -49,7 +52,7 @@ def pair_mask(n_layers: int, n_heads: int) -> torch.Tensor:
 def random_attention(model, seed: int):
     """Inside the block, `model`'s attention weights are redrawn i.i.d. Gaussian."""
     generator = torch.Generator().manual_seed(seed)
-    weights = [getattr(block.attn, name).original_component.weight
+    weights = [native(getattr(block.attn, name)).weight
                for block in model.blocks for name in ("q", "k", "v", "o")]
     saved = [w.detach().clone() for w in weights]
     try:
@@ -66,7 +69,7 @@ def random_attention(model, seed: int):
 def composition_scores(model, baseline_draws: int = 4, seed: int = 0) -> Composition:
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
     if n_layers < 2:
-        raise ValueError("composition needs at least two blocks")
+        raise UsageError("composition needs at least two blocks")
     mask = pair_mask(n_layers, n_heads)
     draws = {kind: [] for kind in KINDS}
     for draw in range(baseline_draws):

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from common.cli import Parser, UsageError, run_cli
+from models.components import Head
 
 SNAPSHOT_FILE = re.compile(r"^step(\d+)\.safetensors$")
 ROWS = 128          # held-out sequences each snapshot is replayed on
@@ -62,8 +63,7 @@ def position_masks(batch):
     """[n, width] masks over the model's input positions: real ones, and scored ones."""
     import torch
 
-    width = batch.inputs.shape[1]
-    real = torch.arange(width)[None, :] < (batch.lengths[:, None] - 1)
+    real = batch.real_positions()
     scored = torch.zeros_like(real)
     scored[batch.example_index, batch.positions] = True
     return real, scored
@@ -115,7 +115,7 @@ def run_dynamics(run, rows: int = ROWS, model=None) -> Dynamics:
     """Replay every snapshot of `run` on `rows` evenly spread held-out sequences, in `model` (the
     run's, already loaded, is given back with its own weights) or a freshly loaded one."""
     from models.checkpoint import load_tensors
-    from probes.patching import spread_subset
+    from tasks.data import spread_subset
 
     files = snapshot_files(run.path)
     if len(files) < 2:
@@ -172,7 +172,7 @@ def dynamics_frame(results: list[Dynamics]):
             for role, scores in (("induction", p.induction), ("previous_token", p.previous_token)):
                 for layer, row in enumerate(scores):
                     for head, value in enumerate(row):
-                        rows.append({**base, "panel": role, "curve": f"L{layer}H{head}", "value": value})
+                        rows.append({**base, "panel": role, "curve": str(Head(layer, head)), "value": value})
     return pd.DataFrame(rows)
 
 
@@ -181,11 +181,12 @@ def plot_dynamics(results: list[Dynamics]):
     at the detected phase change. `results` are the runs of one model."""
     import seaborn as sns  # here, not in probes.figures: 0.7 s of import the other figures do without
 
-    from probes.figures import plt
+    from matplotlib.figure import Figure
 
     frame = dynamics_frame(results)
     panels = [("loss", "loss (nats)"), ("induction", "induction score"), ("previous_token", "previous-token score")]
-    fig, axes = plt.subplots(len(results), len(panels), figsize=(13, 2.8 * len(results)), squeeze=False)
+    fig = Figure(figsize=(13, 2.8 * len(results)))
+    axes = fig.subplots(len(results), len(panels), squeeze=False)
     for row, d in enumerate(results):
         for col, (panel, label) in enumerate(panels):
             ax = axes[row, col]
@@ -204,7 +205,7 @@ def plot_dynamics(results: list[Dynamics]):
 def write_dynamics(results: list[Dynamics], out: Path) -> dict[str, Path]:
     """dynamics.json and one figure per model in `out`; returns {model: figure path}."""
     from common.io import write_json
-    from probes.figures import plt
+    from probes.figures import save
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -213,8 +214,7 @@ def write_dynamics(results: list[Dynamics], out: Path) -> dict[str, Path]:
     for name in dict.fromkeys(d.model_name for d in results):
         fig = plot_dynamics([d for d in results if d.model_name == name])
         figures[name] = out / f"dynamics_{name}.png"
-        fig.savefig(figures[name], dpi=110)
-        plt.close(fig)
+        save(fig, figures[name])
     return figures
 
 

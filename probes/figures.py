@@ -1,5 +1,6 @@
-"""Heatmaps for probe results (Agg backend: files, no display). Each `draw_*` fills one axes; the
-public functions return a matplotlib Figure a notebook can show.
+"""Heatmaps for probe results. Each `draw_*` fills one axes; the public functions return a
+matplotlib Figure a notebook can show. Figures are made without pyplot, so importing this module
+leaves the caller's matplotlib backend alone and no figure stays open after saving.
 
 Drawn with matplotlib's imshow rather than seaborn.heatmap: seaborn renders the whole figure once
 per heatmap to decide whether tick labels overlap, which made the report's figures take most of
@@ -10,11 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt  # noqa: E402
+from models.components import Head
 
 
 def heatmap(ax, data, xlabels, ylabels, label: str, cmap: str = "viridis", vmin=0.0, vmax=1.0) -> None:
@@ -26,7 +25,7 @@ def heatmap(ax, data, xlabels, ylabels, label: str, cmap: str = "viridis", vmin=
 
 
 def head_rows(n_layers: int, n_heads: int) -> list[str]:
-    return [f"L{l}H{h}" for l in range(n_layers) for h in range(n_heads)]
+    return [str(Head(l, h)) for l in range(n_layers) for h in range(n_heads)]
 
 
 def draw_attention(ax, result, labels=None, group: str = "all", title: str | None = None) -> None:
@@ -42,8 +41,8 @@ def draw_attention(ax, result, labels=None, group: str = "all", title: str | Non
 def attention_heatmap(result, labels=None, groups=None):
     """One panel per group (default: all groups and "all")."""
     groups = groups or list(result.mean)
-    fig, axes = plt.subplots(len(groups), 1, figsize=(max(6, 0.45 * len(result.labels) + 2), 1.2 + 2.2 * len(groups)),
-                             squeeze=False, layout="constrained")
+    fig = Figure(figsize=(max(6, 0.45 * len(result.labels) + 2), 1.2 + 2.2 * len(groups)), layout="constrained")
+    axes = fig.subplots(len(groups), 1, squeeze=False)
     for ax, group in zip(axes[:, 0], groups):
         draw_attention(ax, result, labels, group)
     return fig
@@ -65,19 +64,12 @@ def draw_residual(ax, patching, labels) -> None:
     ax.set_title("activation patching: residual stream restored")
 
 
-def patching_heatmap(patching, labels):
-    fig, axes = plt.subplots(2, 1, figsize=(max(6, 0.45 * len(labels) + 2), 6), layout="constrained")
-    draw_patching(axes[0], patching, labels)
-    draw_residual(axes[1], patching, labels)
-    return fig
-
-
 def draw_attention_groups(ax, result, labels) -> None:
     """One row per head and group: the groups of a head side by side, for comparison."""
     groups = [g for g in result.mean if g != "all"] or ["all"]
     n_layers, n_heads, width = result.mean[groups[0]].shape
     rows = [result.mean[g][l, h] for l in range(n_layers) for h in range(n_heads) for g in groups]
-    names = [f"L{l}H{h} {g}" for l in range(n_layers) for h in range(n_heads) for g in groups]
+    names = [f"{Head(l, h)} {g}" for l in range(n_layers) for h in range(n_heads) for g in groups]
     import torch
 
     heatmap(ax, torch.stack(rows).numpy(), labels, names, "attention")
@@ -90,8 +82,8 @@ def run_figure(analysis):
     groups = max(1, len(analysis.attention.mean) - 1)
     n_heads = analysis.patching.head_out.shape[0] * analysis.patching.head_out.shape[2]
     heights = [0.22 * n_heads * groups + 0.4, 0.22 * n_heads + 0.4, 0.22 * analysis.patching.resid_pre.shape[0] + 0.4]
-    fig, axes = plt.subplots(3, 1, figsize=(max(7, 0.4 * len(analysis.labels) + 3), sum(heights) + 4.8),
-                             gridspec_kw={"height_ratios": heights})
+    fig = Figure(figsize=(max(7, 0.4 * len(analysis.labels) + 3), sum(heights) + 4.8))
+    axes = fig.subplots(3, 1, gridspec_kw={"height_ratios": heights})
     draw_attention_groups(axes[0], analysis.attention, analysis.labels)
     draw_patching(axes[1], analysis.patching, analysis.labels)
     draw_residual(axes[2], analysis.patching, analysis.labels)
@@ -108,4 +100,3 @@ def save(fig, path) -> None:
     suffix = Path(path).suffix.lstrip(".")
     options = {"pil_kwargs": {"compress_level": 1}} if suffix == "png" else {}
     atomic_write(path, lambda temp: fig.savefig(temp, dpi=90, format=suffix, **options))
-    plt.close(fig)

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
-from probes.ablation import ablate, head_name
+from models.components import Head
+from probes.ablation import ablate
 from probes.attention import patterns
 from tasks.data import Batch
 
@@ -140,16 +141,16 @@ def role_evidence(model, batch: Batch, role: str, scores: HeadScores, baseline: 
     cost = baseline - layer_ablated
     needed = next((k for k, accuracy in enumerate(cumulative, 1)
                    if cost > 0 and baseline - accuracy >= LAYER_SHARE * cost), 0)
-    harm = {head_name(*h): baseline - single[head_name(*h)] for h in in_layer}
+    harm = {str(Head(*h)): baseline - single[str(Head(*h))] for h in in_layer}
     return RoleEvidence(
         role=role,
-        ranking=[head_name(*h) for h in order],
-        scores={head_name(*h): scores.of(role)[h[0]][h[1]] for h in order},
+        ranking=[str(Head(*h)) for h in order],
+        scores={str(Head(*h)): scores.of(role)[h[0]][h[1]] for h in order},
         layer=layer,
         cumulative=cumulative,
         layer_ablated=layer_ablated,
-        heads=[head_name(*h) for h in in_layer[:needed]],
-        top_is_most_harmful=harm[head_name(*order[0])] >= max(harm.values()) and cost > 0,
+        heads=[str(Head(*h)) for h in in_layer[:needed]],
+        top_is_most_harmful=harm[str(Head(*order[0]))] >= max(harm.values()) and cost > 0,
     )
 
 
@@ -159,7 +160,7 @@ def head_report(model, batch: Batch, method: str = "mean", reference: Batch | No
     scores = head_scores(model, batch)
     baseline = ablate(model, batch, (), method, reference_batch=reference).accuracy
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
-    single = {head_name(l, h): ablate(model, batch, [(l, h)], method, reference_batch=reference).accuracy
+    single = {str(Head(l, h)): ablate(model, batch, [(l, h)], method, reference_batch=reference).accuracy
               for l in range(n_layers) for h in range(n_heads)}
     roles = {role: role_evidence(model, batch, role, scores, baseline, single, method, reference) for role in ROLES}
     return HeadReport(method, baseline, single, scores, roles)
@@ -200,7 +201,7 @@ class RunHeads:
 
 def run_heads(context) -> RunHeads:
     """Head roles of one run, on the report's ablation rows and reference (a probes.parts.RunContext)."""
-    from probes.patching import spread_subset
+    from tasks.data import spread_subset
     from probes.path_patching import COMPONENTS, PathTarget, path_patch_many
 
     run, model, heldout = context.run, context.model, context.heldout

@@ -25,7 +25,7 @@ class RunContext:
     """One run as the report's parts see it. Parts read it and never modify what it holds."""
 
     run: object                     # tasks.runs.Run
-    out: Path                       # the report folder (figures go under it)
+    out: Path | None                # the report folder (figures go under it); None: draw none
     settings: ReportSettings = DEFAULT
 
     @cached_property

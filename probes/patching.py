@@ -15,10 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from transformer_lens.utilities import get_act_name
 
 from common.cli import UsageError
 from tasks.base import NO_FOIL
-from tasks.data import Batch, select_rows, spread_subset  # noqa: F401  (re-exported for probes)
+from tasks.data import Batch
 from tasks.evaluate import TOKENS_PER_FORWARD
 
 def replicas_per_forward(batch: Batch) -> int:
@@ -79,9 +80,6 @@ def run_outcome(model, batch: Batch, tokens: torch.Tensor, hooks=()) -> Outcome:
     return outcome(replica_scored(logits, batch), batch)[0]
 
 
-def hook_name(activation: str, layer: int) -> str:
-    return {"z": f"blocks.{layer}.attn.hook_z", "resid_pre": f"blocks.{layer}.hook_resid_pre"}[activation]
-
 
 @torch.no_grad()
 def clean_activations(model, batch: Batch, names: list[str]) -> dict:
@@ -95,7 +93,7 @@ def patch_many(model, batch: Batch, activation: str, targets: list[tuple]) -> li
     head|None; None = all) in the corrupt run; replicas of the batch carry many targets per forward."""
     corrupt = corrupt_inputs(batch)
     layers = sorted({t[0] for t in targets})
-    clean = clean_activations(model, batch, [hook_name(activation, layer) for layer in layers])
+    clean = clean_activations(model, batch, [get_act_name(activation, layer) for layer in layers])
     per_forward = replicas_per_forward(batch)
     results = []
     for start in range(0, len(targets), per_forward):
@@ -105,7 +103,7 @@ def patch_many(model, batch: Batch, activation: str, targets: list[tuple]) -> li
             def patch(act, hook):
                 act = act.clone()
                 view = act.view(len(chunk), len(batch), *act.shape[1:])
-                source = clean[hook_name(activation, layer)]
+                source = clean[get_act_name(activation, layer)]
                 for replica, (target_layer, position, *head) in enumerate(chunk):
                     if target_layer != layer:
                         continue
@@ -116,7 +114,7 @@ def patch_many(model, batch: Batch, activation: str, targets: list[tuple]) -> li
                 return act
             return patch
 
-        hooks = [(hook_name(activation, layer), hook(layer)) for layer in sorted({t[0] for t in chunk})]
+        hooks = [(get_act_name(activation, layer), hook(layer)) for layer in sorted({t[0] for t in chunk})]
         logits = model.run_with_hooks(corrupt.repeat(len(chunk), 1), fwd_hooks=hooks)
         results += outcome(replica_scored(logits, batch), batch)
     return results

@@ -20,13 +20,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from transformer_lens.utilities import get_act_name
 
+from common.cli import UsageError
+from models.bridge import native
 from models.resume import forward_from
-from probes.ablation import head_name, z_name
-from probes.attention import pattern_name
-from probes.stats import share
-from probes.patching import (Outcome, corrupt_inputs, hook_name, live_positions, outcome, replica_scored,
+from models.components import Head
+from probes.patching import (Outcome, corrupt_inputs, outcome, replica_scored,
                              replicas_per_forward)
+from probes.stats import share
 from tasks.data import Batch
 
 COMPONENTS = ("q", "k", "v")
@@ -55,14 +57,11 @@ class PathPatch:
         return ",".join(f"p{p}" for p in self.positions) or "no positions"
 
 
-Head = tuple[int, int]
-
-
 def heads_of(value) -> tuple[Head, ...]:
     """One (layer, head) or a collection of them, as a tuple of distinct heads in the given order."""
     if len(value) == 2 and all(isinstance(v, int) for v in value):
-        return (tuple(value),)
-    return tuple(dict.fromkeys(tuple(head) for head in value))
+        return (Head(*value),)
+    return tuple(dict.fromkeys(Head.of(head) for head in value))
 
 
 @dataclass(frozen=True)
@@ -80,16 +79,16 @@ class PathTarget:
     def __post_init__(self):
         senders, receivers = self.senders, self.receivers
         if not senders or not receivers:
-            raise ValueError("a path needs at least one sender and one receiver head")
+            raise UsageError("a path needs at least one sender and one receiver head")
         if self.component not in COMPONENTS:
-            raise ValueError(f"component must be one of {COMPONENTS}, got {self.component!r}")
+            raise UsageError(f"component must be one of {COMPONENTS}, got {self.component!r}")
         if self.clean_values and self.component == "v":
-            raise ValueError("clean_values goes with a q or k path; a v path already sets the values")
+            raise UsageError("clean_values goes with a q or k path; a v path already sets the values")
         if len({layer for layer, _ in receivers}) > 1:
-            raise ValueError(f"receivers {names(receivers)} span several layers; a later receiver would "
+            raise UsageError(f"receivers {names(receivers)} span several layers; a later receiver would "
                              "read an earlier one's patched output, so patch one layer at a time")
         if receivers[0][0] <= max(layer for layer, _ in senders):
-            raise ValueError(f"the receiver(s) {names(receivers)} must sit in a later block than the "
+            raise UsageError(f"the receiver(s) {names(receivers)} must sit in a later block than the "
                              f"sender(s) {names(senders)}")
 
     @property
@@ -107,7 +106,7 @@ class PathTarget:
 
 def names(heads) -> str:
     """A head set's name, e.g. L0H1+L0H3; one head's is its own, e.g. L0H1."""
-    return "+".join(head_name(*head) for head in heads)
+    return "+".join(str(Head(*head)) for head in heads)
 
 
 def parse_names(name: str) -> tuple[Head, ...]:
@@ -121,15 +120,15 @@ def head_writes(model, clean: dict, corrupt: dict, senders) -> dict[tuple[int, i
     """Per sender, [n, pos, d_model] clean minus corrupt residual write (z @ W_O; b_O cancels), from
     the two runs' caches (holding each sender layer's z)."""
     W_O = model.W_O
-    return {(l, h): (clean[z_name(l)][:, :, h] - corrupt[z_name(l)][:, :, h]) @ W_O[l, h] for l, h in senders}
+    return {(l, h): (clean[get_act_name("z", l)][:, :, h] - corrupt[get_act_name("z", l)][:, :, h]) @ W_O[l, h] for l, h in senders}
 
 
 def receiver_input(model, layer: int, component: str, residual: torch.Tensor) -> torch.Tensor:
     """[n, pos, head, d_head]: the block's own LayerNorm and Q/K/V projection of `residual`.
     The raw torch modules are called so no hook fires inside a hook."""
     block = model.blocks[layer]
-    normed = block.ln1.original_component(residual)
-    projection = getattr(block.attn, component).original_component
+    normed = native(block.ln1)(residual)
+    projection = native(getattr(block.attn, component))
     out = projection(normed)
     return out.view(*out.shape[:2], model.cfg.n_heads, model.cfg.d_head)
 
@@ -181,14 +180,11 @@ class PathHooks:
 
     def hooks(self) -> list:
         wanted = sorted({(t.layer, t.component) for t in self.targets})
-        out = [(hook_name("resid_pre", layer), keeper(self.residual, layer)) for layer in {l for l, _ in wanted}]
-        out += [(value_name(layer), self.use_clean_values(layer))
+        out = [(get_act_name("resid_pre", layer), keeper(self.residual, layer)) for layer in {l for l, _ in wanted}]
+        out += [(get_act_name("v", layer), self.use_clean_values(layer))
                 for layer in sorted({t.layer for t in self.targets if t.clean_values})]
-        return out + [(f"blocks.{layer}.attn.hook_{c}", self.patch(layer, c)) for layer, c in wanted]
+        return out + [(get_act_name(c, layer), self.patch(layer, c)) for layer, c in wanted]
 
-
-def value_name(layer: int) -> str:
-    return f"blocks.{layer}.attn.hook_v"
 
 
 def receiver_rows(cache_pattern: torch.Tensor, batch: Batch, head: int) -> torch.Tensor:
@@ -210,17 +206,17 @@ def path_patch_many(model, batch: Batch, targets: list[PathTarget]) -> list[Path
     # One clean and one corrupt forward hold everything the patches compare against: the senders'
     # z, the receivers' patterns, the clean values, and the corrupt residual each forward resumes
     # from (blocks before a target's receivers compute exactly the corrupt run; equal, tested).
-    shared = [z_name(l) for l in sorted({l for l, _ in senders})] + [pattern_name(l) for l, _ in receivers]
+    shared = [get_act_name("z", l) for l in sorted({l for l, _ in senders})] + [get_act_name("pattern", l) for l, _ in receivers]
     clean_logits, clean_cache = model.run_with_cache(
-        batch.inputs, names_filter=shared + [value_name(l) for l in value_layers])
+        batch.inputs, names_filter=shared + [get_act_name("v", l) for l in value_layers])
     corrupt_logits, corrupt_cache = model.run_with_cache(
-        corrupt_inputs(batch), names_filter=shared + [hook_name("resid_pre", l) for l in first_layers])
+        corrupt_inputs(batch), names_filter=shared + [get_act_name("resid_pre", l) for l in first_layers])
     writes = head_writes(model, clean_cache, corrupt_cache, senders)
     clean, corrupt = (outcome(replica_scored(logits, batch), batch)[0] for logits in (clean_logits, corrupt_logits))
-    reference = {name: {r: receiver_rows(cache[pattern_name(r[0])], batch, r[1])[0] for r in receivers}
+    reference = {name: {r: receiver_rows(cache[get_act_name("pattern", r[0])], batch, r[1])[0] for r in receivers}
                  for name, cache in (("clean", clean_cache), ("corrupt", corrupt_cache))}
-    clean_values = {layer: clean_cache[value_name(layer)] for layer in value_layers}
-    corrupt_residual = {layer: corrupt_cache[hook_name("resid_pre", layer)] for layer in first_layers}
+    clean_values = {layer: clean_cache[get_act_name("v", layer)] for layer in value_layers}
+    corrupt_residual = {layer: corrupt_cache[get_act_name("resid_pre", layer)] for layer in first_layers}
     per_forward = replicas_per_forward(batch)
     results = []
     for start in range(0, len(targets), per_forward):
@@ -228,17 +224,17 @@ def path_patch_many(model, batch: Batch, targets: list[PathTarget]) -> list[Path
         hooks = PathHooks(model, chunk, writes, len(batch), clean_values)
         first = min(t.layer for t in chunk)
         patterns = {}
-        keep = [(pattern_name(l), keeper(patterns, pattern_name(l))) for l in sorted({t.layer for t in chunk})]
+        keep = [(get_act_name("pattern", l), keeper(patterns, get_act_name("pattern", l))) for l in sorted({t.layer for t in chunk})]
         with model.hooks(fwd_hooks=hooks.hooks() + keep):
             logits = forward_from(model, corrupt_residual[first].repeat(len(chunk), 1, 1), first)
         outcomes = outcome(replica_scored(logits, batch), batch)
         for replica, (target, result) in enumerate(zip(chunk, outcomes)):
-            rows = {r: receiver_rows(patterns[pattern_name(r[0])], batch, r[1])[replica] for r in target.receivers}
-            results.append(summarise(target, result, clean, corrupt, rows, reference))
+            rows = {r: receiver_rows(patterns[get_act_name("pattern", r[0])], batch, r[1])[replica] for r in target.receivers}
+            results.append(path_result(target, result, clean, corrupt, rows, reference))
     return results
 
 
-def summarise(target: PathTarget, result: Outcome, clean: Outcome, corrupt: Outcome, rows: dict,
+def path_result(target: PathTarget, result: Outcome, clean: Outcome, corrupt: Outcome, rows: dict,
               reference: dict) -> PathPatch:
     """`rows`: per receiver, its patched scored rows; `reference`: clean/corrupt rows per receiver."""
     moved = [float(total_variation(rows[r], reference["corrupt"][r])) for r in target.receivers]
@@ -283,10 +279,3 @@ def path_sweep(model, batch: Batch) -> list[PathPatch]:
     """Every sender -> later receiver head, Q, K and V, sender patched at all positions."""
     targets = [PathTarget(s, None, r, c) for s, r in head_pairs(model) for c in COMPONENTS]
     return path_patch_many(model, batch, targets)
-
-
-def position_sweep(model, batch: Batch, edges: list[PathPatch]) -> list[PathPatch]:
-    """The given edges again, sender patched at one position at a time (positions that can matter)."""
-    targets = [PathTarget(parse_names(e.sender), (p,), parse_names(e.receiver), e.component)
-               for e in edges for p in live_positions(batch)]
-    return path_patch_many(model, batch, targets) if targets else []

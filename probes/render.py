@@ -24,11 +24,23 @@ def accuracy_table(models) -> str:
     rows = [[m.model_name, len(m.seeds), percent(m.heldout), f"{m.heldout_foil_rate.value:.1%}",
              percent(m.train), m.runs[0].splits["heldout"].n, f"{m.shuffle_max_logit_change:.1e}"]
             for m in models]
-    per_seed = [[m.model_name, r.seed, percent(r.splits["heldout"].accuracy), r.steps, m.collapsed.get(r.seed, "")]
-                for m in models for r in m.runs]
+    per_seed = [[m.model_name, r.seed, percent(r.splits["heldout"].accuracy), r.steps, by_group(r.splits["heldout"]),
+                 m.collapsed.get(r.seed, "")] for m in models for r in m.runs]
     return "\n".join([table(headers, rows), "", *health_lines(models),
                       "per seed (Wilson 95% CI over held-out examples):",
-                      table(["model", "seed", "held-out", "steps", "health"], per_seed)])
+                      table(["model", "seed", "held-out", "steps", "held-out by group", "health"], per_seed)])
+
+
+MAX_GROUPS_SHOWN = 6   # a task with more groups (e.g. one per sequence length) keeps them in summary.json
+
+
+def by_group(split) -> str:
+    groups = split.by_group
+    if len(groups) < 2:
+        return "-"
+    if len(groups) > MAX_GROUPS_SHOWN:
+        return f"{len(groups)} groups (summary.json)"
+    return ", ".join(f"{name} {values['accuracy']['value']:.0%}" for name, values in groups.items())
 
 
 def health_lines(models) -> list[str]:

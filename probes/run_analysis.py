@@ -108,7 +108,7 @@ def basis(context) -> Basis:
 
 def analyse_run(context) -> RunAnalysis:
     """The circuit part's measure: the run's RunAnalysis, with its figure drawn under the report."""
-    from probes.ablation import METHODS, clean_run, head_ablation_sweep
+    from probes.ablation import ABLATION_METHODS, clean_run, head_ablation_sweep
     from probes.attention import pair_attention, position_labels, scored_attention
     from probes.patching import activation_patching
 
@@ -121,7 +121,7 @@ def analyse_run(context) -> RunAnalysis:
         return RunAnalysis(**base, note="the task declares no counterfactual pairs")
     model, sample, reference = context.model, context.sample, context.reference
     clean = clean_run(model, sample)
-    ablations = {method: head_ablation_sweep(model, sample, method, run.seed, reference, clean) for method in METHODS}
+    ablations = {method: head_ablation_sweep(model, sample, method, run.seed, reference, clean) for method in ABLATION_METHODS}
     patching = activation_patching(model, context.pairs)
     analysis = RunAnalysis(**base, attention=scored_attention(model, sample, context.vocabulary),
                            pair=pair_attention(model, context.heldout, 0, context.vocabulary),
@@ -161,12 +161,13 @@ def trace_circuit(context, patching) -> dict:
 
 
 def draw_figure(analysis: RunAnalysis, out) -> str | None:
-    """Draw the run's figure into out/figures, here in the worker; its path relative to `out`."""
+    """Draw the run's figure into out/figures, here in the worker; its path relative to `out` (no
+    figure without an `out`)."""
     from pathlib import Path
 
     from probes.figures import run_figure, save
 
-    if analysis.attention is None or analysis.patching is None:
+    if out is None or analysis.attention is None or analysis.patching is None:
         return None
     name = f"figures/{analysis.model_name}-seed{analysis.seed}.png"
     save(run_figure(analysis), Path(out) / name)

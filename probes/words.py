@@ -15,7 +15,10 @@ MAX_GROUP_WORDS = 3   # more groups (e.g. induction's repeat lengths) are summar
 
 
 def pct(value: float | None, digits: int = 0) -> str:
-    return "n/a" if value is None or math.isnan(value) else f"{value:.{digits}%}"
+    if value is None or math.isnan(value):
+        return "n/a"
+    text = f"{value:.{digits}%}"
+    return text[1:] if text.lstrip("-0.%") == "" else text      # no "-0%"
 
 
 def token_share(result, vocabulary) -> str:

@@ -10,6 +10,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.cli import UsageError
 from tasks.base import NO_FOIL, SPLITS, Example, Task
 
 COLUMNS = ("tokens", "positions", "foils", "group", "counterfactual")
@@ -76,16 +77,48 @@ class Batch:
         return Batch(**{name: value.to(device) if hasattr(value, "to") else value
                         for name, value in moved.items()})
 
+    @classmethod
+    def from_tokens(cls, tokens, positions, foils=None, counterfactual=None, groups=None) -> "Batch":
+        """A batch from plain token ids, for probing a model outside any task: `tokens` one id
+        sequence per example (the answer at a scored position p is tokens[p + 1]); `positions` the
+        scored positions of each example; `foils` one wrong answer per scored position (or none);
+        `counterfactual` a same-length partner per example (needed by patching)."""
+        for row, (sequence, scored) in enumerate(zip(tokens, positions, strict=True)):
+            if not all(0 <= p < len(sequence) - 1 for p in scored):
+                raise UsageError(f"example {row}: scored positions {list(scored)} must lie in 0..{len(sequence) - 2} "
+                                 "(the answer at p is tokens[p + 1])")
+        foils = foils or [[NO_FOIL] * len(p) for p in positions]
+        counterfactual = counterfactual or [() for _ in tokens]
+        groups = groups or ["all"] * len(tokens)
+        examples = [Example(tuple(t), tuple(p), tuple(f), g, tuple(c))
+                    for t, p, f, g, c in zip(tokens, positions, foils, groups, counterfactual, strict=True)]
+        return columns_to_batch(examples_to_columns(examples))
+
+    def real_positions(self, width: int | None = None) -> "torch.Tensor":
+        """[n, width] True where a row has a real input token (right padding is False)."""
+        return real_positions(self.lengths, self.inputs.shape[1] if width is None else width)
+
     @property
     def inputs(self):
         """What the model reads: every token but the last (the last one is only ever an answer)."""
         return self.tokens[:, :-1]
 
 
-def to_batch(split) -> Batch:
+def real_positions(lengths: "torch.Tensor", width: int) -> "torch.Tensor":
+    """[n, width] True at input positions 0..length-2 of each row (the last token is only an answer)."""
     import torch
 
-    rows = split.to_dict()
+    return torch.arange(width, device=lengths.device)[None, :] < (lengths[:, None] - 1)
+
+
+def to_batch(split) -> Batch:
+    """A cached split (an HF `Dataset`) as tensors."""
+    return columns_to_batch(split.to_dict())
+
+
+def columns_to_batch(rows: dict[str, list]) -> Batch:
+    import torch
+
     lengths = [len(t) for t in rows["tokens"]]
     width = max(lengths)
 

@@ -16,8 +16,9 @@ import torch
 
 from models.checkpoint import save_tensors
 from common.io import atomic_write
-from tasks.data import Batch
+from tasks.data import Batch, real_positions
 from tasks.evaluate import logits_at_scored, score_logits
+from models.bridge import hook_free_forward
 from tasks.resume import FRESH, load_train_state, save_train_state
 from tasks.settings import TrainSettings
 
@@ -38,7 +39,7 @@ class TrainResult:
 def lm_loss(logits: torch.Tensor, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy over the real (unpadded) positions."""
     targets = tokens[:, 1:]
-    real = torch.arange(targets.shape[1], device=tokens.device)[None, :] < (lengths[:, None] - 1)
+    real = real_positions(lengths, targets.shape[1])
     return torch.nn.functional.cross_entropy(logits[real], targets[real])
 
 
@@ -135,37 +136,6 @@ def train(model, train_batch: Batch, validation_batch: Batch, settings: TrainSet
 def training_device() -> str:
     """A GPU when one is present; tiny models still train, just without waiting on 2 CPU cores."""
     return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def hook_free_forward(model):
-    """The model's own TransformerLens modules (NativeModel, its blocks, attention and MLP, and the
-    very Linear / LayerNorm / Embedding leaves holding the parameters) with the bridge's hook
-    wrappers peeled off: the same parameter and buffer objects and bitwise the same logits (tested),
-    without the wrappers' per-call hook dispatch and LayerNorm bookkeeping, which cost up to a fifth
-    of a training step on CPU (benchmarks/train_speed.py). Variants live in frozen weights and module
-    constants, not hooks; a model with any hook attached is returned as it is, so none is skipped."""
-    native = getattr(model, "original_model", None)
-    if native is None or any(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks
-                             for m in model.modules()):
-        return model
-    return unwrapped(native)
-
-
-def unwrapped(module):
-    """`module` with every bridge wrapper replaced by the module it wraps. Leaves are returned
-    themselves; containers are shallow copies (sharing parameters and buffers) holding unwrapped
-    children, so the bridge itself is left untouched."""
-    import copy
-
-    from transformer_lens.model_bridge.generalized_components.base import GeneralizedComponent
-
-    while isinstance(module, GeneralizedComponent):
-        module = module.original_component
-    if not module._modules:
-        return module
-    clone = copy.copy(module)
-    clone._modules = {name: child if child is None else unwrapped(child) for name, child in module._modules.items()}
-    return clone
 
 
 def open_log(log_path: Path, history: list[dict]):

@@ -4,8 +4,9 @@ line naming the plugin, the example and the rule, instead of a shape error deep 
 from __future__ import annotations
 
 import numbers
+from dataclasses import replace
 
-from models import UsageError
+from models import ModelSpec, UsageError
 from tasks.base import NO_FOIL, SPLITS, Example, Task
 
 
@@ -13,8 +14,51 @@ def refuse(task: Task, where: str, rule: str) -> UsageError:
     return UsageError(f"task plugin {task.name!r}: {where} {rule}")
 
 
+def validate_family(task: Task) -> dict[str, ModelSpec]:
+    """The task's default models, each spec checked before anything trains (vocabulary size and
+    context length are filled in from the data later, so placeholders stand in for them here)."""
+    family = task.default_models()
+    if not isinstance(family, dict) or not family:
+        raise refuse(task, "default_models()", f"must return a non-empty dict of name -> ModelSpec, "
+                                               f"got {type(family).__name__}")
+    for name, spec in family.items():
+        if not isinstance(name, str) or not isinstance(spec, ModelSpec):
+            raise refuse(task, f"default model {name!r}", f"is a {type(spec).__name__}, not a ModelSpec")
+        try:
+            replace(spec, d_vocab=max(spec.d_vocab, 1)).validate()
+        except UsageError as error:
+            raise refuse(task, f"default model {name!r}:", str(error)) from None
+    return family
+
+
+SLOW_GENERATE_SECONDS = 10.0   # after this, say what toylens is waiting for, then every 30 s
+
+
+def generated(task: Task, seed: int):
+    """`task.generate(seed)`, saying on stderr what toylens waits for when a plugin takes long
+    (a generator that never finishes would otherwise hang `train` with no output)."""
+    import sys
+    import threading
+    import time
+
+    done, start = threading.Event(), time.monotonic()
+
+    def notify():
+        wait = SLOW_GENERATE_SECONDS
+        while not done.wait(wait):
+            print(f"waiting for task plugin {task.name!r}: generate(seed={seed}) has run "
+                  f"{time.monotonic() - start:.0f} s (Ctrl-C stops it)", file=sys.stderr, flush=True)
+            wait = 30.0
+
+    threading.Thread(target=notify, daemon=True).start()
+    try:
+        return task.generate(seed)
+    finally:
+        done.set()
+
+
 def validate_task_examples(task: Task, seed: int) -> dict[str, list[Example]]:
-    splits = task.generate(seed)
+    splits = generated(task, seed)
     if not isinstance(splits, dict) or set(splits) != set(SPLITS):
         got = sorted(splits) if isinstance(splits, dict) else type(splits).__name__
         raise refuse(task, "generate()", f"must return a dict with exactly the splits {list(SPLITS)}, got {got}")
@@ -68,7 +112,7 @@ def is_int(value) -> bool:
 
 
 def check_deterministic(task: Task, seed: int, splits: dict[str, list[Example]]) -> None:
-    again = task.generate(seed)
+    again = generated(task, seed)
     for split in SPLITS:
         first, second = splits[split], again.get(split, []) if isinstance(again, dict) else []
         for index, example in enumerate(first):

@@ -1,7 +1,6 @@
 import json
 import math
 
-import torch
 
 from models import ModelSpec, build_model
 from probes.accuracy import SUMMARY, compare_runs, write_summary
@@ -68,3 +67,14 @@ def test_same_seed_gives_identical_metrics(tmp_path, small_winograd):
     logs = [(root / "attn-only-2x1/seed0/log.jsonl").read_text().splitlines() for root in (first, second)]
     strip = lambda line: {k: v for k, v in json.loads(line).items() if k != "seconds"}  # noqa: E731
     assert [strip(line) for line in logs[0]] == [strip(line) for line in logs[1]]
+
+
+def test_printed_table_shows_each_groups_held_out_accuracy(tiny_runs):
+    from probes.render import accuracy_table
+
+    models = compare_runs(tiny_runs)
+    printed = accuracy_table(models)
+    for model in models:
+        for run in model.runs:
+            for group, values in run.splits["heldout"].by_group.items():
+                assert f"{group} {values['accuracy']['value']:.0%}" in printed

@@ -11,7 +11,8 @@ import torch
 
 from models import ModelSpec, build_model
 from probes.circuit import Node, faithfulness, keep_masks, search_circuit
-from probes.patching import activation_patching, scored_metric, spread_subset
+from probes.patching import activation_patching, scored_metric
+from tasks.data import spread_subset
 from tasks.data import task_dataset, to_batch
 from test_patching import hand_batch, hand_built
 

@@ -53,7 +53,7 @@ def test_replay_scores_every_snapshot_and_the_last_matches_the_final_model(snaps
     assert [p.step for p in result.points] == [0, 20, 40]
     assert all(len(p.induction) == 2 and len(p.induction[0]) == 2 for p in result.points)
     # Step 40 is the final model: its scored loss is the loss score_model reports on the same rows.
-    from probes.patching import spread_subset
+    from tasks.data import spread_subset
 
     batch = spread_subset(run.batches()["heldout"], 128)
     assert result.points[-1].scored_loss == pytest.approx(score_model(run.load_model(), batch).loss.item(), rel=1e-5)
@@ -62,9 +62,18 @@ def test_replay_scores_every_snapshot_and_the_last_matches_the_final_model(snaps
 def test_dynamics_command_writes_json_and_figure(snapshot_run, capsys):
     from probes.dynamics import dynamics_command
 
+    import json
+
     dynamics_command(snapshot_run)
-    assert "phase change" in capsys.readouterr().out
-    assert (snapshot_run / "dynamics.json").is_file() and (snapshot_run / "dynamics_attn-only-2x2.png").is_file()
+    printed = capsys.readouterr().out
+    written = json.loads((snapshot_run / "dynamics.json").read_text())["runs"]
+    assert [p["step"] for p in written[0]["points"]] == [0, 20, 40]       # every snapshot, in order
+    row = next(line for line in printed.splitlines() if line.startswith("attn-only-2x2"))
+    # The printed row carries the stored numbers: the phase change and the last scored loss.
+    phase = written[0]["phase_change_step"]
+    assert f"  {phase if phase is not None else 'none'}  " in row
+    assert f"{written[0]['points'][-1]['scored_loss']:.2f}" in row
+    assert (snapshot_run / "dynamics_attn-only-2x2.png").stat().st_size > 1000
 
 
 def test_runs_without_snapshots_are_refused_in_one_line(snapshot_run, tmp_path):
@@ -89,4 +98,13 @@ def test_induction_report_adds_head_roles_and_dynamics_sections(snapshot_run, tm
     assert "Head roles" in markdown and "Training dynamics" in markdown
     data = json.dumps(json.loads((tmp_path / "report" / "report.json").read_text()))
     assert "induction_share" in data and "phase_change_step" in data
-    assert "phase change" in capsys.readouterr().out
+    # The dynamics section replays the run's own snapshots: the same numbers as the probe alone.
+    from probes.dynamics import run_dynamics
+    from tasks.runs import find_runs
+
+    alone = run_dynamics(find_runs(snapshot_run)[0])
+    summary = capsys.readouterr().out
+    if alone.phase_change_step is None:
+        assert "attn-only-2x2 seed 0: no phase change" in summary
+    else:
+        assert f"attn-only-2x2 seed 0: phase change at step ~{alone.phase_change_step} " in summary

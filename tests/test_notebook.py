@@ -6,7 +6,6 @@ import json
 import sys
 from pathlib import Path
 
-import pytest
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "ablate_heads.ipynb"
 
@@ -31,20 +30,34 @@ def test_notebook_is_committed_without_outputs():
     assert code and all(not cell.outputs and cell.execution_count is None for cell in code)
 
 
-def test_ablate_heads_notebook_runs_clean(tmp_path, monkeypatch):
+def executed(tmp_path, monkeypatch, **environment) -> tuple[str, list]:
+    """Run the notebook top to bottom in this venv; its text output and its outputs."""
     import nbformat
     from nbclient import NotebookClient
 
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
-    monkeypatch.setenv("TOYLENS_RUNS", str(tmp_path / "no-runs"))  # forces the notebook's own short run
     monkeypatch.setenv("OMP_NUM_THREADS", "1")   # tiny model, shared machine
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
     kernel = venv_kernel(tmp_path / "jupyter")
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     NotebookClient(notebook, kernel_name=kernel, timeout=120,
                    resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
-    assert not [o for o in outputs if o.output_type == "error"]
-    text = "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "") for o in outputs)
+    assert not [o for o in outputs if o.output_type == "error"], [o for o in outputs if o.output_type == "error"]
+    return "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "") for o in outputs), outputs
+
+
+def test_notebook_takes_any_run_and_ablates_heads_it_has(tiny_runs, tmp_path, monkeypatch):
+    run = tiny_runs / "attn-only-2x1" / "seed0"        # two layers of one head: no L0H1 to ablate
+    text, _ = executed(tmp_path, monkeypatch, TOYLENS_RUN=str(run))
+    assert f"{run}: 2 layer(s) x 1 head(s)" in text and "heads: L0H0, L1H0" in text
+    assert "L1H0" in text.split("heads ablated")[1]   # the default ablation: the last layer's first head
+
+
+def test_ablate_heads_notebook_runs_clean(tmp_path, monkeypatch):
+    # No runs folder: the notebook trains its own short run.
+    text, outputs = executed(tmp_path, monkeypatch, TOYLENS_RUNS=str(tmp_path / "no-runs"))
     assert "1 layer(s) x 4 head(s)" in text and "largest change in mean attention: 0.000" in text
     assert any("image/png" in o.get("data", {}) for o in outputs)  # the heatmaps
     # The sweep table names every head of the one-layer, four-head model and the whole layer.

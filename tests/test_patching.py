@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from models import ModelSpec, build_model
-from probes.patching import activation_patching, corrupt_inputs, scored_metric, spread_subset
+from probes.patching import activation_patching, corrupt_inputs, scored_metric
+from tasks.data import spread_subset
 from tasks.data import task_dataset, to_batch
 from tasks.evaluate import logits_at_scored
 from tests.conftest import hand_batch

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 
-from models import ModelSpec, build_model
+from models import ModelSpec, UsageError, build_model
 from tasks.data import Batch
 from tests.conftest import hand_batch
 
@@ -131,7 +131,7 @@ def test_receivers_must_follow_every_sender_in_one_layer(senders, receivers):
     from probes.path_patching import joint_path_patch
 
     spec = ModelSpec(n_layers=3, d_model=8, n_heads=2, mlp=False, n_ctx=4, d_vocab=4)
-    with pytest.raises(ValueError):
+    with pytest.raises(UsageError):
         joint_path_patch(build_model(spec, seed=0), hand_batch(), senders, receivers, "k")
 
 
@@ -162,5 +162,5 @@ def test_clean_values_swap_in_the_receivers_clean_value_input():
                                                             PathTarget((0, 1), (), (1, 0), "k", clean_values=True)])
     assert [with_path.metric, values_only.metric] == pytest.approx(expected, abs=1e-5)
     assert abs(with_path.metric - values_only.metric) > 1e-4 and with_path.clean_values
-    with pytest.raises(ValueError):
+    with pytest.raises(UsageError):
         PathTarget((0, 1), None, (1, 0), "v", clean_values=True)

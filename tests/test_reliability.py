@@ -182,7 +182,11 @@ def test_run_from_another_toylens_version_with_the_same_format_loads(tiny_runs, 
         config["versions"]["toylens"] = "0.0.1"
         config_path.write_text(json.dumps(config))
     runs = find_runs(copy)
-    assert runs and all(run.load_model() is not None for run in runs)
+    assert [(run.model_name, run.seed) for run in runs] == [(run.model_name, run.seed) for run in find_runs(tiny_runs)]
+    for run, original in zip(runs, find_runs(tiny_runs)):
+        # Loads as the same model: same logits on the same held-out inputs.
+        inputs = original.batches()["heldout"].inputs[:8]
+        assert torch.equal(run.load_model()(inputs), original.load_model()(inputs))
 
 
 def children(pid: int) -> list[int]:

@@ -10,6 +10,7 @@ import torch
 
 import tasks.training as training
 from models import UsageError, build_model
+from models.bridge import hook_free_forward
 from tasks.data import task_dataset, to_batch
 from tasks.resume import STATE
 from tasks.settings import TrainSettings
@@ -121,7 +122,7 @@ def test_hook_free_forward_is_the_same_model_without_wrappers(variant):
     from transformer_lens.model_bridge.generalized_components.base import GeneralizedComponent
 
     model = build_model(ModelSpec(d_model=16, n_heads=2, n_ctx=9, d_vocab=11, **VARIANTS[variant]), seed=3)
-    forward = training.hook_free_forward(model)
+    forward = hook_free_forward(model)
     assert not any(isinstance(m, GeneralizedComponent) for m in forward.modules())
     assert {id(p) for p in forward.parameters()} == {id(p) for p in model.parameters()}
     tokens = torch.randint(11, (5, 9), generator=torch.Generator().manual_seed(0))
@@ -138,4 +139,4 @@ def test_a_model_with_hooks_trains_through_the_bridge():
 
     model = build_model(ModelSpec(d_model=16, n_heads=2, n_ctx=9, d_vocab=11), seed=3)
     model.add_hook("blocks.0.attn.hook_pattern", lambda pattern, hook: pattern, is_permanent=True)
-    assert training.hook_free_forward(model) is model
+    assert hook_free_forward(model) is model

@@ -157,3 +157,39 @@ def test_a_plugin_that_fails_to_import(tmp_path, monkeypatch):
     with pytest.raises(UsageError, match=r"^task plugin 'broken' \(fake_plugin_missing:Plugin from package "
                                          r"toylens-broken\) failed to import: ModuleNotFoundError"):
         task_classes()
+
+
+@pytest.mark.parametrize("family, fragments", [
+    ({"tiny": ModelSpec(d_model=8, n_heads=1), "odd": ModelSpec(d_model=32, n_heads=3)},
+     ("task plugin 'fake'", "default model 'odd'", "n_heads=3 does not divide d_model=32")),
+    ([ModelSpec()], ("task plugin 'fake'", "default_models()", "got list")),
+    ({"bad": "block-1"}, ("task plugin 'fake'", "default model 'bad'", "not a ModelSpec")),
+])
+def test_a_bad_default_family_is_refused_before_training(family, fragments):
+    from tasks.validate import validate_family
+
+    class BadFamily(FakeTask):
+        def default_models(self):
+            return family
+
+    with pytest.raises(UsageError) as refused:
+        validate_family(BadFamily())
+    for fragment in fragments:
+        assert fragment in str(refused.value)
+
+
+def test_a_slow_generate_says_what_toylens_is_waiting_for(monkeypatch, capsys):
+    import time
+
+    import tasks.validate as validate
+
+    class Slow(FakeTask):
+        splits = {"train": [good(0)], "validation": [good(1)], "heldout": [good(2)]}
+
+        def generate(self, seed):
+            time.sleep(0.3)
+            return super().generate(seed)
+
+    monkeypatch.setattr(validate, "SLOW_GENERATE_SECONDS", 0.1)
+    validate.generated(Slow(), 3)
+    assert "waiting for task plugin 'fake': generate(seed=3) has run" in capsys.readouterr().err

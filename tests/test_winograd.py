@@ -79,5 +79,13 @@ def test_dataset_is_cached_by_fingerprint(small_winograd):
     first = task_dataset(small_winograd, 0)
     cached = cache_root() / f"winograd-{fingerprint(small_winograd, 0)}"
     assert (cached / "dataset_dict.json").is_file()
-    assert task_dataset(small_winograd, 0)["heldout"]["tokens"] == first["heldout"]["tokens"]
     assert fingerprint(small_winograd, 0) != fingerprint(small_winograd, 1)
+    # The second call reads the cache: generate() is not called again.
+    calls = []
+    original = type(small_winograd).generate
+    type(small_winograd).generate = lambda self, seed: calls.append(seed) or original(self, seed)
+    try:
+        again = task_dataset(small_winograd, 0)
+    finally:
+        type(small_winograd).generate = original
+    assert calls == [] and again["heldout"]["tokens"] == first["heldout"]["tokens"]

@@ -1,0 +1,63 @@
+"""toylens's public API: what plugins and notebooks import. Everything else may change.
+
+    from toylens import Task, Example, ModelSpec          # write a task plugin
+    from toylens import load_run, Batch, ablate            # probe a trained run from a notebook
+
+Names are imported on first use (PEP 562), so a plugin importing `Task` does not pay for torch
+and TransformerLens, and `python -m tasks list` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+_SOURCES = {
+    # writing tasks
+    "Task": "tasks.base", "Example": "tasks.base", "NoParams": "tasks.base", "NO_FOIL": "tasks.base",
+    "UsageError": "common.cli",
+    # models
+    "ModelSpec": "models.spec", "build_model": "models.spec", "Head": "models.components",
+    # runs and data
+    "Run": "tasks.runs", "find_runs": "tasks.runs", "Batch": "tasks.data", "task_dataset": "tasks.data",
+    "get_task_class": "tasks.registry", "TrainSettings": "tasks.settings",
+    # probes and their results
+    "ablate": "probes.ablation", "head_ablation_sweep": "probes.ablation", "AblationResult": "probes.ablation",
+    "ablation_hooks": "probes.ablation", "ABLATION_METHODS": "probes.ablation",
+    "activation_patching": "probes.patching", "ActivationPatching": "probes.patching",
+    "path_patch": "probes.path_patching", "PathPatch": "probes.path_patching",
+    "scored_attention": "probes.attention", "ScoredAttention": "probes.attention",
+    "shuffle_test": "probes.shuffle", "ShuffleResult": "probes.shuffle",
+    "composition_scores": "probes.composition", "Composition": "probes.composition",
+    "run_accuracy": "probes.accuracy", "RunAccuracy": "probes.accuracy",
+    "faithfulness": "probes.circuit", "search_circuit": "probes.circuit",
+    "training_reference": "probes.ablation", "ReportSettings": "probes.settings",
+    "circuit_label": "probes.circuit_label", "CircuitSummary": "probes.circuit_label",
+    "take_census": "probes.census",
+    # figures (matplotlib Figures; a notebook shows them)
+    "attention_heatmap": "probes.figures",
+}
+
+__all__ = sorted([*_SOURCES, "load_run"])
+
+
+def load_run(path):
+    """A trained run folder (`runs/<task>/<model>/seed<k>`), checked before anything loads:
+    `.load_model()`, `.batches()` (train / validation / heldout), `.task`, `.config`."""
+    from tasks.runs import Run
+
+    run = Run(Path(path))
+    run.check()
+    return run
+
+
+def __getattr__(name: str):
+    if name not in _SOURCES:
+        raise AttributeError(f"toylens has no public name {name!r}; see toylens.__all__")
+    value = getattr(importlib.import_module(_SOURCES[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

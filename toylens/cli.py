@@ -1,5 +1,5 @@
-"""`python -m tasks list|train NAME` and `python -m tasks.<name> train`: thin layers over
-`toylens.family`. Heavy imports (torch, TransformerLens) happen only on the paths that train."""
+"""`python -m tasks list|train|sweep NAME` and `python -m tasks.<name> train|sweep`: thin layers over
+`toylens.family` and `toylens.sweep`. Heavy imports (torch, TransformerLens) happen only on the paths that train."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 
 from common.cli import Parser, UsageError, positive_int, run_cli
 from tasks.registry import get_task_class, task_classes
+from tasks.validate import validate_family
 from toylens.workers import default_jobs
 
 MAX_SEEDS = 1000
@@ -33,6 +34,10 @@ def add_train_arguments(parser: Parser, task_cls: type) -> None:
     parser.add_argument("--report", action="store_true",
                         help="then trace the circuits of these runs in the same worker processes and write "
                              "OUT/report (as `python -m probes.circuit report OUT` does, without its start-up)")
+    add_task_params(parser, task_cls)
+
+
+def add_task_params(parser: Parser, task_cls: type) -> None:
     params = parser.add_argument_group(f"{task_cls.name} task parameters")
     for field in dataclasses.fields(task_cls.Params):
         flag = "--" + field.name.replace("_", "-")
@@ -81,14 +86,26 @@ def task_parser(task_cls: type, prog: str) -> Parser:
     parser = Parser(prog=prog, description=task_cls.__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     add_train_arguments(commands.add_parser("train", help=f"train the {task_cls.name} model family"), task_cls)
+    from toylens.sweep import add_sweep_arguments
+
+    add_sweep_arguments(commands.add_parser("sweep", help=f"train and trace {task_cls.name} runs over seeds and a "
+                                            "grid of settings, locally or on Ray, then count their circuits"), task_cls)
     return parser
+
+
+def run_command(task_cls: type, args) -> None:
+    if args.command == "sweep":
+        from toylens.sweep import sweep_command
+
+        return sweep_command(task_cls, args)
+    return train_command(task_cls, args)
 
 
 def main_for_task(name: str, argv=None) -> None:
     def body():
         task_cls = get_task_class(name)
         args = task_parser(task_cls, f"python -m tasks.{name}").parse_args(argv)
-        train_command(task_cls, args)
+        run_command(task_cls, args)
 
     run_cli(body)
 
@@ -101,19 +118,28 @@ def main(argv=None) -> None:
     def body():
         if argv[:1] == ["list"]:
             for name, cls in task_classes().items():
+                validate_family(cls())
                 print(f"{name:<16} {summary_line(cls)}")
             return
-        if argv[:1] == ["train"] and len(argv) >= 2 and not argv[1].startswith("-"):
+        if argv[:1] in (["train"], ["sweep"]) and len(argv) >= 2 and not argv[1].startswith("-"):
             task_cls = get_task_class(argv[1])
-            args = task_parser(task_cls, "python -m tasks train NAME").parse_args(["train", *argv[2:]])
-            return train_command(task_cls, args)
-        if argv[:1] == ["train"]:
-            raise UsageError("train needs a task name: python -m tasks train NAME (see python -m tasks list)")
-        raise UsageError("usage: python -m tasks list | python -m tasks train NAME [options]")
+            parser = Parser(prog=f"python -m tasks {argv[0]} {argv[1]}", description=task_cls.__doc__)
+            if argv[0] == "sweep":
+                from toylens.sweep import add_sweep_arguments, sweep_command
+
+                add_sweep_arguments(parser, task_cls)
+                return sweep_command(task_cls, parser.parse_args(argv[2:]))
+            add_train_arguments(parser, task_cls)
+            return train_command(task_cls, parser.parse_args(argv[2:]))
+        if argv[:1] in (["train"], ["sweep"]):
+            raise UsageError(f"{argv[0]} needs a task name: python -m tasks {argv[0]} NAME (see python -m tasks list)")
+        raise UsageError("usage: python -m tasks list | python -m tasks train|sweep NAME [options]")
 
     if argv in (["-h"], ["--help"], []):
-        print("usage: python -m tasks list | python -m tasks train NAME [options]\n"
+        print("usage: python -m tasks list | python -m tasks train|sweep NAME [options]\n"
               "  list         registered tasks (built-in and plugins)\n"
-              "  train NAME   train NAME's model family (python -m tasks train NAME --help)")
+              "  train NAME   train NAME's model family (python -m tasks train NAME --help)\n"
+              "  sweep NAME   train and trace runs over seeds and a grid, locally or on Ray, then count\n"
+              "               their circuits (python -m tasks sweep NAME --help)")
         return
     run_cli(body)

@@ -18,6 +18,7 @@ from common.io import write_json
 from tasks.base import Task
 from tasks.runs import LOG, METRICS, command_argv, command_line, package_versions, read_run_config
 from tasks.settings import TrainSettings, settings_dict
+from tasks.validate import validate_family
 from toylens.workers import map_jobs
 
 
@@ -45,7 +46,7 @@ def sized_spec(spec: ModelSpec, task: Task, batches: dict) -> ModelSpec:
 
 def plan_family(task: Task, model_names: list[str] | None, seeds: list[int], settings: TrainSettings,
                 out: Path) -> list[RunPlan]:
-    family = task.default_models()
+    family = validate_family(task)
     names = model_names or list(family)
     unknown = [name for name in names if name not in family]
     if unknown:
@@ -102,8 +103,9 @@ def check_out_folder(out: Path, task: Task) -> None:
                              f"choose another --out for task {task.name!r}")
 
 
-def start_run(plan: RunPlan, spec: ModelSpec) -> dict:
-    """Clear what an earlier attempt left and record the run's identity before the first step."""
+def start_run(plan: RunPlan, spec: ModelSpec, command: str | None = None) -> dict:
+    """Clear what an earlier attempt left and record the run's identity before the first step.
+    `command`: the command that asked for the run, when this process is a remote worker."""
     from tasks.resume import STATE
     from tasks.training import SNAPSHOTS
 
@@ -112,7 +114,7 @@ def start_run(plan: RunPlan, spec: ModelSpec) -> dict:
         (plan.run_dir / name).unlink(missing_ok=True)
     shutil.rmtree(plan.run_dir / SNAPSHOTS, ignore_errors=True)
     config = {**plan.identity(), "format": FORMAT, "spec": spec.to_dict(),
-              "vocabulary": plan.task.vocabulary(), "versions": package_versions(), "command": command_line()}
+              "vocabulary": plan.task.vocabulary(), "versions": package_versions(), "command": command or command_line()}
     write_json(plan.run_dir / CONFIG, config)
     return config
 
@@ -126,7 +128,7 @@ def continue_run(plan: RunPlan) -> dict:
 
 
 def execute(plan: RunPlan, progress: bool = True, resume: bool = False,
-            checkpoint_every: int | None = None) -> dict:
+            checkpoint_every: int | None = None, command: str | None = None) -> dict:
     """Train one run (or continue it from its saved train state) and write its folder; returns its metrics."""
     from models import build_model
     from tasks.data import task_dataset, to_batch
@@ -138,7 +140,7 @@ def execute(plan: RunPlan, progress: bool = True, resume: bool = False,
     batches = {name: to_batch(split) for name, split in data.items()}
     spec = sized_spec(plan.spec, plan.task, batches)
     model = build_model(spec, seed=plan.seed)
-    config = continue_run(plan) if resume else start_run(plan, spec)
+    config = continue_run(plan) if resume else start_run(plan, spec, command)
     for temp in plan.run_dir.glob(".*.tmp"):  # left by a write that a kill interrupted
         temp.unlink()
     result = train(model, batches["train"], batches["validation"], plan.settings, plan.seed,

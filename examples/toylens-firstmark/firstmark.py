@@ -5,8 +5,7 @@ import itertools
 import random
 from dataclasses import dataclass
 
-from models import ModelSpec
-from tasks.base import Example, Task
+from toylens import Example, ModelSpec, Task
 
 FILLERS, MARKS, SLOTS = tuple("abcdefgh"), tuple("ABCDEFGH"), 6  # SLOTS letters, then "first"
 

@@ -1,0 +1,58 @@
+"""The one place that reaches into TransformerLens's bridge internals: the native modules the
+bridge wraps, and the switches it exposes only on its components. Everything else goes through the
+bridge's public interface (hooks, `cfg`, weight views)."""
+
+from __future__ import annotations
+
+
+def native(component):
+    """The TransformerLens module a bridge component wraps (a Linear, LayerNorm, attention ...)."""
+    return component.original_component
+
+
+def native_attention(block):
+    """The bridge wraps the native attention module; its `scale` lives on the wrapped one."""
+    return native(block.attn)
+
+
+def use_fused_layer_norm(model) -> None:
+    """TL's NormalizationBridge rebuilds LayerNorm from its parts (mean, pow, sqrt, div) so that
+    hook_scale / hook_normalized can be edited. Its `use_native_layernorm_autograd` switch (which TL
+    sets for OPT, CLIP, ...) runs torch's fused layer_norm instead and still fires those hooks; an
+    edit falls back to the parts with a warning. Measured: 6-15% of a training step on CPU."""
+    from transformer_lens.model_bridge.generalized_components.normalization import NormalizationBridge
+
+    for module in model.modules():
+        if isinstance(module, NormalizationBridge):
+            module.use_native_layernorm_autograd = True
+
+
+def hook_free_forward(model):
+    """The model's own TransformerLens modules (NativeModel, its blocks, attention and MLP, and the
+    very Linear / LayerNorm / Embedding leaves holding the parameters) with the bridge's hook
+    wrappers peeled off: the same parameter and buffer objects and bitwise the same logits (tested),
+    without the wrappers' per-call hook dispatch and LayerNorm bookkeeping, which cost up to a fifth
+    of a training step on CPU (benchmarks/train_speed.py). Variants live in frozen weights and module
+    constants, not hooks; a model with any hook attached is returned as it is, so none is skipped."""
+    native = getattr(model, "original_model", None)
+    if native is None or any(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks
+                             for m in model.modules()):
+        return model
+    return unwrapped(native)
+
+
+def unwrapped(module):
+    """`module` with every bridge wrapper replaced by the module it wraps. Leaves are returned
+    themselves; containers are shallow copies (sharing parameters and buffers) holding unwrapped
+    children, so the bridge itself is left untouched."""
+    import copy
+
+    from transformer_lens.model_bridge.generalized_components.base import GeneralizedComponent
+
+    while isinstance(module, GeneralizedComponent):
+        module = native(module)
+    if not module._modules:
+        return module
+    clone = copy.copy(module)
+    clone._modules = {name: child if child is None else unwrapped(child) for name, child in module._modules.items()}
+    return clone

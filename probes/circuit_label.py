@@ -1,0 +1,93 @@
+"""A run's circuit as the report names it, kept as plain facts (circuit.json), and the label a
+census counts.
+
+The label is computed from the stored facts, not from the report's sentence, so when the report's
+rule for naming a path changes (its claim threshold), `circuit_label` follows it without retracing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+CIRCUIT = "circuit.json"
+
+
+@dataclass(frozen=True)
+class Edge:
+    """The circuit's best single-position path patch (probes.words.best_edges)."""
+
+    sender: str
+    receiver: str
+    component: str          # q | k | v
+    position: int           # the sender position patched
+    position_label: str     # e.g. 'p14 the' (probes.attention.position_labels)
+    recovered: float        # share of the clean - counterfactual gap the path alone closes
+    restored: float         # share of scored answers it restores
+
+
+@dataclass(frozen=True)
+class CircuitSummary:
+    model_name: str
+    seed: int
+    n_layers: int
+    heldout: float                  # held-out accuracy of the trained run
+    nodes: tuple[str, ...] = ()     # circuit heads with their positions, e.g. 'L1H0@p14'
+    edge: Edge | None = None
+    faithfulness: float | None = None
+    note: str = ""                  # why no circuit was traced, if none was
+    summary: str = ""               # the report's sentence for this run
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "CircuitSummary":
+        edge = data.get("edge")
+        return cls(**{**data, "nodes": tuple(data.get("nodes", ())), "edge": Edge(**edge) if edge else None})
+
+
+def summarise(analysis) -> CircuitSummary:
+    """The facts of a probes.run_analysis.RunAnalysis that name its circuit."""
+    from probes.settings import DEFAULT
+    from probes.words import best_edges, describe
+
+    base = dict(model_name=analysis.model_name, seed=analysis.seed, n_layers=analysis.spec.get("n_layers", 1),
+                heldout=analysis.accuracy.splits["heldout"].accuracy.value,
+                summary=describe(analysis, DEFAULT, analysis.vocabulary))
+    if analysis.circuit is None:
+        return CircuitSummary(**base, note=analysis.note)
+    edges = best_edges(analysis)
+    edge = None
+    if edges:
+        best = edges[0]
+        edge = Edge(best.sender, best.receiver, best.component, best.positions[0],
+                    analysis.labels[best.positions[0]], best.recovered, best.restored)
+    return CircuitSummary(**base, nodes=tuple(n.describe() for n in analysis.circuit.nodes), edge=edge,
+                          faithfulness=analysis.circuit.faithfulness.recovered)
+
+
+@dataclass(frozen=True)
+class CircuitLabel:
+    kind: str    # 'path' | 'no single path' | 'one block' | 'untraced'
+    text: str    # what a census counts, e.g. 'Q-composition L0H0->L1H0 at p14 the'
+
+    @property
+    def named(self) -> bool:
+        return self.kind == "path"
+
+
+def circuit_label(summary: CircuitSummary) -> CircuitLabel:
+    """The report's naming rule: a path is named only when it recovers ReportSettings.path_claim of
+    the gap; otherwise the label says what was found (its heads) and that no path was named."""
+    from probes.settings import DEFAULT
+
+    heads = "+".join(summary.nodes)
+    if not summary.nodes:
+        return CircuitLabel("untraced", "no circuit traced")
+    edge = summary.edge
+    if edge is not None and edge.recovered >= DEFAULT.path_claim:
+        return CircuitLabel("path", f"{edge.component.upper()}-composition {edge.sender}->{edge.receiver} "
+                                    f"at {edge.position_label}")
+    if edge is not None:
+        return CircuitLabel("no single path", f"no single path carries it ({heads})")
+    return CircuitLabel("one block", f"{'one block' if summary.n_layers == 1 else 'within one block'} ({heads})")

@@ -1,0 +1,43 @@
+"""The census's circuit labels follow the report's naming rule (a path is named only above its
+claim threshold) and keep every run: unnamed and untraced runs get labels of their own."""
+
+from __future__ import annotations
+
+import pytest
+
+from probes.circuit_label import CircuitSummary, Edge, circuit_label
+from probes.settings import DEFAULT
+
+EDGE_CLAIM = DEFAULT.path_claim
+
+
+def summary(nodes=("L0H0", "L1H0@p14"), recovered=None, n_layers=2) -> CircuitSummary:
+    edge = None if recovered is None else Edge("L0H0", "L1H0", "q", 14, "p14 the", recovered, 1.0)
+    return CircuitSummary("attn-only-2x1", 0, n_layers, 1.0, tuple(nodes), edge, 1.0)
+
+
+def test_a_path_at_the_claim_threshold_is_named():
+    label = circuit_label(summary(recovered=EDGE_CLAIM))
+    assert (label.kind, label.text, label.named) == ("path", "Q-composition L0H0->L1H0 at p14 the", True)
+
+
+def test_a_path_below_the_threshold_is_not_named_but_counted():
+    label = circuit_label(summary(recovered=EDGE_CLAIM - 0.01))
+    assert not label.named and label.kind == "no single path" and "L0H0+L1H0@p14" in label.text
+
+
+@pytest.mark.parametrize("n_layers, words", [(2, "within one block"), (1, "one block")])
+def test_no_edge_means_one_block(n_layers, words):
+    label = circuit_label(summary(nodes=("L0H0", "L0H2"), n_layers=n_layers))
+    assert label.kind == "one block" and label.text.startswith(words + " (")
+
+
+def test_no_circuit_is_untraced():
+    assert circuit_label(summary(nodes=())).kind == "untraced"
+
+
+def test_summary_round_trips_through_json():
+    import json
+
+    original = summary(recovered=0.8)
+    assert CircuitSummary.from_dict(json.loads(json.dumps(original.to_dict()))) == original

@@ -1,0 +1,250 @@
+"""Sweeps: grid and seed parsing, a tiny sweep on the local pool (layout, census, reruns, --resume),
+and the same on a real two-node Ray cluster on this machine (retry of a killed worker, a job that
+fails twice, results written through the driver equal to a local run bitwise)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from common.cli import UsageError
+from tasks.winograd import WinogradTask
+from toylens.executors import LocalExecutor, Outcome, RayExecutor
+from toylens.sweep import FAILED, parse_grid, parse_seeds, plan_sweep
+from toylens.sweep_jobs import SweepJob, run_job, run_sweep
+
+TINY = {"max_steps": 20, "eval_every": 10, "batch_size": 32}
+PARAMS = {"nouns": 8, "heldout_fraction": 0.5, "validation_fraction": 0.1, "leaky": False}
+
+
+def tiny_sweep(out: Path, grid=("d_model=16,32",), seeds="0"):
+    return plan_sweep(WinogradTask, PARAMS, TINY, ["attn-only-2x1"], parse_seeds(seeds),
+                      parse_grid(list(grid), WinogradTask), out)
+
+
+def sweep(out: Path, executor, **options):
+    return run_sweep(tiny_sweep(out), out, executor, "python -m tasks.winograd sweep (test)", progress=False,
+                     write=lambda line: None, **options)
+
+
+# ---- parsing -------------------------------------------------------------------------------
+
+def test_seeds_ranges_and_lists():
+    assert parse_seeds("0-3") == [0, 1, 2, 3]
+    assert parse_seeds("5,1,1-2") == [1, 2, 5]
+    assert parse_seeds("7") == [7]
+
+
+@pytest.mark.parametrize("text", ["3-1", "a", "-2", "1-b", ""])
+def test_bad_seeds(text):
+    with pytest.raises(UsageError, match="--seeds"):
+        parse_seeds(text)
+
+
+def test_grid_values_get_their_fields_types():
+    grid = parse_grid(["d_model=64,128", "lr=1e-3,3e-3", "mlp=false", "norm=none,LN", "nouns=8"], WinogradTask)
+    assert dict(grid.axes) == {"d_model": (64, 128), "lr": (0.001, 0.003), "mlp": (False,), "norm": (None, "LN"),
+                               "nouns": (8,)}
+    assert len(grid.points()) == 2 * 2 * 2
+    assert parse_grid([], WinogradTask).points() == [{}]
+
+
+@pytest.mark.parametrize("item, fragment", [
+    ("width=64", "unknown key 'width'"),
+    ("d_model=sixty", "'sixty' is not a int"),
+    ("lr=fast", "'fast' is not a float"),
+    ("mlp=maybe", "is not a bool"),
+    ("attention=sparse", "choose one of softmax, uniform"),
+    ("d_model", "write KEY=V1,V2"),
+    ("d_model=", "write KEY=V1,V2"),
+])
+def test_bad_grid(item, fragment):
+    with pytest.raises(UsageError, match=fragment.replace("(", r"\(")):
+        parse_grid([item], WinogradTask)
+
+
+@pytest.mark.parametrize("grid, fragment", [
+    (["d_model=30"], "does not divide d_model=30"),      # attn-only-2x1 has 1 head: fine; block-1 has 4
+    (["lr=2"], "lr must lie in"),
+    (["nouns=1"], "nouns"),
+])
+def test_bad_points_are_refused_before_anything_runs(tmp_path, grid, fragment):
+    with pytest.raises(UsageError, match=fragment):
+        plan_sweep(WinogradTask, PARAMS, TINY, ["block-1"], [0], parse_grid(grid, WinogradTask), tmp_path)
+
+
+def test_a_grid_value_cannot_name_a_folder_outside_the_sweep():
+    from toylens.sweep import point_id
+
+    assert point_id({"d_model": 64, "lr": 0.001}) == "d_model=64_lr=0.001"
+    with pytest.raises(UsageError, match="names a folder"):
+        point_id({"tag": "../../etc"})
+
+
+def test_bad_grid_on_the_command_line_is_one_line(capsys):
+    from toylens.cli import main_for_task
+
+    with pytest.raises(SystemExit) as stopped:
+        main_for_task("winograd", ["sweep", "--grid", "width=64"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and err.count("\n") == 1 and "unknown key 'width'" in err
+
+
+def test_ray_stays_optional(monkeypatch):
+    import subprocess
+
+    code = "import sys, toylens.cli, toylens.family, toylens.sweep, toylens.executors; print('ray' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+    monkeypatch.setitem(sys.modules, "ray", None)     # as if Ray were not installed
+    with pytest.raises(UsageError, match=r"pip install -e '.\[ray\]'"):
+        RayExecutor().run(len, [], print)
+
+
+# ---- a tiny sweep on the local pool --------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def local_sweep(tmp_path_factory):
+    out = tmp_path_factory.mktemp("local") / "sweep"
+    return out, sweep(out, LocalExecutor(jobs=1))
+
+
+def test_local_sweep_writes_each_point_and_the_census(local_sweep):
+    from probes.census import census_command, take_census
+
+    out, outcome = local_sweep
+    assert (outcome.done, outcome.failed, outcome.kept) == (2, 0, 0)
+    for width in (16, 32):
+        run = out / f"d_model={width}" / "attn-only-2x1" / "seed0"
+        assert json.loads((out / f"d_model={width}" / "point.json").read_text())["values"] == {"d_model": width}
+        assert json.loads((run / "config.json").read_text())["spec"]["d_model"] == width
+        assert {"config.json", "model.safetensors", "metrics.json", "log.jsonl", "circuit.json"} <= \
+            {p.name for p in run.iterdir()}
+    census_command(out)
+    groups = take_census(out)
+    assert [(g.point, g.finished) for g in groups] == [("d_model=16", 1), ("d_model=32", 1)]
+    assert all(sum(s.count for s in g.circuits) == g.finished for g in groups)
+    assert (out / "census" / "census.png").stat().st_size > 0
+
+
+def test_rerun_keeps_finished_runs(local_sweep):
+    out, _ = local_sweep
+    before = (out / "d_model=16" / "attn-only-2x1" / "seed0" / "metrics.json").stat().st_mtime_ns
+    again = sweep(out, LocalExecutor(jobs=1))
+    assert (again.kept, again.done) == (2, 0)
+    assert (out / "d_model=16" / "attn-only-2x1" / "seed0" / "metrics.json").stat().st_mtime_ns == before
+
+
+def test_interrupted_write_needs_resume_and_resume_redoes_only_it(local_sweep):
+    out, _ = local_sweep
+    run = out / "d_model=32" / "attn-only-2x1" / "seed0"
+    weights = (run / "model.safetensors").read_bytes()
+    (run / "metrics.json").unlink()           # as a driver killed between its writes leaves it
+    with pytest.raises(UsageError, match="unfinished run; pass --resume"):
+        sweep(out, LocalExecutor(jobs=1))
+    resumed = sweep(out, LocalExecutor(jobs=1), resume=True)
+    assert (resumed.kept, resumed.done) == (1, 1)
+    assert (run / "model.safetensors").read_bytes() == weights and (run / "metrics.json").is_file()
+
+
+class FailingExecutor:
+    name = "failing"
+
+    def run(self, function, items, on_outcome, cost=None):
+        for item in items:
+            on_outcome(item, Outcome(error="RuntimeError: out of memory"))
+
+
+def test_a_run_failing_twice_is_recorded_and_rerun_later(tmp_path):
+    from probes.census import take_census
+
+    out = tmp_path / "sweep"
+    outcome = sweep(out, FailingExecutor())
+    assert (outcome.done, outcome.failed) == (0, 2)
+    record = json.loads((out / "d_model=16" / "attn-only-2x1" / "seed0" / FAILED).read_text())
+    assert record["error"] == "RuntimeError: out of memory"
+    with pytest.raises(UsageError, match="no finished runs"):
+        take_census(out)
+    again = run_sweep(tiny_sweep(out, grid=("d_model=16",)), out, LocalExecutor(jobs=1), "test", progress=False,
+                      write=lambda line: None)
+    assert again.done == 1 and not (out / "d_model=16" / "attn-only-2x1" / "seed0" / FAILED).exists()
+    assert take_census(out)[0].failed == 0
+
+
+# ---- a real two-node Ray cluster on this machine -------------------------------------------
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    # Shipped by value: Ray's workers cannot import this test module by name.
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    try:
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        yield cluster.address
+    finally:
+        cluster.shutdown()
+
+
+def killed_in_training_first_time(item):
+    """A real sweep run whose worker process is SIGKILLed once training starts, on the first attempt
+    only (a node lost mid-run); the retry runs it whole."""
+    job, marker = item
+    attempts = Path(marker)
+    attempts.write_text((attempts.read_text() if attempts.exists() else "") + "x")
+    if attempts.read_text() == "x":
+        import tasks.training
+
+        tasks.training.train = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)
+    return run_job(job)
+
+
+def always_die(marker: str) -> int:
+    Path(marker).write_text((Path(marker).read_text() if Path(marker).exists() else "") + "x")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def collect(executor, function, items) -> dict:
+    found = {}
+    executor.run(function, items, lambda item, outcome: found.__setitem__(item, outcome))
+    return found
+
+
+def test_ray_retries_a_worker_killed_mid_run_and_records_a_job_that_dies_twice(ray_cluster, local_sweep, tmp_path):
+    local, _ = local_sweep
+    run = tiny_sweep(tmp_path / "sweep")[0]
+    item = (SweepJob(run.plan, "test"), str(tmp_path / "retried"))
+    found = collect(RayExecutor(address=ray_cluster), killed_in_training_first_time, [item])
+    assert found[item].error is None
+    assert Path(item[1]).read_text() == "xx"                      # killed once mid-run, run again once
+    weights = (local / run.point / "attn-only-2x1" / "seed0" / "model.safetensors").read_bytes()
+    assert found[item].result.files["model.safetensors"] == weights
+    lost = str(tmp_path / "lost")
+    found = collect(RayExecutor(address=ray_cluster), always_die, [lost])
+    assert found[lost].result is None and "died" in found[lost].error.lower()
+    assert Path(lost).read_text() == "xx"                         # tried twice, then given up
+
+
+def test_ray_sweep_through_the_driver_equals_the_local_run_bitwise(ray_cluster, local_sweep, tmp_path):
+    local, _ = local_sweep
+    out = tmp_path / "sweep"
+    outcome = sweep(out, RayExecutor(address=ray_cluster))
+    assert (outcome.done, outcome.failed) == (2, 0)
+    for width in (16, 32):
+        mine, theirs = (base / f"d_model={width}" / "attn-only-2x1" / "seed0" for base in (out, local))
+        assert (mine / "model.safetensors").read_bytes() == (theirs / "model.safetensors").read_bytes()
+        metrics = [json.loads((d / "metrics.json").read_text()) for d in (mine, theirs)]
+        for m in metrics:
+            m.pop("train_seconds")
+        assert metrics[0] == metrics[1]
+        assert (mine / "circuit.json").read_text() == (theirs / "circuit.json").read_text()
+        assert (mine / "log.jsonl").read_text().count("\n") == (theirs / "log.jsonl").read_text().count("\n")
+    again = sweep(out, RayExecutor(address=ray_cluster))
+    assert (again.kept, again.done) == (2, 0)                     # finished runs are never sent again

@@ -1,0 +1,211 @@
+"""Sweeps: a task's models x a grid of settings x seeds, each run trained and traced in a worker.
+
+`--grid d_model=64,128 lr=1e-3,3e-3` ranges over training settings (`tasks.settings.TrainSettings`),
+the task's parameters and `models.ModelSpec` fields; every value is parsed to its field's type
+before anything runs. Runs land in `OUT/<point>/<model>/seed<k>/` (the point's values in
+`OUT/<point>/point.json`). Workers return each run's files and this driver writes them, so workers
+need no shared filesystem; a run folder is complete once its metrics.json exists (written last).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import re
+import typing
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from common.cli import UsageError
+from models import ModelSpec
+from tasks.settings import TrainSettings
+
+MAX_RUNS = 100_000
+POINT = "point.json"
+FAILED = "failed.json"
+SPEC_KEYS = ("n_layers", "d_model", "n_heads", "mlp", "attention", "positions", "norm", "scale_scores")
+
+
+def parse_seeds(text: str) -> list[int]:
+    """'0-99' (inclusive), '0,3,7' or '5' -> sorted distinct seeds."""
+    seeds = set()
+    for part in (p.strip() for p in str(text).split(",")):
+        low, dash, high = part.partition("-")
+        try:
+            first, last = int(low), int(high if dash else low)
+        except ValueError:
+            raise UsageError(f"--seeds {text!r}: expected a range like 0-99 or a list like 0,3,7") from None
+        if first < 0 or last < first:
+            raise UsageError(f"--seeds {text!r}: a range needs 0 <= first <= last, e.g. 0-99")
+        seeds.update(range(first, last + 1))
+    if len(seeds) > MAX_RUNS:
+        raise UsageError(f"--seeds {text!r} asks for {len(seeds)} seeds; use at most {MAX_RUNS}")
+    return sorted(seeds)
+
+
+def grid_fields(task_cls: type) -> dict[str, tuple[str, object]]:
+    """Every key a grid may set: name -> (where it goes: 'training' | 'task' | 'spec', its type)."""
+    found: dict[str, tuple[str, object]] = {}
+    sources = [("training", TrainSettings, None), ("task", task_cls.Params, None), ("spec", ModelSpec, SPEC_KEYS)]
+    for where, cls, only in sources:
+        hints = typing.get_type_hints(cls)
+        for field in dataclasses.fields(cls):
+            if only is not None and field.name not in only:
+                continue
+            if field.name in found:
+                raise UsageError(f"task {task_cls.name!r} parameter {field.name!r} shadows a "
+                                 f"{found[field.name][0]} setting; rename the parameter to sweep it")
+            found[field.name] = (where, hints[field.name])
+    return found
+
+
+def parse_value(key: str, text: str, kind) -> object:
+    """`text` as a value of type `kind` (int, float, bool, str, a Literal or an Optional of those)."""
+    options = typing.get_args(kind)
+    if typing.get_origin(kind) is typing.Union:
+        if text.lower() in ("none", "null"):
+            return None
+        return parse_value(key, text, next(o for o in options if o is not type(None)))
+    if typing.get_origin(kind) is typing.Literal:
+        if text not in options:
+            raise UsageError(f"--grid {key}={text}: choose one of {', '.join(map(str, options))}")
+        return text
+    try:
+        if kind is bool:
+            return {"true": True, "false": False}[text.lower()]
+        return kind(text)
+    except (KeyError, ValueError):
+        raise UsageError(f"--grid {key}={text}: {text!r} is not a {kind.__name__}") from None
+
+
+@dataclass(frozen=True)
+class Grid:
+    axes: tuple[tuple[str, tuple], ...] = ()    # (key, values) in the order given
+
+    def points(self) -> list[dict]:
+        keys = [key for key, _ in self.axes]
+        return [dict(zip(keys, values)) for values in itertools.product(*(v for _, v in self.axes))]
+
+
+def parse_grid(items: list[str], task_cls: type) -> Grid:
+    """['d_model=64,128', 'lr=1e-3,3e-3'] -> Grid, every value typed; one line naming any problem."""
+    known = grid_fields(task_cls)
+    axes = []
+    for item in items or []:
+        key, equals, values = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not equals or not values.strip():
+            raise UsageError(f"--grid {item!r}: write KEY=V1,V2 (e.g. d_model=64,128)")
+        if key not in known:
+            raise UsageError(f"--grid {item!r}: unknown key {key!r}; known: {', '.join(sorted(known))}")
+        if key in dict(axes):
+            raise UsageError(f"--grid names {key!r} twice; give all its values once: {key}=V1,V2")
+        parsed = tuple(dict.fromkeys(parse_value(key, v.strip(), known[key][1]) for v in values.split(",")))
+        axes.append((key, parsed))
+    return Grid(tuple(axes))
+
+
+def point_id(point: dict) -> str:
+    """A folder name for a grid point: 'd_model=64_lr=0.001' ('default' for the empty grid)."""
+    for key, value in point.items():
+        if not re.fullmatch(r"[A-Za-z0-9.+-]+", str(value)):
+            raise UsageError(f"--grid {key}={value}: a grid value names a folder; use letters, digits, '.', '+' "
+                             "and '-' only")
+    return "_".join(f"{key}={value}" for key, value in point.items()) or "default"
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    plan: object          # toylens.family.RunPlan
+    point: str            # its grid point's id
+    values: dict          # its grid point's values
+
+
+def plan_sweep(task_cls: type, params: dict, training: dict, models: list[str] | None, seeds: list[int],
+               grid: Grid, out: Path) -> list[SweepRun]:
+    """Every (point, model, seed), each checked (spec, task parameters, settings) before anything runs."""
+    from toylens.family import plan_family
+
+    where = grid_fields(task_cls)
+    runs = []
+    for point in grid.points():
+        part = {kind: {k: v for k, v in point.items() if where[k][0] == kind} for kind in ("training", "task", "spec")}
+        task = task_cls(task_cls.Params(**{**params, **part["task"]}))
+        settings = TrainSettings.from_dict({**task.default_training(), **training, **part["training"]})
+        folder = Path(out) / point_id(point)
+        for family_plan in plan_family(task, models, seeds, settings, folder):
+            spec = replace(family_plan.spec, **part["spec"])
+            replace(spec, d_vocab=1).validate()  # checked now; the data sets d_vocab and n_ctx in the worker
+            runs.append(SweepRun(replace(family_plan, spec=spec), point_id(point), point))
+    if len(runs) > MAX_RUNS:
+        raise UsageError(f"this sweep has {len(runs)} runs; split it into sweeps of at most {MAX_RUNS}")
+    return runs
+
+
+def write_points(runs: list[SweepRun], out: Path) -> None:
+    from common.io import write_json
+    from probes.census import read_object
+
+    for point, values in {run.point: run.values for run in runs}.items():
+        path = Path(out) / point / POINT
+        if path.is_file() and read_object(path).get("values") != values:
+            raise UsageError(f"{path} records other grid values; choose another --out")
+        write_json(path, {"point": point, "values": values})
+
+
+def add_sweep_arguments(parser, task_cls: type) -> None:
+    from toylens.cli import add_task_params
+    from toylens.workers import default_jobs
+    from common.cli import positive_int
+
+    parser.add_argument("--models", help="comma-separated model names (default: the task's whole family)")
+    parser.add_argument("--seeds", default="0-2", help="seeds: a range 0-99 (inclusive) or a list 0,3,7 (default 0-2)")
+    parser.add_argument("--grid", nargs="+", default=[], metavar="KEY=V1,V2",
+                        help="values to sweep: training settings, task parameters or model-spec fields, "
+                             "e.g. --grid d_model=64,128 lr=1e-3,3e-3 (every combination is a grid point)")
+    parser.add_argument("--out", type=Path, help=f"sweep folder (default runs/{task_cls.name}/sweep)")
+    parser.add_argument("--steps", type=positive_int, help="hard step budget per run")
+    parser.add_argument("--batch-size", type=positive_int)
+    parser.add_argument("--lr", type=float)
+    parser.add_argument("--eval-every", type=positive_int)
+    parser.add_argument("--executor", choices=("local", "ray"), default="local",
+                        help="local: a process pool on this machine (default); ray: Ray Core tasks")
+    parser.add_argument("--address", help="Ray cluster to use (default: RAY_ADDRESS, else a local Ray instance)")
+    parser.add_argument("--jobs", type=positive_int, default=default_jobs(),
+                        help="runs at a time on this machine: processes, or the local Ray instance's CPUs "
+                             "(default: CPU cores; ignored with --address)")
+    parser.add_argument("--gpus-per-run", type=float, default=0.0, help="GPUs each Ray task asks for (default 0)")
+    existing = parser.add_mutually_exclusive_group()
+    existing.add_argument("--resume", action="store_true", help="continue an interrupted sweep (finished runs are "
+                                                                "always kept; unfinished ones are run again)")
+    existing.add_argument("--overwrite", action="store_true", help="run every point again, replacing its runs")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_task_params(parser, task_cls)
+
+
+def sweep_command(task_cls: type, args) -> None:
+    """`python -m tasks sweep TASK ...`: plan, check, run on the chosen executor, write the census."""
+    from tasks.runs import command_line
+    from toylens.executors import make_executor
+    from toylens.sweep_jobs import run_sweep
+
+    if args.gpus_per_run < 0 or args.gpus_per_run != args.gpus_per_run:
+        raise UsageError(f"--gpus-per-run must be >= 0, got {args.gpus_per_run}")
+    params = {f.name: getattr(args, f.name) for f in dataclasses.fields(task_cls.Params)}
+    training = {key: value for key, value in (("max_steps", args.steps), ("batch_size", args.batch_size),
+                                              ("lr", args.lr), ("eval_every", args.eval_every)) if value is not None}
+    models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
+    out = args.out or Path("runs") / task_cls.name / "sweep"
+    runs = plan_sweep(task_cls, params, training, models, parse_seeds(args.seeds), parse_grid(args.grid, task_cls), out)
+    executor = make_executor(args.executor, args.jobs, args.address, args.gpus_per_run)
+    outcome = run_sweep(runs, out, executor, command_line(), resume=args.resume, overwrite=args.overwrite,
+                        progress=not args.no_progress)
+    per_run = f", {outcome.worker_seconds / outcome.done:.1f} s per run in its worker" if outcome.done else ""
+    print(f"sweep: {outcome.done} runs done, {outcome.failed} failed, {outcome.kept} kept, "
+          f"in {outcome.seconds:.1f} s{per_run}")
+    if outcome.done + outcome.kept == 0:
+        print(f"no finished runs in {out}: no census (see each run's {FAILED})")
+        return
+    from probes.census import census_command
+
+    census_command(out)

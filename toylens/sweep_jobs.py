@@ -1,0 +1,115 @@
+"""Running a sweep: each run trains and is traced in a worker that returns the run's files; the
+driver (this process) writes them atomically into the runs folder, skips finished runs, records
+failed ones, shows done / failed / time left, and ends with the census.
+
+Workers never write into the runs folder, so they need no shared filesystem (a Ray cluster's nodes
+have none), and a run folder only ever holds a complete run or an interrupted driver write.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path, PurePosixPath
+
+from common.cli import UsageError
+from common.io import atomic_write, write_json
+from models.checkpoint import CONFIG
+from tasks.runs import METRICS
+
+from toylens.sweep import FAILED, SweepRun, write_points
+
+
+@dataclass(frozen=True)
+class SweepJob:
+    plan: object          # toylens.family.RunPlan; its run_dir is where the driver will write
+    command: str          # the driver's command, recorded in the run's config.json
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    files: dict           # path inside the run folder -> bytes
+    seconds: float        # the worker's wall time for training and tracing
+
+
+def run_job(job: SweepJob) -> RunFiles:
+    """Train and trace one run in a private temp folder; return every file it wrote."""
+    from probes.circuit_label import CIRCUIT, summarise
+    from probes.parts import RunContext
+    from probes.run_analysis import analyse_run
+    from toylens.family import execute
+    from tasks.runs import Run
+
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="toylens-sweep-") as temp:
+        run_dir = Path(temp) / job.plan.model_name / f"seed{job.plan.seed}"
+        execute(replace(job.plan, run_dir=run_dir), progress=False, command=job.command)
+        write_json(run_dir / CIRCUIT, summarise(analyse_run(RunContext(Run(run_dir), out=None))).to_dict())
+        files = {p.relative_to(run_dir).as_posix(): p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
+    return RunFiles(files, time.perf_counter() - started)
+
+
+def write_run(run_dir: Path, files: dict) -> None:
+    """Each file atomically; config.json then metrics.json last, so a folder with metrics.json is a
+    whole run. Names are checked: a worker's answer is data, never a path outside the run."""
+    for name in files:
+        path = PurePosixPath(name)
+        if path.is_absolute() or ".." in path.parts or not path.parts:
+            raise UsageError(f"a worker returned the file name {name!r} for {run_dir}; refused")
+    last = [CONFIG, METRICS]
+    for name in sorted(files, key=lambda n: (n in last, last.index(n) if n in last else 0, n)):
+        data = files[name]
+        atomic_write(run_dir / name, lambda temp, data=data: Path(temp).write_bytes(data))
+    (run_dir / FAILED).unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class SweepOutcome:
+    runs: int
+    kept: int             # finished before this command: skipped
+    done: int
+    failed: int
+    seconds: float        # wall time of the runs this command executed
+    worker_seconds: float  # summed over the runs done (train + trace in the worker)
+
+
+def run_sweep(runs: list[SweepRun], out: Path, executor, command: str, resume: bool = False,
+              overwrite: bool = False, progress: bool = True, write=print) -> SweepOutcome:
+    from tqdm.auto import tqdm
+
+    from toylens.family import check_out_folder, existing_status, resume_command, step_cost
+
+    check_out_folder(out, runs[0].plan.task)
+    statuses = [existing_status(run.plan, overwrite, resume) for run in runs]
+    todo = [SweepJob(run.plan, command) for run, status in zip(runs, statuses) if status != "done"]
+    write_points(runs, out)
+    counts = {"done": 0, "failed": 0, "worker_seconds": 0.0}
+    if len(todo) < len(runs):
+        write(f"{len(runs) - len(todo)} of {len(runs)} runs already finished with these settings: kept")
+    bar = tqdm(total=len(todo), desc=f"sweep ({executor.name})", unit="run", disable=not progress,
+               dynamic_ncols=True)
+
+    def on_outcome(job: SweepJob, outcome) -> None:
+        if outcome.error is None:
+            write_run(job.plan.run_dir, outcome.result.files)
+            counts["done"] += 1
+            counts["worker_seconds"] += outcome.result.seconds
+        else:
+            write_json(job.plan.run_dir / FAILED, {"model_name": job.plan.model_name, "seed": job.plan.seed,
+                                                   "error": outcome.error})
+            counts["failed"] += 1
+            bar.write(f"{job.plan.run_dir}: failed twice ({outcome.error}); recorded in {FAILED}")
+        bar.set_postfix(done=counts["done"], failed=counts["failed"], refresh=False)
+        bar.update()
+
+    started = time.perf_counter()
+    try:
+        if todo:
+            executor.run(run_job, todo, on_outcome, cost=lambda job: step_cost(job.plan.spec))
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(f"finished runs are kept; continue the sweep with: {resume_command()}") from None
+    finally:
+        bar.close()
+    return SweepOutcome(len(runs), len(runs) - len(todo), counts["done"], counts["failed"],
+                        time.perf_counter() - started, counts["worker_seconds"])
