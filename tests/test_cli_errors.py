@@ -60,6 +60,19 @@ WINOGRAD = ("tasks.winograd", "train", "--no-progress")
     (("probes.circuit",), ("the following arguments are required", "--help")),
     (("probes.circuit", "nope"), ("invalid choice: 'nope'",)),
     (("probes.circuit", "report", "/no/such/runs"), ("does not exist", "train first")),
+    (("probes.params", "foo=1"), ("is not FIELD=VALUE", "fields: n_layers")),
+    (("probes.params", "d_model=x", "d_vocab=3"), ("d_model='x': expected an integer",)),
+    (("probes.params", "/no/such/run"), ("neither gpt2, a run folder nor key=value",)),
+    (("probes.params", "d_model=64"), ("give d_vocab=N",)),
+    (("probes.params", "d_model=60", "n_heads=7", "d_vocab=3"), ("does not divide d_model=60",)),
+    (("probes.scaling", "--task", "nope"), ("unknown task 'nope'",)),
+    (("probes.scaling", "--widths", "0"), ("--widths", "must be a positive integer")),
+    (("probes.scaling", "--widths", "4096"), ("too wide", "d_k <= 1024")),
+    (("probes.scaling", "--steps", "10", "--every", "50"), ("--every 50 exceeds --steps 10",)),
+    (("probes.cost", "--max-len", "64"), ("fewer than two lengths", ">= 128")),
+    (("probes.cost", "--max-len", "16384"), ("8 GiB", "at most 8192")),
+    (("probes.cost", "--budget", "0"), ("--budget 0.0 must lie in (0, 60]",)),
+    (("probes.cost", "--budget", "soon"), ("--budget", "invalid float value")),
 ])
 def test_bad_arguments(argv, fragments):
     assert_usage_error(cli(*argv), *fragments)
