@@ -18,7 +18,7 @@ def pct(value: float | None, digits: int = 0) -> str:
     if value is None or math.isnan(value):
         return "n/a"
     text = f"{value:.{digits}%}"
-    return text[1:] if text.lstrip("-0.%") == "" else text      # no "-0%"
+    return text[1:] if text.startswith("-") and text.strip("-0.%") == "" else text     # no "-0%"
 
 
 def token_share(result, vocabulary) -> str:

@@ -121,6 +121,12 @@ def test_total_loss_is_zero_on_the_null_scale_though_half_the_gap(mirror_measure
     assert knockout.normalised == pytest.approx(0.0, abs=1e-3)
 
 
+def test_percentages_never_read_minus_zero():
+    from probes.words import pct
+
+    assert [pct(-0.001), pct(0.0), pct(-0.01), pct(0.5), pct(math.nan)] == ["0%", "0%", "-1%", "50%", "n/a"]
+
+
 def test_share_is_guarded_against_a_zero_gap():
     assert math.isnan(share(1.0, 2.0, 2.0))
     assert torch.isnan(share(torch.ones(3), 0.5, 0.5)).all()
