@@ -15,6 +15,14 @@ def native_attention(block):
     return native(block.attn)
 
 
+def attention_adds_residual(block) -> bool:
+    """False for a block built with residual=False, whose attention output replaces the stream
+    (`models.variants.ReplacingBlock`) instead of being added to it."""
+    from models.variants import ReplacingBlock
+
+    return not isinstance(native(block), ReplacingBlock)
+
+
 def use_fused_layer_norm(model) -> None:
     """TL's NormalizationBridge rebuilds LayerNorm from its parts (mean, pow, sqrt, div) so that
     hook_scale / hook_normalized can be edited. Its `use_native_layernorm_autograd` switch (which TL

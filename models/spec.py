@@ -7,7 +7,17 @@ from a checkpoint is built by the same function and behaves exactly like the tra
 - no positions: boot_native refuses "none" (and None silently means learned), so W_pos is zeroed
   and frozen;
 - no score scaling: the native attention ignores use_attn_scale=False (it still divides by
-  sqrt(d_head)), so the divisor is set to 1 on each attention module.
+  sqrt(d_head)), so the divisor is set to 1 on each attention module;
+- no attention ("none": each position sees only its own token): every attention weight and bias
+  (Q, K, V, O) is zeroed and frozen, so the attention output is exactly 0 and the block is the
+  residual stream (plus the MLP, when present);
+- sinusoidal positions: W_pos is set to the fixed sinusoid table and frozen;
+- ALiBi: boot_native refuses "alibi", so W_pos is zeroed and frozen and each attention module's
+  rotary slot gets `models.variants.AlibiBias`, which adds -m_h * (i - j) to the scores;
+- no residual around attention: the native block's class becomes `models.variants.ReplacingBlock`,
+  whose attention output replaces the stream instead of being added to it.
+Fields added after the first release default to the old behaviour, and `from_dict` fills such a
+field with its default when a config lacks it, so runs written before it existed load as trained.
 """
 
 from __future__ import annotations
@@ -17,10 +27,12 @@ from dataclasses import dataclass
 from typing import Literal, Optional
 
 from common.cli import UsageError
-from models.bridge import native_attention, use_fused_layer_norm
+from models.bridge import native, native_attention, use_fused_layer_norm
 
-Attention = Literal["softmax", "uniform"]
-Positions = Literal["learned", "rotary", "none"]
+Attention = Literal["softmax", "uniform", "none"]
+Positions = Literal["learned", "rotary", "none", "sinusoidal", "alibi"]
+ATTENTIONS = ("softmax", "uniform", "none")
+POSITIONS = ("learned", "rotary", "none", "sinusoidal", "alibi")
 Norm = Optional[Literal["LN"]]
 
 
@@ -34,6 +46,7 @@ class ModelSpec:
     positions: Positions = "learned"
     norm: Norm = "LN"
     scale_scores: bool = True
+    residual: bool = True      # False: attention's output replaces the stream instead of adding to it
     n_ctx: int = 32
     d_vocab: int = 0
 
@@ -50,10 +63,17 @@ class ModelSpec:
         if self.d_model % self.n_heads:
             raise UsageError(f"n_heads={self.n_heads} does not divide d_model={self.d_model}; "
                              "pick a head count that divides the width")
-        if self.attention not in ("softmax", "uniform"):
-            raise UsageError(f"attention must be 'softmax' or 'uniform', got {self.attention!r}")
-        if self.positions not in ("learned", "rotary", "none"):
-            raise UsageError(f"positions must be learned, rotary or none, got {self.positions!r}")
+        if self.attention not in ATTENTIONS:
+            raise UsageError(f"attention must be one of {', '.join(ATTENTIONS)}, got {self.attention!r}")
+        if self.positions not in POSITIONS:
+            raise UsageError(f"positions must be one of {', '.join(POSITIONS)}, got {self.positions!r}")
+        if not isinstance(self.residual, bool):
+            raise UsageError(f"residual must be true or false, got {self.residual!r}")
+        if self.attention == "uniform" and self.positions == "alibi":
+            raise UsageError("uniform attention cannot take ALiBi positions (the bias would re-weight the "
+                             "average); use positions learned, sinusoidal or none")
+        if self.attention == "none" and not self.residual:
+            raise UsageError("attention 'none' with residual off leaves nothing of the input; keep residual on")
         if self.norm not in ("LN", None):
             raise UsageError(f"norm must be 'LN' or null, got {self.norm!r}")
         return self
@@ -103,15 +123,29 @@ def apply_variant(model, spec: ModelSpec) -> None:
     """Zero-and-freeze the weights and set the constants that realise the spec's variant."""
     import torch
 
+    from models.variants import AlibiBias, ReplacingBlock, sinusoid_table
+
     with torch.no_grad():
-        if spec.positions == "none":
+        if spec.positions in ("none", "alibi"):
             freeze_at_zero(model.pos_embed.weight)
+        if spec.positions == "sinusoidal":
+            model.pos_embed.weight.copy_(sinusoid_table(spec.n_ctx, spec.d_model))
+            model.pos_embed.weight.requires_grad_(False)
         for block in model.blocks:
+            attention = native_attention(block)
             if spec.attention == "uniform":
                 freeze_at_zero(block.attn.q.weight)
                 freeze_at_zero(block.attn.q.bias)
+            if spec.attention == "none":
+                for projection in (block.attn.q, block.attn.k, block.attn.v, block.attn.o):
+                    freeze_at_zero(projection.weight)
+                    freeze_at_zero(projection.bias)
             if not spec.scale_scores:
-                native_attention(block).scale = 1.0
+                attention.scale = 1.0
+            if spec.positions == "alibi":
+                attention.rotary = AlibiBias(spec.n_heads, attention.scale)
+            if not spec.residual:
+                native(block).__class__ = ReplacingBlock
 
 
 def freeze_at_zero(parameter) -> None:

@@ -15,6 +15,7 @@ import torch
 from transformer_lens.utilities import get_act_name
 
 from common.cli import UsageError
+from models.bridge import attention_adds_residual
 from models.components import Head
 from models.resume import forward_from
 from tasks.data import Batch
@@ -234,9 +235,9 @@ def clean_run(model, batch: Batch) -> CleanRun:
     layers = range(model.cfg.n_layers)
     names = [n for l in layers for n in (get_act_name("resid_pre", l), get_act_name("attn_out", l), get_act_name("z", l))]
     logits, cache = model.run_with_cache(batch.inputs, names_filter=names)
+    kept = {l: cache[get_act_name("resid_pre", l)] if attention_adds_residual(model.blocks[l]) else 0 for l in layers}
     return CleanRun(logits=logits, z={l: cache[get_act_name("z", l)] for l in layers},
-                    resid_mid={l: cache[get_act_name("resid_pre", l)] + cache[get_act_name("attn_out", l)] for l in layers},
-                    W_O=model.W_O)
+                    resid_mid={l: kept[l] + cache[get_act_name("attn_out", l)] for l in layers}, W_O=model.W_O)
 
 
 @torch.no_grad()

@@ -20,6 +20,7 @@ SUMMARY = "summary.json"
 class SplitAccuracy:
     n: int
     accuracy: Interval       # Wilson interval over scored predictions
+    loss: float              # mean cross-entropy of the answers at the scored positions (nats)
     foil_rate: float
     other_rate: float
     by_group: dict[str, dict]
@@ -64,6 +65,7 @@ def split_accuracy(scored, groups: list[str]) -> SplitAccuracy:
     return SplitAccuracy(
         n=n,
         accuracy=wilson(int(correct.sum()), n),
+        loss=scored.loss.item(),
         foil_rate=float(foil.float().mean()),
         other_rate=float((~correct & ~foil).float().mean()),
         by_group=by_group,
@@ -90,8 +92,8 @@ def measure_accuracy(model, batches: dict, model_name: str, seed: int, path, ste
 
 
 def stored_accuracy(record: dict, path) -> RunAccuracy:
-    splits = {name: SplitAccuracy(s["n"], Interval(**s["accuracy"]), s["foil_rate"], s["other_rate"], s["by_group"],
-                                  s["top_token"], s["top_share"])
+    splits = {name: SplitAccuracy(s["n"], Interval(**s["accuracy"]), s["loss"], s["foil_rate"], s["other_rate"],
+                                  s["by_group"], s["top_token"], s["top_share"])
               for name, s in record["splits"].items()}
     return RunAccuracy(record["model_name"], record["seed"], str(path), record["steps"], splits,
                        record["shuffle_max_logit_change"])

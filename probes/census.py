@@ -222,7 +222,7 @@ def main(argv=None) -> None:
 
     parser = Parser(prog="python -m probes.census",
                     description="Count the circuits of a sweep's runs per model and grid point, with 95% intervals.")
-    parser.add_argument("runs_dir", type=Path, help="a sweep folder (e.g. runs/winograd/sweep)")
+    parser.add_argument("runs_dir", type=Path, help="a sweep folder (e.g. runs/sweeps/winograd)")
     parser.add_argument("--out", type=Path, default=None, help="where census.md/json/png go (default RUNS_DIR/census)")
     args = parser.parse_args(argv)
     run_cli(census_command, args.runs_dir, args.out)

@@ -72,16 +72,18 @@ class RunContext:
 
     @cached_property
     def pairs(self):
-        """The held-out counterfactual pairs patching and circuit search use: `patch_pairs`, or as
-        many as hold `patch_scored` scored positions. Every patch is a forward over all the pairs,
-        and a task scored at ~25 positions per sequence (induction) has a precise mean metric from
-        ~20 of them."""
+        """The held-out counterfactual pairs patching and circuit search use (`patch_pairs`)."""
         from tasks.data import spread_subset
 
-        heldout, settings = self.heldout, self.settings
-        scored_per_pair = len(heldout.answers) / max(len(heldout), 1)
-        count = max(1, min(settings.patch_pairs, math.ceil(settings.patch_scored / max(scored_per_pair, 1))))
-        return spread_subset(heldout, count)
+        return spread_subset(self.heldout, patch_pairs(self.heldout, self.settings))
+
+
+def patch_pairs(heldout, settings: ReportSettings = DEFAULT) -> int:
+    """How many held-out pairs patching uses: `patch_pairs`, or as many as hold `patch_scored`
+    scored positions. Every patch is a forward over all the pairs, and a task scored at ~25
+    positions per sequence (induction) has a precise mean metric from ~20 of them."""
+    scored_per_pair = len(heldout.answers) / max(len(heldout), 1)
+    return max(1, min(settings.patch_pairs, math.ceil(settings.patch_scored / max(scored_per_pair, 1))))
 
 
 @dataclass(frozen=True)

@@ -117,6 +117,12 @@ def analyse_run(context) -> RunAnalysis:
                 accuracy=context.accuracy, basis=basis(context))
     if context.spec.get("attention") == "uniform":
         return RunAnalysis(**base, note="uniform attention: a bag of words has no circuit to trace")
+    if context.spec.get("attention") == "none":
+        return RunAnalysis(**base, note="no attention: each position reads only its own token, no circuit to trace")
+    if context.spec.get("residual") is False:
+        # Path patching and the circuit search send a head's write to later layers through the
+        # residual stream; without it a write reaches the next block only.
+        return RunAnalysis(**base, note="attention replaces the residual stream: not traced (the tracer assumes one)")
     if context.heldout.counterfactual is None:
         return RunAnalysis(**base, note="the task declares no counterfactual pairs")
     model, sample, reference = context.model, context.sample, context.reference

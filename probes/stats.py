@@ -27,8 +27,10 @@ def wilson(successes: int, n: int, z: float = 1.959964) -> Interval:
     return Interval(p, max(0.0, centre - half), min(1.0, centre + half), n)
 
 
-def mean_interval(values: list[float], confidence: float = 0.95) -> Interval:
-    """Mean rate over seeds with a t interval clipped to [0, 1]; one seed gets no interval (nan bounds)."""
+def mean_interval(values: list[float], confidence: float = 0.95,
+                  bounds: tuple[float, float] = (0.0, 1.0)) -> Interval:
+    """Mean over seeds with a t interval clipped to `bounds` (a rate: [0, 1]; a loss: (0, inf));
+    one seed gets no interval (nan bounds)."""
     from scipy.stats import t
 
     n = len(values)
@@ -37,7 +39,7 @@ def mean_interval(values: list[float], confidence: float = 0.95) -> Interval:
         return Interval(mean, math.nan, math.nan, n)
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
     half = t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
-    return Interval(mean, max(0.0, mean - half), min(1.0, mean + half), n)
+    return Interval(mean, max(bounds[0], mean - half), min(bounds[1], mean + half), n)
 
 
 GAP_EPSILON = 1e-6

@@ -71,6 +71,12 @@ class Task(ABC):
         """Overrides of `tasks.training.TrainSettings` fields for this task."""
         return {}
 
+    def expected_circuit(self, model_name: str, spec: ModelSpec) -> frozenset | None:
+        """Optionally, the edges (`models.graph.Edge`s of `models.graph.graph_of(spec)`) this model
+        is expected to use, known by construction; circuit methods are then scored against them.
+        None (the default): not known."""
+        return None
+
     def decode(self, tokens) -> str:
         vocabulary = self.vocabulary()
         return " ".join(vocabulary[int(t)] for t in tokens)

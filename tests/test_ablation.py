@@ -78,6 +78,19 @@ def test_sweep_equals_ablating_each_target_on_its_own(setup, method, layout):
             assert scores["logit_diff"] == pytest.approx(alone.by_group[group]["logit_diff"], abs=1e-5)
 
 
+@pytest.mark.parametrize("method", ["zero", "mean"])
+def test_sweep_replays_blocks_whose_attention_replaces_the_stream(setup, method):
+    # Ablating every head of such a block leaves nothing of the tokens, so answer and foil logits
+    # tie and argmax follows float noise: compare the logit differences, not the accuracies. No
+    # LayerNorm: zero-ablated, the stream is ~0 and LayerNorm would blow float noise up to unit size.
+    _, heldout, train = setup
+    model = build_model(ModelSpec(n_layers=2, d_model=16, n_heads=2, n_ctx=heldout.inputs.shape[1], norm=None,
+                                  d_vocab=setup[0].cfg.d_vocab, positions="alibi", residual=False), seed=7)
+    for result in head_ablation_sweep(model, heldout, method, seed=3, reference_batch=train):
+        alone = ablate(model, heldout, result.heads, method, seed=3, reference_batch=train)
+        assert result.logit_diff == pytest.approx(alone.logit_diff, abs=1e-5)
+
+
 def test_resample_is_seeded_and_reads_long_enough_rows(setup):
     model, heldout, train = setup
     rows = resample_rows(heldout, train, seed=1)

@@ -39,7 +39,7 @@ def test_unscaled_scores_divide_by_one():
 
 
 @pytest.mark.parametrize("bad", [dict(n_heads=3), dict(n_layers=0), dict(attention="linear"),
-                                 dict(positions="alibi"), dict(d_vocab=0)])
+                                 dict(positions="absolute"), dict(d_vocab=0)])
 def test_bad_specs_are_refused(bad):
     with pytest.raises(UsageError):
         spec(**bad).validate()

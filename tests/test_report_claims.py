@@ -207,7 +207,8 @@ def test_attention_names_each_key_above_the_stated_share():
 # 6. Collapsed runs are flagged, model means shown with and without them, and the share of the
 # top prediction after an ablation is shown. Catches: a constant-output run averaged in silently.
 def split(accuracy: float, top_share: float, top_token: int = 2) -> SplitAccuracy:
-    return SplitAccuracy(480, Interval(accuracy, accuracy, accuracy, 480), 0.0, 0.0, {}, top_token, top_share)
+    return SplitAccuracy(n=480, accuracy=Interval(accuracy, accuracy, accuracy, 480), loss=1.0, foil_rate=0.0,
+                         other_rate=0.0, by_group={}, top_token=top_token, top_share=top_share)
 
 
 def run_accuracy(seed: int, heldout: float, train: float, top_share: float) -> RunAccuracy:

@@ -32,10 +32,14 @@ _SOURCES = {
     "run_accuracy": "probes.accuracy", "RunAccuracy": "probes.accuracy",
     "faithfulness": "probes.circuit", "search_circuit": "probes.circuit",
     "training_reference": "probes.ablation", "ReportSettings": "probes.settings",
+    # the circuit as a graph of edges: exact oracle, fast methods, planted ground truth
+    "graph_of": "models.graph", "edge_effects": "probes.edges", "EdgeEffects": "probes.edges",
+    "edge_circuit": "probes.edge_circuit", "run_edge_circuit": "probes.edge_circuit",
+    "EdgeCircuit": "probes.edge_circuit", "planted_models": "probes.planted",
     "circuit_label": "probes.circuit_label", "CircuitSummary": "probes.circuit_label",
     "take_census": "probes.census",
     # figures (matplotlib Figures; a notebook shows them)
-    "attention_heatmap": "probes.figures",
+    "attention_heatmap": "probes.figures", "circuit_figure": "probes.edge_render",
 }
 
 __all__ = sorted([*_SOURCES, "load_run"])

@@ -16,51 +16,71 @@ MAX_SEEDS = 1000
 
 def add_train_arguments(parser: Parser, task_cls: type) -> None:
     parser.add_argument("--models", help="comma-separated model names (default: the task's whole family)")
-    parser.add_argument("--seeds", type=positive_int, default=3, help="train seeds 0..N-1 (default 3)")
-    parser.add_argument("--out", type=Path, help=f"runs folder (default runs/{task_cls.name})")
-    parser.add_argument("--steps", type=positive_int, help="hard step budget per run")
-    parser.add_argument("--batch-size", type=positive_int)
-    parser.add_argument("--lr", type=float)
-    parser.add_argument("--eval-every", type=positive_int)
+    add_settings_arguments(parser, f"runs/{task_cls.name}")
     parser.add_argument("--checkpoint-every", type=positive_int,
                         help="save the resumable train state every N steps (default: every 4th evaluation)")
     existing = parser.add_mutually_exclusive_group()
     existing.add_argument("--overwrite", action="store_true", help="replace runs that differ or exist")
     existing.add_argument("--resume", action="store_true",
                           help="continue unfinished runs from their last checkpoint (same final weights)")
-    parser.add_argument("--jobs", type=positive_int, default=default_jobs(),
-                        help="runs trained at a time, one process and one thread each (default: CPU cores)")
-    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    add_jobs_arguments(parser)
     parser.add_argument("--report", action="store_true",
                         help="then trace the circuits of these runs in the same worker processes and write "
                              "OUT/report (as `python -m probes.circuit report OUT` does, without its start-up)")
     add_task_params(parser, task_cls)
 
 
-def add_task_params(parser: Parser, task_cls: type) -> None:
+def add_settings_arguments(parser: Parser, default_out: str) -> None:
+    """Seeds, runs folder and the training settings a command may override."""
+    parser.add_argument("--seeds", type=positive_int, default=3, help="train seeds 0..N-1 (default 3)")
+    parser.add_argument("--out", type=Path, help=f"runs folder (default {default_out})")
+    parser.add_argument("--steps", type=positive_int, help="hard step budget per run")
+    parser.add_argument("--batch-size", type=positive_int)
+    parser.add_argument("--lr", type=float)
+    parser.add_argument("--eval-every", type=positive_int)
+
+
+def add_jobs_arguments(parser: Parser) -> None:
+    parser.add_argument("--jobs", type=positive_int, default=default_jobs(),
+                        help="runs trained at a time, one process and one thread each (default: CPU cores)")
+    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+
+def add_task_params(parser: Parser, task_cls: type, defaults: dict | None = None) -> None:
+    """One flag per field of the task's Params; `defaults` replaces some of the Params defaults."""
     params = parser.add_argument_group(f"{task_cls.name} task parameters")
     for field in dataclasses.fields(task_cls.Params):
         flag = "--" + field.name.replace("_", "-")
+        default = (defaults or {}).get(field.name, field.default)
         if field.type in (bool, "bool"):
-            params.add_argument(flag, action="store_true", default=field.default)
+            params.add_argument(flag, action="store_true", default=default)
         else:
             kind = {"int": int, "float": float, "str": str}.get(str(field.type), field.type)
-            params.add_argument(flag, type=kind, default=field.default, help=f"default {field.default}")
+            params.add_argument(flag, type=kind, default=default, help=f"default {default}")
+
+
+def task_from_args(task_cls: type, args):
+    if args.seeds > MAX_SEEDS:
+        raise UsageError(f"--seeds {args.seeds} is absurd; use at most {MAX_SEEDS}")
+    return task_cls(task_cls.Params(**{f.name: getattr(args, f.name) for f in dataclasses.fields(task_cls.Params)}))
+
+
+def settings_from_args(task, args, **fixed):
+    """The task's training settings, then `fixed`, then what the command line overrides."""
+    from tasks.settings import TrainSettings
+
+    overrides = {**task.default_training(), **fixed,
+                 **{key: value for key, value in (("max_steps", args.steps), ("batch_size", args.batch_size),
+                                                  ("lr", args.lr), ("eval_every", args.eval_every))
+                    if value is not None}}
+    return TrainSettings.from_dict(overrides)
 
 
 def train_command(task_cls: type, args) -> None:
     from toylens.family import plan_family, train_family
-    from tasks.settings import TrainSettings
 
-    if args.seeds > MAX_SEEDS:
-        raise UsageError(f"--seeds {args.seeds} is absurd; use at most {MAX_SEEDS}")
-    params = task_cls.Params(**{f.name: getattr(args, f.name) for f in dataclasses.fields(task_cls.Params)})
-    task = task_cls(params)
-    overrides = {**task.default_training(),
-                 **{key: value for key, value in (("max_steps", args.steps), ("batch_size", args.batch_size),
-                                                  ("lr", args.lr), ("eval_every", args.eval_every))
-                    if value is not None}}
-    settings = TrainSettings.from_dict(overrides)
+    task = task_from_args(task_cls, args)
+    settings = settings_from_args(task, args)
     models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
     out = args.out or Path("runs") / task.name
     plans = plan_family(task, models, list(range(args.seeds)), settings, out)

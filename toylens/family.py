@@ -30,6 +30,9 @@ class RunPlan:
     seed: int
     settings: TrainSettings
     run_dir: Path
+    # Positions the model must cover beyond its training data (0: the longest sequence), so it
+    # can be evaluated on longer inputs than it was trained on (probes.positions).
+    context: int = 0
 
     def identity(self) -> dict:
         """What must match for an existing run folder to count as this run."""
@@ -38,10 +41,10 @@ class RunPlan:
                 "training": settings_dict(self.settings)}
 
 
-def sized_spec(spec: ModelSpec, task: Task, batches: dict) -> ModelSpec:
-    """Fill in what the data decides: vocabulary size and context length."""
+def sized_spec(spec: ModelSpec, task: Task, batches: dict, context: int = 0) -> ModelSpec:
+    """Fill in what the data decides: vocabulary size and context length (at least `context`)."""
     longest = max(int(batch.lengths.max()) for batch in batches.values())
-    return replace(spec, d_vocab=len(task.vocabulary()), n_ctx=longest - 1).validate()
+    return replace(spec, d_vocab=len(task.vocabulary()), n_ctx=max(longest - 1, context)).validate()
 
 
 def plan_family(task: Task, model_names: list[str] | None, seeds: list[int], settings: TrainSettings,
@@ -76,8 +79,10 @@ def existing_status(plan: RunPlan, overwrite: bool, resume: bool = False) -> str
         return "redo"
     config = read_run_config(plan.run_dir)
     recorded = {key: config.get(key) for key in plan.identity()}
-    recorded["spec"] = {**(config.get("spec") or {}), "n_ctx": 0, "d_vocab": 0}
-    wanted = {**plan.identity(), "spec": {**plan.spec.to_dict(), "n_ctx": 0, "d_vocab": 0}}
+    # The data decides n_ctx and d_vocab, except a context asked for explicitly.
+    recorded_spec = {**ModelSpec().to_dict(), **(config.get("spec") or {})}   # fields added since: defaults
+    recorded["spec"] = {**recorded_spec, "n_ctx": recorded_spec.get("n_ctx") if plan.context else 0, "d_vocab": 0}
+    wanted = {**plan.identity(), "spec": {**plan.spec.to_dict(), "n_ctx": plan.context, "d_vocab": 0}}
     differing = sorted(differences(recorded, wanted))
     if differing:
         raise UsageError(f"{plan.run_dir} holds an incompatible run (different {', '.join(differing)}); "
@@ -138,7 +143,7 @@ def execute(plan: RunPlan, progress: bool = True, resume: bool = False,
 
     data = task_dataset(plan.task, plan.seed)
     batches = {name: to_batch(split) for name, split in data.items()}
-    spec = sized_spec(plan.spec, plan.task, batches)
+    spec = sized_spec(plan.spec, plan.task, batches, plan.context)
     model = build_model(spec, seed=plan.seed)
     config = continue_run(plan) if resume else start_run(plan, spec, command)
     for temp in plan.run_dir.glob(".*.tmp"):  # left by a write that a kill interrupted

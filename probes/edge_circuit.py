@@ -1,0 +1,85 @@
+"""One call for a run's edge circuit: the graph, the exact oracle, the fast methods scored against
+it (and against an expected circuit when one is known), MIB-style faithfulness curves, and the
+smallest circuit reaching 90%. Typed results; probes.edge_render draws and writes them."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from models.graph import Edge, Graph
+from probes.edge_methods import EdgeScores, acdc, eap, eap_ig
+from probes.edge_scores import auroc, spearman, top_edges
+from probes.edges import EdgeEffects, circuit_outcomes, edge_effects, record_runs
+from probes.faithfulness import Curve, SmallestCircuit, curve, normalised, smallest_circuit
+from tasks.data import Batch
+
+TOP_SHARE = 0.1     # the oracle's top 10% of edges (by |effect|) are the reference set for AUROC
+
+
+@dataclass(frozen=True)
+class MethodResult:
+    scores: EdgeScores
+    spearman: float             # rank correlation with the oracle's effects (signed)
+    auroc_top: float            # recovering the oracle's top TOP_SHARE edges, by |score|
+    auroc_expected: float | None  # recovering the expected (planted or declared) circuit
+    curve: Curve
+
+
+@dataclass(frozen=True)
+class EdgeCircuit:
+    graph: Graph
+    pairs: int
+    oracle: EdgeEffects
+    methods: tuple[MethodResult, ...]   # the oracle first (its own ranking), then EAP, EAP-IG, ACDC
+    circuit: SmallestCircuit            # from the oracle's ranking
+    acdc_faithfulness: float | None     # of the circuit ACDC kept (None: ACDC not run)
+    expected: frozenset | None
+    seconds: float
+
+
+def judged(model, batch: Batch, graph: Graph, oracle: EdgeEffects, scores: EdgeScores, runs,
+           expected: frozenset | None) -> MethodResult:
+    top = top_edges(oracle.effect, TOP_SHARE)
+    truth = None if expected is None else torch.tensor([e in expected for e in graph.edges])
+    return MethodResult(scores, spearman(scores.score, oracle.effect), auroc(scores.score.abs(), top),
+                        None if truth is None else auroc(scores.score.abs(), truth),
+                        curve(model, batch, graph, scores.method, scores.score, runs))
+
+
+def edge_circuit(model, batch: Batch, graph: Graph, ig_steps: int = 5, acdc_threshold: float | None = 0.01,
+                 expected: frozenset[Edge] | None = None) -> EdgeCircuit:
+    """Everything about `model`'s edges on `batch`'s counterfactual pairs (clean = the batch,
+    counterfactual = its partners; edges outside a circuit get their counterfactual writes).
+    acdc_threshold None skips the pruning (one forward per edge, in sequence: the slowest method)."""
+    began = time.perf_counter()
+    runs = record_runs(model, batch, graph, "noise")
+    oracle = edge_effects(model, batch, graph)
+    as_scores = EdgeScores("oracle", graph.edges, oracle.effect, oracle.seconds)
+    pruned = None if acdc_threshold is None else acdc(model, batch, graph, acdc_threshold)
+    methods = [as_scores, eap(model, batch, graph), eap_ig(model, batch, graph, ig_steps)] + ([pruned] if pruned else [])
+    results = tuple(judged(model, batch, graph, oracle, m, runs, expected) for m in methods)
+    kept = None
+    if pruned:
+        empty, circuit, full = circuit_outcomes(model, batch, graph, [[], pruned.circuit, graph.edges], runs)
+        kept = normalised([circuit.metric], empty.metric, full.metric)[0]
+    return EdgeCircuit(graph, len(batch), oracle, results,
+                       smallest_circuit(model, batch, graph, "oracle", oracle.effect, runs), kept, expected,
+                       time.perf_counter() - began)
+
+
+def run_edge_circuit(run, **options) -> EdgeCircuit:
+    """edge_circuit on a trained run: its model and graph (from the run's spec), on the counterfactual
+    pairs the circuit report patches (probes.parts.patch_pairs evenly spread held-out pairs)."""
+    from models import ModelSpec
+    from models.graph import graph_of
+    from probes.parts import patch_pairs
+    from tasks.data import spread_subset
+
+    heldout = run.batches()["heldout"]
+    pairs = spread_subset(heldout, patch_pairs(heldout))
+    spec = ModelSpec.from_dict(run.config["spec"])
+    options.setdefault("expected", run.task.expected_circuit(run.model_name, spec))
+    return edge_circuit(run.load_model(), pairs, graph_of(spec), **options)

@@ -1,0 +1,96 @@
+"""Circuits from edge scores, judged like MIB (Mueller et al. 2025): the top-k edges of a ranking as
+a circuit, at a ladder of sizes; each circuit's faithfulness on the null-normalised scale
+    f(C) = (m(C) - m(empty)) / (m(full) - m(empty))      0 = empty circuit, 1 = full model,
+where m(C) is the metric (mean answer - foil logit over the pairs) of the clean run with every edge
+outside C given its counterfactual value (probes.edges.circuit_outcomes; the empty circuit is then
+the counterfactual run). CPR: area under f over the circuit's share of edges, from the empty circuit
+(share 0, f 0) to the full one (share 1, f 1), trapezoids between the ladder's points (higher is
+better). CMD: area of |1 - f| over the same points (lower is better).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from models.graph import Edge, Graph
+from probes.edge_scores import without_float_noise
+from probes.edges import Runs, circuit_outcomes, record_runs
+from tasks.data import Batch
+
+LADDER = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
+TARGET = 0.9
+
+
+@dataclass(frozen=True)
+class Curve:
+    method: str
+    total: int                      # edges in the graph
+    sizes: tuple[int, ...]          # circuit sizes measured, 0 and total included
+    faithfulness: tuple[float, ...]
+
+    @property
+    def shares(self) -> list[float]:
+        return [size / self.total for size in self.sizes]
+
+    @property
+    def cpr(self) -> float:
+        return trapezoid(self.shares, self.faithfulness)
+
+    @property
+    def cmd(self) -> float:
+        return trapezoid(self.shares, [abs(1 - f) for f in self.faithfulness])
+
+
+def trapezoid(x: list[float], y: list[float]) -> float:
+    return sum((x[i + 1] - x[i]) * (y[i] + y[i + 1]) / 2 for i in range(len(x) - 1))
+
+
+def ranked(edges: tuple[Edge, ...], score: torch.Tensor) -> list[Edge]:
+    """Edges by |score|, largest first; ties, and scores within float noise of 0, keep the graph's
+    order (probes.edge_scores.FLOAT_NOISE)."""
+    order = without_float_noise(score).abs().argsort(descending=True, stable=True)
+    return [edges[i] for i in order.tolist()]
+
+
+def normalised(metrics: list[float], empty: float, full: float) -> list[float]:
+    from probes.stats import share
+
+    return [share(m, empty, full) for m in metrics]
+
+
+def curve(model, batch: Batch, graph: Graph, method: str, score: torch.Tensor, runs: Runs | None = None,
+          ladder=LADDER) -> Curve:
+    """Faithfulness of the top-k circuits at each ladder share (k = ceil(share * edges), at least 1)."""
+    runs = runs or record_runs(model, batch, graph, "noise")
+    order, total = ranked(graph.edges, score), len(graph.edges)
+    sizes = sorted({0, total, *(max(1, math.ceil(share * total)) for share in ladder)})
+    outcomes = circuit_outcomes(model, batch, graph, [order[:k] for k in sizes], runs)
+    metrics = [o.metric for o in outcomes]
+    return Curve(method, total, tuple(sizes), tuple(normalised(metrics, metrics[0], metrics[-1])))
+
+
+@dataclass(frozen=True)
+class SmallestCircuit:
+    """The smallest top-k circuit of a ranking whose faithfulness reaches `target` (None: none does
+    below the full graph)."""
+
+    method: str
+    target: float
+    edges: tuple[Edge, ...] | None
+    faithfulness: float             # of that circuit (of the full graph when none reaches target)
+    every_k: tuple[float, ...]      # faithfulness of the top-k circuit for k = 0 .. edges
+
+
+def smallest_circuit(model, batch: Batch, graph: Graph, method: str, score: torch.Tensor,
+                     runs: Runs | None = None, target: float = TARGET) -> SmallestCircuit:
+    runs = runs or record_runs(model, batch, graph, "noise")
+    order = ranked(graph.edges, score)
+    outcomes = circuit_outcomes(model, batch, graph, [order[:k] for k in range(len(order) + 1)], runs)
+    metrics = [o.metric for o in outcomes]
+    every = normalised(metrics, metrics[0], metrics[-1])
+    k = next((k for k, f in enumerate(every) if f >= target), None)
+    return SmallestCircuit(method, target, None if k is None else tuple(order[:k]),
+                           every[-1] if k is None else every[k], tuple(every))

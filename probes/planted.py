@@ -1,0 +1,195 @@
+"""Planted circuits: small models whose weights are set by hand so that a known set of edges carries
+the answer, with distractor heads (and MLP neurons) whose outputs are large and change with the
+counterfactual but never reach the answer - foil logit. Ground truth for the edge methods.
+
+The planted edges are the ones the counterfactual's change flows through to the answer, true by
+construction: every other edge either carries no change (its sender writes the same in both runs,
+or its receiver does not read the dimensions written) or reaches no dimension the unembedding reads
+for the answer or foil. No LayerNorm, so a write nothing reads stays irrelevant. Residual dimensions
+are named slices of one-hot bases; scores are not scaled (scale_scores=False), attention is made
+sharp with SHARP.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from models import ModelSpec, build_model
+from models.graph import MLP, Edge, Embed, Head, Input, Logits
+from tasks.data import Batch
+
+SHARP = 30.0    # attention score gap: softmax leaks e^-30 to the keys it should ignore
+LOUD = 10.0     # scale of the distractors' writes
+
+
+@dataclass(frozen=True)
+class Planted:
+    name: str
+    story: str
+    spec: ModelSpec
+    model: object                 # TransformerBridge with the planted weights, eval mode
+    batch: Batch
+    edges: frozenset              # the planted circuit, as graph edges
+
+
+class Weights:
+    """A zeroed state dict of `spec`'s model and per-head views into it."""
+
+    def __init__(self, spec: ModelSpec):
+        self.spec, self.model = spec, build_model(spec, seed=0)
+        self.state = {name: torch.zeros_like(value) for name, value in self.model.state_dict().items()}
+
+    def head(self, layer: int, head: int, part: str) -> torch.Tensor:
+        """[d_head, d_model] of q/k/v, [d_model, d_head] of o; writes go to the state dict."""
+        rows = slice(head * self.spec.d_head, (head + 1) * self.spec.d_head)
+        weight = self.state[f"blocks.{layer}.attn.{part}.weight"]
+        return weight[:, rows] if part == "o" else weight[rows]
+
+    def load(self):
+        self.model.load_state_dict(self.state)
+        return self.model.eval()
+
+
+def pairs_batch(tokens: torch.Tensor, counterfactual: torch.Tensor, position: int, answers, foils) -> Batch:
+    n = len(tokens)
+    return Batch(tokens=tokens, lengths=torch.full((n,), tokens.shape[1]), example_index=torch.arange(n),
+                 positions=torch.full((n,), position), answers=answers, foils=foils, groups=["planted"] * n,
+                 counterfactual=counterfactual)
+
+
+def copy(w: Weights, layer: int, head: int, source: list[int], target: list[int], scale: float = 1.0):
+    """The head's value reads residual dims `source` and its output writes them to `target`."""
+    for i, (s, t) in enumerate(zip(source, target)):
+        w.head(layer, head, "v")[i, s] = 1.0
+        w.head(layer, head, "o")[t, i] = scale
+
+
+def attend_position(w: Weights, layer: int, head: int, constant: list[int], key_dim: int):
+    """Every query attends the position whose one-hot dim is `key_dim` (`constant`: dims summing to
+    1 at every position, so the query is the same everywhere); the row before it, if any, gets 0."""
+    w.head(layer, head, "q")[-1, constant] = 1.0
+    w.head(layer, head, "k")[-1, key_dim] = SHARP
+
+
+def two_hop(n: int = 64, seed: int = 0) -> Planted:
+    """`x y adj so` -> the noun the adjective's role picks (Winograd-style, two hops). L0H0 at `so`
+    attends the adjective and writes its role (+1: x, -1: y); L1H0's query reads the role (Q
+    composition) and attends x or y, copying that noun to the logits. The counterfactual swaps the
+    adjective for one of the other role, so the answer becomes the other noun."""
+    spec = ModelSpec(n_layers=2, d_model=32, n_heads=2, mlp=False, norm=None, scale_scores=False, n_ctx=4, d_vocab=9)
+    w = Weights(spec)
+    nouns, adjectives, so = list(range(4)), list(range(4, 8)), 8
+    position, role, junk, answer = [9, 10, 11, 12], 13, list(range(14, 22)), list(range(22, 26))
+    w.state["embed.weight"][:, :9] = torch.eye(9)
+    w.state["pos_embed.weight"][:, position] = torch.eye(4)
+    attend_position(w, 0, 0, position, position[2])
+    w.head(0, 0, "v")[0, adjectives] = torch.tensor([1.0, 1.0, -1.0, -1.0])
+    w.head(0, 0, "o")[role, 0] = 1.0
+    w.head(1, 0, "q")[0, role] = SHARP
+    w.head(1, 0, "k")[0, position[:2]] = torch.tensor([1.0, -1.0])
+    copy(w, 1, 0, nouns, answer)
+    w.state["unembed.weight"][:4, answer[0]:answer[-1] + 1] = LOUD * torch.eye(4)
+    # Distractors: L0H1 copies the adjective's identity, loud, into junk; L1H1 reads junk, writes junk.
+    attend_position(w, 0, 1, position, position[2])
+    copy(w, 0, 1, adjectives, junk[:4], LOUD)
+    w.head(1, 1, "q")[:4, junk[:4]] = torch.eye(4)
+    w.head(1, 1, "k")[:4, junk[:4]] = torch.eye(4)
+    copy(w, 1, 1, junk[:4], junk[4:], LOUD)
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, 4, (n,), generator=generator)
+    y = (x + torch.randint(1, 4, (n,), generator=generator)) % 4
+    adjective = torch.randint(4, 8, (n,), generator=generator)
+    flipped = torch.where(adjective < 6, adjective + 2, adjective - 2)
+    picks = lambda adj: torch.where(adj < 6, x, y)  # noqa: E731
+    tokens = torch.stack([x, y, adjective, torch.full((n,), so), picks(adjective)], 1)
+    counterfactual = torch.stack([x, y, flipped, torch.full((n,), so), picks(flipped)], 1)
+    edges = {Edge(Embed(), Input(Head(0, 0), "v")), Edge(Head(0, 0), Input(Head(1, 0), "q")),
+             Edge(Head(1, 0), Input(Logits()))}
+    return Planted("two-hop", two_hop.__doc__.split(".")[0], spec, w.load(),
+                   pairs_batch(tokens, counterfactual, 3, picks(adjective), picks(flipped)), frozenset(edges))
+
+
+def induction(n: int = 64, seed: int = 0) -> Planted:
+    """`BOS a b c d q` with q = a or c -> the token after q's first occurrence (induction). L0H0
+    attends the previous position and writes its token into "previous" dims; L1H0's key reads them
+    (K composition), its query the current token, and it copies the matching position's token. The
+    counterfactual swaps a and c, so q's first occurrence moves and the answer changes."""
+    spec = ModelSpec(n_layers=2, d_model=48, n_heads=2, mlp=False, norm=None, scale_scores=False, n_ctx=6, d_vocab=9)
+    w = Weights(spec)
+    tokens_, bos = list(range(8)), 8
+    position, previous, answer, junk = list(range(9, 15)), list(range(15, 23)), list(range(23, 31)), list(range(31, 47))
+    w.state["embed.weight"][:, :9] = torch.eye(9)
+    w.state["pos_embed.weight"][:, position] = torch.eye(6)
+    for p in range(1, 6):     # query at p, key at p - 1
+        w.head(0, 0, "q")[p, position[p]] = SHARP
+        w.head(0, 0, "k")[p, position[p - 1]] = 1.0
+    copy(w, 0, 0, tokens_, previous)
+    w.head(1, 0, "q")[:8, tokens_] = SHARP * torch.eye(8)
+    w.head(1, 0, "k")[:8, previous] = torch.eye(8)
+    copy(w, 1, 0, tokens_, answer)
+    w.state["unembed.weight"][:8, answer[0]:answer[-1] + 1] = LOUD * torch.eye(8)
+    # Distractors: L0H1 copies the current token, loud, into junk; L1H1 attends by junk and writes junk.
+    for p in range(6):
+        w.head(0, 1, "q")[p, position[p]] = SHARP
+        w.head(0, 1, "k")[p, position[p]] = 1.0
+    copy(w, 0, 1, tokens_, junk[:8], LOUD)
+    w.head(1, 1, "q")[:8, junk[:8]] = torch.eye(8)
+    w.head(1, 1, "k")[:8, junk[:8]] = torch.eye(8)
+    copy(w, 1, 1, junk[:8], junk[8:], LOUD)
+    generator = torch.Generator().manual_seed(seed)
+    distinct = torch.stack([torch.randperm(8, generator=generator)[:4] for _ in range(n)])
+    first = torch.randint(0, 2, (n,), generator=generator) * 2            # q = a (0) or c (2)
+    query = distinct.gather(1, first[:, None])[:, 0]
+    swapped = distinct[:, [2, 1, 0, 3]]
+
+    def sequence(body):
+        after = body.gather(1, ((body == query[:, None]).int().argmax(1) + 1)[:, None])[:, 0]
+        return torch.cat([torch.full((n, 1), bos), body, query[:, None], after[:, None]], 1), after
+    tokens, answers = sequence(distinct)
+    counterfactual, foils = sequence(swapped)
+    edges = {Edge(Embed(), Input(Head(0, 0), "v")), Edge(Head(0, 0), Input(Head(1, 0), "k")),
+             Edge(Head(1, 0), Input(Logits()))}
+    return Planted("induction", induction.__doc__.split(".")[0], spec, w.load(),
+                   pairs_batch(tokens, counterfactual, 5, answers, foils), frozenset(edges))
+
+
+def mlp_xor(n: int = 64, seed: int = 0) -> Planted:
+    """`a b ?` with bits a, b -> T if a != b else F, computed by an MLP. L0H0 and L0H1 at `?` copy
+    the two bits (+-1) into two dims; two MLP neurons fire when the bits agree (|a + b| = 2) and write
+    the XOR to the dim the logits read. Distractors L0H2/L0H3 copy the bits, loud, into junk that a
+    third neuron reads and writes back to junk. The counterfactual flips one bit (a or b)."""
+    spec = ModelSpec(n_layers=1, d_model=32, n_heads=4, mlp=True, norm=None, scale_scores=False, n_ctx=3, d_vocab=5)
+    w = Weights(spec)
+    zero, one, ask, true, false = range(5)
+    position, bits, out, junk = [5, 6, 7], [8, 9], 10, list(range(11, 15))
+    w.state["embed.weight"][:, :5] = torch.eye(5)
+    w.state["pos_embed.weight"][:, position] = torch.eye(3)
+    for head, source in ((0, 0), (1, 1), (2, 0), (3, 1)):
+        attend_position(w, 0, head, position, position[source])
+        w.head(0, head, "v")[0, [zero, one]] = torch.tensor([-1.0, 1.0])
+        w.head(0, head, "o")[bits[source] if head < 2 else junk[head - 2], 0] = 1.0 if head < 2 else LOUD
+    mlp_in, mlp_out = w.state["blocks.0.mlp.in.weight"], w.state["blocks.0.mlp.out.weight"]
+    mlp_in[0, bits], mlp_in[1, bits] = 5.0, -5.0                 # gelu(+-5(a + b) - 5): 5 when they agree
+    w.state["blocks.0.mlp.in.bias"][:2] = -5.0
+    mlp_out[out, :2] = 1.0
+    w.state["blocks.0.mlp.out.bias"][out] = -2.5                   # +2.5 agree, -2.5 differ
+    mlp_in[2, junk[:2]] = 1.0                                      # the distractor neuron
+    mlp_out[junk[2:], 2] = LOUD
+    w.state["unembed.weight"][true, out], w.state["unembed.weight"][false, out] = -4.0, 4.0
+    generator = torch.Generator().manual_seed(seed)
+    a, b = (torch.randint(0, 2, (n,), generator=generator) for _ in range(2))
+    flip_a = torch.randint(0, 2, (n,), generator=generator).bool()
+    ca, cb = torch.where(flip_a, 1 - a, a), torch.where(flip_a, b, 1 - b)
+    label = lambda x, y: torch.where(x != y, true, false)  # noqa: E731
+    tokens = torch.stack([a, b, torch.full((n,), ask), label(a, b)], 1)
+    counterfactual = torch.stack([ca, cb, torch.full((n,), ask), label(ca, cb)], 1)
+    edges = {Edge(Embed(), Input(Head(0, 0), "v")), Edge(Embed(), Input(Head(0, 1), "v")),
+             Edge(Head(0, 0), Input(MLP(0))), Edge(Head(0, 1), Input(MLP(0))), Edge(MLP(0), Input(Logits()))}
+    return Planted("mlp-xor", mlp_xor.__doc__.split(".")[0], spec, w.load(),
+                   pairs_batch(tokens, counterfactual, 2, label(a, b), label(ca, cb)), frozenset(edges))
+
+
+def planted_models(n: int = 64, seed: int = 0) -> list[Planted]:
+    return [two_hop(n, seed), induction(n, seed), mlp_xor(n, seed)]

@@ -1,0 +1,85 @@
+"""edge_circuit on a planted model: every method judged, the report lines, figure and MIB export."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from models.graph import graph_of
+
+
+@pytest.fixture(scope="module")
+def planted_result():
+    from probes.edge_circuit import edge_circuit
+    from probes.planted import mlp_xor
+
+    p = mlp_xor(n=16)
+    return p, edge_circuit(p.model, p.batch, graph_of(p.spec), ig_steps=3, expected=p.edges)
+
+
+def test_every_method_is_judged_and_the_oracle_finds_the_planted_circuit(planted_result):
+    p, result = planted_result
+    assert [m.scores.method for m in result.methods] == ["oracle", "EAP", "EAP-IG (3 steps)", "ACDC (threshold 0.01)"]
+    oracle = result.methods[0]
+    assert oracle.spearman == pytest.approx(1.0) and oracle.auroc_expected == 1.0
+    assert set(result.circuit.edges) == p.edges and result.acdc_faithfulness == pytest.approx(1.0)
+    assert all(m.curve.faithfulness[0] == 0.0 and m.curve.faithfulness[-1] == pytest.approx(1.0) for m in result.methods)
+
+
+def test_report_lines_figure_and_mib_export(planted_result, tmp_path):
+    from probes.edge_render import circuit_figure, markdown_lines, mib_json
+
+    p, result = planted_result
+    lines = markdown_lines(result, "mlp-xor", "figures/x.png")
+    assert any(line.startswith("| EAP-IG (3 steps) |") for line in lines)
+    assert "- MLP0 -> logits (+100%)" in lines and "![mlp-xor](figures/x.png)" in lines
+    circuit_figure(result, "mlp-xor").savefig(tmp_path / "x.png")
+    assert (tmp_path / "x.png").stat().st_size > 10_000
+    exported = json.loads(json.dumps(mib_json(result, result.methods[1].scores)))
+    assert len(exported["edges"]) == len(result.graph.edges)
+    assert exported["edges"]["m0->logits"]["in_graph"] and not exported["edges"]["a0.h2->m0"]["in_graph"]
+    assert "input->a0.h0<v>" in exported["edges"] and exported["nodes"]["a0.h2"] == {"in_graph": False}
+
+
+def test_acdc_can_be_skipped():
+    from probes.edge_circuit import edge_circuit
+    from probes.edge_render import markdown_lines
+    from probes.planted import two_hop
+
+    p = two_hop(n=8)
+    result = edge_circuit(p.model, p.batch, graph_of(p.spec), ig_steps=2, acdc_threshold=None)
+    assert [m.scores.method for m in result.methods] == ["oracle", "EAP", "EAP-IG (2 steps)"]
+    assert result.acdc_faithfulness is None and not any("ACDC" in line for line in markdown_lines(result, "x"))
+
+
+def test_the_edges_command_refuses_a_missing_folder(tmp_path, capsys):
+    from toylens.edges import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main([str(tmp_path / "nothing")])
+    assert exit_.value.code == 2 and "is not a folder of runs" in capsys.readouterr().err
+
+
+def test_the_edges_command_writes_report_figures_and_mib_files(tiny_runs, tmp_path):
+    from toylens.edges import main
+
+    main([str(tiny_runs), "--out", str(tmp_path)])
+    text = (tmp_path / "edges.md").read_text()
+    assert "#### attn-only-2x1 seed 0" in text and "bag-of-words" not in text
+    assert (tmp_path / "figures" / "edges_attn-only-2x1_seed0.png").is_file()
+    exported = json.loads((tmp_path / "mib_attn-only-2x1_seed0_eap.json").read_text())
+    assert set(exported) == {"cfg", "nodes", "edges"} and len(exported["edges"]) == 12
+
+
+def test_a_task_that_declares_its_circuit_gets_every_method_scored_against_it(tiny_runs, monkeypatch):
+    from models.graph import Edge
+    from probes.edge_circuit import run_edge_circuit
+    from tasks.runs import find_runs
+
+    run = next(r for r in find_runs(tiny_runs) if r.model_name == "attn-only-2x1")
+    declared = frozenset(list(graph_of(run.task.default_models()["attn-only-2x1"]).edges)[:3])
+    assert all(isinstance(edge, Edge) for edge in declared)
+    monkeypatch.setattr(type(run.task), "expected_circuit", lambda self, name, spec: declared)
+    result = run_edge_circuit(run, acdc_threshold=None, ig_steps=2)
+    assert all(method.auroc_expected is not None for method in result.methods)

@@ -1,0 +1,38 @@
+"""Faithfulness curves, CPR and CMD on the null-normalised scale, and the smallest 90% circuit."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from models.graph import graph_of
+
+
+def test_area_arithmetic():
+    from probes.faithfulness import Curve
+
+    perfect = Curve("x", 10, (0, 1, 10), (0.0, 1.0, 1.0))
+    assert perfect.cpr == pytest.approx(0.05 + 0.9) and perfect.cmd == pytest.approx(0.05)
+    diagonal = Curve("x", 4, (0, 2, 4), (0.0, 0.5, 1.0))
+    assert diagonal.cpr == pytest.approx(0.5) and diagonal.cmd == pytest.approx(0.5)
+
+
+def test_the_oracle_ranking_of_a_planted_model_reaches_full_faithfulness_with_the_planted_edges():
+    from probes.edges import edge_effects
+    from probes.faithfulness import curve, smallest_circuit
+    from probes.planted import two_hop
+
+    p = two_hop(n=16)
+    graph = graph_of(p.spec)
+    effects = edge_effects(p.model, p.batch, graph)
+    found = smallest_circuit(p.model, p.batch, graph, "oracle", effects.effect)
+    assert set(found.edges) == set(p.edges) and found.faithfulness == pytest.approx(1.0)
+    assert found.every_k[0] == 0.0 and found.every_k[-1] == 1.0
+    assert all(f < 0.9 for f in found.every_k[:len(p.edges)])
+    ladder = curve(p.model, p.batch, graph, "oracle", effects.effect)
+    assert ladder.sizes[0] == 0 and ladder.sizes[-1] == len(graph.edges)
+    assert ladder.faithfulness[0] == 0.0 and ladder.faithfulness[-1] == pytest.approx(1.0)
+    worst = curve(p.model, p.batch, graph, "reversed", -effects.effect.abs() + effects.effect.abs().max() + 1)
+    assert ladder.cpr > worst.cpr and ladder.cmd < worst.cmd
+    assert not math.isnan(worst.cpr)

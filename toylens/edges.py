@@ -1,0 +1,57 @@
+"""`python -m toylens.edges RUNS_DIR [--out DIR]`: every run's edge circuit (probes.edge_circuit):
+markdown, one figure per run and MIB-format edge scores per method, written to DIR (default
+RUNS_DIR/edges)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from common.cli import Parser, UsageError, run_cli
+from common.io import atomic_write, write_json
+
+
+def slug(text: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in text).strip("-").lower()
+
+
+def edges_command(runs_dir: Path, out: Path | None) -> None:
+    import torch
+    from tqdm import tqdm
+
+    from probes.edge_circuit import run_edge_circuit
+    from probes.edge_render import circuit_figure, markdown_lines, mib_json
+    from tasks.runs import find_runs
+
+    runs = [run for run in find_runs(runs_dir) if run.config.get("spec", {}).get("attention") == "softmax"]
+    if not runs:
+        raise UsageError(f"{runs_dir} holds no trained attention runs; train some first")
+    torch.set_num_threads(1)    # as the report's workers: small forwards lose to thread hand-offs
+    out = out or runs_dir / "edges"
+    (out / "figures").mkdir(parents=True, exist_ok=True)
+    lines = ["# Edge circuits", ""]
+    for run in tqdm(runs, desc="edge circuits", unit="run"):
+        result = run_edge_circuit(run)
+        name = f"{run.model_name} seed {run.seed}"
+        figure = f"figures/edges_{slug(run.model_name)}_seed{run.seed}.png"
+        circuit_figure(result, name).savefig(out / figure, dpi=90)
+        lines += markdown_lines(result, name, figure) + [f"({result.seconds:.1f} s)", ""]
+        for method in result.methods:
+            write_json(out / f"mib_{slug(run.model_name)}_seed{run.seed}_{slug(method.scores.method)}.json",
+                       mib_json(result, method.scores))
+    text = "\n".join(lines)
+    atomic_write(out / "edges.md", lambda temp: Path(temp).write_text(text))
+    print(f"wrote {out / 'edges.md'}")
+
+
+def main(argv=None) -> None:
+    parser = Parser(prog="python -m toylens.edges", description=__doc__.splitlines()[0])
+    parser.add_argument("runs_dir", type=Path)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    if not args.runs_dir.is_dir():
+        parser.error(f"{args.runs_dir} is not a folder of runs")
+    run_cli(edges_command, args.runs_dir, args.out)
+
+
+if __name__ == "__main__":
+    main()
