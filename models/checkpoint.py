@@ -6,8 +6,9 @@ before importing torch (`inspect_checkpoint`), then rebuilds the variant with `b
 frozen weights and constants come back exactly as trained.
 
 Compatibility: `format` names the layout. A run written by any toylens version with the same
-format loads (unknown or missing spec fields are refused by name); another format is refused with
-the version that wrote it.
+format loads (unknown spec fields are refused by name; a spec field added after the run was written
+takes its default, which is the behaviour the run was trained with); another format is refused
+with the version that wrote it.
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ import json
 from pathlib import Path
 
 from common.cli import UsageError
-from common.io import atomic_write, sha256_file, write_json
+from common.io import atomic_write, read_json, sha256_file, write_json
 from models.spec import ModelSpec, build_model
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 REQUIRED_CONFIG_FIELDS = ("format", "spec", "vocabulary")
-FORMAT = "toylens-run/1"
+FORMAT = "toylens-run/2"   # /2: config.json carries run_sha256 (runs of /1 predate it)
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".pkl", ".ckpt")
 
 
@@ -47,7 +48,7 @@ def load_tensors(path: Path, fix: str) -> tuple[dict, dict]:
         with safe_open(str(path), framework="pt") as handle:
             metadata = json.loads((handle.metadata() or {})["toylens"])
             return {name: handle.get_tensor(name) for name in handle.keys()}, metadata
-    except (SafetensorError, OSError, KeyError, json.JSONDecodeError) as error:
+    except (SafetensorError, OSError, KeyError, TypeError, ValueError, RecursionError) as error:
         raise UsageError(f"{path} is {damage(path)} ({error}); {fix}") from None
 
 
@@ -75,11 +76,7 @@ def read_config(run_dir: Path) -> dict:
     path = Path(run_dir) / CONFIG
     if not path.is_file():
         raise UsageError(f"{path} not found; point at a run folder written by toylens training")
-    try:
-        config = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise UsageError(f"{path} is not valid JSON ({getattr(error, 'msg', error)}); "
-                         "retrain the run or restore the file") from None
+    config = read_json(path, "retrain the run or restore the file")
     if not isinstance(config, dict):
         raise UsageError(f"{path} must hold a JSON object; retrain the run")
     missing = [field for field in REQUIRED_CONFIG_FIELDS if field not in config]
@@ -124,6 +121,7 @@ def inspect_checkpoint(run_dir: Path) -> tuple[dict, ModelSpec]:
         size = len(vocabulary) if isinstance(vocabulary, list) else "no list of"
         raise UsageError(f"{run_dir / CONFIG}: vocabulary has {size} tokens but the model expects "
                          f"d_vocab={spec.d_vocab}; the files do not belong together")
+    spec.check_memory()
     recorded = config.get("weights_sha256")
     if recorded is None:
         raise UsageError(f"{run_dir / CONFIG} records no weights_sha256, so {WEIGHTS} cannot be "
@@ -133,7 +131,25 @@ def inspect_checkpoint(run_dir: Path) -> tuple[dict, ModelSpec]:
         if problem == "corrupt or truncated":
             problem = "corrupt or truncated, or not the file config.json was written with (SHA-256 differs)"
         raise UsageError(f"{weights} is {problem}; retrain the run")
+    held = stored_values(weights)
+    if spec.parameter_count() > 1.5 * held + 10_000:
+        # Checked from the file's header, before a model of the spec's size is allocated.
+        raise UsageError(f"{run_dir / CONFIG}: its spec describes ~{spec.parameter_count()} parameters but {WEIGHTS} "
+                         f"holds {held} values; the files do not belong together")
     return config, spec
+
+
+def stored_values(path: Path) -> int:
+    """How many numbers a safetensors file holds, read from its header alone."""
+    import math
+
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="numpy") as handle:
+            return sum(math.prod(handle.get_slice(name).get_shape()) for name in handle.keys())
+    except (SafetensorError, OSError, ValueError) as error:
+        raise UsageError(f"{path} is {damage(path)} ({error}); retrain the run") from None
 
 
 def load_checkpoint(run_dir: Path):
@@ -147,15 +163,26 @@ def load_checkpoint(run_dir: Path):
         state = load_file(str(weights))
     except (SafetensorError, OSError, ValueError) as error:
         raise UsageError(f"{weights} is {damage(weights)} ({error}); retrain the run") from None
-    model = build_model(spec, seed=int(config.get("seed", 0)))
-    expected = model.state_dict()
-    if set(state) != set(expected):
-        raise UsageError(f"{weights} holds tensors {sorted(set(state) ^ set(expected))[:3]} that "
-                         "do not match the spec in config.json; the files do not belong together")
-    for name, tensor in state.items():
-        if tensor.shape != expected[name].shape:
-            raise UsageError(f"{weights}: {name} has shape {tuple(tensor.shape)}, spec expects "
-                             f"{tuple(expected[name].shape)}; the files do not belong together")
+    model = build_model(spec, seed=config["seed"])
+    check_state(weights, state, model.state_dict())
     model.load_state_dict(state)
     model.eval()
     return model, config
+
+
+def check_state(path: Path, state: dict, expected: dict) -> None:
+    """Weights that fit the model exactly: the same tensors, shapes and dtypes (an int8 or bool
+    tensor would be cast silently), and every value finite."""
+    import torch
+
+    if set(state) != set(expected):
+        raise UsageError(f"{path} holds tensors {sorted(set(state) ^ set(expected))[:3]} that "
+                         "do not match the spec in config.json; the files do not belong together")
+    for name, tensor in state.items():
+        if tensor.shape != expected[name].shape or tensor.dtype != expected[name].dtype:
+            raise UsageError(f"{path}: {name} is {tensor.dtype} {tuple(tensor.shape)}, the spec expects "
+                             f"{expected[name].dtype} {tuple(expected[name].shape)}; the files do not belong together")
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise UsageError(f"{path}: {name} holds {bad} NaN or infinite value(s); the run diverged "
+                             "or the file was altered: retrain it (with a lower --lr if it diverged)")

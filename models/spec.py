@@ -34,6 +34,10 @@ Positions = Literal["learned", "rotary", "none", "sinusoidal", "alibi"]
 ATTENTIONS = ("softmax", "uniform", "none")
 POSITIONS = ("learned", "rotary", "none", "sinusoidal", "alibi")
 Norm = Optional[Literal["LN"]]
+# Far beyond a toy model, small enough that a typo (or an edited config.json) fails at once
+# instead of in the allocator.
+LIMITS = {"n_layers": 256, "d_model": 16384, "n_heads": 1024, "n_ctx": 65536, "d_vocab": 1_000_000}
+MEMORY_LIMIT = 16 * 2**30
 
 
 @dataclass(frozen=True)
@@ -55,11 +59,13 @@ class ModelSpec:
         return self.d_model // self.n_heads
 
     def validate(self) -> "ModelSpec":
-        positive = {"n_layers": self.n_layers, "d_model": self.d_model, "n_heads": self.n_heads,
-                    "n_ctx": self.n_ctx, "d_vocab": self.d_vocab}
-        for field, value in positive.items():
-            if not isinstance(value, int) or value <= 0:
-                raise UsageError(f"model {field} must be a positive integer, got {value!r}")
+        for field, value in {"n_layers": self.n_layers, "d_model": self.d_model, "n_heads": self.n_heads,
+                             "n_ctx": self.n_ctx, "d_vocab": self.d_vocab}.items():
+            if type(value) is not int or not 0 < value <= LIMITS[field]:
+                raise UsageError(f"model {field} must be an integer from 1 to {LIMITS[field]}, got {value!r}")
+        for field in ("mlp", "scale_scores"):
+            if type(getattr(self, field)) is not bool:
+                raise UsageError(f"model {field} must be true or false, got {getattr(self, field)!r}")
         if self.d_model % self.n_heads:
             raise UsageError(f"n_heads={self.n_heads} does not divide d_model={self.d_model}; "
                              "pick a head count that divides the width")
@@ -78,11 +84,37 @@ class ModelSpec:
             raise UsageError(f"norm must be 'LN' or null, got {self.norm!r}")
         return self
 
+    def parameter_count(self) -> int:
+        d, layers = self.d_model, self.n_layers
+        per_layer = 4 * d * d + 4 * d + (8 * d * d + 5 * d if self.mlp else 0) + 4 * d
+        return layers * per_layer + 2 * self.d_vocab * d + self.n_ctx * d + self.d_vocab + 2 * d
+
+    def memory_bytes(self, batch: int = 64) -> int:
+        """Rough float32 bytes to train at `batch`: weights, gradients and two AdamW moments, plus
+        activations (residual-sized tensors and attention patterns, kept for the backward pass)."""
+        weights = 16 * self.parameter_count()
+        residual = batch * self.n_ctx * self.d_model * self.n_layers * (12 + (16 if self.mlp else 0))
+        patterns = 3 * batch * self.n_heads * self.n_ctx * self.n_ctx * self.n_layers
+        logits = 3 * batch * self.n_ctx * self.d_vocab
+        return 4 * (residual + patterns + logits) + weights
+
+    def check_memory(self, batch: int = 64) -> "ModelSpec":
+        """Refuse before allocating when the model could not fit a toy-model budget."""
+        need = self.memory_bytes(batch)
+        if need > MEMORY_LIMIT:
+            raise UsageError(f"model n_layers={self.n_layers} d_model={self.d_model} n_ctx={self.n_ctx} "
+                             f"d_vocab={self.d_vocab} would need ~{need / 2**30:.1f} GiB at batch {batch}, "
+                             f"more than toylens's limit of {MEMORY_LIMIT / 2**30:.0f} GiB for toy models; "
+                             "use a smaller model, context or batch")
+        return self
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, fields: dict) -> "ModelSpec":
+        if not isinstance(fields, dict):
+            raise UsageError(f"model spec must be a JSON object, got {type(fields).__name__}")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(fields) - known)
         if unknown:
@@ -97,7 +129,7 @@ def build_model(spec: ModelSpec, seed: int = 0):
     """A randomly initialised `TransformerBridge` realising `spec`, in eval mode."""
     from transformer_lens import TransformerBridge, TransformerBridgeConfig
 
-    spec.validate()
+    spec.validate()   # memory is checked where weights are allocated for real (training, loading), not here: probes.params builds on the meta device
     config = TransformerBridgeConfig(
         d_model=spec.d_model,
         d_head=spec.d_head,

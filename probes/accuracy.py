@@ -6,6 +6,7 @@ the foil ("wrong answer") rate, the "other token" rate, a breakdown by group, an
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -92,11 +93,48 @@ def measure_accuracy(model, batches: dict, model_name: str, seed: int, path, ste
 
 
 def stored_accuracy(record: dict, path) -> RunAccuracy:
-    splits = {name: SplitAccuracy(s["n"], Interval(**s["accuracy"]), s["loss"], s["foil_rate"], s["other_rate"],
-                                  s["by_group"], s["top_token"], s["top_share"])
+    """The RunAccuracy recorded in metrics.json; ValueError if any field is not of exactly its type
+    (the caller then measures again rather than print it)."""
+    splits = {name: SplitAccuracy(s["n"], interval(s["accuracy"]), number(s["loss"]), rate(s["foil_rate"]), rate(s["other_rate"]),
+                                  {g: {"n": count(v["n"]), "accuracy": interval(v["accuracy"]).as_dict(),
+                                       "foil_rate": rate(v["foil_rate"])} for g, v in s["by_group"].items()},
+                                  token(s["top_token"]), rate(s["top_share"]))
               for name, s in record["splits"].items()}
-    return RunAccuracy(record["model_name"], record["seed"], str(path), record["steps"], splits,
-                       record["shuffle_max_logit_change"])
+    if set(splits) != {"train", "validation", "heldout"} or any(type(s.n) is not int for s in splits.values()) \
+            or not isinstance(record["model_name"], str) or type(record["seed"]) is not int:
+        raise ValueError("not a RunAccuracy record")
+    return RunAccuracy(record["model_name"], record["seed"], str(path), count(record["steps"]), splits,
+                       number(record["shuffle_max_logit_change"]))
+
+
+def number(value) -> float:
+    if type(value) not in (int, float):
+        raise ValueError(f"{value!r} is not a number")
+    return value
+
+
+def rate(value) -> float:
+    if not (math.isnan(number(value)) or 0 <= value <= 1):
+        raise ValueError(f"{value!r} is not a rate")
+    return value
+
+
+def token(value) -> int:
+    if type(value) is not int or value < -1:
+        raise ValueError(f"{value!r} is not a token id (or -1)")
+    return value
+
+
+def count(value) -> int:
+    if type(value) is not int or value < 0:
+        raise ValueError(f"{value!r} is not a count")
+    return value
+
+
+def interval(fields: dict) -> Interval:
+    if not isinstance(fields, dict) or set(fields) != {"value", "low", "high", "n"}:
+        raise ValueError("not an interval")
+    return Interval(rate(fields["value"]), rate(fields["low"]), rate(fields["high"]), count(fields["n"]))
 
 
 def run_accuracy(run, load_model=None) -> RunAccuracy:
@@ -108,10 +146,10 @@ def run_accuracy(run, load_model=None) -> RunAccuracy:
             and record.get("spec") == run.config.get("spec"):
         try:
             return stored_accuracy(record, run.path)
-        except (KeyError, TypeError):
-            pass  # written by another version: measure again
+        except (KeyError, TypeError, ValueError, AttributeError):
+            pass  # written by another version (or forged): measure again
     return measure_accuracy((load_model or run.load_model)(), run.batches(), run.model_name, run.seed, run.path,
-                            int(run.metrics.get("steps", 0)))
+                            run.metrics["steps"])
 
 
 def model_accuracy(runs: list[RunAccuracy], vocabulary: list[str] | None = None) -> ModelAccuracy:
@@ -155,19 +193,36 @@ def write_summary(runs_dir: Path, models: list[ModelAccuracy]) -> Path:
 
 
 def compare_runs_command(runs_dir: Path) -> None:
+    from models.checkpoint import CONFIG
     from probes.render import accuracy_table
 
     models = compare_runs(runs_dir)
     print(accuracy_table(models))
+    if (Path(runs_dir) / CONFIG).is_file():   # one run's own folder: summaries belong to runs folders
+        print(f"\n{runs_dir} is a single run's folder; no {SUMMARY} written (point at its runs folder for one)")
+        return
     print(f"\nwrote {write_summary(runs_dir, models)}")
 
 
+def locked_compare(runs_dir: Path) -> None:
+    from common.lock import folder_lock
+
+    from models.checkpoint import CONFIG
+
+    if not Path(runs_dir).is_dir() or (Path(runs_dir) / CONFIG).is_file():
+        return compare_runs_command(runs_dir)   # says what is wrong, or reads one run and writes nothing
+    with folder_lock(runs_dir, "runs folder"):
+        compare_runs_command(runs_dir)
+
+
 def main(argv=None) -> None:
+    from common.io import nonempty_path
+
     parser = Parser(prog="python -m probes.accuracy",
                     description="Compare held-out accuracy of trained runs, with CIs over seeds.")
-    parser.add_argument("runs_dir", type=Path, nargs="?", default=Path("runs/winograd"))
+    parser.add_argument("runs_dir", type=nonempty_path, nargs="?", default=Path("runs/winograd"))
     args = parser.parse_args(argv)
-    run_cli(compare_runs_command, args.runs_dir)
+    run_cli(locked_compare, args.runs_dir)
 
 
 if __name__ == "__main__":

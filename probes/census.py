@@ -218,12 +218,14 @@ def census_command(runs_dir: Path, out: Path | None = None) -> None:
 
 
 def main(argv=None) -> None:
+    from common.io import nonempty_path  # an empty path would mean the current folder
+
     from common.cli import Parser, run_cli
 
     parser = Parser(prog="python -m probes.census",
                     description="Count the circuits of a sweep's runs per model and grid point, with 95% intervals.")
-    parser.add_argument("runs_dir", type=Path, help="a sweep folder (e.g. runs/sweeps/winograd)")
-    parser.add_argument("--out", type=Path, default=None, help="where census.md/json/png go (default RUNS_DIR/census)")
+    parser.add_argument("runs_dir", type=nonempty_path, help="a sweep folder (e.g. runs/sweeps/winograd)")
+    parser.add_argument("--out", type=nonempty_path, default=None, help="where census.md/json/png go (default RUNS_DIR/census)")
     args = parser.parse_args(argv)
     run_cli(census_command, args.runs_dir, args.out)
 

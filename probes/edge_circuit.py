@@ -50,16 +50,18 @@ def judged(model, batch: Batch, graph: Graph, oracle: EdgeEffects, scores: EdgeS
 
 
 def edge_circuit(model, batch: Batch, graph: Graph, ig_steps: int = 5, acdc_threshold: float | None = 0.01,
-                 expected: frozenset[Edge] | None = None) -> EdgeCircuit:
+                 expected: frozenset[Edge] | None = None, compare_methods: bool = True) -> EdgeCircuit:
     """Everything about `model`'s edges on `batch`'s counterfactual pairs (clean = the batch,
     counterfactual = its partners; edges outside a circuit get their counterfactual writes).
-    acdc_threshold None skips the pruning (one forward per edge, in sequence: the slowest method)."""
+    acdc_threshold None skips the pruning (one forward per edge, in sequence: the slowest method);
+    compare_methods False measures the oracle alone (the circuit report's cheap path)."""
     began = time.perf_counter()
     runs = record_runs(model, batch, graph, "noise")
     oracle = edge_effects(model, batch, graph)
     as_scores = EdgeScores("oracle", graph.edges, oracle.effect, oracle.seconds)
-    pruned = None if acdc_threshold is None else acdc(model, batch, graph, acdc_threshold)
-    methods = [as_scores, eap(model, batch, graph), eap_ig(model, batch, graph, ig_steps)] + ([pruned] if pruned else [])
+    pruned = None if acdc_threshold is None or not compare_methods else acdc(model, batch, graph, acdc_threshold)
+    fast = [eap(model, batch, graph), eap_ig(model, batch, graph, ig_steps)] if compare_methods else []
+    methods = [as_scores, *fast] + ([pruned] if pruned else [])
     results = tuple(judged(model, batch, graph, oracle, m, runs, expected) for m in methods)
     kept = None
     if pruned:

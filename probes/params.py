@@ -192,10 +192,12 @@ def params_command(items: list[str], out: Path) -> None:
 
 
 def main(argv=None) -> None:
+    from common.io import nonempty_path  # an empty path would mean the current folder
+
     parser = Parser(prog="python -m probes.params",
                     description="Parameters per component of a model spec, counted and by formula.")
     parser.add_argument("spec", nargs="+", help="gpt2, a run folder, or ModelSpec fields as key=value")
-    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--out", type=nonempty_path, default=OUT)
     args = parser.parse_args(argv)
     run_cli(params_command, args.spec, args.out)
 

@@ -8,11 +8,12 @@ report all read the `Example`s it generates.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
 
-from models import ModelSpec
+from models import ModelSpec, UsageError
 
 SPLITS = ("train", "validation", "heldout")
 NO_FOIL = -1
@@ -44,6 +45,51 @@ class NoParams:
     pass
 
 
+def plugin_call(owner, member: str, function, *args, **kwargs):
+    """Call into plugin code; whatever it raises (sys.exit included) becomes one line naming the
+    plugin and the member. A UsageError is the plugin's own one-line refusal and passes through."""
+    try:
+        return function(*args, **kwargs)
+    except UsageError:
+        raise
+    except (Exception, SystemExit) as error:  # noqa: BLE001
+        name = getattr(owner, "name", type(owner).__name__)
+        raise UsageError(f"task plugin {name!r}: {member} raised {type(error).__name__}: "
+                         f"{str(error)[:200]}; fix or uninstall that plugin") from None
+
+
+def checked_vocabulary(task, tokens):
+    if not (isinstance(tokens, list) and tokens and all(isinstance(t, str) for t in tokens)):
+        raise UsageError(f"task plugin {task.name!r}: vocabulary() must return a non-empty list of strings, "
+                         f"got {type(tokens).__name__}")
+    return tokens
+
+
+def checked_training(task, overrides):
+    if not isinstance(overrides, dict):
+        raise UsageError(f"task plugin {task.name!r}: default_training() must return a dict of "
+                         f"TrainSettings fields, got {type(overrides).__name__}")
+    return overrides
+
+
+# default_models() is checked by tasks.validate.validate_family, before anything trains.
+RESULT_CHECKS = {"vocabulary": checked_vocabulary, "default_training": checked_training}
+
+
+def guarded(member: str, method):
+    """`method` with every failure made one line naming the plugin and `member`, and its result
+    checked where the toolkit relies on its type."""
+    check = RESULT_CHECKS.get(member)
+
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        result = plugin_call(self, f"{member}()", method, self, *args, **kwargs)
+        return check(self, result) if check else result
+
+    call.guarded = True
+    return call
+
+
 class Task(ABC):
     """Subclass, set `name` and `Params`, implement the abstract methods, register the class."""
 
@@ -51,6 +97,14 @@ class Task(ABC):
     Params: ClassVar[type] = NoParams
     # True when no token sequence may occur in two splits (the held-out set is truly unseen).
     disjoint_splits: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs):
+        # Every call the toolkit makes into a plugin goes through these guards, wherever it is made.
+        super().__init_subclass__(**kwargs)
+        for member in ("__init__", "vocabulary", "generate", "default_models", "default_training"):
+            method = cls.__dict__.get(member)
+            if callable(method) and not getattr(method, "guarded", False):
+                setattr(cls, member, guarded(member, method))
 
     def __init__(self, params=None):
         self.params = params if params is not None else self.Params()

@@ -6,18 +6,25 @@ import dataclasses
 import hashlib
 import json
 import os
-import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from common.cli import UsageError
+from common.io import (MANIFEST, adopt_all, foreign_files, path_name, read_json, remove_tree, sha256_file,
+                       write_json)
 from tasks.base import NO_FOIL, SPLITS, Example, Task
 
 COLUMNS = ("tokens", "positions", "foils", "group", "counterfactual")
+CHECKSUMS = "toylens-checksums.json"   # SHA-256 of every file of a cache entry, recorded at write
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("TOYLENS_CACHE", Path.home() / ".cache" / "toylens")) / "data"
+    value = os.environ.get("TOYLENS_CACHE")
+    if value is not None and not value.strip():
+        raise UsageError("TOYLENS_CACHE is set but empty (that would mean the current folder); set it to a "
+                         "folder or unset it for ~/.cache/toylens")
+    return Path(value or Path.home() / ".cache" / "toylens") / "data"
 
 
 def fingerprint(task: Task, seed: int) -> str:
@@ -44,16 +51,66 @@ def task_dataset(task: Task, seed: int):
 
     from tasks.validate import validate_task_examples
 
-    path = cache_root() / f"{task.name}-{fingerprint(task, seed)}"
-    if (path / "dataset_dict.json").is_file():
-        return load_from_disk(str(path))
+    path = cache_root() / f"{path_name(task.name, 'task name')}-{fingerprint(task, seed)}"
+    if path.exists() or path.is_symlink():
+        data, problem = load_verified(path, load_from_disk)
+        if data is not None:
+            return data
+        print(f"toylens: cached data {path} {problem}; rebuilding it", file=sys.stderr)
     splits = validate_task_examples(task, seed)
     data = DatasetDict({name: Dataset.from_dict(examples_to_columns(splits[name])) for name in SPLITS})
     temp = path.with_name(path.name + f".tmp{os.getpid()}")
     data.save_to_disk(str(temp))
-    shutil.rmtree(path, ignore_errors=True)
-    os.replace(temp, path)
+    write_json(temp / CHECKSUMS, checksums(temp))
+    adopt_all(temp)
+    replace_entry(temp, path)
     return data
+
+
+def checksums(folder: Path) -> dict:
+    return {p.relative_to(folder).as_posix(): sha256_file(p) for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name not in (CHECKSUMS, MANIFEST)}
+
+
+def load_verified(path: Path, load_from_disk):
+    """(DatasetDict, None) when every file of the cache entry matches the checksums recorded when
+    it was written, else (None, what is wrong)."""
+    if path.is_symlink() or not (path / CHECKSUMS).is_file():
+        return None, "has no checksums (written by an older toylens, or damaged)"
+    try:
+        recorded = read_json(path / CHECKSUMS, "")
+    except UsageError:
+        return None, "has an unreadable checksum file"
+    if recorded != checksums(path):
+        return None, "does not match the checksums recorded when it was written (edited or damaged)"
+    try:
+        return load_from_disk(str(path)), None
+    except Exception as error:  # noqa: BLE001  (pyarrow and datasets raise many types for damage)
+        return None, f"does not load ({type(error).__name__})"
+
+
+def written_by_datasets(entry: Path, file: Path) -> bool:
+    """A file `DatasetDict.save_to_disk` writes: entries from before checksums have no manifest,
+    but these names inside toylens's cache are its own."""
+    parts = file.relative_to(entry).parts
+    return parts == ("dataset_dict.json",) or (len(parts) == 2 and parts[0] in SPLITS and (
+        parts[1] in ("dataset_info.json", "state.json") or
+        (parts[1].startswith("data-") and parts[1].endswith(".arrow"))))
+
+
+def replace_entry(temp: Path, path: Path) -> None:
+    """Move a freshly written cache entry into place, over a damaged one of toylens's own."""
+    if path.exists() or path.is_symlink():
+        foreign = [f for f in foreign_files(path) if not written_by_datasets(path, f)]
+        if foreign:
+            remove_tree(temp)
+            raise UsageError(f"cached data {path} is damaged and holds {foreign[0]}, which toylens did not "
+                             "write; delete that folder (it is only a cache) and run again")
+        remove_tree(path, also=lambda file: written_by_datasets(path, file))
+    try:
+        os.replace(temp, path)
+    except OSError:   # another process put the same entry in place first: theirs is identical
+        remove_tree(temp)
 
 
 @dataclass(frozen=True)

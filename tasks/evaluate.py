@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from models import UsageError
 from tasks.base import NO_FOIL
 from tasks.data import Batch, spread_subset
 
@@ -58,6 +59,11 @@ def logits_at_scored(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
 
 
 def score_logits(scored_logits: torch.Tensor, batch: Batch) -> Scored:
+    finite = torch.isfinite(scored_logits).all(-1)
+    if not bool(finite.all()):
+        raise UsageError(f"the model's logits are NaN or infinite at {int((~finite).sum())} of {len(finite)} "
+                         "scored positions: its weights diverged or were altered; retrain (a lower --lr "
+                         "if training diverged)")
     answers, foils = batch.answers, batch.foils
     has_foil = foils != NO_FOIL
     answer_logit = scored_logits.gather(1, answers[:, None])[:, 0]

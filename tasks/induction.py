@@ -22,6 +22,10 @@ from models import ModelSpec, UsageError
 from tasks.base import Example, Task
 
 BOS = "<bos>"
+# Bounds that keep generation to seconds and the data to megabytes; far beyond what the study uses.
+MAX_REPEAT = 256
+MAX_TRAIN = 1_000_000
+MAX_EVAL = 100_000
 
 
 @dataclass(frozen=True)
@@ -45,14 +49,20 @@ class InductionTask(Task):
         p = self.params
         if not isinstance(p.tokens, int) or not 4 <= p.tokens <= 100_000:
             raise UsageError(f"tokens must be an integer between 4 and 100000, got {p.tokens}")
-        if not 2 <= p.min_repeat <= p.max_repeat <= p.tokens:
-            raise UsageError(f"need 2 <= min_repeat <= max_repeat <= tokens, got min_repeat={p.min_repeat}, "
+        if not 2 <= p.min_repeat <= p.max_repeat <= min(p.tokens, MAX_REPEAT):
+            raise UsageError(f"need 2 <= min_repeat <= max_repeat <= tokens and max_repeat <= {MAX_REPEAT} "
+                             f"(a sequence is 2 * max_repeat + 1 tokens), got min_repeat={p.min_repeat}, "
                              f"max_repeat={p.max_repeat}, tokens={p.tokens}")
-        for split in ("train", "validation", "heldout"):
-            if not isinstance(getattr(p, split), int) or getattr(p, split) <= 0:
-                raise UsageError(f"{split} must be a positive number of sequences, got {getattr(p, split)}")
-        possible = sum(math.perm(p.tokens, r) for r in range(p.min_repeat, p.max_repeat + 1))
-        if possible < 2 * (p.train + p.validation + p.heldout):
+        for split, limit in (("train", MAX_TRAIN), ("validation", MAX_EVAL), ("heldout", MAX_EVAL)):
+            if not isinstance(getattr(p, split), int) or not 0 < getattr(p, split) <= limit:
+                raise UsageError(f"{split} must be a number of sequences from 1 to {limit}, got {getattr(p, split)}")
+        need = 2 * (p.train + p.validation + p.heldout)
+        possible = 0
+        for r in range(p.min_repeat, p.max_repeat + 1):   # stop once enough: the counts grow fast
+            possible += math.perm(p.tokens, r)
+            if possible >= need:
+                break
+        if possible < need:
             raise UsageError(f"only {possible} distinct sequences exist with these tokens and repeat "
                              "lengths, too few for disjoint splits; raise tokens or max_repeat")
 

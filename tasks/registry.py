@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from importlib.metadata import entry_points
 
+from common.io import path_name
 from models import UsageError
+from tasks.base import plugin_call
 
 GROUP = "toylens.tasks"
 
@@ -14,26 +16,50 @@ def origin(entry) -> str:
     return f"{entry.value} from package {package}"
 
 
+def shadowing_folder(module_name: str) -> str | None:
+    """The folder a plugin's module resolved to when a plain folder of that name (a namespace
+    package, say a project folder in the current directory) hid the installed module."""
+    import sys
+
+    module = sys.modules.get(module_name.split(".")[0])
+    if module is None or getattr(module, "__file__", None) is not None:
+        return None
+    return ", ".join(getattr(module, "__path__", [])) or module_name
+
+
 def load_task_class(entry) -> type:
     from tasks.base import Task
 
     try:
         cls = entry.load()
-    # A third-party plugin can fail in any way on import; say which one, not a traceback.
-    except Exception as error:  # noqa: BLE001
+    # A third-party plugin can fail in any way on import (sys.exit included); say which one.
+    except (Exception, SystemExit) as error:  # noqa: BLE001
+        shadow = shadowing_folder(entry.module)
+        if shadow:
+            raise UsageError(f"task plugin {entry.name!r}: module {entry.module!r} was found as the folder "
+                             f"{shadow} (no __init__.py: e.g. the plugin's own project folder under the current "
+                             "directory) instead of the installed plugin; run from another folder") from None
         raise UsageError(f"task plugin {entry.name!r} ({origin(entry)}) failed to import: "
                          f"{type(error).__name__}: {error}; fix or uninstall that package") from None
     if not (isinstance(cls, type) and issubclass(cls, Task)):
         raise UsageError(f"task plugin {entry.name!r} ({origin(entry)}) is not a subclass of "
                          "tasks.base.Task; point the entry point at the task class")
+    path_name(getattr(cls, "name", entry.name), f"task plugin {entry.name!r} ({origin(entry)}): task name")
     return cls
 
 
-def task_classes(entries=None) -> dict[str, type]:
-    """Task classes by name, from `entries` (default: every installed plugin)."""
+def task_classes(entries=None, skip_broken_except: str | None = None) -> dict[str, type]:
+    """Task classes by name, from `entries` (default: every installed plugin). With
+    `skip_broken_except`, a plugin that fails to import is skipped unless registered under that
+    name: it claims no name, so it need not stop an unrelated task."""
     found: dict[str, tuple[type, object]] = {}
     for entry in entry_points(group=GROUP) if entries is None else entries:
-        cls = load_task_class(entry)
+        try:
+            cls = load_task_class(entry)
+        except UsageError:
+            if skip_broken_except is None or entry.name == skip_broken_except:
+                raise
+            continue
         name = getattr(cls, "name", entry.name)
         if name in found and found[name][0] is not cls:
             raise UsageError(f"two task plugins are named {name!r}: {origin(found[name][1])} and "
@@ -43,13 +69,36 @@ def task_classes(entries=None) -> dict[str, type]:
 
 
 def get_task_class(name: str) -> type:
-    # Load only the plugins registered under `name` first, so one broken unrelated plugin does not
-    # stop every task; a class whose name differs from its entry point's needs the full scan.
-    named = task_classes([entry for entry in entry_points(group=GROUP) if entry.name == name])
-    if name in named:
-        return named[name]
-    classes = task_classes()
+    # Every plugin loads, since any of them may claim `name` under another entry-point name.
+    classes = task_classes(skip_broken_except=name)
     if name not in classes:
         known = ", ".join(classes) or "none (is toylens installed with pip install -e .?)"
         raise UsageError(f"unknown task {name!r}; known tasks: {known}")
     return classes[name]
+
+
+def build_task(cls: type, values: dict):
+    """`cls(cls.Params(**values))` with each value of exactly its field's type (JSON and the command
+    line give int, float, str or bool); anything a plugin raises becomes one line naming it."""
+    import dataclasses
+
+    fields = {f.name: f for f in dataclasses.fields(cls.Params)}
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise UsageError(f"task {cls.name!r} has no parameter(s) {unknown}; known: {sorted(fields)}")
+    for name, value in values.items():
+        kind = param_type(cls, fields[name])
+        ok = type(value) is kind or (kind is float and type(value) is int)
+        if not ok:
+            raise UsageError(f"task {cls.name!r} parameter {name} must be {kind.__name__}, got {value!r}")
+    params = plugin_call(cls, "Params", cls.Params, **values)
+    return cls(params)
+
+
+def param_type(cls: type, field) -> type:
+    """int, float, str or bool: the field types a command-line flag and a JSON file can carry."""
+    kind = {"int": int, "float": float, "str": str, "bool": bool}.get(str(field.type), field.type)
+    if kind not in (int, float, str, bool):
+        raise UsageError(f"task plugin {cls.name!r}: Params field {field.name!r} has type {field.type!r}; "
+                         "task parameters must be int, float, str or bool")
+    return kind

@@ -5,7 +5,7 @@ Training writes them; probes find and load them here, so both sides agree on one
 
 from __future__ import annotations
 
-import json
+import math
 import platform
 import shlex
 import sys
@@ -14,15 +14,25 @@ from functools import cached_property
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from common.io import canonical_sha256, path_name, read_json
 from models import UsageError
 from models.checkpoint import CONFIG, inspect_checkpoint, load_checkpoint, read_config, writer
-from tasks.registry import get_task_class
+from tasks.registry import build_task, get_task_class
 
 METRICS = "metrics.json"
 LOG = "log.jsonl"
 # Every field a run's config.json may hold; another field means another toylens wrote it.
 RUN_FIELDS = {"format", "spec", "vocabulary", "weights_sha256", "task", "model_name", "seed", "data_seed",
-              "training", "versions", "command", "resumed_by"}
+              "training", "versions", "command", "resumed_by", "run_sha256"}
+# What defines a run: protected by run_sha256 the way the weights are by weights_sha256, so an edit
+# (another task variant, seed, spec or vocabulary) is refused rather than believed.
+RUN_IDENTITY = ("spec", "task", "seed", "data_seed", "vocabulary", "model_name", "training")
+MAX_SEED = 2**32 - 1
+MAX_VOCABULARY = 1_000_000
+
+
+def run_sha256(config: dict) -> str:
+    return canonical_sha256({key: config[key] for key in RUN_IDENTITY if key in config})
 
 
 def package_versions() -> dict:
@@ -48,28 +58,109 @@ def command_line() -> str:
 
 
 def read_run_config(run_dir: Path) -> dict:
-    """config.json of a run folder, refusing fields this toylens does not know."""
+    """config.json of a run folder after its one schema check: known fields only, each of exactly
+    its type, and what defines the run unchanged since toylens wrote it."""
     config = read_config(run_dir)
+    where = Path(run_dir) / CONFIG
     unknown = sorted(set(config) - RUN_FIELDS)
     if unknown:
-        raise UsageError(f"{Path(run_dir) / CONFIG} has field(s) {unknown} that this toylens "
+        raise UsageError(f"{where} has field(s) {unknown} that this toylens "
                          f"({package_versions()['toylens']}) does not know: written by {writer(config)} or "
                          "edited by hand; remove them, use the toylens that wrote them, or retrain the run")
+    check_config_types(config, where)
+    if config["run_sha256"] != run_sha256(config):
+        raise UsageError(f"{where}: what defines the run ({', '.join(RUN_IDENTITY)}) was changed after "
+                         "toylens wrote it (run_sha256 differs); restore the file or retrain the run")
     return config
+
+
+def is_int(value) -> bool:
+    return type(value) is int
+
+
+def check_config_types(config: dict, where: Path) -> None:
+    def bad(field: str, rule: str) -> UsageError:
+        return UsageError(f"{where}: {field} must be {rule}, got {short(config.get(field))}; "
+                          "restore the file or retrain the run")
+
+    for field in ("task", "model_name", "seed", "training", "run_sha256"):
+        if field not in config:
+            raise UsageError(f"{where} is missing field {field!r}; retrain the run")
+    task = config["task"]
+    if not (isinstance(task, dict) and set(task) == {"name", "params"} and isinstance(task["name"], str)
+            and isinstance(task["params"], dict)):
+        raise bad("task", 'an object {"name": str, "params": object}')
+    path_name(task["name"], f"{where}: task name")
+    path_name(config["model_name"], f"{where}: model_name")
+    for field in ("seed", "data_seed"):
+        if field in config and not (is_int(config[field]) and 0 <= config[field] <= MAX_SEED):
+            raise bad(field, f"an integer from 0 to {MAX_SEED}")
+    vocabulary = config["vocabulary"]
+    if not (isinstance(vocabulary, list) and 0 < len(vocabulary) <= MAX_VOCABULARY
+            and all(isinstance(token, str) for token in vocabulary)):
+        raise bad("vocabulary", f"a list of 1 to {MAX_VOCABULARY} strings")
+    if not isinstance(config["training"], dict):
+        raise bad("training", "an object of training settings")
+    from tasks.settings import TrainSettings
+
+    try:
+        TrainSettings.from_dict(config["training"])
+    except UsageError as error:
+        raise UsageError(f"{where}: training: {error}") from None
+    for field in ("weights_sha256", "run_sha256"):
+        if field in config and not (isinstance(config[field], str) and len(config[field]) == 64):
+            raise bad(field, "a SHA-256 hex string")
+    if "command" in config and not isinstance(config["command"], str):
+        raise bad("command", "a string")
+    if "resumed_by" in config and not (isinstance(config["resumed_by"], list)
+                                       and all(isinstance(c, str) for c in config["resumed_by"])):
+        raise bad("resumed_by", "a list of strings")
+    if "versions" in config and not (isinstance(config["versions"], dict) and all(
+            isinstance(v, (str, type(None))) for v in config["versions"].values())):
+        raise bad("versions", "an object of version strings")
+
+
+def short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def metrics_sha256(metrics: dict) -> str:
+    return canonical_sha256({key: value for key, value in metrics.items() if key != "sha256"})
+
+
+def check_metrics(metrics, path: Path, config: dict) -> dict:
+    """metrics.json's one schema check: exact types, and unchanged since toylens wrote it (an edited
+    accuracy is refused, never printed)."""
+    fix = "retrain the run (or restore the file)"
+    if not isinstance(metrics, dict):
+        raise UsageError(f"{path} must hold a JSON object; {fix}")
+    from tasks.settings import TrainSettings
+
+    steps, accuracy = metrics.get("steps"), metrics.get("accuracy")
+    if not (is_int(steps) and 0 <= steps <= TrainSettings.from_dict(config["training"]).max_steps):
+        raise UsageError(f"{path}: steps must be an integer from 0 to the run's max_steps, got {short(steps)}; {fix}")
+    if not (isinstance(accuracy, dict) and set(accuracy) == {"train", "validation", "heldout"} and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and 0 <= v <= 1
+            for v in accuracy.values())):
+        raise UsageError(f"{path}: accuracy must map train, validation and heldout to numbers in [0, 1], "
+                         f"got {short(accuracy)}; {fix}")
+    if not isinstance(metrics.get("stop_reason"), str) or not isinstance(metrics.get("evaluation"), dict):
+        raise UsageError(f"{path}: stop_reason (a string) or evaluation (an object) is missing or wrong; {fix}")
+    if metrics.get("sha256") != metrics_sha256(metrics):
+        raise UsageError(f"{path} was changed after toylens wrote it (its sha256 differs), so its numbers "
+                         f"cannot be believed; {fix}")
+    return metrics
 
 
 def task_from_config(config: dict, where: Path):
     """The task object a run was trained on, rebuilt from its recorded name and parameters."""
-    task_info = config.get("task")
-    if not isinstance(task_info, dict) or "name" not in task_info:
-        raise UsageError(f"{where}: config.json has no task name; retrain the run")
+    task_info = config["task"]
     cls = get_task_class(task_info["name"])
-    params = task_info.get("params", {})
     try:
-        return cls(cls.Params(**params))
-    except TypeError as error:
-        raise UsageError(f"{where}: task parameters {sorted(params)} do not fit task "
-                         f"{cls.name!r} ({error}); retrain the run") from None
+        return build_task(cls, task_info["params"])
+    except UsageError as error:
+        raise UsageError(f"{where}: {error}; retrain the run") from None
 
 
 @dataclass(frozen=True)
@@ -84,11 +175,11 @@ class Run:
 
     @property
     def model_name(self) -> str:
-        return self.config.get("model_name", self.path.parent.name)
+        return self.config["model_name"]
 
     @property
     def seed(self) -> int:
-        return int(self.config.get("seed", 0))
+        return self.config["seed"]
 
     @cached_property
     def task(self):
@@ -97,16 +188,12 @@ class Run:
     @cached_property
     def metrics(self) -> dict:
         path = self.path / METRICS
-        try:
-            return json.loads(path.read_text()) if path.is_file() else {}
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise UsageError(f"{path} is not valid JSON; retrain the run") from None
+        return check_metrics(read_json(path, "retrain the run"), path, self.config)
 
     def check(self) -> None:
         """Every check that needs no torch, so a bad run fails before any model loads."""
         inspect_checkpoint(self.path)
-        if not isinstance(self.metrics, dict):
-            raise UsageError(f"{self.path / METRICS} must hold a JSON object; retrain the run")
+        _ = self.metrics
         if self.config["vocabulary"] != self.task.vocabulary():
             raise UsageError(f"{self.path / CONFIG}: its vocabulary differs from task {self.task.name!r}'s "
                              "(edited, or made by another version of the task); retrain the run")
@@ -124,7 +211,7 @@ class Run:
     def _batches(self) -> dict:
         from tasks.data import task_dataset, to_batch
 
-        data = task_dataset(self.task, int(self.config.get("data_seed", self.seed)))
+        data = task_dataset(self.task, self.config.get("data_seed", self.seed))
         batches = {name: to_batch(split) for name, split in data.items()}
         n_ctx = self.config["spec"]["n_ctx"]
         longest = max(batch.inputs.shape[1] for batch in batches.values())
@@ -140,12 +227,14 @@ def find_runs(runs_dir: Path) -> list[Run]:
     if not runs_dir.is_dir():
         raise UsageError(f"runs folder {runs_dir} does not exist; train first, e.g. "
                          "python -m tasks.winograd train")
+    if runs_dir.is_symlink():
+        raise UsageError(f"runs folder {runs_dir} is a symbolic link; point at the folder itself")
     runs = [Run(path.parent) for path in sorted(runs_dir.rglob(CONFIG))
-            if (path.parent / METRICS).is_file()]
+            if (path.parent / METRICS).is_file() and not path.parent.is_symlink()]
     if not runs:
         raise UsageError(f"runs folder {runs_dir} holds no finished runs; train first, e.g. "
                          f"python -m tasks train <task> --out {runs_dir}")
-    tasks = sorted({run.config.get("task", {}).get("name", "?") for run in runs})
+    tasks = sorted({run.config["task"]["name"] for run in runs})
     if len(tasks) > 1:
         raise UsageError(f"runs folder {runs_dir} mixes runs of tasks {tasks}; point at one task's folder")
     for run in runs:

@@ -27,16 +27,16 @@ class TrainSettings:
     snapshot_every: int = 0
 
     def validate(self) -> "TrainSettings":
-        if not isinstance(self.snapshot_every, int) or self.snapshot_every < 0:
+        if type(self.snapshot_every) is not int or self.snapshot_every < 0:
             raise UsageError(f"snapshot_every must be a non-negative integer (0 = no snapshots), "
                              f"got {self.snapshot_every!r}")
         for name in ("max_steps", "batch_size", "eval_every", "stop_evals", "plateau_steps"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
+            if type(value) is not int or value <= 0:
                 raise UsageError(f"{name} must be a positive integer, got {value!r}")
         for name in ("lr", "weight_decay", "stop_accuracy", "plateau_tolerance"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not math.isfinite(value):
+            if type(value) not in (int, float) or not math.isfinite(value):
                 raise UsageError(f"{name} must be a finite number, got {value!r}; the default is "
                                  f"{getattr(TrainSettings, name)}")
         if self.max_steps > 1_000_000:

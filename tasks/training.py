@@ -83,7 +83,7 @@ def train(model, train_batch: Batch, validation_batch: Batch, settings: TrainSet
     # foreach: one multi-tensor kernel per update instead of a Python loop over ~20 parameters.
     optimizer = torch.optim.AdamW(trainable, lr=settings.lr, weight_decay=settings.weight_decay, foreach=True)
     resuming = resume and state_path is not None and Path(state_path).is_file()
-    done = load_train_state(state_path, model, optimizer, generator) if resuming else FRESH
+    done = load_train_state(state_path, model, optimizer, generator, settings) if resuming else FRESH
     history: list[dict] = list(done["history"])
     start = time.perf_counter() - done["seconds"]
     log = open_log(log_path, history) if log_path else None

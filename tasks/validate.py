@@ -6,12 +6,19 @@ from __future__ import annotations
 import numbers
 from dataclasses import replace
 
+from common.io import path_name
 from models import ModelSpec, UsageError
 from tasks.base import NO_FOIL, SPLITS, Example, Task
 
 
 def refuse(task: Task, where: str, rule: str) -> UsageError:
     return UsageError(f"task plugin {task.name!r}: {where} {rule}")
+
+
+# A toy task's data: sequences a toy model can attend over, and tensors that fit in memory.
+MAX_LENGTH = 4096
+MAX_EXAMPLES = 2_000_000
+MAX_DATA_BYTES = 4 * 2**30
 
 
 def validate_family(task: Task) -> dict[str, ModelSpec]:
@@ -24,6 +31,7 @@ def validate_family(task: Task) -> dict[str, ModelSpec]:
     for name, spec in family.items():
         if not isinstance(name, str) or not isinstance(spec, ModelSpec):
             raise refuse(task, f"default model {name!r}", f"is a {type(spec).__name__}, not a ModelSpec")
+        path_name(name, f"task plugin {task.name!r}: model name")   # it becomes a folder name
         try:
             replace(spec, d_vocab=max(spec.d_vocab, 1)).validate()
         except UsageError as error:
@@ -59,9 +67,11 @@ def generated(task: Task, seed: int):
 
 def validate_task_examples(task: Task, seed: int) -> dict[str, list[Example]]:
     splits = generated(task, seed)
-    if not isinstance(splits, dict) or set(splits) != set(SPLITS):
-        got = sorted(splits) if isinstance(splits, dict) else type(splits).__name__
-        raise refuse(task, "generate()", f"must return a dict with exactly the splits {list(SPLITS)}, got {got}")
+    if not isinstance(splits, dict) or set(splits) != set(SPLITS) \
+            or not all(isinstance(v, (list, tuple)) for v in splits.values()):
+        got = sorted(map(str, splits)) if isinstance(splits, dict) else type(splits).__name__
+        raise refuse(task, "generate()", f"must return a dict with exactly the splits {list(SPLITS)} (each a list), got {got}")
+    check_size(task, splits)
     vocabulary_size = len(task.vocabulary())
     for split, examples in splits.items():
         if not examples:
@@ -72,6 +82,25 @@ def validate_task_examples(task: Task, seed: int) -> dict[str, list[Example]]:
     if task.disjoint_splits:
         check_disjoint(task, splits)
     return splits
+
+
+def check_size(task: Task, splits: dict) -> None:
+    """Refuse data too big to pad into tensors, before the padding (or a model sized to it) is made."""
+    count = sum(len(examples) for examples in splits.values())
+    if count > MAX_EXAMPLES:
+        raise refuse(task, "generate()", f"made {count} examples, more than toylens's limit of {MAX_EXAMPLES}")
+    need = 0
+    for split, examples in splits.items():
+        lengths = [len(e.tokens) if isinstance(e, Example) and isinstance(e.tokens, (tuple, list)) else 0
+                   for e in examples]
+        longest = max(lengths, default=0)
+        if longest > MAX_LENGTH:
+            raise refuse(task, f"split {split!r}", f"has a {longest}-token example, longer than toylens's limit "
+                         f"of {MAX_LENGTH} tokens per sequence")
+        need += 2 * 8 * len(examples) * longest   # tokens and counterfactual, int64, padded
+    if need > MAX_DATA_BYTES:
+        raise refuse(task, "generate()", f"made data needing ~{need / 2**30:.1f} GiB as tensors, more than "
+                     f"toylens's limit of {MAX_DATA_BYTES / 2**30:.0f} GiB; make fewer or shorter examples")
 
 
 def check_example(task: Task, where: str, example: Example, vocabulary_size: int) -> None:

@@ -116,10 +116,17 @@ def copy_runs(tiny_runs: Path, tmp_path: Path) -> Path:
     return out
 
 
-def edit_config(out: Path, edit) -> None:
+def edit_config(out: Path, edit, sign: bool = True) -> None:
+    """Edit a run's config.json. `sign` recomputes run_sha256, as a deliberate forger would, so the
+    checks behind the checksum are tested too; unsigned edits of what defines a run are refused
+    by the checksum (test_run_defining_edit_without_checksum)."""
+    from tasks.runs import run_sha256
+
     path = out / BAD_RUN / "config.json"
     config = json.loads(path.read_text())
     edit(config)
+    if sign and "run_sha256" in config:
+        config["run_sha256"] = run_sha256(config)
     path.write_text(json.dumps(config))
 
 
@@ -139,7 +146,7 @@ def drop_spec_field(config: dict) -> None:
 
 
 def set_format(config: dict) -> None:
-    config["format"] = "toylens-run/2"
+    config["format"] = "toylens-run/9"
     config["versions"]["toylens"] = "9.0"
 
 
@@ -166,7 +173,7 @@ DAMAGES = {
     "vocabulary tokens differ": (lambda out: edit_config(out, swap_two_tokens),
                                  ("vocabulary differs from task 'winograd'",)),
     "other format": (lambda out: edit_config(out, set_format),
-                     ("format 'toylens-run/2' (written by toylens 9.0)", "use that toylens version")),
+                     ("format 'toylens-run/9' (written by toylens 9.0)", "use that toylens version")),
     "metrics not JSON": (lambda out: (out / BAD_RUN / "metrics.json").write_text("{"), ("metrics.json",)),
     "other tasks mixed in": (lambda out: edit_config(out, lambda c: c["task"].update(name="induction")),
                              ("mixes runs of tasks",)),
@@ -236,8 +243,11 @@ def test_sequences_longer_than_the_context(tiny_runs, tmp_path, capsys):
     from probes.accuracy import main
 
     out = copy_runs(tiny_runs, tmp_path)
+    from tasks.runs import run_sha256
+
     config = json.loads((out / BAD_RUN / "config.json").read_text())
     spec = replace(ModelSpec.from_dict(config["spec"]), n_ctx=10)
-    save_checkpoint(out / BAD_RUN, build_model(spec), {**config, "spec": spec.to_dict()})
+    config = {**config, "spec": spec.to_dict()}
+    save_checkpoint(out / BAD_RUN, build_model(spec), {**config, "run_sha256": run_sha256(config)})
     assert_usage_error(in_process(main, [str(out)], capsys), "need 17 positions", "n_ctx=10",
                        "task parameters the run was trained with")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from models import ModelSpec, UsageError
+from models.checkpoint import FORMAT
 from probes.params import count_parameters, formula_counts, spec_from_args
 
 SPECS = [
@@ -56,7 +57,10 @@ def test_spec_from_key_values():
 
 def test_spec_from_run_folder(tmp_path):
     from common.io import write_json
+    from tasks.runs import run_sha256
 
     spec = SPECS[1]
-    write_json(tmp_path / "config.json", {"format": "toylens-run/1", "spec": spec.to_dict(), "vocabulary": []})
+    config = {"format": FORMAT, "spec": spec.to_dict(), "vocabulary": ["a"], "model_name": "m", "seed": 0,
+              "task": {"name": "winograd", "params": {}}, "training": {}}
+    write_json(tmp_path / "config.json", {**config, "run_sha256": run_sha256(config)})   # a whole config.json
     assert spec_from_args([str(tmp_path)]) == spec

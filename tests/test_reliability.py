@@ -21,7 +21,7 @@ from tests.conftest import TINY_SPECS, train_tiny
 TRAIN = ["train", "--models", "attn-only-2x1", "--seeds", "1", "--steps", "120", "--batch-size", "16",
          "--nouns", "6", "--eval-every", "10", "--checkpoint-every", "15", "--no-progress"]
 RUN = Path("attn-only-2x1") / "seed0"
-TIMING = ("seconds", "train_seconds")   # wall-clock fields: the only ones allowed to differ
+TIMING = ("seconds", "train_seconds", "sha256")   # wall-clock fields (and metrics' checksum over them)
 
 
 def env() -> dict:
@@ -222,3 +222,22 @@ def test_parallel_workers_exit_when_the_parent_is_killed(tmp_path):
     for pid in survivors:
         os.kill(pid, signal.SIGKILL)
     assert workers and not survivors
+
+
+def test_a_run_written_before_a_spec_field_existed_loads_with_that_fields_default(tiny_runs, tmp_path):
+    """As if `scale_scores` were added to ModelSpec after these runs were written: their configs
+    (signed by the version that wrote them) lack it, and they load as the same models."""
+    import shutil
+
+    from tasks.runs import find_runs, run_sha256
+
+    copy = tmp_path / "winograd"
+    shutil.copytree(tiny_runs, copy)
+    for config_path in copy.rglob("config.json"):
+        config = json.loads(config_path.read_text())
+        assert config["spec"].pop("scale_scores") is True      # the default: the behaviour they have
+        config["run_sha256"] = run_sha256(config)
+        config_path.write_text(json.dumps(config))
+    for run, original in zip(find_runs(copy), find_runs(tiny_runs), strict=True):
+        inputs = original.batches()["heldout"].inputs[:8]
+        assert torch.equal(run.load_model()(inputs), original.load_model()(inputs))

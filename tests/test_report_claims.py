@@ -66,7 +66,7 @@ class HandRun:
         self.model, self.loaded = model, 0
         self.model_name, self.seed, self.path = name, seed, Path("hand-run-not-on-disk")
         self.config = {"spec": {"n_layers": model.cfg.n_layers, "n_heads": model.cfg.n_heads, "attention": "softmax"}}
-        self.metrics = {}
+        self.metrics = {"steps": 0}
         self.task = SimpleNamespace(vocabulary=lambda: WORDS)
         self._batches = batches
 

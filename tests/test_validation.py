@@ -193,3 +193,16 @@ def test_a_slow_generate_says_what_toylens_is_waiting_for(monkeypatch, capsys):
     monkeypatch.setattr(validate, "SLOW_GENERATE_SECONDS", 0.1)
     validate.generated(Slow(), 3)
     assert "waiting for task plugin 'fake': generate(seed=3) has run" in capsys.readouterr().err
+
+
+def test_a_plugin_hidden_by_a_folder_of_its_name_is_named_as_such(tmp_path, monkeypatch):
+    """Run from the folder holding the plugin's project folder `shadowed_plugin/`, Python imports
+    that folder (a namespace package) instead of the installed module."""
+    (tmp_path / "site").mkdir()
+    install_fake_plugin(tmp_path / "site", monkeypatch, "toylens-shadowed", "shadowed = shadowed_plugin:Plugin")
+    (tmp_path / "cwd" / "shadowed_plugin").mkdir(parents=True)
+    monkeypatch.syspath_prepend(str(tmp_path / "cwd"))
+    monkeypatch.delitem(sys.modules, "shadowed_plugin", raising=False)
+    with pytest.raises(UsageError, match=r"^task plugin 'shadowed': module 'shadowed_plugin' was found as the "
+                                         r"folder .*shadowed_plugin .*run from another folder$"):
+        task_classes()

@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import dataclasses
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from common.cli import Parser, UsageError, positive_int, run_cli
-from tasks.registry import get_task_class, task_classes
+from common.io import nonempty_path, staging
+from tasks.registry import build_task, get_task_class, param_type, task_classes
 from tasks.validate import validate_family
 from toylens.workers import default_jobs
 
@@ -33,7 +35,7 @@ def add_train_arguments(parser: Parser, task_cls: type) -> None:
 def add_settings_arguments(parser: Parser, default_out: str) -> None:
     """Seeds, runs folder and the training settings a command may override."""
     parser.add_argument("--seeds", type=positive_int, default=3, help="train seeds 0..N-1 (default 3)")
-    parser.add_argument("--out", type=Path, help=f"runs folder (default {default_out})")
+    parser.add_argument("--out", type=nonempty_path, help=f"runs folder (default {default_out})")
     parser.add_argument("--steps", type=positive_int, help="hard step budget per run")
     parser.add_argument("--batch-size", type=positive_int)
     parser.add_argument("--lr", type=float)
@@ -49,20 +51,25 @@ def add_jobs_arguments(parser: Parser) -> None:
 def add_task_params(parser: Parser, task_cls: type, defaults: dict | None = None) -> None:
     """One flag per field of the task's Params; `defaults` replaces some of the Params defaults."""
     params = parser.add_argument_group(f"{task_cls.name} task parameters")
+    taken = {option for action in parser._actions for option in action.option_strings}
+    dests = {action.dest for action in parser._actions} | {"command"}
     for field in dataclasses.fields(task_cls.Params):
         flag = "--" + field.name.replace("_", "-")
+        if flag in taken or field.name in dests:
+            raise UsageError(f"task plugin {task_cls.name!r}: Params field {field.name!r} would be the flag "
+                             f"{flag}, which is already a train option; rename the field")
+        kind = param_type(task_cls, field)
         default = (defaults or {}).get(field.name, field.default)
-        if field.type in (bool, "bool"):
+        if kind is bool:
             params.add_argument(flag, action="store_true", default=default)
         else:
-            kind = {"int": int, "float": float, "str": str}.get(str(field.type), field.type)
             params.add_argument(flag, type=kind, default=default, help=f"default {default}")
 
 
 def task_from_args(task_cls: type, args):
     if args.seeds > MAX_SEEDS:
         raise UsageError(f"--seeds {args.seeds} is absurd; use at most {MAX_SEEDS}")
-    return task_cls(task_cls.Params(**{f.name: getattr(args, f.name) for f in dataclasses.fields(task_cls.Params)}))
+    return build_task(task_cls, {f.name: getattr(args, f.name) for f in dataclasses.fields(task_cls.Params)})
 
 
 def settings_from_args(task, args, **fixed):
@@ -77,25 +84,54 @@ def settings_from_args(task, args, **fixed):
 
 
 def train_command(task_cls: type, args) -> None:
+    from tasks.data import cache_root
     from toylens.family import plan_family, train_family
 
+    cache_root()   # refuses an empty TOYLENS_CACHE before any folder is made
     task = task_from_args(task_cls, args)
     settings = settings_from_args(task, args)
-    models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
+    models = model_list(args.models)
     out = args.out or Path("runs") / task.name
     plans = plan_family(task, models, list(range(args.seeds)), settings, out)
     report = out / "report" if args.report else None
-    measured = train_family(plans, overwrite=args.overwrite, progress=not args.no_progress, resume=args.resume,
-                            checkpoint_every=args.checkpoint_every, jobs=args.jobs, report_out=report)
-    # The comparison is a probe; the CLI composes training and probing, the packages stay apart.
-    from probes.accuracy import compare_runs_command
+    with writing_runs(out, report), (staging(report) if report is not None else nullcontext()) as staged:
+        measured = train_family(plans, overwrite=args.overwrite, progress=not args.no_progress, resume=args.resume,
+                                checkpoint_every=args.checkpoint_every, jobs=args.jobs, report_out=staged)
+        # The comparison is a probe; the CLI composes training and probing, the packages stay apart.
+        from probes.accuracy import compare_runs_command
 
-    compare_runs_command(out)
-    if report is not None:
-        from toylens.report import publish_report
+        compare_runs_command(out)
+        if report is not None:
+            from toylens.report import publish_report
 
-        print()
-        publish_report(measured, report, task=task.name)
+            print()
+            publish_report(measured, report, task=task.name, staged=staged)
+
+
+def model_list(text: str | None) -> list[str] | None:
+    """--models as names; absent means the whole family, but an empty value is refused (it would
+    silently train the whole family too)."""
+    if text is None:
+        return None
+    names = [name.strip() for name in text.split(",")]
+    if not all(names):
+        raise UsageError(f"--models {text!r} has an empty name; list model names separated by commas, or "
+                         "leave --models out to train the whole family")
+    return names
+
+
+@contextmanager
+def writing_runs(out: Path, report: Path | None):
+    """Hold the runs folder's lock, after refusing files in the way that toylens did not write."""
+    from common.io import check_replaceable, claim_check
+    from common.lock import folder_lock
+    from probes.accuracy import SUMMARY
+
+    with folder_lock(out, "runs folder"):
+        claim_check(out / SUMMARY)
+        if report is not None:
+            check_replaceable(report, "report folder")
+        yield
 
 
 def summary_line(task_cls: type) -> str:

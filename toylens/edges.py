@@ -44,9 +44,11 @@ def edges_command(runs_dir: Path, out: Path | None) -> None:
 
 
 def main(argv=None) -> None:
+    from common.io import nonempty_path  # an empty path would mean the current folder
+
     parser = Parser(prog="python -m toylens.edges", description=__doc__.splitlines()[0])
-    parser.add_argument("runs_dir", type=Path)
-    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("runs_dir", type=nonempty_path)
+    parser.add_argument("--out", type=nonempty_path, default=None)
     args = parser.parse_args(argv)
     if not args.runs_dir.is_dir():
         parser.error(f"{args.runs_dir} is not a folder of runs")

@@ -6,17 +6,16 @@ has a config but no metrics.json, and continues with --resume from its last save
 
 from __future__ import annotations
 
-import json
 import shlex
-import shutil
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from models import ModelSpec, UsageError
 from models.checkpoint import CONFIG, FORMAT, WEIGHTS, save_checkpoint
-from common.io import write_json
+from common.io import check_replaceable, interrupted_write, read_json, remove, remove_tree, write_json
 from tasks.base import Task
-from tasks.runs import LOG, METRICS, command_argv, command_line, package_versions, read_run_config
+from tasks.runs import (LOG, METRICS, command_argv, command_line, metrics_sha256, package_versions,
+                        read_run_config, run_sha256)
 from tasks.settings import TrainSettings, settings_dict
 from tasks.validate import validate_family
 from toylens.workers import map_jobs
@@ -41,10 +40,12 @@ class RunPlan:
                 "training": settings_dict(self.settings)}
 
 
-def sized_spec(spec: ModelSpec, task: Task, batches: dict, context: int = 0) -> ModelSpec:
-    """Fill in what the data decides: vocabulary size and context length (at least `context`)."""
+def sized_spec(spec: ModelSpec, task: Task, batches: dict, context: int = 0, batch_size: int = 64) -> ModelSpec:
+    """Fill in what the data decides (vocabulary size and context length, at least `context`);
+    refuse a model that would not fit in memory to train at `batch_size`, before building it."""
     longest = max(int(batch.lengths.max()) for batch in batches.values())
-    return replace(spec, d_vocab=len(task.vocabulary()), n_ctx=max(longest - 1, context)).validate()
+    return replace(spec, d_vocab=len(task.vocabulary()), n_ctx=max(longest - 1, context)).validate() \
+        .check_memory(batch_size)
 
 
 def plan_family(task: Task, model_names: list[str] | None, seeds: list[int], settings: TrainSettings,
@@ -99,10 +100,9 @@ def check_out_folder(out: Path, task: Task) -> None:
     if Path(out).exists() and not Path(out).is_dir():
         raise UsageError(f"--out {out} is a file, not a folder; choose a folder for the runs")
     for config_path in sorted(Path(out).rglob(CONFIG)) if Path(out).is_dir() else []:
-        try:
-            name = json.loads(config_path.read_text()).get("task", {}).get("name")
-        except (json.JSONDecodeError, AttributeError, UnicodeDecodeError):
-            name = None
+        config = read_json(config_path, "move the folder away or choose another --out")
+        info = config.get("task") if isinstance(config, dict) else None
+        name = info.get("name") if isinstance(info, dict) else None
         if name != task.name:
             raise UsageError(f"{out} already holds a run of task {name!r} ({config_path.parent}); "
                              f"choose another --out for task {task.name!r}")
@@ -116,10 +116,12 @@ def start_run(plan: RunPlan, spec: ModelSpec, command: str | None = None) -> dic
 
     plan.run_dir.mkdir(parents=True, exist_ok=True)
     for name in (METRICS, WEIGHTS, STATE, LOG):
-        (plan.run_dir / name).unlink(missing_ok=True)
-    shutil.rmtree(plan.run_dir / SNAPSHOTS, ignore_errors=True)
+        remove(plan.run_dir / name)   # only files toylens wrote; train_family checked there are no others
+    if (plan.run_dir / SNAPSHOTS).is_dir():
+        remove_tree(plan.run_dir / SNAPSHOTS)
     config = {**plan.identity(), "format": FORMAT, "spec": spec.to_dict(),
               "vocabulary": plan.task.vocabulary(), "versions": package_versions(), "command": command or command_line()}
+    config["run_sha256"] = run_sha256(config)
     write_json(plan.run_dir / CONFIG, config)
     return config
 
@@ -143,11 +145,12 @@ def execute(plan: RunPlan, progress: bool = True, resume: bool = False,
 
     data = task_dataset(plan.task, plan.seed)
     batches = {name: to_batch(split) for name, split in data.items()}
-    spec = sized_spec(plan.spec, plan.task, batches, plan.context)
+    spec = sized_spec(plan.spec, plan.task, batches, plan.context, plan.settings.batch_size)
     model = build_model(spec, seed=plan.seed)
     config = continue_run(plan) if resume else start_run(plan, spec, command)
     for temp in plan.run_dir.glob(".*.tmp"):  # left by a write that a kill interrupted
-        temp.unlink()
+        if interrupted_write(temp):
+            temp.unlink()
     result = train(model, batches["train"], batches["validation"], plan.settings, plan.seed,
                    log_path=plan.run_dir / LOG, progress=progress, snapshot_dir=plan.run_dir / SNAPSHOTS,
                    label=f"{plan.model_name} seed {plan.seed}", state_path=plan.run_dir / STATE,
@@ -161,8 +164,9 @@ def execute(plan: RunPlan, progress: bool = True, resume: bool = False,
                "train_seconds": round(result.seconds, 3),
                "accuracy": {name: split.accuracy.value for name, split in evaluation.splits.items()},
                EVALUATION: {**record, "weights_sha256": weights_sha256, "spec": spec.to_dict()}}
+    metrics["sha256"] = metrics_sha256(metrics)
     write_json(plan.run_dir / METRICS, metrics)
-    (plan.run_dir / STATE).unlink(missing_ok=True)  # a finished run is never resumed
+    remove(plan.run_dir / STATE)  # a finished run is never resumed
     return metrics
 
 
@@ -177,9 +181,22 @@ def train_family(plans: list[RunPlan], overwrite: bool = False, progress: bool =
     """Train every plan not already done; with jobs > 1, that many runs at a time in worker processes.
     With `report_out`, each worker then measures what the circuit report shows for its run (kept runs
     too), saving the report's own start-up; returns those measurements in plan order (else Nones)."""
-    if plans:
-        check_out_folder(plans[0].run_dir.parent.parent, plans[0].task)
+    if not plans:
+        return []
+    from common.lock import folder_lock
+
+    out = plans[0].run_dir.parent.parent
+    check_out_folder(out, plans[0].task)
+    with folder_lock(out, "runs folder"):
+        return train_locked(plans, overwrite, progress, resume, checkpoint_every, jobs, report_out)
+
+
+def train_locked(plans: list[RunPlan], overwrite: bool, progress: bool, resume: bool,
+                 checkpoint_every: int | None, jobs: int, report_out: Path | None) -> list:
     statuses = [existing_status(plan, overwrite, resume) for plan in plans]
+    for plan, status in zip(plans, statuses):
+        if status != "done":   # this run folder will be written: nothing of the user's may be in it
+            check_replaceable(plan.run_dir, "run folder")
     todo = []
     for plan, status in zip(plans, statuses):
         if status == "done":

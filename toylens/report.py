@@ -23,44 +23,64 @@ def measure_for_report(run, out: Path):
 
 
 def report_command(runs_dir: Path, out: Path | None, jobs: int = 1) -> None:
+    from contextlib import ExitStack
     from functools import partial
 
+    from common.io import check_replaceable, staging
+    from common.lock import folder_lock
     from probes.accuracy import family_order
     from tasks.runs import find_runs
     from toylens.workers import map_jobs
 
-    runs = find_runs(runs_dir)
-    order = family_order(runs)
-    runs = sorted(runs, key=lambda run: (order.index(run.model_name), run.seed))
     out = Path(out or Path(runs_dir) / "report")
-    measured = map_jobs(partial(measure_for_report, out=out), runs, jobs,
-                        f"analysing {len(runs)} runs, {min(jobs, len(runs))} at a time", cost=analysis_cost)
-    publish_report(measured, out, task=runs[0].task.name)
+    # One writer at a time: the runs folder (training would change what is read) and the folder
+    # the report is swapped into.
+    with ExitStack() as locks:
+        if Path(runs_dir).is_dir() and not Path(runs_dir).is_symlink():
+            locks.enter_context(folder_lock(runs_dir, "runs folder"))
+        runs = find_runs(runs_dir)
+        if out.parent.resolve() != Path(runs_dir).resolve():
+            locks.enter_context(folder_lock(out.parent, "report's parent folder"))
+        order = family_order(runs)
+        runs = sorted(runs, key=lambda run: (order.index(run.model_name), run.seed))
+        check_replaceable(out, "report folder")
+        with staging(out) as staged:
+            measured = map_jobs(partial(measure_for_report, out=staged), runs, jobs,
+                                f"analysing {len(runs)} runs, {min(jobs, len(runs))} at a time", cost=analysis_cost)
+            publish_report(measured, out, task=runs[0].task.name, staged=staged)
 
 
-def publish_report(measured: list, out: Path, task: str) -> None:
-    """Write and summarise the report from each run's `measure_for_report` result (in report order)."""
+def publish_report(measured: list, out: Path, task: str, staged: Path | None = None) -> None:
+    """Write and summarise the report from each run's `measure_for_report` result (in report order).
+    With `staged` (the folder the runs' figures were drawn into), the report is completed there and
+    then swapped in for `out` as a whole, so no reader sees a half-written or mixed report."""
+    from common.io import publish_folder
     from probes.parts import render_parts
     from probes.report import write_report
     from probes.settings import DEFAULT
 
-    sections = render_parts(measured, out, DEFAULT)
-    written = write_report(measured, sections, out, task, DEFAULT)
+    folder = Path(staged or out)
+    sections = render_parts(measured, folder, DEFAULT)
+    written = write_report(measured, sections, folder, task, DEFAULT)
+    if staged is not None:
+        publish_folder(staged, out)
+        written = Path(out) / written.relative_to(folder)
     print("\n".join(line for section in sections.values() for line in section.summary))
     print(f"\nwrote {written}")
 
 
 def main(argv=None) -> None:
     from common.cli import Parser, positive_int, run_cli
+    from common.io import nonempty_path
     from toylens.workers import default_jobs
 
     parser = Parser(prog="python -m probes.circuit",
                     description="Trace which heads, at which positions, decide a task's answer.")
     commands = parser.add_subparsers(dest="command", required=True)
     report = commands.add_parser("report", help="analyse every run in RUNS_DIR and write RUNS_DIR/report/")
-    report.add_argument("runs_dir", type=Path, nargs="?", default=Path("runs/winograd"),
+    report.add_argument("runs_dir", type=nonempty_path, nargs="?", default=Path("runs/winograd"),
                         help="a task's runs folder (default: runs/winograd)")
-    report.add_argument("--out", type=Path, default=None, help="report folder (default: RUNS_DIR/report)")
+    report.add_argument("--out", type=nonempty_path, default=None, help="report folder (default: RUNS_DIR/report)")
     report.add_argument("--jobs", type=positive_int, default=default_jobs(),
                         help="runs analysed at a time, each in its own process (default: the CPU cores)")
     args = parser.parse_args(argv)

@@ -84,6 +84,8 @@ def scaling_command(task_name: str, widths, seeds, steps: int, every: int, jobs:
 
 
 def main(argv=None) -> None:
+    from common.io import nonempty_path  # an empty path would mean the current folder
+
     parser = Parser(prog="python -m probes.scaling",
                     description="sqrt(d_k): scores, saturation, entropy and gradients, at init and in training.")
     parser.add_argument("--task", default="winograd", help="task to train on (default winograd)")
@@ -94,7 +96,7 @@ def main(argv=None) -> None:
     parser.add_argument("--jobs", type=positive_int, default=2)
     parser.add_argument("--init-only", action="store_true", help="skip training")
     parser.add_argument("--overwrite", action="store_true", help="retrain runs already in --out")
-    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--out", type=nonempty_path, default=OUT)
     args = parser.parse_args(argv)
     run_cli(scaling_command, args.task, args.widths, list(range(args.seeds)), args.steps, args.every, args.jobs,
             args.init_only, args.out, args.overwrite)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from common.cli import UsageError
+from common.io import nonempty_path
 from models import ModelSpec
 from tasks.settings import TrainSettings
 
@@ -163,7 +164,7 @@ def add_sweep_arguments(parser, task_cls: type) -> None:
     parser.add_argument("--grid", nargs="+", default=[], metavar="KEY=V1,V2",
                         help="values to sweep: training settings, task parameters or model-spec fields, "
                              "e.g. --grid d_model=64,128 lr=1e-3,3e-3 (every combination is a grid point)")
-    parser.add_argument("--out", type=Path, help=f"sweep folder (default runs/sweeps/{task_cls.name})")
+    parser.add_argument("--out", type=nonempty_path, help=f"sweep folder (default runs/sweeps/{task_cls.name})")
     parser.add_argument("--steps", type=positive_int, help="hard step budget per run")
     parser.add_argument("--batch-size", type=positive_int)
     parser.add_argument("--lr", type=float)
@@ -194,7 +195,9 @@ def sweep_command(task_cls: type, args) -> None:
     params = {f.name: getattr(args, f.name) for f in dataclasses.fields(task_cls.Params)}
     training = {key: value for key, value in (("max_steps", args.steps), ("batch_size", args.batch_size),
                                               ("lr", args.lr), ("eval_every", args.eval_every)) if value is not None}
-    models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
+    from toylens.cli import model_list
+
+    models = model_list(args.models)
     out = args.out or Path("runs") / "sweeps" / task_cls.name
     runs = plan_sweep(task_cls, params, training, models, parse_seeds(args.seeds), parse_grid(args.grid, task_cls), out)
     executor = make_executor(args.executor, args.jobs, args.address, args.gpus_per_run)

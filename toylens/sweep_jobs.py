@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from common.cli import UsageError
-from common.io import atomic_write, write_json
+from common.io import MANIFEST, atomic_write, check_replaceable, remove, write_json
 from models.checkpoint import CONFIG
 from tasks.runs import METRICS
 
@@ -59,9 +59,11 @@ def write_run(run_dir: Path, files: dict) -> None:
             raise UsageError(f"a worker returned the file name {name!r} for {run_dir}; refused")
     last = [CONFIG, METRICS]
     for name in sorted(files, key=lambda n: (n in last, last.index(n) if n in last else 0, n)):
+        if PurePosixPath(name).name == MANIFEST:   # the worker's own; writing here makes the driver's
+            continue
         data = files[name]
         atomic_write(run_dir / name, lambda temp, data=data: Path(temp).write_bytes(data))
-    (run_dir / FAILED).unlink(missing_ok=True)
+    remove(run_dir / FAILED)
 
 
 @dataclass(frozen=True)
@@ -76,12 +78,24 @@ class SweepOutcome:
 
 def run_sweep(runs: list[SweepRun], out: Path, executor, command: str, resume: bool = False,
               overwrite: bool = False, progress: bool = True, write=print) -> SweepOutcome:
-    from tqdm.auto import tqdm
-
-    from toylens.family import check_out_folder, existing_status, resume_command, step_cost
+    from common.lock import folder_lock
+    from toylens.family import check_out_folder
 
     check_out_folder(out, runs[0].plan.task)
+    with folder_lock(out, "runs folder"):
+        return sweep_locked(runs, out, executor, command, resume, overwrite, progress, write)
+
+
+def sweep_locked(runs: list[SweepRun], out: Path, executor, command: str, resume: bool, overwrite: bool,
+                 progress: bool, write) -> SweepOutcome:
+    from tqdm.auto import tqdm
+
+    from toylens.family import existing_status, resume_command, step_cost
+
     statuses = [existing_status(run.plan, overwrite, resume) for run in runs]
+    for run, status in zip(runs, statuses):
+        if status != "done":   # this run folder will be written: nothing of the user's may be in it
+            check_replaceable(run.plan.run_dir, "run folder")
     todo = [SweepJob(run.plan, command) for run, status in zip(runs, statuses) if status != "done"]
     write_points(runs, out)
     counts = {"done": 0, "failed": 0, "worker_seconds": 0.0}

@@ -29,9 +29,19 @@ def in_one_thread(function: Callable, *args):
 
 def exit_with_parent(parent: int) -> None:
     """Worker initializer: a killed parent (SIGKILL included) must not leave workers running on,
-    writing into folders nobody watches (seen: orphans overwrote a restarted family's runs)."""
+    writing into folders nobody watches (seen: orphans overwrote a restarted family's runs).
+    Ctrl-C reaches the whole process group; the parent alone handles it (and stops the workers),
+    so no idle worker prints a traceback of its own."""
+    import signal
     import threading
     import time
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # tqdm's default lock is a multiprocessing semaphore; a worker stopped on Ctrl-C cannot release
+    # it, and the resource tracker then warns about it. Workers draw no shared bars: a thread lock does.
+    from tqdm.auto import tqdm
+
+    tqdm.set_lock(threading.RLock())
 
     def watch():
         while os.getppid() == parent:
@@ -74,8 +84,20 @@ def map_jobs(function: Callable, items: Iterable, jobs: int, desc: str, progress
             futures = {pool.submit(in_one_thread, function, items[index]): index for index in order}
             for future in as_completed(futures):
                 record(futures[future], future.result())
+        except KeyboardInterrupt:
+            stop_workers(pool)
+            raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
         return results
     finally:
         bar.close()
+
+
+def stop_workers(pool) -> None:
+    """End the workers at once on Ctrl-C (they ignore SIGINT): without this, shutdown would wait for
+    every running job to finish. The executor offers no public way to do this."""
+    for process in list(getattr(pool, "_processes", {}).values()):
+        process.terminate()
+    for process in list(getattr(pool, "_processes", {}).values()):
+        process.join(timeout=5)
