@@ -2,7 +2,9 @@
 
 Methods: "zero" (z = 0), "mean" (z = its mean over a reference batch at the same position) and
 "resample" (z from another, randomly drawn reference example at the same position). Mean and
-resample statistics come from `reference_batch` (default: the batch itself).
+resample statistics come from `reference_batch` (a Batch, or a `Reference` holding its
+activations), which they require: the report uses the run's training rows
+(`training_reference(run)`), and a notebook that passes the same gets the report's numbers. Mean is the default method, as in `probes.heads.head_report` and the report.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ class AblationResult:
     logit_diff: float               # mean answer - foil logit over scored positions with a foil
     foil_rate: float
     by_group: dict[str, dict]       # group -> {"n", "accuracy", "logit_diff"}
+    n: int = 0                      # scored positions measured
+    top_token: int = -1             # the most often predicted token ...
+    top_share: float = 0.0          # ... and its share of the scored positions (a constant output: ~1)
 
     @property
     def label(self) -> str:
@@ -61,12 +66,31 @@ def cached_z(model, tokens: torch.Tensor, layers) -> dict[int, torch.Tensor]:
     return {layer: cache[get_act_name("z", layer)] for layer in layers}
 
 
-def replacement_z(model, batch: Batch, layers, method: str, seed: int, reference: Batch) -> dict:
+@dataclass(frozen=True)
+class Reference:
+    """Reference examples with every layer's z from one forward: a report ablates with the same
+    reference many times (three sweeps, the circuit search, the circuit itself, head roles)."""
+
+    batch: Batch
+    z: dict[int, torch.Tensor]
+
+    def __len__(self) -> int:
+        return len(self.batch)
+
+
+def reference_activations(model, batch: Batch) -> Reference:
+    return Reference(batch, cached_z(model, batch.inputs, range(model.cfg.n_layers)))
+
+
+def replacement_z(model, batch: Batch, layers, method: str, seed: int, reference: "Batch | Reference") -> dict:
     """Per layer, the [n, pos, head, d_head] values the ablated heads' z is replaced with."""
     width = batch.inputs.shape[1]
     if method == "zero" or not layers:
         return {layer: None for layer in layers}
-    z = cached_z(model, reference.inputs, layers)
+    if isinstance(reference, Reference):
+        z, reference = reference.z, reference.batch
+    else:
+        z = cached_z(model, reference.inputs, layers)
     valid = reference.real_positions().float()[:, :, None, None]
     out = {}
     if method == "mean":
@@ -99,19 +123,32 @@ def resample_rows(batch: Batch, reference: Batch, seed: int) -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.long)
 
 
-def check_method(method: str) -> None:
+def check_method(method: str, reference_batch: Batch | None) -> None:
     if method not in ABLATION_METHODS:
         raise UsageError(f"ablation method must be one of {', '.join(ABLATION_METHODS)}, got {method!r}")
+    if method != "zero" and reference_batch is None:
+        raise UsageError(f"{method} ablation needs reference_batch, the examples whose activations replace "
+                         "the heads' output: pass probes.ablation.training_reference(run) for the training "
+                         "rows the report uses, or the batch itself")
 
 
-def ablation_hooks(model, batch: Batch, heads, method: str = "zero", seed: int = 0,
+def training_reference(run, rows: int | None = None) -> Batch:
+    """The run's training rows that the report's mean and resample ablations average over
+    (ReportSettings.reference_rows of them, evenly spread; all when there are fewer)."""
+    from probes.settings import DEFAULT
+    from tasks.data import spread_subset
+
+    return spread_subset(run.batches()["train"], rows or DEFAULT.reference_rows)
+
+
+def ablation_hooks(model, batch: Batch, heads, method: str = "mean", seed: int = 0,
                    reference_batch: Batch | None = None) -> list:
     """Forward hooks that ablate `heads` for a run over `batch.inputs` (or any tensor of its shape)."""
-    check_method(method)
     heads = parse_heads(heads)
     check_heads(model, heads)
+    check_method(method, reference_batch)
     layers = sorted({layer for layer, _ in heads})
-    values = replacement_z(model, batch, layers, method, seed, reference_batch or batch)
+    values = replacement_z(model, batch, layers, method, seed, reference_batch)
 
     def hook(layer, indices):
         def replace(z, hook):
@@ -124,7 +161,7 @@ def ablation_hooks(model, batch: Batch, heads, method: str = "zero", seed: int =
 
 
 @torch.no_grad()
-def ablated_scored(model, batch: Batch, heads, method: str = "zero", seed: int = 0,
+def ablated_scored(model, batch: Batch, heads, method: str = "mean", seed: int = 0,
                    reference_batch: Batch | None = None) -> Scored:
     hooks = ablation_hooks(model, batch, heads, method, seed, reference_batch)
     logits = model.run_with_hooks(batch.inputs, fwd_hooks=hooks)
@@ -145,6 +182,9 @@ def ablation_result(scored: Scored, batch: Batch, heads, method: str) -> Ablatio
         logit_diff=nanmean(scored.logit_diff),
         foil_rate=scored.chose_foil.float().mean().item(),
         by_group=by_group,
+        n=len(scored.predicted),
+        top_token=scored.top_prediction[0],
+        top_share=scored.top_prediction[1],
     )
 
 
@@ -152,9 +192,10 @@ def nanmean(values: torch.Tensor) -> float:
     return values.nanmean().item() if len(values) else float("nan")
 
 
-def ablate(model, batch: Batch, heads, method: str = "zero", seed: int = 0,
+def ablate(model, batch: Batch, heads, method: str = "mean", seed: int = 0,
            reference_batch: Batch | None = None) -> AblationResult:
-    """Score `batch` with `heads` ("L0H1" or (0, 1)) ablated at every position."""
+    """Score `batch` with `heads` ("L0H1" or (0, 1)) ablated at every position; mean and resample
+    take their values from `reference_batch` (see `training_reference`)."""
     scored = ablated_scored(model, batch, heads, method, seed, reference_batch)
     return ablation_result(scored, batch, heads, method)
 
@@ -167,14 +208,14 @@ def sweep_targets(model) -> list[tuple[tuple[int, int], ...]]:
     return [()] + singles + (layers if n_heads > 1 else [])
 
 
-def head_ablation_sweep(model, batch: Batch, method: str = "zero", seed: int = 0,
+def head_ablation_sweep(model, batch: Batch, method: str = "mean", seed: int = 0,
                         reference_batch: Batch | None = None, clean: "CleanRun | None" = None) -> list[AblationResult]:
     """Every target of `sweep_targets`, scored from one clean run replayed (see `replayed_scored`)
     rather than one forward per target. Equal to ablating each target with hooks (tested). Sweeps of
     several methods over one batch can share `clean` (`clean_run(model, batch)`)."""
-    check_method(method)
+    check_method(method, reference_batch)
     layers = list(range(model.cfg.n_layers))
-    values = replacement_z(model, batch, layers, method, seed, reference_batch or batch)
+    values = replacement_z(model, batch, layers, method, seed, reference_batch)
     clean = clean or clean_run(model, batch)
     return [ablation_result(replayed_scored(model, batch, clean, heads, values), batch, heads, method)
             for heads in sweep_targets(model)]

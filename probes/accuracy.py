@@ -7,7 +7,7 @@ the foil ("wrong answer") rate, the "other token" rate, a breakdown by group, an
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from common.io import write_json
@@ -25,6 +25,8 @@ class SplitAccuracy:
     foil_rate: float
     other_rate: float
     by_group: dict[str, dict]
+    top_token: int = -1      # the most often predicted token at the scored positions ...
+    top_share: float = 0.0   # ... and the share of scored positions predicting it
 
 
 @dataclass(frozen=True)
@@ -46,11 +48,14 @@ class ModelAccuracy:
     heldout_foil_rate: Interval
     shuffle_max_logit_change: float
     runs: list[RunAccuracy]
+    collapsed: dict[int, str] = field(default_factory=dict)   # seed -> why it counts as collapsed
+    heldout_without_collapsed: Interval | None = None        # mean over the other seeds, when any collapsed
 
 
 def split_accuracy(scored, groups: list[str]) -> SplitAccuracy:
     correct, foil = scored.correct, scored.chose_foil
     n = len(correct)
+    top_token, top_share = scored.top_prediction
     row_groups = [groups[i] for i in scored.example_index.tolist()]
     by_group = {}
     for group in sorted(set(row_groups)):
@@ -65,6 +70,8 @@ def split_accuracy(scored, groups: list[str]) -> SplitAccuracy:
         foil_rate=float(foil.float().mean()),
         other_rate=float((~correct & ~foil).float().mean()),
         by_group=by_group,
+        top_token=top_token,
+        top_share=top_share,
     )
 
 
@@ -90,7 +97,8 @@ def stored_accuracy(record: dict, path) -> RunAccuracy:
     (the caller then measures again rather than print it)."""
     splits = {name: SplitAccuracy(s["n"], interval(s["accuracy"]), number(s["loss"]), rate(s["foil_rate"]), rate(s["other_rate"]),
                                   {g: {"n": count(v["n"]), "accuracy": interval(v["accuracy"]).as_dict(),
-                                       "foil_rate": rate(v["foil_rate"])} for g, v in s["by_group"].items()})
+                                       "foil_rate": rate(v["foil_rate"])} for g, v in s["by_group"].items()},
+                                  token(s["top_token"]), rate(s["top_share"]))
               for name, s in record["splits"].items()}
     if set(splits) != {"train", "validation", "heldout"} or any(type(s.n) is not int for s in splits.values()) \
             or not isinstance(record["model_name"], str) or type(record["seed"]) is not int:
@@ -111,6 +119,12 @@ def rate(value) -> float:
     return value
 
 
+def token(value) -> int:
+    if type(value) is not int or value < -1:
+        raise ValueError(f"{value!r} is not a token id (or -1)")
+    return value
+
+
 def count(value) -> int:
     if type(value) is not int or value < 0:
         raise ValueError(f"{value!r} is not a count")
@@ -123,9 +137,10 @@ def interval(fields: dict) -> Interval:
     return Interval(rate(fields["value"]), rate(fields["low"]), rate(fields["high"]), count(fields["n"]))
 
 
-def run_accuracy(run) -> RunAccuracy:
+def run_accuracy(run, load_model=None) -> RunAccuracy:
     """What training measured (in its worker, while the model was in memory) if it was measured on
-    these weights and this spec, else measured now (which also checks that they fit together)."""
+    these weights and this spec, else measured now (which also checks that they fit together) on
+    the model `load_model()` returns (default: the run's, loaded)."""
     record = run.metrics.get(EVALUATION)
     if isinstance(record, dict) and record.get("weights_sha256") == run.config.get("weights_sha256") \
             and record.get("spec") == run.config.get("spec"):
@@ -133,11 +148,15 @@ def run_accuracy(run) -> RunAccuracy:
             return stored_accuracy(record, run.path)
         except (KeyError, TypeError, ValueError, AttributeError):
             pass  # written by another version (or forged): measure again
-    return measure_accuracy(run.load_model(), run.batches(), run.model_name, run.seed, run.path,
+    return measure_accuracy((load_model or run.load_model)(), run.batches(), run.model_name, run.seed, run.path,
                             run.metrics["steps"])
 
 
-def model_accuracy(runs: list[RunAccuracy]) -> ModelAccuracy:
+def model_accuracy(runs: list[RunAccuracy], vocabulary: list[str] | None = None) -> ModelAccuracy:
+    from probes.health import collapse_note
+
+    notes = {r.seed: note for r in runs if (note := collapse_note(r, runs, vocabulary))}
+    healthy = [r.splits["heldout"].accuracy.value for r in runs if r.seed not in notes]
     return ModelAccuracy(
         model_name=runs[0].model_name,
         seeds=[r.seed for r in runs],
@@ -146,6 +165,8 @@ def model_accuracy(runs: list[RunAccuracy]) -> ModelAccuracy:
         heldout_foil_rate=mean_interval([r.splits["heldout"].foil_rate for r in runs]),
         shuffle_max_logit_change=max(r.shuffle_max_logit_change for r in runs),
         runs=runs,
+        collapsed=notes,
+        heldout_without_collapsed=mean_interval(healthy) if notes and healthy else None,
     )
 
 
@@ -161,7 +182,8 @@ def compare_runs(runs_dir: Path) -> list[ModelAccuracy]:
 
     runs = find_runs(runs_dir)
     results = [run_accuracy(run) for run in runs]
-    return [model_accuracy([r for r in results if r.model_name == name]) for name in family_order(runs)]
+    vocabulary = runs[0].task.vocabulary()
+    return [model_accuracy([r for r in results if r.model_name == name], vocabulary) for name in family_order(runs)]
 
 
 def write_summary(runs_dir: Path, models: list[ModelAccuracy]) -> Path:

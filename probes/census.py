@@ -142,12 +142,12 @@ def summary_lines(groups: list[GroupCensus]) -> list[str]:
 
 
 def markdown(groups: list[GroupCensus], figure: str | None) -> str:
-    from probes.report import EDGE_CLAIM
+    from probes.settings import DEFAULT
 
     out = ["# Circuit census", "",
            "Per model and grid point, over the runs that finished: each share is count / finished runs with a "
            "95% Wilson interval. A circuit is named as a path only as the report names it: its best "
-           f"single-position path patch recovers at least {EDGE_CLAIM:.0%} of the clean - counterfactual gap "
+           f"single-position path patch recovers at least {DEFAULT.path_claim:.0%} of the clean - counterfactual gap "
            "(0 = the path alone restores nothing, 1 = all of it); other runs are labelled by what was found. "
            "Collapsed: validation never solved (stopped stalled or out of budget). Held-out accuracy: the "
            "task's held-out split.", ""]

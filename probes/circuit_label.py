@@ -14,7 +14,7 @@ CIRCUIT = "circuit.json"
 
 @dataclass(frozen=True)
 class Edge:
-    """The circuit's best single-position path patch (probes.report.best_edges)."""
+    """The circuit's best single-position path patch (probes.words.best_edges)."""
 
     sender: str
     receiver: str
@@ -47,11 +47,13 @@ class CircuitSummary:
 
 
 def summarise(analysis) -> CircuitSummary:
-    """The facts of a probes.circuit.RunAnalysis that name its circuit."""
-    from probes.report import best_edges, describe
+    """The facts of a probes.run_analysis.RunAnalysis that name its circuit."""
+    from probes.settings import DEFAULT
+    from probes.words import best_edges, describe
 
     base = dict(model_name=analysis.model_name, seed=analysis.seed, n_layers=analysis.spec.get("n_layers", 1),
-                heldout=analysis.accuracy.splits["heldout"].accuracy.value, summary=describe(analysis))
+                heldout=analysis.accuracy.splits["heldout"].accuracy.value,
+                summary=describe(analysis, DEFAULT, analysis.vocabulary))
     if analysis.circuit is None:
         return CircuitSummary(**base, note=analysis.note)
     edges = best_edges(analysis)
@@ -75,15 +77,15 @@ class CircuitLabel:
 
 
 def circuit_label(summary: CircuitSummary) -> CircuitLabel:
-    """The report's naming rule: a path is named only when it recovers probes.report.EDGE_CLAIM of
+    """The report's naming rule: a path is named only when it recovers ReportSettings.path_claim of
     the gap; otherwise the label says what was found (its heads) and that no path was named."""
-    from probes.report import EDGE_CLAIM
+    from probes.settings import DEFAULT
 
     heads = "+".join(summary.nodes)
     if not summary.nodes:
         return CircuitLabel("untraced", "no circuit traced")
     edge = summary.edge
-    if edge is not None and edge.recovered >= EDGE_CLAIM:
+    if edge is not None and edge.recovered >= DEFAULT.path_claim:
         return CircuitLabel("path", f"{edge.component.upper()}-composition {edge.sender}->{edge.receiver} "
                                     f"at {edge.position_label}")
     if edge is not None:

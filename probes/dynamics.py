@@ -111,8 +111,9 @@ def phase_change(points: list[SnapshotPoint]) -> tuple[int | None, tuple[int, in
     return (interval[0] + interval[1]) // 2, interval, 100 * rate
 
 
-def run_dynamics(run, rows: int = ROWS) -> Dynamics:
-    """Replay every snapshot of `run` on its first `rows` held-out sequences."""
+def run_dynamics(run, rows: int = ROWS, model=None) -> Dynamics:
+    """Replay every snapshot of `run` on `rows` evenly spread held-out sequences, in `model` (the
+    run's, already loaded, is given back with its own weights) or a freshly loaded one."""
     from models.checkpoint import load_tensors
     from tasks.data import spread_subset
 
@@ -120,14 +121,18 @@ def run_dynamics(run, rows: int = ROWS) -> Dynamics:
     if len(files) < 2:
         raise UsageError(f"{run.path} has fewer than two weight snapshots; train with "
                          "snapshot_every > 0 (the task's default_training can turn it on)")
-    model = run.load_model()
+    model = model if model is not None else run.load_model()
+    own = {name: value.clone() for name, value in model.state_dict().items()}
     batch = spread_subset(run.batches()["heldout"], rows)
     points = []
-    for step, path in files:
-        state, _ = load_tensors(path, fix="retrain the run to rewrite its snapshots")
-        model.load_state_dict(state)
-        model.eval()
-        points.append(snapshot_point(model, batch, step))
+    try:
+        for step, path in files:
+            state, _ = load_tensors(path, fix="retrain the run to rewrite its snapshots")
+            model.load_state_dict(state)
+            model.eval()
+            points.append(snapshot_point(model, batch, step))
+    finally:
+        model.load_state_dict(own)
     step, interval, fall = phase_change(points)
     return Dynamics(run.model_name, run.seed, str(run.path), points, step, interval, fall)
 

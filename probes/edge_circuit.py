@@ -74,10 +74,10 @@ def edge_circuit(model, batch: Batch, graph: Graph, ig_steps: int = 5, acdc_thre
 
 def run_edge_circuit(run, **options) -> EdgeCircuit:
     """edge_circuit on a trained run: its model and graph (from the run's spec), on the counterfactual
-    pairs the circuit report patches (probes.circuit.patch_pairs evenly spread held-out pairs)."""
+    pairs the circuit report patches (probes.parts.patch_pairs evenly spread held-out pairs)."""
     from models import ModelSpec
     from models.graph import graph_of
-    from probes.circuit import patch_pairs
+    from probes.parts import patch_pairs
     from tasks.data import spread_subset
 
     heldout = run.batches()["heldout"]

@@ -56,7 +56,9 @@ def ranked(edges: tuple[Edge, ...], score: torch.Tensor) -> list[Edge]:
 
 
 def normalised(metrics: list[float], empty: float, full: float) -> list[float]:
-    return [(m - empty) / (full - empty) if full != empty else math.nan for m in metrics]
+    from probes.stats import share
+
+    return [share(m, empty, full) for m in metrics]
 
 
 def curve(model, batch: Batch, graph: Graph, method: str, score: torch.Tensor, runs: Runs | None = None,

@@ -130,12 +130,13 @@ def ranked(scores: list[list[float]]) -> list[tuple[int, int]]:
 
 
 def role_evidence(model, batch: Batch, role: str, scores: HeadScores, baseline: float,
-                  single: dict[str, float], method: str) -> RoleEvidence:
+                  single: dict[str, float], method: str, reference: Batch | None) -> RoleEvidence:
     order = ranked(scores.of(role))
     layer = order[0][0]
     in_layer = [h for h in order if h[0] == layer]
-    cumulative = [ablate(model, batch, in_layer[:k], method).accuracy for k in range(1, len(in_layer))]
-    layer_ablated = ablate(model, batch, in_layer, method).accuracy
+    cumulative = [ablate(model, batch, in_layer[:k], method, reference_batch=reference).accuracy
+                  for k in range(1, len(in_layer))]
+    layer_ablated = ablate(model, batch, in_layer, method, reference_batch=reference).accuracy
     cumulative.append(layer_ablated)
     cost = baseline - layer_ablated
     needed = next((k for k, accuracy in enumerate(cumulative, 1)
@@ -153,14 +154,15 @@ def role_evidence(model, batch: Batch, role: str, scores: HeadScores, baseline: 
     )
 
 
-def head_report(model, batch: Batch, method: str = "mean") -> HeadReport:
-    """Scores of every head for every role, each ranking checked by `method` ablation."""
+def head_report(model, batch: Batch, method: str = "mean", reference: Batch | None = None) -> HeadReport:
+    """Scores of every head for every role, each ranking checked by `method` ablation (mean and
+    resample over `reference`, e.g. probes.ablation.training_reference(run))."""
     scores = head_scores(model, batch)
-    baseline = ablate(model, batch, (), method).accuracy
+    baseline = ablate(model, batch, (), method, reference_batch=reference).accuracy
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
-    single = {str(Head(l, h)): ablate(model, batch, [(l, h)], method).accuracy
+    single = {str(Head(l, h)): ablate(model, batch, [(l, h)], method, reference_batch=reference).accuracy
               for l in range(n_layers) for h in range(n_heads)}
-    roles = {role: role_evidence(model, batch, role, scores, baseline, single, method) for role in ROLES}
+    roles = {role: role_evidence(model, batch, role, scores, baseline, single, method, reference) for role in ROLES}
     return HeadReport(method, baseline, single, scores, roles)
 
 
@@ -197,15 +199,13 @@ class RunHeads:
     clean_values_alone: object = None
 
 
-PATH_PAIRS = 96
-
-
-def run_heads(run, rows: int = 128) -> RunHeads:
+def run_heads(context) -> RunHeads:
+    """Head roles of one run, on the report's ablation rows and reference (a probes.parts.RunContext)."""
     from tasks.data import spread_subset
     from probes.path_patching import COMPONENTS, PathTarget, path_patch_many
 
-    model, heldout = run.load_model(), run.batches()["heldout"]
-    report = head_report(model, spread_subset(heldout, rows))
+    run, model, heldout = context.run, context.model, context.heldout
+    report = head_report(model, context.sample, "mean", context.reference)
     induction = report.roles["induction"]
     below = [h for h in report.roles["previous_token"].ranking if int(h[1:h.index("H")]) < induction.layer]
     chosen = [h for h in report.roles["previous_token"].heads if h in below] or below[:1]
@@ -214,7 +214,8 @@ def run_heads(run, rows: int = 128) -> RunHeads:
     joint = [PathTarget(senders, None, receivers, c) for c in COMPONENTS] if edges else []
     with_values = [PathTarget(senders, None, receivers, "k", clean_values=True),
                    PathTarget(senders, (), receivers, "k", clean_values=True)] if edges else []
-    paths = path_patch_many(model, spread_subset(heldout, PATH_PAIRS), edges + joint + with_values) if edges else []
+    pairs = spread_subset(heldout, context.settings.role_path_pairs)
+    paths = path_patch_many(model, pairs, edges + joint + with_values) if edges else []
     n_edges, n_joint = len(edges), len(joint)
     return RunHeads(run.model_name, run.seed, report, chosen, induction.heads, paths[:n_edges],
                     paths[n_edges:n_edges + n_joint], *(paths[n_edges + n_joint:] or [None, None]))

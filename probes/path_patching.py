@@ -28,6 +28,7 @@ from models.resume import forward_from
 from models.components import Head
 from probes.patching import (Outcome, corrupt_inputs, outcome, replica_scored,
                              replicas_per_forward)
+from probes.stats import share
 from tasks.data import Batch
 
 COMPONENTS = ("q", "k", "v")
@@ -245,10 +246,10 @@ def path_result(target: PathTarget, result: Outcome, clean: Outcome, corrupt: Ou
         receiver=names(target.receivers),
         component=target.component,
         metric=result.metric,
-        recovered=(result.metric - corrupt.metric) / (clean.metric - corrupt.metric),
+        recovered=share(result.metric, corrupt.metric, clean.metric),
         restored=result.restored,
         attention_moved=sum(moved) / len(moved),
-        attention_recovered=1 - left / gap_tv if gap_tv > 1e-6 else float("nan"),
+        attention_recovered=share(left, gap_tv, 0.0),
         clean_values=target.clean_values,
     )
 

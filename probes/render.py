@@ -24,10 +24,11 @@ def accuracy_table(models) -> str:
     rows = [[m.model_name, len(m.seeds), percent(m.heldout), f"{m.heldout_foil_rate.value:.1%}",
              percent(m.train), m.runs[0].splits["heldout"].n, f"{m.shuffle_max_logit_change:.1e}"]
             for m in models]
-    per_seed = [[m.model_name, r.seed, percent(r.splits["heldout"].accuracy), r.steps, by_group(r.splits["heldout"])]
-                for m in models for r in m.runs]
-    return (table(headers, rows) + "\n\nper seed (Wilson 95% CI over held-out examples):\n"
-            + table(["model", "seed", "held-out", "steps", "held-out by group"], per_seed))
+    per_seed = [[m.model_name, r.seed, percent(r.splits["heldout"].accuracy), r.steps, by_group(r.splits["heldout"]),
+                 m.collapsed.get(r.seed, "")] for m in models for r in m.runs]
+    return "\n".join([table(headers, rows), "", *health_lines(models),
+                      "per seed (Wilson 95% CI over held-out examples):",
+                      table(["model", "seed", "held-out", "steps", "held-out by group", "health"], per_seed)])
 
 
 MAX_GROUPS_SHOWN = 6   # a task with more groups (e.g. one per sequence length) keeps them in summary.json
@@ -40,3 +41,21 @@ def by_group(split) -> str:
     if len(groups) > MAX_GROUPS_SHOWN:
         return f"{len(groups)} groups (summary.json)"
     return ", ".join(f"{name} {values['accuracy']['value']:.0%}" for name, values in groups.items())
+
+
+def health_lines(models) -> list[str]:
+    """Collapsed runs, the means without them, and the shortcut audit; each line ends a paragraph."""
+    from probes.health import shortcut_audit
+
+    lines = []
+    for m in models:
+        if m.collapsed:
+            seeds = ", ".join(str(seed) for seed in m.collapsed)
+            without = ("no seed left" if m.heldout_without_collapsed is None
+                       else percent(m.heldout_without_collapsed).strip())
+            lines.append(f"{m.model_name}: {len(m.collapsed)} of {len(m.seeds)} seeds collapsed (seed {seeds}); "
+                         f"held-out mean with them {percent(m.heldout).strip()}, without them {without}")
+    audit = shortcut_audit(models)
+    if audit is not None:
+        lines.append(audit.words())
+    return [line + "\n" for line in lines]

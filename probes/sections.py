@@ -1,28 +1,19 @@
-"""Extra report sections that appear when the runs' data call for them, never by task name:
-head roles when the scored answers are induction-predictable, training dynamics when runs kept
-weight snapshots. Each section is measured run by run (`measure_sections`, in the report's worker
-processes) and rendered from those results (`report_sections`)."""
+"""Report parts that appear when the runs' data call for them, never by task name: head roles when
+the scored answers are induction-predictable, training dynamics when runs kept weight snapshots.
+Each is a (measure, render) pair registered in probes.parts."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
+from probes.parts import Section
 from probes.report import jsonable, md_table
+from probes.words import pct as percent
 
 INDUCTION_SHARE = 0.5   # head roles are ranked when at least this share of answers is induction-predictable
-
-
-@dataclass(frozen=True)
-class Section:
-    title: str
-    markdown: str
-    summary: list[str]      # lines for the printed summary
-    data: dict              # JSON-able numbers behind the markdown
-
-
-def pct(value: float) -> str:
-    return f"{value:.1%}"
+pct = partial(percent, digits=1)
 
 
 @dataclass(frozen=True)
@@ -32,23 +23,52 @@ class RunRoles:
     induction_share: float
     final: object                    # probes.dynamics.SnapshotPoint of the final weights
     heads: object = None             # probes.heads.RunHeads; None for uniform attention
+    basis: str = ""                  # the examples the ablations and path patches were measured on
 
 
-def measure_head_roles(run) -> RunRoles | None:
+def measure_head_roles(context) -> RunRoles | None:
     from probes.dynamics import snapshot_point
     from probes.heads import induction_share, run_heads
-    from tasks.data import spread_subset
 
-    heldout = run.batches()["heldout"]
-    share = induction_share(heldout)
+    run = context.run
+    share = induction_share(context.heldout)
     if share < INDUCTION_SHARE:
         return None
-    final = snapshot_point(run.load_model(), spread_subset(heldout, 256), int(run.metrics.get("steps", 0)))
-    softmax = run.config.get("spec", {}).get("attention") == "softmax"
-    return RunRoles(run.model_name, run.seed, share, final, run_heads(run) if softmax else None)
+    final = snapshot_point(context.model, context.sample, int(run.metrics.get("steps", 0)))
+    softmax = context.spec.get("attention") == "softmax"
+    basis = (f"{len(context.sample)} of {len(context.heldout)} held-out sequences, means over "
+             f"{len(context.reference)} of {len(context.batches['train'])} training sequences; path patches on "
+             f"{min(context.settings.role_path_pairs, len(context.heldout))} held-out pairs")
+    return RunRoles(run.model_name, run.seed, share, final, run_heads(context) if softmax else None, basis)
 
 
-def head_roles_section(measured: list[RunRoles], out: Path) -> Section | None:
+def role_line(run: RunRoles, claim: float) -> str:
+    """One run's head roles and the paths between them, in a summary line; an edge is named as a
+    path only when it recovers `claim` of the gap."""
+    heads, report = run.heads, run.heads.report
+    line = (f"{run.model_name} seed {run.seed}: previous-token head(s) {', '.join(heads.previous) or 'none'}, "
+            f"induction head(s) {', '.join(heads.induction) or 'none'} (baseline {pct(report.baseline_accuracy)}"
+            + "".join(f", ablating {h} -> {pct(report.ablated_accuracy[h])}"
+                      for h in heads.previous + heads.induction) + ")")
+    for component in ("k", "q", "v"):
+        best = max((p for p in heads.paths if p.component == component), key=lambda p: p.recovered,
+                   default=None)
+        if best is not None and best.recovered >= claim:
+            line += f"; {component.upper()} path {best.sender} -> {best.receiver} recovers {pct(best.recovered)}"
+        elif best is not None:
+            line += f"; no single {component.upper()} edge recovers {pct(claim)} (best {pct(best.recovered)})"
+    joint = {p.component: p for p in heads.joint_paths}
+    if joint:
+        line += (f"; joint K path {joint['k'].sender} -> {joint['k'].receiver} recovers "
+                 f"{pct(joint['k'].recovered)}, attention {joint['k'].attention_recovered:.2f} "
+                 f"(Q {pct(joint['q'].recovered)}, V {pct(joint['v'].recovered)})")
+    if heads.k_with_clean_values is not None:
+        line += (f"; with clean values {pct(heads.k_with_clean_values.recovered)} "
+                 f"(clean values alone {pct(heads.clean_values_alone.recovered)})")
+    return line
+
+
+def head_roles_section(measured: list[RunRoles], out: Path, settings) -> Section | None:
     position_rows, role_rows, path_rows, summary = [], [], [], []
     data = {"induction_share": measured[0].induction_share, "runs": []}
     for run in measured:
@@ -74,31 +94,14 @@ def head_roles_section(measured: list[RunRoles], out: Path) -> Section | None:
                     where = "" if p.positions is None else f" ({p.where})"
                     path_rows.append([run.model_name, run.seed, kind, f"{p.sender}{where} -> {p.receiver}", p.component,
                                       pct(p.recovered), f"{p.attention_recovered:.2f}"])
-            line = (f"{run.model_name} seed {run.seed}: previous-token head(s) {', '.join(heads.previous) or 'none'}, "
-                    f"induction head(s) {', '.join(heads.induction) or 'none'} (baseline {pct(report.baseline_accuracy)}"
-                    + "".join(f", ablating {h} -> {pct(report.ablated_accuracy[h])}"
-                              for h in heads.previous + heads.induction) + ")")
-            for component in ("k", "q", "v"):
-                best = max((p for p in heads.paths if p.component == component), key=lambda p: p.recovered,
-                           default=None)
-                if best is not None:
-                    line += f"; best {component.upper()} edge {best.sender} -> {best.receiver} recovers {pct(best.recovered)}"
-            joint = {p.component: p for p in heads.joint_paths}
-            if joint:
-                line += (f"; joint K path {joint['k'].sender} -> {joint['k'].receiver} recovers "
-                         f"{pct(joint['k'].recovered)}, attention {joint['k'].attention_recovered:.2f} "
-                         f"(Q {pct(joint['q'].recovered)}, V {pct(joint['v'].recovered)})")
-            if heads.k_with_clean_values is not None:
-                line += (f"; with clean values {pct(heads.k_with_clean_values.recovered)} "
-                         f"(clean values alone {pct(heads.clean_values_alone.recovered)})")
-            summary.append(line)
+            summary.append(role_line(run, settings.path_claim))
             entry["heads"] = asdict(heads)
         data["runs"].append(entry)
     parts = [f"{pct(data['induction_share'])} of scored answers are the unique token that followed an earlier copy of the "
              "current token, so heads are ranked for induction roles. Scores: attention on the role's "
              "target (previous token, earlier copy, token after the earlier copy) over rows that have one; "
              "copying = eigenvalue positivity of W_E W_OV W_U; direct logit = the head's direct effect on the "
-             "answer logit. Each ranking is checked by mean-ablating heads on held-out sequences; a role's "
+             f"answer logit. Each ranking is checked by mean-ablating heads ({measured[0].basis}); a role's "
              "heads are the fewest top-ranked heads of its layer that cost 90% of ablating the whole layer.",
              "", "Accuracy and loss at the scored positions and at every other position (final weights):", "",
              md_table(["model", "seed", "scored acc", "scored loss", "other acc", "other loss"], position_rows)]
@@ -120,13 +123,14 @@ def head_roles_section(measured: list[RunRoles], out: Path) -> Section | None:
     return Section("Head roles", "\n".join(parts), summary, jsonable(data))
 
 
-def measure_dynamics(run):
+def measure_dynamics(context):
     from probes.dynamics import has_snapshots, run_dynamics
 
-    return run_dynamics(run) if has_snapshots(run) else None
+    run = context.run
+    return run_dynamics(run, context.settings.dynamics_rows, context.model) if has_snapshots(run) else None
 
 
-def dynamics_section(results: list, out: Path) -> Section | None:
+def dynamics_section(results: list, out: Path, settings) -> Section | None:
     from probes.dynamics import MIN_ADVANTAGE, write_dynamics
 
     figures = write_dynamics(results, Path(out) / "figures")
@@ -142,7 +146,8 @@ def dynamics_section(results: list, out: Path) -> Section | None:
                        if d.phase_change_step is not None else
                        f"{d.model_name} seed {d.seed}: no phase change (the scored positions never became better "
                        f"predicted than the rest; scored loss {d.points[0].scored_loss:.2f} -> {last.scored_loss:.2f})")
-    parts = ["Weight snapshots replayed on held-out sequences. The phase change is the midpoint of the "
+    parts = [f"Weight snapshots replayed on {settings.dynamics_rows} evenly spread held-out sequences (all when "
+             "there are fewer). The phase change is the midpoint of the "
              "snapshot interval where the loss at the scored positions falls fastest relative to the loss "
              f"at the other positions; none unless the scored loss ends {MIN_ADVANTAGE} nats below it.", "",
              md_table(["model", "seed", "phase change", "interval", "fall /100 steps", "scored loss",
@@ -150,21 +155,3 @@ def dynamics_section(results: list, out: Path) -> Section | None:
     parts += [f"![dynamics {name}](figures/{path.name})" for name, path in figures.items()]
     return Section("Training dynamics", "\n".join(parts), summary,
                    jsonable({"runs": [asdict(d) for d in results]}))
-
-
-PROVIDERS = ((measure_head_roles, head_roles_section), (measure_dynamics, dynamics_section))
-
-
-def measure_sections(run) -> list:
-    """Per provider, what it measured on `run` (None where the run's data do not call for it)."""
-    return [measure(run) for measure, _ in PROVIDERS]
-
-
-def report_sections(measured: list[list], out: Path) -> list[Section]:
-    """`measured`: measure_sections of every run, in report order."""
-    sections = []
-    for index, (_, render) in enumerate(PROVIDERS):
-        results = [per_run[index] for per_run in measured if per_run[index] is not None]
-        if results and (section := render(results, out)) is not None:
-            sections.append(section)
-    return sections

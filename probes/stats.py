@@ -1,4 +1,5 @@
-"""Confidence intervals: Wilson for one proportion, Student t for a mean over seeds."""
+"""Confidence intervals (Wilson for one proportion, Student t for a mean over seeds) and `share`, the
+one place a measurement is put on a scale between two reference measurements."""
 
 from __future__ import annotations
 
@@ -39,3 +40,16 @@ def mean_interval(values: list[float], confidence: float = 0.95,
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
     half = t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
     return Interval(mean, max(bounds[0], mean - half), min(bounds[1], mean + half), n)
+
+
+GAP_EPSILON = 1e-6
+
+
+def share(value, zero: float, one: float):
+    """(value - zero) / (one - zero): 0 where `value` equals the reference measured as `zero`, 1 where
+    it equals `one`. NaN (a float, or a tensor of NaNs) when the two references coincide: then no
+    share of the gap means anything. `value` may be a float or a tensor."""
+    gap = one - zero
+    if abs(gap) < GAP_EPSILON or math.isnan(gap):
+        return (value - zero) * math.nan
+    return (value - zero) / gap

@@ -43,6 +43,15 @@ class Scored:
     def accuracy(self) -> float:
         return self.correct.float().mean().item()
 
+    @property
+    def top_prediction(self) -> tuple[int, float]:
+        """The most often predicted token and its share of the scored positions: near 1 is a
+        constant output, whatever the accuracy says (-1, 0.0 when nothing is scored)."""
+        if not len(self.predicted):
+            return -1, 0.0
+        token = int(self.predicted.mode().values)
+        return token, (self.predicted == token).float().mean().item()
+
 
 def logits_at_scored(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
     """[k, vocab] logits at each scored position, from full-sequence logits [n, length, vocab]."""

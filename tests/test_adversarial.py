@@ -153,7 +153,7 @@ def fake_report(monkeypatch, fail: bool):
     """measure and write stand-ins: a figure per run, then report.json and report.md (or a kill
     just after report.json, the moment the issue caught)."""
     import probes.report
-    import probes.sections
+    import probes.parts
     import toylens.report
     from common.io import atomic_write, write_json
 
@@ -161,7 +161,7 @@ def fake_report(monkeypatch, fail: bool):
         atomic_write(Path(out) / "figures" / f"{run.model_name}.png", lambda t: Path(t).write_text("new figure"))
         return None, [], f"figures/{run.model_name}.png"
 
-    def write(analyses, figures, out, task, extra=()):
+    def write(measured, sections, out, task, settings):
         write_json(Path(out) / "report.json", {"new": True})
         if fail:
             raise KeyboardInterrupt
@@ -170,8 +170,7 @@ def fake_report(monkeypatch, fail: bool):
 
     monkeypatch.setattr(toylens.report, "measure_for_report", measure)
     monkeypatch.setattr(probes.report, "write_report", write)
-    monkeypatch.setattr(probes.report, "summary_lines", lambda analyses: [])
-    monkeypatch.setattr(probes.sections, "report_sections", lambda measured, out: [])
+    monkeypatch.setattr(probes.parts, "render_parts", lambda measured, out, settings: {})
 
 
 @pytest.mark.parametrize("fail", [True, False])

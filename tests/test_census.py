@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 
 from probes.circuit_label import CircuitSummary, Edge, circuit_label
-from probes.report import EDGE_CLAIM
+from probes.settings import DEFAULT
+
+EDGE_CLAIM = DEFAULT.path_claim
 
 
 def summary(nodes=("L0H0", "L1H0@p14"), recovered=None, n_layers=2) -> CircuitSummary:

@@ -116,7 +116,7 @@ def test_rankings_are_verified_by_ablation(setup):
     from probes.heads import head_report
 
     model, batch = setup
-    report = head_report(model, batch)
+    report = head_report(model, batch, reference=batch)   # the mean over the batch itself, as built
     assert report.baseline_accuracy == 1.0
     previous, induction = report.roles["previous_token"], report.roles["induction"]
     assert previous.ranking[0] == "L0H0" and previous.layer == 0

@@ -31,6 +31,7 @@ _SOURCES = {
     "composition_scores": "probes.composition", "Composition": "probes.composition",
     "run_accuracy": "probes.accuracy", "RunAccuracy": "probes.accuracy",
     "faithfulness": "probes.circuit", "search_circuit": "probes.circuit",
+    "training_reference": "probes.ablation", "ReportSettings": "probes.settings",
     # the circuit as a graph of edges: exact oracle, fast methods, planted ground truth
     "graph_of": "models.graph", "edge_effects": "probes.edges", "EdgeEffects": "probes.edges",
     "edge_circuit": "probes.edge_circuit", "run_edge_circuit": "probes.edge_circuit",

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from probes.circuit import analyse_run
-
 
 def analysis_cost(run) -> int:
     """Rough relative cost of analysing a run: patching grows with heads x layers (and MLPs)."""
@@ -16,14 +14,12 @@ def analysis_cost(run) -> int:
     return spec.get("n_layers", 1) ** 2 * spec.get("n_heads", 1) * (2 if spec.get("mlp", True) else 1)
 
 
-def measure_for_report(run, out: Path) -> tuple:
-    """Everything the report needs from one run: its analysis, what each extra section measured,
-    and its figure, drawn here so the workers share the drawing too."""
-    from probes.report import write_run_figure
-    from probes.sections import measure_sections
+def measure_for_report(run, out: Path):
+    """Everything the report needs from one run (probes.parts.MeasuredRun), its figure drawn here so
+    the workers share the drawing too."""
+    from probes.parts import measure_run
 
-    analysis = analyse_run(run)
-    return analysis, measure_sections(run), write_run_figure(analysis, out)
+    return measure_run(run, out)
 
 
 def report_command(runs_dir: Path, out: Path | None, jobs: int = 1) -> None:
@@ -59,18 +55,17 @@ def publish_report(measured: list, out: Path, task: str, staged: Path | None = N
     With `staged` (the folder the runs' figures were drawn into), the report is completed there and
     then swapped in for `out` as a whole, so no reader sees a half-written or mixed report."""
     from common.io import publish_folder
-    from probes.report import summary_lines, write_report
-    from probes.sections import report_sections
+    from probes.parts import render_parts
+    from probes.report import write_report
+    from probes.settings import DEFAULT
 
     folder = Path(staged or out)
-    analyses = [analysis for analysis, _, _ in measured]
-    # Sections the runs' data call for (head roles, training dynamics); see probes/sections.py.
-    sections = report_sections([per_run for _, per_run, _ in measured], folder)
-    written = write_report(analyses, [figure for _, _, figure in measured], folder, task=task, extra=sections)
+    sections = render_parts(measured, folder, DEFAULT)
+    written = write_report(measured, sections, folder, task, DEFAULT)
     if staged is not None:
         publish_folder(staged, out)
         written = Path(out) / written.relative_to(folder)
-    print("\n".join(summary_lines(analyses) + [line for s in sections for line in s.summary]))
+    print("\n".join(line for section in sections.values() for line in section.summary))
     print(f"\nwrote {written}")
 
 

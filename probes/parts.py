@@ -1,0 +1,137 @@
+"""The report as a list of parts. A part is a (measure, render) pair: `measure(context)` runs once
+per run, in the report's worker processes, and returns a typed result (None where the run's data
+do not call for the part); `render(results, out, settings)` turns every run's result, in report
+order, into one Section of report.md, its summary lines and its report.json entry. Adding a probe
+to the report means adding one Part to PARTS.
+
+Every part of one run shares one RunContext: the model is loaded once, the splits built once, and
+the examples each number is measured on (ReportSettings) chosen once, so two parts that ablate the
+same head on the held-out split measure the same examples.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Callable
+
+from probes.settings import DEFAULT, ReportSettings
+
+
+@dataclass
+class RunContext:
+    """One run as the report's parts see it. Parts read it and never modify what it holds."""
+
+    run: object                     # tasks.runs.Run
+    out: Path | None                # the report folder (figures go under it); None: draw none
+    settings: ReportSettings = DEFAULT
+
+    @cached_property
+    def model(self):
+        return self.run.load_model()
+
+    @cached_property
+    def batches(self) -> dict:
+        return self.run.batches()
+
+    @property
+    def heldout(self):
+        return self.batches["heldout"]
+
+    @property
+    def spec(self) -> dict:
+        return self.run.config.get("spec", {})
+
+    @cached_property
+    def vocabulary(self) -> list[str]:
+        return self.run.task.vocabulary()
+
+    @cached_property
+    def accuracy(self):
+        """probes.accuracy.RunAccuracy: as training measured it, or measured now on this model."""
+        from probes.accuracy import run_accuracy
+
+        return run_accuracy(self.run, lambda: self.model)
+
+    @cached_property
+    def reference(self):
+        """The training rows mean and resample ablation average over, with their activations
+        (probes.ablation.Reference: one forward for every ablation of the run)."""
+        from probes.ablation import reference_activations, training_reference
+
+        return reference_activations(self.model, training_reference(self.run, self.settings.reference_rows))
+
+    @cached_property
+    def sample(self):
+        """The held-out examples every ablation number is measured on."""
+        from tasks.data import spread_subset
+
+        return spread_subset(self.heldout, self.settings.ablation_rows)
+
+    @cached_property
+    def pairs(self):
+        """The held-out counterfactual pairs patching and circuit search use (`patch_pairs`)."""
+        from tasks.data import spread_subset
+
+        return spread_subset(self.heldout, patch_pairs(self.heldout, self.settings))
+
+
+def patch_pairs(heldout, settings: ReportSettings = DEFAULT) -> int:
+    """How many held-out pairs patching uses: `patch_pairs`, or as many as hold `patch_scored`
+    scored positions. Every patch is a forward over all the pairs, and a task scored at ~25
+    positions per sequence (induction) has a precise mean metric from ~20 of them."""
+    scored_per_pair = len(heldout.answers) / max(len(heldout), 1)
+    return max(1, min(settings.patch_pairs, math.ceil(settings.patch_scored / max(scored_per_pair, 1))))
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    markdown: str
+    summary: list[str]      # lines for the printed and the markdown summary
+    data: object            # JSON-able numbers behind the markdown
+
+
+@dataclass(frozen=True)
+class Part:
+    key: str                                        # its entry in report.json
+    measure: Callable[[RunContext], object]         # one run -> typed result, or None
+    render: Callable[[list, Path, ReportSettings], Section | None]
+
+
+@dataclass(frozen=True)
+class MeasuredRun:
+    model_name: str
+    seed: int
+    results: dict = field(default_factory=dict)     # part key -> its measure's result (None: not called for)
+
+
+def parts() -> list[Part]:
+    """The report's parts, in the order report.md shows them."""
+    from probes import report, run_analysis, sections
+
+    return [
+        Part("accuracy", report.measure_accuracy_part, report.render_accuracy),
+        Part("runs", run_analysis.analyse_run, report.render_circuits),
+        # An edge-level circuit (probes.edges, models.graph) registers here as one more Part.
+        Part("head_roles", sections.measure_head_roles, sections.head_roles_section),
+        Part("dynamics", sections.measure_dynamics, sections.dynamics_section),
+    ]
+
+
+def measure_run(run, out: Path, settings: ReportSettings = DEFAULT) -> MeasuredRun:
+    """Every part's measurement of one run, sharing one model load (run in the report's workers)."""
+    context = RunContext(run, Path(out), settings)
+    return MeasuredRun(run.model_name, run.seed, {part.key: part.measure(context) for part in parts()})
+
+
+def render_parts(measured: list[MeasuredRun], out: Path, settings: ReportSettings = DEFAULT) -> dict[str, Section]:
+    """Part key -> its Section, for the parts some run measured something for (in PARTS order)."""
+    rendered = {}
+    for part in parts():
+        results = [m.results[part.key] for m in measured if m.results.get(part.key) is not None]
+        if results and (section := part.render(results, Path(out), settings)) is not None:
+            rendered[part.key] = section
+    return rendered

@@ -1,0 +1,180 @@
+"""The report's circuit part, measured: for one run, attention at the scored positions, the head
+ablation sweeps, activation patching, the circuit search, path patching between the circuit's
+heads and composition scores, each on the basis its RunContext fixes (probes.parts)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from probes.circuit import Circuit, Node, search_circuit
+
+
+@dataclass(frozen=True)
+class Basis:
+    """The examples the run's numbers were measured on."""
+
+    heldout: int            # examples in the held-out split
+    ablation: int           # held-out examples every ablation number is measured on
+    train: int              # examples in the training split
+    reference: int          # training examples mean and resample ablation average over
+    pairs: int              # held-out counterfactual pairs for patching, path patching and the search
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """Where patching shows a circuit head matters, and where it attends from there."""
+
+    node: str                               # Node.describe()
+    matters: list[tuple[int, float]]        # (position, share of the gap its output restores there), strongest first
+    attention: dict[int, dict[str, list]]   # position -> group (and "all") -> attention row over keys
+
+
+@dataclass(frozen=True)
+class RunAnalysis:
+    """Everything the circuit part shows for one run. Uniform-attention runs (a bag of words) get
+    their accuracy and shuffle test only: there is no attention pattern to trace."""
+
+    model_name: str
+    seed: int
+    path: str
+    spec: dict
+    accuracy: object                      # probes.accuracy.RunAccuracy
+    basis: Basis
+    note: str = ""                        # why no circuit was traced, if none was
+    attention: object = None              # probes.attention.ScoredAttention (ablation rows)
+    pair: object = None                   # probes.attention.PairAttention
+    ablations: dict = None                # method -> list[AblationResult] (head sweep, ablation rows)
+    patching: object = None               # probes.patching.ActivationPatching (pairs)
+    paths: list = None                    # PathPatch, every head pair, all positions
+    path_positions: list = None           # PathPatch, circuit head pairs, one position at a time
+    composition: object = None            # probes.composition.Composition
+    circuit: Circuit = None
+    circuit_ablation: object = None       # AblationResult: the circuit's heads mean-ablated (ablation rows)
+    node_views: list = None               # NodeView per circuit node
+    labels: list = None                   # key position labels
+    vocabulary: list = None               # token strings, for naming predictions
+    figure: str | None = None             # its figure, relative to the report folder
+
+
+def routes(paths: list, circuit: Circuit, floor: float) -> list:
+    """Path patches (sender at all positions) worth resolving by position: between circuit heads,
+    recovering at least `floor` of the gap, or the best input of each circuit pair otherwise."""
+    heads = set(circuit.heads)
+    inside = [p for p in paths if p.sender in heads and p.receiver in heads]
+    best = {}
+    for p in inside:
+        key = (p.sender, p.receiver)
+        if key not in best or abs(p.recovered) > abs(best[key].recovered):
+            best[key] = p
+    return [p for p in inside if abs(p.recovered) >= floor or best[(p.sender, p.receiver)] is p]
+
+
+def head_effect(patching, layer: int, head: int, positions) -> list[tuple[int, float]]:
+    """(position, share of the gap restored by patching the head's output there), strongest first."""
+    effect = patching.recovered(patching.head_out[layer, :, head])
+    return sorted(((p, float(effect[p])) for p in positions), key=lambda item: -abs(item[1]))
+
+
+def route_positions(patching, sender: str, batch, count: int) -> list[int]:
+    """The sender's `count` live positions where restoring its output matters most: a task scored
+    at many positions (induction) would otherwise need one path patch per position."""
+    from probes.ablation import parse_heads
+    from probes.patching import live_positions
+
+    (layer, head), = parse_heads([sender])
+    return sorted(p for p, _ in head_effect(patching, layer, head, live_positions(batch))[:count])
+
+
+def node_view(model, pairs, patching, node: Node, threshold: float) -> NodeView:
+    """The node's positions (its pinned ones, else every live one) where patching its output
+    restores at least `threshold` of the gap, at most three; the attention rows there."""
+    from probes.attention import attention_from
+    from probes.patching import live_positions
+
+    positions = node.positions if node.positions is not None else live_positions(pairs)
+    matters = [(p, r) for p, r in head_effect(patching, node.layer, node.head, positions) if abs(r) >= threshold][:3]
+    attention = {}
+    for position, _ in matters:
+        rows = attention_from(model, pairs, position)
+        attention[position] = {g: rows[g][node.layer, node.head].tolist() for g in rows}
+    return NodeView(node.describe(), matters, attention)
+
+
+def basis(context) -> Basis:
+    return Basis(len(context.heldout), len(context.sample), len(context.batches["train"]),
+                 len(context.reference), len(context.pairs))
+
+
+def analyse_run(context) -> RunAnalysis:
+    """The circuit part's measure: the run's RunAnalysis, with its figure drawn under the report."""
+    from probes.ablation import ABLATION_METHODS, clean_run, head_ablation_sweep
+    from probes.attention import pair_attention, position_labels, scored_attention
+    from probes.patching import activation_patching
+
+    run, settings = context.run, context.settings
+    base = dict(model_name=run.model_name, seed=run.seed, path=str(run.path), spec=context.spec,
+                accuracy=context.accuracy, basis=basis(context))
+    if context.spec.get("attention") == "uniform":
+        return RunAnalysis(**base, note="uniform attention: a bag of words has no circuit to trace")
+    if context.spec.get("attention") == "none":
+        return RunAnalysis(**base, note="no attention: each position reads only its own token, no circuit to trace")
+    if context.spec.get("residual") is False:
+        # Path patching and the circuit search send a head's write to later layers through the
+        # residual stream; without it a write reaches the next block only.
+        return RunAnalysis(**base, note="attention replaces the residual stream: not traced (the tracer assumes one)")
+    if context.heldout.counterfactual is None:
+        return RunAnalysis(**base, note="the task declares no counterfactual pairs")
+    model, sample, reference = context.model, context.sample, context.reference
+    clean = clean_run(model, sample)
+    ablations = {method: head_ablation_sweep(model, sample, method, run.seed, reference, clean) for method in ABLATION_METHODS}
+    patching = activation_patching(model, context.pairs)
+    analysis = RunAnalysis(**base, attention=scored_attention(model, sample, context.vocabulary),
+                           pair=pair_attention(model, context.heldout, 0, context.vocabulary),
+                           ablations=ablations, patching=patching,
+                           labels=position_labels(context.heldout.inputs, context.vocabulary),
+                           vocabulary=context.vocabulary)
+    gap = patching.clean.metric - patching.corrupt.metric
+    if gap < settings.min_gap:
+        analysis = dataclasses.replace(analysis, note=(
+            f"clean minus counterfactual metric is only {gap:+.2f} (below {settings.min_gap:g}): the model "
+            "barely tells the pairs apart, so no share of that gap means much"))
+    else:
+        analysis = dataclasses.replace(analysis, **trace_circuit(context, patching))
+    return dataclasses.replace(analysis, figure=draw_figure(analysis, context.out))
+
+
+def trace_circuit(context, patching) -> dict:
+    """The RunAnalysis fields of the circuit: search, paths between its heads, where its heads
+    matter, composition, and the circuit's heads mean-ablated on the ablation rows."""
+    from probes.ablation import ablate, parse_heads
+    from probes.composition import composition_scores
+    from probes.path_patching import PathTarget, path_patch_many, path_sweep
+
+    model, pairs, settings, seed = context.model, context.pairs, context.settings, context.run.seed
+    circuit = search_circuit(model, pairs, context.reference, patching, settings.circuit_target)
+    paths = path_sweep(model, pairs) if model.cfg.n_layers > 1 else []
+    targets = [PathTarget(parse_heads([p.sender])[0], (position,), parse_heads([p.receiver])[0], p.component)
+               for p in routes(paths, circuit, settings.route_floor)
+               for position in route_positions(patching, p.sender, pairs, settings.route_positions)]
+    return dict(
+        circuit=circuit, paths=paths,
+        path_positions=path_patch_many(model, pairs, targets) if targets else [],
+        composition=composition_scores(model, seed=seed) if model.cfg.n_layers > 1 else None,
+        circuit_ablation=ablate(model, context.sample, circuit.heads, "mean", seed, context.reference),
+        node_views=[node_view(model, pairs, patching, node, settings.matters) for node in circuit.nodes],
+    )
+
+
+def draw_figure(analysis: RunAnalysis, out) -> str | None:
+    """Draw the run's figure into out/figures, here in the worker; its path relative to `out` (no
+    figure without an `out`)."""
+    from pathlib import Path
+
+    from probes.figures import run_figure, save
+
+    if out is None or analysis.attention is None or analysis.patching is None:
+        return None
+    name = f"figures/{analysis.model_name}-seed{analysis.seed}.png"
+    save(run_figure(analysis), Path(out) / name)
+    return name

@@ -1,0 +1,210 @@
+"""The circuit part's summary in words: one sentence per run, and how the seeds of a model agree.
+Each clause names its basis (probes.run_analysis.Basis) and every verdict its threshold
+(probes.settings.ReportSettings); a claim true by construction says so."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+from probes.settings import ReportSettings
+from probes.stats import share
+
+COMPONENT_WORDS = {"q": "query", "k": "keys", "v": "values"}
+MAX_GROUP_WORDS = 3   # more groups (e.g. induction's repeat lengths) are summarised by the all-group row
+
+
+def pct(value: float | None, digits: int = 0) -> str:
+    if value is None or math.isnan(value):
+        return "n/a"
+    text = f"{value:.{digits}%}"
+    return text[1:] if text.startswith("-") and text.strip("-0.%") == "" else text     # no "-0%"
+
+
+def token_share(result, vocabulary) -> str:
+    """'top prediction 'field' at 93%' for an AblationResult."""
+    from probes.health import token_word
+
+    return f"top prediction {token_word(result.top_token, vocabulary)} at {pct(result.top_share)}"
+
+
+def verdict(intact, ablated, settings: ReportSettings) -> tuple[str, str]:
+    """('needed' | 'unused' | 'partly used', the numbers behind it) from two AblationResults, on
+    accuracy and, where the task names foils, on the answer - foil logit difference."""
+    drop = round(intact.accuracy - ablated.accuracy, 9)   # accuracies are k/n: 1.0 - 0.98 must be 0.02
+    kept = share(ablated.logit_diff, 0.0, intact.logit_diff)
+    has_logit = not math.isnan(kept)
+    numbers = f"keeps {pct(ablated.accuracy)} accuracy (intact {pct(intact.accuracy)})"
+    numbers += (f" and {pct(kept)} of the logit difference ({intact.logit_diff:+.2f} -> {ablated.logit_diff:+.2f})"
+                if has_logit else " (no foils: accuracy only)")
+    if drop >= settings.needed_accuracy_drop or (has_logit and kept < settings.needed_logit_share):
+        return "needed", numbers
+    if drop <= settings.unused_accuracy_drop and (not has_logit or kept >= settings.unused_logit_share):
+        return "unused", numbers
+    return "partly used", numbers
+
+
+def intact(analysis, method: str = "mean"):
+    """The sweep's unablated result."""
+    return next(result for result in analysis.ablations[method] if not result.heads)
+
+
+def whole_layers(analysis, method: str = "mean") -> list[tuple[int, object]]:
+    """(layer, AblationResult with every head of that layer ablated), from the sweep."""
+    from probes.ablation import parse_heads
+
+    n_heads = analysis.spec["n_heads"]
+    found = {}
+    for result in analysis.ablations[method]:
+        layers = {layer for layer, _ in parse_heads(result.heads)}
+        if len(result.heads) == n_heads and len(layers) == 1:
+            found[layers.pop()] = result
+    return sorted(found.items())
+
+
+def block_sentences(analysis, settings: ReportSettings) -> list[str]:
+    out = []
+    for layer, result in whole_layers(analysis):
+        word, numbers = verdict(intact(analysis), result, settings)
+        out.append(f"block {layer + 1} {word}: mean-ablating all its heads {numbers}")
+    return out
+
+
+def attention_words(rows: dict, labels: list[str], settings: ReportSettings) -> str:
+    """Every key holding at least `attention_shown` of the row (at most three), per group where the
+    groups' strongest keys differ."""
+    def keys(row):
+        ranked = sorted(range(len(row)), key=lambda i: -row[i])
+        shown = [i for i in ranked[:3] if row[i] >= settings.attention_shown] or ranked[:1]
+        return ", ".join(f"{labels[i]} ({row[i]:.2f})" for i in shown)
+
+    groups = [g for g in rows if g != "all"]
+    tops = {g: max(range(len(rows[g])), key=lambda i: rows[g][i]) for g in groups}
+    if len(set(tops.values())) <= 1 or len(groups) > MAX_GROUP_WORDS:
+        return "attends " + keys(rows["all"])
+    return "attends " + "; ".join(f"{keys(rows[g])} for {g}" for g in groups)
+
+
+def node_words(node, view, analysis, settings: ReportSettings) -> str:
+    """'L0H0 (kept at every position; matters at p11 adj (73%), where it attends ...)'."""
+    labels = analysis.labels
+    kept = ("kept at every position" if node.positions is None
+            else "kept at " + " + ".join(labels[p] for p in node.positions))
+    if not view.matters:
+        return (f"{node.name} ({kept}; patching its output at any one position restores less than "
+                f"{pct(settings.matters)} of the gap: it matters only across positions)")
+    where = "; ".join(f"{labels[p]} ({pct(r)} of the gap), where it {attention_words(view.attention[p], labels, settings)}"
+                      for p, r in view.matters)
+    return f"{node.name} ({kept}; patching its output matters at {where})"
+
+
+def best_edges(analysis) -> list:
+    """Per (sender, receiver) circuit pair, the single-position path patch that recovers most."""
+    best = {}
+    for patch in analysis.path_positions or []:
+        key = (patch.sender, patch.receiver)
+        if key not in best or patch.recovered > best[key].recovered:
+            best[key] = patch
+    return sorted(best.values(), key=lambda p: -p.recovered)
+
+
+def claimed_edge(analysis, settings: ReportSettings):
+    """The strongest path patch between circuit heads, if it recovers at least `path_claim`."""
+    edges = best_edges(analysis)
+    return edges[0] if edges and edges[0].recovered >= settings.path_claim else None
+
+
+def edge_words(patch, analysis) -> str:
+    position = analysis.labels[patch.positions[0]]
+    restored = analysis.patching.restored_share(patch.restored)
+    return (f"{patch.receiver} reads {patch.sender}'s output at {position} through its "
+            f"{COMPONENT_WORDS[patch.component]} ({patch.component.upper()}-composition: the path patch recovers "
+            f"{pct(patch.recovered)} of the gap and {pct(restored)} of the answers the counterfactual flips)")
+
+
+def path_clause(analysis, settings: ReportSettings) -> str | None:
+    edge = claimed_edge(analysis, settings)
+    if edge is not None:
+        return edge_words(edge, analysis)
+    edges = best_edges(analysis)
+    if edges:
+        return (f"no head-to-head path recovers {pct(settings.path_claim)} of the gap (the strongest "
+                f"single-position path patch between circuit heads recovers {pct(edges[0].recovered)})")
+    if analysis.spec["n_layers"] > 1:
+        return "no composition between circuit heads: the decision happens in one block"
+    return None
+
+
+def faithfulness_clause(circuit) -> str:
+    if circuit.upstream:
+        return ("the circuit contains every head output that can reach the scored logits, so its faithfulness "
+                "is 1 by construction (not a finding)")
+    f, heads = circuit.faithfulness, circuit.head_faithfulness
+    text = f"faithfulness {f.normalised:.2f} on the null scale ({pct(f.recovered)} of the clean - counterfactual gap)"
+    if circuit.head_upstream:
+        return text + ("; its heads at every position are every head output upstream of the scored logits "
+                       "(1 by construction)")
+    return text + f"; its heads at every position: {heads.normalised:.2f} ({pct(heads.recovered)})"
+
+
+def describe(analysis, settings: ReportSettings, vocabulary=None) -> str:
+    heldout = analysis.accuracy.splits["heldout"]
+    head = f"{analysis.model_name} seed {analysis.seed}: held-out {pct(heldout.accuracy.value, 1)} (n = {heldout.n})"
+    if analysis.circuit is None:
+        return (f"{head}, shuffle max|dlogit| {analysis.accuracy.shuffle_max_logit_change:.1e}; "
+                f"no circuit ({analysis.note})")
+    b, circuit = analysis.basis, analysis.circuit
+    nodes = "; ".join(node_words(n, v, analysis, settings) for n, v in zip(circuit.nodes, analysis.node_views))
+    parts = [head, f"circuit on {b.pairs} held-out pairs: {nodes}"]
+    parts += [clause for clause in (path_clause(analysis, settings),) if clause]
+    parts.append(faithfulness_clause(circuit))
+    ablated = analysis.circuit_ablation
+    parts.append(f"on {b.ablation} of {b.heldout} held-out examples (means over {b.reference} of {b.train} "
+                 f"training rows), mean-ablating {'+'.join(circuit.heads)} leaves {pct(ablated.accuracy)} accuracy, "
+                 f"{pct(ablated.foil_rate)} foil, {token_share(ablated, vocabulary)}, logit difference {ablated.logit_diff:+.2f} "
+                 f"(intact {intact(analysis).logit_diff:+.2f})")
+    parts += block_sentences(analysis, settings)
+    return "; ".join(parts)
+
+
+def signature(analysis, settings: ReportSettings) -> tuple:
+    """What two seeds must share to count as the same circuit: nodes, and the path if one is claimed."""
+    if analysis.circuit is None:
+        return ()
+    edge = claimed_edge(analysis, settings)
+    path = (edge.sender, edge.receiver, edge.component, edge.positions) if edge else ()
+    return tuple(n.describe() for n in analysis.circuit.nodes), path
+
+
+def describe_signature(sig: tuple, settings: ReportSettings) -> str:
+    nodes, edge = sig
+    text = " + ".join(nodes)
+    if edge:
+        sender, receiver, component, positions = edge
+        return text + f", path {sender}->{receiver} {component.upper()} at p{positions[0]}"
+    return text + f", no path >= {pct(settings.path_claim)}"
+
+
+def seed_agreement(analyses, settings: ReportSettings) -> list[str]:
+    """Per model, the seeds counted by circuit: how many share each (nodes, claimed path)."""
+    by_model = defaultdict(list)
+    for analysis in analyses:
+        by_model[analysis.model_name].append(analysis)
+    lines = []
+    for model, runs in by_model.items():
+        traced = [a for a in runs if a.circuit is not None]
+        if len(runs) < 2 or not traced:
+            continue
+        kinds = defaultdict(list)
+        for a in traced:
+            kinds[signature(a, settings)].append(str(a.seed))
+        verdict_text = ("seeds " + ", ".join(next(iter(kinds.values()))) + " agree: "
+                        + describe_signature(next(iter(kinds)), settings) if len(kinds) == 1 else
+                        f"{len(kinds)} circuits in {len(traced)} seeds: "
+                        + " | ".join(f"seed {', '.join(seeds)}: {describe_signature(sig, settings)}"
+                                     for sig, seeds in kinds.items()))
+        untraced = [str(a.seed) for a in runs if a.circuit is None]
+        if untraced:
+            verdict_text += f"; no circuit traced for seed {', '.join(untraced)}"
+        lines.append(f"{model}: {verdict_text}")
+    return lines
