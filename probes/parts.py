@@ -110,12 +110,12 @@ class MeasuredRun:
 
 def parts() -> list[Part]:
     """The report's parts, in the order report.md shows them."""
-    from probes import report, run_analysis, sections
+    from probes import edge_part, report, run_analysis, sections
 
     return [
         Part("accuracy", report.measure_accuracy_part, report.render_accuracy),
         Part("runs", run_analysis.analyse_run, report.render_circuits),
-        # An edge-level circuit (probes.edges, models.graph) registers here as one more Part.
+        Part("edge_circuits", edge_part.measure_edge_circuit, edge_part.render_edge_circuits),
         Part("head_roles", sections.measure_head_roles, sections.head_roles_section),
         Part("dynamics", sections.measure_dynamics, sections.dynamics_section),
     ]
