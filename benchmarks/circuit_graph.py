@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import time
 
 os.environ.setdefault("TQDM_DISABLE", "1")
 
@@ -33,17 +32,9 @@ from probes.patching import corrupt_inputs, scored_metric
 from tasks.data import spread_subset, task_dataset, to_batch
 from tasks.evaluate import logits_at_scored
 from tasks.winograd import WinogradTask
+from timing import best_time
 
 TARGET_SECONDS = 10.0
-
-
-def best_time(function, rounds: int):
-    best, result = float("inf"), None
-    for _ in range(rounds):
-        start = time.perf_counter()
-        result = function()
-        best = min(best, time.perf_counter() - start)
-    return best, result
 
 
 def winograd_spec(task, pairs, **fields) -> ModelSpec:

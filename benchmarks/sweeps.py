@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 os.environ.setdefault("TQDM_DISABLE", "1")  # transformer_lens.patching draws a bar per sweep
 
@@ -25,15 +24,7 @@ from tasks.data import spread_subset
 from tasks.data import task_dataset, to_batch
 from tasks.evaluate import logits_at_scored
 from tasks.winograd import WinogradTask
-
-
-def best_time(function, rounds: int):
-    best, result = float("inf"), None
-    for _ in range(rounds):
-        start = time.perf_counter()
-        result = function()
-        best = min(best, time.perf_counter() - start)
-    return best, result
+from timing import best_time
 
 
 def main() -> None:

@@ -50,12 +50,19 @@ def sized_spec(spec: ModelSpec, task: Task, batches: dict, context: int = 0, bat
 
 def plan_family(task: Task, model_names: list[str] | None, seeds: list[int], settings: TrainSettings,
                 out: Path) -> list[RunPlan]:
-    family = validate_family(task)
-    names = model_names or list(family)
-    unknown = [name for name in names if name not in family]
+    return plan_models(task, validate_family(task), model_names, seeds, settings, out, "model(s)",
+                       f" for task {task.name!r}")
+
+
+def plan_models(task: Task, specs: dict[str, ModelSpec], names: list[str] | None, seeds: list[int],
+                settings: TrainSettings, out: Path, kind: str, owner: str = "") -> list[RunPlan]:
+    """One RunPlan per chosen model of `specs` (default: all) and seed, into OUT/<model>/seed<k>;
+    an unknown name is refused, saying what `kind` of name it is (and whose)."""
+    names = names or list(specs)
+    unknown = [name for name in names if name not in specs]
     if unknown:
-        raise UsageError(f"unknown model(s) {unknown} for task {task.name!r}; known: {', '.join(family)}")
-    return [RunPlan(task, name, family[name], seed, settings, Path(out) / name / f"seed{seed}")
+        raise UsageError(f"unknown {kind} {unknown}{owner}; known: {', '.join(specs)}")
+    return [RunPlan(task, name, specs[name], seed, settings, Path(out) / name / f"seed{seed}")
             for name in names for seed in seeds]
 
 

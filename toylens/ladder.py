@@ -10,7 +10,7 @@ from pathlib import Path
 from common.cli import Parser, UsageError, positive_int, run_cli
 from common.io import write_json
 from probes.ladder import LABELS, ladder_specs
-from toylens.family import RunPlan
+from toylens.family import plan_models
 
 LADDER_JSON = "ladder.json"
 LADDER_FIGURE = "ladder.png"
@@ -18,13 +18,7 @@ MAX_WIDTH = 4096
 
 
 def ladder_plans(task, seeds: list[int], settings, out: Path, d_model: int = 128, rungs=None) -> list:
-    specs = ladder_specs(d_model)
-    names = rungs or list(specs)
-    unknown = [n for n in names if n not in specs]
-    if unknown:
-        raise UsageError(f"unknown rung(s) {unknown}; known: {', '.join(specs)}")
-    return [RunPlan(task, name, specs[name], seed, settings, Path(out) / name / f"seed{seed}")
-            for name in names for seed in seeds]
+    return plan_models(task, ladder_specs(d_model), rungs, seeds, settings, out, "rung(s)")
 
 
 def ladder_command(args) -> None:
