@@ -110,11 +110,7 @@ def train(model, train_batch: Batch, validation_batch: Batch, settings: TrainSet
                 forward.eval()
                 entry = {"step": step, "train_loss": loss.item(), **evaluate(forward, validation_batch),
                          "seconds": round(time.perf_counter() - start, 3)}
-                history.append(entry)
-                if log:
-                    log.write(json.dumps(entry) + "\n")
-                    log.flush()
-                bar.set_postfix(loss=f"{entry['val_loss']:.3f}", val_acc=f"{entry['val_accuracy']:.3f}")
+                record(entry, history, log, bar)
                 stop = stop_reason(history, settings)
                 if stop:
                     break
@@ -131,6 +127,15 @@ def train(model, train_batch: Batch, validation_batch: Batch, settings: TrainSet
             model.to("cpu")
     return TrainResult(steps=history[-1]["step"] if history else 0, stop_reason=stop or "step budget",
                        seconds=time.perf_counter() - start, history=history)
+
+
+def record(entry: dict, history: list[dict], log, bar) -> None:
+    """One evaluation: into the history, the log (flushed, so an interrupted run keeps it) and the bar."""
+    history.append(entry)
+    if log:
+        log.write(json.dumps(entry) + "\n")
+        log.flush()
+    bar.set_postfix(loss=f"{entry['val_loss']:.3f}", val_acc=f"{entry['val_accuracy']:.3f}")
 
 
 def training_device() -> str:
