@@ -78,10 +78,7 @@ def train(model, train_batch: Batch, validation_batch: Batch, settings: TrainSet
         model.to(device)
     train_batch, validation_batch = train_batch.to(device), validation_batch.to(device)
     forward = hook_free_forward(model)
-    generator = torch.Generator().manual_seed(seed)
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    # foreach: one multi-tensor kernel per update instead of a Python loop over ~20 parameters.
-    optimizer = torch.optim.AdamW(trainable, lr=settings.lr, weight_decay=settings.weight_decay, foreach=True)
+    generator, optimizer = torch.Generator().manual_seed(seed), adamw(model, settings)
     resuming = resume and state_path is not None and Path(state_path).is_file()
     done = load_train_state(state_path, model, optimizer, generator, settings) if resuming else FRESH
     history: list[dict] = list(done["history"])
@@ -93,8 +90,8 @@ def train(model, train_batch: Batch, validation_batch: Batch, settings: TrainSet
                leave=False, dynamic_ncols=True, initial=done["step"], total=settings.max_steps)
     if snapshot_dir and settings.snapshot_every and done["step"] == 0:
         save_snapshot(model, snapshot_dir, 0)
-    # Mode switches only around evaluations, and on what runs: the bridge's train() walks every
-    # wrapper twice and cost ~5 ms, a tenth of a one-block step, when called every step (measured).
+    # Mode switches only around evaluations: the bridge's train() walks every wrapper twice and
+    # cost ~5 ms, a tenth of a one-block step, when called every step (measured).
     forward.train()
     try:
         for step in bar:
@@ -127,6 +124,12 @@ def train(model, train_batch: Batch, validation_batch: Batch, settings: TrainSet
             model.to("cpu")
     return TrainResult(steps=history[-1]["step"] if history else 0, stop_reason=stop or "step budget",
                        seconds=time.perf_counter() - start, history=history)
+
+
+def adamw(model, settings: TrainSettings):
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    # foreach: one multi-tensor kernel per update instead of a Python loop over ~20 parameters.
+    return torch.optim.AdamW(trainable, lr=settings.lr, weight_decay=settings.weight_decay, foreach=True)
 
 
 def record(entry: dict, history: list[dict], log, bar) -> None:
