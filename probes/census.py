@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from common.cli import UsageError
+from common.io import read_json
 from probes.circuit_label import CIRCUIT, CircuitSummary, circuit_label
 from probes.stats import Interval, mean_interval, wilson
 
@@ -48,10 +49,8 @@ class GroupCensus:
 
 def read_object(path: Path) -> dict:
     """A stored JSON object; anything else is refused with one line (stored files are untrusted)."""
-    try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        data = None
+    fix = "rerun the sweep for that run or delete the file"
+    data = read_json(path, fix)
     if not isinstance(data, dict):
         raise UsageError(f"{path} is not a JSON object; rerun the sweep for that run or delete the file")
     return data

@@ -18,6 +18,7 @@ from common.io import canonical_sha256, path_name, read_json
 from models import UsageError
 from models.checkpoint import CONFIG, inspect_checkpoint, load_checkpoint, read_config, writer
 from tasks.registry import build_task, get_task_class
+from tasks.validate import is_int
 
 METRICS = "metrics.json"
 LOG = "log.jsonl"
@@ -72,10 +73,6 @@ def read_run_config(run_dir: Path) -> dict:
         raise UsageError(f"{where}: what defines the run ({', '.join(RUN_IDENTITY)}) was changed after "
                          "toylens wrote it (run_sha256 differs); restore the file or retrain the run")
     return config
-
-
-def is_int(value) -> bool:
-    return type(value) is int
 
 
 def check_config_types(config: dict, where: Path) -> None:
