@@ -57,7 +57,7 @@ def edge_circuit(model, batch: Batch, graph: Graph, ig_steps: int = 5, acdc_thre
     compare_methods False measures the oracle alone (the circuit report's cheap path)."""
     began = time.perf_counter()
     runs = record_runs(model, batch, graph, "noise")
-    oracle = edge_effects(model, batch, graph)
+    oracle = edge_effects(model, batch, graph, runs=runs)
     as_scores = EdgeScores("oracle", graph.edges, oracle.effect, oracle.seconds)
     pruned = None if acdc_threshold is None or not compare_methods else acdc(model, batch, graph, acdc_threshold)
     fast = [eap(model, batch, graph), eap_ig(model, batch, graph, ig_steps)] if compare_methods else []

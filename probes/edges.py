@@ -247,13 +247,15 @@ class EdgeEffects:
         return [(self.edges[i], float(self.effect[i])) for i in order]
 
 
-def edge_effects(model, batch: Batch, graph: Graph, direction: Direction = "noise") -> EdgeEffects:
-    """Every edge of `graph` patched alone (see the module docstring for the directions)."""
+def edge_effects(model, batch: Batch, graph: Graph, direction: Direction = "noise",
+                 runs: Runs | None = None) -> EdgeEffects:
+    """Every edge of `graph` patched alone (see the module docstring for the directions); `runs`:
+    the two recorded runs when the caller already has them (their direction wins)."""
     began = time.perf_counter()
-    runs = record_runs(model, batch, graph, direction)
+    runs = record_runs(model, batch, graph, direction) if runs is None else runs
     outcomes = patched_outcomes(model, batch, graph, [frozenset([e]) for e in graph.edges], runs)
     effect = torch.tensor([o.metric for o in outcomes]) - runs.base.outcome.metric
-    return EdgeEffects(direction, graph.edges, effect, runs.base.outcome, runs.other.outcome, len(batch),
+    return EdgeEffects(runs.direction, graph.edges, effect, runs.base.outcome, runs.other.outcome, len(batch),
                        time.perf_counter() - began)
 
 
