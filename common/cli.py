@@ -30,6 +30,21 @@ def positive_int(text: str) -> int:
     return value
 
 
+def device_name(text: str) -> str:
+    """A torch device this machine has: "cpu", "cuda", "cuda:1", "mps"."""
+    import torch
+
+    try:
+        device = torch.device(text)
+    except RuntimeError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a device; use cpu, cuda, cuda:N or mps") from None
+    present = {"cpu": True, "cuda": torch.cuda.is_available() and (device.index or 0) < torch.cuda.device_count(),
+               "mps": torch.backends.mps.is_available()}
+    if not present.get(device.type, False):
+        raise argparse.ArgumentTypeError(f"this machine has no {text} device; use cpu")
+    return text
+
+
 def run_cli(command, *args) -> None:
     """Run a CLI body, turning UsageError into exit 2 and Ctrl-C into a clean stop."""
     try:

@@ -64,3 +64,10 @@ def unwrapped(module):
     clone = copy.copy(module)
     clone._modules = {name: child if child is None else unwrapped(child) for name, child in module._modules.items()}
     return clone
+
+
+def device_of(model):
+    """Where the model's weights live. Probes move their batches there and create every tensor they
+    compute with there (bookkeeping they keep on the CPU says so), so a model moved to a GPU, or a
+    CPU model in a notebook that called torch.set_default_device("cuda"), is probed the same way."""
+    return next(model.parameters()).device

@@ -163,7 +163,10 @@ def load_checkpoint(run_dir: Path):
         state = load_file(str(weights))
     except (SafetensorError, OSError, ValueError) as error:
         raise UsageError(f"{weights} is {damage(weights)} ({error}); retrain the run") from None
-    model = build_model(spec, seed=config["seed"])
+    import torch
+
+    with torch.device("cpu"):   # where load_file put the weights, whatever default a notebook set
+        model = build_model(spec, seed=config["seed"])
     check_state(weights, state, model.state_dict())
     model.load_state_dict(state)
     model.eval()

@@ -15,7 +15,7 @@ import torch
 from transformer_lens.utilities import get_act_name
 
 from common.cli import UsageError
-from models.bridge import attention_adds_residual
+from models.bridge import attention_adds_residual, device_of
 from models.components import Head
 from models.resume import forward_from
 from tasks.data import Batch
@@ -79,6 +79,7 @@ class Reference:
 
 
 def reference_activations(model, batch: Batch) -> Reference:
+    batch = batch.to(device_of(model))
     return Reference(batch, cached_z(model, batch.inputs, range(model.cfg.n_layers)))
 
 
@@ -90,6 +91,7 @@ def replacement_z(model, batch: Batch, layers, method: str, seed: int, reference
     if isinstance(reference, Reference):
         z, reference = reference.z, reference.batch
     else:
+        reference = reference.to(device_of(model))
         z = cached_z(model, reference.inputs, layers)
     valid = reference.real_positions().float()[:, :, None, None]
     out = {}
@@ -111,16 +113,17 @@ def replacement_z(model, batch: Batch, layers, method: str, seed: int, reference
 
 
 def resample_rows(batch: Batch, reference: Batch, seed: int) -> torch.Tensor:
-    """For each row, a random reference row at least as long (so no real position reads padding)."""
-    generator = torch.Generator().manual_seed(seed)
-    ref_lengths = reference.lengths
+    """For each row, a random reference row at least as long (so no real position reads padding).
+    Drawn on the CPU: the same rows whichever device the model is on."""
+    generator = torch.Generator("cpu").manual_seed(seed)
+    ref_lengths = reference.lengths.cpu()
     rows = []
     for length in batch.lengths.tolist():
         candidates = torch.nonzero(ref_lengths >= length)[:, 0]
         if len(candidates) == 0:
-            candidates = torch.arange(len(reference))
-        rows.append(int(candidates[torch.randint(len(candidates), (1,), generator=generator)]))
-    return torch.tensor(rows, dtype=torch.long)
+            candidates = torch.arange(len(reference), device="cpu")
+        rows.append(int(candidates[torch.randint(len(candidates), (1,), generator=generator, device="cpu")]))
+    return torch.tensor(rows, dtype=torch.long, device=batch.lengths.device)
 
 
 def check_method(method: str, reference_batch: Batch | None) -> None:
@@ -147,6 +150,7 @@ def ablation_hooks(model, batch: Batch, heads, method: str = "mean", seed: int =
     heads = parse_heads(heads)
     check_heads(model, heads)
     check_method(method, reference_batch)
+    batch = batch.to(device_of(model))
     layers = sorted({layer for layer, _ in heads})
     values = replacement_z(model, batch, layers, method, seed, reference_batch)
 
@@ -163,6 +167,7 @@ def ablation_hooks(model, batch: Batch, heads, method: str = "mean", seed: int =
 @torch.no_grad()
 def ablated_scored(model, batch: Batch, heads, method: str = "mean", seed: int = 0,
                    reference_batch: Batch | None = None) -> Scored:
+    batch = batch.to(device_of(model))
     hooks = ablation_hooks(model, batch, heads, method, seed, reference_batch)
     logits = model.run_with_hooks(batch.inputs, fwd_hooks=hooks)
     return score_logits(logits_at_scored(logits, batch), batch)
@@ -172,7 +177,7 @@ def ablation_result(scored: Scored, batch: Batch, heads, method: str) -> Ablatio
     row_groups = [batch.groups[i] for i in scored.example_index.tolist()]
     by_group = {}
     for group in sorted(set(row_groups)):
-        mask = torch.tensor([g == group for g in row_groups])
+        mask = torch.tensor([g == group for g in row_groups], device=scored.correct.device)
         by_group[group] = {"n": int(mask.sum()), "accuracy": scored.correct[mask].float().mean().item(),
                            "logit_diff": nanmean(scored.logit_diff[mask])}
     return AblationResult(
@@ -214,6 +219,7 @@ def head_ablation_sweep(model, batch: Batch, method: str = "mean", seed: int = 0
     rather than one forward per target. Equal to ablating each target with hooks (tested). Sweeps of
     several methods over one batch can share `clean` (`clean_run(model, batch)`)."""
     check_method(method, reference_batch)
+    batch = batch.to(device_of(model))
     layers = list(range(model.cfg.n_layers))
     values = replacement_z(model, batch, layers, method, seed, reference_batch)
     clean = clean or clean_run(model, batch)
@@ -232,6 +238,7 @@ class CleanRun:
 
 @torch.no_grad()
 def clean_run(model, batch: Batch) -> CleanRun:
+    batch = batch.to(device_of(model))
     layers = range(model.cfg.n_layers)
     names = [n for l in layers for n in (get_act_name("resid_pre", l), get_act_name("attn_out", l), get_act_name("z", l))]
     logits, cache = model.run_with_cache(batch.inputs, names_filter=names)

@@ -4,6 +4,7 @@ next to its counterfactual partner.
 Which key a row attends to is summarised three ways that mean something for any task: the mean
 row over absolute key positions (labelled by the token there when it is the same in every example),
 the mass on keys holding the answer or the foil token, and the mean mass by offset (query - key).
+Patterns are computed on the model's device and summarised on the CPU, where results live.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 import torch
 from transformer_lens.utilities import get_act_name
 
+from models.bridge import device_of
 from tasks.data import Batch
 
 ALL = "all"
@@ -22,10 +24,10 @@ ALL = "all"
 
 @torch.no_grad()
 def patterns(model, tokens: torch.Tensor) -> torch.Tensor:
-    """[n, layer, head, query, key] attention patterns."""
+    """[n, layer, head, query, key] attention patterns, on the CPU."""
     names = [get_act_name("pattern", layer) for layer in range(model.cfg.n_layers)]
-    _, cache = model.run_with_cache(tokens, names_filter=names)
-    return torch.stack([cache[name] for name in names], dim=1)
+    _, cache = model.run_with_cache(tokens.to(device_of(model)), names_filter=names)
+    return torch.stack([cache[name] for name in names], dim=1).cpu()
 
 
 def position_labels(tokens: torch.Tensor, vocabulary: list[str] | None) -> list[str]:
@@ -68,14 +70,15 @@ def token_mass(rows: torch.Tensor, keys: torch.Tensor, targets: torch.Tensor) ->
 def offsets(rows: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
     """[layer, head, offset] mean mass at query - key = offset."""
     k, n_layers, n_heads, width = rows.shape
-    offset = queries[:, None] - torch.arange(width)[None, :]       # [k, key]
+    offset = queries[:, None] - torch.arange(width, device=rows.device)[None, :]       # [k, key]
     keep = offset >= 0
-    out = torch.zeros(n_layers, n_heads, width)
+    out = torch.zeros(n_layers, n_heads, width, device=rows.device)
     out.index_add_(2, offset[keep], rows.permute(1, 2, 0, 3)[:, :, keep])
     return out / max(k, 1)
 
 
 def scored_attention(model, batch: Batch, vocabulary: list[str] | None = None) -> ScoredAttention:
+    batch = batch.to("cpu")
     attention = patterns(model, batch.inputs)
     rows = attention[batch.example_index, :, :, batch.positions]      # [k, layer, head, key]
     keys = batch.inputs[batch.example_index]                          # [k, key]
@@ -83,7 +86,7 @@ def scored_attention(model, batch: Batch, vocabulary: list[str] | None = None) -
     labels = position_labels(batch.inputs, vocabulary)
     mean, by_offset, focus, counts = {}, {}, {}, {}
     for group in [ALL] + sorted(set(row_groups)):
-        mask = torch.tensor([group in (ALL, g) for g in row_groups])
+        mask = torch.tensor([group in (ALL, g) for g in row_groups], device="cpu")
         group_rows, group_keys = rows[mask], keys[mask]
         mean[group] = group_rows.mean(0)
         by_offset[group] = offsets(group_rows, batch.positions[mask])
@@ -116,6 +119,7 @@ class PairAttention:
 def pair_attention(model, batch: Batch, example: int = 0, vocabulary: list[str] | None = None) -> PairAttention:
     from probes.patching import corrupt_inputs
 
+    batch = batch.to("cpu")
     position = int(batch.positions[batch.example_index == example][0])
     length = int(batch.lengths[example]) - 1
     clean_in = batch.inputs[example:example + 1, :length]
@@ -134,11 +138,12 @@ def pair_attention(model, batch: Batch, example: int = 0, vocabulary: list[str] 
 def attention_from(model, batch: Batch, position: int) -> dict[str, torch.Tensor]:
     """Group (and "all") -> [layer, head, key] mean attention row of query `position`, over the
     examples long enough to have it: what a head does at a position that is not scored."""
+    batch = batch.to("cpu")
     attention = patterns(model, batch.inputs)[:, :, :, position]       # [n, layer, head, key]
     present = batch.lengths - 1 > position
     out = {}
     for group in [ALL] + sorted(set(batch.groups)):
-        mask = present & torch.tensor([group in (ALL, g) for g in batch.groups])
+        mask = present & torch.tensor([group in (ALL, g) for g in batch.groups], device="cpu")
         if mask.any():
             out[group] = attention[mask].mean(0)
     return out

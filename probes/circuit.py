@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+from models.bridge import device_of
 from models.components import Head
 
 # torch and TransformerLens load inside the functions, so `--help` answers at once.
@@ -61,7 +63,8 @@ def keep_masks(model, nodes: list[Node], width: int) -> dict:
     """Per layer, [pos, head] True where a head's output is kept."""
     import torch
 
-    masks = {layer: torch.zeros(width, model.cfg.n_heads, dtype=torch.bool) for layer in range(model.cfg.n_layers)}
+    masks = {layer: torch.zeros(width, model.cfg.n_heads, dtype=torch.bool, device=device_of(model))
+             for layer in range(model.cfg.n_layers)}
     for node in nodes:
         masks[node.layer][slice(None) if node.positions is None else list(node.positions), node.head] = True
     return masks
@@ -102,6 +105,7 @@ def faithfulness(model, batch, nodes: list[Node], reference=None, *, means: dict
     from probes.patching import corrupt_inputs, run_outcome
     from probes.stats import share
 
+    batch = batch.to(device_of(model))
     means = means if means is not None else mean_outputs(model, batch, reference or batch)
     width = batch.inputs.shape[1]
     clean = clean or run_outcome(model, batch, batch.inputs)
@@ -162,6 +166,7 @@ def search_circuit(model, batch, reference, patching, target: float = 0.9) -> Ci
     `patching` the batch's probes.patching.ActivationPatching."""
     from probes.patching import run_outcome
 
+    batch = batch.to(device_of(model))
     means = mean_outputs(model, batch, reference)
     empty = run_outcome(model, batch, batch.inputs, outside_ablated_hooks(model, [], means, batch.inputs.shape[1]))
 

@@ -5,7 +5,8 @@ the same shapes: a score means something only above that baseline.
 The baseline redraws Q, K, V and O weights as i.i.d. Gaussians. The score is a ratio of Frobenius
 norms, invariant to each matrix's scale, so any i.i.d. Gaussian initialisation gives the same
 baseline distribution as a freshly initialised model. The draws are swapped into the model's own
-weights and the trained ones put back: faster than booting or deep-copying a bridge.
+weights and the trained ones put back: faster than booting or deep-copying a bridge. Draws are
+made on the CPU, so a model on any device gets the same baseline; scores are returned on the CPU.
 """
 
 from __future__ import annotations
@@ -38,12 +39,12 @@ class Composition:
 
 def scores_of(model) -> dict[str, torch.Tensor]:
     with torch.no_grad():
-        return {kind: torch.as_tensor(model.all_composition_scores(kind)).detach().clone() for kind in KINDS}
+        return {kind: torch.as_tensor(model.all_composition_scores(kind), device="cpu").detach().clone() for kind in KINDS}
 
 
 def pair_mask(n_layers: int, n_heads: int) -> torch.Tensor:
     """[layer, head, layer, head] True where the receiver's block comes after the sender's."""
-    layer = torch.arange(n_layers)
+    layer = torch.arange(n_layers, device="cpu")
     later = layer[:, None] < layer[None, :]
     return later[:, None, :, None].expand(n_layers, n_heads, n_layers, n_heads)
 
@@ -51,14 +52,14 @@ def pair_mask(n_layers: int, n_heads: int) -> torch.Tensor:
 @contextmanager
 def random_attention(model, seed: int):
     """Inside the block, `model`'s attention weights are redrawn i.i.d. Gaussian."""
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator("cpu").manual_seed(seed)
     weights = [native(getattr(block.attn, name)).weight
                for block in model.blocks for name in ("q", "k", "v", "o")]
     saved = [w.detach().clone() for w in weights]
     try:
         with torch.no_grad():
             for weight in weights:
-                weight.copy_(torch.randn(weight.shape, generator=generator))
+                weight.copy_(torch.randn(weight.shape, generator=generator, device="cpu"))
         yield model
     finally:
         with torch.no_grad():

@@ -72,8 +72,10 @@ def position_masks(batch):
 def snapshot_point(model, batch, step: int) -> SnapshotPoint:
     import torch
 
+    from models.bridge import device_of
     from probes.heads import attention_scores
 
+    batch = batch.to(device_of(model))
     with torch.no_grad():
         logits = model(batch.inputs)
     targets = batch.tokens[:, 1:]

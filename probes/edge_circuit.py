@@ -43,7 +43,7 @@ class EdgeCircuit:
 def judged(model, batch: Batch, graph: Graph, oracle: EdgeEffects, scores: EdgeScores, runs,
            expected: frozenset | None) -> MethodResult:
     top = top_edges(oracle.effect, TOP_SHARE)
-    truth = None if expected is None else torch.tensor([e in expected for e in graph.edges])
+    truth = None if expected is None else torch.tensor([e in expected for e in graph.edges], device="cpu")
     return MethodResult(scores, spearman(scores.score, oracle.effect), auroc(scores.score.abs(), top),
                         None if truth is None else auroc(scores.score.abs(), truth),
                         curve(model, batch, graph, scores.method, scores.score, runs))

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from models.bridge import device_of
 from models.graph import Edge, Graph
 from models.resume import forward_from
 from probes.edges import Direction, EdgeHooks, Runs, patched_outcomes, record_runs
@@ -49,16 +50,19 @@ class InputOffsets(EdgeHooks):
 
     def __init__(self, model, graph: Graph, runs: Runs, n: int):
         super().__init__(model, [frozenset()], runs.base, runs.other, n, 0)
-        shape = runs.base.resid_pre[0].shape
-        self.offsets = {receiver: torch.zeros(shape, requires_grad=True) for receiver in graph.inputs}
+        like = runs.base.resid_pre[0]
+        self.offsets = {receiver: torch.zeros(like.shape, device=like.device, requires_grad=True)
+                        for receiver in graph.inputs}
 
     def delta(self, receiver):
-        return torch.tensor([0]), self.offsets[receiver][None]
+        offset = self.offsets[receiver]
+        return torch.tensor([0], device=offset.device), offset[None]
 
 
 def input_gradients(model, batch: Batch, graph: Graph, runs: Runs, steps: int = 1) -> dict:
     """Per receiver input, d mean-metric / d input [n, pos, d], averaged over `steps` embeddings
     base + (k / steps)(other - base), k = 0 .. steps - 1."""
+    batch = batch.to(device_of(model))
     total = {receiver: 0 for receiver in graph.inputs}
     start, end = runs.base.resid_pre[0], runs.other.resid_pre[0]
     for k in range(steps):
@@ -80,7 +84,7 @@ def gradient_scores(model, batch: Batch, graph: Graph, steps: int, name: str,
     for edge in graph.edges:
         change = (runs.other.writes[edge.sender] - runs.base.writes[edge.sender]) * gradients[edge.receiver]
         score.append(float(change.sum() if edge.position is None else change[:, edge.position].sum()))
-    return EdgeScores(name, graph.edges, torch.tensor(score), time.perf_counter() - began)
+    return EdgeScores(name, graph.edges, torch.tensor(score, device="cpu"), time.perf_counter() - began)
 
 
 def eap(model, batch: Batch, graph: Graph, direction: Direction = "noise") -> EdgeScores:
@@ -105,5 +109,6 @@ def acdc(model, batch: Batch, graph: Graph, threshold: float = 0.01) -> EdgeScor
             score[edge] = metric - current
             if abs(metric - current) < threshold * abs(gap):
                 removed, current = trial, metric
-    return EdgeScores(f"ACDC (threshold {threshold:g})", graph.edges, torch.tensor([score[e] for e in graph.edges]),
+    return EdgeScores(f"ACDC (threshold {threshold:g})", graph.edges,
+                      torch.tensor([score[e] for e in graph.edges], device="cpu"),
                       time.perf_counter() - began, frozenset(graph.edges) - removed)

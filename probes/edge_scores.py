@@ -38,6 +38,6 @@ def spearman(a: torch.Tensor, b: torch.Tensor) -> float:
 def top_edges(effect: torch.Tensor, share: float = 0.1) -> torch.Tensor:
     """[edges] bool: the ceil(share * edges) edges of largest |effect| (at least one)."""
     k = max(1, int(-(-share * len(effect) // 1)))
-    mask = torch.zeros(len(effect), dtype=torch.bool)
+    mask = torch.zeros(len(effect), dtype=torch.bool, device=effect.device)
     mask[effect.abs().argsort(descending=True, stable=True)[:k]] = True
     return mask

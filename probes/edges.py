@@ -30,7 +30,7 @@ from typing import Iterable, Literal
 import torch
 from transformer_lens.utilities import get_act_name
 
-from models.bridge import native
+from models.bridge import device_of, native
 from models.graph import MLP, Edge, Embed, Graph, Head, Input, Logits
 from models.resume import forward_from
 from probes.patching import Outcome, corrupt_inputs, outcome, replica_scored, replicas_per_forward
@@ -63,10 +63,11 @@ class Writes:
 
 @torch.no_grad()
 def record(model, batch: Batch, tokens: torch.Tensor, graph: Graph) -> Writes:
+    batch = batch.to(device_of(model))
     n_layers = graph.n_layers
     names = [get_act_name("resid_pre", l) for l in range(n_layers)] + [get_act_name("z", l) for l in range(n_layers)]
     names += [mlp_out_name(s.layer) for s in graph.senders if isinstance(s, MLP)] + [FINAL_RESIDUAL]
-    logits, cache = model.run_with_cache(tokens, names_filter=names)
+    logits, cache = model.run_with_cache(tokens.to(device_of(model)), names_filter=names)
     W_O = model.W_O
     resid_pre = {l: cache[get_act_name("resid_pre", l)] for l in range(n_layers)}
     return Writes(outcome(replica_scored(logits, batch), batch)[0],
@@ -112,7 +113,8 @@ class EdgeHooks:
         if not pending:
             return None
         rows = sorted({replica for replica, _ in pending})
-        out = torch.zeros(len(rows), *self.other.writes[pending[0][1].sender].shape)
+        like = self.other.writes[pending[0][1].sender]
+        out = torch.zeros(len(rows), *like.shape, device=like.device)
         for replica, edge in pending:
             actual = self.actual(edge.sender)
             change = self.other.writes[edge.sender] - actual[replica if len(actual) > 1 else 0]
@@ -121,7 +123,7 @@ class EdgeHooks:
                 out[row] += change
             else:
                 out[row, :, edge.position] += change[:, edge.position]
-        return torch.tensor(rows), out
+        return torch.tensor(rows, device=out.device), out
 
     def residual(self, name: str, rows: torch.Tensor) -> torch.Tensor:
         value = self.seen[name]
@@ -194,6 +196,7 @@ class Runs:
 
 
 def record_runs(model, batch: Batch, graph: Graph, direction: Direction = "noise") -> Runs:
+    batch = batch.to(device_of(model))
     clean = record(model, batch, batch.inputs, graph)
     corrupt = record(model, batch, corrupt_inputs(batch), graph)
     if direction not in ("noise", "denoise"):
@@ -204,6 +207,7 @@ def record_runs(model, batch: Batch, graph: Graph, direction: Direction = "noise
 @torch.no_grad()
 def patched_outcomes(model, batch: Batch, graph: Graph, sets: list[frozenset], runs: Runs) -> list[Outcome]:
     """The base run with each set's edges patched from the other run, one Outcome per set."""
+    batch = batch.to(device_of(model))
     n_layers, per_forward = graph.n_layers, replicas_per_forward(batch)
     order = sorted(range(len(sets)), key=lambda i: start_layer(sets[i], n_layers))
     results = [None] * len(sets)
@@ -254,7 +258,7 @@ def edge_effects(model, batch: Batch, graph: Graph, direction: Direction = "nois
     began = time.perf_counter()
     runs = record_runs(model, batch, graph, direction) if runs is None else runs
     outcomes = patched_outcomes(model, batch, graph, [frozenset([e]) for e in graph.edges], runs)
-    effect = torch.tensor([o.metric for o in outcomes]) - runs.base.outcome.metric
+    effect = torch.tensor([o.metric for o in outcomes], device="cpu") - runs.base.outcome.metric
     return EdgeEffects(runs.direction, graph.edges, effect, runs.base.outcome, runs.other.outcome, len(batch),
                        time.perf_counter() - began)
 

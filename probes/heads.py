@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from models.bridge import device_of
 from models.components import Head
 from probes.ablation import ablate
 from probes.attention import patterns
@@ -47,24 +48,27 @@ class HeadScores:
 
 def detection_patterns(inputs: torch.Tensor, lengths: torch.Tensor) -> dict[str, torch.Tensor]:
     """Per role, [n, pos, pos] 0/1 targets built by TL's head detector on each sequence's real
-    tokens (padding would count as duplicates of each other)."""
+    tokens (padding would count as duplicates of each other). On the CPU, with `patterns`."""
     from transformer_lens import head_detector as hd
 
     builders = {"previous_token": hd.get_previous_token_head_detection_pattern,
                 "duplicate_token": hd.get_duplicate_token_head_detection_pattern,
                 "induction": hd.get_induction_head_detection_pattern}
     n, width = inputs.shape
-    out = {role: torch.zeros(n, width, width) for role in builders}
-    for row, length in enumerate((lengths - 1).tolist()):
-        tokens = inputs[row, :length][None]
-        for role, build in builders.items():
-            out[role][row, :length, :length] = build(tokens)
+    # TL's builders make their patterns on torch's default device, whatever a notebook set it to.
+    with torch.device("cpu"):
+        out = {role: torch.zeros(n, width, width) for role in builders}
+        for row, length in enumerate((lengths - 1).tolist()):
+            tokens = inputs[row, :length][None]
+            for role, build in builders.items():
+                out[role][row, :length, :length] = build(tokens)
     return out
 
 
 @torch.no_grad()
 def attention_scores(model, batch: Batch) -> dict[str, torch.Tensor]:
     """Per attention role, [layer, head] mean attention on the target over rows that have one."""
+    batch = batch.to("cpu")
     pattern = patterns(model, batch.inputs)                     # [n, layer, head, q, k]
     scores = {}
     for role, target in detection_patterns(batch.inputs, batch.lengths).items():
@@ -85,6 +89,7 @@ def copying_scores(model) -> torch.Tensor:
 def direct_logit_effects(model, batch: Batch) -> torch.Tensor:
     """[layer, head] mean direct contribution of each head's output to the answer logit (minus the
     mean logit) at the scored positions, through the final LayerNorm's cached scale if any."""
+    batch = batch.to(device_of(model))
     _, cache = model.run_with_cache(batch.inputs)
     stack = cache.stack_head_results(layer=-1, apply_ln=True)     # [layer*head, n, pos, d_model]
     at_scored = stack[:, batch.example_index, batch.positions]     # [layer*head, k, d_model]

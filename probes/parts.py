@@ -27,10 +27,11 @@ class RunContext:
     run: object                     # tasks.runs.Run
     out: Path | None                # the report folder (figures go under it); None: draw none
     settings: ReportSettings = DEFAULT
+    device: str | None = None       # where the model runs (None: the CPU); results come back to the CPU
 
     @cached_property
     def model(self):
-        return self.run.load_model()
+        return self.run.load_model(self.device)
 
     @cached_property
     def batches(self) -> dict:
@@ -121,9 +122,9 @@ def parts() -> list[Part]:
     ]
 
 
-def measure_run(run, out: Path, settings: ReportSettings = DEFAULT) -> MeasuredRun:
+def measure_run(run, out: Path, settings: ReportSettings = DEFAULT, device: str | None = None) -> MeasuredRun:
     """Every part's measurement of one run, sharing one model load (run in the report's workers)."""
-    context = RunContext(run, Path(out), settings)
+    context = RunContext(run, Path(out), settings, device)
     return MeasuredRun(run.model_name, run.seed, {part.key: part.measure(context) for part in parts()})
 
 

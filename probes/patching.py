@@ -7,7 +7,8 @@ replicas of the batch in one forward (tests check the numbers equal TL's).
 
 The metric at a scored position is the answer-minus-foil logit where the task names a foil, else
 the answer's log-probability; "restored" is the share of scored positions where the clean answer
-wins again: over the foil where there is one, else as the top prediction.
+wins again: over the foil where there is one, else as the top prediction. Patching runs on the
+model's device; the grids it returns are on the CPU.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 from transformer_lens.utilities import get_act_name
 
 from common.cli import UsageError
+from models.bridge import device_of
 from tasks.base import NO_FOIL
 from tasks.data import Batch
 from tasks.evaluate import TOKENS_PER_FORWARD
@@ -76,8 +78,9 @@ def outcome(scored_logits: torch.Tensor, batch: Batch) -> list[Outcome]:
 
 @torch.no_grad()
 def run_outcome(model, batch: Batch, tokens: torch.Tensor, hooks=()) -> Outcome:
-    logits = model.run_with_hooks(tokens, fwd_hooks=list(hooks))
-    return outcome(replica_scored(logits, batch), batch)[0]
+    device = device_of(model)
+    logits = model.run_with_hooks(tokens.to(device), fwd_hooks=list(hooks))
+    return outcome(replica_scored(logits, batch.to(device)), batch.to(device))[0]
 
 
 
@@ -91,6 +94,7 @@ def clean_activations(model, batch: Batch, names: list[str]) -> dict:
 def patch_many(model, batch: Batch, activation: str, targets: list[tuple]) -> list[Outcome]:
     """Restore clean `activation` ("z" or "resid_pre") at each target (layer, position|None,
     head|None; None = all) in the corrupt run; replicas of the batch carry many targets per forward."""
+    batch = batch.to(device_of(model))
     corrupt = corrupt_inputs(batch)
     layers = sorted({t[0] for t in targets})
     clean = clean_activations(model, batch, [get_act_name(activation, layer) for layer in layers])
@@ -148,8 +152,8 @@ class ActivationPatching:
 
 
 def grid(outcomes: list[Outcome], shape) -> tuple[torch.Tensor, torch.Tensor]:
-    return (torch.tensor([o.metric for o in outcomes]).view(shape),
-            torch.tensor([o.restored for o in outcomes]).view(shape))
+    return (torch.tensor([o.metric for o in outcomes], device="cpu").view(shape),
+            torch.tensor([o.restored for o in outcomes], device="cpu").view(shape))
 
 
 def live_positions(batch: Batch) -> list[int]:
@@ -174,6 +178,7 @@ def activation_patching(model, batch: Batch) -> ActivationPatching:
     """Every head's output at every position, every head at all positions, the residual stream
     per layer and position, each restored from clean into corrupt on its own."""
     require_pairs(batch)
+    batch = batch.to(device_of(model))
     n_layers, n_heads, width = model.cfg.n_layers, model.cfg.n_heads, batch.inputs.shape[1]
     corrupt = run_outcome(model, batch, corrupt_inputs(batch))
     live = set(live_positions(batch))

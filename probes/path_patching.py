@@ -23,7 +23,7 @@ import torch
 from transformer_lens.utilities import get_act_name
 
 from common.cli import UsageError
-from models.bridge import native
+from models.bridge import device_of, native
 from models.resume import forward_from
 from models.components import Head
 from probes.patching import (Outcome, corrupt_inputs, outcome, replica_scored,
@@ -158,7 +158,7 @@ class PathHooks:
                     continue
                 delta = sum(self.writes[sender] for sender in target.senders)
                 if target.positions is not None:
-                    mask = torch.zeros(delta.shape[1], dtype=torch.bool)
+                    mask = torch.zeros(delta.shape[1], dtype=torch.bool, device=delta.device)
                     mask[list(target.positions)] = True
                     delta = delta * mask[None, :, None]
                 value = receiver_input(self.model, layer, component, residual[replica] + delta)
@@ -199,6 +199,7 @@ def total_variation(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def path_patch_many(model, batch: Batch, targets: list[PathTarget]) -> list[PathPatch]:
+    batch = batch.to(device_of(model))
     senders = sorted({s for t in targets for s in t.senders})
     receivers = sorted({r for t in targets for r in t.receivers})
     value_layers = sorted({t.layer for t in targets if t.clean_values})

@@ -86,14 +86,14 @@ def row_stats(scores, valid=None) -> RowStats:
 def init_point(d_k: int, seed: int = 0, pairs: int = PAIRS, rows: int = ROWS, keys: int = KEYS) -> InitPoint:
     import torch
 
-    generator = torch.Generator().manual_seed(seed)
-    q, k = torch.randn(2, pairs, d_k, generator=generator)
+    generator = torch.Generator("cpu").manual_seed(seed)
+    q, k = torch.randn(2, pairs, d_k, generator=generator, device="cpu")
     var_qk = (q * k).sum(-1).var().item()
     chunks = []
     for start in range(0, rows, 256):  # [256, keys, d_k] at a time: 64 MB at d_k = 1024
         n = min(256, rows - start)
-        query = torch.randn(n, 1, d_k, generator=generator)
-        chunks.append((query * torch.randn(n, keys, d_k, generator=generator)).sum(-1))
+        query = torch.randn(n, 1, d_k, generator=generator, device="cpu")
+        chunks.append((query * torch.randn(n, keys, d_k, generator=generator, device="cpu")).sum(-1))
     scores = torch.cat(chunks)
     return InitPoint(d_k, var_qk, row_stats(scores / math.sqrt(d_k)), row_stats(scores))
 
@@ -130,9 +130,10 @@ def attention_scores(attention, hidden):
 def trained_point(model, batch, step: int) -> TrainedPoint:
     import torch
 
-    from models.bridge import native_attention
+    from models.bridge import device_of, native_attention
     from tasks.evaluate import logits_at_scored, score_logits
 
+    batch = batch.to(device_of(model))
     store, handles = attention_inputs(model)
     try:
         with torch.no_grad():   # one forward (not run_logits' chunks): the hooks keep one input per layer
@@ -141,7 +142,8 @@ def trained_point(model, batch, step: int) -> TrainedPoint:
         for handle in handles:
             handle.remove()
     seq = batch.inputs.shape[1]
-    query, key = torch.arange(seq)[:, None], torch.arange(seq)[None, :]
+    positions = torch.arange(seq, device=batch.lengths.device)
+    query, key = positions[:, None], positions[None, :]
     real_query = (query[None] < (batch.lengths[:, None, None] - 1)) & (query[None] >= 1)
     valid = ((key <= query)[None] & real_query)[:, None]               # [batch, 1, q, k]
     with torch.no_grad():

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from models.bridge import device_of
 from tasks.data import Batch
 from tasks.evaluate import logits_at_scored, run_logits
 
@@ -20,22 +21,24 @@ class ShuffleResult:
 
 
 def shuffled_prefixes(batch: Batch, generator: torch.Generator) -> torch.Tensor:
+    """Drawn on the CPU (with `batch` there): the same permutations whichever device the model is on."""
     tokens = batch.tokens.clone()
-    first_scored = torch.full((len(batch),), tokens.shape[1], dtype=torch.long)
+    first_scored = torch.full((len(batch),), tokens.shape[1], dtype=torch.long, device="cpu")
     first_scored = first_scored.scatter_reduce(0, batch.example_index, batch.positions, reduce="amin")
     for row, end in enumerate(first_scored.tolist()):
-        order = torch.randperm(end, generator=generator)
+        order = torch.randperm(end, generator=generator, device="cpu")
         tokens[row, :end] = tokens[row, order]
     return tokens
 
 
 @torch.no_grad()
 def shuffle_test(model, batch: Batch, permutations: int = 4, seed: int = 0) -> ShuffleResult:
-    generator = torch.Generator().manual_seed(seed)
+    on_cpu, batch = batch.to("cpu"), batch.to(device_of(model))
+    generator = torch.Generator("cpu").manual_seed(seed)
     reference = logits_at_scored(run_logits(model, batch.inputs), batch)
     changes = []
     for _ in range(permutations):
-        shuffled = shuffled_prefixes(batch, generator)
+        shuffled = shuffled_prefixes(on_cpu, generator).to(batch.tokens.device)
         changes.append((logits_at_scored(run_logits(model, shuffled[:, :-1]), batch) - reference).abs())
     change = torch.stack(changes)
     return ShuffleResult(change.max().item(), change.mean().item(), permutations, len(batch))

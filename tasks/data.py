@@ -130,6 +130,10 @@ class Batch:
         return self.tokens.shape[0]
 
     def to(self, device) -> "Batch":
+        import torch
+
+        if self.tokens.device == torch.device(device):
+            return self
         moved = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         return Batch(**{name: value.to(device) if hasattr(value, "to") else value
                         for name, value in moved.items()})
@@ -179,8 +183,12 @@ def columns_to_batch(rows: dict[str, list]) -> Batch:
     lengths = [len(t) for t in rows["tokens"]]
     width = max(lengths)
 
+    # Task data is built on the CPU whatever torch's default device is; probes move it to the model.
+    def tensor(values, dtype=torch.long):
+        return torch.tensor(values, dtype=dtype, device="cpu")
+
     def padded(sequences):
-        return torch.tensor([list(s) + [0] * (width - len(s)) for s in sequences], dtype=torch.long)
+        return tensor([list(s) + [0] * (width - len(s)) for s in sequences])
 
     tokens = padded(rows["tokens"])
     example_index = [i for i, ps in enumerate(rows["positions"]) for _ in ps]
@@ -188,11 +196,11 @@ def columns_to_batch(rows: dict[str, list]) -> Batch:
     has_counterfactual = all(len(c) for c in rows["counterfactual"]) and len(lengths) > 0
     return Batch(
         tokens=tokens,
-        lengths=torch.tensor(lengths),
-        example_index=torch.tensor(example_index, dtype=torch.long),
-        positions=torch.tensor(positions, dtype=torch.long),
-        answers=tokens[torch.tensor(example_index, dtype=torch.long), torch.tensor(positions) + 1],
-        foils=torch.tensor([f for fs in rows["foils"] for f in fs], dtype=torch.long),
+        lengths=tensor(lengths),
+        example_index=tensor(example_index),
+        positions=tensor(positions),
+        answers=tokens[tensor(example_index), tensor(positions) + 1],
+        foils=tensor([f for fs in rows["foils"] for f in fs]),
         groups=list(rows["group"]),
         counterfactual=padded(rows["counterfactual"]) if has_counterfactual else None,
     )
@@ -202,9 +210,10 @@ def select_rows(batch: Batch, rows) -> Batch:
     """The examples `rows` of a batch, scored positions re-indexed."""
     import torch
 
-    rows = torch.as_tensor(rows, dtype=torch.long)
-    new_index = torch.full((len(batch),), -1, dtype=torch.long)
-    new_index[rows] = torch.arange(len(rows))
+    device = batch.tokens.device
+    rows = torch.as_tensor(rows, dtype=torch.long, device=device)
+    new_index = torch.full((len(batch),), -1, dtype=torch.long, device=device)
+    new_index[rows] = torch.arange(len(rows), device=device)
     keep = new_index[batch.example_index] >= 0
     width = int(batch.lengths[rows].max())
     return dataclasses.replace(
@@ -226,4 +235,4 @@ def spread_subset(batch: Batch, limit: int) -> Batch:
 
     if len(batch) <= limit:
         return batch
-    return select_rows(batch, torch.linspace(0, len(batch) - 1, limit).round().long().unique())
+    return select_rows(batch, torch.linspace(0, len(batch) - 1, limit, device="cpu").round().long().unique())

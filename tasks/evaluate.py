@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from models import UsageError
+from models.bridge import device_of
 from tasks.base import NO_FOIL
 from tasks.data import Batch, spread_subset
 
@@ -85,6 +86,7 @@ def run_logits(model, tokens: torch.Tensor) -> torch.Tensor:
 
 
 def score_model(model, batch: Batch) -> Scored:
+    batch = batch.to(device_of(model))
     return score_logits(logits_at_scored(run_logits(model, batch.inputs), batch), batch)
 
 

@@ -195,8 +195,11 @@ class Run:
             raise UsageError(f"{self.path / CONFIG}: its vocabulary differs from task {self.task.name!r}'s "
                              "(edited, or made by another version of the task); retrain the run")
 
-    def load_model(self):
-        return load_checkpoint(self.path)[0]
+    def load_model(self, device=None):
+        """The trained model in eval mode, on the CPU or `device` ("cuda", ...): probes follow the
+        model to whichever device it is on."""
+        model = load_checkpoint(self.path)[0]
+        return model if device is None else model.to(device, print_details=False)
 
     def batches(self) -> dict:
         """The run's splits as tensors, regenerated (or read from cache) from task and seed, once

@@ -14,15 +14,15 @@ def analysis_cost(run) -> int:
     return spec.get("n_layers", 1) ** 2 * spec.get("n_heads", 1) * (2 if spec.get("mlp", True) else 1)
 
 
-def measure_for_report(run, out: Path):
+def measure_for_report(run, out: Path, device: str | None = None):
     """Everything the report needs from one run (probes.parts.MeasuredRun), its figure drawn here so
     the workers share the drawing too."""
     from probes.parts import measure_run
 
-    return measure_run(run, out)
+    return measure_run(run, out, device=device)
 
 
-def report_command(runs_dir: Path, out: Path | None, jobs: int = 1) -> None:
+def report_command(runs_dir: Path, out: Path | None, jobs: int = 1, device: str | None = None) -> None:
     from contextlib import ExitStack
     from functools import partial
 
@@ -45,7 +45,7 @@ def report_command(runs_dir: Path, out: Path | None, jobs: int = 1) -> None:
         runs = sorted(runs, key=lambda run: (order.index(run.model_name), run.seed))
         check_replaceable(out, "report folder")
         with staging(out) as staged:
-            measured = map_jobs(partial(measure_for_report, out=staged), runs, jobs,
+            measured = map_jobs(partial(measure_for_report, out=staged, device=device), runs, jobs,
                                 f"analysing {len(runs)} runs, {min(jobs, len(runs))} at a time", cost=analysis_cost)
             publish_report(measured, out, task=runs[0].task.name, staged=staged)
 
@@ -70,7 +70,7 @@ def publish_report(measured: list, out: Path, task: str, staged: Path | None = N
 
 
 def main(argv=None) -> None:
-    from common.cli import Parser, positive_int, run_cli
+    from common.cli import Parser, device_name, positive_int, run_cli
     from common.io import nonempty_path
     from toylens.workers import default_jobs
 
@@ -83,5 +83,8 @@ def main(argv=None) -> None:
     report.add_argument("--out", type=nonempty_path, default=None, help="report folder (default: RUNS_DIR/report)")
     report.add_argument("--jobs", type=positive_int, default=default_jobs(),
                         help="runs analysed at a time, each in its own process (default: the CPU cores)")
+    report.add_argument("--device", type=device_name, default=None,
+                        help="where the models run: cpu (default), cuda, cuda:N or mps; the numbers are "
+                             "the same up to float rounding")
     args = parser.parse_args(argv)
-    run_cli(report_command, args.runs_dir, args.out, args.jobs)
+    run_cli(report_command, args.runs_dir, args.out, args.jobs, args.device)
