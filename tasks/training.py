@@ -75,7 +75,7 @@ def train(model, train_batch: Batch, validation_batch: Batch, settings: TrainSet
 
     device = training_device()
     if device != "cpu":
-        model.to(device)
+        model.to(device, print_details=False)
     train_batch, validation_batch = train_batch.to(device), validation_batch.to(device)
     forward = hook_free_forward(model)
     generator, optimizer = torch.Generator().manual_seed(seed), adamw(model, settings)
@@ -121,7 +121,7 @@ def train(model, train_batch: Batch, validation_batch: Batch, settings: TrainSet
             log.close()
         model.eval()
         if device != "cpu":
-            model.to("cpu")
+            model.to("cpu", print_details=False)
     return TrainResult(steps=history[-1]["step"] if history else 0, stop_reason=stop or "step budget",
                        seconds=time.perf_counter() - start, history=history)
 

@@ -68,13 +68,11 @@ def probe_calls(model, batch: Batch, reference: Batch, graph) -> dict:
     from probes.dynamics import snapshot_point
     from probes.scaling import trained_point
     from probes.shuffle import shuffle_test
-    from tasks.evaluate import score_model
 
     def search():
         return circuit.search_circuit(model, batch, reference, patching.activation_patching(model, batch))
 
     return {
-        "score_model": lambda: score_model(model, batch),
         "ablate zero": lambda: ablation.ablate(model, batch, ["L0H0"], "zero"),
         "ablate mean": lambda: ablation.ablate(model, batch, ["L1H1"], "mean", reference_batch=reference),
         "ablate resample": lambda: ablation.ablate(model, batch, [(0, 1)], "resample", reference_batch=reference),

@@ -70,9 +70,9 @@ class HandRun:
         self.task = SimpleNamespace(vocabulary=lambda: WORDS)
         self._batches = batches
 
-    def load_model(self):
+    def load_model(self, device=None):
         self.loaded += 1
-        return self.model
+        return self.model if device is None else self.model.to(device)
 
     def batches(self) -> dict:
         return self._batches
