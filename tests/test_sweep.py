@@ -1,6 +1,7 @@
-"""Sweeps: grid and seed parsing, a tiny sweep on the local pool (layout, census, reruns, --resume),
-and the same on a real two-node Ray cluster on this machine (retry of a killed worker, a job that
-fails twice, results written through the driver equal to a local run bitwise)."""
+"""Sweeps: grid and seed parsing, a tiny sweep on the local pool (layout, census, reruns, --resume,
+a worker killed mid-run retried, a run that keeps killing its worker recorded as failed), and the
+same on a real two-node Ray cluster on this machine (retry of a killed worker, a job that fails
+twice, results written through the driver equal to a local run bitwise, --gpus-per-run)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import json
 import os
 import signal
 import sys
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -25,6 +28,31 @@ PARAMS = {"nouns": 8, "heldout_fraction": 0.5, "validation_fraction": 0.1, "leak
 def tiny_sweep(out: Path, grid=("d_model=16,32",), seeds="0"):
     return plan_sweep(WinogradTask, PARAMS, TINY, ["attn-only-2x1"], parse_seeds(seeds),
                       parse_grid(list(grid), WinogradTask), out)
+
+
+def killed_in_training(deaths: dict, markers: str, function, job: SweepJob):
+    """`function(job)` (a real sweep run) in a worker process that is SIGKILLed once training
+    starts (a node lost, an OOM kill mid-run) on the first `deaths[point]` attempts at the run's
+    grid point. Attempts are counted in a marker file per point, which outlives the process."""
+    attempts = Path(markers) / job.plan.run_dir.parts[-3]
+    attempts.write_text((attempts.read_text() if attempts.exists() else "") + "x")
+    if len(attempts.read_text()) <= deaths.get(attempts.name, 0):
+        import tasks.training
+
+        tasks.training.train = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)
+    return function(job)
+
+
+@dataclass
+class Killing:
+    """`executor`, its sweep runs killed as `killed_in_training` says."""
+    executor: object
+    deaths: dict
+    markers: str
+    name: str = "killing"
+
+    def run(self, function, items, on_outcome, cost=None):
+        self.executor.run(partial(killed_in_training, self.deaths, self.markers, function), items, on_outcome, cost)
 
 
 def sweep(out: Path, executor, **options):
@@ -151,6 +179,52 @@ def test_interrupted_write_needs_resume_and_resume_redoes_only_it(local_sweep):
     assert (run / "model.safetensors").read_bytes() == weights and (run / "metrics.json").is_file()
 
 
+SWEEP_ARGS = ["sweep", "--models", "attn-only-2x1", "--seeds", "0", "--grid", "d_model=16,32", "--steps", "20",
+              "--eval-every", "10", "--batch-size", "32", "--nouns", "8", "--no-progress"]
+
+
+def test_local_pool_retries_a_killed_worker_and_records_a_run_that_keeps_killing_it(local_sweep, tmp_path,
+                                                                                      monkeypatch, capsys):
+    """Both runs at once, in two workers: d_model=16's worker is killed once, d_model=32's on every
+    attempt. The first is run again whole (bitwise the clean run's weights), untouched by the second's
+    deaths; the second is recorded as failed with how its worker ended, and the sweep finishes."""
+    import toylens.executors
+    from toylens.cli import main_for_task
+
+    local, _ = local_sweep
+    out, markers = tmp_path / "sweep", tmp_path / "markers"
+    markers.mkdir()
+    make = toylens.executors.make_executor
+    monkeypatch.setattr(toylens.executors, "make_executor", lambda *args: Killing(
+        make(*args), {"d_model=16": 1, "d_model=32": 2}, str(markers)))
+    main_for_task("winograd", [*SWEEP_ARGS, "--jobs", "2", "--out", str(out)])    # exits 0: no SystemExit
+    printed = capsys.readouterr().out
+    assert {p.name: p.read_text() for p in markers.iterdir()} == {"d_model=16": "xx", "d_model=32": "xx"}
+    retried, lost = (out / f"d_model={width}" / "attn-only-2x1" / "seed0" for width in (16, 32))
+    clean = local / "d_model=16" / "attn-only-2x1" / "seed0" / "model.safetensors"
+    assert (retried / "model.safetensors").read_bytes() == clean.read_bytes() and not (retried / FAILED).exists()
+    error = json.loads((lost / FAILED).read_text())["error"]
+    assert error == "WorkerDied: the worker process running it died (killed by signal 9: Killed)"
+    assert not (lost / "metrics.json").exists()
+    assert f"{lost}: failed twice ({error}); recorded in {FAILED}\n" in printed
+    assert "sweep: 1 runs done, 1 failed, 0 kept" in printed
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--gpus-per-run", "1"], "reserves GPUs for Ray tasks: add --executor ray"),
+    (["--gpus-per-run", "1.5", "--executor", "ray"], "above 1 it must be a whole number"),
+    (["--gpus-per-run", "-1", "--executor", "ray"], "must be >= 0"),
+])
+def test_bad_gpus_per_run_is_one_line_before_anything_runs(tmp_path, capsys, argv, fragment):
+    from toylens.cli import main_for_task
+
+    with pytest.raises(SystemExit) as stopped:
+        main_for_task("winograd", [*SWEEP_ARGS, *argv, "--out", str(tmp_path / "sweep")])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and err.count("\n") == 1 and fragment in err
+    assert not (tmp_path / "sweep").exists()
+
+
 class FailingExecutor:
     name = "failing"
 
@@ -188,22 +262,9 @@ def ray_cluster():
     try:
         cluster.add_node(num_cpus=1)
         cluster.wait_for_nodes()
-        yield cluster.address
+        yield cluster
     finally:
         cluster.shutdown()
-
-
-def killed_in_training_first_time(item):
-    """A real sweep run whose worker process is SIGKILLed once training starts, on the first attempt
-    only (a node lost mid-run); the retry runs it whole."""
-    job, marker = item
-    attempts = Path(marker)
-    attempts.write_text((attempts.read_text() if attempts.exists() else "") + "x")
-    if attempts.read_text() == "x":
-        import tasks.training
-
-        tasks.training.train = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)
-    return run_job(job)
 
 
 def always_die(marker: str) -> int:
@@ -220,14 +281,15 @@ def collect(executor, function, items) -> dict:
 def test_ray_retries_a_worker_killed_mid_run_and_records_a_job_that_dies_twice(ray_cluster, local_sweep, tmp_path):
     local, _ = local_sweep
     run = tiny_sweep(tmp_path / "sweep")[0]
-    item = (SweepJob(run.plan, "test"), str(tmp_path / "retried"))
-    found = collect(RayExecutor(address=ray_cluster), killed_in_training_first_time, [item])
-    assert found[item].error is None
-    assert Path(item[1]).read_text() == "xx"                      # killed once mid-run, run again once
+    job = SweepJob(run.plan, "test")
+    killed_once = partial(killed_in_training, {run.point: 1}, str(tmp_path), run_job)
+    found = collect(RayExecutor(address=ray_cluster.address), killed_once, [job])
+    assert found[job].error is None
+    assert (tmp_path / run.point).read_text() == "xx"            # killed once mid-run, run again once
     weights = (local / run.point / "attn-only-2x1" / "seed0" / "model.safetensors").read_bytes()
-    assert found[item].result.files["model.safetensors"] == weights
+    assert found[job].result.files["model.safetensors"] == weights
     lost = str(tmp_path / "lost")
-    found = collect(RayExecutor(address=ray_cluster), always_die, [lost])
+    found = collect(RayExecutor(address=ray_cluster.address), always_die, [lost])
     assert found[lost].result is None and "died" in found[lost].error.lower()
     assert Path(lost).read_text() == "xx"                         # tried twice, then given up
 
@@ -235,7 +297,7 @@ def test_ray_retries_a_worker_killed_mid_run_and_records_a_job_that_dies_twice(r
 def test_ray_sweep_through_the_driver_equals_the_local_run_bitwise(ray_cluster, local_sweep, tmp_path):
     local, _ = local_sweep
     out = tmp_path / "sweep"
-    outcome = sweep(out, RayExecutor(address=ray_cluster))
+    outcome = sweep(out, RayExecutor(address=ray_cluster.address))
     assert (outcome.done, outcome.failed) == (2, 0)
     for width in (16, 32):
         mine, theirs = (base / f"d_model={width}" / "attn-only-2x1" / "seed0" for base in (out, local))
@@ -247,5 +309,29 @@ def test_ray_sweep_through_the_driver_equals_the_local_run_bitwise(ray_cluster, 
         assert metrics[0] == metrics[1]
         assert (mine / "circuit.json").read_text() == (theirs / "circuit.json").read_text()
         assert (mine / "log.jsonl").read_text().count("\n") == (theirs / "log.jsonl").read_text().count("\n")
-    again = sweep(out, RayExecutor(address=ray_cluster))
+    again = sweep(out, RayExecutor(address=ray_cluster.address))
     assert (again.kept, again.done) == (2, 0)                     # finished runs are never sent again
+
+
+def assigned_gpus(_item) -> list:
+    import ray
+
+    return ray.get_gpu_ids()
+
+
+def test_ray_reserves_gpus_per_run_and_refuses_more_than_any_node_has(ray_cluster, tmp_path, capsys):
+    from toylens.cli import main_for_task
+
+    # No node has a GPU (nor has this machine): refused in one line, not left waiting forever.
+    with pytest.raises(SystemExit) as stopped:
+        main_for_task("winograd", [*SWEEP_ARGS, "--executor", "ray", "--address", ray_cluster.address,
+                                   "--gpus-per-run", "1", "--out", str(tmp_path / "sweep")])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and err.count("\n") == 1 and "has that many GPUs (most: 0)" in err
+    node = ray_cluster.add_node(num_cpus=1, num_gpus=1)     # Ray takes a node's word for its GPUs
+    try:
+        ray_cluster.wait_for_nodes()
+        found = collect(RayExecutor(address=ray_cluster.address, gpus=1), assigned_gpus, [0])
+    finally:
+        ray_cluster.remove_node(node)
+    assert len(found[0].result) == 1                        # the task was given one GPU

@@ -1,20 +1,22 @@
-"""Where a sweep's jobs run: a local process pool (the default) or Ray Core tasks.
+"""Where a sweep's jobs run: local worker processes (the default) or Ray Core tasks.
 
 Both take a picklable `function` and items and call `on_outcome(item, Outcome)` in the driver as
-each job ends, in completion order. A job is tried twice; one that fails twice becomes an
-Outcome carrying its error, and the others go on. Ray is imported only by RayExecutor, so nothing
-else (and never `train`) pays its start-up.
+each job ends, in completion order. A job is tried twice, whether its attempt raised or its worker
+process died; one that fails twice becomes an Outcome carrying its error, and the others go on.
+Ray is imported only by RayExecutor, so nothing else (and never `train`) pays its start-up.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import time
+from collections import deque
 from dataclasses import dataclass
-from functools import partial
 from typing import Callable
 
-from toylens.workers import in_one_thread, map_jobs
+from common.cli import UsageError
+from toylens.workers import costliest_first, in_one_thread, spawn_pool, stop_workers
 
 ATTEMPTS = 2
 
@@ -31,27 +33,98 @@ def one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {lines[-1] if lines else ''}".strip()
 
 
-def attempted(function: Callable, item) -> Outcome:
-    error = None
-    for _ in range(ATTEMPTS):
+def retire(pool) -> str:
+    """Shut down a one-process pool whose worker died; say how it ended. The exit status is read
+    from the pool's process table (private, as in stop_workers): the public error says only
+    "terminated abruptly", and "killed by signal 9" is what points at an OOM kill."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=True)
+    codes = [process.exitcode for process in processes if process.exitcode is not None]
+    if not codes:
+        how = "it ended abruptly"
+    elif codes[0] < 0:
+        how = f"killed by signal {-codes[0]}: {signal.strsignal(-codes[0])}"
+    else:
+        how = f"exit code {codes[0]}"
+    return f"WorkerDied: the worker process running it died ({how})"
+
+
+def renew(pools: list, slot: int) -> str:
+    """Replace the pool at `slot`, whose worker died, with a fresh one; say how the worker ended."""
+    reason = retire(pools[slot])
+    pools[slot] = spawn_pool(1)
+    return reason
+
+
+def start_idle(pools: list, running: dict, waiting: deque, function: Callable, items: list) -> None:
+    """Give each idle pool the next waiting item."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    busy = {slot for slot, _ in running.values()}
+    for slot in (slot for slot in range(len(pools)) if slot not in busy):
+        if not waiting:
+            return
+        index = waiting.popleft()
         try:
-            return Outcome(function(item))
-        except Exception as failure:  # any failure of a job is recorded; the sweep goes on
-            error = one_line(failure)
-    return Outcome(error=error)
+            future = pools[slot].submit(in_one_thread, function, items[index])
+        except BrokenProcessPool:     # its worker died while idle (an OOM kill, say): no job was lost
+            renew(pools, slot)
+            future = pools[slot].submit(in_one_thread, function, items[index])
+        running[future] = (slot, index)
+
+
+def failure(future, pools: list, slot: int) -> str | None:
+    """A finished attempt's error in one line (None if it succeeded); a dead worker's pool is renewed."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    error = future.exception()
+    if isinstance(error, BrokenProcessPool):
+        return renew(pools, slot)
+    return None if error is None else one_line(error)
 
 
 @dataclass
 class LocalExecutor:
-    """`jobs` spawned processes on this machine (toylens's pool). A worker process that dies takes
-    the pool down with it; Ray's tasks survive that (see RayExecutor)."""
+    """`jobs` worker processes on this machine, each in a pool of its own. A worker that dies
+    (SIGKILL, an OOM kill, os._exit in a plugin) breaks only its own pool, so only its job is lost:
+    that pool is replaced and the job tried again like any failed attempt, as Ray retries a task.
+    (One shared pool would fail every job in flight with BrokenProcessPool and could not say whose
+    worker died.) Jobs run in workers even with jobs=1, so a run that kills its process never
+    kills the driver."""
 
     jobs: int = 1
     name: str = "local"
 
     def run(self, function: Callable, items: list, on_outcome: Callable, cost: Callable | None = None) -> None:
-        map_jobs(partial(attempted, function), items, self.jobs, "", progress=False,
-                 on_result=lambda item, outcome, _write: on_outcome(item, outcome), cost=cost)
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        waiting = deque(costliest_first(items, cost))
+        failures = [0] * len(items)
+        pools = [spawn_pool(1) for _ in range(min(self.jobs, len(items)))]
+        running: dict = {}            # future -> (its pool's slot, its item's index)
+        try:
+            while waiting or running:
+                start_idle(pools, running, waiting, function, items)
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    slot, index = running.pop(future)
+                    error = failure(future, pools, slot)
+                    failures[index] += error is not None
+                    if error is None:
+                        on_outcome(items[index], Outcome(future.result()))
+                    elif failures[index] < ATTEMPTS:
+                        waiting.appendleft(index)       # tried again next, as Ray retries at once
+                    else:
+                        on_outcome(items[index], Outcome(error=error))
+        except BaseException:
+            # Ctrl-C, or the driver failed writing a result: nobody will take the other jobs'
+            # results, so end their workers now rather than wait for them to finish.
+            for pool in pools:
+                stop_workers(pool)
+            raise
+        finally:
+            for pool in pools:
+                pool.shutdown(wait=True, cancel_futures=True)
 
 
 @dataclass
@@ -70,12 +143,19 @@ class RayExecutor:
     def target(self) -> str:
         return self.address or os.environ.get("RAY_ADDRESS") or "local"
 
+    def check_gpus(self, nodes: list) -> None:
+        """A task asking for more GPUs than any node has waits forever, and Ray says so only in its
+        logs (hidden here), so refuse at once. (An autoscaling cluster could add a GPU node later;
+        the clusters this README starts by hand cannot.)"""
+        most = max((node["Resources"].get("GPU", 0.0) for node in nodes if node["Alive"]), default=0.0)
+        if self.gpus > most:
+            raise UsageError(f"--gpus-per-run {self.gpus:g}: no node of the Ray cluster ({self.target()}) has "
+                             f"that many GPUs (most: {most:g}); ask for fewer, or leave it out to train on CPUs")
+
     def run(self, function: Callable, items: list, on_outcome: Callable, cost: Callable | None = None) -> None:
         try:
             import ray
         except ImportError:
-            from common.cli import UsageError
-
             raise UsageError("--executor ray needs Ray: pip install -e '.[ray]' (or bash setup.sh)") from None
         address = self.target()
         started = time.perf_counter()
@@ -83,10 +163,10 @@ class RayExecutor:
                  log_to_driver=False, logging_level="ERROR")
         try:
             self.startup_seconds = time.perf_counter() - started
+            self.check_gpus(ray.nodes())
             remote = ray.remote(num_cpus=1, num_gpus=self.gpus, max_retries=ATTEMPTS - 1,
                                 retry_exceptions=True)(in_one_thread)
-            ordered = sorted(items, key=lambda item: -cost(item)) if cost else list(items)
-            refs = {remote.remote(function, item): item for item in ordered}
+            refs = {remote.remote(function, items[index]): items[index] for index in costliest_first(items, cost)}
             pending = list(refs)
             while pending:
                 (ref,), pending = ray.wait(pending, num_returns=1)

@@ -175,7 +175,8 @@ def add_sweep_arguments(parser, task_cls: type) -> None:
     parser.add_argument("--jobs", type=positive_int, default=default_jobs(),
                         help="runs at a time on this machine: processes, or the local Ray instance's CPUs "
                              "(default: CPU cores; ignored with --address)")
-    parser.add_argument("--gpus-per-run", type=float, default=0.0, help="GPUs each Ray task asks for (default 0)")
+    parser.add_argument("--gpus-per-run", type=float, default=0.0,
+                        help="GPUs each Ray task reserves (--executor ray only; default 0)")
     existing = parser.add_mutually_exclusive_group()
     existing.add_argument("--resume", action="store_true", help="continue an interrupted sweep (finished runs are "
                                                                 "always kept; unfinished ones are run again)")
@@ -184,14 +185,24 @@ def add_sweep_arguments(parser, task_cls: type) -> None:
     add_task_params(parser, task_cls)
 
 
+def check_gpus_per_run(gpus: float, executor: str) -> None:
+    """Ray's rules for a task's GPUs, checked before anything runs; the local pool reserves none."""
+    if not gpus >= 0:
+        raise UsageError(f"--gpus-per-run must be >= 0, got {gpus}")
+    if gpus > 1 and not gpus.is_integer():
+        raise UsageError(f"--gpus-per-run {gpus:g}: above 1 it must be a whole number of GPUs (Ray's rule)")
+    if gpus and executor != "ray":
+        raise UsageError("--gpus-per-run reserves GPUs for Ray tasks: add --executor ray (the local pool needs no "
+                         "flag: its runs train on a GPU whenever torch sees one)")
+
+
 def sweep_command(task_cls: type, args) -> None:
     """`python -m tasks sweep TASK ...`: plan, check, run on the chosen executor, write the census."""
     from tasks.runs import command_line
     from toylens.executors import make_executor
     from toylens.sweep_jobs import run_sweep
 
-    if args.gpus_per_run < 0 or args.gpus_per_run != args.gpus_per_run:
-        raise UsageError(f"--gpus-per-run must be >= 0, got {args.gpus_per_run}")
+    check_gpus_per_run(args.gpus_per_run, args.executor)
     params = {f.name: getattr(args, f.name) for f in dataclasses.fields(task_cls.Params)}
     training = {key: value for key, value in (("max_steps", args.steps), ("batch_size", args.batch_size),
                                               ("lr", args.lr), ("eval_every", args.eval_every)) if value is not None}

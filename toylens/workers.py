@@ -51,14 +51,29 @@ def exit_with_parent(parent: int) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
+def costliest_first(items: list, cost: Callable | None) -> list[int]:
+    """Indices of `items`, the highest `cost(item)` first so no long job starts last (as given
+    without `cost`)."""
+    indices = range(len(items))
+    return sorted(indices, key=lambda i: -cost(items[i])) if cost else list(indices)
+
+
+def spawn_pool(workers: int):
+    """A pool of `workers` spawned processes (fork after torch has started its thread pool can
+    hang) that end with this process."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=exit_with_parent, initargs=(os.getpid(),))
+
+
 def map_jobs(function: Callable, items: Iterable, jobs: int, desc: str, progress: bool = True,
              on_result: Callable | None = None, cost: Callable | None = None) -> list:
     """`[function(item) for item in items]`, each in one torch thread; with jobs > 1, `jobs` at a
-    time in spawned processes (fork after torch has started its thread pool can hang), the highest
-    `cost(item)` first so no long job starts last. One bar counts finished jobs; `on_result(item,
-    result, write)` sees each result as it arrives."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    time in spawned processes, the highest `cost(item)` first. One bar counts finished jobs;
+    `on_result(item, result, write)` sees each result as it arrives."""
+    from concurrent.futures import as_completed
 
     from tqdm.auto import tqdm
 
@@ -77,11 +92,10 @@ def map_jobs(function: Callable, items: Iterable, jobs: int, desc: str, progress
             for index, item in enumerate(items):
                 record(index, in_one_thread(function, item))
             return results
-        pool = ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=exit_with_parent, initargs=(os.getpid(),))
+        pool = spawn_pool(min(jobs, len(items)))
         try:
-            order = sorted(range(len(items)), key=lambda i: -cost(items[i])) if cost else range(len(items))
-            futures = {pool.submit(in_one_thread, function, items[index]): index for index in order}
+            futures = {pool.submit(in_one_thread, function, items[index]): index
+                       for index in costliest_first(items, cost)}
             for future in as_completed(futures):
                 record(futures[future], future.result())
         except KeyboardInterrupt:
