@@ -2,7 +2,7 @@
 
 Methods: "zero" (z = 0), "mean" (z = its mean over a reference batch at the same position) and
 "resample" (z from another, randomly drawn reference example at the same position). Mean and
-resample statistics come from `reference_batch` (a Batch, or a `Reference` holding its
+resample statistics come from `reference` (a Batch, or a `Reference` holding its
 activations), which they require: the report uses the run's training rows
 (`training_reference(run)`), and a notebook that passes the same gets the report's numbers. Mean is the default method, as in `probes.heads.head_report` and the report.
 """
@@ -126,11 +126,11 @@ def resample_rows(batch: Batch, reference: Batch, seed: int) -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.long, device=batch.lengths.device)
 
 
-def check_method(method: str, reference_batch: Batch | None) -> None:
+def check_method(method: str, reference) -> None:
     if method not in ABLATION_METHODS:
         raise UsageError(f"ablation method must be one of {', '.join(ABLATION_METHODS)}, got {method!r}")
-    if method != "zero" and reference_batch is None:
-        raise UsageError(f"{method} ablation needs reference_batch, the examples whose activations replace "
+    if method != "zero" and reference is None:
+        raise UsageError(f"{method} ablation needs reference=, the examples whose activations replace "
                          "the heads' output: pass probes.ablation.training_reference(run) for the training "
                          "rows the report uses, or the batch itself")
 
@@ -145,14 +145,14 @@ def training_reference(run, rows: int | None = None) -> Batch:
 
 
 def ablation_hooks(model, batch: Batch, heads, method: str = "mean", seed: int = 0,
-                   reference_batch: Batch | None = None) -> list:
+                   reference: "Batch | Reference | None" = None) -> list:
     """Forward hooks that ablate `heads` for a run over `batch.inputs` (or any tensor of its shape)."""
     heads = parse_heads(heads)
     check_heads(model, heads)
-    check_method(method, reference_batch)
+    check_method(method, reference)
     batch = batch.to(device_of(model))
     layers = sorted({layer for layer, _ in heads})
-    values = replacement_z(model, batch, layers, method, seed, reference_batch)
+    values = replacement_z(model, batch, layers, method, seed, reference)
 
     def hook(layer, indices):
         def replace(z, hook):
@@ -166,9 +166,9 @@ def ablation_hooks(model, batch: Batch, heads, method: str = "mean", seed: int =
 
 @torch.no_grad()
 def ablated_scored(model, batch: Batch, heads, method: str = "mean", seed: int = 0,
-                   reference_batch: Batch | None = None) -> Scored:
+                   reference: "Batch | Reference | None" = None) -> Scored:
     batch = batch.to(device_of(model))
-    hooks = ablation_hooks(model, batch, heads, method, seed, reference_batch)
+    hooks = ablation_hooks(model, batch, heads, method, seed, reference)
     logits = model.run_with_hooks(batch.inputs, fwd_hooks=hooks)
     return score_logits(logits_at_scored(logits, batch), batch)
 
@@ -198,10 +198,10 @@ def nanmean(values: torch.Tensor) -> float:
 
 
 def ablate(model, batch: Batch, heads, method: str = "mean", seed: int = 0,
-           reference_batch: Batch | None = None) -> AblationResult:
+           reference: "Batch | Reference | None" = None) -> AblationResult:
     """Score `batch` with `heads` ("L0H1" or (0, 1)) ablated at every position; mean and resample
-    take their values from `reference_batch` (see `training_reference`)."""
-    scored = ablated_scored(model, batch, heads, method, seed, reference_batch)
+    take their values from `reference` (see `training_reference`)."""
+    scored = ablated_scored(model, batch, heads, method, seed, reference)
     return ablation_result(scored, batch, heads, method)
 
 
@@ -214,14 +214,14 @@ def sweep_targets(model) -> list[tuple[tuple[int, int], ...]]:
 
 
 def head_ablation_sweep(model, batch: Batch, method: str = "mean", seed: int = 0,
-                        reference_batch: Batch | None = None, clean: "CleanRun | None" = None) -> list[AblationResult]:
+                        reference: "Batch | Reference | None" = None, clean: "CleanRun | None" = None) -> list[AblationResult]:
     """Every target of `sweep_targets`, scored from one clean run replayed (see `replayed_scored`)
     rather than one forward per target. Equal to ablating each target with hooks (tested). Sweeps of
     several methods over one batch can share `clean` (`clean_run(model, batch)`)."""
-    check_method(method, reference_batch)
+    check_method(method, reference)
     batch = batch.to(device_of(model))
     layers = list(range(model.cfg.n_layers))
-    values = replacement_z(model, batch, layers, method, seed, reference_batch)
+    values = replacement_z(model, batch, layers, method, seed, reference)
     clean = clean or clean_run(model, batch)
     return [ablation_result(replayed_scored(model, batch, clean, heads, values), batch, heads, method)
             for heads in sweep_targets(model)]

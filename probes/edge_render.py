@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
+from common.cli import UsageError
 from models.graph import MLP, Edge, Embed, Head, Logits
 from probes.edge_circuit import EdgeCircuit
 from probes.edge_methods import EdgeScores
@@ -131,7 +132,7 @@ def mib_json(result: EdgeCircuit, scores: EdgeScores, circuit=None) -> dict:
     oracle circuit, or every edge when none reaches it)."""
     circuit = set(circuit if circuit is not None else result.circuit.edges or result.graph.edges)
     if any(e.position is not None for e in result.graph.edges):
-        raise ValueError("MIB's format has no per-position edges; export a position-free graph")
+        raise UsageError("MIB's format has no per-position edges; export a position-free graph")
     heads = [s for s in result.graph.senders if isinstance(s, Head)]
     nodes = [*result.graph.senders, Logits()]
     used = {e.sender for e in circuit} | {e.receiver.node for e in circuit}

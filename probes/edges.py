@@ -30,6 +30,7 @@ from typing import Iterable, Literal
 import torch
 from transformer_lens.utilities import get_act_name
 
+from common.cli import UsageError
 from models.bridge import device_of, native
 from models.graph import MLP, Edge, Embed, Graph, Head, Input, Logits
 from models.resume import forward_from
@@ -200,7 +201,7 @@ def record_runs(model, batch: Batch, graph: Graph, direction: Direction = "noise
     clean = record(model, batch, batch.inputs, graph)
     corrupt = record(model, batch, corrupt_inputs(batch), graph)
     if direction not in ("noise", "denoise"):
-        raise ValueError(f"direction must be 'noise' or 'denoise', got {direction!r}")
+        raise UsageError(f"direction must be 'noise' or 'denoise', got {direction!r}")
     return Runs(direction, *((clean, corrupt) if direction == "noise" else (corrupt, clean)))
 
 
@@ -268,6 +269,6 @@ def circuit_outcomes(model, batch: Batch, graph: Graph, circuits: list[Iterable[
     """The clean run with every edge outside each circuit given its counterfactual value."""
     runs = runs or record_runs(model, batch, graph, "noise")
     if runs.direction != "noise":
-        raise ValueError("a circuit keeps its edges clean: pass runs recorded with direction 'noise'")
+        raise UsageError("a circuit keeps its edges clean: pass runs recorded with direction 'noise'")
     everything = frozenset(graph.edges)
     return patched_outcomes(model, batch, graph, [everything - frozenset(c) for c in circuits], runs)

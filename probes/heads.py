@@ -139,9 +139,9 @@ def role_evidence(model, batch: Batch, role: str, scores: HeadScores, baseline: 
     order = ranked(scores.of(role))
     layer = order[0][0]
     in_layer = [h for h in order if h[0] == layer]
-    cumulative = [ablate(model, batch, in_layer[:k], method, reference_batch=reference).accuracy
+    cumulative = [ablate(model, batch, in_layer[:k], method, reference=reference).accuracy
                   for k in range(1, len(in_layer))]
-    layer_ablated = ablate(model, batch, in_layer, method, reference_batch=reference).accuracy
+    layer_ablated = ablate(model, batch, in_layer, method, reference=reference).accuracy
     cumulative.append(layer_ablated)
     cost = baseline - layer_ablated
     needed = next((k for k, accuracy in enumerate(cumulative, 1)
@@ -163,9 +163,9 @@ def head_report(model, batch: Batch, method: str = "mean", reference: Batch | No
     """Scores of every head for every role, each ranking checked by `method` ablation (mean and
     resample over `reference`, e.g. probes.ablation.training_reference(run))."""
     scores = head_scores(model, batch)
-    baseline = ablate(model, batch, (), method, reference_batch=reference).accuracy
+    baseline = ablate(model, batch, (), method, reference=reference).accuracy
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
-    single = {str(Head(l, h)): ablate(model, batch, [(l, h)], method, reference_batch=reference).accuracy
+    single = {str(Head(l, h)): ablate(model, batch, [(l, h)], method, reference=reference).accuracy
               for l in range(n_layers) for h in range(n_heads)}
     roles = {role: role_evidence(model, batch, role, scores, baseline, single, method, reference) for role in ROLES}
     return HeadReport(method, baseline, single, scores, roles)

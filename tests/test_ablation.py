@@ -39,7 +39,7 @@ def test_zero_and_mean_ablation_of_every_head_match_the_weights(setup):
 
     _, cache = model.run_with_cache(train.inputs)
     means = [cache[f"blocks.{l}.attn.hook_z"][:, : heldout.inputs.shape[1]].mean(0) for l in range(2)]
-    mean = ablated_scored(model, heldout, every, "mean", reference_batch=train)
+    mean = ablated_scored(model, heldout, every, "mean", reference=train)
     expected = direct_logits(model, heldout, means)[heldout.example_index, heldout.positions]
     scored = expected.gather(1, heldout.answers[:, None])[:, 0] - expected.gather(1, heldout.foils[:, None])[:, 0]
     torch.testing.assert_close(mean.logit_diff, scored, rtol=0, atol=1e-4)
@@ -68,10 +68,10 @@ def test_sweep_equals_ablating_each_target_on_its_own(setup, method, layout):
     _, heldout, train = setup
     fields = dict(n_layers=2, d_model=16, n_heads=2, n_ctx=heldout.inputs.shape[1], d_vocab=setup[0].cfg.d_vocab)
     model = build_model(ModelSpec(**{**fields, **SWEEP_SPECS[layout]}), seed=7)
-    sweep = head_ablation_sweep(model, heldout, method, seed=3, reference_batch=train)
+    sweep = head_ablation_sweep(model, heldout, method, seed=3, reference=train)
     assert len(sweep) == 1 + 3 * model.cfg.n_layers
     for result in sweep:
-        alone = ablate(model, heldout, result.heads, method, seed=3, reference_batch=train)
+        alone = ablate(model, heldout, result.heads, method, seed=3, reference=train)
         assert result.accuracy == alone.accuracy
         assert result.logit_diff == pytest.approx(alone.logit_diff, abs=1e-5)
         for group, scores in result.by_group.items():
@@ -86,8 +86,8 @@ def test_sweep_replays_blocks_whose_attention_replaces_the_stream(setup, method)
     _, heldout, train = setup
     model = build_model(ModelSpec(n_layers=2, d_model=16, n_heads=2, n_ctx=heldout.inputs.shape[1], norm=None,
                                   d_vocab=setup[0].cfg.d_vocab, positions="alibi", residual=False), seed=7)
-    for result in head_ablation_sweep(model, heldout, method, seed=3, reference_batch=train):
-        alone = ablate(model, heldout, result.heads, method, seed=3, reference_batch=train)
+    for result in head_ablation_sweep(model, heldout, method, seed=3, reference=train):
+        alone = ablate(model, heldout, result.heads, method, seed=3, reference=train)
         assert result.logit_diff == pytest.approx(alone.logit_diff, abs=1e-5)
 
 
@@ -96,8 +96,8 @@ def test_resample_is_seeded_and_reads_long_enough_rows(setup):
     rows = resample_rows(heldout, train, seed=1)
     assert torch.equal(rows, resample_rows(heldout, train, seed=1))
     assert bool((train.lengths[rows] >= heldout.lengths).all())
-    first = ablate(model, heldout, ["L1H0"], "resample", seed=1, reference_batch=train)
-    assert first == ablate(model, heldout, [(1, 0)], "resample", seed=1, reference_batch=train)
+    first = ablate(model, heldout, ["L1H0"], "resample", seed=1, reference=train)
+    assert first == ablate(model, heldout, [(1, 0)], "resample", seed=1, reference=train)
     assert first.method == "resample" and first.heads == ("L1H0",)
 
 

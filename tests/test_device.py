@@ -82,9 +82,9 @@ def probe_calls(model, batch: Batch, reference: Batch, graph) -> dict:
 
     return {
         "ablate zero": lambda: ablation.ablate(model, batch, ["L0H0"], "zero"),
-        "ablate mean": lambda: ablation.ablate(model, batch, ["L1H1"], "mean", reference_batch=reference),
-        "ablate resample": lambda: ablation.ablate(model, batch, [(0, 1)], "resample", reference_batch=reference),
-        "head_ablation_sweep": lambda: ablation.head_ablation_sweep(model, batch, "resample", reference_batch=reference),
+        "ablate mean": lambda: ablation.ablate(model, batch, ["L1H1"], "mean", reference=reference),
+        "ablate resample": lambda: ablation.ablate(model, batch, [(0, 1)], "resample", reference=reference),
+        "head_ablation_sweep": lambda: ablation.head_ablation_sweep(model, batch, "resample", reference=reference),
         "scored_attention": lambda: attention.scored_attention(model, batch),
         "pair_attention": lambda: attention.pair_attention(model, batch),
         "attention_from": lambda: attention.attention_from(model, batch, 2),

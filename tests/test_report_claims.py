@@ -285,7 +285,7 @@ def test_verdicts_read_the_logit_difference():
 def test_ablate_with_the_training_reference_gives_the_reports_numbers(mirror_measured):
     run, measured = mirror_measured
     report_row = measured.results["runs"].ablations["mean"][1]
-    mine = ablate(run.model, run.batches()["heldout"], ["L0H0"], reference_batch=training_reference(run))
+    mine = ablate(run.model, run.batches()["heldout"], ["L0H0"], reference=training_reference(run))
     assert mine == report_row
     with pytest.raises(UsageError, match="training_reference"):
         ablate(run.model, run.batches()["heldout"], ["L0H0"])
