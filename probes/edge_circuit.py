@@ -72,9 +72,10 @@ def edge_circuit(model, batch: Batch, graph: Graph, ig_steps: int = 5, acdc_thre
                        time.perf_counter() - began)
 
 
-def run_edge_circuit(run, **options) -> EdgeCircuit:
-    """edge_circuit on a trained run: its model and graph (from the run's spec), on the counterfactual
-    pairs the circuit report patches (probes.parts.patch_pairs evenly spread held-out pairs)."""
+def run_edge_circuit(run, device=None, **options) -> EdgeCircuit:
+    """edge_circuit on a trained run: its model (on `device`, default the CPU) and graph (from the
+    run's spec), on the counterfactual pairs the circuit report patches (probes.parts.patch_pairs
+    evenly spread held-out pairs)."""
     from models import ModelSpec
     from models.graph import graph_of
     from probes.parts import patch_pairs
@@ -84,4 +85,4 @@ def run_edge_circuit(run, **options) -> EdgeCircuit:
     pairs = spread_subset(heldout, patch_pairs(heldout))
     spec = ModelSpec.from_dict(run.config["spec"])
     options.setdefault("expected", run.task.expected_circuit(run.model_name, spec))
-    return edge_circuit(run.load_model(), pairs, graph_of(spec), **options)
+    return edge_circuit(run.load_model(device), pairs, graph_of(spec), **options)
