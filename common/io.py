@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import math
 import os
 import re
 import tempfile
@@ -81,10 +82,39 @@ def read_json(path: Path, fix: str):
                          f"({MAX_JSON_BYTES}); {fix}")
     try:
         return json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+    except ValueError as error:   # not UTF-8, not JSON, or an integer past Python's 4300-digit limit
         raise UsageError(f"{path} is not valid JSON ({getattr(error, 'msg', error)}); {fix}") from None
     except RecursionError:
         raise UsageError(f"{path} is nested too deeply to be a toylens file; {fix}") from None
+
+
+def check_fields(data, types: dict, where: str, fix: str, nullable=()) -> dict:
+    """`data` if it is a JSON object of known fields, each of exactly the type `types` gives it (int
+    and float exclude true and false, float excludes NaN and infinity, list means a list of
+    strings; a field in `nullable` may also be null); else a UsageError naming the field and `fix`."""
+    if not isinstance(data, dict):
+        raise UsageError(f"{where} must be a JSON object; {fix}")
+    unknown = sorted(set(data) - set(types))
+    if unknown:
+        raise UsageError(f"{where} has unknown field(s) {unknown}; {fix}")
+    for name, value in data.items():
+        if not (value is None and name in nullable or of_type(value, types[name])):
+            raise UsageError(f"{where}: {name} must be {TYPE_WORDS[types[name]]}, got {repr(value)[:60]}; {fix}")
+    return data
+
+
+TYPE_WORDS = {str: "a string", int: "an integer", float: "a finite number", bool: "true or false",
+              dict: "an object", list: "a list of strings"}
+
+
+def of_type(value, kind: type) -> bool:
+    if isinstance(value, bool) and kind is not bool:
+        return False
+    if kind is float:
+        return isinstance(value, (int, float)) and math.isfinite(value)
+    if kind is list:
+        return isinstance(value, list) and all(isinstance(item, str) for item in value)
+    return isinstance(value, kind)
 
 
 def canonical_sha256(payload) -> str:
@@ -135,14 +165,21 @@ def folder_locked(folder: Path):
 
 
 def manifest_names(folder: Path) -> set[str]:
+    return read_manifest(folder) or set()
+
+
+def read_manifest(folder: Path) -> set[str] | None:
+    """The names `folder`'s manifest lists (none if it has none); None when a file of the manifest's
+    name is there but is not one toylens wrote (a user's file, a link): it must not be replaced."""
     path = Path(folder) / MANIFEST
-    if not path.is_file() or path.is_symlink():
+    if not (path.exists() or path.is_symlink()):
         return set()
     try:
-        files = json.loads(path.read_text()).get("files", [])
-    except (ValueError, AttributeError, RecursionError, UnicodeDecodeError):
-        return set()
-    return {name for name in files if isinstance(name, str)} if isinstance(files, list) else set()
+        data = None if path.is_symlink() else json.loads(path.read_text())
+    except (ValueError, RecursionError, OSError):
+        return None
+    files = data.get("files") if isinstance(data, dict) and data.get("written_by") == "toylens" else None
+    return {name for name in files if isinstance(name, str)} if isinstance(files, list) else None
 
 
 def write_manifest(folder: Path, names: set[str]) -> None:
@@ -184,6 +221,9 @@ def claim_check(path: Path) -> None:
                          "not write through links: remove it or choose another folder")
     if path.name == MANIFEST:
         raise UsageError(f"{path} is toylens's ownership manifest; choose another file name")
+    if read_manifest(path.parent) is None:
+        raise UsageError(f"{path.parent / MANIFEST} is not an ownership manifest toylens wrote, and toylens "
+                         "never replaces a user's files: move it away or choose another folder")
     if path.exists() and not owned(path):
         raise not_ours(path)
 
@@ -224,16 +264,44 @@ def foreign_files(folder: Path) -> list[Path]:
     return sorted(found)
 
 
-def check_replaceable(folder: Path, what: str) -> None:
-    """Refuse, before any work, when `folder` holds something toylens did not write."""
-    if Path(folder).is_symlink():
-        raise UsageError(f"{what} {folder} is a symbolic link; toylens does not write through links: "
+def check_replaceable(folder: Path, what: str, within: Path | None = None) -> None:
+    """Refuse, before any work, when `folder` is a file or a link (or, with `within`, a folder
+    between `within` and it is a link: the writes would land wherever it points), or holds
+    something toylens did not write."""
+    link = first_link(folder, within)
+    if link is not None:
+        raise UsageError(f"{what} {folder}: {link} is a symbolic link; toylens does not write through links: "
                          "remove it or choose another folder")
+    if Path(folder).exists() and not Path(folder).is_dir():
+        raise UsageError(f"{what} {folder} is a file, not a folder, and toylens never replaces a user's files: "
+                         "move it away or choose another folder")
     foreign = foreign_files(folder) if Path(folder).exists() or Path(folder).is_symlink() else []
     if foreign:
         raise UsageError(f"{what} {folder} holds {foreign[0]}{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}"
                          f", which was not written by toylens (no {MANIFEST} lists it); toylens never replaces a "
                          "user's files: move them away or choose another folder")
+
+
+def first_link(path: Path, within: Path | None = None) -> Path | None:
+    """`path`, or else a folder between `within` (exclusive) and `path`, that is a symbolic link."""
+    path = Path(path)
+    depth = len(path.relative_to(within).parts) if within is not None else 1
+    return next((p for p in [path, *path.parents][:depth] if p.is_symlink()), None)
+
+
+def check_publishable(out: Path, what: str) -> None:
+    """Refuse, before any work, to swap a new folder in for `out` unless `out` is absent, empty or a
+    folder toylens published whole (every file listed in its own manifest): a runs folder, a run
+    or a folder of other output is never swapped away."""
+    out = Path(out)
+    check_replaceable(out, what)
+    listed = manifest_names(out)
+    for root, _, files in os.walk(out):
+        held = [Path(root) / name for name in files if name not in (MANIFEST, LOCK)
+                and (Path(root) / name).relative_to(out).as_posix() not in listed]
+        if held:
+            raise UsageError(f"{what} {out} holds {held[0]}, which is not part of a folder toylens published "
+                             "there (a run, or other output); toylens would swap it away: choose another folder")
 
 
 def remove_tree(folder: Path, also=lambda path: False) -> None:
@@ -255,7 +323,7 @@ def publish_folder(staged: Path, out: Path) -> None:
     """Swap a completely written folder `staged` in for `out` (a report): readers find the old
     folder, the new one, or (for the instant between two renames) none, never a mix."""
     staged, out = Path(staged), Path(out)
-    check_replaceable(out, "folder")
+    check_publishable(out, "folder")
     adopt_all(staged)
     old = out.with_name(f".{out.name}.old{os.getpid()}")
     if out.exists():

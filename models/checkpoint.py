@@ -52,6 +52,14 @@ def load_tensors(path: Path, fix: str) -> tuple[dict, dict]:
         raise UsageError(f"{path} is {damage(path)} ({error}); {fix}") from None
 
 
+def load_weights(model, path: Path, fix: str) -> None:
+    """Load a weights file saved by `save_tensors` (a snapshot) into `model`, after the checks a
+    run's weights get: exactly the model's tensors, shapes and dtypes, and finite values."""
+    state, _ = load_tensors(path, fix)
+    check_state(path, state, model.state_dict())
+    model.load_state_dict(state)
+
+
 def save_checkpoint(run_dir: Path, model, config: dict) -> str:
     """Weights first, config (with the weights' SHA-256) last: a config always names its weights.
     Returns that SHA-256."""

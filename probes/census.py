@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from common.cli import UsageError
-from common.io import read_json
+from common.io import check_fields, read_json
 from probes.circuit_label import CIRCUIT, CircuitSummary, circuit_label
 from probes.stats import Interval, mean_interval, wilson
 
@@ -47,21 +47,23 @@ class GroupCensus:
     path_recovered: dict       # label -> [min, median, max] share of the gap its runs' best path recovers
 
 
-def read_object(path: Path) -> dict:
-    """A stored JSON object; anything else is refused with one line (stored files are untrusted)."""
-    fix = "rerun the sweep for that run or delete the file"
-    data = read_json(path, fix)
-    if not isinstance(data, dict):
-        raise UsageError(f"{path} is not a JSON object; rerun the sweep for that run or delete the file")
-    return data
+FIX = "rerun the sweep for that run or delete the file"
+POINT_FIELDS = {"point": str, "values": dict}
+FAILED_FIELDS = {"model_name": str, "seed": int, "error": str}
+
+
+def read_object(path: Path, fields: dict) -> dict:
+    """A stored JSON object of these `fields` and types; anything else is refused with one line
+    (stored files are untrusted)."""
+    return check_fields(read_json(path, FIX), fields, str(path), FIX)
 
 
 def point_of(run_path: Path) -> tuple[str, dict]:
     """A run's grid point: the folder above its model folder, when it holds point.json."""
     point_file = run_path.parent.parent / "point.json"
     if point_file.is_file():
-        data = read_object(point_file)
-        return str(data.get("point", point_file.parent.name)), dict(data.get("values") or {})
+        data = read_object(point_file, POINT_FIELDS)
+        return data.get("point", point_file.parent.name), data.get("values", {})
     return "default", {}
 
 
@@ -71,7 +73,7 @@ def read_label(run_path: Path) -> tuple[str, str, float | None]:
     if not path.is_file():
         return "untraced", NOT_TRACED, None
     try:
-        summary = CircuitSummary.from_dict(read_object(path))
+        summary = CircuitSummary.from_dict(read_json(path, FIX), str(path), FIX)
     except TypeError:
         raise UsageError(f"{path} does not hold a circuit summary this toylens knows; rerun the sweep "
                          "for that run") from None
@@ -96,7 +98,7 @@ def take_census(runs_dir: Path) -> list[GroupCensus]:
         groups[(point, run.model_name)].append((run, *read_label(run.path)))
     failed = Counter()
     for path in runs_dir.rglob(FAILED):
-        record = read_object(path)
+        record = read_object(path, FAILED_FIELDS)
         failed[(point_of(path.parent)[0], record.get("model_name", path.parent.parent.name))] += 1
     return [group_census(model, point, values[point], members, failed[(point, model)])
             for (point, model), members in sorted(groups.items())]

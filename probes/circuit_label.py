@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from common.io import check_fields
+
 CIRCUIT = "circuit.json"
+# circuit.json's fields and their types: a stored file is checked before a census counts it.
+EDGE_FIELDS = {"sender": str, "receiver": str, "component": str, "position": int, "position_label": str,
+               "recovered": float, "restored": float}
+SUMMARY_FIELDS = {"model_name": str, "seed": int, "n_layers": int, "heldout": float, "nodes": list, "edge": dict,
+                  "faithfulness": float, "note": str, "summary": str}
 
 
 @dataclass(frozen=True)
@@ -41,8 +48,13 @@ class CircuitSummary:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "CircuitSummary":
+    def from_dict(cls, data: dict, where: str = CIRCUIT, fix: str = "trace the run again") -> "CircuitSummary":
+        """A stored summary after one check of every field's type (UsageError); a missing field is a
+        TypeError."""
+        check_fields(data, SUMMARY_FIELDS, where, fix, nullable=("edge", "faithfulness"))
         edge = data.get("edge")
+        if edge is not None:
+            check_fields(edge, EDGE_FIELDS, f"{where}: edge", fix)
         return cls(**{**data, "nodes": tuple(data.get("nodes", ())), "edge": Edge(**edge) if edge else None})
 
 

@@ -226,7 +226,7 @@ def cost_figure(result: CostResult):
 
 
 def cost_command(max_len: int, budget: float, out: Path) -> None:
-    from common.io import write_json
+    from common.io import claim_check, write_json
     from probes.figures import save
 
     if max_len < 128:
@@ -236,9 +236,11 @@ def cost_command(max_len: int, budget: float, out: Path) -> None:
                          f"{N_HEADS * max_len**2 * FLOAT_BYTES / 2**30:.0f} GiB; use at most 8192")
     if not 0 < budget <= 60:
         raise UsageError(f"--budget {budget} must lie in (0, 60] seconds per forward")
+    out = Path(out)
+    for name in ("cost.json", "cost.png"):   # a user's file there: refused before the measurement
+        claim_check(out / name)
     result = measure_cost(max_len, budget)
     print(cost_table(result))
-    out = Path(out)
     write_json(out / "cost.json", asdict(result))
     save(cost_figure(result), out / "cost.png")
     print(f"\nwrote {out / 'cost.json'} and {out / 'cost.png'}")

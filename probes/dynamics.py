@@ -116,7 +116,7 @@ def phase_change(points: list[SnapshotPoint]) -> tuple[int | None, tuple[int, in
 def run_dynamics(run, rows: int = ROWS, model=None) -> Dynamics:
     """Replay every snapshot of `run` on `rows` evenly spread held-out sequences, in `model` (the
     run's, already loaded, is given back with its own weights) or a freshly loaded one."""
-    from models.checkpoint import load_tensors
+    from models.checkpoint import load_weights
     from tasks.data import spread_subset
 
     files = snapshot_files(run.path)
@@ -129,8 +129,7 @@ def run_dynamics(run, rows: int = ROWS, model=None) -> Dynamics:
     points = []
     try:
         for step, path in files:
-            state, _ = load_tensors(path, fix="retrain the run to rewrite its snapshots")
-            model.load_state_dict(state)
+            load_weights(model, path, fix="retrain the run to rewrite its snapshots")
             model.eval()
             points.append(snapshot_point(model, batch, step))
     finally:

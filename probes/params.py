@@ -128,6 +128,8 @@ def spec_from_args(items: list[str]):
         key, sep, text = item.partition("=")
         if not sep or key not in fields:
             raise UsageError(f"{item!r} is not FIELD=VALUE with a ModelSpec field; fields: {', '.join(fields)}")
+        if key in values:   # the last would silently win
+            raise UsageError(f"{key} is given twice ({key}={values[key]} and {item}); give each field once")
         values[key] = parse_value(fields[key], text)
     if "d_vocab" not in values:
         raise UsageError("give d_vocab=N (the vocabulary size); a spec without one has no embedding")

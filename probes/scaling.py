@@ -157,7 +157,7 @@ def trained_point(model, batch, step: int) -> TrainedPoint:
 
 
 def replay(run, rows: int = REPLAY_ROWS) -> list[TrainedPoint]:
-    from models.checkpoint import load_tensors
+    from models.checkpoint import load_weights
     from probes.dynamics import snapshot_files
     from tasks.data import spread_subset
 
@@ -165,8 +165,7 @@ def replay(run, rows: int = REPLAY_ROWS) -> list[TrainedPoint]:
     batch = spread_subset(run.batches()["heldout"], rows)
     points = []
     for step, path in snapshot_files(run.path):
-        state, _ = load_tensors(path, fix="rerun with --overwrite to retrain it")
-        model.load_state_dict(state)
+        load_weights(model, path, fix="rerun with --overwrite to retrain it")
         model.eval()
         points.append(trained_point(model, batch, step))
     return points

@@ -56,6 +56,7 @@ def task_dataset(task: Task, seed: int):
         data, problem = load_verified(path, load_from_disk)
         if data is not None:
             return data
+        check_rebuildable(path)   # before saying it is rebuilt, and before generating anything
         print(f"toylens: cached data {path} {problem}; rebuilding it", file=sys.stderr)
     splits = validate_task_examples(task, seed)
     data = DatasetDict({name: Dataset.from_dict(examples_to_columns(splits[name])) for name in SPLITS})
@@ -98,14 +99,18 @@ def written_by_datasets(entry: Path, file: Path) -> bool:
         (parts[1].startswith("data-") and parts[1].endswith(".arrow"))))
 
 
+def check_rebuildable(path: Path) -> None:
+    """Refuse to rebuild a damaged cache entry that holds a file toylens did not write."""
+    foreign = [f for f in foreign_files(path) if not written_by_datasets(path, f)]
+    if foreign:
+        raise UsageError(f"cached data {path} is damaged and holds {foreign[0]}, which toylens did not "
+                         "write; delete that folder (it is only a cache) and run again")
+
+
 def replace_entry(temp: Path, path: Path) -> None:
-    """Move a freshly written cache entry into place, over a damaged one of toylens's own."""
+    """Move a freshly written cache entry into place, over a damaged one of toylens's own (checked
+    by check_rebuildable: only toylens's files are removed)."""
     if path.exists() or path.is_symlink():
-        foreign = [f for f in foreign_files(path) if not written_by_datasets(path, f)]
-        if foreign:
-            remove_tree(temp)
-            raise UsageError(f"cached data {path} is damaged and holds {foreign[0]}, which toylens did not "
-                             "write; delete that folder (it is only a cache) and run again")
         remove_tree(path, also=lambda file: written_by_datasets(path, file))
     try:
         os.replace(temp, path)

@@ -108,29 +108,29 @@ def train_command(task_cls: type, args) -> None:
             publish_report(measured, report, task=task.name, staged=staged)
 
 
-def model_list(text: str | None) -> list[str] | None:
-    """--models as names; absent means the whole family, but an empty value is refused (it would
-    silently train the whole family too)."""
+def model_list(text: str | None, flag: str = "--models") -> list[str] | None:
+    """--models (or another list of names, e.g. --rungs) as names; absent means all of them, but an
+    empty value is refused (it would silently mean all of them too)."""
     if text is None:
         return None
     names = [name.strip() for name in text.split(",")]
     if not all(names):
-        raise UsageError(f"--models {text!r} has an empty name; list model names separated by commas, or "
-                         "leave --models out to train the whole family")
+        raise UsageError(f"{flag} {text!r} has an empty name; list names separated by commas, or "
+                         f"leave {flag} out for all of them")
     return names
 
 
 @contextmanager
 def writing_runs(out: Path, report: Path | None):
     """Hold the runs folder's lock, after refusing files in the way that toylens did not write."""
-    from common.io import check_replaceable, claim_check
+    from common.io import check_publishable, claim_check
     from common.lock import folder_lock
     from probes.accuracy import SUMMARY
 
     with folder_lock(out, "runs folder"):
         claim_check(out / SUMMARY)
         if report is not None:
-            check_replaceable(report, "report folder")
+            check_publishable(report, "report folder")
         yield
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from common.cli import Parser, UsageError, run_cli
-from common.io import atomic_write, write_json
+from common.io import atomic_write, check_replaceable, write_json
 
 
 def slug(text: str) -> str:
@@ -20,6 +20,7 @@ def edges_command(runs_dir: Path, out: Path | None) -> None:
 
     from probes.edge_circuit import run_edge_circuit
     from probes.edge_render import circuit_figure, markdown_lines, mib_json
+    from probes.figures import save
     from tasks.runs import find_runs
 
     runs = [run for run in find_runs(runs_dir) if run.config.get("spec", {}).get("attention") == "softmax"]
@@ -27,13 +28,13 @@ def edges_command(runs_dir: Path, out: Path | None) -> None:
         raise UsageError(f"{runs_dir} holds no trained attention runs; train some first")
     torch.set_num_threads(1)    # as the report's workers: small forwards lose to thread hand-offs
     out = out or runs_dir / "edges"
-    (out / "figures").mkdir(parents=True, exist_ok=True)
+    check_replaceable(out, "edges folder")   # every file in it is this command's: refused before any work
     lines = ["# Edge circuits", ""]
     for run in tqdm(runs, desc="edge circuits", unit="run"):
         result = run_edge_circuit(run)
         name = f"{run.model_name} seed {run.seed}"
         figure = f"figures/edges_{slug(run.model_name)}_seed{run.seed}.png"
-        circuit_figure(result, name).savefig(out / figure, dpi=90)
+        save(circuit_figure(result, name), out / figure)
         lines += markdown_lines(result, name, figure) + [f"({result.seconds:.1f} s)", ""]
         for method in result.methods:
             write_json(out / f"mib_{slug(run.model_name)}_seed{run.seed}_{slug(method.scores.method)}.json",

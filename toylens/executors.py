@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -159,8 +160,12 @@ class RayExecutor:
             raise UsageError("--executor ray needs Ray: pip install -e '.[ray]' (or bash setup.sh)") from None
         address = self.target()
         started = time.perf_counter()
-        ray.init(address=address, num_cpus=self.cpus if address == "local" else None, include_dashboard=False,
-                 log_to_driver=False, logging_level="ERROR")
+        try:
+            ray.init(address=address, num_cpus=self.cpus if address == "local" else None, include_dashboard=False,
+                     log_to_driver=False, logging_level="ERROR")
+        except (ValueError, ConnectionError) as error:   # e.g. "auto" with no cluster running
+            raise UsageError(f"Ray at {address!r}: {one_line(error)}; start the cluster (ray start --head) or fix "
+                             "--address or RAY_ADDRESS") from None
         try:
             self.startup_seconds = time.perf_counter() - started
             self.check_gpus(ray.nodes())
@@ -183,5 +188,22 @@ class RayExecutor:
 
 def make_executor(name: str, jobs: int, address: str | None = None, gpus: float = 0.0):
     if name == "ray":
-        return RayExecutor(address=address, cpus=jobs, gpus=gpus)
+        executor = RayExecutor(address=address, cpus=jobs, gpus=gpus)
+        check_reachable(executor.target())
+        return executor
     return LocalExecutor(jobs=jobs)
+
+
+def check_reachable(address: str) -> None:
+    """Refuse, before any work, a Ray address that is malformed or where nothing answers: ray.init
+    would end the first in a traceback and retry the second for minutes."""
+    if address in ("local", "auto"):
+        return
+    host, colon, port = address.removeprefix("ray://").rpartition(":")
+    if not (colon and host and port.isdigit() and int(port) < 65536):
+        raise UsageError(f"Ray address {address!r} is not HOST:PORT (e.g. 10.0.0.5:6379); fix --address or RAY_ADDRESS")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+    except OSError as error:
+        raise UsageError(f"nothing answers at Ray address {address!r} ({error.strerror or error}); start the "
+                         "cluster (ray start --head) or fix --address or RAY_ADDRESS") from None

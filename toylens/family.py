@@ -195,15 +195,15 @@ def train_family(plans: list[RunPlan], overwrite: bool = False, progress: bool =
     out = plans[0].run_dir.parent.parent
     check_out_folder(out, plans[0].task)
     with folder_lock(out, "runs folder"):
-        return train_locked(plans, overwrite, progress, resume, checkpoint_every, jobs, report_out)
+        return train_locked(plans, out, overwrite, progress, resume, checkpoint_every, jobs, report_out)
 
 
-def train_locked(plans: list[RunPlan], overwrite: bool, progress: bool, resume: bool,
+def train_locked(plans: list[RunPlan], out: Path, overwrite: bool, progress: bool, resume: bool,
                  checkpoint_every: int | None, jobs: int, report_out: Path | None) -> list:
     statuses = [existing_status(plan, overwrite, resume) for plan in plans]
     for plan, status in zip(plans, statuses):
         if status != "done":   # this run folder will be written: nothing of the user's may be in it
-            check_replaceable(plan.run_dir, "run folder")
+            check_replaceable(plan.run_dir, "run folder", within=out)
     todo = []
     for plan, status in zip(plans, statuses):
         if status == "done":

@@ -8,7 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from common.cli import Parser, UsageError, positive_int, run_cli
-from common.io import write_json
+from common.io import claim_check, write_json
 from probes.ladder import LABELS, ladder_specs
 from toylens.family import plan_models
 
@@ -24,7 +24,7 @@ def ladder_plans(task, seeds: list[int], settings, out: Path, d_model: int = 128
 def ladder_command(args) -> None:
     from probes.figures import save
     from probes.ladder import ladder_figure, ladder_table, measure_ladder
-    from toylens.cli import settings_from_args, task_from_args
+    from toylens.cli import model_list, settings_from_args, task_from_args
     from toylens.family import train_family
 
     task = task_from_args(args.task_cls, args)
@@ -33,8 +33,10 @@ def ladder_command(args) -> None:
     # The task's training settings; snapshots off (the ladder never replays training).
     settings = settings_from_args(task, args, snapshot_every=0)
     out = args.out or Path("runs") / "ladder" / task.name
-    rungs = [r.strip() for r in args.rungs.split(",") if r.strip()] if args.rungs else None
+    rungs = model_list(args.rungs, "--rungs")
     plans = ladder_plans(task, list(range(args.seeds)), settings, out, args.d_model, rungs)
+    for path in (out / LADDER_JSON, out / LADDER_FIGURE):   # a user's file there: refused before training
+        claim_check(path)
     train_family(plans, overwrite=args.overwrite, progress=not args.no_progress, jobs=args.jobs)
     result = measure_ladder(plans)
     print(ladder_table(result))

@@ -8,7 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from common.cli import Parser, UsageError, positive_int, run_cli
-from common.io import write_json
+from common.io import claim_check, write_json
 from probes.positions import KINDS, context_for, position_specs
 from toylens.family import RunPlan
 
@@ -38,12 +38,12 @@ def positions_command(args) -> None:
     from probes.figures import save
     from probes.positions import measure_positions, positions_figure, positions_table
     from tasks.induction import InductionTask
-    from toylens.cli import settings_from_args, task_from_args
+    from toylens.cli import model_list, settings_from_args, task_from_args
     from toylens.family import train_family
 
     task = task_from_args(InductionTask, args)
     factors = parse_factors(args.factors)
-    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    kinds = model_list(args.kinds, "--kinds")
     if max(factors) * task.params.max_repeat > task.params.tokens:
         raise UsageError(f"{max(factors)}x repeat {max(factors) * task.params.max_repeat} needs that many distinct "
                          f"tokens, only --tokens {task.params.tokens}; raise --tokens or lower --max-repeat")
@@ -52,6 +52,8 @@ def positions_command(args) -> None:
     settings = settings_from_args(task, args, snapshot_every=0)
     out = args.out or Path("runs") / "positions"
     plans = position_plans(task, kinds, list(range(args.seeds)), settings, out, factors, args.d_model)
+    for path in (out / POSITIONS_JSON, out / POSITIONS_FIGURE):   # a user's file there: refused before training
+        claim_check(path)
 
     train_family(plans, overwrite=args.overwrite, progress=not args.no_progress, jobs=args.jobs)
     result = measure_positions(plans, factors, args.eval_sequences)

@@ -26,8 +26,10 @@ def report_command(runs_dir: Path, out: Path | None, jobs: int = 1, device: str 
     from contextlib import ExitStack
     from functools import partial
 
-    from common.io import check_replaceable, staging
+    from common.cli import UsageError
+    from common.io import check_publishable, staging
     from common.lock import folder_lock
+    from models.checkpoint import CONFIG
     from probes.accuracy import family_order
     from tasks.runs import find_runs
     from toylens.workers import map_jobs
@@ -43,7 +45,10 @@ def report_command(runs_dir: Path, out: Path | None, jobs: int = 1, device: str 
             locks.enter_context(folder_lock(out.parent, "report's parent folder"))
         order = family_order(runs)
         runs = sorted(runs, key=lambda run: (order.index(run.model_name), run.seed))
-        check_replaceable(out, "report folder")
+        if (out / CONFIG).exists():   # a run's manifest lists all its files, so check_publishable would pass it
+            raise UsageError(f"report folder {out} is a run folder; the report would replace the run: choose "
+                             "another --out")
+        check_publishable(out, "report folder")
         with staging(out) as staged:
             measured = map_jobs(partial(measure_for_report, out=staged, device=device), runs, jobs,
                                 f"analysing {len(runs)} runs, {min(jobs, len(runs))} at a time", cost=analysis_cost)

@@ -9,6 +9,7 @@ from pathlib import Path
 from common.cli import Parser, UsageError, positive_int, run_cli
 from probes.scaling import (KEYS, PAIRS, REPLAY_ROWS, ROWS, SATURATED, TrainedCurve, init_figure, init_table,
                             measure_init, replay, trained_figure, trained_table)
+from toylens.cli import MAX_SEEDS
 
 OUT = Path("runs/chapter/scaling")
 WIDTHS = (32, 64, 256)
@@ -58,7 +59,7 @@ def measure_trained(task, widths, seeds, steps: int, every: int, out: Path, jobs
 
 def scaling_command(task_name: str, widths, seeds, steps: int, every: int, jobs: int, init_only: bool,
                     out: Path, overwrite: bool) -> None:
-    from common.io import write_json
+    from common.io import claim_check, write_json
     from probes.figures import save
     from tasks.registry import get_task_class
 
@@ -68,6 +69,8 @@ def scaling_command(task_name: str, widths, seeds, steps: int, every: int, jobs:
         raise UsageError(f"--every {every} exceeds --steps {steps}; snapshots need every <= steps")
     task = None if init_only else get_task_class(task_name)()
     out = Path(out)
+    for name in ("scaling_init.png", "scaling_trained.png", "scaling.json"):   # refused before any work
+        claim_check(out / name)
     points = measure_init()
     print(f"at initialisation (unit-variance q, k; {PAIRS} pairs for the variance, {ROWS} rows of {KEYS} keys):")
     print(init_table(points))
@@ -98,6 +101,8 @@ def main(argv=None) -> None:
     parser.add_argument("--overwrite", action="store_true", help="retrain runs already in --out")
     parser.add_argument("--out", type=nonempty_path, default=OUT)
     args = parser.parse_args(argv)
+    if args.seeds > MAX_SEEDS:   # before the list of seeds fills memory
+        parser.error(f"--seeds {args.seeds} is absurd; use at most {MAX_SEEDS}")
     run_cli(scaling_command, args.task, args.widths, list(range(args.seeds)), args.steps, args.every, args.jobs,
             args.init_only, args.out, args.overwrite)
 

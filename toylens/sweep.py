@@ -19,6 +19,7 @@ from pathlib import Path
 from common.cli import UsageError
 from common.io import nonempty_path
 from models import ModelSpec
+from tasks.runs import MAX_SEED
 from tasks.settings import TrainSettings
 
 MAX_RUNS = 100_000
@@ -36,11 +37,12 @@ def parse_seeds(text: str) -> list[int]:
             first, last = int(low), int(high if dash else low)
         except ValueError:
             raise UsageError(f"--seeds {text!r}: expected a range like 0-99 or a list like 0,3,7") from None
-        if first < 0 or last < first:
-            raise UsageError(f"--seeds {text!r}: a range needs 0 <= first <= last, e.g. 0-99")
+        if first < 0 or last < first or last > MAX_SEED:
+            raise UsageError(f"--seeds {text!r}: a range needs 0 <= first <= last <= {MAX_SEED}, e.g. 0-99")
+        # Counted range by range, so an absurd range is refused before it fills memory.
+        if len(seeds) + last - first >= MAX_RUNS:
+            raise UsageError(f"--seeds {text!r} asks for more than {MAX_RUNS} seeds; use at most {MAX_RUNS}")
         seeds.update(range(first, last + 1))
-    if len(seeds) > MAX_RUNS:
-        raise UsageError(f"--seeds {text!r} asks for {len(seeds)} seeds; use at most {MAX_RUNS}")
     return sorted(seeds)
 
 
@@ -145,11 +147,11 @@ def plan_sweep(task_cls: type, params: dict, training: dict, models: list[str] |
 
 def write_points(runs: list[SweepRun], out: Path) -> None:
     from common.io import write_json
-    from probes.census import read_object
+    from probes.census import POINT_FIELDS, read_object
 
     for point, values in {run.point: run.values for run in runs}.items():
         path = Path(out) / point / POINT
-        if path.is_file() and read_object(path).get("values") != values:
+        if path.is_file() and read_object(path, POINT_FIELDS).get("values") != values:
             raise UsageError(f"{path} records other grid values; choose another --out")
         write_json(path, {"point": point, "values": values})
 
@@ -187,8 +189,8 @@ def add_sweep_arguments(parser, task_cls: type) -> None:
 
 def check_gpus_per_run(gpus: float, executor: str) -> None:
     """Ray's rules for a task's GPUs, checked before anything runs; the local pool reserves none."""
-    if not gpus >= 0:
-        raise UsageError(f"--gpus-per-run must be >= 0, got {gpus}")
+    if not 0 <= gpus < float("inf"):   # NaN fails too
+        raise UsageError(f"--gpus-per-run must be a finite number >= 0, got {gpus}")
     if gpus > 1 and not gpus.is_integer():
         raise UsageError(f"--gpus-per-run {gpus:g}: above 1 it must be a whole number of GPUs (Ray's rule)")
     if gpus and executor != "ray":

@@ -95,7 +95,7 @@ def sweep_locked(runs: list[SweepRun], out: Path, executor, command: str, resume
     statuses = [existing_status(run.plan, overwrite, resume) for run in runs]
     for run, status in zip(runs, statuses):
         if status != "done":   # this run folder will be written: nothing of the user's may be in it
-            check_replaceable(run.plan.run_dir, "run folder")
+            check_replaceable(run.plan.run_dir, "run folder", within=out)
     todo = [SweepJob(run.plan, command) for run, status in zip(runs, statuses) if status != "done"]
     write_points(runs, out)
     counts = {"done": 0, "failed": 0, "worker_seconds": 0.0}
