@@ -8,6 +8,7 @@ file names the holder when a second writer is refused.
 from __future__ import annotations
 
 import os
+import re
 import socket
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +17,7 @@ from common.cli import UsageError
 from common.io import LOCK
 
 
+HOLDER = re.compile(rb"(process \d+ on [^\n]*\n)?")
 HELD: set[str] = set()   # folders this process holds: a nested lock of the same folder is a no-op
 
 
@@ -47,6 +49,9 @@ def folder_lock(folder: Path, what: str):
             holder = os.pread(handle, 200, 0).decode(errors="replace").strip() or "another process"
             raise UsageError(f"{what} {folder} is in use by {holder}; wait for it to finish (or stop it), "
                              "then run this again") from None
+        if not written_by_a_lock(os.pread(handle, 4096, 0)):
+            raise UsageError(f"{path} was not written by toylens (it holds something else); move it away, "
+                             "then run this again")
         os.ftruncate(handle, 0)
         os.pwrite(handle, f"process {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
         HELD.add(key)
@@ -56,3 +61,8 @@ def folder_lock(folder: Path, what: str):
             HELD.discard(key)
     finally:
         os.close(handle)
+
+
+def written_by_a_lock(content: bytes) -> bool:
+    """Empty (just created) or the line a holder writes: anything else is a user's file."""
+    return HOLDER.fullmatch(content) is not None

@@ -276,3 +276,18 @@ SWEEP = ("tasks.winograd", "sweep", "--models", "attn-only-2x1", "--seeds", "0",
 def test_a_ray_address_or_gpu_count_that_cannot_work_is_one_line(tmp_path, argv, env, fragment):
     one_line(cli(*SWEEP, *argv, "--out", str(tmp_path / "out"), env=env), fragment)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_users_file_named_like_the_lock_is_never_overwritten(tmp_path):
+    from common.cli import UsageError
+    from common.lock import folder_lock
+
+    (tmp_path / ".toylens.lock").write_text("my notes")
+    with pytest.raises(UsageError, match="not written by toylens"):
+        with folder_lock(tmp_path, "runs folder"):
+            pass
+    assert (tmp_path / ".toylens.lock").read_text() == "my notes"
+    (tmp_path / ".toylens.lock").unlink()
+    for _ in range(2):   # its own lock, left behind by the last holder, is taken again
+        with folder_lock(tmp_path, "runs folder"):
+            pass
