@@ -81,6 +81,7 @@ def build_task(cls: type, values: dict):
     """`cls(cls.Params(**values))` with each value of exactly its field's type (JSON and the command
     line give int, float, str or bool); anything a plugin raises becomes one line naming it."""
     import dataclasses
+    import math
 
     fields = {f.name: f for f in dataclasses.fields(cls.Params)}
     unknown = sorted(set(values) - set(fields))
@@ -91,6 +92,8 @@ def build_task(cls: type, values: dict):
         ok = type(value) is kind or (kind is float and type(value) is int)
         if not ok:
             raise UsageError(f"task {cls.name!r} parameter {name} must be {kind.__name__}, got {value!r}")
+        if kind is float and not math.isfinite(value):   # JSON has no nan (and nan != nan: no rerun would match)
+            raise UsageError(f"task {cls.name!r} parameter {name} must be a finite number, got {value!r}")
     params = plugin_call(cls, "Params", cls.Params, **values)
     return cls(params)
 
