@@ -271,3 +271,27 @@ def test_an_expected_circuit_that_is_not_edges_of_the_graph_is_refused(declared,
     some = frozenset(list(graph_of(spec).edges)[:2])
     assert type("Fine", (FakeTask,), {"expected_circuit": lambda self, n, s: some})().expected_circuit("tiny", spec) \
         == some
+
+
+@pytest.mark.parametrize("body, fragment", [
+    ("Params = object", "Params must be a frozen dataclass (the class, not an instance), got <class 'object'>"),
+    ("Params = NoParams()", "Params must be a frozen dataclass (the class, not an instance), got NoParams()"),
+    ("name = None", "has no task name; give the class `name = 'shapeless'`"),
+])
+def test_a_plugin_class_of_the_wrong_shape_is_one_line(tmp_path, monkeypatch, body, fragment):
+    # Before: tracebacks from dataclasses.fields, Task.__init__ or `task.name` in every command.
+    from importlib.metadata import EntryPoint
+
+    (tmp_path / "shapeless_plugin.py").write_text(textwrap.dedent(f'''
+        from tasks.base import NoParams
+        from tests.test_validation import FakeTask
+
+        class Plugin(FakeTask):
+            {body}
+    '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "shapeless_plugin", raising=False)
+    with pytest.raises(UsageError) as refused:
+        task_classes([EntryPoint("shapeless", "shapeless_plugin:Plugin", "toylens.tasks")])
+    assert str(refused.value).startswith("task plugin 'shapeless' (shapeless_plugin:Plugin from package ")
+    assert fragment in str(refused.value)
