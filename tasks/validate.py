@@ -19,6 +19,9 @@ def refuse(task: Task, where: str, rule: str) -> UsageError:
 MAX_LENGTH = 4096
 MAX_EXAMPLES = 2_000_000
 MAX_DATA_BYTES = 4 * 2**30
+# What toylens writes beside the model folders of a runs (or sweep point) folder: a model of one of
+# these names would be overwritten (publishing the report swaps in a new `report/`) or block it.
+RESERVED_MODEL_NAMES = frozenset({"report", "edges", "census", "summary.json", "point.json"})
 
 
 def validate_family(task: Task) -> dict[str, ModelSpec]:
@@ -32,6 +35,9 @@ def validate_family(task: Task) -> dict[str, ModelSpec]:
         if not isinstance(name, str) or not isinstance(spec, ModelSpec):
             raise refuse(task, f"default model {name!r}", f"is a {type(spec).__name__}, not a ModelSpec")
         path_name(name, f"task plugin {task.name!r}: model name")   # it becomes a folder name
+        if name in RESERVED_MODEL_NAMES:
+            raise refuse(task, f"model name {name!r}", f"is taken by what toylens writes beside the runs "
+                         f"({', '.join(sorted(RESERVED_MODEL_NAMES))}); rename the model")
         try:
             replace(spec, d_vocab=max(spec.d_vocab, 1)).validate()
         except UsageError as error:

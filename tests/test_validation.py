@@ -164,6 +164,8 @@ def test_a_plugin_that_fails_to_import(tmp_path, monkeypatch):
      ("task plugin 'fake'", "default model 'odd'", "n_heads=3 does not divide d_model=32")),
     ([ModelSpec()], ("task plugin 'fake'", "default_models()", "got list")),
     ({"bad": "block-1"}, ("task plugin 'fake'", "default model 'bad'", "not a ModelSpec")),
+    # A model named report had its trained runs replaced when `--report` published runs/<task>/report.
+    ({"report": ModelSpec(d_model=8, n_heads=1)}, ("task plugin 'fake'", "model name 'report' is taken", "rename")),
 ])
 def test_a_bad_default_family_is_refused_before_training(family, fragments):
     from tasks.validate import validate_family
