@@ -87,7 +87,8 @@ class ModelSpec:
     def parameter_count(self) -> int:
         d, layers = self.d_model, self.n_layers
         per_layer = 4 * d * d + 4 * d + (8 * d * d + 5 * d if self.mlp else 0) + 4 * d
-        return layers * per_layer + 2 * self.d_vocab * d + self.n_ctx * d + self.d_vocab + 2 * d
+        positions = 0 if self.positions == "rotary" else self.n_ctx * d   # rotary has no position table
+        return layers * per_layer + 2 * self.d_vocab * d + positions + self.d_vocab + 2 * d
 
     def memory_bytes(self, batch: int = 64) -> int:
         """Rough float32 bytes to train at `batch`: weights, gradients and two AdamW moments, plus

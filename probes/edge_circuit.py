@@ -14,6 +14,7 @@ from probes.edge_methods import EdgeScores, acdc, eap, eap_ig
 from probes.edge_scores import auroc, spearman, top_edges
 from probes.edges import EdgeEffects, circuit_outcomes, edge_effects, record_runs
 from probes.faithfulness import Curve, SmallestCircuit, curve, normalised, smallest_circuit
+from probes.patching import metric_name
 from tasks.data import Batch
 
 TOP_SHARE = 0.1     # the oracle's top 10% of edges (by |effect|) are the reference set for AUROC
@@ -32,6 +33,7 @@ class MethodResult:
 class EdgeCircuit:
     graph: Graph
     pairs: int
+    metric: str                         # what the effects are changes of (probes.patching.metric_name)
     oracle: EdgeEffects
     methods: tuple[MethodResult, ...]   # the oracle first (its own ranking), then EAP, EAP-IG, ACDC
     circuit: SmallestCircuit            # from the oracle's ranking
@@ -67,7 +69,7 @@ def edge_circuit(model, batch: Batch, graph: Graph, ig_steps: int = 5, acdc_thre
     if pruned:
         empty, circuit, full = circuit_outcomes(model, batch, graph, [[], pruned.circuit, graph.edges], runs)
         kept = normalised([circuit.metric], empty.metric, full.metric)[0]
-    return EdgeCircuit(graph, len(batch), oracle, results,
+    return EdgeCircuit(graph, len(batch), metric_name(batch), oracle, results,
                        smallest_circuit(model, batch, graph, "oracle", oracle.effect, runs), kept, expected,
                        time.perf_counter() - began)
 

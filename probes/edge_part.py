@@ -61,7 +61,8 @@ def summary_line(run: EdgeRun, settings: ReportSettings) -> str:
     result, where = run.result, f"{run.model_name} seed {run.seed}"
     gap = -result.oracle.gap
     if abs(gap) < settings.min_gap:
-        return f"{where}: edge circuit not traced (clean minus counterfactual metric only {gap:+.2f})"
+        return (f"{where}: edge circuit not traced (clean minus counterfactual metric only {gap:+.2f}, below "
+                f"{settings.min_gap:g}: the model barely tells the pairs apart)")
     found = result.circuit
     if found.edges is None:
         return (f"{where}: no edge circuit smaller than the whole graph ({len(result.graph.edges)} edges) keeps "

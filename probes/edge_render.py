@@ -90,7 +90,7 @@ def markdown_lines(result: EdgeCircuit, title: str, figure_path: str | None = No
     lines = [f"#### {title}", "",
              f"Graph: {counts['nodes']} nodes, {counts['edges']} edges (into q {counts['q']}, k {counts['k']}, "
              f"v {counts['v']}, MLPs {counts['mlp']}, logits {counts['logits']}). {result.pairs} counterfactual pairs; "
-             f"metric = answer - foil logit, clean {result.oracle.base.metric:.2f}, counterfactual "
+             f"metric = {result.metric}, clean {result.oracle.base.metric:.2f}, counterfactual "
              f"{result.oracle.other.metric:.2f}. Edge effects are shares of that gap (exact oracle, one edge "
              "given its counterfactual write at a time); faithfulness: 0 = empty circuit (= counterfactual run), "
              "1 = full model, edges outside a circuit given their counterfactual writes.", ""]

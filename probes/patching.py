@@ -39,7 +39,12 @@ def scored_metric(scored_logits: torch.Tensor, batch: Batch) -> torch.Tensor:
 
 
 def metric_name(batch: Batch) -> str:
-    return "answer - foil logit" if bool((batch.foils != NO_FOIL).all()) else "answer log-prob"
+    """What scored_metric measures: a task may give foils at some scored positions only."""
+    has_foil = batch.foils != NO_FOIL
+    if bool(has_foil.all()):
+        return "answer - foil logit"
+    return "answer - foil logit where a foil is given, else answer log-prob" if bool(has_foil.any()) \
+        else "answer log-prob"
 
 
 def replica_scored(logits: torch.Tensor, batch: Batch) -> torch.Tensor:

@@ -62,6 +62,10 @@ def checked_vocabulary(task, tokens):
     if not (isinstance(tokens, list) and tokens and all(isinstance(t, str) for t in tokens)):
         raise UsageError(f"task plugin {task.name!r}: vocabulary() must return a non-empty list of strings, "
                          f"got {type(tokens).__name__}")
+    if len(set(tokens)) != len(tokens):   # two ids would print as one word in every report
+        repeated = next(t for i, t in enumerate(tokens) if t in tokens[:i])
+        raise UsageError(f"task plugin {task.name!r}: vocabulary() lists {repeated!r} twice; "
+                         "every token string must be distinct")
     return tokens
 
 
@@ -72,8 +76,28 @@ def checked_training(task, overrides):
     return overrides
 
 
+def checked_expected_circuit(task, edges, model_name, spec):
+    """None, or edges of the model's graph on both sides of the AUROC it is scored by."""
+    from models.graph import graph_of
+
+    if edges is None:
+        return None
+    graph = frozenset(graph_of(spec).edges)
+    rule = (f"task plugin {task.name!r}: expected_circuit({model_name!r}, spec) must return None or a frozenset "
+            f"of some, not all, of the {len(graph)} edges of models.graph.graph_of(spec)")
+    if not isinstance(edges, (set, frozenset)):
+        raise UsageError(f"{rule}, got {type(edges).__name__}")
+    stray = next((edge for edge in edges if edge not in graph), None)
+    if stray is not None:
+        raise UsageError(f"{rule}; {stray!r} is not one of them")
+    if not edges or edges == graph:
+        raise UsageError(f"{rule}, got {'none' if not edges else 'all'} of them")
+    return frozenset(edges)
+
+
 # default_models() is checked by tasks.validate.validate_family, before anything trains.
-RESULT_CHECKS = {"vocabulary": checked_vocabulary, "default_training": checked_training}
+RESULT_CHECKS = {"vocabulary": checked_vocabulary, "default_training": checked_training,
+                 "expected_circuit": checked_expected_circuit}
 
 
 def guarded(member: str, method):
@@ -84,7 +108,7 @@ def guarded(member: str, method):
     @functools.wraps(method)
     def call(self, *args, **kwargs):
         result = plugin_call(self, f"{member}()", method, self, *args, **kwargs)
-        return check(self, result) if check else result
+        return check(self, result, *args, **kwargs) if check else result
 
     call.guarded = True
     return call
@@ -101,7 +125,8 @@ class Task(ABC):
     def __init_subclass__(cls, **kwargs):
         # Every call the toolkit makes into a plugin goes through these guards, wherever it is made.
         super().__init_subclass__(**kwargs)
-        for member in ("__init__", "vocabulary", "generate", "default_models", "default_training"):
+        for member in ("__init__", "vocabulary", "generate", "default_models", "default_training",
+                       "expected_circuit"):
             method = cls.__dict__.get(member)
             if callable(method) and not getattr(method, "guarded", False):
                 setattr(cls, member, guarded(member, method))

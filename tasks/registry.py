@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from importlib.metadata import entry_points
 
 from common.io import path_name
@@ -44,7 +45,13 @@ def load_task_class(entry) -> type:
     if not (isinstance(cls, type) and issubclass(cls, Task)):
         raise UsageError(f"task plugin {entry.name!r} ({origin(entry)}) is not a subclass of "
                          "tasks.base.Task; point the entry point at the task class")
-    path_name(getattr(cls, "name", entry.name), f"task plugin {entry.name!r} ({origin(entry)}): task name")
+    where = f"task plugin {entry.name!r} ({origin(entry)})"
+    if not isinstance(getattr(cls, "name", None), str):
+        raise UsageError(f"{where} has no task name; give the class `name = {entry.name!r}`")
+    path_name(cls.name, f"{where}: task name")
+    if not (isinstance(cls.Params, type) and dataclasses.is_dataclass(cls.Params)):
+        raise UsageError(f"{where}: Params must be a frozen dataclass (the class, not an instance), got "
+                         f"{cls.Params!r}; or leave it out if the task has no parameters")
     return cls
 
 
@@ -60,7 +67,7 @@ def task_classes(entries=None, skip_broken_except: str | None = None) -> dict[st
             if skip_broken_except is None or entry.name == skip_broken_except:
                 raise
             continue
-        name = getattr(cls, "name", entry.name)
+        name = cls.name
         if name in found and found[name][0] is not cls:
             raise UsageError(f"two task plugins are named {name!r}: {origin(found[name][1])} and "
                              f"{origin(entry)}; uninstall one or rename its task")
@@ -80,7 +87,7 @@ def get_task_class(name: str) -> type:
 def build_task(cls: type, values: dict):
     """`cls(cls.Params(**values))` with each value of exactly its field's type (JSON and the command
     line give int, float, str or bool); anything a plugin raises becomes one line naming it."""
-    import dataclasses
+    import math
 
     fields = {f.name: f for f in dataclasses.fields(cls.Params)}
     unknown = sorted(set(values) - set(fields))
@@ -91,6 +98,8 @@ def build_task(cls: type, values: dict):
         ok = type(value) is kind or (kind is float and type(value) is int)
         if not ok:
             raise UsageError(f"task {cls.name!r} parameter {name} must be {kind.__name__}, got {value!r}")
+        if kind is float and not math.isfinite(value):   # JSON has no nan (and nan != nan: no rerun would match)
+            raise UsageError(f"task {cls.name!r} parameter {name} must be a finite number, got {value!r}")
     params = plugin_call(cls, "Params", cls.Params, **values)
     return cls(params)
 

@@ -19,6 +19,9 @@ def refuse(task: Task, where: str, rule: str) -> UsageError:
 MAX_LENGTH = 4096
 MAX_EXAMPLES = 2_000_000
 MAX_DATA_BYTES = 4 * 2**30
+# What toylens writes beside the model folders of a runs (or sweep point) folder: a model of one of
+# these names would be overwritten (publishing the report swaps in a new `report/`) or block it.
+RESERVED_MODEL_NAMES = frozenset({"report", "edges", "census", "summary.json", "point.json"})
 
 
 def validate_family(task: Task) -> dict[str, ModelSpec]:
@@ -32,10 +35,14 @@ def validate_family(task: Task) -> dict[str, ModelSpec]:
         if not isinstance(name, str) or not isinstance(spec, ModelSpec):
             raise refuse(task, f"default model {name!r}", f"is a {type(spec).__name__}, not a ModelSpec")
         path_name(name, f"task plugin {task.name!r}: model name")   # it becomes a folder name
+        if name in RESERVED_MODEL_NAMES:
+            raise refuse(task, f"model name {name!r}", f"is taken by what toylens writes beside the runs "
+                         f"({', '.join(sorted(RESERVED_MODEL_NAMES))}); rename the model")
         try:
             replace(spec, d_vocab=max(spec.d_vocab, 1)).validate()
         except UsageError as error:
             raise refuse(task, f"default model {name!r}:", str(error)) from None
+        task.expected_circuit(name, spec)   # checked now, not after training when the report asks for it
     return family
 
 
@@ -78,6 +85,7 @@ def validate_task_examples(task: Task, seed: int) -> dict[str, list[Example]]:
             raise refuse(task, f"split {split!r}", "is empty; every split needs examples")
         for index, example in enumerate(examples):
             check_example(task, f"{split} example {index}", example, vocabulary_size)
+        check_partners(task, split, examples)
     check_deterministic(task, seed, splits)
     if task.disjoint_splits:
         check_disjoint(task, splits)
@@ -112,9 +120,15 @@ def check_example(task: Task, where: str, example: Example, vocabulary_size: int
         if bad:
             raise refuse(task, where, f"has {bad[0]!r} in {field}, which must be a tuple of ints "
                          "(token ids are indices into vocabulary())")
+    if not isinstance(example.group, str):
+        raise refuse(task, where, f"has group {example.group!r}; a group must be a str label ('' for none)")
     tokens = example.tokens
     if not example.positions:
         raise refuse(task, where, "has no scored positions")
+    if len(set(example.positions)) != len(example.positions):
+        # a repeated position would be scored, and counted in accuracy, twice
+        raise refuse(task, where, f"scores a position twice (positions {tuple(example.positions)}); "
+                     "list each scored position once")
     for position in example.positions:
         if not 0 <= position < len(tokens) - 1:
             raise refuse(task, where, f"has scored position {position} out of range: its answer "
@@ -127,13 +141,27 @@ def check_example(task: Task, where: str, example: Example, vocabulary_size: int
         raise refuse(task, where, f"has a token id outside the vocabulary (0..{vocabulary_size - 1})")
     if example.foils and len(example.foils) != len(example.positions):
         raise refuse(task, where, "has a foil count different from its scored-position count")
-    if any(f != NO_FOIL and not 0 <= f < vocabulary_size for f in example.foils):
-        raise refuse(task, where, "has a foil that is not in the vocabulary")
+    bad = [f for f in example.foils if f != NO_FOIL and not 0 <= f < vocabulary_size]
+    if bad:
+        raise refuse(task, where, f"has foil id {bad[0]} that is not in the vocabulary (ids 0..{vocabulary_size - 1}; "
+                     "NO_FOIL for none)")
     if example.counterfactual and len(example.counterfactual) != len(tokens):
         raise refuse(task, where, f"has a counterfactual of length {len(example.counterfactual)}, "
                      f"not {len(tokens)}; patching needs aligned positions")
-    if any(not 0 <= t < vocabulary_size for t in example.counterfactual):
-        raise refuse(task, where, "has a counterfactual token outside the vocabulary")
+    bad = [t for t in example.counterfactual if not 0 <= t < vocabulary_size]
+    if bad:
+        raise refuse(task, where, f"has counterfactual token id {bad[0]} outside the vocabulary "
+                     f"(ids 0..{vocabulary_size - 1})")
+
+
+def check_partners(task: Task, split: str, examples: list[Example]) -> None:
+    """Patching needs a partner for every example of a split; a split with only some would silently
+    have none, which is almost always a forgotten partner."""
+    lacking = [index for index, example in enumerate(examples) if not example.counterfactual]
+    if lacking and len(lacking) < len(examples):
+        raise refuse(task, f"{split} example {lacking[0]}", f"has no counterfactual while "
+                     f"{len(examples) - len(lacking)} of the {len(examples)} examples of its split have one; "
+                     "give every example of a split a partner, or none")
 
 
 def is_int(value) -> bool:

@@ -110,3 +110,20 @@ def test_bad_heads_and_methods_are_usage_errors(setup):
         ablate(model, heldout, ["L2H0"])
     with pytest.raises(UsageError, match="method"):
         ablate(model, heldout, ["L0H0"], method="noise")
+
+
+def test_reference_and_clean_forwards_are_sized_in_tokens(setup, monkeypatch):
+    # One forward over every reference row held all their attention scores at once: a plugin's
+    # 2000-token sequences ran the report out of memory. Chunked forwards give the same sweep.
+    import probes.ablation
+
+    model, heldout, train = setup
+    whole = head_ablation_sweep(model, heldout, reference_batch=train)
+    budget, widths = 4 * train.inputs.shape[1], []
+    monkeypatch.setattr(probes.ablation, "TOKENS_PER_FORWARD", budget)
+    handle = model.embed.register_forward_hook(lambda module, args, out: widths.append(args[0].numel()))
+    chunked = head_ablation_sweep(model, heldout, reference_batch=train)
+    handle.remove()
+    assert widths and max(widths) <= budget
+    assert [r.logit_diff for r in chunked] == pytest.approx([r.logit_diff for r in whole], abs=1e-6)
+    assert [r.top_share for r in chunked] == [r.top_share for r in whole]

@@ -218,6 +218,7 @@ def boom(*args, **kwargs):
     ("vocabulary", lambda t: t.vocabulary()),
     ("default_models", lambda t: __import__("tasks.validate").validate.validate_family(t)),
     ("default_training", lambda t: t.default_training()),
+    ("expected_circuit", lambda t: t.expected_circuit("tiny", t.default_models()["tiny"])),
 ])
 @pytest.mark.parametrize("failure", ["raises", "exits", "wrong type"])
 def test_a_failing_plugin_member_is_one_line_naming_it(member, call, failure):
@@ -252,6 +253,22 @@ def test_a_plugin_init_or_params_that_raises_is_one_line():
         build_task(plugin(Params=Params), {"size": 2})
     with pytest.raises(UsageError, match=r"task plugin 'fake': __init__\(\) raised RuntimeError: boom"):
         plugin(__init__=boom)()
+
+
+def test_a_non_finite_float_parameter_is_refused_by_train_and_sweep(tmp_path):
+    # nan reached config.json as bare NaN, and since nan != nan a rerun called its own run incompatible;
+    # a sweep built its tasks without these checks and failed every run in the worker.
+    from dataclasses import make_dataclass
+
+    from tasks.registry import build_task
+    from toylens.sweep import parse_grid, plan_sweep
+
+    task_cls = plugin(Params=make_dataclass("Params", [("noise", float, 0.0)], frozen=True))
+    with pytest.raises(UsageError, match="task 'fake' parameter noise must be a finite number, got nan"):
+        build_task(task_cls, {"noise": float("nan")})
+    with pytest.raises(UsageError, match="parameter noise must be a finite number, got inf"):
+        plan_sweep(task_cls, {"noise": 0.0}, {}, None, [0], parse_grid(["noise=inf"], task_cls), tmp_path)
+    assert not (tmp_path / "noise=inf").exists()
 
 
 @pytest.mark.parametrize("field, kind, fragment", [("steps", "int", "already a train option"),

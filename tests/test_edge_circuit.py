@@ -61,9 +61,18 @@ def test_the_edges_command_refuses_a_missing_folder(tmp_path, capsys):
     assert exit_.value.code == 2 and "is not a folder of runs" in capsys.readouterr().err
 
 
-def test_the_edges_command_writes_report_figures_and_mib_files(tiny_runs, tmp_path):
+def with_min_gap(monkeypatch, min_gap: float) -> None:
+    """The edges command's ReportSettings with another min_gap (the tiny run's gap is below the default)."""
+    import probes.settings
+
+    settings = probes.settings.ReportSettings
+    monkeypatch.setattr(probes.settings, "ReportSettings", lambda: settings(min_gap=min_gap))
+
+
+def test_the_edges_command_writes_report_figures_and_mib_files(tiny_runs, tmp_path, monkeypatch):
     from toylens.edges import main
 
+    with_min_gap(monkeypatch, 0.0)
     main([str(tiny_runs), "--out", str(tmp_path)])
     text = (tmp_path / "edges.md").read_text()
     assert "#### attn-only-2x1 seed 0" in text and "bag-of-words" not in text
@@ -83,3 +92,35 @@ def test_a_task_that_declares_its_circuit_gets_every_method_scored_against_it(ti
     monkeypatch.setattr(type(run.task), "expected_circuit", lambda self, name, spec: declared)
     result = run_edge_circuit(run, acdc_threshold=None, ig_steps=2)
     assert all(method.auroc_expected is not None for method in result.methods)
+
+
+def test_the_metric_is_named_as_measured_when_a_task_gives_no_foils_or_only_some():
+    import dataclasses
+
+    import torch
+
+    from models import ModelSpec, build_model
+    from probes.edge_circuit import edge_circuit
+    from probes.edge_render import markdown_lines
+    from tests.conftest import hand_batch
+
+    spec = ModelSpec(n_layers=2, d_model=16, n_heads=1, mlp=False, n_ctx=4, d_vocab=4)
+    torch.manual_seed(0)
+    model, batch = build_model(spec), hand_batch(8)    # hand_batch gives no foils: answer log-prob
+    result = edge_circuit(model, batch, graph_of(spec), compare_methods=False)
+    assert "metric = answer log-prob, clean" in markdown_lines(result, "x")[2]
+    some = dataclasses.replace(batch, foils=torch.where(torch.arange(8) % 2 == 0, batch.foils, (batch.answers + 1) % 4))
+    assert edge_circuit(model, some, graph_of(spec), compare_methods=False).metric == \
+        "answer - foil logit where a foil is given, else answer log-prob"
+
+
+def test_the_edges_command_gives_no_shares_of_a_gap_too_small_to_mean_anything(tiny_runs, tmp_path, monkeypatch):
+    # As the report does: shares of a near-zero clean - counterfactual gap (an untrained run) are noise.
+    from toylens.edges import main
+
+    with_min_gap(monkeypatch, 1e9)
+    main([str(tiny_runs), "--out", str(tmp_path)])
+    text = (tmp_path / "edges.md").read_text()
+    assert "attn-only-2x1 seed 0: edge circuit not traced (clean minus counterfactual metric only" in text
+    assert "below 1e+09: the model barely tells the pairs apart" in text
+    assert "Smallest oracle-ranked circuit" not in text and not list(tmp_path.glob("figures/*.png"))

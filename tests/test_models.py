@@ -27,6 +27,17 @@ def test_rotary_has_no_position_table():
     assert "pos_embed.weight" not in build_model(spec(positions="rotary")).state_dict()
 
 
+@pytest.mark.parametrize("positions", ["learned", "rotary", "none"])
+def test_a_long_context_run_loads_whatever_its_positions(tmp_path, positions):
+    # The weights check compares the spec's parameter estimate with the file; counting a position
+    # table for rotary (which has none) refused a plugin's own 2001-token rotary run as "another model".
+    long = spec(d_model=16, n_heads=1, mlp=False, norm=None, positions=positions, n_ctx=2048)
+    save_checkpoint(tmp_path, build_model(long), {"spec": long.to_dict(), "vocabulary": [str(i) for i in range(20)],
+                                              "seed": 0})
+    loaded, _ = load_checkpoint(tmp_path)
+    assert loaded.cfg.n_ctx == 2048
+
+
 def test_unscaled_scores_divide_by_one():
     # The bridge's hook_attn_scores holds the softmax pattern, so compare log-pattern gaps:
     # without the division they are sqrt(d_head) times larger.

@@ -75,9 +75,10 @@ def test_bad_seeds(text):
 
 
 def test_grid_values_get_their_fields_types():
-    grid = parse_grid(["d_model=64,128", "lr=1e-3,3e-3", "mlp=false", "norm=none,LN", "nouns=8"], WinogradTask)
+    grid = parse_grid(["d_model=64,128", "lr=1e-3,3e-3", "mlp=false", "norm=none,LN", "nouns=8", "residual=false"],
+                      WinogradTask)
     assert dict(grid.axes) == {"d_model": (64, 128), "lr": (0.001, 0.003), "mlp": (False,), "norm": (None, "LN"),
-                               "nouns": (8,)}
+                               "nouns": (8,), "residual": (False,)}
     assert len(grid.points()) == 2 * 2 * 2
     assert parse_grid([], WinogradTask).points() == [{}]
 

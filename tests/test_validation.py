@@ -164,6 +164,8 @@ def test_a_plugin_that_fails_to_import(tmp_path, monkeypatch):
      ("task plugin 'fake'", "default model 'odd'", "n_heads=3 does not divide d_model=32")),
     ([ModelSpec()], ("task plugin 'fake'", "default_models()", "got list")),
     ({"bad": "block-1"}, ("task plugin 'fake'", "default model 'bad'", "not a ModelSpec")),
+    # A model named report had its trained runs replaced when `--report` published runs/<task>/report.
+    ({"report": ModelSpec(d_model=8, n_heads=1)}, ("task plugin 'fake'", "model name 'report' is taken", "rename")),
 ])
 def test_a_bad_default_family_is_refused_before_training(family, fragments):
     from tasks.validate import validate_family
@@ -206,3 +208,92 @@ def test_a_plugin_hidden_by_a_folder_of_its_name_is_named_as_such(tmp_path, monk
     with pytest.raises(UsageError, match=r"^task plugin 'shadowed': module 'shadowed_plugin' was found as the "
                                          r"folder .*shadowed_plugin .*run from another folder$"):
         task_classes()
+
+
+# ---- mistakes a plugin author makes (found by writing unseen plugins against the guide) ---------
+
+def test_a_group_that_is_not_a_string_is_one_line():
+    bad = Example(tokens=(0, 1, 2), positions=(1,), group=3, counterfactual=(0, 1, 3))
+    assert "train example 1 has group 3; a group must be a str label" in refusal(fake([good(), bad]))
+
+
+def test_a_position_scored_twice():
+    bad = Example(tokens=(0, 1, 2, 3), positions=(1, 1), counterfactual=(0, 1, 3, 3))
+    assert "train example 0 scores a position twice (positions (1, 1))" in refusal(fake([bad]))
+
+
+def test_a_split_where_only_some_examples_have_a_partner():
+    # Before: the split silently had no counterfactuals and the report said the task declares none.
+    lacking = Example(tokens=(0, 1, 3), positions=(1,))
+    assert "train example 1 has no counterfactual while 2 of the 3 examples of its split have one" \
+        in refusal(fake([good(), lacking, good(1)]))
+
+
+@pytest.mark.parametrize("example, fragment", [
+    (Example(tokens=(0, 1, 2), positions=(1,), foils=(9,)), "has foil id 9 that is not in the vocabulary (ids 0..3"),
+    (Example(tokens=(0, 1, 2), positions=(1,), counterfactual=(0, 1, 8)),
+     "has counterfactual token id 8 outside the vocabulary (ids 0..3)"),
+])
+def test_an_id_outside_the_vocabulary_is_named(example, fragment):
+    assert fragment in refusal(fake([example]))
+
+
+def test_a_vocabulary_listing_a_token_twice():
+    class Repeats(FakeTask):
+        def vocabulary(self):
+            return ["a", "b", "a", "c"]
+
+    with pytest.raises(UsageError, match=r"^task plugin 'fake': vocabulary\(\) lists 'a' twice"):
+        Repeats().vocabulary()
+
+
+@pytest.mark.parametrize("declared, fragment", [
+    (lambda graph: ["L0H0"], "got list"),
+    (lambda graph: frozenset({"L0H0"}), "'L0H0' is not one of them"),
+    (lambda graph: frozenset(graph.edges), "got all of them"),
+    (lambda graph: frozenset(), "got none of them"),
+])
+def test_an_expected_circuit_that_is_not_edges_of_the_graph_is_refused(declared, fragment):
+    from models.graph import graph_of
+    from tasks.validate import validate_family
+
+    spec = ModelSpec(d_model=8, n_heads=1, mlp=False)
+
+    class Declares(FakeTask):
+        def expected_circuit(self, model_name, spec):
+            return declared(graph_of(spec))
+
+    with pytest.raises(UsageError) as refused:
+        Declares().expected_circuit("tiny", spec)
+    message = str(refused.value)
+    assert message.startswith("task plugin 'fake': expected_circuit('tiny', spec) must return None or a frozenset")
+    assert fragment in message and "\n" not in message
+    with pytest.raises(UsageError, match="expected_circuit"):   # before anything trains
+        validate_family(Declares())
+    some = frozenset(list(graph_of(spec).edges)[:2])
+    assert type("Fine", (FakeTask,), {"expected_circuit": lambda self, n, s: some})().expected_circuit("tiny", spec) \
+        == some
+
+
+@pytest.mark.parametrize("body, fragment", [
+    ("Params = object", "Params must be a frozen dataclass (the class, not an instance), got <class 'object'>"),
+    ("Params = NoParams()", "Params must be a frozen dataclass (the class, not an instance), got NoParams()"),
+    ("name = None", "has no task name; give the class `name = 'shapeless'`"),
+])
+def test_a_plugin_class_of_the_wrong_shape_is_one_line(tmp_path, monkeypatch, body, fragment):
+    # Before: tracebacks from dataclasses.fields, Task.__init__ or `task.name` in every command.
+    from importlib.metadata import EntryPoint
+
+    (tmp_path / "shapeless_plugin.py").write_text(textwrap.dedent(f'''
+        from tasks.base import NoParams
+        from tests.test_validation import FakeTask
+
+        class Plugin(FakeTask):
+            {body}
+    '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "shapeless_plugin", raising=False)
+    with pytest.raises(UsageError) as refused:
+        task_classes([EntryPoint("shapeless", "shapeless_plugin:Plugin", "toylens.tasks")])
+    assert str(refused.value).startswith("task plugin 'shapeless' (shapeless_plugin:Plugin from package ")
+    assert fragment in str(refused.value)

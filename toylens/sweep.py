@@ -25,7 +25,7 @@ from tasks.settings import TrainSettings
 MAX_RUNS = 100_000
 POINT = "point.json"
 FAILED = "failed.json"
-SPEC_KEYS = ("n_layers", "d_model", "n_heads", "mlp", "attention", "positions", "norm", "scale_scores")
+SPEC_KEYS = ("n_layers", "d_model", "n_heads", "mlp", "attention", "positions", "norm", "scale_scores", "residual")
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -127,13 +127,14 @@ class SweepRun:
 def plan_sweep(task_cls: type, params: dict, training: dict, models: list[str] | None, seeds: list[int],
                grid: Grid, out: Path) -> list[SweepRun]:
     """Every (point, model, seed), each checked (spec, task parameters, settings) before anything runs."""
+    from tasks.registry import build_task
     from toylens.family import plan_family
 
     where = grid_fields(task_cls)
     runs = []
     for point in grid.points():
         part = {kind: {k: v for k, v in point.items() if where[k][0] == kind} for kind in ("training", "task", "spec")}
-        task = task_cls(task_cls.Params(**{**params, **part["task"]}))
+        task = build_task(task_cls, {**params, **part["task"]})   # the checks (and guards) train's values get
         settings = TrainSettings.from_dict({**task.default_training(), **training, **part["training"]})
         folder = Path(out) / point_id(point)
         for family_plan in plan_family(task, models, seeds, settings, folder):
