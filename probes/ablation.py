@@ -195,7 +195,7 @@ def ablation_result(scored: Scored, batch: Batch, heads, method: str) -> Ablatio
         method=method,
         accuracy=scored.accuracy,
         logit_diff=nanmean(scored.logit_diff),
-        foil_rate=scored.chose_foil.float().mean().item(),
+        foil_rate=scored.foil_rate,
         by_group=by_group,
         n=len(scored.predicted),
         top_token=scored.top_prediction[0],

@@ -53,6 +53,8 @@ class ModelAccuracy:
 
 
 def split_accuracy(scored, groups: list[str]) -> SplitAccuracy:
+    from tasks.evaluate import foil_rate
+
     correct, foil = scored.correct, scored.chose_foil
     n = len(correct)
     top_token, top_share = scored.top_prediction
@@ -62,13 +64,13 @@ def split_accuracy(scored, groups: list[str]) -> SplitAccuracy:
         mask = [g == group for g in row_groups]
         group_correct = int(correct[mask].sum())
         by_group[group] = {"n": sum(mask), "accuracy": wilson(group_correct, sum(mask)).as_dict(),
-                           "foil_rate": float(foil[mask].float().mean())}
+                           "foil_rate": foil_rate(foil[mask], scored.foils[mask])}
     return SplitAccuracy(
         n=n,
         accuracy=wilson(int(correct.sum()), n),
         loss=scored.loss.item(),
-        foil_rate=float(foil.float().mean()),
-        other_rate=float((~correct & ~foil).float().mean()),
+        foil_rate=scored.foil_rate,
+        other_rate=float((~correct & ~foil).float().mean()),   # wrong, and not the foil (any position)
         by_group=by_group,
         top_token=top_token,
         top_share=top_share,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from probes.stats import Interval
+from probes.words import pct
 
 
 def percent(interval: Interval) -> str:
@@ -21,7 +22,7 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
 
 def accuracy_table(models) -> str:
     headers = ["model", "seeds", "held-out (95% CI)", "foil (wrong answer)", "train", "held-out n/seed", "shuffle max|dlogit|"]
-    rows = [[m.model_name, len(m.seeds), percent(m.heldout), f"{m.heldout_foil_rate.value:.1%}",
+    rows = [[m.model_name, len(m.seeds), percent(m.heldout), pct(m.heldout_foil_rate.value, 1),
              percent(m.train), m.runs[0].splits["heldout"].n, f"{m.shuffle_max_logit_change:.1e}"]
             for m in models]
     per_seed = [[m.model_name, r.seed, percent(r.splits["heldout"].accuracy), r.steps, by_group(r.splits["heldout"]),

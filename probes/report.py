@@ -67,7 +67,7 @@ def render_accuracy(entries: list[AccuracyEntry], out: Path, settings: ReportSet
         for r in m.runs:
             split = r.splits["heldout"]
             rows.append([m.model_name, r.seed, f"{split.accuracy.value:.1%} [{split.accuracy.low:.0%}, "
-                         f"{split.accuracy.high:.0%}]", split.n, f"{split.foil_rate:.1%}",
+                         f"{split.accuracy.high:.0%}]", split.n, pct(split.foil_rate, 1),
                          f"{r.splits['train'].accuracy.value:.1%}", f"{r.shuffle_max_logit_change:.1e}",
                          m.collapsed.get(r.seed, "")])
     health = [line.strip() for line in health_lines(models)]

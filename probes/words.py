@@ -21,6 +21,11 @@ def pct(value: float | None, digits: int = 0) -> str:
     return text[1:] if text.startswith("-") and text.strip("-0.%") == "" else text     # no "-0%"
 
 
+def foil_clause(rate: float) -> str:
+    """'12% foil, ', or nothing for a task that names no foils."""
+    return "" if math.isnan(rate) else f"{pct(rate)} foil, "
+
+
 def token_share(result, vocabulary) -> str:
     """'top prediction 'field' at 93%' for an AblationResult."""
     from probes.health import token_word
@@ -161,7 +166,7 @@ def describe(analysis, settings: ReportSettings, vocabulary=None) -> str:
     ablated = analysis.circuit_ablation
     parts.append(f"on {b.ablation} of {b.heldout} held-out examples (means over {b.reference} of {b.train} "
                  f"training rows), mean-ablating {'+'.join(circuit.heads)} leaves {pct(ablated.accuracy)} accuracy, "
-                 f"{pct(ablated.foil_rate)} foil, {token_share(ablated, vocabulary)}, logit difference {ablated.logit_diff:+.2f} "
+                 f"{foil_clause(ablated.foil_rate)}{token_share(ablated, vocabulary)}, logit difference {ablated.logit_diff:+.2f} "
                  f"(intact {intact(analysis).logit_diff:+.2f})")
     parts += block_sentences(analysis, settings)
     return "; ".join(parts)

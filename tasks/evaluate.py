@@ -41,6 +41,10 @@ class Scored:
         return (self.predicted == self.foils) & (self.foils != NO_FOIL)
 
     @property
+    def foil_rate(self) -> float:
+        return foil_rate(self.chose_foil, self.foils)
+
+    @property
     def accuracy(self) -> float:
         return self.correct.float().mean().item()
 
@@ -52,6 +56,13 @@ class Scored:
             return -1, 0.0
         token = int(self.predicted.mode().values)
         return token, (self.predicted == token).float().mean().item()
+
+
+def foil_rate(chose_foil: torch.Tensor, foils: torch.Tensor) -> float:
+    """Share of the scored positions that have a foil where the model predicted it; nan where none
+    has one (the task names no wrong answer there, so 0% would claim what was not measured)."""
+    has_foil = foils != NO_FOIL
+    return chose_foil[has_foil].float().mean().item() if bool(has_foil.any()) else float("nan")
 
 
 def logits_at_scored(logits: torch.Tensor, batch: Batch) -> torch.Tensor:

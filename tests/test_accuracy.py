@@ -79,3 +79,23 @@ def test_printed_table_shows_each_groups_held_out_accuracy(tiny_runs):
         for run in model.runs:
             for group, values in run.splits["heldout"].by_group.items():
                 assert f"{group} {values['accuracy']['value']:.0%}" in printed
+
+
+def test_the_foil_rate_counts_only_positions_with_a_foil_and_is_absent_without_any():
+    import torch
+
+    from probes.accuracy import split_accuracy
+    from probes.words import foil_clause
+    from tasks.base import NO_FOIL
+    from tasks.data import Batch
+    from tasks.evaluate import score_logits
+
+    tokens, positions = [[1, 2, 3], [1, 3, 2], [2, 1, 3]], [[1], [1], [1]]
+    logits = torch.zeros(3, 4)
+    logits[:, 2] = 1.0                                  # always predicts token 2
+    no_foils = Batch.from_tokens(tokens, positions)
+    scored = score_logits(logits, no_foils)
+    assert math.isnan(split_accuracy(scored, no_foils.groups).foil_rate)
+    assert foil_clause(scored.foil_rate) == ""          # no "0% foil" for a task that names none
+    some = Batch.from_tokens(tokens, positions, foils=[[2], [NO_FOIL], [NO_FOIL]])
+    assert split_accuracy(score_logits(logits, some), some.groups).foil_rate == 1.0   # 1 of the 1 with a foil
