@@ -118,11 +118,11 @@ def test_reference_and_clean_forwards_are_sized_in_tokens(setup, monkeypatch):
     import probes.ablation
 
     model, heldout, train = setup
-    whole = head_ablation_sweep(model, heldout, reference_batch=train)
+    whole = head_ablation_sweep(model, heldout, reference=train)
     budget, widths = 4 * train.inputs.shape[1], []
     monkeypatch.setattr(probes.ablation, "TOKENS_PER_FORWARD", budget)
     handle = model.embed.register_forward_hook(lambda module, args, out: widths.append(args[0].numel()))
-    chunked = head_ablation_sweep(model, heldout, reference_batch=train)
+    chunked = head_ablation_sweep(model, heldout, reference=train)
     handle.remove()
     assert widths and max(widths) <= budget
     assert [r.logit_diff for r in chunked] == pytest.approx([r.logit_diff for r in whole], abs=1e-6)
