@@ -61,9 +61,12 @@ def test_the_edges_command_refuses_a_missing_folder(tmp_path, capsys):
     assert exit_.value.code == 2 and "is not a folder of runs" in capsys.readouterr().err
 
 
-def test_the_edges_command_writes_report_figures_and_mib_files(tiny_runs, tmp_path):
+def test_the_edges_command_writes_report_figures_and_mib_files(tiny_runs, tmp_path, monkeypatch):
+    from probes.settings import ReportSettings
     from toylens.edges import main
 
+    # A 150-step run barely tells its pairs apart: below the report's min_gap it would not be traced.
+    monkeypatch.setattr("probes.settings.DEFAULT", ReportSettings(min_gap=0.0))
     main([str(tiny_runs), "--out", str(tmp_path)])
     text = (tmp_path / "edges.md").read_text()
     assert "#### attn-only-2x1 seed 0" in text and "bag-of-words" not in text
@@ -83,3 +86,25 @@ def test_a_task_that_declares_its_circuit_gets_every_method_scored_against_it(ti
     monkeypatch.setattr(type(run.task), "expected_circuit", lambda self, name, spec: declared)
     result = run_edge_circuit(run, acdc_threshold=None, ig_steps=2)
     assert all(method.auroc_expected is not None for method in result.methods)
+
+
+# The edges command, like the report, traces no circuit where clean and counterfactual barely
+# differ. Catches: "faithfulness 100.0%" and "+71%" edges shown for a collapsed run whose gap is 0.00.
+def test_the_edges_command_shares_no_gap_too_small_to_mean_anything(tmp_path, monkeypatch):
+    import dataclasses
+    from types import SimpleNamespace
+
+    from probes.edge_circuit import edge_circuit
+    from probes.planted import two_hop
+    from toylens.edges import edges_command
+
+    p = two_hop(n=8)
+    same = dataclasses.replace(p.batch, counterfactual=p.batch.tokens)      # counterfactual = clean: gap 0
+    result = edge_circuit(p.model, same, graph_of(p.spec), compare_methods=False)
+    run = SimpleNamespace(config={"spec": {"attention": "softmax"}}, model_name="attn-only-1x1", seed=2)
+    monkeypatch.setattr("tasks.runs.find_runs", lambda _: [run])
+    monkeypatch.setattr("probes.edge_circuit.run_edge_circuit", lambda _: result)
+    edges_command(tmp_path, tmp_path / "edges")
+    text = (tmp_path / "edges" / "edges.md").read_text()
+    assert "attn-only-1x1 seed 2: edge circuit not traced (clean minus counterfactual metric only" in text
+    assert "faithfulness" not in text and "%" not in text

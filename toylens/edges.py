@@ -19,8 +19,10 @@ def edges_command(runs_dir: Path, out: Path | None) -> None:
     from tqdm import tqdm
 
     from probes.edge_circuit import run_edge_circuit
+    from probes.edge_part import EdgeRun, summary_line
     from probes.edge_render import circuit_figure, markdown_lines, mib_json
     from probes.figures import save
+    from probes.settings import DEFAULT
     from tasks.runs import find_runs
 
     runs = [run for run in find_runs(runs_dir) if run.config.get("spec", {}).get("attention") == "softmax"]
@@ -33,6 +35,10 @@ def edges_command(runs_dir: Path, out: Path | None) -> None:
     for run in tqdm(runs, desc="edge circuits", unit="run"):
         result = run_edge_circuit(run)
         name = f"{run.model_name} seed {run.seed}"
+        if abs(result.oracle.gap) < DEFAULT.min_gap:
+            # As the report: shares of a gap this small are noise, so no circuit, curve or export.
+            lines += [f"#### {name}", "", summary_line(EdgeRun(run.model_name, run.seed, result, None), DEFAULT), ""]
+            continue
         figure = f"figures/edges_{slug(run.model_name)}_seed{run.seed}.png"
         save(circuit_figure(result, name), out / figure)
         lines += markdown_lines(result, name, figure) + [f"({result.seconds:.1f} s)", ""]
