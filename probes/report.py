@@ -168,12 +168,13 @@ def run_section(analysis) -> str:
     parts += [f"Head ablation on {b.ablation} of {b.heldout} held-out examples (mean and resample over "
               f"{b.reference} of {b.train} training rows); accuracy / mean answer - foil logit / share of the "
               "most common prediction:", "", ablation_table(analysis), ""]
-    parts += [f"Activation patching on {p.pairs} held-out pairs ({p.metric}; clean {p.clean.metric:+.2f}, "
-              f"counterfactual {p.corrupt.metric:+.2f}; the answer beats the foil at {pct(p.clean.restored)} / "
-              f"{pct(p.corrupt.restored)} of scored positions), strongest single head outputs:", "",
-              patching_table(analysis), ""]
+    patched = (f"Activation patching on {p.pairs} held-out pairs ({p.metric}; clean {p.clean.metric:+.2f}, "
+               f"counterfactual {p.corrupt.metric:+.2f}; the answer beats the foil at {pct(p.clean.restored)} / "
+               f"{pct(p.corrupt.restored)} of scored positions)")
     if analysis.circuit is None:
-        return "\n".join(parts + [analysis.note])
+        # Not traced because the gap is too small (analysis.note): no head's share of it is shown.
+        return "\n".join(parts + [patched + ".", "", analysis.note])
+    parts += [patched + ", strongest single head outputs:", "", patching_table(analysis), ""]
     if analysis.paths:
         parts += ["Path patches, sender at every position (measurements; the summary names a path only "
                   "from the single-position patches below, when one recovers enough):", "",

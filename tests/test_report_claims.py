@@ -375,3 +375,17 @@ def test_edge_circuits_name_their_scale_and_the_oracle_is_not_scored_against_its
     assert "the gap scale, 0 = the empty circuit (= the counterfactual run)" in intro
     oracle_row = next(row for row in markdown_lines(result, "two-hop") if row.startswith("| oracle |"))
     assert oracle_row.split(" | ")[2:4] == ["1 (itself)", "1 (itself)"]
+
+
+# 13. A run not traced because clean and counterfactual barely differ shows no head's share of that
+# gap. Catches: the patching table's "L0H0 | p3 | 100%" above the note that no share of the gap
+# means much (attn-only-1x1 seed 2: a gap of 0.00).
+def test_a_gap_too_small_to_trace_is_not_shared_out_per_head(tmp_path):
+    from probes.report import run_section
+
+    batch = dataclasses.replace(mirror_batch(), counterfactual=mirror_batch().tokens)    # partner = itself
+    run = HandRun(mirror_model(), {"train": batch, "validation": batch, "heldout": batch})
+    analysis = measure_run(run, tmp_path).results["runs"]
+    assert analysis.circuit is None and "barely tells the pairs apart" in analysis.note
+    text = run_section(analysis)
+    assert "Activation patching on 40 held-out pairs" in text and "| head | position | recovered" not in text
