@@ -387,5 +387,17 @@ def test_a_gap_too_small_to_trace_is_not_shared_out_per_head(tmp_path):
     run = HandRun(mirror_model(), {"train": batch, "validation": batch, "heldout": batch})
     analysis = measure_run(run, tmp_path).results["runs"]
     assert analysis.circuit is None and "barely tells the pairs apart" in analysis.note
-    text = run_section(analysis)
+    text = run_section(analysis, DEFAULT)
     assert "Activation patching on 40 held-out pairs" in text and "| head | position | recovered" not in text
+
+
+# 14. Every threshold a sentence names is the one the report ran with. Catches: the search trace's
+# "stops at 90% of the gap" and the header's scale of verdicts written as constants, wrong the
+# moment ReportSettings.circuit_target changes.
+def test_the_circuit_search_target_is_named_from_the_settings(tmp_path):
+    from probes.report import circuit_section, header
+
+    settings = ReportSettings(circuit_target=0.8)
+    analysis = measure_run(mirror_run(), tmp_path, settings).results["runs"]
+    assert "the search stops at 80% of the gap" in circuit_section(analysis, settings)
+    assert "the circuit search alone stops on the gap scale, at 80%" in header(analysis, settings)
