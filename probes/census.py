@@ -20,7 +20,7 @@ from common.io import check_fields, read_json
 from probes.circuit_label import CIRCUIT, CircuitSummary, circuit_label
 from probes.stats import Interval, mean_interval, wilson
 
-SOLVED = "validation solved"   # a run stopped otherwise (stalled, out of budget) counts as collapsed
+SOLVED = "validation solved"   # a run stopped otherwise (stalled, out of budget) counts as unsolved
 NOT_TRACED = "not traced (no circuit.json)"
 FAILED = "failed.json"     # written by a sweep for a run that failed twice
 
@@ -40,7 +40,8 @@ class GroupCensus:
     finished: int              # runs counted below
     failed: int                # runs that failed twice (failed.json): not in any share
     heldout: dict              # held-out accuracy over seeds: mean [t 95%], min, quartiles, max
-    collapsed: Share           # runs whose validation was never solved
+    unsolved: Share            # runs whose validation was never solved (not "collapsed": the report keeps
+                               # that word for its run-health flag, a constant output or train far below peers)
     named: Share               # runs whose circuit the report names as a path
     circuits: tuple[Share, ...]  # every circuit label, most frequent first
     seeds: dict                # label -> seeds, so any share can be checked run by run
@@ -112,12 +113,12 @@ def group_census(model: str, point: str, values: dict, members: list, failed: in
         seeds[label].append(run.seed)
         if path_share is not None:
             recovered[label].append(path_share)
-    collapsed = sum(run.metrics.get("stop_reason") != SOLVED for run, _, _, _ in members)
+    unsolved = sum(run.metrics.get("stop_reason") != SOLVED for run, _, _, _ in members)
     named = sum(kind == "path" for _, kind, _, _ in members)
     return GroupCensus(
         model_name=model, point=point, values=values, finished=n, failed=failed,
         heldout=heldout_distribution([float(run.metrics["accuracy"]["heldout"]) for run, _, _, _ in members]),
-        collapsed=Share("collapsed (validation never solved)", collapsed, wilson(collapsed, n)),
+        unsolved=Share("unsolved (validation never solved)", unsolved, wilson(unsolved, n)),
         named=Share("circuit named as a path", named, wilson(named, n)),
         circuits=tuple(Share(label, count, wilson(count, n)) for label, count in counts.most_common()),
         seeds={label: sorted(s) for label, s in seeds.items()},
@@ -136,7 +137,7 @@ def summary_lines(groups: list[GroupCensus]) -> list[str]:
     for g in groups:
         h = g.heldout
         lines.append(f"{g.model_name} @ {g.point}: {g.finished} runs ({g.failed} failed); held-out median "
-                     f"{h['median']:.1%} (min {h['min']:.1%}); {share_text(g.collapsed)} collapsed; "
+                     f"{h['median']:.1%} (min {h['min']:.1%}); {share_text(g.unsolved)} unsolved; "
                      f"{share_text(g.named)} named as a path")
         lines += [f"  {share_text(s)}  {s.label}" for s in g.circuits]
     return lines
@@ -150,7 +151,7 @@ def markdown(groups: list[GroupCensus], figure: str | None) -> str:
            "95% Wilson interval. A circuit is named as a path only as the report names it: its best "
            f"single-position path patch recovers at least {DEFAULT.path_claim:.0%} of the clean - counterfactual gap "
            "(0 = the path alone restores nothing, 1 = all of it); other runs are labelled by what was found. "
-           "Collapsed: validation never solved (stopped stalled or out of budget). Held-out accuracy: the "
+           "Unsolved: validation never solved (stopped stalled or out of budget). Held-out accuracy: the "
            "task's held-out split.", ""]
     if figure:
         out += [f"![mechanism share per grid point]({figure})", ""]
@@ -164,7 +165,7 @@ def markdown(groups: list[GroupCensus], figure: str | None) -> str:
                 f"{h['median']:.1%} / {h['q3']:.1%}, max {h['max']:.1%}", "",
                 "| circuit | runs | share [95% CI] | best path recovers (min / median / max) | seeds |",
                 "|---|---|---|---|---|"]
-        for s in (*g.circuits, g.named, g.collapsed):
+        for s in (*g.circuits, g.named, g.unsolved):
             seeds = ", ".join(map(str, g.seeds.get(s.label, []))) or "-"
             path = " / ".join(f"{v:.0%}" for v in g.path_recovered.get(s.label, [])) or "-"
             i = s.share

@@ -18,6 +18,7 @@ from probes.patching import metric_name
 from tasks.data import Batch
 
 TOP_SHARE = 0.1     # the oracle's top 10% of edges (by |effect|) are the reference set for AUROC
+ORACLE = "oracle"   # the exact effects' name as a method (judged against itself: 1 by construction)
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ def edge_circuit(model, batch: Batch, graph: Graph, ig_steps: int = 5, acdc_thre
     began = time.perf_counter()
     runs = record_runs(model, batch, graph, "noise")
     oracle = edge_effects(model, batch, graph, runs=runs)
-    as_scores = EdgeScores("oracle", graph.edges, oracle.effect, oracle.seconds)
+    as_scores = EdgeScores(ORACLE, graph.edges, oracle.effect, oracle.seconds)
     pruned = None if acdc_threshold is None or not compare_methods else acdc(model, batch, graph, acdc_threshold)
     fast = [eap(model, batch, graph), eap_ig(model, batch, graph, ig_steps)] if compare_methods else []
     methods = [as_scores, *fast] + ([pruned] if pruned else [])
@@ -70,7 +71,7 @@ def edge_circuit(model, batch: Batch, graph: Graph, ig_steps: int = 5, acdc_thre
         empty, circuit, full = circuit_outcomes(model, batch, graph, [[], pruned.circuit, graph.edges], runs)
         kept = normalised([circuit.metric], empty.metric, full.metric)[0]
     return EdgeCircuit(graph, len(batch), metric_name(batch), oracle, results,
-                       smallest_circuit(model, batch, graph, "oracle", oracle.effect, runs), kept, expected,
+                       smallest_circuit(model, batch, graph, ORACLE, oracle.effect, runs), kept, expected,
                        time.perf_counter() - began)
 
 

@@ -71,7 +71,8 @@ def summary_line(run: EdgeRun, settings: ReportSettings) -> str:
     strongest = sorted(found.edges, key=lambda e: -abs(share[e]))[:SHOWN_EDGES]
     more = f" and {len(found.edges) - len(strongest)} more" if len(found.edges) > len(strongest) else ""
     return (f"{where}: edge circuit of {len(found.edges)} of {len(result.graph.edges)} edges keeps "
-            f"{found.faithfulness:.0%} (null scale) on {result.pairs} pairs: "
+            f"{found.faithfulness:.0%} of the gap on {result.pairs} pairs (every other edge given its counterfactual "
+            "write): "
             + ", ".join(f"{e} ({share[e]:+.0%} alone)" for e in strongest) + more)
 
 
@@ -96,8 +97,9 @@ def render_edge_circuits(runs: list[EdgeRun], out: Path, settings: ReportSetting
              "or v, an MLP, the logits) through the residual stream. 'alone' is the share of the clean minus "
              "counterfactual gap that giving that one edge its counterfactual write removes (LayerNorm "
              "recomputed, the rest of the forward exact). The circuit is the smallest top-k set of edges by "
-             "|effect| whose faithfulness reaches the target on the null scale: every edge outside it given its "
-             "counterfactual write; 0 = the empty circuit (= the counterfactual run), 1 = the full model. "
+             "|effect| whose faithfulness reaches the target with every edge outside it given its counterfactual "
+             "write: the gap scale, 0 = the empty circuit (= the counterfactual run), 1 = the full model (not the "
+             "head circuits' null scale, whose empty circuit is mean-ablated). "
              "EAP, EAP-IG and ACDC scored against this oracle: `python -m toylens.edges RUNS_DIR`.")
     blocks = [intro, ""]
     for run in runs:

@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 
 from common.cli import UsageError
 from models.graph import MLP, Edge, Embed, Head, Logits
-from probes.edge_circuit import EdgeCircuit
+from probes.edge_circuit import ORACLE, EdgeCircuit
 from probes.edge_methods import EdgeScores
 
 PORT_COLOUR = {"q": "tab:blue", "k": "tab:orange", "v": "tab:green", "in": "dimgray"}
@@ -107,7 +107,9 @@ def markdown_lines(result: EdgeCircuit, title: str, figure_path: str | None = No
               "|---|---|---|---|---|---|---|"]
     for m in result.methods:
         expected = "n/a" if m.auroc_expected is None else f"{m.auroc_expected:.3f}"
-        lines.append(f"| {m.scores.method} | {m.scores.seconds:.2f} | {m.spearman:.3f} | {m.auroc_top:.3f} | "
+        # The oracle compared with itself is 1 by construction, not a score.
+        against = (["1 (itself)"] * 2 if m.scores.method == ORACLE else [f"{m.spearman:.3f}", f"{m.auroc_top:.3f}"])
+        lines.append(f"| {m.scores.method} | {m.scores.seconds:.2f} | {' | '.join(against)} | "
                      f"{expected} | {m.curve.cpr:.3f} | {m.curve.cmd:.3f} |")
     if figure_path:
         lines += ["", f"![{title}]({figure_path})"]

@@ -3,9 +3,10 @@ a circuit, at a ladder of sizes; each circuit's faithfulness on the null-normali
     f(C) = (m(C) - m(empty)) / (m(full) - m(empty))      0 = empty circuit, 1 = full model,
 where m(C) is the metric (mean answer - foil logit over the pairs) of the clean run with every edge
 outside C given its counterfactual value (probes.edges.circuit_outcomes; the empty circuit is then
-the counterfactual run). CPR: area under f over the circuit's share of edges, from the empty circuit
-(share 0, f 0) to the full one (share 1, f 1), trapezoids between the ladder's points (higher is
-better). CMD: area of |1 - f| over the same points (lower is better).
+the counterfactual run, so this is the circuit report's gap scale, not its mean-ablated null
+scale). CPR: area under f over the circuit's share of edges, from the empty circuit (share 0, f 0)
+to the full one (share 1, f 1), trapezoids between the ladder's points (higher is better). CMD:
+area of |1 - f| over the same points (lower is better).
 """
 
 from __future__ import annotations

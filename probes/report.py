@@ -135,7 +135,7 @@ def composition_table(analysis) -> str:
             + f"\n\nRandom-weight baseline ({c.baseline_draws} draws): {baseline}.")
 
 
-def circuit_section(analysis) -> str:
+def circuit_section(analysis, settings: ReportSettings) -> str:
     c = analysis.circuit
     f = c.faithfulness
     trace = "; ".join(f"{'+'.join(heads)} -> {normalised:.2f} ({pct(recovered)})" for heads, recovered, normalised in c.trace)
@@ -151,13 +151,13 @@ def circuit_section(analysis) -> str:
         + ("; 1 by construction" if c.upstream else ""),
         f"- heads at every position: {c.head_faithfulness.normalised:.2f} null scale ({pct(c.head_faithfulness.recovered)})",
         f"- knockout (full model minus one head), null scale (gap share): {knockout}",
-        f"- search trace, null scale (gap share; the search stops at 90% of the gap): {trace}",
+        f"- search trace, null scale (gap share; the search stops at {pct(settings.circuit_target)} of the gap): {trace}",
         f"- mean-ablating the circuit's heads on the ablation rows: {pct(ablated.accuracy)} accuracy, "
         f"{token_share(ablated, analysis.vocabulary)}, logit difference {ablated.logit_diff:+.2f} (per group: {groups})",
     ])
 
 
-def run_section(analysis) -> str:
+def run_section(analysis, settings: ReportSettings) -> str:
     title = f"### {analysis.model_name} seed {analysis.seed}"
     if analysis.patching is None:
         return f"{title}\n\n{analysis.note}"
@@ -168,12 +168,13 @@ def run_section(analysis) -> str:
     parts += [f"Head ablation on {b.ablation} of {b.heldout} held-out examples (mean and resample over "
               f"{b.reference} of {b.train} training rows); accuracy / mean answer - foil logit / share of the "
               "most common prediction:", "", ablation_table(analysis), ""]
-    parts += [f"Activation patching on {p.pairs} held-out pairs ({p.metric}; clean {p.clean.metric:+.2f}, "
-              f"counterfactual {p.corrupt.metric:+.2f}; the answer beats the foil at {pct(p.clean.restored)} / "
-              f"{pct(p.corrupt.restored)} of scored positions), strongest single head outputs:", "",
-              patching_table(analysis), ""]
+    patched = (f"Activation patching on {p.pairs} held-out pairs ({p.metric}; clean {p.clean.metric:+.2f}, "
+               f"counterfactual {p.corrupt.metric:+.2f}; the answer beats the foil at {pct(p.clean.restored)} / "
+               f"{pct(p.corrupt.restored)} of scored positions)")
     if analysis.circuit is None:
-        return "\n".join(parts + [analysis.note])
+        # Not traced because the gap is too small (analysis.note): no head's share of it is shown.
+        return "\n".join(parts + [patched + ".", "", analysis.note])
+    parts += [patched + ", strongest single head outputs:", "", patching_table(analysis), ""]
     if analysis.paths:
         parts += ["Path patches, sender at every position (measurements; the summary names a path only "
                   "from the single-position patches below, when one recovers enough):", "",
@@ -183,7 +184,7 @@ def run_section(analysis) -> str:
                   path_table(analysis.path_positions, p), ""]
     if analysis.composition is not None:
         parts += ["Composition scores:", "", composition_table(analysis), ""]
-    return "\n".join(parts + ["Circuit:", "", circuit_section(analysis)])
+    return "\n".join(parts + ["Circuit:", "", circuit_section(analysis, settings)])
 
 
 def run_json(analysis, settings: ReportSettings) -> dict:
@@ -198,7 +199,7 @@ def run_json(analysis, settings: ReportSettings) -> dict:
 
 def render_circuits(analyses: list, out: Path, settings: ReportSettings) -> Section:
     summary = [describe(a, settings, a.vocabulary) for a in analyses] + seed_agreement(analyses, settings)
-    text = "\n\n".join(run_section(a) for a in analyses)
+    text = "\n\n".join(run_section(a, settings) for a in analyses)
     return Section("Runs", text, summary, [run_json(a, settings) for a in analyses])
 
 
@@ -224,7 +225,9 @@ def header(analysis, settings: ReportSettings) -> str:
             "- Null scale (faithfulness, knockouts, search trace): (m(C) - m(empty)) / (m(clean) - m(empty)), as "
             "the MIB benchmark normalises; the empty circuit mean-ablates every head on the clean input, so 0 = "
             "the signal is gone and 1 = the full model. On the gap scale a model that has lost the signal reads "
-            "~50% when the counterfactual mirrors the clean input, so verdicts use the null scale. A circuit "
+            "~50% when the counterfactual mirrors the clean input, so verdicts on heads and blocks read the null "
+            "scale or the logit difference left; the circuit search alone stops on the gap scale, at "
+            f"{pct(settings.circuit_target)}, far above that ~50%. A circuit "
             "that keeps every head output able to reach the scored logits has faithfulness 1 by construction; "
             "the report says so instead of reporting it as a finding.",
         ]

@@ -96,11 +96,25 @@ def node_words(node, view, analysis, settings: ReportSettings) -> str:
     kept = ("kept at every position" if node.positions is None
             else "kept at " + " + ".join(labels[p] for p in node.positions))
     if not view.matters:
-        return (f"{node.name} ({kept}; patching its output at any one position restores less than "
-                f"{pct(settings.matters)} of the gap: it matters only across positions)")
+        return f"{node.name} ({kept}; {unmatched_words(node, analysis, settings)})"
     where = "; ".join(f"{labels[p]} ({pct(r)} of the gap), where it {attention_words(view.attention[p], labels, settings)}"
                       for p, r in view.matters)
     return f"{node.name} ({kept}; patching its output matters at {where})"
+
+
+def unmatched_words(node, analysis, settings: ReportSettings) -> str:
+    """A circuit head whose patched output restores little at any one position: 'it matters only
+    across positions' only when patching it at every position at once shows it; otherwise what
+    it writes barely differs between the pairs, and the search kept it for what mean-ablating it
+    costs (its knockout)."""
+    everywhere = float(analysis.patching.recovered(analysis.patching.head_all[node.layer, node.head]))
+    text = (f"patching its output restores less than {pct(settings.matters)} of the gap at any one position "
+            f"and {pct(everywhere)} at every position at once")
+    if abs(everywhere) >= settings.matters:
+        return text + ": it matters only across positions"
+    knockout = analysis.circuit.knockout[node.name].normalised
+    return (text + f": it matters when mean-ablated (the full model without it keeps {knockout:.2f} on the null "
+            "scale), not through what differs between the pairs")
 
 
 def best_edges(analysis) -> list:
@@ -136,7 +150,10 @@ def path_clause(analysis, settings: ReportSettings) -> str | None:
         return (f"no head-to-head path recovers {pct(settings.path_claim)} of the gap (the strongest "
                 f"single-position path patch between circuit heads recovers {pct(edges[0].recovered)})")
     if analysis.spec["n_layers"] > 1:
-        return "no composition between circuit heads: the decision happens in one block"
+        # Heads of one block cannot compose; whether later blocks' MLPs carry the decision on is
+        # not measured here (MLPs are never ablated; the edge-circuit section shows their edges).
+        layer = analysis.circuit.nodes[0].layer
+        return f"no composition between circuit heads: all of them are in block {layer + 1}"
     return None
 
 

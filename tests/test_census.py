@@ -41,3 +41,23 @@ def test_summary_round_trips_through_json():
 
     original = summary(recovered=0.8)
     assert CircuitSummary.from_dict(json.loads(json.dumps(original.to_dict()))) == original
+
+
+# A run whose validation was never solved is counted as "unsolved", not "collapsed": the report
+# keeps that word for its run-health flag (a constant output, or train accuracy far below its
+# peers'), which a stalled run at 50% need not meet. Catches: the census and the report giving
+# one run two verdicts under one word.
+def test_a_stalled_run_is_counted_unsolved_not_collapsed():
+    from types import SimpleNamespace
+
+    from probes.census import group_census, markdown, summary_lines
+
+    def member(seed, stop_reason, heldout):
+        run = SimpleNamespace(seed=seed, metrics={"stop_reason": stop_reason, "accuracy": {"heldout": heldout}})
+        return run, "untraced", "no circuit traced", None
+
+    group = group_census("attn-only-2x1", "default", {}, [member(0, "validation solved", 1.0),
+                                                           member(27, "validation stalled", 0.5)], 0)
+    assert (group.unsolved.label, group.unsolved.count) == ("unsolved (validation never solved)", 1)
+    text = markdown([group], None) + "\n".join(summary_lines([group]))
+    assert "collapsed" not in text.lower() and "1/2 = 50% [9%, 91%] unsolved" in text

@@ -312,3 +312,92 @@ def test_every_part_of_a_run_shares_one_model_load(mirror_measured):
     run, measured = mirror_measured
     assert run.loaded == 1
     assert set(measured.results) == {"accuracy", "runs", "edge_circuits", "head_roles", "dynamics"}
+
+
+# 10. A circuit head that patching does not show at any one position is said to "matter only across
+# positions" only when patching it at every position at once shows it. Catches: that phrase for a
+# head whose output barely differs between the pairs anywhere (kept by the search for what
+# mean-ablating it costs), as block-1's second head was described.
+def unmatched_analysis(everywhere: float):
+    from probes.run_analysis import NodeView
+
+    model, pairs = hand_built("v"), hand_batch(32)
+    patching = activation_patching(model, pairs)
+    gap = patching.clean.metric - patching.corrupt.metric
+    head_all = patching.head_all.clone()
+    head_all[0, 0] = patching.corrupt.metric + everywhere * gap
+    knockout = {"L0H0": SimpleNamespace(normalised=0.88)}
+    analysis = SimpleNamespace(labels=[f"p{i}" for i in range(4)], patching=dataclasses.replace(patching, head_all=head_all),
+                               circuit=SimpleNamespace(knockout=knockout))
+    return analysis, NodeView("L0H0@p3", [], {})
+
+
+def test_a_head_that_matters_nowhere_under_patching_is_not_said_to_matter_across_positions():
+    from probes.words import node_words
+
+    analysis, view = unmatched_analysis(everywhere=0.0)
+    words = node_words(Node(0, 0, (3,)), view, analysis, DEFAULT)
+    assert "across positions" not in words
+    assert "less than 10% of the gap at any one position and 0% at every position at once" in words
+    assert "the full model without it keeps 0.88 on the null scale" in words
+    analysis, view = unmatched_analysis(everywhere=0.6)
+    assert "and 60% at every position at once: it matters only across positions" in node_words(
+        Node(0, 0), view, analysis, DEFAULT)
+
+
+# 11. Heads of one block cannot compose, and that is all it shows. Catches: "the decision happens
+# in one block" for a 2-block run whose block-2 MLP carries the answer (MLPs are never ablated).
+def test_a_circuit_within_one_block_claims_no_more_than_that():
+    from probes.words import path_clause
+
+    analysis = SimpleNamespace(path_positions=[], spec={"n_layers": 2},
+                               circuit=SimpleNamespace(nodes=(Node(0, 0, (14,)), Node(0, 2, (14,)))))
+    assert path_clause(analysis, DEFAULT) == "no composition between circuit heads: all of them are in block 1"
+
+
+# 12. The edge circuits' faithfulness is on the gap scale (the empty circuit is the counterfactual
+# run), and the oracle judged against itself is 1 by construction. Catches: edge faithfulness
+# labelled "null scale" (the header's null scale mean-ablates), and the oracle's Spearman and
+# AUROC of 1.000 shown as scores.
+def test_edge_circuits_name_their_scale_and_the_oracle_is_not_scored_against_itself(tmp_path):
+    from models.graph import graph_of
+    from probes.edge_circuit import edge_circuit
+    from probes.edge_part import EdgeRun, render_edge_circuits, summary_line
+    from probes.edge_render import markdown_lines
+    from probes.planted import two_hop
+
+    p = two_hop(n=8)
+    result = edge_circuit(p.model, p.batch, graph_of(p.spec), compare_methods=False)
+    run = EdgeRun("two-hop", 0, result, None)
+    line = summary_line(run, DEFAULT)
+    assert "null scale" not in line and "of the gap on 8 pairs (every other edge given its counterfactual write)" in line
+    intro = render_edge_circuits([run], tmp_path, DEFAULT).markdown.split("\n")[0]
+    assert "the gap scale, 0 = the empty circuit (= the counterfactual run)" in intro
+    oracle_row = next(row for row in markdown_lines(result, "two-hop") if row.startswith("| oracle |"))
+    assert oracle_row.split(" | ")[2:4] == ["1 (itself)", "1 (itself)"]
+
+
+# 13. A run not traced because clean and counterfactual barely differ shows no head's share of that
+# gap. Catches: the patching table's "L0H0 | p3 | 100%" above the note that no share of the gap
+# means much (attn-only-1x1 seed 2: a gap of 0.00).
+def test_a_gap_too_small_to_trace_is_not_shared_out_per_head(tmp_path):
+    from probes.report import run_section
+
+    batch = dataclasses.replace(mirror_batch(), counterfactual=mirror_batch().tokens)    # partner = itself
+    run = HandRun(mirror_model(), {"train": batch, "validation": batch, "heldout": batch})
+    analysis = measure_run(run, tmp_path).results["runs"]
+    assert analysis.circuit is None and "barely tells the pairs apart" in analysis.note
+    text = run_section(analysis, DEFAULT)
+    assert "Activation patching on 40 held-out pairs" in text and "| head | position | recovered" not in text
+
+
+# 14. Every threshold a sentence names is the one the report ran with. Catches: the search trace's
+# "stops at 90% of the gap" and the header's scale of verdicts written as constants, wrong the
+# moment ReportSettings.circuit_target changes.
+def test_the_circuit_search_target_is_named_from_the_settings(tmp_path):
+    from probes.report import circuit_section, header
+
+    settings = ReportSettings(circuit_target=0.8)
+    analysis = measure_run(mirror_run(), tmp_path, settings).results["runs"]
+    assert "the search stops at 80% of the gap" in circuit_section(analysis, settings)
+    assert "the circuit search alone stops on the gap scale, at 80%" in header(analysis, settings)

@@ -22,7 +22,7 @@ def edges_command(runs_dir: Path, out: Path | None) -> None:
     from probes.edge_part import EdgeRun, summary_line
     from probes.edge_render import circuit_figure, markdown_lines, mib_json
     from probes.figures import save
-    from probes.settings import ReportSettings
+    from probes.settings import DEFAULT
     from tasks.runs import find_runs
 
     runs = [run for run in find_runs(runs_dir) if run.config.get("spec", {}).get("attention") == "softmax"]
@@ -31,12 +31,13 @@ def edges_command(runs_dir: Path, out: Path | None) -> None:
     torch.set_num_threads(1)    # as the report's workers: small forwards lose to thread hand-offs
     out = out or runs_dir / "edges"
     check_replaceable(out, "edges folder")   # every file in it is this command's: refused before any work
-    lines, settings = ["# Edge circuits", ""], ReportSettings()
+    lines = ["# Edge circuits", ""]
     for run in tqdm(runs, desc="edge circuits", unit="run"):
         result = run_edge_circuit(run)
         name = f"{run.model_name} seed {run.seed}"
-        if abs(result.oracle.gap) < settings.min_gap:   # shares of a near-zero gap are noise, as in the report
-            lines += [f"#### {name}", "", summary_line(EdgeRun(run.model_name, run.seed, result, None), settings), ""]
+        if abs(result.oracle.gap) < DEFAULT.min_gap:
+            # As the report: shares of a gap this small are noise, so no circuit, curve or export.
+            lines += [f"#### {name}", "", summary_line(EdgeRun(run.model_name, run.seed, result, None), DEFAULT), ""]
             continue
         figure = f"figures/edges_{slug(run.model_name)}_seed{run.seed}.png"
         save(circuit_figure(result, name), out / figure)
