@@ -69,6 +69,8 @@ def role_line(run: RunRoles, claim: float) -> str:
 
 
 def head_roles_section(measured: list[RunRoles], out: Path, settings) -> Section | None:
+    from probes.heads import LAYER_SHARE
+
     position_rows, role_rows, path_rows, summary = [], [], [], []
     data = {"induction_share": measured[0].induction_share, "runs": []}
     for run in measured:
@@ -102,7 +104,7 @@ def head_roles_section(measured: list[RunRoles], out: Path, settings) -> Section
              "target (previous token, earlier copy, token after the earlier copy) over rows that have one; "
              "copying = eigenvalue positivity of W_E W_OV W_U; direct logit = the head's direct effect on the "
              f"answer logit. Each ranking is checked by mean-ablating heads ({measured[0].basis}); a role's "
-             "heads are the fewest top-ranked heads of its layer that cost 90% of ablating the whole layer.",
+             f"heads are the fewest top-ranked heads of its layer that cost {percent(LAYER_SHARE)} of ablating the whole layer.",
              "", "Accuracy and loss at the scored positions and at every other position (final weights):", "",
              md_table(["model", "seed", "scored acc", "scored loss", "other acc", "other loss"], position_rows)]
     if role_rows:
