@@ -77,16 +77,20 @@ def draw_attention_groups(ax, result, labels) -> None:
 
 
 def run_figure(analysis):
-    """Attention per head and group, head patching and residual patching for one run, stacked.
-    Fixed margins instead of constrained layout, which cost a second per figure."""
+    """Attention per head and group, head patching and residual patching for one run, stacked; a
+    run left untraced (its clean - counterfactual gap too small for shares of it to mean anything)
+    gets the attention alone. Fixed margins instead of constrained layout, which cost a second per figure."""
     groups = max(1, len(analysis.attention.mean) - 1)
     n_heads = analysis.patching.head_out.shape[0] * analysis.patching.head_out.shape[2]
-    heights = [0.22 * n_heads * groups + 0.4, 0.22 * n_heads + 0.4, 0.22 * analysis.patching.resid_pre.shape[0] + 0.4]
-    fig = Figure(figsize=(max(7, 0.4 * len(analysis.labels) + 3), sum(heights) + 4.8))
-    axes = fig.subplots(3, 1, gridspec_kw={"height_ratios": heights})
+    heights = [0.22 * n_heads * groups + 0.4]
+    if analysis.circuit is not None:
+        heights += [0.22 * n_heads + 0.4, 0.22 * analysis.patching.resid_pre.shape[0] + 0.4]
+    fig = Figure(figsize=(max(7, 0.4 * len(analysis.labels) + 3), sum(heights) + 1.6 * len(heights)))
+    axes = fig.subplots(len(heights), 1, gridspec_kw={"height_ratios": heights}, squeeze=False)[:, 0]
     draw_attention_groups(axes[0], analysis.attention, analysis.labels)
-    draw_patching(axes[1], analysis.patching, analysis.labels)
-    draw_residual(axes[2], analysis.patching, analysis.labels)
+    if analysis.circuit is not None:
+        draw_patching(axes[1], analysis.patching, analysis.labels)
+        draw_residual(axes[2], analysis.patching, analysis.labels)
     fig.suptitle(f"{analysis.model_name} seed {analysis.seed}")
     fig.subplots_adjust(left=0.16, right=0.92, top=0.92, bottom=0.1, hspace=1.2)
     return fig

@@ -389,6 +389,10 @@ def test_a_gap_too_small_to_trace_is_not_shared_out_per_head(tmp_path):
     assert analysis.circuit is None and "barely tells the pairs apart" in analysis.note
     text = run_section(analysis, DEFAULT)
     assert "Activation patching on 40 held-out pairs" in text and "| head | position | recovered" not in text
+    from probes.figures import run_figure
+
+    titles = [ax.get_title() for ax in run_figure(analysis).axes]
+    assert any("attention" in t for t in titles) and not any("patching" in t for t in titles)
 
 
 # 14. Every threshold a sentence names is the one the report ran with. Catches: the search trace's
