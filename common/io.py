@@ -66,9 +66,21 @@ def current_umask() -> int:
     return umask
 
 
+def strict(value):
+    """`value` with every NaN and infinity as None (null): strict JSON readers (JavaScript, jq)
+    refuse the bare NaN Python writes, and a measurement that does not exist is null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: strict(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict(item) for item in value]
+    return value
+
+
 def write_json(path: Path, payload) -> None:
     def write(temp):
-        Path(temp).write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+        Path(temp).write_text(json.dumps(strict(payload), indent=2, sort_keys=True, allow_nan=False) + "\n")
 
     atomic_write(path, write)
 
@@ -118,8 +130,9 @@ def of_type(value, kind: type) -> bool:
 
 
 def canonical_sha256(payload) -> str:
-    """SHA-256 of a JSON value written one canonical way (sorted keys, no spaces)."""
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    """SHA-256 of a JSON value written one canonical way (sorted keys, no spaces, NaN as null, as
+    write_json stores it)."""
+    return hashlib.sha256(json.dumps(strict(payload), sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def sha256_file(path: Path) -> str:

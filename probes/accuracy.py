@@ -110,6 +110,8 @@ def stored_accuracy(record: dict, path) -> RunAccuracy:
 
 
 def number(value) -> float:
+    if value is None:   # how write_json stores NaN (e.g. the foil rate of a task without foils)
+        return math.nan
     if type(value) not in (int, float):
         raise ValueError(f"{value!r} is not a number")
     return value

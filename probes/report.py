@@ -6,7 +6,6 @@ other parts (probes.parts lists them); this only renders."""
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from probes.words import describe, pct, seed_agreement, token_share
 
 
 def jsonable(value):
-    """Dataclasses, tensors and tuples as plain JSON (NaN as null)."""
+    """Dataclasses, tensors and tuples as plain JSON (write_json stores NaN as null)."""
     import torch
 
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -32,8 +31,6 @@ def jsonable(value):
         return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [jsonable(v) for v in value]
-    if isinstance(value, float) and math.isnan(value):
-        return None
     return value
 
 

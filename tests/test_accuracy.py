@@ -99,3 +99,17 @@ def test_the_foil_rate_counts_only_positions_with_a_foil_and_is_absent_without_a
     assert foil_clause(scored.foil_rate) == ""          # no "0% foil" for a task that names none
     some = Batch.from_tokens(tokens, positions, foils=[[2], [NO_FOIL], [NO_FOIL]])
     assert split_accuracy(score_logits(logits, some), some.groups).foil_rate == 1.0   # 1 of the 1 with a foil
+
+
+def test_stored_json_is_strict_and_a_missing_measurement_reads_back(tmp_path):
+    from common.io import canonical_sha256, write_json
+    from probes.accuracy import number
+
+    payload = {"foil_rate": float("nan"), "low": float("-inf"), "n": [1.5, float("inf")]}
+    write_json(tmp_path / "x.json", payload)
+    def refuse(constant):
+        raise ValueError(f"bare {constant} is not JSON")
+    stored = json.loads((tmp_path / "x.json").read_text(), parse_constant=refuse)   # as jq or JavaScript read it
+    assert stored == {"foil_rate": None, "low": None, "n": [1.5, None]}
+    assert canonical_sha256(stored) == canonical_sha256(payload)     # a checksum taken before writing still holds
+    assert math.isnan(number(stored["foil_rate"]))
