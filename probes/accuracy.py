@@ -118,7 +118,8 @@ def number(value) -> float:
 
 
 def rate(value) -> float:
-    if not (math.isnan(number(value)) or 0 <= value <= 1):
+    value = number(value)
+    if not (math.isnan(value) or 0 <= value <= 1):
         raise ValueError(f"{value!r} is not a rate")
     return value
 

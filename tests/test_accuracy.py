@@ -103,7 +103,7 @@ def test_the_foil_rate_counts_only_positions_with_a_foil_and_is_absent_without_a
 
 def test_stored_json_is_strict_and_a_missing_measurement_reads_back(tmp_path):
     from common.io import canonical_sha256, write_json
-    from probes.accuracy import number
+    from probes.accuracy import number, rate
 
     payload = {"foil_rate": float("nan"), "low": float("-inf"), "n": [1.5, float("inf")]}
     write_json(tmp_path / "x.json", payload)
@@ -113,3 +113,4 @@ def test_stored_json_is_strict_and_a_missing_measurement_reads_back(tmp_path):
     assert stored == {"foil_rate": None, "low": None, "n": [1.5, None]}
     assert canonical_sha256(stored) == canonical_sha256(payload)     # a checksum taken before writing still holds
     assert math.isnan(number(stored["foil_rate"]))
+    assert math.isnan(rate(stored["foil_rate"]))
