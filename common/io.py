@@ -111,8 +111,14 @@ def check_fields(data, types: dict, where: str, fix: str, nullable=()) -> dict:
         raise UsageError(f"{where} has unknown field(s) {unknown}; {fix}")
     for name, value in data.items():
         if not (value is None and name in nullable or of_type(value, types[name])):
-            raise UsageError(f"{where}: {name} must be {TYPE_WORDS[types[name]]}, got {repr(value)[:60]}; {fix}")
+            raise UsageError(f"{where}: {name} must be {TYPE_WORDS[types[name]]}, got {short(value)}; {fix}")
     return data
+
+
+def short(value) -> str:
+    """A stored value as an error message quotes it: its repr, cut at 60 characters."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 TYPE_WORDS = {str: "a string", int: "an integer", float: "a finite number", bool: "true or false",

@@ -60,20 +60,25 @@ def fit_width(values: torch.Tensor, width: int, fill: torch.Tensor) -> torch.Ten
     return torch.cat([values, extra], dim=1)
 
 
-def cached_chunks(model, tokens: torch.Tensor, names: list[str]):
-    """(logits, cache) of run_with_cache over whole rows, at most TOKENS_PER_FORWARD tokens a forward:
-    one forward over 512 reference rows holds all their attention scores at once (for a plugin's
-    2000-token sequences, tens of GB)."""
+def chunked_cache(model, tokens: torch.Tensor, names: list[str], keep_logits: bool = False):
+    """(logits or None, {name: activation}) of run_with_cache over whole rows, at most
+    TOKENS_PER_FORWARD tokens a forward: one forward over 512 reference rows holds all their
+    attention scores at once (for a plugin's 2000-token sequences, tens of GB)."""
     step = max(1, TOKENS_PER_FORWARD // max(tokens.shape[1], 1))
+    logits, caches = [], []
     for start in range(0, len(tokens), step):
-        yield model.run_with_cache(tokens[start:start + step], names_filter=names)
+        chunk_logits, cache = model.run_with_cache(tokens[start:start + step], names_filter=names)
+        logits += [chunk_logits] if keep_logits else []
+        caches.append(cache)
+    return (torch.cat(logits) if keep_logits else None,
+            {name: torch.cat([cache[name] for cache in caches]) for name in names})
 
 
 @torch.no_grad()
 def cached_z(model, tokens: torch.Tensor, layers) -> dict[int, torch.Tensor]:
     names = [get_act_name("z", layer) for layer in layers]
-    caches = [cache for _, cache in cached_chunks(model, tokens, names)]   # each chunk's logits dropped
-    return {layer: torch.cat([cache[name] for cache in caches]) for layer, name in zip(layers, names)}
+    _, cache = chunked_cache(model, tokens, names)
+    return {layer: cache[name] for layer, name in zip(layers, names)}
 
 
 @dataclass(frozen=True)
@@ -251,8 +256,7 @@ def clean_run(model, batch: Batch) -> CleanRun:
     batch = batch.to(device_of(model))
     layers = range(model.cfg.n_layers)
     names = [n for l in layers for n in (get_act_name("resid_pre", l), get_act_name("attn_out", l), get_act_name("z", l))]
-    chunks = list(cached_chunks(model, batch.inputs, names))
-    logits, cache = torch.cat([l for l, _ in chunks]), {n: torch.cat([c[n] for _, c in chunks]) for n in names}
+    logits, cache = chunked_cache(model, batch.inputs, names, keep_logits=True)
     kept = {l: cache[get_act_name("resid_pre", l)] if attention_adds_residual(model.blocks[l]) else 0 for l in layers}
     return CleanRun(logits=logits, z={l: cache[get_act_name("z", l)] for l in layers},
                     resid_mid={l: kept[l] + cache[get_act_name("attn_out", l)] for l in layers}, W_O=model.W_O)

@@ -68,7 +68,7 @@ def record(model, batch: Batch, tokens: torch.Tensor, graph: Graph) -> Writes:
     n_layers = graph.n_layers
     names = [get_act_name("resid_pre", l) for l in range(n_layers)] + [get_act_name("z", l) for l in range(n_layers)]
     names += [mlp_out_name(s.layer) for s in graph.senders if isinstance(s, MLP)] + [FINAL_RESIDUAL]
-    logits, cache = model.run_with_cache(tokens.to(device_of(model)), names_filter=names)
+    logits, cache = model.run_with_cache(tokens.to(batch.tokens.device), names_filter=names)
     W_O = model.W_O
     resid_pre = {l: cache[get_act_name("resid_pre", l)] for l in range(n_layers)}
     return Writes(outcome(replica_scored(logits, batch), batch)[0],

@@ -83,9 +83,9 @@ def outcome(scored_logits: torch.Tensor, batch: Batch) -> list[Outcome]:
 
 @torch.no_grad()
 def run_outcome(model, batch: Batch, tokens: torch.Tensor, hooks=()) -> Outcome:
-    device = device_of(model)
-    logits = model.run_with_hooks(tokens.to(device), fwd_hooks=list(hooks))
-    return outcome(replica_scored(logits, batch.to(device)), batch.to(device))[0]
+    batch = batch.to(device_of(model))
+    logits = model.run_with_hooks(tokens.to(batch.tokens.device), fwd_hooks=list(hooks))
+    return outcome(replica_scored(logits, batch), batch)[0]
 
 
 

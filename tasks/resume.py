@@ -12,9 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from models import UsageError
-from common.io import canonical_sha256
+from common.io import canonical_sha256, short
 from models.checkpoint import check_state, cpu_tensors, load_tensors, save_tensors
-from tasks.runs import short
 
 STATE = "train_state.safetensors"
 STATE_FORMAT = "toylens-train-state/1"

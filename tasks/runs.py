@@ -14,7 +14,7 @@ from functools import cached_property
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from common.io import canonical_sha256, path_name, read_json
+from common.io import canonical_sha256, path_name, read_json, short
 from models import UsageError
 from models.checkpoint import CONFIG, inspect_checkpoint, load_checkpoint, read_config, writer
 from tasks.registry import build_task, get_task_class
@@ -115,11 +115,6 @@ def check_config_types(config: dict, where: Path) -> None:
     if "versions" in config and not (isinstance(config["versions"], dict) and all(
             isinstance(v, (str, type(None))) for v in config["versions"].values())):
         raise bad("versions", "an object of version strings")
-
-
-def short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def metrics_sha256(metrics: dict) -> str:

@@ -26,14 +26,11 @@ def twins():
     return reference, native, batch
 
 
-@pytest.mark.parametrize("component", ["q", "k", "v"])
-def test_every_head_to_head_edge_equals_transformer_lens_direct_path(twins, component):
-    from transformer_lens.patching import get_act_patch_direct_path_all_sources
-
-    from probes.edges import edge_effects
+def direct_path_inputs(reference, batch):
+    """What TL's get_act_patch_direct_path* take: the corrupt tokens, both runs' caches, and our
+    metric (the mean answer - foil logit) on its logits."""
     from probes.patching import corrupt_inputs, outcome, replica_scored
 
-    reference, native, batch = twins
     corrupt = corrupt_inputs(batch)
     _, clean_cache = reference.run_with_cache(batch.inputs)
     _, corrupt_cache = reference.run_with_cache(corrupt)
@@ -41,6 +38,17 @@ def test_every_head_to_head_edge_equals_transformer_lens_direct_path(twins, comp
     def metric(logits):
         return torch.tensor(outcome(replica_scored(logits, batch), batch)[0].metric)
 
+    return corrupt, clean_cache, corrupt_cache, metric
+
+
+@pytest.mark.parametrize("component", ["q", "k", "v"])
+def test_every_head_to_head_edge_equals_transformer_lens_direct_path(twins, component):
+    from transformer_lens.patching import get_act_patch_direct_path_all_sources
+
+    from probes.edges import edge_effects
+
+    reference, native, batch = twins
+    corrupt, clean_cache, corrupt_cache, metric = direct_path_inputs(reference, batch)
     theirs = get_act_patch_direct_path_all_sources(reference, corrupt, clean_cache, corrupt_cache, metric,
                                                    component=component, verbose=False)
     effects = edge_effects(native, batch, graph_of(TWIN), direction="denoise")
@@ -118,15 +126,9 @@ def test_the_comparison_with_transformer_lens_catches_a_dropped_norm_or_input(tw
 
     import probes.edges as edges
     from models.bridge import native
-    from probes.patching import corrupt_inputs, outcome, replica_scored
 
     reference, native_model, batch = twins
-    corrupt = corrupt_inputs(batch)
-    _, clean_cache = reference.run_with_cache(batch.inputs)
-    _, corrupt_cache = reference.run_with_cache(corrupt)
-
-    def metric(logits):
-        return torch.tensor(outcome(replica_scored(logits, batch), batch)[0].metric)
+    corrupt, clean_cache, corrupt_cache, metric = direct_path_inputs(reference, batch)
 
     def gap(component):
         theirs = get_act_patch_direct_path(reference, corrupt, clean_cache, corrupt_cache, metric, 0, 1,
