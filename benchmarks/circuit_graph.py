@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/circuit_graph.py [--pairs 64] [--rounds 3] [--max-layers 4] [--max-heads 8]
 
-Prints: (0) the planted circuits (probes.planted): each method's AUROC against the planted edges;
+Prints: (0) the planted circuits (probes.circuits.planted): each method's AUROC against the planted edges;
 (1) for the Winograd family's two-layer shapes: edges, oracle time, EAP and EAP-IG time and
 their Spearman rank correlation with the oracle (freshly initialised weights, scaled up so edges
 matter: timings do not depend on weights, correlations on a trained model come from the report);
@@ -25,9 +25,9 @@ import torch
 
 from models import ModelSpec, build_model
 from models.graph import Graph, Head, graph_of
-from probes.edge_methods import eap, eap_ig
-from probes.edge_scores import spearman
-from probes.edges import edge_effects
+from probes.circuits.methods import eap, eap_ig
+from probes.circuits.scores import spearman
+from probes.circuits.oracle import edge_effects
 from probes.patching import corrupt_inputs, scored_metric
 from tasks.data import spread_subset, task_dataset, to_batch
 from tasks.evaluate import logits_at_scored
@@ -49,8 +49,8 @@ def scaled(spec: ModelSpec):
 
 
 def planted_table(pairs: int) -> None:
-    from probes.edge_circuit import edge_circuit
-    from probes.planted import planted_models
+    from probes.circuits.named import edge_circuit
+    from probes.circuits.planted import planted_models
 
     print(f"(0) planted circuits ({pairs} pairs each): AUROC of recovering the planted edges by |score| "
           "(1 = every planted edge ranked first, 0.5 = chance), Spearman with the oracle, CPR / CMD:")

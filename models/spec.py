@@ -130,7 +130,7 @@ def build_model(spec: ModelSpec, seed: int = 0):
     """A randomly initialised `TransformerBridge` realising `spec`, in eval mode."""
     from transformer_lens import TransformerBridge, TransformerBridgeConfig
 
-    spec.validate()   # memory is checked where weights are allocated for real (training, loading), not here: probes.params builds on the meta device
+    spec.validate()   # memory is checked where weights are allocated for real (training, loading), not here: probes.chapter.params builds on the meta device
     config = TransformerBridgeConfig(
         d_model=spec.d_model,
         d_head=spec.d_head,

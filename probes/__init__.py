@@ -1,1 +1,1 @@
-"""Pure functions from (model, task data) to typed results; rendering lives in probes.render."""
+"""Pure functions from (model, task data) to typed results; rendering lives in probes.report.render."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from common.io import write_json
 from common.cli import Parser, run_cli
-from probes.stats import Interval, mean_interval, wilson
+from common.stats import Interval, mean_interval, wilson
 
 SUMMARY = "summary.json"
 
@@ -199,7 +199,7 @@ def write_summary(runs_dir: Path, models: list[ModelAccuracy]) -> Path:
 
 def compare_runs_command(runs_dir: Path) -> None:
     from models.checkpoint import CONFIG
-    from probes.render import accuracy_table
+    from probes.report.render import accuracy_table
 
     models = compare_runs(runs_dir)
     print(accuracy_table(models))

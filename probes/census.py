@@ -17,8 +17,8 @@ from pathlib import Path
 
 from common.cli import UsageError
 from common.io import check_fields, read_json
-from probes.circuit_label import CIRCUIT, CircuitSummary, circuit_label
-from probes.stats import Interval, mean_interval, wilson
+from probes.circuits.labels import CIRCUIT, CircuitSummary, circuit_label
+from common.stats import Interval, mean_interval, wilson
 
 SOLVED = "validation solved"   # a run stopped otherwise (stalled, out of budget) counts as unsolved
 NOT_TRACED = "not traced (no circuit.json)"

@@ -147,7 +147,7 @@ def runs_dynamics(runs_dir: Path) -> list[Dynamics]:
 # Rendering --------------------------------------------------------------------------------------
 
 def dynamics_table(results: list[Dynamics]) -> str:
-    from probes.render import table
+    from probes.report.render import table
 
     rows = []
     for d in results:
@@ -180,7 +180,7 @@ def dynamics_frame(results: list[Dynamics]):
 def plot_dynamics(results: list[Dynamics]):
     """One row per seed: losses, induction scores, previous-token scores over steps; a dashed line
     at the detected phase change. `results` are the runs of one model."""
-    import seaborn as sns  # here, not in probes.figures: 0.7 s of import the other figures do without
+    import seaborn as sns  # here, not in probes.report.figures: 0.7 s of import the other figures do without
 
     from matplotlib.figure import Figure
 
@@ -206,7 +206,7 @@ def plot_dynamics(results: list[Dynamics]):
 def write_dynamics(results: list[Dynamics], out: Path) -> dict[str, Path]:
     """dynamics.json and one figure per model in `out`; returns {model: figure path}."""
     from common.io import write_json
-    from probes.figures import save
+    from probes.report.figures import save
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -195,7 +195,7 @@ class RunHeads:
     report: HeadReport
     previous: list[str]              # previous-token heads below the induction layer
     induction: list[str]
-    paths: list                      # probes.path_patching.PathPatch, q/k/v per sender-receiver pair
+    paths: list                      # probes.circuits.path_patching.PathPatch, q/k/v per sender-receiver pair
     joint_paths: list                # PathPatch, q/k/v: all `previous` heads -> all `induction` heads
     # The joint K path with the induction heads' values from the clean run, and the same with no
     # sender position patched (clean values alone): what the K path adds once the copied tokens
@@ -205,9 +205,9 @@ class RunHeads:
 
 
 def run_heads(context) -> RunHeads:
-    """Head roles of one run, on the report's ablation rows and reference (a probes.parts.RunContext)."""
+    """Head roles of one run, on the report's ablation rows and reference (a probes.report.parts.RunContext)."""
     from tasks.data import spread_subset
-    from probes.path_patching import COMPONENTS, PathTarget, path_patch_many
+    from probes.circuits.path_patching import COMPONENTS, PathTarget, path_patch_many
 
     run, model, heldout = context.run, context.model, context.heldout
     report = head_report(model, context.sample, "mean", context.reference)

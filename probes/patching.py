@@ -144,14 +144,14 @@ class ActivationPatching:
 
     def recovered(self, values):
         """Share of the clean - corrupt gap a patch closes (1 = clean, 0 = corrupt)."""
-        from probes.stats import share
+        from common.stats import share
 
         return share(values, self.corrupt.metric, self.clean.metric)
 
     def restored_share(self, values):
         """Share of answers a patch restores on the same scale: 0 = the corrupt run's own rate (a
         patch that changes nothing), 1 = the clean run's."""
-        from probes.stats import share
+        from common.stats import share
 
         return share(values, self.corrupt.restored, self.clean.restored)
 

@@ -5,7 +5,7 @@ import math
 from models import ModelSpec, build_model
 from probes.accuracy import SUMMARY, compare_runs, write_summary
 from probes.shuffle import shuffle_test
-from probes.stats import mean_interval, wilson
+from common.stats import mean_interval, wilson
 from tasks.data import task_dataset, to_batch
 
 
@@ -71,7 +71,7 @@ def test_same_seed_gives_identical_metrics(tmp_path, small_winograd):
 
 
 def test_printed_table_shows_each_groups_held_out_accuracy(tiny_runs):
-    from probes.render import accuracy_table
+    from probes.report.render import accuracy_table
 
     models = compare_runs(tiny_runs)
     printed = accuracy_table(models)
@@ -85,7 +85,7 @@ def test_the_foil_rate_counts_only_positions_with_a_foil_and_is_absent_without_a
     import torch
 
     from probes.accuracy import split_accuracy
-    from probes.words import foil_clause
+    from probes.report.words import foil_clause
     from tasks.base import NO_FOIL
     from tasks.data import Batch
     from tasks.evaluate import score_logits

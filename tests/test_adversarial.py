@@ -152,8 +152,8 @@ def test_a_second_writer_is_refused_naming_the_holder_and_a_dead_holder_is_taken
 def fake_report(monkeypatch, fail: bool):
     """measure and write stand-ins: a figure per run, then report.json and report.md (or a kill
     just after report.json, the moment the issue caught)."""
-    import probes.report
-    import probes.parts
+    import probes.report.document
+    import probes.report.parts
     import toylens.report
     from common.io import atomic_write, write_json
 
@@ -169,8 +169,8 @@ def fake_report(monkeypatch, fail: bool):
         return Path(out) / "report.md"
 
     monkeypatch.setattr(toylens.report, "measure_for_report", measure)
-    monkeypatch.setattr(probes.report, "write_report", write)
-    monkeypatch.setattr(probes.parts, "render_parts", lambda measured, out, settings: {})
+    monkeypatch.setattr(probes.report.document, "write_report", write)
+    monkeypatch.setattr(probes.report.parts, "render_parts", lambda measured, out, settings: {})
 
 
 @pytest.mark.parametrize("fail", [True, False])

@@ -35,7 +35,7 @@ def test_json_with_an_integer_past_pythons_digit_limit_is_one_line(tiny_runs, tm
 
 def census_runs(tiny_runs: Path, tmp_path: Path) -> Path:
     """The tiny runs as a sweep leaves them: a traced circuit.json and the grid point's point.json."""
-    from probes.circuit_label import CircuitSummary, Edge
+    from probes.circuits.labels import CircuitSummary, Edge
 
     out = copy_runs(tiny_runs, tmp_path)
     edge = Edge("L0H0", "L1H0", "q", 14, "p14 the", 0.9, 1.0)
@@ -173,10 +173,10 @@ def test_edges_never_write_over_or_through_a_users_figure(tiny_runs, tmp_path, c
 
 QUICK = ("--seeds", "1", "--steps", "1", "--jobs", "1", "--no-progress")
 OUTPUTS = {   # module, arguments, a file it writes last
-    "ladder": ("probes.ladder", ("winograd", "--rungs", "no-context", "--nouns", "4", *QUICK), "ladder.json"),
-    "positions": ("probes.positions", ("--kinds", "learned", "--eval-sequences", "4", *QUICK), "positions.png"),
-    "scaling": ("probes.scaling", ("--init-only",), "scaling.json"),
-    "cost": ("probes.cost", ("--max-len", "128", "--budget", "0.01"), "cost.png"),
+    "ladder": ("probes.chapter.ladder", ("winograd", "--rungs", "no-context", "--nouns", "4", *QUICK), "ladder.json"),
+    "positions": ("probes.chapter.positions", ("--kinds", "learned", "--eval-sequences", "4", *QUICK), "positions.png"),
+    "scaling": ("probes.chapter.scaling", ("--init-only",), "scaling.json"),
+    "cost": ("probes.chapter.cost", ("--max-len", "128", "--budget", "0.01"), "cost.png"),
 }
 
 
@@ -242,23 +242,23 @@ def test_a_damaged_snapshot_is_one_line(tiny_runs, tmp_path, capsys, how, fragme
 @pytest.mark.parametrize("argv, fragment", [
     (("tasks.winograd", "sweep", "--seeds", "0-999999999"), "more than 100000 seeds"),
     (("tasks.winograd", "sweep", "--seeds", "4294967296"), "last <= 4294967295"),
-    (("probes.scaling", "--seeds", "100000000000"), "--seeds 100000000000 is absurd"),
+    (("probes.chapter.scaling", "--seeds", "100000000000"), "--seeds 100000000000 is absurd"),
 ])
 def test_absurd_seeds_are_refused_before_they_fill_memory(tmp_path, argv, fragment):
     one_line(cli(*argv, "--out", str(tmp_path / "out"), preexec_fn=limited_memory), fragment)
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("module, flag", [("probes.ladder", "--rungs"), ("probes.positions", "--kinds")])
+@pytest.mark.parametrize("module, flag", [("probes.chapter.ladder", "--rungs"), ("probes.chapter.positions", "--kinds")])
 @pytest.mark.parametrize("value", [",", ""])
 def test_an_empty_list_of_names_is_refused(tmp_path, module, flag, value):
-    task = ("winograd",) if module == "probes.ladder" else ()
+    task = ("winograd",) if module == "probes.chapter.ladder" else ()
     one_line(cli(module, *task, flag, value, *QUICK, "--out", str(tmp_path / "out")), f"{flag} {value!r} has an empty name")
     assert not (tmp_path / "out").exists()
 
 
 def test_a_spec_field_given_twice_is_refused(tmp_path, capsys):
-    from probes.params import main
+    from probes.chapter.params import main
 
     one_line(in_process(main, ["d_model=64", "d_model=128", "d_vocab=10", "--out", str(tmp_path)], capsys),
              "d_model is given twice")

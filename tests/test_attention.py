@@ -32,7 +32,7 @@ def test_uniform_model_attends_evenly_to_the_prefix(heldout, small_winograd):
 
 
 def test_pair_and_query_rows_and_heatmap(heldout, small_winograd):
-    from probes.figures import attention_heatmap
+    from probes.report.figures import attention_heatmap
 
     vocabulary = small_winograd.vocabulary()
     spec = ModelSpec(n_layers=2, d_model=16, n_heads=2, mlp=False, n_ctx=heldout.inputs.shape[1],

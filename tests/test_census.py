@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from probes.circuit_label import CircuitSummary, Edge, circuit_label
+from probes.circuits.labels import CircuitSummary, Edge, circuit_label
 from probes.settings import DEFAULT
 
 EDGE_CLAIM = DEFAULT.path_claim

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from models import ModelSpec, build_model
-from probes.circuit import Node, faithfulness, keep_masks, search_circuit
+from probes.circuits.search import Node, faithfulness, keep_masks, search_circuit
 from probes.patching import activation_patching, scored_metric
 from tasks.data import spread_subset
 from tasks.data import task_dataset, to_batch
@@ -68,7 +68,7 @@ def test_report_command_writes_markdown_json_and_figures(tiny_runs, capsys):
     traced = runs["attn-only-2x1"]
     assert traced["patching"]["head_out_recovered"] and traced["ablations"]["mean"]
     # Traced exactly when the model tells its pairs apart by the stated margin (measured here anew).
-    from probes.parts import RunContext
+    from probes.report.parts import RunContext
     from tasks.runs import find_runs
 
     context = RunContext(next(r for r in find_runs(tiny_runs) if r.model_name == "attn-only-2x1"), None)

@@ -1,4 +1,4 @@
-"""probes.cost: the exponent fit on synthetic timings, the fused path against the bridge's
+"""probes.chapter.cost: the exponent fit on synthetic timings, the fused path against the bridge's
 attention, the profiler's peak on a known allocation, and a short real measurement."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from probes.cost import attention_layer, fit_exponent, measure_cost, peak_bytes, sdpa_forward, tl_forward
+from probes.chapter.cost import attention_layer, fit_exponent, measure_cost, peak_bytes, sdpa_forward, tl_forward
 
 
 def test_fit_recovers_a_known_exponent():

@@ -72,9 +72,10 @@ def setting(small_winograd, tmp_path_factory):
 
 def probe_calls(model, batch: Batch, reference: Batch, graph) -> dict:
     """Every probe entry a notebook calls with a model and a batch."""
-    from probes import ablation, attention, circuit, composition, edge_circuit, heads, patching, path_patching
+    from probes import ablation, attention, composition, heads, patching
+    from probes.circuits import named as edge_circuit, path_patching, search as circuit
     from probes.dynamics import snapshot_point
-    from probes.scaling import trained_point
+    from probes.chapter.scaling import trained_point
     from probes.shuffle import shuffle_test
 
     def search():
@@ -161,7 +162,7 @@ def test_probes_on_a_cuda_model_match_the_cpu(setting, on_cpu):
 
 
 def test_the_report_measures_the_same_under_another_default_device(tiny_runs, tmp_path):
-    from probes.parts import measure_run
+    from probes.report.parts import measure_run
     from tasks.runs import Run
 
     run = Run(tiny_runs / "attn-only-2x1" / "seed0")

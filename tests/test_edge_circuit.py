@@ -11,8 +11,8 @@ from models.graph import graph_of
 
 @pytest.fixture(scope="module")
 def planted_result():
-    from probes.edge_circuit import edge_circuit
-    from probes.planted import mlp_xor
+    from probes.circuits.named import edge_circuit
+    from probes.circuits.planted import mlp_xor
 
     p = mlp_xor(n=16)
     return p, edge_circuit(p.model, p.batch, graph_of(p.spec), ig_steps=3, expected=p.edges)
@@ -28,7 +28,7 @@ def test_every_method_is_judged_and_the_oracle_finds_the_planted_circuit(planted
 
 
 def test_report_lines_figure_and_mib_export(planted_result, tmp_path):
-    from probes.edge_render import circuit_figure, markdown_lines, mib_json
+    from probes.report.edge_render import circuit_figure, markdown_lines, mib_json
 
     p, result = planted_result
     lines = markdown_lines(result, "mlp-xor", "figures/x.png")
@@ -43,9 +43,9 @@ def test_report_lines_figure_and_mib_export(planted_result, tmp_path):
 
 
 def test_acdc_can_be_skipped():
-    from probes.edge_circuit import edge_circuit
-    from probes.edge_render import markdown_lines
-    from probes.planted import two_hop
+    from probes.circuits.named import edge_circuit
+    from probes.report.edge_render import markdown_lines
+    from probes.circuits.planted import two_hop
 
     p = two_hop(n=8)
     result = edge_circuit(p.model, p.batch, graph_of(p.spec), ig_steps=2, acdc_threshold=None)
@@ -77,7 +77,7 @@ def test_the_edges_command_writes_report_figures_and_mib_files(tiny_runs, tmp_pa
 
 def test_a_task_that_declares_its_circuit_gets_every_method_scored_against_it(tiny_runs, monkeypatch):
     from models.graph import Edge
-    from probes.edge_circuit import run_edge_circuit
+    from probes.circuits.named import run_edge_circuit
     from tasks.runs import find_runs
 
     run = next(r for r in find_runs(tiny_runs) if r.model_name == "attn-only-2x1")
@@ -94,8 +94,8 @@ def test_the_metric_is_named_as_measured_when_a_task_gives_no_foils_or_only_some
     import torch
 
     from models import ModelSpec, build_model
-    from probes.edge_circuit import edge_circuit
-    from probes.edge_render import markdown_lines
+    from probes.circuits.named import edge_circuit
+    from probes.report.edge_render import markdown_lines
     from tests.conftest import hand_batch
 
     spec = ModelSpec(n_layers=2, d_model=16, n_heads=1, mlp=False, n_ctx=4, d_vocab=4)
@@ -114,8 +114,8 @@ def test_the_edges_command_shares_no_gap_too_small_to_mean_anything(tmp_path, mo
     import dataclasses
     from types import SimpleNamespace
 
-    from probes.edge_circuit import edge_circuit
-    from probes.planted import two_hop
+    from probes.circuits.named import edge_circuit
+    from probes.circuits.planted import two_hop
     from toylens.edges import edges_command
 
     p = two_hop(n=8)
@@ -123,7 +123,7 @@ def test_the_edges_command_shares_no_gap_too_small_to_mean_anything(tmp_path, mo
     result = edge_circuit(p.model, same, graph_of(p.spec), compare_methods=False)
     run = SimpleNamespace(config={"spec": {"attention": "softmax"}}, model_name="attn-only-1x1", seed=2)
     monkeypatch.setattr("tasks.runs.find_runs", lambda _: [run])
-    monkeypatch.setattr("probes.edge_circuit.run_edge_circuit", lambda _: result)
+    monkeypatch.setattr("probes.circuits.named.run_edge_circuit", lambda _: result)
     edges_command(tmp_path, tmp_path / "edges")
     text = (tmp_path / "edges" / "edges.md").read_text()
     assert "attn-only-1x1 seed 2: edge circuit not traced (clean minus counterfactual metric only" in text

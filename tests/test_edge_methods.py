@@ -33,7 +33,7 @@ def test_eap_edges_out_of_a_sender_sum_to_transformer_lens_node_attribution():
     readers' input gradients, so denoising EAP edges out of a sender must sum to that node score."""
     from transformer_lens.tools.analysis.attribution_patching import EdgeAttributionConfig, attribution_patch
 
-    from probes.edge_methods import eap
+    from probes.circuits.methods import eap
     from probes.patching import corrupt_inputs
 
     model, batch, graph = scaled_model(SPEC), fixed_answer_batch(), graph_of(SPEC)
@@ -59,8 +59,8 @@ def test_eap_edges_out_of_a_sender_sum_to_transformer_lens_node_attribution():
 def test_eap_equals_the_oracle_where_the_metric_is_linear_in_the_edge():
     """Without a norm the answer - foil logit is linear in the logits' input: EAP's edges into the
     logits are exact there, and wrong sign or direction would show."""
-    from probes.edge_methods import eap
-    from probes.edges import edge_effects
+    from probes.circuits.methods import eap
+    from probes.circuits.oracle import edge_effects
 
     spec = dataclasses.replace(SPEC, norm=None)
     model, batch, graph = scaled_model(spec), fixed_answer_batch(), graph_of(spec)
@@ -71,8 +71,8 @@ def test_eap_equals_the_oracle_where_the_metric_is_linear_in_the_edge():
 
 
 def test_eap_ig_with_one_step_is_eap_and_more_steps_move_towards_the_oracle():
-    from probes.edge_methods import eap, eap_ig
-    from probes.edges import edge_effects
+    from probes.circuits.methods import eap, eap_ig
+    from probes.circuits.oracle import edge_effects
 
     model, batch, graph = scaled_model(SPEC), fixed_answer_batch(), graph_of(SPEC)
     exact = edge_effects(model, batch, graph).effect
@@ -83,13 +83,13 @@ def test_eap_ig_with_one_step_is_eap_and_more_steps_move_towards_the_oracle():
 
 @pytest.fixture(scope="module")
 def planted():
-    from probes.planted import planted_models
+    from probes.circuits.planted import planted_models
 
     return planted_models(n=16)
 
 
 def test_pruning_keeps_exactly_the_planted_circuit(planted):
-    from probes.edge_methods import acdc
+    from probes.circuits.methods import acdc
 
     for p in planted:
         assert acdc(p.model, p.batch, graph_of(p.spec), threshold=0.05).circuit == p.edges, p.name
@@ -98,8 +98,8 @@ def test_pruning_keeps_exactly_the_planted_circuit(planted):
 def test_eap_misses_edges_through_saturated_attention_and_eap_ig_finds_them(planted):
     """The known failure of plain attribution (Hanna et al. 2024), reproduced by construction: a
     sharp softmax has ~zero gradient with respect to its query or key input."""
-    from probes.edge_methods import eap, eap_ig
-    from probes.edge_scores import auroc
+    from probes.circuits.methods import eap, eap_ig
+    from probes.circuits.scores import auroc
 
     two_hop = planted[0]
     graph = graph_of(two_hop.spec)

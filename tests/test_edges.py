@@ -45,7 +45,7 @@ def direct_path_inputs(reference, batch):
 def test_every_head_to_head_edge_equals_transformer_lens_direct_path(twins, component):
     from transformer_lens.patching import get_act_patch_direct_path_all_sources
 
-    from probes.edges import edge_effects
+    from probes.circuits.oracle import edge_effects
 
     reference, native, batch = twins
     corrupt, clean_cache, corrupt_cache, metric = direct_path_inputs(reference, batch)
@@ -70,7 +70,7 @@ def test_every_head_to_head_edge_equals_transformer_lens_direct_path(twins, comp
 def test_all_edges_out_of_a_sender_equal_patching_its_whole_output(spec):
     """A sender patched on every edge it has is its output patched (every reader sees the other
     run's write): an independent check of the MLP, logits and embedding edges TL does not cover."""
-    from probes.edges import Runs, circuit_outcomes, patched_outcomes, record_runs
+    from probes.circuits.oracle import Runs, circuit_outcomes, patched_outcomes, record_runs
     from probes.patching import corrupt_inputs, run_outcome
 
     model = build_model(spec, seed=3)
@@ -105,7 +105,7 @@ def test_all_edges_out_of_a_sender_equal_patching_its_whole_output(spec):
 def test_a_position_edge_patches_only_its_position():
     """Per-position edges of one sender -> input sum, position by position, to the whole edge
     when the receiver is the logits of a no-norm model (the metric is then linear in its input)."""
-    from probes.edges import edge_effects
+    from probes.circuits.oracle import edge_effects
 
     spec = ModelSpec(n_layers=1, d_model=16, n_heads=2, n_ctx=4, d_vocab=4, mlp=False, norm=None)
     model = build_model(spec, seed=1)
@@ -124,7 +124,7 @@ def test_the_comparison_with_transformer_lens_catches_a_dropped_norm_or_input(tw
     (its projection applied to the raw patched residual), and the v input never patched."""
     from transformer_lens.patching import get_act_patch_direct_path
 
-    import probes.edges as edges
+    import probes.circuits.oracle as edges
     from models.bridge import native
 
     reference, native_model, batch = twins

@@ -10,7 +10,7 @@ from models.graph import graph_of
 
 
 def test_area_arithmetic():
-    from probes.faithfulness import Curve
+    from probes.circuits.faithfulness import Curve
 
     perfect = Curve("x", 10, (0, 1, 10), (0.0, 1.0, 1.0))
     assert perfect.cpr == pytest.approx(0.05 + 0.9) and perfect.cmd == pytest.approx(0.05)
@@ -19,9 +19,9 @@ def test_area_arithmetic():
 
 
 def test_the_oracle_ranking_of_a_planted_model_reaches_full_faithfulness_with_the_planted_edges():
-    from probes.edges import edge_effects
-    from probes.faithfulness import curve, smallest_circuit
-    from probes.planted import two_hop
+    from probes.circuits.oracle import edge_effects
+    from probes.circuits.faithfulness import curve, smallest_circuit
+    from probes.circuits.planted import two_hop
 
     p = two_hop(n=16)
     graph = graph_of(p.spec)

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from models import build_model
-from probes.ladder import RUNGS, ladder_specs
-from probes.positions import context_for, position_specs, score_lengths
+from probes.chapter.ladder import RUNGS, ladder_specs
+from probes.chapter.positions import context_for, position_specs, score_lengths
 
 
 def rung(name: str):
@@ -92,14 +92,14 @@ def run_module(*args, timeout=300):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["probes.ladder"], "required: task"),
-    (["probes.ladder", "nosuchtask"], "nosuchtask"),
-    (["probes.ladder", "winograd", "--seeds", "0"], "positive"),
-    (["probes.ladder", "winograd", "--rungs", "nope", "--nouns", "8"], "unknown rung"),
-    (["probes.ladder", "winograd", "--d-model", "30"], "divisible by 4"),
-    (["probes.positions", "--kinds", "absolute"], "unknown position kind"),
-    (["probes.positions", "--factors", "2,4"], "must start at 1"),
-    (["probes.positions", "--factors", "1,8"], "distinct tokens"),
+    (["probes.chapter.ladder"], "required: task"),
+    (["probes.chapter.ladder", "nosuchtask"], "nosuchtask"),
+    (["probes.chapter.ladder", "winograd", "--seeds", "0"], "positive"),
+    (["probes.chapter.ladder", "winograd", "--rungs", "nope", "--nouns", "8"], "unknown rung"),
+    (["probes.chapter.ladder", "winograd", "--d-model", "30"], "divisible by 4"),
+    (["probes.chapter.positions", "--kinds", "absolute"], "unknown position kind"),
+    (["probes.chapter.positions", "--factors", "2,4"], "must start at 1"),
+    (["probes.chapter.positions", "--factors", "1,8"], "distinct tokens"),
 ])
 def test_bad_arguments_exit_2_with_one_line(args, message):
     result = run_module(*args)
@@ -109,7 +109,7 @@ def test_bad_arguments_exit_2_with_one_line(args, message):
 
 def test_ladder_runs_end_to_end(tmp_path):
     out = tmp_path / "ladder"
-    result = run_module("probes.ladder", "winograd", "--nouns", "8", "--rungs", "no-context,uniform-average",
+    result = run_module("probes.chapter.ladder", "winograd", "--nouns", "8", "--rungs", "no-context,uniform-average",
                         "--seeds", "2", "--steps", "10", "--d-model", "16", "--jobs", "1", "--no-progress",
                         "--out", str(out))
     assert result.returncode == 0, result.stderr
@@ -123,7 +123,7 @@ def test_ladder_runs_end_to_end(tmp_path):
 
 def test_positions_runs_end_to_end(tmp_path):
     out = tmp_path / "positions"
-    result = run_module("probes.positions", "--kinds", "none,alibi", "--seeds", "1", "--steps", "5", "--train", "200",
+    result = run_module("probes.chapter.positions", "--kinds", "none,alibi", "--seeds", "1", "--steps", "5", "--train", "200",
                         "--eval-sequences", "16", "--d-model", "16", "--min-repeat", "3", "--max-repeat", "4",
                         "--jobs", "1", "--no-progress", "--out", str(out))
     assert result.returncode == 0, result.stderr

@@ -1,4 +1,4 @@
-"""probes.params: the chapter's formula against parameters counted on a built model."""
+"""probes.chapter.params: the chapter's formula against parameters counted on a built model."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from models import ModelSpec, UsageError
 from models.checkpoint import FORMAT
-from probes.params import count_parameters, formula_counts, spec_from_args
+from probes.chapter.params import count_parameters, formula_counts, spec_from_args
 
 SPECS = [
     ModelSpec(n_layers=1, d_model=64, n_heads=4, d_vocab=10, n_ctx=8),

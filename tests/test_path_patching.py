@@ -58,7 +58,7 @@ def random_model(norm=None):
 
 @pytest.mark.parametrize("component", ["q", "k", "v"])
 def test_a_joint_path_of_one_head_each_is_the_single_edge(component):
-    from probes.path_patching import PathTarget, joint_path_patch, path_patch_many
+    from probes.circuits.path_patching import PathTarget, joint_path_patch, path_patch_many
 
     model, batch = random_model(norm="LN"), hand_batch()
     # The single-head form and the one-head sets, in different replicas of one forward.
@@ -73,7 +73,7 @@ def test_a_joint_path_of_one_head_each_is_the_single_edge(component):
 
 def test_redundant_receivers_need_the_joint_path():
     from probes.patching import patch_many
-    from probes.path_patching import PathTarget, path_patch_many
+    from probes.circuits.path_patching import PathTarget, path_patch_many
 
     model = two_key_readers()
     batch = predicted_pairs(model)
@@ -95,10 +95,10 @@ def test_redundant_receivers_need_the_joint_path():
 
 
 def test_joint_senders_add_their_writes_into_the_receiver_input():
-    """Independent of probes.path_patching: K of L1H0 rebuilt by hand from the corrupt residual
+    """Independent of probes.circuits.path_patching: K of L1H0 rebuilt by hand from the corrupt residual
     plus both layer-0 heads' clean - corrupt writes (no norm, so K is affine in the residual)."""
     from probes.patching import corrupt_inputs, outcome, replica_scored
-    from probes.path_patching import joint_path_patch, path_patch
+    from probes.circuits.path_patching import joint_path_patch, path_patch
 
     model, batch = random_model(), hand_batch()
     corrupt = corrupt_inputs(batch)
@@ -128,7 +128,7 @@ def test_joint_senders_add_their_writes_into_the_receiver_input():
     ([], ["L1H0"]),
 ])
 def test_receivers_must_follow_every_sender_in_one_layer(senders, receivers):
-    from probes.path_patching import joint_path_patch
+    from probes.circuits.path_patching import joint_path_patch
 
     spec = ModelSpec(n_layers=3, d_model=8, n_heads=2, mlp=False, n_ctx=4, d_vocab=4)
     with pytest.raises(UsageError):
@@ -139,7 +139,7 @@ def test_clean_values_swap_in_the_receivers_clean_value_input():
     """A K path with clean values = the hand-built K swap plus the clean run's v for the receiver;
     with no sender position patched it is the clean v alone."""
     from probes.patching import corrupt_inputs, outcome, replica_scored
-    from probes.path_patching import PathTarget, path_patch_many
+    from probes.circuits.path_patching import PathTarget, path_patch_many
 
     model, batch = random_model(), hand_batch()
     corrupt = corrupt_inputs(batch)

@@ -11,13 +11,13 @@ from models.graph import Head, graph_of
 
 @pytest.fixture(scope="module")
 def planted():
-    from probes.planted import planted_models
+    from probes.circuits.planted import planted_models
 
     return planted_models(n=32)
 
 
 def test_each_planted_model_answers_and_its_counterfactual_flips(planted):
-    from probes.edges import record_runs
+    from probes.circuits.oracle import record_runs
 
     for p in planted:
         runs = record_runs(p.model, p.batch, graph_of(p.spec))
@@ -25,8 +25,8 @@ def test_each_planted_model_answers_and_its_counterfactual_flips(planted):
 
 
 def test_the_oracle_ranks_every_planted_edge_first(planted):
-    from probes.edge_scores import auroc
-    from probes.edges import edge_effects
+    from probes.circuits.scores import auroc
+    from probes.circuits.oracle import edge_effects
 
     for p in planted:
         effects = edge_effects(p.model, p.batch, graph_of(p.spec))
@@ -36,7 +36,7 @@ def test_the_oracle_ranks_every_planted_edge_first(planted):
 
 
 def test_the_planted_circuit_alone_is_the_full_model_and_the_rest_alone_is_nothing(planted):
-    from probes.edges import circuit_outcomes, record_runs
+    from probes.circuits.oracle import circuit_outcomes, record_runs
 
     for p in planted:
         graph = graph_of(p.spec)
@@ -48,7 +48,7 @@ def test_the_planted_circuit_alone_is_the_full_model_and_the_rest_alone_is_nothi
 
 def test_distractor_heads_write_more_than_the_circuit_heads(planted):
     """Ranking heads by how much their output changes between the runs would pick distractors."""
-    from probes.edges import record_runs
+    from probes.circuits.oracle import record_runs
 
     for p in planted:
         runs = record_runs(p.model, p.batch, graph_of(p.spec))

@@ -17,12 +17,12 @@ import torch
 from models import ModelSpec, UsageError, build_model
 from probes.ablation import AblationResult, ablate, training_reference
 from probes.accuracy import RunAccuracy, SplitAccuracy, model_accuracy
-from probes.circuit import Circuit, Faithfulness, Node, faithfulness, search_circuit, upstream_complete
-from probes.parts import RunContext, measure_run
+from probes.circuits.search import Circuit, Faithfulness, Node, faithfulness, search_circuit, upstream_complete
+from probes.report.parts import RunContext, measure_run
 from probes.patching import activation_patching
 from probes.settings import DEFAULT, ReportSettings
-from probes.stats import Interval, share
-from probes.words import attention_words, describe, faithfulness_clause, seed_agreement, verdict
+from common.stats import Interval, share
+from probes.report.words import attention_words, describe, faithfulness_clause, seed_agreement, verdict
 from tasks.base import NO_FOIL
 from tasks.data import Batch
 from test_patching import hand_batch, hand_built
@@ -122,7 +122,7 @@ def test_total_loss_is_zero_on_the_null_scale_though_half_the_gap(mirror_measure
 
 
 def test_percentages_never_read_minus_zero():
-    from probes.words import pct
+    from probes.report.words import pct
 
     assert [pct(-0.001), pct(0.0), pct(-0.01), pct(0.5), pct(math.nan)] == ["0%", "0%", "-1%", "50%", "n/a"]
 
@@ -160,7 +160,7 @@ def test_the_search_marks_a_one_head_circuit_at_its_scored_position_as_everythin
 # 4. A path below threshold is never named, in a run's sentence or across seeds. Catches: the
 # cross-seed signature carrying the best path whatever it recovers.
 def path(recovered: float):
-    from probes.path_patching import PathPatch
+    from probes.circuits.path_patching import PathPatch
 
     return PathPatch("L0H3", (14,), "L1H3", "q", 0.0, recovered, 0.0, 0.0, 0.0)
 
@@ -181,8 +181,8 @@ def test_a_path_below_threshold_is_never_listed_as_a_path():
 # every key holding a stated share. Catches: describing a head at the scored position (where it
 # does nothing) by its single most-attended key.
 def test_a_head_is_described_where_patching_shows_it_matters():
-    from probes.run_analysis import node_view
-    from probes.words import node_words
+    from probes.report.run_analysis import node_view
+    from probes.report.words import node_words
 
     model, pairs = hand_built("v"), hand_batch(32)
     patching = activation_patching(model, pairs)
@@ -217,7 +217,7 @@ def run_accuracy(seed: int, heldout: float, train: float, top_share: float) -> R
 
 
 def test_a_collapsed_run_is_flagged_and_means_are_shown_with_and_without_it():
-    from probes.render import accuracy_table
+    from probes.report.render import accuracy_table
 
     runs = [run_accuracy(0, 0.427, 0.41, 0.5), run_accuracy(1, 0.49, 0.45, 0.5), run_accuracy(2, 0.042, 0.065, 1.0)]
     model = model_accuracy(runs, ["the", "dog", "field"])
@@ -234,7 +234,7 @@ def test_train_accuracy_far_below_its_peers_is_collapse_too():
 
 
 def test_a_run_predicting_one_token_is_flagged_in_the_report(tmp_path):
-    from probes.parts import render_parts
+    from probes.report.parts import render_parts
 
     run = mirror_run(bias_to_a=10.0)          # always predicts A: right for half the examples
     section = render_parts([measure_run(run, tmp_path)], tmp_path)["accuracy"]
@@ -244,8 +244,8 @@ def test_a_run_predicting_one_token_is_flagged_in_the_report(tmp_path):
 def test_after_an_ablation_the_top_prediction_share_is_reported(mirror_measured):
     _, measured = mirror_measured
     zero = measured.results["runs"].ablations["zero"][1]          # the one head zeroed: all logits 0
-    from probes.report import ablation_table
-    from probes.words import token_share
+    from probes.report.document import ablation_table
+    from probes.report.words import token_share
 
     assert zero.label == "L0H0" and zero.top_share == 1.0 and zero.top_token == A
     assert token_share(zero, WORDS) == "top prediction 'A' at 100%"
@@ -256,7 +256,7 @@ def test_after_an_ablation_the_top_prediction_share_is_reported(mirror_measured)
 # 7. "Answers restored" is a share between the counterfactual's own rate (0) and the clean one (1).
 # Catches: a patch that changes nothing shown as the counterfactual run's answer rate.
 def test_answers_restored_starts_at_the_counterfactual_runs_own_rate(mirror_measured):
-    from probes.report import patching_table
+    from probes.report.document import patching_table
 
     _, measured = mirror_measured
     patching = measured.results["runs"].patching
@@ -319,7 +319,7 @@ def test_every_part_of_a_run_shares_one_model_load(mirror_measured):
 # head whose output barely differs between the pairs anywhere (kept by the search for what
 # mean-ablating it costs), as block-1's second head was described.
 def unmatched_analysis(everywhere: float):
-    from probes.run_analysis import NodeView
+    from probes.report.run_analysis import NodeView
 
     model, pairs = hand_built("v"), hand_batch(32)
     patching = activation_patching(model, pairs)
@@ -333,7 +333,7 @@ def unmatched_analysis(everywhere: float):
 
 
 def test_a_head_that_matters_nowhere_under_patching_is_not_said_to_matter_across_positions():
-    from probes.words import node_words
+    from probes.report.words import node_words
 
     analysis, view = unmatched_analysis(everywhere=0.0)
     words = node_words(Node(0, 0, (3,)), view, analysis, DEFAULT)
@@ -348,7 +348,7 @@ def test_a_head_that_matters_nowhere_under_patching_is_not_said_to_matter_across
 # 11. Heads of one block cannot compose, and that is all it shows. Catches: "the decision happens
 # in one block" for a 2-block run whose block-2 MLP carries the answer (MLPs are never ablated).
 def test_a_circuit_within_one_block_claims_no_more_than_that():
-    from probes.words import path_clause
+    from probes.report.words import path_clause
 
     analysis = SimpleNamespace(path_positions=[], spec={"n_layers": 2},
                                circuit=SimpleNamespace(nodes=(Node(0, 0, (14,)), Node(0, 2, (14,)))))
@@ -361,10 +361,10 @@ def test_a_circuit_within_one_block_claims_no_more_than_that():
 # AUROC of 1.000 shown as scores.
 def test_edge_circuits_name_their_scale_and_the_oracle_is_not_scored_against_itself(tmp_path):
     from models.graph import graph_of
-    from probes.edge_circuit import edge_circuit
-    from probes.edge_part import EdgeRun, render_edge_circuits, summary_line
-    from probes.edge_render import markdown_lines
-    from probes.planted import two_hop
+    from probes.circuits.named import edge_circuit
+    from probes.report.edge_part import EdgeRun, render_edge_circuits, summary_line
+    from probes.report.edge_render import markdown_lines
+    from probes.circuits.planted import two_hop
 
     p = two_hop(n=8)
     result = edge_circuit(p.model, p.batch, graph_of(p.spec), compare_methods=False)
@@ -381,7 +381,7 @@ def test_edge_circuits_name_their_scale_and_the_oracle_is_not_scored_against_its
 # gap. Catches: the patching table's "L0H0 | p3 | 100%" above the note that no share of the gap
 # means much (attn-only-1x1 seed 2: a gap of 0.00).
 def test_a_gap_too_small_to_trace_is_not_shared_out_per_head(tmp_path):
-    from probes.report import run_section
+    from probes.report.document import run_section
 
     batch = dataclasses.replace(mirror_batch(), counterfactual=mirror_batch().tokens)    # partner = itself
     run = HandRun(mirror_model(), {"train": batch, "validation": batch, "heldout": batch})
@@ -389,7 +389,7 @@ def test_a_gap_too_small_to_trace_is_not_shared_out_per_head(tmp_path):
     assert analysis.circuit is None and "barely tells the pairs apart" in analysis.note
     text = run_section(analysis, DEFAULT)
     assert "Activation patching on 40 held-out pairs" in text and "| head | position | recovered" not in text
-    from probes.figures import run_figure
+    from probes.report.figures import run_figure
 
     titles = [ax.get_title() for ax in run_figure(analysis).axes]
     assert any("attention" in t for t in titles) and not any("patching" in t for t in titles)
@@ -399,7 +399,7 @@ def test_a_gap_too_small_to_trace_is_not_shared_out_per_head(tmp_path):
 # "stops at 90% of the gap" and the header's scale of verdicts written as constants, wrong the
 # moment ReportSettings.circuit_target changes.
 def test_the_circuit_search_target_is_named_from_the_settings(tmp_path):
-    from probes.report import circuit_section, header
+    from probes.report.document import circuit_section, header
 
     settings = ReportSettings(circuit_target=0.8)
     analysis = measure_run(mirror_run(), tmp_path, settings).results["runs"]

@@ -1,4 +1,4 @@
-"""probes.scaling: known answers of the softmax statistics, the variance of q.k, saturation against
+"""probes.chapter.scaling: known answers of the softmax statistics, the variance of q.k, saturation against
 d_k, the recomputed scores against the model's own pattern, and a tiny end-to-end training."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 
 from models import ModelSpec, build_model
 from models.bridge import native_attention
-from probes.scaling import attention_inputs, attention_scores, init_point, row_stats
+from probes.chapter.scaling import attention_inputs, attention_scores, init_point, row_stats
 from toylens.scaling import measure_trained
 
 

@@ -25,21 +25,21 @@ _SOURCES = {
     "ablate": "probes.ablation", "head_ablation_sweep": "probes.ablation", "AblationResult": "probes.ablation",
     "ablation_hooks": "probes.ablation", "ABLATION_METHODS": "probes.ablation",
     "activation_patching": "probes.patching", "ActivationPatching": "probes.patching",
-    "path_patch": "probes.path_patching", "PathPatch": "probes.path_patching",
+    "path_patch": "probes.circuits.path_patching", "PathPatch": "probes.circuits.path_patching",
     "scored_attention": "probes.attention", "ScoredAttention": "probes.attention",
     "shuffle_test": "probes.shuffle", "ShuffleResult": "probes.shuffle",
     "composition_scores": "probes.composition", "Composition": "probes.composition",
     "run_accuracy": "probes.accuracy", "RunAccuracy": "probes.accuracy",
-    "faithfulness": "probes.circuit", "search_circuit": "probes.circuit",
+    "faithfulness": "probes.circuits.search", "search_circuit": "probes.circuits.search",
     "training_reference": "probes.ablation", "ReportSettings": "probes.settings",
     # the circuit as a graph of edges: exact oracle, fast methods, planted ground truth
-    "graph_of": "models.graph", "edge_effects": "probes.edges", "EdgeEffects": "probes.edges",
-    "edge_circuit": "probes.edge_circuit", "run_edge_circuit": "probes.edge_circuit",
-    "EdgeCircuit": "probes.edge_circuit", "planted_models": "probes.planted",
-    "circuit_label": "probes.circuit_label", "CircuitSummary": "probes.circuit_label",
+    "graph_of": "models.graph", "edge_effects": "probes.circuits.oracle", "EdgeEffects": "probes.circuits.oracle",
+    "edge_circuit": "probes.circuits.named", "run_edge_circuit": "probes.circuits.named",
+    "EdgeCircuit": "probes.circuits.named", "planted_models": "probes.circuits.planted",
+    "circuit_label": "probes.circuits.labels", "CircuitSummary": "probes.circuits.labels",
     "take_census": "probes.census",
     # figures (matplotlib Figures; a notebook shows them)
-    "attention_heatmap": "probes.figures", "circuit_figure": "probes.edge_render",
+    "attention_heatmap": "probes.report.figures", "circuit_figure": "probes.report.edge_render",
 }
 
 __all__ = sorted([*_SOURCES, "load_run"])

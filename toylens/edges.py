@@ -1,4 +1,4 @@
-"""`python -m toylens.edges RUNS_DIR [--out DIR]`: every run's edge circuit (probes.edge_circuit):
+"""`python -m toylens.edges RUNS_DIR [--out DIR]`: every run's edge circuit (probes.circuits.named):
 markdown, one figure per run and MIB-format edge scores per method, written to DIR (default
 RUNS_DIR/edges)."""
 
@@ -18,10 +18,10 @@ def edges_command(runs_dir: Path, out: Path | None) -> None:
     import torch
     from tqdm import tqdm
 
-    from probes.edge_circuit import run_edge_circuit
-    from probes.edge_part import EdgeRun, summary_line
-    from probes.edge_render import circuit_figure, markdown_lines, mib_json
-    from probes.figures import save
+    from probes.circuits.named import run_edge_circuit
+    from probes.report.edge_part import EdgeRun, summary_line
+    from probes.report.edge_render import circuit_figure, markdown_lines, mib_json
+    from probes.report.figures import save
     from probes.settings import DEFAULT
     from tasks.runs import find_runs
 

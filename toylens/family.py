@@ -30,7 +30,7 @@ class RunPlan:
     settings: TrainSettings
     run_dir: Path
     # Positions the model must cover beyond its training data (0: the longest sequence), so it
-    # can be evaluated on longer inputs than it was trained on (probes.positions).
+    # can be evaluated on longer inputs than it was trained on (probes.chapter.positions).
     context: int = 0
 
     def identity(self) -> dict:

@@ -1,4 +1,4 @@
-"""`python -m probes.ladder TASK`: train the ladder's rungs (`probes.ladder`) on TASK's data with
+"""`python -m probes.chapter.ladder TASK`: train the ladder's rungs (`probes.chapter.ladder`) on TASK's data with
 its training settings over seeds, through the family training (`toylens.family`), then measure,
 print, and write ladder.json and ladder.png beside the runs."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from common.cli import Parser, UsageError, positive_int, run_cli
 from common.io import claim_check, write_json
-from probes.ladder import LABELS, ladder_specs
+from probes.chapter.ladder import LABELS, ladder_specs
 from toylens.family import plan_models
 
 LADDER_JSON = "ladder.json"
@@ -22,8 +22,8 @@ def ladder_plans(task, seeds: list[int], settings, out: Path, d_model: int = 128
 
 
 def ladder_command(args) -> None:
-    from probes.figures import save
-    from probes.ladder import ladder_figure, ladder_table, measure_ladder
+    from probes.report.figures import save
+    from probes.chapter.ladder import ladder_figure, ladder_table, measure_ladder
     from toylens.cli import model_list, settings_from_args, task_from_args
     from toylens.family import train_family
 
@@ -56,13 +56,13 @@ def main(argv=None) -> None:
     def body():
         task_name = argv[0] if argv and not argv[0].startswith("-") else None
         task_cls = get_task_class(task_name) if task_name else None
-        parser = Parser(prog="python -m probes.ladder TASK",
+        parser = Parser(prog="python -m probes.chapter.ladder TASK",
                         description="Train the ladder of models from no context to two blocks on TASK's data "
                                     "and compare them on held-out data.")
         if task_name is None:
             parser.add_argument("task", help="a registered task (python -m tasks list)")
             parser.parse_args(argv)
-            raise UsageError("python -m probes.ladder needs a task name first, e.g. python -m probes.ladder winograd")
+            raise UsageError("python -m probes.chapter.ladder needs a task name first, e.g. python -m probes.chapter.ladder winograd")
         add_settings_arguments(parser, f"runs/ladder/{task_name}")
         parser.add_argument("--rungs", help=f"comma-separated rungs (default all: {', '.join(LABELS)})")
         parser.add_argument("--d-model", type=positive_int, default=128, help="width of every rung (default 128)")

@@ -1,4 +1,4 @@
-"""`python -m probes.positions`: train the induction models of `probes.positions` (one per kind of
+"""`python -m probes.chapter.positions`: train the induction models of `probes.chapter.positions` (one per kind of
 position information) on short sequences through the family training (`toylens.family`), then
 evaluate them on longer ones, print, and write positions.json and positions.png beside the runs."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from common.cli import Parser, UsageError, positive_int, run_cli
 from common.io import claim_check, write_json
-from probes.positions import KINDS, context_for, position_specs
+from probes.chapter.positions import KINDS, context_for, position_specs
 from toylens.family import RunPlan
 
 POSITIONS_JSON = "positions.json"
@@ -35,8 +35,8 @@ def parse_factors(text: str) -> tuple[int, ...]:
 
 
 def positions_command(args) -> None:
-    from probes.figures import save
-    from probes.positions import measure_positions, positions_figure, positions_table
+    from probes.report.figures import save
+    from probes.chapter.positions import measure_positions, positions_figure, positions_table
     from tasks.induction import InductionTask
     from toylens.cli import model_list, settings_from_args, task_from_args
     from toylens.family import train_family
@@ -68,7 +68,7 @@ def main(argv=None) -> None:
     from toylens.cli import add_jobs_arguments, add_settings_arguments, add_task_params
 
     def body():
-        parser = Parser(prog="python -m probes.positions",
+        parser = Parser(prog="python -m probes.chapter.positions",
                         description="Train induction models with each kind of position information on short "
                                     "sequences and evaluate them on longer ones.")
         parser.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated (default {','.join(KINDS)})")

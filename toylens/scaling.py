@@ -1,4 +1,4 @@
-"""`python -m probes.scaling`: sqrt(d_k) at initialisation and trained scaled vs unscaled on a task
+"""`python -m probes.chapter.scaling`: sqrt(d_k) at initialisation and trained scaled vs unscaled on a task
 at several widths (the measurements are in probes/scaling.py; training a family is this layer's)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from common.cli import Parser, UsageError, positive_int, run_cli
-from probes.scaling import (KEYS, PAIRS, REPLAY_ROWS, ROWS, SATURATED, TrainedCurve, init_figure, init_table,
+from probes.chapter.scaling import (KEYS, PAIRS, REPLAY_ROWS, ROWS, SATURATED, TrainedCurve, init_figure, init_table,
                             measure_init, replay, trained_figure, trained_table)
 from toylens.cli import MAX_SEEDS
 
@@ -60,7 +60,7 @@ def measure_trained(task, widths, seeds, steps: int, every: int, out: Path, jobs
 def scaling_command(task_name: str, widths, seeds, steps: int, every: int, jobs: int, init_only: bool,
                     out: Path, overwrite: bool) -> None:
     from common.io import claim_check, write_json
-    from probes.figures import save
+    from probes.report.figures import save
     from tasks.registry import get_task_class
 
     if max(widths) > 1024:
@@ -89,7 +89,7 @@ def scaling_command(task_name: str, widths, seeds, steps: int, every: int, jobs:
 def main(argv=None) -> None:
     from common.io import nonempty_path  # an empty path would mean the current folder
 
-    parser = Parser(prog="python -m probes.scaling",
+    parser = Parser(prog="python -m probes.chapter.scaling",
                     description="sqrt(d_k): scores, saturation, entropy and gradients, at init and in training.")
     parser.add_argument("--task", default="winograd", help="task to train on (default winograd)")
     parser.add_argument("--widths", type=positive_int, nargs="+", default=list(WIDTHS), help="d_k values trained")

@@ -35,9 +35,9 @@ class RunFiles:
 
 def run_job(job: SweepJob) -> RunFiles:
     """Train and trace one run in a private temp folder; return every file it wrote."""
-    from probes.circuit_label import CIRCUIT, summarise
-    from probes.parts import RunContext
-    from probes.run_analysis import analyse_run
+    from probes.circuits.labels import CIRCUIT, summarise
+    from probes.report.parts import RunContext
+    from probes.report.run_analysis import analyse_run
     from toylens.family import execute
     from tasks.runs import Run
 

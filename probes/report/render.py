@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from probes.stats import Interval
-from probes.words import pct
+from common.stats import Interval
+from probes.report.words import pct
 
 
 def percent(interval: Interval) -> str:

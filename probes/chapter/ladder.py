@@ -13,7 +13,7 @@ Rungs (each adds one thing to the one before, except where the chapter swaps a p
   + LayerNorm       pre-norm LayerNorm: a full transformer block
   2 blocks          a second block
 
-This module measures and draws; `python -m probes.ladder TASK` (served by `toylens.ladder`) trains
+This module measures and draws; `python -m probes.chapter.ladder TASK` (served by `toylens.ladder`) trains
 them into runs/ladder/TASK/<rung>/seed<k> (kept when already trained with the same settings),
 prints held-out accuracy and loss per rung with 95% intervals over seeds and the shuffle test, and
 writes ladder.json and ladder.png there.
@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, replace
 
 from models import ModelSpec
 from common.cli import UsageError
-from probes.stats import Interval, mean_interval
+from common.stats import Interval, mean_interval
 
 
 # (folder name, label, spec fields beyond the shared base). Uniform heads all compute the same
@@ -116,7 +116,7 @@ def measure_ladder(plans: list) -> LadderResult:
 
 
 def ladder_table(result: LadderResult) -> str:
-    from probes.render import percent, table
+    from probes.report.render import percent, table
 
     rows = [[r.label, len(r.seeds), percent(r.accuracy), interval_text(r.loss),
              f"{r.shuffle_max_logit_change:.1e}", steps_text(r.seeds)] for r in result.rungs]

@@ -28,7 +28,7 @@ from models.resume import forward_from
 from models.components import Head
 from probes.patching import (Outcome, corrupt_inputs, outcome, replica_scored,
                              replicas_per_forward)
-from probes.stats import share
+from common.stats import share
 from tasks.data import Batch
 
 COMPONENTS = ("q", "k", "v")

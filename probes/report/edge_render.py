@@ -1,6 +1,6 @@
 """Drawing and writing an EdgeCircuit: the circuit as a graph figure (layers as rows, nodes as boxes,
 edge width = |oracle effect|, q/k/v marked by colour and by where the edge lands on the box), the
-faithfulness-vs-size curves, markdown lines for a report, and edge scores in MIB's submission format. Figures are made without pyplot (as probes.figures)
+faithfulness-vs-size curves, markdown lines for a report, and edge scores in MIB's submission format. Figures are made without pyplot (as probes.report.figures)
 (the EAP-IG library's Graph JSON: nodes `input`, `a{l}.h{h}`, `m{l}`, `logits`; edges
 `a0.h1->a1.h0<q>`; our position-free edges only)."""
 
@@ -10,8 +10,8 @@ from matplotlib.figure import Figure
 
 from common.cli import UsageError
 from models.graph import MLP, Edge, Embed, Head, Logits
-from probes.edge_circuit import ORACLE, EdgeCircuit
-from probes.edge_methods import EdgeScores
+from probes.circuits.named import ORACLE, EdgeCircuit
+from probes.circuits.methods import EdgeScores
 
 PORT_COLOUR = {"q": "tab:blue", "k": "tab:orange", "v": "tab:green", "in": "dimgray"}
 PORT_OFFSET = {"q": -0.1, "k": 0.0, "v": 0.1, "in": 0.0}

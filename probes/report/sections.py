@@ -1,6 +1,6 @@
 """Report parts that appear when the runs' data call for them, never by task name: head roles when
 the scored answers are induction-predictable, training dynamics when runs kept weight snapshots.
-Each is a (measure, render) pair registered in probes.parts."""
+Each is a (measure, render) pair registered in probes.report.parts."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 
-from probes.parts import Section
-from probes.report import jsonable, md_table
-from probes.words import pct as percent
+from probes.report.parts import Section
+from probes.report.document import jsonable, md_table
+from probes.report.words import pct as percent
 
 INDUCTION_SHARE = 0.5   # head roles are ranked when at least this share of answers is induction-predictable
 pct = partial(percent, digits=1)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from probes.parts import RunContext, Section
+from probes.report.parts import RunContext, Section
 from probes.settings import ReportSettings
 
 SHOWN_EDGES = 8     # circuit edges named in a run's summary line (all are in report.md and report.json)
@@ -22,7 +22,7 @@ SHOWN_EDGES = 8     # circuit edges named in a run's summary line (all are in re
 class EdgeRun:
     model_name: str
     seed: int
-    result: object              # probes.edge_circuit.EdgeCircuit (oracle only)
+    result: object              # probes.circuits.named.EdgeCircuit (oracle only)
     figure: str | None          # path relative to the report folder
 
 
@@ -34,7 +34,7 @@ def traceable(spec: dict) -> bool:
 def measure_edge_circuit(context: RunContext) -> EdgeRun | None:
     from models import ModelSpec
     from models.graph import graph_of
-    from probes.edge_circuit import edge_circuit
+    from probes.circuits.named import edge_circuit
 
     if not traceable(context.spec) or context.heldout.counterfactual is None:
         return None
@@ -47,8 +47,8 @@ def measure_edge_circuit(context: RunContext) -> EdgeRun | None:
 
 
 def draw(result, context: RunContext) -> str | None:
-    from probes.edge_render import circuit_figure
-    from probes.figures import save
+    from probes.report.edge_render import circuit_figure
+    from probes.report.figures import save
 
     if context.out is None:
         return None
@@ -90,9 +90,9 @@ def run_json(run: EdgeRun) -> dict:
 
 
 def render_edge_circuits(runs: list[EdgeRun], out: Path, settings: ReportSettings) -> Section:
-    from probes.edge_render import markdown_lines
+    from probes.report.edge_render import markdown_lines
 
-    intro = ("The exact effect of every edge of each multi-block run's computational graph (probes.edges): an "
+    intro = ("The exact effect of every edge of each multi-block run's computational graph (probes.circuits.oracle): an "
              "edge is one sender's write (embeddings, a head, an MLP) reaching one receiver input (a head's q, k "
              "or v, an MLP, the logits) through the residual stream. 'alone' is the share of the clean minus "
              "counterfactual gap that giving that one edge its counterfactual write removes (LayerNorm "

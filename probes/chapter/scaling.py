@@ -13,7 +13,7 @@ over training. Scores are recomputed from each attention module's own q, k maps 
 (TransformerLens 4.3's bridge fills hook_attn_scores with the softmax pattern, measured), over
 every real query position with at least two keys, pooled over both layers.
 
-`python -m probes.scaling` (toylens/scaling.py: it trains) prints both tables and writes
+`python -m probes.chapter.scaling` (toylens/scaling.py: it trains) prints both tables and writes
 scaling.json and two figures to --out.
 """
 
@@ -174,7 +174,7 @@ def replay(run, rows: int = REPLAY_ROWS) -> list[TrainedPoint]:
 # Rendering ----------------------------------------------------------------------------------------
 
 def init_table(points: list[InitPoint]) -> str:
-    from probes.render import table
+    from probes.report.render import table
 
     rows = [[p.d_k, f"{p.var_qk:.2f}"] + [f"{getattr(s, f):{fmt}}" for f, fmt in
                                           (("saturated", ".1%"), ("entropy", ".2f"), ("jacobian_trace", ".3f"))
@@ -184,7 +184,7 @@ def init_table(points: list[InitPoint]) -> str:
 
 
 def trained_table(curves: list[TrainedCurve]) -> str:
-    from probes.render import table
+    from probes.report.render import table
 
     rows = []
     for c in curves:

@@ -1,7 +1,7 @@
 """The circuit report rendered: the accuracy part and the circuit part (each run's tables), the
 header naming every basis and scale, report.md and report.json (every number the markdown shows,
-and the ReportSettings they were measured with). Measuring lives in probes.run_analysis and the
-other parts (probes.parts lists them); this only renders."""
+and the ReportSettings they were measured with). Measuring lives in probes.report.run_analysis and the
+other parts (probes.report.parts lists them); this only renders."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.io import atomic_write, write_json
-from probes.parts import Section
+from probes.report.parts import Section
 from probes.settings import ReportSettings
-from probes.words import describe, pct, seed_agreement, token_share
+from probes.report.words import describe, pct, seed_agreement, token_share
 
 
 def jsonable(value):
@@ -53,7 +53,7 @@ def measure_accuracy_part(context) -> AccuracyEntry:
 
 def render_accuracy(entries: list[AccuracyEntry], out: Path, settings: ReportSettings) -> Section:
     from probes.accuracy import model_accuracy
-    from probes.render import health_lines
+    from probes.report.render import health_lines
 
     names = list(dict.fromkeys(e.accuracy.model_name for e in entries))
     vocabulary = entries[0].vocabulary
@@ -252,7 +252,7 @@ def markdown(task: str, sections: dict, analysis, settings: ReportSettings) -> s
 
 
 def write_report(measured: list, sections: dict, out: Path, task: str, settings: ReportSettings) -> Path:
-    """report.md and report.json in `out` from the rendered parts (probes.parts.render_parts)."""
+    """report.md and report.json in `out` from the rendered parts (probes.report.parts.render_parts)."""
     out = Path(out)
     analysis = next((m.results["runs"] for m in measured
                      if getattr(m.results.get("runs"), "patching", None) is not None), None)

@@ -21,7 +21,7 @@ SUMMARY_FIELDS = {"model_name": str, "seed": int, "n_layers": int, "heldout": fl
 
 @dataclass(frozen=True)
 class Edge:
-    """The circuit's best single-position path patch (probes.words.best_edges)."""
+    """The circuit's best single-position path patch (probes.report.words.best_edges)."""
 
     sender: str
     receiver: str
@@ -59,9 +59,9 @@ class CircuitSummary:
 
 
 def summarise(analysis) -> CircuitSummary:
-    """The facts of a probes.run_analysis.RunAnalysis that name its circuit."""
+    """The facts of a probes.report.run_analysis.RunAnalysis that name its circuit."""
     from probes.settings import DEFAULT
-    from probes.words import best_edges, describe
+    from probes.report.words import best_edges, describe
 
     base = dict(model_name=analysis.model_name, seed=analysis.seed, n_layers=analysis.spec.get("n_layers", 1),
                 heldout=analysis.accuracy.splits["heldout"].accuracy.value,

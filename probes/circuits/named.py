@@ -1,6 +1,6 @@
 """One call for a run's edge circuit: the graph, the exact oracle, the fast methods scored against
 it (and against an expected circuit when one is known), MIB-style faithfulness curves, and the
-smallest circuit reaching 90%. Typed results; probes.edge_render draws and writes them."""
+smallest circuit reaching 90%. Typed results; probes.report.edge_render draws and writes them."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from dataclasses import dataclass
 import torch
 
 from models.graph import Edge, Graph
-from probes.edge_methods import EdgeScores, acdc, eap, eap_ig
-from probes.edge_scores import auroc, spearman, top_edges
-from probes.edges import EdgeEffects, circuit_outcomes, edge_effects, record_runs
-from probes.faithfulness import Curve, SmallestCircuit, curve, normalised, smallest_circuit
+from probes.circuits.methods import EdgeScores, acdc, eap, eap_ig
+from probes.circuits.scores import auroc, spearman, top_edges
+from probes.circuits.oracle import EdgeEffects, circuit_outcomes, edge_effects, record_runs
+from probes.circuits.faithfulness import Curve, SmallestCircuit, curve, normalised, smallest_circuit
 from probes.patching import metric_name
 from tasks.data import Batch
 
@@ -77,11 +77,11 @@ def edge_circuit(model, batch: Batch, graph: Graph, ig_steps: int = 5, acdc_thre
 
 def run_edge_circuit(run, device=None, **options) -> EdgeCircuit:
     """edge_circuit on a trained run: its model (on `device`, default the CPU) and graph (from the
-    run's spec), on the counterfactual pairs the circuit report patches (probes.parts.patch_pairs
+    run's spec), on the counterfactual pairs the circuit report patches (probes.report.parts.patch_pairs
     evenly spread held-out pairs)."""
     from models import ModelSpec
     from models.graph import graph_of
-    from probes.parts import patch_pairs
+    from probes.report.parts import patch_pairs
     from tasks.data import spread_subset
 
     heldout = run.batches()["heldout"]

@@ -1,5 +1,5 @@
 """The circuit part's summary in words: one sentence per run, and how the seeds of a model agree.
-Each clause names its basis (probes.run_analysis.Basis) and every verdict its threshold
+Each clause names its basis (probes.report.run_analysis.Basis) and every verdict its threshold
 (probes.settings.ReportSettings); a claim true by construction says so."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 from collections import defaultdict
 
 from probes.settings import ReportSettings
-from probes.stats import share
+from common.stats import share
 
 COMPONENT_WORDS = {"q": "query", "k": "keys", "v": "values"}
 MAX_GROUP_WORDS = 3   # more groups (e.g. induction's repeat lengths) are summarised by the all-group row

@@ -111,7 +111,7 @@ class MeasuredRun:
 
 def parts() -> list[Part]:
     """The report's parts, in the order report.md shows them."""
-    from probes import edge_part, report, run_analysis, sections
+    from probes.report import document as report, edge_part, run_analysis, sections
 
     return [
         Part("accuracy", report.measure_accuracy_part, report.render_accuracy),

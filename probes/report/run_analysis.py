@@ -1,13 +1,13 @@
 """The report's circuit part, measured: for one run, attention at the scored positions, the head
 ablation sweeps, activation patching, the circuit search, path patching between the circuit's
-heads and composition scores, each on the basis its RunContext fixes (probes.parts)."""
+heads and composition scores, each on the basis its RunContext fixes (probes.report.parts)."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
 
-from probes.circuit import Circuit, Node, search_circuit
+from probes.circuits.search import Circuit, Node, search_circuit
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,7 @@ def trace_circuit(context, patching) -> dict:
     matter, composition, and the circuit's heads mean-ablated on the ablation rows."""
     from probes.ablation import ablate, parse_heads
     from probes.composition import composition_scores
-    from probes.path_patching import PathTarget, path_patch_many, path_sweep
+    from probes.circuits.path_patching import PathTarget, path_patch_many, path_sweep
 
     model, pairs, settings, seed = context.model, context.pairs, context.settings, context.run.seed
     circuit = search_circuit(model, pairs, context.reference, patching, settings.circuit_target)
@@ -171,7 +171,7 @@ def draw_figure(analysis: RunAnalysis, out) -> str | None:
     figure without an `out`)."""
     from pathlib import Path
 
-    from probes.figures import run_figure, save
+    from probes.report.figures import run_figure, save
 
     if out is None or analysis.attention is None or analysis.patching is None:
         return None

@@ -2,7 +2,7 @@
 a circuit, at a ladder of sizes; each circuit's faithfulness on the null-normalised scale
     f(C) = (m(C) - m(empty)) / (m(full) - m(empty))      0 = empty circuit, 1 = full model,
 where m(C) is the metric (mean answer - foil logit over the pairs) of the clean run with every edge
-outside C given its counterfactual value (probes.edges.circuit_outcomes; the empty circuit is then
+outside C given its counterfactual value (probes.circuits.oracle.circuit_outcomes; the empty circuit is then
 the counterfactual run, so this is the circuit report's gap scale, not its mean-ablated null
 scale). CPR: area under f over the circuit's share of edges, from the empty circuit (share 0, f 0)
 to the full one (share 1, f 1), trapezoids between the ladder's points (higher is better). CMD:
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import torch
 
 from models.graph import Edge, Graph
-from probes.edge_scores import without_float_noise
-from probes.edges import Runs, circuit_outcomes, record_runs
+from probes.circuits.scores import without_float_noise
+from probes.circuits.oracle import Runs, circuit_outcomes, record_runs
 from tasks.data import Batch
 
 LADDER = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
@@ -51,13 +51,13 @@ def trapezoid(x: list[float], y: list[float]) -> float:
 
 def ranked(edges: tuple[Edge, ...], score: torch.Tensor) -> list[Edge]:
     """Edges by |score|, largest first; ties, and scores within float noise of 0, keep the graph's
-    order (probes.edge_scores.FLOAT_NOISE)."""
+    order (probes.circuits.scores.FLOAT_NOISE)."""
     order = without_float_noise(score).abs().argsort(descending=True, stable=True)
     return [edges[i] for i in order.tolist()]
 
 
 def normalised(metrics: list[float], empty: float, full: float) -> list[float]:
-    from probes.stats import share
+    from common.stats import share
 
     return [share(m, empty, full) for m in metrics]
 

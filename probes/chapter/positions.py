@@ -7,7 +7,7 @@ learned position rows past the training length keep their initial random values,
 sinusoid table, rotary angles and ALiBi's bias simply continue. The 1x evaluation uses the run's
 own held-out split (never in training); the longer ones are fresh induction sequences.
 
-This module measures and draws; `python -m probes.positions` (served by `toylens.positions`) trains
+This module measures and draws; `python -m probes.chapter.positions` (served by `toylens.positions`) trains
 into runs/positions/<kind>/seed<k> (kept when already trained with the same settings),
 prints accuracy and loss per length, and writes positions.json and positions.png there.
 """
@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 
 from models import ModelSpec
 from common.cli import UsageError
-from probes.stats import Interval, mean_interval, wilson
+from common.stats import Interval, mean_interval, wilson
 
 KINDS = ("learned", "sinusoidal", "rotary", "alibi", "none")
 
@@ -132,8 +132,8 @@ def measure_positions(plans: list, factors, sequences: int) -> PositionsResult:
 
 
 def positions_table(result: PositionsResult) -> str:
-    from probes.ladder import interval_text
-    from probes.render import percent, table
+    from probes.chapter.ladder import interval_text
+    from probes.report.render import percent, table
 
     headers = ["positions"] + [f"{l.factor}x (R {l.repeat[0]}-{l.repeat[1]}) accuracy / loss"
                                for l in result.kinds[0].lengths] + ["steps"]

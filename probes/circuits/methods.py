@@ -1,5 +1,5 @@
 """The field's fast edge-scoring methods on the bridge, each a score per edge of the graph, in the
-oracle's convention (probes.edges, direction "noise": the change in the metric when the edge alone
+oracle's convention (probes.circuits.oracle, direction "noise": the change in the metric when the edge alone
 carries its counterfactual write into the clean run).
 
 - EAP (Syed et al. 2023): (write_other - write_base) . d metric / d receiver input, at the base run.
@@ -30,7 +30,7 @@ import torch
 from models.bridge import device_of
 from models.graph import Edge, Graph
 from models.resume import forward_from
-from probes.edges import Direction, EdgeHooks, Runs, patched_outcomes, record_runs
+from probes.circuits.oracle import Direction, EdgeHooks, Runs, patched_outcomes, record_runs
 from probes.patching import replica_scored, scored_metric
 from tasks.data import Batch
 

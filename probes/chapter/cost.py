@@ -14,7 +14,7 @@ above what existed before the forward (inputs and weights excluded). Time is the
 forwards (no grad, batch 1, float32) in one torch thread: with two threads on a shared 2-core
 machine a forward waited on the slower thread and times jumped 3x between runs (measured).
 
-`python -m probes.cost` prints the table and fits and writes cost.json and cost.png to --out.
+`python -m probes.chapter.cost` prints the table and fits and writes cost.json and cost.png to --out.
 """
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ def curve(name: str, points: list[CostPoint]) -> CostCurve:
 # Rendering ----------------------------------------------------------------------------------------
 
 def cost_table(result: CostResult) -> str:
-    from probes.render import table
+    from probes.report.render import table
 
     by_n = {}
     for c in result.curves:
@@ -227,7 +227,7 @@ def cost_figure(result: CostResult):
 
 def cost_command(max_len: int, budget: float, out: Path) -> None:
     from common.io import claim_check, write_json
-    from probes.figures import save
+    from probes.report.figures import save
 
     if max_len < 128:
         raise UsageError(f"--max-len {max_len} leaves fewer than two lengths to fit (64, 128, ...); use >= 128")
@@ -249,7 +249,7 @@ def cost_command(max_len: int, budget: float, out: Path) -> None:
 def main(argv=None) -> None:
     from common.io import nonempty_path  # an empty path would mean the current folder
 
-    parser = Parser(prog="python -m probes.cost",
+    parser = Parser(prog="python -m probes.chapter.cost",
                     description="Attention's time and memory against sequence length, with fitted exponents.")
     parser.add_argument("--max-len", type=positive_int, default=4096, help="longest sequence (default 4096)")
     parser.add_argument("--budget", type=float, default=1.0,

@@ -6,8 +6,8 @@ unembedding (untied in toylens; tied in GPT-2).
 Counting builds the model with `build_model` on torch's meta device: the same modules and shapes as a
 real build, no memory and nothing downloaded, so GPT-2 small's shape counts in well under a second.
 
-`python -m probes.params n_layers=2 d_model=128 d_vocab=64 n_ctx=32`, `python -m probes.params
-RUN_FOLDER`, or `python -m probes.params gpt2`.
+`python -m probes.chapter.params n_layers=2 d_model=128 d_vocab=64 n_ctx=32`, `python -m probes.chapter.params
+RUN_FOLDER`, or `python -m probes.chapter.params gpt2`.
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def spec_from_args(items: list[str]):
 # Rendering -------------------------------------------------------------------------------------
 
 def params_table(result: ParamCount) -> str:
-    from probes.render import table
+    from probes.report.render import table
 
     rows = [[name, f"{result.counted[name]:,}", f"{result.formula[name]:,}",
              "" if result.counted[name] == result.formula[name] else "differs",
@@ -177,7 +177,7 @@ def params_figure(result: ParamCount):
 
 def params_command(items: list[str], out: Path) -> None:
     from common.io import write_json
-    from probes.figures import save
+    from probes.report.figures import save
 
     spec = spec_from_args(items)
     result = count_parameters(spec)
@@ -196,7 +196,7 @@ def params_command(items: list[str], out: Path) -> None:
 def main(argv=None) -> None:
     from common.io import nonempty_path  # an empty path would mean the current folder
 
-    parser = Parser(prog="python -m probes.params",
+    parser = Parser(prog="python -m probes.chapter.params",
                     description="Parameters per component of a model spec, counted and by formula.")
     parser.add_argument("spec", nargs="+", help="gpt2, a run folder, or ModelSpec fields as key=value")
     parser.add_argument("--out", type=nonempty_path, default=OUT)

@@ -16,7 +16,7 @@ Runs: `base` is the forward that is run, `other` supplies the patched writes.
   get_act_patch_direct_path on head -> head edges (tested equal).
 
 Written by hand because TL 4.3 has no edge patching beyond head -> head (and that one needs the
-split-QKV fork the native attention of `boot_native` refuses, see probes.path_patching). Sets whose
+split-QKV fork the native attention of `boot_native` refuses, see probes.circuits.path_patching). Sets whose
 edges all enter block >= l resume the forward at block l from the base run's residual
 (models.resume.forward_from); many sets share one forward as replicas of the batch.
 """
@@ -35,7 +35,7 @@ from models.bridge import device_of, native
 from models.graph import MLP, Edge, Embed, Graph, Head, Input, Logits
 from models.resume import forward_from
 from probes.patching import Outcome, corrupt_inputs, outcome, replica_scored, replicas_per_forward
-from probes.path_patching import keeper, receiver_input
+from probes.circuits.path_patching import keeper, receiver_input
 from tasks.data import Batch
 
 Direction = Literal["noise", "denoise"]
