@@ -34,3 +34,20 @@ class Head(NamedTuple):
             return cls.parse(value)
         layer, head = (int(v) for v in value)
         return cls(layer, head)
+
+
+class HeadSet(tuple):
+    """Distinct heads in a given order, e.g. the senders of a joint path; `str()` joins their names
+    (L0H1+L0H3), the form reports and stored JSON show."""
+
+    def __new__(cls, heads=()):
+        if len(heads) == 2 and all(isinstance(v, int) for v in heads):
+            heads = (heads,)
+        return super().__new__(cls, dict.fromkeys(Head.of(head) for head in heads))
+
+    def __str__(self) -> str:
+        return "+".join(str(head) for head in self)
+
+    @property
+    def layers(self) -> set[int]:
+        return {head.layer for head in self}

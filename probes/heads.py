@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from models.bridge import device_of
-from models.components import Head
+from models.components import Head, HeadSet
 from probes.ablation import ablate
 from probes.attention import patterns
 from tasks.data import Batch
@@ -214,8 +214,8 @@ def run_heads(context) -> RunHeads:
     induction = report.roles["induction"]
     below = [h for h in report.roles["previous_token"].ranking if int(h[1:h.index("H")]) < induction.layer]
     chosen = [h for h in report.roles["previous_token"].heads if h in below] or below[:1]
-    edges = [PathTarget(parse(s), None, parse(r), c) for s in chosen for r in induction.heads for c in COMPONENTS]
-    senders, receivers = tuple(sorted(map(parse, chosen))), tuple(sorted(map(parse, induction.heads)))
+    edges = [PathTarget(HeadSet([s]), None, HeadSet([r]), c) for s in chosen for r in induction.heads for c in COMPONENTS]
+    senders, receivers = HeadSet(sorted(map(Head.parse, chosen))), HeadSet(sorted(map(Head.parse, induction.heads)))
     joint = [PathTarget(senders, None, receivers, c) for c in COMPONENTS] if edges else []
     with_values = [PathTarget(senders, None, receivers, "k", clean_values=True),
                    PathTarget(senders, (), receivers, "k", clean_values=True)] if edges else []
@@ -224,9 +224,3 @@ def run_heads(context) -> RunHeads:
     n_edges, n_joint = len(edges), len(joint)
     return RunHeads(run.model_name, run.seed, report, chosen, induction.heads, paths[:n_edges],
                     paths[n_edges:n_edges + n_joint], *(paths[n_edges + n_joint:] or [None, None]))
-
-
-def parse(name: str) -> tuple[int, int]:
-    from probes.ablation import parse_heads
-
-    return parse_heads([name])[0]

@@ -38,4 +38,13 @@ class ReportSettings:
                                         # means the held-out split does not defeat the order-blind shortcut
 
 
+    def traces(self, gap: float) -> bool:
+        """Whether a run whose clean - counterfactual metric is `gap` gets a circuit traced (the one
+        rule of the head search, the edge graph and `toylens.edges`). On |gap|, not gap: a model
+        that reliably answers backwards (clean picks the foil, the counterfactual the answer)
+        computes the difference between the pairs as surely as one that answers right, and every
+        share of the gap is well defined with either sign; only a gap near 0 makes shares noise."""
+        return abs(gap) >= self.min_gap
+
+
 DEFAULT = ReportSettings()

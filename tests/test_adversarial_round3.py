@@ -35,10 +35,10 @@ def test_json_with_an_integer_past_pythons_digit_limit_is_one_line(tiny_runs, tm
 
 def census_runs(tiny_runs: Path, tmp_path: Path) -> Path:
     """The tiny runs as a sweep leaves them: a traced circuit.json and the grid point's point.json."""
-    from probes.circuits.labels import CircuitSummary, Edge
+    from probes.circuits.labels import CircuitSummary, PathFacts
 
     out = copy_runs(tiny_runs, tmp_path)
-    edge = Edge("L0H0", "L1H0", "q", 14, "p14 the", 0.9, 1.0)
+    edge = PathFacts("L0H0", "L1H0", "q", 14, "p14 the", 0.9, 1.0)
     summary = CircuitSummary("attn-only-2x1", 0, 2, 0.5, ("L0H0@all", "L1H0@p14"), edge, 1.0)
     (out / RUN / "circuit.json").write_text(json.dumps(summary.to_dict()))
     (out / "point.json").write_text(json.dumps({"point": "default", "values": {}}))

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from probes.circuits.labels import CircuitSummary, Edge, circuit_label
+from probes.circuits.labels import CircuitSummary, PathFacts, circuit_label
 from probes.settings import DEFAULT
 
 EDGE_CLAIM = DEFAULT.path_claim
 
 
 def summary(nodes=("L0H0", "L1H0@p14"), recovered=None, n_layers=2) -> CircuitSummary:
-    edge = None if recovered is None else Edge("L0H0", "L1H0", "q", 14, "p14 the", recovered, 1.0)
+    edge = None if recovered is None else PathFacts("L0H0", "L1H0", "q", 14, "p14 the", recovered, 1.0)
     return CircuitSummary("attn-only-2x1", 0, n_layers, 1.0, tuple(nodes), edge, 1.0)
 
 

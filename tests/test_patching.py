@@ -70,7 +70,8 @@ def hand_built(component: str, logits_read_sender: bool = False):
 
 @pytest.mark.parametrize("component", ["q", "k", "v"])
 def test_path_patching_finds_the_hand_built_composition(component):
-    from probes.circuits.path_patching import path_patch, path_sweep, receiver_input
+    from probes.circuits.oracle import receiver_input
+    from probes.circuits.path_patching import path_patch, path_sweep
 
     model, batch = hand_built(component), hand_batch()
     _, cache = model.run_with_cache(batch.inputs)

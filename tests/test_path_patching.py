@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from models import ModelSpec, UsageError, build_model
+from models.components import Head
 from tasks.data import Batch
 from tests.conftest import hand_batch
 
@@ -64,7 +65,7 @@ def test_a_joint_path_of_one_head_each_is_the_single_edge(component):
     # The single-head form and the one-head sets, in different replicas of one forward.
     single, joint = path_patch_many(model, batch, [PathTarget((0, 1), None, (1, 0), component),
                                                    PathTarget(((0, 1),), None, ((1, 0),), component)])
-    assert (joint.sender, joint.receiver) == (single.sender, single.receiver) == ("L0H1", "L1H0")
+    assert (joint.sender, joint.receiver) == (single.sender, single.receiver) == ((Head(0, 1),), (Head(1, 0),))
     for field in ("metric", "recovered", "restored", "attention_moved", "attention_recovered"):
         assert getattr(joint, field) == pytest.approx(getattr(single, field), abs=1e-6)
     assert joint_path_patch(model, batch, [(0, 1)], ["L1H0"], component).metric == pytest.approx(joint.metric, abs=1e-6)
@@ -82,7 +83,7 @@ def test_redundant_receivers_need_the_joint_path():
         PathTarget((0, 0), None, (1, 1), "k"),
         PathTarget(((0, 0),), None, ((1, 0), (1, 1)), "k"),
     ])
-    assert (joint.sender, joint.receiver) == ("L0H0", "L1H0+L1H1")
+    assert (str(joint.sender), str(joint.receiver)) == ("L0H0", "L1H0+L1H1")
     # The sender reaches the logits only through the two receivers' keys, so the joint path equals
     # restoring its whole output (two exact interventions), where either edge alone falls short.
     whole = patch_many(model, batch, "z", [(0, None, 0)])[0]

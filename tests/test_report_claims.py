@@ -31,12 +31,15 @@ WORDS = ["A", "B", "x", "y"]
 A, B, X, Y = range(4)
 
 
+def mirror_spec() -> ModelSpec:
+    return ModelSpec(n_layers=1, d_model=8, n_heads=1, mlp=False, norm=None, positions="none", n_ctx=4, d_vocab=4)
+
+
 def mirror_model(bias_to_a: float = 0.0):
     """1 layer x 1 head, no norm, no positions. The head at the last position attends to the one A
     or B in `x T y y` and writes it to the unembedding: answer T beats foil by +2 on the clean
     input and by -2 on the counterfactual (T swapped), a mirror image, as in Winograd."""
-    spec = ModelSpec(n_layers=1, d_model=8, n_heads=1, mlp=False, norm=None, positions="none", n_ctx=4, d_vocab=4)
-    model = build_model(spec, seed=0)
+    model = build_model(mirror_spec(), seed=0)
     state = {name: torch.zeros_like(value) for name, value in model.state_dict().items()}
     state["embed.weight"][:, :4] = torch.eye(4) * 2
     state["blocks.0.attn.q.weight"][0, Y] = 5.0
@@ -160,9 +163,10 @@ def test_the_search_marks_a_one_head_circuit_at_its_scored_position_as_everythin
 # 4. A path below threshold is never named, in a run's sentence or across seeds. Catches: the
 # cross-seed signature carrying the best path whatever it recovers.
 def path(recovered: float):
+    from models.components import HeadSet
     from probes.circuits.path_patching import PathPatch
 
-    return PathPatch("L0H3", (14,), "L1H3", "q", 0.0, recovered, 0.0, 0.0, 0.0)
+    return PathPatch(HeadSet(["L0H3"]), (14,), HeadSet(["L1H3"]), "q", 0.0, recovered, 0.0, 0.0, 0.0)
 
 
 def seed_run(seed: int, recovered: float):
@@ -405,3 +409,27 @@ def test_the_circuit_search_target_is_named_from_the_settings(tmp_path):
     analysis = measure_run(mirror_run(), tmp_path, settings).results["runs"]
     assert "the search stops at 80% of the gap" in circuit_section(analysis, settings)
     assert "the circuit search alone stops on the gap scale, at 80%" in header(analysis, settings)
+
+
+# 15. One rule for when a run is traced, on |clean - counterfactual|: a model that reliably answers
+# backwards is traced by the head search and the edge graph alike. Catches: the head view's signed
+# test (gap < min_gap) skipping a run that the edge view (abs) traced.
+def test_a_model_that_answers_backwards_is_traced_by_both_views(tmp_path):
+    from models.graph import graph_of
+    from probes.circuits.named import edge_circuit
+    from probes.circuits.planted import two_hop
+    from probes.report.edge_part import EdgeRun, summary_line
+
+    batch = mirror_batch()
+    backwards = dataclasses.replace(batch, answers=batch.foils, foils=batch.answers)
+    run = HandRun(mirror_model(), {"train": backwards, "validation": backwards, "heldout": backwards})
+    analysis = measure_run(run, tmp_path).results["runs"]
+    gap = analysis.patching.clean.metric - analysis.patching.corrupt.metric
+    assert gap < -DEFAULT.min_gap and DEFAULT.traces(gap)
+    assert analysis.circuit is not None and analysis.circuit.faithfulness.recovered >= DEFAULT.circuit_target
+
+    p = two_hop(n=8)
+    flipped = dataclasses.replace(p.batch, answers=p.batch.foils, foils=p.batch.answers)
+    result = edge_circuit(p.model, flipped, graph_of(p.spec), compare_methods=False)
+    assert -result.oracle.gap < -DEFAULT.min_gap
+    assert result.circuit.edges and "not traced" not in summary_line(EdgeRun("two-hop", 0, result, None), DEFAULT)

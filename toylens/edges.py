@@ -35,7 +35,7 @@ def edges_command(runs_dir: Path, out: Path | None) -> None:
     for run in tqdm(runs, desc="edge circuits", unit="run"):
         result = run_edge_circuit(run)
         name = f"{run.model_name} seed {run.seed}"
-        if abs(result.oracle.gap) < DEFAULT.min_gap:
+        if not DEFAULT.traces(result.oracle.gap):
             # As the report: shares of a gap this small are noise, so no circuit, curve or export.
             lines += [f"#### {name}", "", summary_line(EdgeRun(run.model_name, run.seed, result, None), DEFAULT), ""]
             continue

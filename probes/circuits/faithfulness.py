@@ -19,10 +19,10 @@ import torch
 from models.graph import Edge, Graph
 from probes.circuits.scores import without_float_noise
 from probes.circuits.oracle import Runs, circuit_outcomes, record_runs
+from probes.settings import DEFAULT
 from tasks.data import Batch
 
 LADDER = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
-TARGET = 0.9
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ class SmallestCircuit:
 
 
 def smallest_circuit(model, batch: Batch, graph: Graph, method: str, score: torch.Tensor,
-                     runs: Runs | None = None, target: float = TARGET) -> SmallestCircuit:
+                     runs: Runs | None = None, target: float = DEFAULT.circuit_target) -> SmallestCircuit:
     runs = runs or record_runs(model, batch, graph, "noise")
     order = ranked(graph.edges, score)
     outcomes = circuit_outcomes(model, batch, graph, [order[:k] for k in range(len(order) + 1)], runs)

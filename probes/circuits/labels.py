@@ -20,8 +20,9 @@ SUMMARY_FIELDS = {"model_name": str, "seed": int, "n_layers": int, "heldout": fl
 
 
 @dataclass(frozen=True)
-class Edge:
-    """The circuit's best single-position path patch (probes.report.words.best_edges)."""
+class PathFacts:
+    """The circuit's best single-position path patch (probes.report.words.best_edges), in the
+    stored form of circuit.json (heads by name)."""
 
     sender: str
     receiver: str
@@ -39,7 +40,7 @@ class CircuitSummary:
     n_layers: int
     heldout: float                  # held-out accuracy of the trained run
     nodes: tuple[str, ...] = ()     # circuit heads with their positions, e.g. 'L1H0@p14'
-    edge: Edge | None = None
+    edge: PathFacts | None = None
     faithfulness: float | None = None
     note: str = ""                  # why no circuit was traced, if none was
     summary: str = ""               # the report's sentence for this run
@@ -55,7 +56,7 @@ class CircuitSummary:
         edge = data.get("edge")
         if edge is not None:
             check_fields(edge, EDGE_FIELDS, f"{where}: edge", fix)
-        return cls(**{**data, "nodes": tuple(data.get("nodes", ())), "edge": Edge(**edge) if edge else None})
+        return cls(**{**data, "nodes": tuple(data.get("nodes", ())), "edge": PathFacts(**edge) if edge else None})
 
 
 def summarise(analysis) -> CircuitSummary:
@@ -72,7 +73,7 @@ def summarise(analysis) -> CircuitSummary:
     edge = None
     if edges:
         best = edges[0]
-        edge = Edge(best.sender, best.receiver, best.component, best.positions[0],
+        edge = PathFacts(str(best.sender), str(best.receiver), best.component, best.positions[0],
                     analysis.labels[best.positions[0]], best.recovered, best.restored)
     return CircuitSummary(**base, nodes=tuple(n.describe() for n in analysis.circuit.nodes), edge=edge,
                           faithfulness=analysis.circuit.faithfulness.recovered)

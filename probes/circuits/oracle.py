@@ -15,10 +15,13 @@ Runs: `base` is the forward that is run, `other` supplies the patched writes.
 - direction "denoise": base = counterfactual, other = clean: transformer_lens.patching's
   get_act_patch_direct_path on head -> head edges (tested equal).
 
-Written by hand because TL 4.3 has no edge patching beyond head -> head (and that one needs the
-split-QKV fork the native attention of `boot_native` refuses, see probes.circuits.path_patching). Sets whose
-edges all enter block >= l resume the forward at block l from the base run's residual
-(models.resume.forward_from); many sets share one forward as replicas of the batch.
+Path patching (probes.circuits.path_patching) is this engine restricted to head -> head edges.
+
+Written by hand because TL 4.3 has no edge patching beyond head -> head, and that one
+(`patching.get_act_patch_direct_path`) needs the split-QKV fork the native attention of
+`boot_native` refuses and runs one forward per edge. Sets whose edges all enter block >= l resume
+the forward at block l from the base run's residual (models.resume.forward_from); many sets share
+one forward as replicas of the batch.
 """
 
 from __future__ import annotations
@@ -35,7 +38,6 @@ from models.bridge import device_of, native
 from models.graph import MLP, Edge, Embed, Graph, Head, Input, Logits
 from models.resume import forward_from
 from probes.patching import Outcome, corrupt_inputs, outcome, replica_scored, replicas_per_forward
-from probes.circuits.path_patching import keeper, receiver_input
 from tasks.data import Batch
 
 Direction = Literal["noise", "denoise"]
@@ -52,28 +54,45 @@ def resid_mid_name(layer: int) -> str:
 FINAL_RESIDUAL, LOGITS_IN = "ln_final.hook_in", "unembed.hook_in"
 
 
+def keeper(store: dict, name: str):
+    """A hook that stores the activation passing it in `store[name]`, unchanged."""
+    def keep(value, hook):
+        store[name] = value
+    return keep
+
+
+def receiver_input(model, layer: int, port: str, residual: torch.Tensor) -> torch.Tensor:
+    """[n, pos, head, d_head]: block `layer`'s own LayerNorm and Q/K/V projection of `residual`.
+    The raw torch modules are called so no hook fires inside a hook."""
+    block = model.blocks[layer]
+    out = native(getattr(block.attn, port))(native(block.ln1)(residual))
+    return out.view(*out.shape[:2], model.cfg.n_heads, model.cfg.d_head)
+
+
 @dataclass(frozen=True)
 class Writes:
-    """One run: each sender's residual write [n, pos, d_model] and the residual entering each block
-    (resid_pre[n_layers]: the final residual, before the final norm)."""
+    """One run: each sender's residual write [n, pos, d_model], the residual entering each block
+    (resid_pre[n_layers]: the final residual, before the final norm), and any activations a caller
+    asked to observe (hook name -> tensor)."""
 
     outcome: Outcome
     writes: dict
     resid_pre: dict
+    observed: dict
 
 
 @torch.no_grad()
-def record(model, batch: Batch, tokens: torch.Tensor, graph: Graph) -> Writes:
+def record(model, batch: Batch, tokens: torch.Tensor, graph: Graph, observe: tuple[str, ...] = ()) -> Writes:
     batch = batch.to(device_of(model))
     n_layers = graph.n_layers
     names = [get_act_name("resid_pre", l) for l in range(n_layers)] + [get_act_name("z", l) for l in range(n_layers)]
-    names += [mlp_out_name(s.layer) for s in graph.senders if isinstance(s, MLP)] + [FINAL_RESIDUAL]
+    names += [mlp_out_name(s.layer) for s in graph.senders if isinstance(s, MLP)] + [FINAL_RESIDUAL, *observe]
     logits, cache = model.run_with_cache(tokens.to(batch.tokens.device), names_filter=names)
     W_O = model.W_O
     resid_pre = {l: cache[get_act_name("resid_pre", l)] for l in range(n_layers)}
     return Writes(outcome(replica_scored(logits, batch), batch)[0],
                   {s: sender_write(W_O, s, cache.__getitem__) for s in graph.senders},
-                  {**resid_pre, n_layers: cache[FINAL_RESIDUAL]})
+                  {**resid_pre, n_layers: cache[FINAL_RESIDUAL]}, {name: cache[name] for name in observe})
 
 
 def sender_write(W_O: torch.Tensor, sender, read) -> torch.Tensor:
@@ -196,18 +215,29 @@ class Runs:
     other: Writes
 
 
-def record_runs(model, batch: Batch, graph: Graph, direction: Direction = "noise") -> Runs:
+def record_runs(model, batch: Batch, graph: Graph, direction: Direction = "noise",
+                observe: tuple[str, ...] = ()) -> Runs:
     batch = batch.to(device_of(model))
-    clean = record(model, batch, batch.inputs, graph)
-    corrupt = record(model, batch, corrupt_inputs(batch), graph)
     if direction not in ("noise", "denoise"):
         raise UsageError(f"direction must be 'noise' or 'denoise', got {direction!r}")
+    clean = record(model, batch, batch.inputs, graph, observe)
+    corrupt = record(model, batch, corrupt_inputs(batch), graph, observe)
     return Runs(direction, *((clean, corrupt) if direction == "noise" else (corrupt, clean)))
 
 
+@dataclass(frozen=True)
+class Patched:
+    """One set's patched forward: its outcome and the activations asked for ([n, ...] each)."""
+
+    outcome: Outcome
+    observed: dict
+
+
 @torch.no_grad()
-def patched_outcomes(model, batch: Batch, graph: Graph, sets: list[frozenset], runs: Runs) -> list[Outcome]:
-    """The base run with each set's edges patched from the other run, one Outcome per set."""
+def patched_runs(model, batch: Batch, graph: Graph, sets: list[frozenset], runs: Runs,
+                 observe: tuple[str, ...] = ()) -> list[Patched]:
+    """The base run with each set's edges patched from the other run. `observe`: hook names of
+    blocks at or after every set's first receiver block (earlier blocks are not rerun)."""
     batch = batch.to(device_of(model))
     n_layers, per_forward = graph.n_layers, replicas_per_forward(batch)
     order = sorted(range(len(sets)), key=lambda i: start_layer(sets[i], n_layers))
@@ -216,12 +246,19 @@ def patched_outcomes(model, batch: Batch, graph: Graph, sets: list[frozenset], r
         chunk = order[first:first + per_forward]
         start = start_layer(sets[chunk[0]], n_layers)
         members = [sets[i] for i in chunk]
-        hooks = EdgeHooks(model, members, runs.base, runs.other, len(batch), start)
-        with model.hooks(fwd_hooks=hooks.hooks(graph)):
+        hooks, seen = EdgeHooks(model, members, runs.base, runs.other, len(batch), start), {}
+        watch = [(name, keeper(seen, name)) for name in observe]
+        with model.hooks(fwd_hooks=hooks.hooks(graph) + watch):
             logits = forward_from(model, runs.base.resid_pre[start].repeat(len(members), 1, 1), start)
-        for i, result in zip(chunk, outcome(replica_scored(logits, batch), batch)):
-            results[i] = result
+        views = {name: value.view(len(members), len(batch), *value.shape[1:]) for name, value in seen.items()}
+        for replica, (i, result) in enumerate(zip(chunk, outcome(replica_scored(logits, batch), batch))):
+            results[i] = Patched(result, {name: view[replica] for name, view in views.items()})
     return results
+
+
+def patched_outcomes(model, batch: Batch, graph: Graph, sets: list[frozenset], runs: Runs) -> list[Outcome]:
+    """The base run with each set's edges patched from the other run, one Outcome per set."""
+    return [patched.outcome for patched in patched_runs(model, batch, graph, sets, runs)]
 
 
 @dataclass(frozen=True)

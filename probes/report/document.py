@@ -19,6 +19,10 @@ def jsonable(value):
     """Dataclasses, tensors and tuples as plain JSON (write_json stores NaN as null)."""
     import torch
 
+    from models.components import Head, HeadSet
+
+    if isinstance(value, (Head, HeadSet)):
+        return str(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         out = {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
         for name in ("label", "name", "where"):

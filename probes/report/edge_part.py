@@ -41,7 +41,7 @@ def measure_edge_circuit(context: RunContext) -> EdgeRun | None:
     spec = ModelSpec.from_dict(context.spec)
     result = edge_circuit(context.model, context.pairs, graph_of(spec), compare_methods=False,
                           expected=context.run.task.expected_circuit(context.run.model_name, spec))
-    if abs(result.oracle.gap) < context.settings.min_gap:
+    if not context.settings.traces(result.oracle.gap):
         return EdgeRun(context.run.model_name, context.run.seed, result, None)
     return EdgeRun(context.run.model_name, context.run.seed, result, draw(result, context))
 
@@ -60,7 +60,7 @@ def draw(result, context: RunContext) -> str | None:
 def summary_line(run: EdgeRun, settings: ReportSettings) -> str:
     result, where = run.result, f"{run.model_name} seed {run.seed}"
     gap = -result.oracle.gap
-    if abs(gap) < settings.min_gap:
+    if not settings.traces(gap):
         return (f"{where}: edge circuit not traced (clean minus counterfactual metric only {gap:+.2f}, below "
                 f"{settings.min_gap:g}: the model barely tells the pairs apart)")
     found = result.circuit
@@ -103,7 +103,7 @@ def render_edge_circuits(runs: list[EdgeRun], out: Path, settings: ReportSetting
              "EAP, EAP-IG and ACDC scored against this oracle: `python -m toylens.edges RUNS_DIR`.")
     blocks = [intro, ""]
     for run in runs:
-        if abs(run.result.oracle.gap) < settings.min_gap:
+        if not settings.traces(run.result.oracle.gap):
             blocks += [f"#### {run.model_name} seed {run.seed}", "", summary_line(run, settings), ""]
         else:
             blocks += markdown_lines(run.result, f"{run.model_name} seed {run.seed}", run.figure)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from models.components import Head
 from probes.circuits.search import Circuit, Node, search_circuit
 
 
@@ -60,8 +61,8 @@ class RunAnalysis:
 def routes(paths: list, circuit: Circuit, floor: float) -> list:
     """Path patches (sender at all positions) worth resolving by position: between circuit heads,
     recovering at least `floor` of the gap, or the best input of each circuit pair otherwise."""
-    heads = set(circuit.heads)
-    inside = [p for p in paths if p.sender in heads and p.receiver in heads]
+    heads = {Head(node.layer, node.head) for node in circuit.nodes}
+    inside = [p for p in paths if set(p.sender) <= heads and set(p.receiver) <= heads]
     best = {}
     for p in inside:
         key = (p.sender, p.receiver)
@@ -76,13 +77,12 @@ def head_effect(patching, layer: int, head: int, positions) -> list[tuple[int, f
     return sorted(((p, float(effect[p])) for p in positions), key=lambda item: -abs(item[1]))
 
 
-def route_positions(patching, sender: str, batch, count: int) -> list[int]:
+def route_positions(patching, sender: Head, batch, count: int) -> list[int]:
     """The sender's `count` live positions where restoring its output matters most: a task scored
     at many positions (induction) would otherwise need one path patch per position."""
-    from probes.ablation import parse_heads
     from probes.patching import live_positions
 
-    (layer, head), = parse_heads([sender])
+    layer, head = sender
     return sorted(p for p, _ in head_effect(patching, layer, head, live_positions(batch))[:count])
 
 
@@ -135,9 +135,9 @@ def analyse_run(context) -> RunAnalysis:
                            labels=position_labels(context.heldout.inputs, context.vocabulary),
                            vocabulary=context.vocabulary)
     gap = patching.clean.metric - patching.corrupt.metric
-    if gap < settings.min_gap:
+    if not settings.traces(gap):
         analysis = dataclasses.replace(analysis, note=(
-            f"clean minus counterfactual metric is only {gap:+.2f} (below {settings.min_gap:g}): the model "
+            f"clean minus counterfactual metric is only {gap:+.2f} (below {settings.min_gap:g} in size): the model "
             "barely tells the pairs apart, so no share of that gap means much"))
     else:
         analysis = dataclasses.replace(analysis, **trace_circuit(context, patching))
@@ -147,16 +147,16 @@ def analyse_run(context) -> RunAnalysis:
 def trace_circuit(context, patching) -> dict:
     """The RunAnalysis fields of the circuit: search, paths between its heads, where its heads
     matter, composition, and the circuit's heads mean-ablated on the ablation rows."""
-    from probes.ablation import ablate, parse_heads
+    from probes.ablation import ablate
     from probes.composition import composition_scores
     from probes.circuits.path_patching import PathTarget, path_patch_many, path_sweep
 
     model, pairs, settings, seed = context.model, context.pairs, context.settings, context.run.seed
     circuit = search_circuit(model, pairs, context.reference, patching, settings.circuit_target)
     paths = path_sweep(model, pairs) if model.cfg.n_layers > 1 else []
-    targets = [PathTarget(parse_heads([p.sender])[0], (position,), parse_heads([p.receiver])[0], p.component)
+    targets = [PathTarget(p.sender, (position,), p.receiver, p.component)
                for p in routes(paths, circuit, settings.route_floor)
-               for position in route_positions(patching, p.sender, pairs, settings.route_positions)]
+               for position in route_positions(patching, p.sender[0], pairs, settings.route_positions)]
     return dict(
         circuit=circuit, paths=paths,
         path_positions=path_patch_many(model, pairs, targets) if targets else [],
