@@ -11,7 +11,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from common.io import write_json
-from common.cli import Parser, run_cli
 from common.stats import Interval, mean_interval, wilson
 
 SUMMARY = "summary.json"
@@ -197,38 +196,7 @@ def write_summary(runs_dir: Path, models: list[ModelAccuracy]) -> Path:
     return path
 
 
-def compare_runs_command(runs_dir: Path) -> None:
-    from models.checkpoint import CONFIG
-    from probes.report.render import accuracy_table
-
-    models = compare_runs(runs_dir)
-    print(accuracy_table(models))
-    if (Path(runs_dir) / CONFIG).is_file():   # one run's own folder: summaries belong to runs folders
-        print(f"\n{runs_dir} is a single run's folder; no {SUMMARY} written (point at its runs folder for one)")
-        return
-    print(f"\nwrote {write_summary(runs_dir, models)}")
-
-
-def locked_compare(runs_dir: Path) -> None:
-    from common.lock import folder_lock
-
-    from models.checkpoint import CONFIG
-
-    if not Path(runs_dir).is_dir() or (Path(runs_dir) / CONFIG).is_file():
-        return compare_runs_command(runs_dir)   # says what is wrong, or reads one run and writes nothing
-    with folder_lock(runs_dir, "runs folder"):
-        compare_runs_command(runs_dir)
-
-
-def main(argv=None) -> None:
-    from common.io import nonempty_path
-
-    parser = Parser(prog="python -m probes.accuracy",
-                    description="Compare held-out accuracy of trained runs, with CIs over seeds.")
-    parser.add_argument("runs_dir", type=nonempty_path, nargs="?", default=Path("runs/winograd"))
-    args = parser.parse_args(argv)
-    run_cli(locked_compare, args.runs_dir)
-
-
 if __name__ == "__main__":
+    from toylens.accuracy import main  # `python -m probes.accuracy`: the command layer's table
+
     main()

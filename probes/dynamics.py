@@ -6,18 +6,16 @@ where the scored loss falls fastest, relative to the other positions, between sn
 For the induction task the scored positions are the repeated half and the others are the first
 half, whose tokens are random: a model can only ever guess them (loss ~ln(vocabulary)).
 
-`python -m probes.dynamics RUNS_DIR` prints the phase-change step per run and writes
-RUNS_DIR/dynamics.json and one figure per model (dynamics_<model>.png).
+Its table, figures and command are in probes.report.dynamics.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
-from common.cli import Parser, UsageError, run_cli
-from models.components import Head
+from common.cli import UsageError
 
 SNAPSHOT_FILE = re.compile(r"^step(\d+)\.safetensors$")
 ROWS = 128          # held-out sequences each snapshot is replayed on
@@ -142,101 +140,3 @@ def runs_dynamics(runs_dir: Path) -> list[Dynamics]:
     from tasks.runs import find_runs
 
     return [run_dynamics(run) for run in find_runs(runs_dir) if has_snapshots(run)]
-
-
-# Rendering --------------------------------------------------------------------------------------
-
-def dynamics_table(results: list[Dynamics]) -> str:
-    from probes.report.render import table
-
-    rows = []
-    for d in results:
-        first, last = d.points[0], d.points[-1]
-        rows.append([d.model_name, d.seed, d.phase_change_step if d.phase_change_step is not None else "none",
-                     f"{first.scored_loss:.2f} -> {last.scored_loss:.2f}",
-                     f"{last.scored_accuracy:.1%}", f"{last.other_loss:.2f}", f"{last.other_accuracy:.1%}",
-                     f"{max(max(r) for r in last.induction):.2f}"])
-    return table(["model", "seed", "phase change", "scored loss", "scored acc", "other loss", "other acc",
-                  "best induction score"], rows)
-
-
-def dynamics_frame(results: list[Dynamics]):
-    """Long-form pandas frame: one row per (run, step, curve)."""
-    import pandas as pd
-
-    rows = []
-    for d in results:
-        for p in d.points:
-            base = {"model": d.model_name, "seed": d.seed, "step": p.step}
-            rows.append({**base, "panel": "loss", "curve": "scored positions", "value": p.scored_loss})
-            rows.append({**base, "panel": "loss", "curve": "other positions", "value": p.other_loss})
-            for role, scores in (("induction", p.induction), ("previous_token", p.previous_token)):
-                for layer, row in enumerate(scores):
-                    for head, value in enumerate(row):
-                        rows.append({**base, "panel": role, "curve": str(Head(layer, head)), "value": value})
-    return pd.DataFrame(rows)
-
-
-def plot_dynamics(results: list[Dynamics]):
-    """One row per seed: losses, induction scores, previous-token scores over steps; a dashed line
-    at the detected phase change. `results` are the runs of one model."""
-    import seaborn as sns  # here, not in probes.report.figures: 0.7 s of import the other figures do without
-
-    from matplotlib.figure import Figure
-
-    frame = dynamics_frame(results)
-    panels = [("loss", "loss (nats)"), ("induction", "induction score"), ("previous_token", "previous-token score")]
-    fig = Figure(figsize=(13, 2.8 * len(results)))
-    axes = fig.subplots(len(results), len(panels), squeeze=False)
-    for row, d in enumerate(results):
-        for col, (panel, label) in enumerate(panels):
-            ax = axes[row, col]
-            data = frame[(frame.seed == d.seed) & (frame.model == d.model_name) & (frame.panel == panel)]
-            sns.lineplot(data=data, x="step", y="value", hue="curve", ax=ax, marker="o", markersize=3)
-            if d.phase_change_step is not None:
-                ax.axvline(d.phase_change_step, color="gray", linestyle="--", linewidth=1)
-            ax.set_ylabel(label)
-            ax.set_title(f"{d.model_name} seed {d.seed}" + (f": phase change ~{d.phase_change_step}"
-                                                           if col == 0 and d.phase_change_step else ""))
-            ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    return fig
-
-
-def write_dynamics(results: list[Dynamics], out: Path) -> dict[str, Path]:
-    """dynamics.json and one figure per model in `out`; returns {model: figure path}."""
-    from common.io import write_json
-    from probes.report.figures import save
-
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / JSON, {"runs": [asdict(d) for d in results]})
-    figures = {}
-    for name in dict.fromkeys(d.model_name for d in results):
-        fig = plot_dynamics([d for d in results if d.model_name == name])
-        figures[name] = out / f"dynamics_{name}.png"
-        save(fig, figures[name])
-    return figures
-
-
-def dynamics_command(runs_dir: Path) -> None:
-    results = runs_dynamics(runs_dir)
-    if not results:
-        raise UsageError(f"no run under {runs_dir} has weight snapshots; train with snapshot_every > 0")
-    print(dynamics_table(results))
-    figures = write_dynamics(results, runs_dir)
-    print(f"\nwrote {Path(runs_dir) / JSON} and " + ", ".join(str(p) for p in figures.values()))
-
-
-def main(argv=None) -> None:
-    from common.io import nonempty_path  # an empty path would mean the current folder
-
-    parser = Parser(prog="python -m probes.dynamics",
-                    description="Replay training snapshots: scored vs other loss, head scores, phase change.")
-    parser.add_argument("runs_dir", type=nonempty_path, nargs="?", default=Path("runs/induction"))
-    args = parser.parse_args(argv)
-    run_cli(dynamics_command, args.runs_dir)
-
-
-if __name__ == "__main__":
-    main()

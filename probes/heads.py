@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from models.bridge import device_of
-from models.components import Head, HeadSet
+from models.components import Head
 from probes.ablation import ablate
 from probes.attention import patterns
 from tasks.data import Batch
@@ -181,46 +181,3 @@ def induction_share(batch: Batch) -> float:
         successors = {tokens[i + 1] for i in range(position) if tokens[i] == tokens[position]}
         hits += successors == {answer}
     return hits / max(len(batch.answers), 1)
-
-
-@dataclass(frozen=True)
-class RunHeads:
-    """One run's head roles and, between its previous-token and induction heads, path patching
-    through the receiver's query, key and value inputs: edge by edge, and jointly (every chosen
-    previous-token head into every induction head at once, since redundant induction heads each
-    recover only part of the gap alone)."""
-
-    model_name: str
-    seed: int
-    report: HeadReport
-    previous: list[str]              # previous-token heads below the induction layer
-    induction: list[str]
-    paths: list                      # probes.circuits.path_patching.PathPatch, q/k/v per sender-receiver pair
-    joint_paths: list                # PathPatch, q/k/v: all `previous` heads -> all `induction` heads
-    # The joint K path with the induction heads' values from the clean run, and the same with no
-    # sender position patched (clean values alone): what the K path adds once the copied tokens
-    # are the clean ones (induction's counterfactual changes them, so K alone cannot restore them).
-    k_with_clean_values: object = None
-    clean_values_alone: object = None
-
-
-def run_heads(context) -> RunHeads:
-    """Head roles of one run, on the report's ablation rows and reference (a probes.report.parts.RunContext)."""
-    from tasks.data import spread_subset
-    from probes.circuits.path_patching import COMPONENTS, PathTarget, path_patch_many
-
-    run, model, heldout = context.run, context.model, context.heldout
-    report = head_report(model, context.sample, "mean", context.reference)
-    induction = report.roles["induction"]
-    below = [h for h in report.roles["previous_token"].ranking if int(h[1:h.index("H")]) < induction.layer]
-    chosen = [h for h in report.roles["previous_token"].heads if h in below] or below[:1]
-    edges = [PathTarget(HeadSet([s]), None, HeadSet([r]), c) for s in chosen for r in induction.heads for c in COMPONENTS]
-    senders, receivers = HeadSet(sorted(map(Head.parse, chosen))), HeadSet(sorted(map(Head.parse, induction.heads)))
-    joint = [PathTarget(senders, None, receivers, c) for c in COMPONENTS] if edges else []
-    with_values = [PathTarget(senders, None, receivers, "k", clean_values=True),
-                   PathTarget(senders, (), receivers, "k", clean_values=True)] if edges else []
-    pairs = spread_subset(heldout, context.settings.role_path_pairs)
-    paths = path_patch_many(model, pairs, edges + joint + with_values) if edges else []
-    n_edges, n_joint = len(edges), len(joint)
-    return RunHeads(run.model_name, run.seed, report, chosen, induction.heads, paths[:n_edges],
-                    paths[n_edges:n_edges + n_joint], *(paths[n_edges + n_joint:] or [None, None]))

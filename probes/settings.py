@@ -4,6 +4,7 @@ cross."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -37,6 +38,13 @@ class ReportSettings:
     shortcut_margin: float = 0.1        # an order-blind model within this of the best model's held-out accuracy
                                         # means the held-out split does not defeat the order-blind shortcut
 
+
+    def pair_count(self, heldout) -> int:
+        """How many held-out pairs patching uses: `patch_pairs`, or as many as hold `patch_scored`
+        scored positions. Every patch is a forward over all the pairs, and a task scored at ~25
+        positions per sequence (induction) has a precise mean metric from ~20 of them."""
+        scored_per_pair = len(heldout.answers) / max(len(heldout), 1)
+        return max(1, min(self.patch_pairs, math.ceil(self.patch_scored / max(scored_per_pair, 1))))
 
     def traces(self, gap: float) -> bool:
         """Whether a run whose clean - counterfactual metric is `gap` gets a circuit traced (the one

@@ -153,7 +153,7 @@ def fake_report(monkeypatch, fail: bool):
     """measure and write stand-ins: a figure per run, then report.json and report.md (or a kill
     just after report.json, the moment the issue caught)."""
     import probes.report.document
-    import probes.report.parts
+    import probes.report.measure
     import toylens.report
     from common.io import atomic_write, write_json
 
@@ -170,7 +170,7 @@ def fake_report(monkeypatch, fail: bool):
 
     monkeypatch.setattr(toylens.report, "measure_for_report", measure)
     monkeypatch.setattr(probes.report.document, "write_report", write)
-    monkeypatch.setattr(probes.report.parts, "render_parts", lambda measured, out, settings: {})
+    monkeypatch.setattr(probes.report.measure, "render_parts", lambda measured, out, settings: {})
 
 
 @pytest.mark.parametrize("fail", [True, False])
@@ -272,7 +272,7 @@ EDITS = {   # (edit, signed as a forger would, fragment of the one line)
 
 @pytest.mark.parametrize("edit", EDITS)
 def test_an_edited_config_is_refused(tiny_runs, tmp_path, capsys, edit):
-    from probes.accuracy import main
+    from toylens.accuracy import main
 
     change, sign, fragment = EDITS[edit]
     out = copy_runs(tiny_runs, tmp_path)
@@ -288,7 +288,7 @@ def test_weights_of_another_dtype_are_refused(tiny_runs, tmp_path, capsys, dtype
     from safetensors.torch import load_file, save_file
 
     from common.io import sha256_file
-    from probes.accuracy import main
+    from toylens.accuracy import main
 
     out = copy_runs(tiny_runs, tmp_path)
     weights = out / RUN / "model.safetensors"

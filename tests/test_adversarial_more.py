@@ -60,7 +60,7 @@ MALFORMED = {
 
 @pytest.mark.parametrize("damage", MALFORMED)
 def test_malformed_files_are_refused_with_one_line(tiny_runs, tmp_path, capsys, damage):
-    from probes.accuracy import main
+    from toylens.accuracy import main
 
     apply, fragment = MALFORMED[damage]
     out = copy_runs(tiny_runs, tmp_path)
@@ -99,7 +99,7 @@ def test_absurd_task_parameters_are_refused_at_once(tmp_path, argv, fragment):
 ])
 def test_absurd_model_sizes_in_a_config_are_refused_before_allocating(tiny_runs, tmp_path, capsys, field, value,
                                                                       fragment):
-    from probes.accuracy import main
+    from toylens.accuracy import main
 
     out = copy_runs(tiny_runs, tmp_path)
     edit_json(out / RUN / "config.json", lambda c: c["spec"].update({field: value, "n_heads": 1}), sign=True)
@@ -162,7 +162,7 @@ def test_non_finite_weights_or_outputs_are_said(tiny_runs, tmp_path, capsys, val
     from safetensors.torch import load_file, save_file
 
     from common.io import sha256_file
-    from probes.accuracy import main
+    from toylens.accuracy import main
 
     out = copy_runs(tiny_runs, tmp_path)
     before = contents(out)

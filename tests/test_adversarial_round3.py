@@ -25,7 +25,7 @@ def limited_memory():
 # --- stored JSON and sweep records ------------------------------------------------------------------
 
 def test_json_with_an_integer_past_pythons_digit_limit_is_one_line(tiny_runs, tmp_path, capsys):
-    from probes.accuracy import main
+    from toylens.accuracy import main
 
     out = copy_runs(tiny_runs, tmp_path)
     metrics = out / RUN / "metrics.json"
@@ -143,7 +143,7 @@ def test_a_sweeps_point_folder_linked_elsewhere_is_not_written_through(tmp_path)
 
 
 def test_a_users_file_named_like_the_manifest_is_never_replaced(tiny_runs, tmp_path, capsys):
-    from probes.accuracy import main
+    from toylens.accuracy import main
 
     out = tmp_path / "runs"
     shutil.copytree(tiny_runs / "attn-only-2x1", out / "attn-only-2x1")
@@ -228,7 +228,7 @@ def test_a_damaged_snapshot_is_one_line(tiny_runs, tmp_path, capsys, how, fragme
     from safetensors.torch import load_file
 
     from models.checkpoint import save_tensors
-    from probes.dynamics import main
+    from probes.report.dynamics import main
 
     out = copy_runs(tiny_runs, tmp_path)
     state = load_file(str(out / RUN / "model.safetensors"))

@@ -225,7 +225,7 @@ def in_process(main, argv, capsys) -> tuple[int, str]:
 
 def test_weights_of_another_model(tiny_runs, tmp_path, capsys):
     from common.io import sha256_file
-    from probes.accuracy import main
+    from toylens.accuracy import main
 
     out = copy_runs(tiny_runs, tmp_path)
     shutil.copy(out / "bag-of-words" / "seed0" / "model.safetensors", out / WEIGHTS)
@@ -240,7 +240,7 @@ def test_sequences_longer_than_the_context(tiny_runs, tmp_path, capsys):
 
     from models import ModelSpec, build_model
     from models.checkpoint import save_checkpoint
-    from probes.accuracy import main
+    from toylens.accuracy import main
 
     out = copy_runs(tiny_runs, tmp_path)
     from tasks.runs import run_sha256

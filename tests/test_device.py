@@ -162,7 +162,7 @@ def test_probes_on_a_cuda_model_match_the_cpu(setting, on_cpu):
 
 
 def test_the_report_measures_the_same_under_another_default_device(tiny_runs, tmp_path):
-    from probes.report.parts import measure_run
+    from probes.report.measure import measure_run
     from tasks.runs import Run
 
     run = Run(tiny_runs / "attn-only-2x1" / "seed0")

@@ -3,7 +3,6 @@ patches it must add up to."""
 
 from __future__ import annotations
 
-import dataclasses
 
 import pytest
 import torch

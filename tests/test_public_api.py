@@ -3,6 +3,7 @@ the plugin guide and example use nothing else."""
 
 from __future__ import annotations
 
+import ast
 import random
 import re
 from dataclasses import dataclass
@@ -92,20 +93,141 @@ def test_the_plugin_guide_code_defines_a_task():
         namespace["MyTask"](namespace["MyParams"](examples=3))
 
 
-def test_layers_only_look_down():
-    """models <- tasks <- probes <- toylens: no module imports a layer above its own (the only
-    exceptions are the `python -m` entry shims, which hand over to the command layer)."""
-    above = {"common": ("models", "tasks", "probes", "toylens"), "models": ("tasks", "probes", "toylens"),
-             "tasks": ("probes", "toylens"), "probes": ("toylens",)}
-    shims = {"tasks/winograd.py", "tasks/induction.py", "probes/circuit.py", "probes/scaling.py", "probes/ladder.py",
-             "probes/positions.py"}
-    for layer, forbidden in above.items():
-        for path in (REPO / layer).glob("*.py"):
-            rel = str(path.relative_to(REPO))
-            if path.name == "__main__.py":
+# The layers, lowest first; within probes: ReportSettings, then the primitive measurements, the
+# circuit graph, the report (and the census, which counts the report's circuits), the chapter's
+# experiments. A module may import its own layer or any below it.
+LAYERS = ("common", "models", "tasks", "probes", "toylens")
+PROBES_LAYERS = {"settings": 0, "circuits": 2, "census": 3, "report": 3, "chapter": 4}   # other modules: 1
+
+
+def layer_of(module: str) -> tuple[int, int]:
+    top, _, rest = module.partition(".")
+    if top != "probes" or not rest:
+        return LAYERS.index(top), 0
+    return LAYERS.index(top), PROBES_LAYERS.get(rest.split(".")[0], 1)
+
+
+def project_modules() -> dict[str, Path]:
+    modules = {}
+    for package in LAYERS:
+        for path in (REPO / package).rglob("*.py"):
+            parts = list(path.relative_to(REPO).with_suffix("").parts)
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+def is_entry_guard(node) -> bool:
+    return isinstance(node, ast.If) and "__name__" in ast.unparse(node.test)
+
+
+def imports_of(path: Path) -> list[tuple[str, int]]:
+    """(imported name, line) for every import in the file, at any depth (inside functions too),
+    except those under `if __name__ == "__main__":` — a `python -m` entry shim hands over to the
+    command layer there, which is the shim's whole purpose."""
+    found = []
+
+    def visit(node):
+        for child in ast.iter_child_nodes(node):
+            if is_entry_guard(child):
                 continue
-            text = path.read_text()
-            if rel in shims:
-                text = text.split('if __name__ == "__main__":')[0]
-            bad = re.findall(rf"^\s*(?:from|import)\s+({'|'.join(forbidden)})\b", text, re.M)
-            assert not bad, f"{rel} imports {bad}"
+            if isinstance(child, ast.Import):
+                found.extend((alias.name, child.lineno) for alias in child.names)
+            elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module:
+                found.extend((f"{child.module}.{alias.name}", child.lineno) for alias in child.names)
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    return found
+
+
+def import_graph() -> dict[str, dict[str, str]]:
+    """module -> {imported project module: 'file:line'}; `__main__` files are entry shims."""
+    modules, graph = project_modules(), {}
+    for module, path in modules.items():
+        if path.name == "__main__.py":
+            continue
+        arrows = graph.setdefault(module, {})
+        for name, line in imports_of(path):
+            parts = name.split(".")
+            target = next((".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in modules), None)
+            if target is not None and target != module:
+                arrows.setdefault(target, f"{path.relative_to(REPO)}:{line}")
+    return graph
+
+
+def cycles(graph: dict[str, dict[str, str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on_stack, found, counter = {}, {}, [], set(), [], [0]
+
+    def visit(node):
+        index[node] = low[node] = counter[0]
+        counter[0] += 1
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph.get(node, {}):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_layers_only_look_down():
+    """common <- models <- tasks <- probes <- toylens, and within probes settings <- primitives <-
+    circuits <- report/census <- chapter: no import, at any depth, reaches a layer above its own."""
+    graph = import_graph()
+    up = [f"{where}: {module} imports {target}" for module, arrows in graph.items()
+          for target, where in arrows.items() if layer_of(target) > layer_of(module)]
+    assert not up, "\n".join(up)
+
+
+def test_no_import_cycles():
+    """No cycle among the project's modules, counting every import inside functions (which is where
+    cycles hide: they import at call time, so nothing fails until a new caller changes the order)."""
+    graph = import_graph()
+    found = cycles(graph)
+    detail = ["; ".join(f"{m} -> {t} ({graph[m][t]})" for m in c for t in graph[m] if t in c) for c in found]
+    assert not found, "\n".join(detail)
+
+
+def test_the_import_scanner_sees_imports_inside_functions(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text("import a\ndef f():\n    from b.c import d\nif __name__ == '__main__':\n    import e\n")
+    assert imports_of(source) == [("a", 1), ("b.c.d", 3)]
+    assert cycles({"x": {"y": ""}, "y": {"z": ""}, "z": {"x": ""}, "w": {"x": ""}}) == [["x", "y", "z"]]
+
+
+def test_the_toylens_command_serves_every_command(capsys):
+    import importlib
+    from importlib.metadata import entry_points
+
+    from toylens.console import COMMANDS, main
+
+    assert [e.value for e in entry_points(group="console_scripts", name="toylens")] == ["toylens.console:main"]
+    for command in COMMANDS.values():
+        assert callable(importlib.import_module(command.module).main)
+    main(["--help"])
+    listed = capsys.readouterr().out
+    assert all(f"  {name} " in listed for name in COMMANDS)
+    for name in ("report", "edges", "accuracy", "census"):
+        with pytest.raises(SystemExit) as exited:
+            main([name, "--help"])
+        assert exited.value.code == 0 and "usage:" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exited:
+        main(["nope"])
+    assert exited.value.code == 2 and "unknown command 'nope'" in capsys.readouterr().err

@@ -17,13 +17,13 @@ import torch
 from models import ModelSpec, UsageError, build_model
 from probes.ablation import AblationResult, ablate, training_reference
 from probes.accuracy import RunAccuracy, SplitAccuracy, model_accuracy
-from probes.circuits.search import Circuit, Faithfulness, Node, faithfulness, search_circuit, upstream_complete
-from probes.report.parts import RunContext, measure_run
+from probes.circuits.search import Circuit, Node, faithfulness, upstream_complete
+from probes.report.measure import measure_run
+from probes.report.parts import RunContext
 from probes.patching import activation_patching
 from probes.settings import DEFAULT, ReportSettings
 from common.stats import Interval, share
 from probes.report.words import attention_words, describe, faithfulness_clause, seed_agreement, verdict
-from tasks.base import NO_FOIL
 from tasks.data import Batch
 from test_patching import hand_batch, hand_built
 
@@ -238,7 +238,7 @@ def test_train_accuracy_far_below_its_peers_is_collapse_too():
 
 
 def test_a_run_predicting_one_token_is_flagged_in_the_report(tmp_path):
-    from probes.report.parts import render_parts
+    from probes.report.measure import render_parts
 
     run = mirror_run(bias_to_a=10.0)          # always predicts A: right for half the examples
     section = render_parts([measure_run(run, tmp_path)], tmp_path)["accuracy"]

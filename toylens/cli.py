@@ -98,7 +98,7 @@ def train_command(task_cls: type, args) -> None:
         measured = train_family(plans, overwrite=args.overwrite, progress=not args.no_progress, resume=args.resume,
                                 checkpoint_every=args.checkpoint_every, jobs=args.jobs, report_out=staged)
         # The comparison is a probe; the CLI composes training and probing, the packages stay apart.
-        from probes.accuracy import compare_runs_command
+        from toylens.accuracy import compare_runs_command
 
         compare_runs_command(out)
         if report is not None:

@@ -17,7 +17,7 @@ def analysis_cost(run) -> int:
 def measure_for_report(run, out: Path, device: str | None = None):
     """Everything the report needs from one run (probes.report.parts.MeasuredRun), its figure drawn here so
     the workers share the drawing too."""
-    from probes.report.parts import measure_run
+    from probes.report.measure import measure_run
 
     return measure_run(run, out, device=device)
 
@@ -60,7 +60,7 @@ def publish_report(measured: list, out: Path, task: str, staged: Path | None = N
     With `staged` (the folder the runs' figures were drawn into), the report is completed there and
     then swapped in for `out` as a whole, so no reader sees a half-written or mixed report."""
     from common.io import publish_folder
-    from probes.report.parts import render_parts
+    from probes.report.measure import render_parts
     from probes.report.document import write_report
     from probes.settings import DEFAULT
 

@@ -35,7 +35,8 @@ class RunFiles:
 
 def run_job(job: SweepJob) -> RunFiles:
     """Train and trace one run in a private temp folder; return every file it wrote."""
-    from probes.circuits.labels import CIRCUIT, summarise
+    from probes.circuits.labels import CIRCUIT
+    from probes.report.run_analysis import summarise
     from probes.report.parts import RunContext
     from probes.report.run_analysis import analyse_run
     from toylens.family import execute

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 
 DIMS = (4, 8, 16, 32, 64, 128, 256, 512, 1024)

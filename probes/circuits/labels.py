@@ -59,26 +59,6 @@ class CircuitSummary:
         return cls(**{**data, "nodes": tuple(data.get("nodes", ())), "edge": PathFacts(**edge) if edge else None})
 
 
-def summarise(analysis) -> CircuitSummary:
-    """The facts of a probes.report.run_analysis.RunAnalysis that name its circuit."""
-    from probes.settings import DEFAULT
-    from probes.report.words import best_edges, describe
-
-    base = dict(model_name=analysis.model_name, seed=analysis.seed, n_layers=analysis.spec.get("n_layers", 1),
-                heldout=analysis.accuracy.splits["heldout"].accuracy.value,
-                summary=describe(analysis, DEFAULT, analysis.vocabulary))
-    if analysis.circuit is None:
-        return CircuitSummary(**base, note=analysis.note)
-    edges = best_edges(analysis)
-    edge = None
-    if edges:
-        best = edges[0]
-        edge = PathFacts(str(best.sender), str(best.receiver), best.component, best.positions[0],
-                    analysis.labels[best.positions[0]], best.recovered, best.restored)
-    return CircuitSummary(**base, nodes=tuple(n.describe() for n in analysis.circuit.nodes), edge=edge,
-                          faithfulness=analysis.circuit.faithfulness.recovered)
-
-
 @dataclass(frozen=True)
 class CircuitLabel:
     kind: str    # 'path' | 'no single path' | 'one block' | 'untraced'

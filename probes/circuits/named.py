@@ -77,15 +77,15 @@ def edge_circuit(model, batch: Batch, graph: Graph, ig_steps: int = 5, acdc_thre
 
 def run_edge_circuit(run, device=None, **options) -> EdgeCircuit:
     """edge_circuit on a trained run: its model (on `device`, default the CPU) and graph (from the
-    run's spec), on the counterfactual pairs the circuit report patches (probes.report.parts.patch_pairs
+    run's spec), on the counterfactual pairs the circuit report patches (ReportSettings.pair_count
     evenly spread held-out pairs)."""
     from models import ModelSpec
     from models.graph import graph_of
-    from probes.report.parts import patch_pairs
+    from probes.settings import DEFAULT
     from tasks.data import spread_subset
 
     heldout = run.batches()["heldout"]
-    pairs = spread_subset(heldout, patch_pairs(heldout))
+    pairs = spread_subset(heldout, DEFAULT.pair_count(heldout))
     spec = ModelSpec.from_dict(run.config["spec"])
     options.setdefault("expected", run.task.expected_circuit(run.model_name, spec))
     return edge_circuit(run.load_model(device), pairs, graph_of(spec), **options)

@@ -21,7 +21,6 @@ heads are measured by exact path patching (Q, K, V; all positions, then each pos
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from models.bridge import device_of

@@ -10,37 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.io import atomic_write, write_json
-from probes.report.parts import Section
+from probes.report.parts import Section, jsonable
+from probes.report.render import md_table
 from probes.settings import ReportSettings
 from probes.report.words import describe, pct, seed_agreement, token_share
-
-
-def jsonable(value):
-    """Dataclasses, tensors and tuples as plain JSON (write_json stores NaN as null)."""
-    import torch
-
-    from models.components import Head, HeadSet
-
-    if isinstance(value, (Head, HeadSet)):
-        return str(value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out = {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-        for name in ("label", "name", "where"):
-            if hasattr(type(value), name) and isinstance(getattr(type(value), name), property):
-                out[name] = getattr(value, name)
-        return out
-    if isinstance(value, torch.Tensor):
-        return jsonable(value.tolist())
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    return value
-
-
-def md_table(headers: list[str], rows: list[list]) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
 
 
 # ---- the accuracy part ---------------------------------------------------------------------

@@ -11,7 +11,7 @@ same head on the held-out split measure the same examples.
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -73,18 +73,10 @@ class RunContext:
 
     @cached_property
     def pairs(self):
-        """The held-out counterfactual pairs patching and circuit search use (`patch_pairs`)."""
+        """The held-out counterfactual pairs patching and circuit search use (ReportSettings.pair_count)."""
         from tasks.data import spread_subset
 
-        return spread_subset(self.heldout, patch_pairs(self.heldout, self.settings))
-
-
-def patch_pairs(heldout, settings: ReportSettings = DEFAULT) -> int:
-    """How many held-out pairs patching uses: `patch_pairs`, or as many as hold `patch_scored`
-    scored positions. Every patch is a forward over all the pairs, and a task scored at ~25
-    positions per sequence (induction) has a precise mean metric from ~20 of them."""
-    scored_per_pair = len(heldout.answers) / max(len(heldout), 1)
-    return max(1, min(settings.patch_pairs, math.ceil(settings.patch_scored / max(scored_per_pair, 1))))
+        return spread_subset(self.heldout, self.settings.pair_count(self.heldout))
 
 
 @dataclass(frozen=True)
@@ -109,30 +101,24 @@ class MeasuredRun:
     results: dict = field(default_factory=dict)     # part key -> its measure's result (None: not called for)
 
 
-def parts() -> list[Part]:
-    """The report's parts, in the order report.md shows them."""
-    from probes.report import document as report, edge_part, run_analysis, sections
+def jsonable(value):
+    """Dataclasses, tensors and tuples as plain JSON (write_json stores NaN as null)."""
+    import torch
 
-    return [
-        Part("accuracy", report.measure_accuracy_part, report.render_accuracy),
-        Part("runs", run_analysis.analyse_run, report.render_circuits),
-        Part("edge_circuits", edge_part.measure_edge_circuit, edge_part.render_edge_circuits),
-        Part("head_roles", sections.measure_head_roles, sections.head_roles_section),
-        Part("dynamics", sections.measure_dynamics, sections.dynamics_section),
-    ]
+    from models.components import Head, HeadSet
 
-
-def measure_run(run, out: Path, settings: ReportSettings = DEFAULT, device: str | None = None) -> MeasuredRun:
-    """Every part's measurement of one run, sharing one model load (run in the report's workers)."""
-    context = RunContext(run, Path(out), settings, device)
-    return MeasuredRun(run.model_name, run.seed, {part.key: part.measure(context) for part in parts()})
-
-
-def render_parts(measured: list[MeasuredRun], out: Path, settings: ReportSettings = DEFAULT) -> dict[str, Section]:
-    """Part key -> its Section, for the parts some run measured something for (in PARTS order)."""
-    rendered = {}
-    for part in parts():
-        results = [m.results[part.key] for m in measured if m.results.get(part.key) is not None]
-        if results and (section := part.render(results, Path(out), settings)) is not None:
-            rendered[part.key] = section
-    return rendered
+    if isinstance(value, (Head, HeadSet)):
+        return str(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out = {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        for name in ("label", "name", "where"):
+            if hasattr(type(value), name) and isinstance(getattr(type(value), name), property):
+                out[name] = getattr(value, name)
+        return out
+    if isinstance(value, torch.Tensor):
+        return jsonable(value.tolist())
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    return value

@@ -60,3 +60,8 @@ def health_lines(models) -> list[str]:
     if audit is not None:
         lines.append(audit.words())
     return [line + "\n" for line in lines]
+
+
+def md_table(headers: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])

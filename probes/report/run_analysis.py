@@ -178,3 +178,24 @@ def draw_figure(analysis: RunAnalysis, out) -> str | None:
     name = f"figures/{analysis.model_name}-seed{analysis.seed}.png"
     save(run_figure(analysis), Path(out) / name)
     return name
+
+
+def summarise(analysis) -> CircuitSummary:
+    """The facts of a probes.report.run_analysis.RunAnalysis that name its circuit."""
+    from probes.circuits.labels import CircuitSummary, PathFacts
+    from probes.report.words import best_edges, describe
+    from probes.settings import DEFAULT
+
+    base = dict(model_name=analysis.model_name, seed=analysis.seed, n_layers=analysis.spec.get("n_layers", 1),
+                heldout=analysis.accuracy.splits["heldout"].accuracy.value,
+                summary=describe(analysis, DEFAULT, analysis.vocabulary))
+    if analysis.circuit is None:
+        return CircuitSummary(**base, note=analysis.note)
+    edges = best_edges(analysis)
+    edge = None
+    if edges:
+        best = edges[0]
+        edge = PathFacts(str(best.sender), str(best.receiver), best.component, best.positions[0],
+                    analysis.labels[best.positions[0]], best.recovered, best.restored)
+    return CircuitSummary(**base, nodes=tuple(n.describe() for n in analysis.circuit.nodes), edge=edge,
+                          faithfulness=analysis.circuit.faithfulness.recovered)

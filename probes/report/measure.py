@@ -1,0 +1,38 @@
+"""The report's parts in the order report.md shows them, each run's measurement of all of them (one
+model load, in the report's workers), and their rendering over all runs. Adding a probe to the
+report means adding one Part here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from probes.report import document, edge_part, run_analysis, sections
+from probes.report.parts import MeasuredRun, Part, RunContext, Section
+from probes.settings import DEFAULT, ReportSettings
+
+
+def parts() -> list[Part]:
+    """The report's parts, in the order report.md shows them."""
+    return [
+        Part("accuracy", document.measure_accuracy_part, document.render_accuracy),
+        Part("runs", run_analysis.analyse_run, document.render_circuits),
+        Part("edge_circuits", edge_part.measure_edge_circuit, edge_part.render_edge_circuits),
+        Part("head_roles", sections.measure_head_roles, sections.head_roles_section),
+        Part("dynamics", sections.measure_dynamics, sections.dynamics_section),
+    ]
+
+
+def measure_run(run, out: Path, settings: ReportSettings = DEFAULT, device: str | None = None) -> MeasuredRun:
+    """Every part's measurement of one run, sharing one model load (run in the report's workers)."""
+    context = RunContext(run, Path(out), settings, device)
+    return MeasuredRun(run.model_name, run.seed, {part.key: part.measure(context) for part in parts()})
+
+
+def render_parts(measured: list[MeasuredRun], out: Path, settings: ReportSettings = DEFAULT) -> dict[str, Section]:
+    """Part key -> its Section, for the parts some run measured something for (in PARTS order)."""
+    rendered = {}
+    for part in parts():
+        results = [m.results[part.key] for m in measured if m.results.get(part.key) is not None]
+        if results and (section := part.render(results, Path(out), settings)) is not None:
+            rendered[part.key] = section
+    return rendered

@@ -1,0 +1,55 @@
+"""`toylens COMMAND [ARGS]`: one discoverable entry to every command. Each command hands its
+arguments to the same `main` its documented `python -m` form runs, so the two never differ."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Command:
+    module: str                     # whose main() serves it
+    summary: str
+    prefix: tuple[str, ...] = ()    # arguments that main() expects before the user's
+
+
+COMMANDS = {
+    "list": Command("toylens.cli", "registered tasks (built-in and plugins)", ("list",)),
+    "train": Command("toylens.cli", "train a task's model family: toylens train NAME [options]", ("train",)),
+    "sweep": Command("toylens.cli", "train and trace runs over seeds and a grid, then count their circuits: "
+                     "toylens sweep NAME [options]", ("sweep",)),
+    "report": Command("toylens.report", "trace the circuits of a runs folder into RUNS_DIR/report/", ("report",)),
+    "edges": Command("toylens.edges", "edge circuits by the exact oracle, EAP, EAP-IG and ACDC, with MIB files"),
+    "accuracy": Command("toylens.accuracy", "the accuracy comparison of a runs folder, with CIs over seeds"),
+    "census": Command("probes.census", "count the circuits of a sweep's runs"),
+    "dynamics": Command("probes.report.dynamics", "replay training snapshots: phase change, head scores"),
+    "ladder": Command("toylens.ladder", "the chapter's ablation ladder on a task"),
+    "positions": Command("toylens.positions", "the chapter's positional encodings at longer lengths"),
+    "scaling": Command("toylens.scaling", "the chapter's score scaling (sqrt(d_k)) experiments"),
+    "params": Command("probes.chapter.params", "parameter counts per block (the chapter's 12d^2+13d)"),
+    "cost": Command("probes.chapter.cost", "attention's time and memory against sequence length"),
+}
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = ["usage: toylens COMMAND [ARGS]   (toylens COMMAND --help for a command's options)", ""]
+    return "\n".join(lines + [f"  {name:<{width}}  {command.summary}" for name, command in COMMANDS.items()])
+
+
+def main(argv=None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return
+    command = COMMANDS.get(argv[0])
+    if command is None:
+        print(f"error: unknown command {argv[0]!r}; one of: {', '.join(COMMANDS)} (toylens --help)", file=sys.stderr)
+        raise SystemExit(2)
+    importlib.import_module(command.module).main([*command.prefix, *argv[1:]])
+
+
+if __name__ == "__main__":
+    main()
