@@ -11,9 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from probes.report.parts import RunContext, Section
 from probes.settings import ReportSettings
+
+if TYPE_CHECKING:
+    from probes.circuits.named import EdgeCircuit
+    from probes.circuits.positional import PositionalCircuit
 
 SHOWN_EDGES = 8     # circuit edges named in a run's summary line (all are in report.md and report.json)
 
@@ -22,8 +27,9 @@ SHOWN_EDGES = 8     # circuit edges named in a run's summary line (all are in re
 class EdgeRun:
     model_name: str
     seed: int
-    result: object              # probes.circuits.named.EdgeCircuit (oracle only)
-    figure: str | None          # path relative to the report folder
+    result: EdgeCircuit                 # oracle only
+    figure: str | None                  # path relative to the report folder
+    positional: PositionalCircuit | None = None   # fixed-layout tasks with a found circuit
 
 
 def traceable(spec: dict) -> bool:
@@ -35,6 +41,7 @@ def measure_edge_circuit(context: RunContext) -> EdgeRun | None:
     from models import ModelSpec
     from models.graph import graph_of
     from probes.circuits.named import edge_circuit
+    from probes.circuits.positional import fixed_layout, positional_circuit
 
     if not traceable(context.spec) or context.heldout.counterfactual is None:
         return None
@@ -43,7 +50,11 @@ def measure_edge_circuit(context: RunContext) -> EdgeRun | None:
                           expected=context.run.task.expected_circuit(context.run.model_name, spec))
     if not context.settings.traces(result.oracle.gap):
         return EdgeRun(context.run.model_name, context.run.seed, result, None)
-    return EdgeRun(context.run.model_name, context.run.seed, result, draw(result, context))
+    positional = None
+    if result.circuit.edges is not None and fixed_layout(context.pairs):
+        positional = positional_circuit(context.model, context.pairs, spec, result.circuit.edges,
+                                        context.settings.circuit_target)
+    return EdgeRun(context.run.model_name, context.run.seed, result, draw(result, context), positional)
 
 
 def draw(result, context: RunContext) -> str | None:
@@ -70,10 +81,13 @@ def summary_line(run: EdgeRun, settings: ReportSettings) -> str:
     share = dict(zip(result.oracle.edges, result.oracle.normalised().tolist()))
     strongest = sorted(found.edges, key=lambda e: -abs(share[e]))[:SHOWN_EDGES]
     more = f" and {len(found.edges) - len(strongest)} more" if len(found.edges) > len(strongest) else ""
+    by_position = "" if run.positional is None or run.positional.edges is None else (
+        f"; by position, {len(run.positional.edges)} positional edges keep {run.positional.faithfulness:.0%} and "
+        f"ignoring positions changes {run.positional.changed_share:.0%} of the circuit's edges")
     return (f"{where}: edge circuit of {len(found.edges)} of {len(result.graph.edges)} edges keeps "
             f"{found.faithfulness:.0%} of the gap on {result.pairs} pairs (every other edge given its counterfactual "
             "write): "
-            + ", ".join(f"{e} ({share[e]:+.0%} alone)" for e in strongest) + more)
+            + ", ".join(f"{e} ({share[e]:+.0%} alone)" for e in strongest) + more + by_position)
 
 
 def run_json(run: EdgeRun) -> dict:
@@ -86,7 +100,37 @@ def run_json(run: EdgeRun) -> dict:
             "circuit": None if result.circuit.edges is None else
             [{"edge": str(e), "alone": share[e]} for e in result.circuit.edges],
             "faithfulness": result.circuit.faithfulness, "cpr": curve.cpr, "cmd": curve.cmd,
-            "oracle_seconds": result.oracle.seconds, "figure": run.figure}
+            "oracle_seconds": result.oracle.seconds, "figure": run.figure,
+            "positional": None if run.positional is None else positional_json(run.positional)}
+
+
+def positional_json(result: PositionalCircuit) -> dict:
+    share = dict(zip(result.graph.edges, result.effects.normalised().tolist()))
+    return {"positions": list(result.positions), "edges": len(result.graph.edges), "target": result.target,
+            "circuit": None if result.edges is None else [{"edge": str(e), "alone": share[e]} for e in result.edges],
+            "faithfulness": result.faithfulness, "aggregated_circuit": [str(e) for e in result.aggregated],
+            "changed_share": result.changed_share, "oracle_seconds": result.effects.seconds}
+
+
+def positional_lines(result: PositionalCircuit, shown: int = SHOWN_EDGES) -> list[str]:
+    """The circuit resolved by position, and how far dropping positions changes it."""
+    from probes.circuits.positional import strongest
+    from probes.report.edge_render import compact
+
+    where = f"p{result.positions[0]}-p{result.positions[-1]}"
+    if result.edges is None:
+        return [f"By position ({where}, {len(result.graph.edges)} positional edges): no top-k set smaller than "
+                f"the whole graph keeps {result.target:.0%}.", ""]
+    top = strongest(result, shown)
+    more = f" and {len(result.edges) - len(top)} more" if len(result.edges) > len(top) else ""
+    mine, theirs = set(result.parents), set(result.aggregated)
+    return [f"By position ({where}: the only positions where a write differs between the pairs and can still "
+            f"reach a scored logit; {len(result.graph.edges)} positional edges, each alone): the smallest "
+            f"circuit reaching {result.target:.0%} is **{len(result.edges)} positional edges**, faithfulness "
+            f"{result.faithfulness:.1%}: " + ", ".join(f"`{compact(e)}` ({s:+.0%} alone)" for e, s in top) + more
+            + f". Ignoring positions changes {result.changed_share:.0%} of the circuit's edges "
+            f"({len(mine & theirs)} in both, {len(theirs - mine)} only in the aggregated circuit, "
+            f"{len(mine - theirs)} only in the positional one).", ""]
 
 
 def render_edge_circuits(runs: list[EdgeRun], out: Path, settings: ReportSettings) -> Section:
@@ -107,5 +151,6 @@ def render_edge_circuits(runs: list[EdgeRun], out: Path, settings: ReportSetting
             blocks += [f"#### {run.model_name} seed {run.seed}", "", summary_line(run, settings), ""]
         else:
             blocks += markdown_lines(run.result, f"{run.model_name} seed {run.seed}", run.figure)
+            blocks += positional_lines(run.positional) if run.positional is not None else []
     return Section("Edge circuits (exact oracle)", "\n".join(blocks),
                    [summary_line(run, settings) for run in runs], [run_json(run) for run in runs])

@@ -85,6 +85,15 @@ def edge_label(edge: Edge, result: EdgeCircuit) -> str:
     return f"{edge} ({value:+.0%})"
 
 
+def compact(edge: Edge) -> str:
+    """An edge in the report's short notation: `L0H0@p11 ->k L1H0`, `embed@p11 ->v L0H0`,
+    `L1H0 -> logits` (no position: the write at every position)."""
+    where = "" if edge.position is None else f"@p{edge.position}"
+    node = edge.receiver.node
+    arrow = f"->{edge.receiver.port}" if isinstance(node, Head) else "->"
+    return f"{edge.sender}{where} {arrow} {node}"
+
+
 def markdown_lines(result: EdgeCircuit, title: str, figure_path: str | None = None) -> list[str]:
     counts = result.graph.counts()
     lines = [f"#### {title}", "",

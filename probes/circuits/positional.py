@@ -1,0 +1,93 @@
+"""The circuit resolved by position: every edge of the graph at each position where it can matter
+(the sender's write at position p reaching the receiver input at p), ranked by the exact oracle,
+the smallest top-k positional set reaching the circuit target, and how far it differs from the
+position-aggregated circuit once its positions are dropped.
+
+Only for tasks whose layout is fixed (every sequence of one length, scored at the same positions),
+where position p means the same role in every example. Positions outside `live_positions` (before
+the first token a counterfactual changes, or after the last scored position) are left out: there
+every write is the same in both runs or cannot reach a scored logit, so those edges' effects are 0
+by construction, and leaving them unpatched inside or outside a circuit changes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from models.graph import Edge, Graph, graph_of
+from models.spec import ModelSpec
+from probes.circuits.faithfulness import normalised, ranked
+from probes.circuits.oracle import EdgeEffects, circuit_outcomes, edge_effects, record_runs
+from probes.patching import live_positions
+from probes.settings import DEFAULT
+from tasks.data import Batch
+
+SEARCH_CHUNK = 32   # circuit sizes measured per forward batch while looking for the smallest one
+
+
+@dataclass(frozen=True)
+class PositionalCircuit:
+    positions: tuple[int, ...]          # the live positions the graph resolves
+    graph: Graph                        # one edge per (sender, input, live position)
+    effects: EdgeEffects                # every positional edge alone (direction "noise")
+    edges: tuple[Edge, ...] | None      # smallest top-k positional circuit reaching `target` (None: none does)
+    faithfulness: float                 # of `edges` on the gap scale (of the whole graph when None)
+    target: float
+    aggregated: tuple[Edge, ...]        # the position-aggregated circuit it is compared with
+
+    @property
+    def parents(self) -> tuple[Edge, ...]:
+        """The positional circuit's edges with their positions dropped, in rank order, once each."""
+        return tuple(dict.fromkeys(Edge(e.sender, e.receiver) for e in self.edges or ()))
+
+    @property
+    def changed_share(self) -> float:
+        """Share of the two circuits' edges (positions dropped) that only one of them holds:
+        0 = ignoring positions names the same edges, 1 = no edge in common."""
+        mine, theirs = set(self.parents), set(self.aggregated)
+        union = mine | theirs
+        return len(mine ^ theirs) / len(union) if union else 0.0
+
+
+def fixed_layout(batch: Batch) -> bool:
+    """Every sequence has one length and is scored at the same positions."""
+    if batch.counterfactual is None or bool((batch.lengths != batch.lengths[0]).any()):
+        return False
+    per_example = [tuple(batch.positions[batch.example_index == i].tolist()) for i in range(len(batch))]
+    return len(set(per_example)) == 1
+
+
+def positional_circuit(model, batch: Batch, spec: ModelSpec, aggregated: tuple[Edge, ...],
+                       target: float = DEFAULT.circuit_target) -> PositionalCircuit:
+    positions = tuple(live_positions(batch))
+    graph = graph_of(spec, positions)
+    runs = record_runs(model, batch, graph, "noise")
+    effects = edge_effects(model, batch, graph, runs=runs)
+    order = ranked(graph.edges, effects.effect)
+    empty, full = circuit_outcomes(model, batch, graph, [[], graph.edges], runs)
+    found, kept = None, 1.0
+    for first in range(1, len(order) + 1, SEARCH_CHUNK):
+        sizes = range(first, min(first + SEARCH_CHUNK, len(order) + 1))
+        outcomes = circuit_outcomes(model, batch, graph, [order[:k] for k in sizes], runs)
+        shares = normalised([o.metric for o in outcomes], empty.metric, full.metric)
+        hit = next(((k, f) for k, f in zip(sizes, shares) if f >= target), None)
+        if hit is not None:
+            found, kept = tuple(order[:hit[0]]), hit[1]
+            break
+    return PositionalCircuit(positions, graph, effects, found, kept, target, tuple(aggregated))
+
+
+def strongest(result: PositionalCircuit, count: int) -> list[tuple[Edge, float]]:
+    """The positional circuit's `count` edges of largest |effect|, with their share of the gap alone."""
+    share = dict(zip(result.graph.edges, result.effects.normalised().tolist()))
+    edges = sorted(result.edges or (), key=lambda e: -abs(share[e]))[:count]
+    return [(e, share[e]) for e in edges]
+
+
+def effect_by_position(result: PositionalCircuit) -> dict[Edge, torch.Tensor]:
+    """Per aggregated edge of the positional circuit, its positional edges' shares alone [positions]."""
+    share = dict(zip(result.graph.edges, result.effects.normalised().tolist()))
+    return {parent: torch.tensor([share[Edge(parent.sender, parent.receiver, p)] for p in result.positions])
+            for parent in result.parents}

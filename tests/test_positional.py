@@ -1,0 +1,59 @@
+"""The circuit resolved by position (probes.circuits.positional)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from models.graph import Edge, graph_of
+from probes.circuits.named import edge_circuit
+from probes.circuits.oracle import edge_effects
+from probes.circuits.planted import two_hop
+from probes.circuits.positional import fixed_layout, positional_circuit
+from probes.patching import live_positions
+
+
+@pytest.fixture(scope="module")
+def planted():
+    p = two_hop(n=8)
+    aggregated = edge_circuit(p.model, p.batch, graph_of(p.spec), compare_methods=False).circuit.edges
+    return p, aggregated, positional_circuit(p.model, p.batch, p.spec, aggregated)
+
+
+def test_edges_outside_the_live_positions_are_zero_by_construction(planted):
+    """The claim that lets the positional graph leave those positions out."""
+    p, _, result = planted
+    every = tuple(range(p.batch.inputs.shape[1]))
+    effects = edge_effects(p.model, p.batch, graph_of(p.spec, every))
+    outside = torch.tensor([e.position not in result.positions for e in effects.edges])
+    assert set(result.positions) == set(live_positions(p.batch)) and bool(outside.any())
+    assert effects.effect[outside].abs().max() < 1e-5
+    inside = {e: float(v) for e, v in zip(effects.edges, effects.effect) if e.position in result.positions}
+    assert [inside[e] for e in result.graph.edges] == pytest.approx(result.effects.effect.tolist(), abs=1e-5)
+
+
+def test_the_positional_circuit_is_the_planted_chain_at_its_positions(planted):
+    p, aggregated, result = planted
+    assert result.edges is not None and result.faithfulness >= result.target
+    assert set(result.parents) == set(aggregated) == set(p.edges)
+    assert result.changed_share == 0.0
+    assert all(e.position is not None for e in result.edges)
+
+
+def test_the_changed_share_counts_edges_only_one_circuit_holds(planted):
+    _, aggregated, result = planted
+    extra = next(e for e in result.graph.edges if Edge(e.sender, e.receiver) not in set(aggregated))
+    fewer = dataclasses.replace(result, aggregated=aggregated[1:])
+    more = dataclasses.replace(result, edges=(*result.edges, extra))
+    union = len(aggregated) + 1
+    assert fewer.changed_share == pytest.approx(1 / len(aggregated))
+    assert more.changed_share == pytest.approx(1 / union)
+
+
+def test_a_layout_that_varies_is_not_resolved_by_position(planted):
+    p, _, _ = planted
+    assert fixed_layout(p.batch)
+    shifted = dataclasses.replace(p.batch, positions=p.batch.positions - (p.batch.example_index % 2))
+    assert not fixed_layout(shifted)
