@@ -41,6 +41,7 @@ class HeadSet(tuple):
     (L0H1+L0H3), the form reports and stored JSON show."""
 
     def __new__(cls, heads=()):
+        heads = tuple(heads)
         if len(heads) == 2 and all(isinstance(v, int) for v in heads):
             heads = (heads,)
         return super().__new__(cls, dict.fromkeys(Head.of(head) for head in heads))

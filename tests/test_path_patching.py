@@ -165,3 +165,17 @@ def test_clean_values_swap_in_the_receivers_clean_value_input():
     assert abs(with_path.metric - values_only.metric) > 1e-4 and with_path.clean_values
     with pytest.raises(UsageError):
         PathTarget((0, 1), None, (1, 0), "v", clean_values=True)
+
+
+def test_a_path_keeps_typed_heads_and_is_stored_by_their_names():
+    from dataclasses import asdict
+
+    from models.components import HeadSet
+    from probes.circuits.path_patching import PathPatch
+    from probes.report.parts import jsonable
+
+    patch = PathPatch(HeadSet(["L0H1", (0, 3)]), None, HeadSet([Head(1, 0)]), "k", 0.0, 0.5, 0.5, 0.1, 0.2)
+    assert patch.sender == (Head(0, 1), Head(0, 3)) and str(patch.sender) == "L0H1+L0H3"
+    assert asdict(patch)["sender"] == patch.sender          # dataclasses.asdict rebuilds the HeadSet
+    stored = jsonable(patch)
+    assert (stored["sender"], stored["receiver"], stored["where"]) == ("L0H1+L0H3", "L1H0", "all positions")

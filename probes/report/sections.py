@@ -146,7 +146,7 @@ def head_roles_section(measured: list[RunRoles], out: Path, settings) -> Section
                     path_rows.append([run.model_name, run.seed, kind, f"{p.sender}{where} -> {p.receiver}", p.component,
                                       pct(p.recovered), f"{p.attention_recovered:.2f}"])
             summary.append(role_line(run, settings.path_claim))
-            entry["heads"] = asdict(heads)
+            entry["heads"] = jsonable(heads)
         data["runs"].append(entry)
     parts = [f"{pct(data['induction_share'])} of scored answers are the unique token that followed an earlier copy of the "
              "current token, so heads are ranked for induction roles. Scores: attention on the role's "
