@@ -84,6 +84,29 @@ def write_dynamics(results: list[Dynamics], out: Path) -> dict[str, Path]:
     return figures
 
 
+def timeline_figure(timeline, dynamics: Dynamics, out: Path) -> Path:
+    """Each circuit edge's effect (share of the final gap) over training, the phase change marked."""
+    from matplotlib.figure import Figure
+
+    from probes.report.figures import save
+
+    fig = Figure(figsize=(7, 3.6), layout="constrained")
+    ax = fig.add_subplot()
+    order = sorted(range(len(timeline.edges)), key=lambda i: -abs(float(timeline.effect[-1, i])))
+    for i in order[:10]:
+        ax.plot(timeline.steps, timeline.effect[:, i].tolist(), marker=".", label=str(timeline.edges[i]))
+    if dynamics.phase_change_step is not None:
+        ax.axvline(dynamics.phase_change_step, color="grey", linestyle="--", label="phase change")
+    ax.axhline(0, color="black", linewidth=0.5)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("effect alone / final gap")
+    ax.set_title(f"{dynamics.model_name} seed {dynamics.seed}: circuit edges over training", fontsize=9)
+    ax.legend(fontsize=6, ncol=2)
+    path = Path(out) / f"timeline_{dynamics.model_name}_seed{dynamics.seed}.png"
+    save(fig, path)
+    return path
+
+
 def dynamics_command(runs_dir: Path) -> None:
     results = runs_dynamics(runs_dir)
     if not results:

@@ -9,11 +9,14 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from models.components import Head
 from probes.report.parts import Section, jsonable
 from probes.report.render import md_table
 from probes.report.words import pct as percent
 
 if TYPE_CHECKING:
+    from probes.circuits.timeline import CircuitTimeline
+    from probes.dynamics import Dynamics
     from probes.heads import HeadReport
 
 INDUCTION_SHARE = 0.5   # head roles are ranked when at least this share of answers is induction-predictable
@@ -174,17 +177,68 @@ def head_roles_section(measured: list[RunRoles], out: Path, settings) -> Section
     return Section("Head roles", "\n".join(parts), summary, jsonable(data))
 
 
-def measure_dynamics(context):
+@dataclass(frozen=True)
+class RunDynamics:
+    dynamics: Dynamics
+    timeline: CircuitTimeline | None    # multi-block runs with counterfactual pairs and a found circuit
+
+
+def measure_dynamics(context) -> RunDynamics | None:
     from probes.dynamics import has_snapshots, run_dynamics
 
     run = context.run
-    return run_dynamics(run, context.settings.dynamics_rows, context.model) if has_snapshots(run) else None
+    if not has_snapshots(run):
+        return None
+    return RunDynamics(run_dynamics(run, context.settings.dynamics_rows, context.model), measure_timeline(context))
 
 
-def dynamics_section(results: list, out: Path, settings) -> Section | None:
+def measure_timeline(context) -> CircuitTimeline | None:
+    """The final model's edge circuit (the edge part's oracle, recomputed here: parts measure
+    independently) replayed at every snapshot, then the final weights."""
+    from models import ModelSpec
+    from models.checkpoint import load_weights
+    from models.graph import graph_of
+    from probes.circuits.named import edge_circuit
+    from probes.circuits.timeline import circuit_timeline
+    from probes.dynamics import snapshot_files
+    from probes.report.edge_part import traceable
+
+    if not traceable(context.spec) or context.heldout.counterfactual is None:
+        return None
+    model, graph = context.model, graph_of(ModelSpec.from_dict(context.spec))
+    final = edge_circuit(model, context.pairs, graph, compare_methods=False)
+    if not context.settings.traces(final.oracle.gap) or final.circuit.edges is None:
+        return None
+    own = {name: value.clone() for name, value in model.state_dict().items()}
+    fix = "retrain the run to rewrite its snapshots"
+    snapshots = [(step, lambda m, path=path: load_weights(m, path, fix=fix)) for step, path in snapshot_files(context.run.path)]
+    snapshots.append((int(context.run.metrics["steps"]), lambda m: m.load_state_dict(own)))
+    try:
+        return circuit_timeline(model, context.pairs, graph, final.circuit.edges, snapshots, context.settings)
+    finally:
+        model.load_state_dict(own)
+
+
+def timeline_line(run: RunDynamics) -> str | None:
+    """When the circuit's head -> head edges entered, against the phase change."""
+    timeline, d = run.timeline, run.dynamics
+    if timeline is None:
+        return None
+    composing = [e for e in timeline.edges if isinstance(e.sender, Head) and isinstance(e.receiver.node, Head)]
+    shown = composing or list(timeline.edges)
+    words = ", ".join(f"{e} at step {timeline.entered(e)} (stable from {timeline.stable(e)})" for e in shown[:6])
+    phase = (f"phase change at step ~{d.phase_change_step}" if d.phase_change_step is not None
+             else "no phase change")
+    kind = "head -> head edges" if composing else "edges"
+    return (f"{d.model_name} seed {d.seed}: of its final {len(timeline.edges)}-edge circuit, the {kind} entered "
+            f"(half their final effect): {words}; {phase}")
+
+
+def dynamics_section(measured: list[RunDynamics], out: Path, settings) -> Section | None:
     from probes.dynamics import MIN_ADVANTAGE
-    from probes.report.dynamics import write_dynamics
+    from probes.report.dynamics import timeline_figure, write_dynamics
 
+    results = [run.dynamics for run in measured]
     figures = write_dynamics(results, Path(out) / "figures")
     rows, summary = [], []
     for d in results:
@@ -205,5 +259,36 @@ def dynamics_section(results: list, out: Path, settings) -> Section | None:
              md_table(["model", "seed", "phase change", "interval", "fall /100 steps", "scored loss",
                        "final scored acc", "final other loss"], rows), ""]
     parts += [f"![dynamics {name}](figures/{path.name})" for name, path in figures.items()]
-    return Section("Training dynamics", "\n".join(parts), summary,
-                   jsonable({"runs": [asdict(d) for d in results]}))
+    timed = [run for run in measured if run.timeline is not None]
+    if timed:
+        parts += ["", timeline_intro(settings), ""]
+        for run in timed:
+            line = timeline_line(run)
+            summary.append(line)
+            figure = timeline_figure(run.timeline, run.dynamics, Path(out) / "figures")
+            parts += [f"- {line}", "", f"![circuit timeline {run.dynamics.model_name} seed {run.dynamics.seed}]"
+                      f"(figures/{figure.name})", ""]
+    data = {"runs": [asdict(d) for d in results],
+            "timelines": [timeline_json(run) for run in timed]}
+    return Section("Training dynamics", "\n".join(parts), summary, jsonable(data))
+
+
+def timeline_intro(settings) -> str:
+    from probes.circuits.timeline import ENTERS, STABLE
+
+    return ("When the circuit formed: each run's final edge circuit (the exact oracle's smallest top-k set reaching "
+            f"{percent(settings.circuit_target)} of the gap, on the report's counterfactual pairs) replayed at every "
+            "weight snapshot and the final weights. An edge's effect alone is divided by the final model's clean - "
+            "counterfactual gap (0 = it moves nothing, 1 = as much as the final model's whole gap; early snapshots "
+            f"have almost no gap of their own). It has entered at the first snapshot reaching {percent(ENTERS)} of "
+            f"its final effect and is stable from the first snapshot after which it stays within {percent(STABLE)} "
+            "of it.")
+
+
+def timeline_json(run: RunDynamics) -> dict:
+    t = run.timeline
+    return {"model": run.dynamics.model_name, "seed": run.dynamics.seed, "steps": list(t.steps),
+            "gap": list(t.gap), "faithfulness": list(t.faithfulness),
+            "edges": [{"edge": str(e), "effect": t.effect[:, i].tolist(), "entered": t.entered(e),
+                       "stable": t.stable(e)} for i, e in enumerate(t.edges)],
+            "phase_change_step": run.dynamics.phase_change_step}
