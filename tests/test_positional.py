@@ -18,8 +18,9 @@ from probes.patching import live_positions
 @pytest.fixture(scope="module")
 def planted():
     p = two_hop(n=8)
-    aggregated = edge_circuit(p.model, p.batch, graph_of(p.spec), compare_methods=False).circuit.edges
-    return p, aggregated, positional_circuit(p.model, p.batch, p.spec, aggregated)
+    whole = edge_circuit(p.model, p.batch, graph_of(p.spec), compare_methods=False)
+    aggregated = whole.circuit.edges
+    return p, aggregated, positional_circuit(p.model, p.batch, p.spec, whole.oracle, aggregated)
 
 
 def test_edges_outside_the_live_positions_are_zero_by_construction(planted):
@@ -31,7 +32,8 @@ def test_edges_outside_the_live_positions_are_zero_by_construction(planted):
     assert set(result.positions) == set(live_positions(p.batch)) and bool(outside.any())
     assert effects.effect[outside].abs().max() < 1e-5
     inside = {e: float(v) for e, v in zip(effects.edges, effects.effect) if e.position in result.positions}
-    assert [inside[e] for e in result.graph.edges] == pytest.approx(result.effects.effect.tolist(), abs=1e-5)
+    resolved = [(e, float(v)) for e, v in zip(result.graph.edges, result.effects.effect) if e.position is not None]
+    assert resolved and [inside[e] for e, _ in resolved] == pytest.approx([v for _, v in resolved], abs=1e-5)
 
 
 def test_the_positional_circuit_is_the_planted_chain_at_its_positions(planted):
@@ -40,6 +42,18 @@ def test_the_positional_circuit_is_the_planted_chain_at_its_positions(planted):
     assert set(result.parents) == set(aggregated) == set(p.edges)
     assert result.changed_share == 0.0
     assert all(e.position is not None for e in result.edges)
+
+
+def test_edges_below_the_refine_share_stay_whole_and_are_still_patched(planted):
+    from probes.circuits.positional import REFINE
+
+    p, _, result = planted
+    whole = [e for e in result.graph.edges if e.position is None]
+    share = dict(zip(result.graph.edges, result.effects.normalised().abs().tolist()))
+    assert whole and all(share[e] < REFINE for e in whole)
+    # Every edge of the aggregated graph is in the positional graph, at its positions or whole.
+    covered = {Edge(e.sender, e.receiver) for e in result.graph.edges}
+    assert covered == set(graph_of(p.spec).edges)
 
 
 def test_the_changed_share_counts_edges_only_one_circuit_holds(planted):

@@ -8,6 +8,10 @@ where position p means the same role in every example. Positions outside `live_p
 the first token a counterfactual changes, or after the last scored position) are left out: there
 every write is the same in both runs or cannot reach a scored logit, so those edges' effects are 0
 by construction, and leaving them unpatched inside or outside a circuit changes nothing.
+
+Cost: one forward per positional edge. Edges whose aggregated effect alone is below REFINE of the
+gap stay whole (one edge at every position) in the same graph, so every circuit is still judged
+with every other write given its counterfactual value; only the resolution is coarser there.
 """
 
 from __future__ import annotations
@@ -25,12 +29,13 @@ from probes.settings import DEFAULT
 from tasks.data import Batch
 
 SEARCH_CHUNK = 32   # circuit sizes measured per forward batch while looking for the smallest one
+REFINE = 0.01       # aggregated edges moving at least this share of the gap alone are resolved by position
 
 
 @dataclass(frozen=True)
 class PositionalCircuit:
     positions: tuple[int, ...]          # the live positions the graph resolves
-    graph: Graph                        # one edge per (sender, input, live position)
+    graph: Graph                        # one edge per (sender, input, live position); below REFINE, whole edges
     effects: EdgeEffects                # every positional edge alone (direction "noise")
     edges: tuple[Edge, ...] | None      # smallest top-k positional circuit reaching `target` (None: none does)
     faithfulness: float                 # of `edges` on the gap scale (of the whole graph when None)
@@ -59,10 +64,22 @@ def fixed_layout(batch: Batch) -> bool:
     return len(set(per_example)) == 1
 
 
-def positional_circuit(model, batch: Batch, spec: ModelSpec, aggregated: tuple[Edge, ...],
+def positional_graph(spec: ModelSpec, positions: tuple[int, ...], oracle: EdgeEffects) -> Graph:
+    """The graph's edges at each live position where the aggregated edge moves REFINE of the gap
+    alone, the others whole."""
+    whole = graph_of(spec)
+    share = dict(zip(oracle.edges, oracle.normalised().abs().tolist()))
+    refined = {e for e in whole.edges if share[e] >= REFINE}
+    edges = tuple(Edge(e.sender, e.receiver, p) for e in whole.edges if e in refined for p in positions)
+    edges += tuple(e for e in whole.edges if e not in refined)
+    return Graph(whole.n_layers, whole.senders, whole.inputs, edges)
+
+
+def positional_circuit(model, batch: Batch, spec: ModelSpec, oracle: EdgeEffects, aggregated: tuple[Edge, ...],
                        target: float = DEFAULT.circuit_target) -> PositionalCircuit:
+    """`oracle`: the aggregated graph's edge effects on `batch`; `aggregated`: its circuit."""
     positions = tuple(live_positions(batch))
-    graph = graph_of(spec, positions)
+    graph = positional_graph(spec, positions, oracle)
     runs = record_runs(model, batch, graph, "noise")
     effects = edge_effects(model, batch, graph, runs=runs)
     order = ranked(graph.edges, effects.effect)
@@ -89,5 +106,5 @@ def strongest(result: PositionalCircuit, count: int) -> list[tuple[Edge, float]]
 def effect_by_position(result: PositionalCircuit) -> dict[Edge, torch.Tensor]:
     """Per aggregated edge of the positional circuit, its positional edges' shares alone [positions]."""
     share = dict(zip(result.graph.edges, result.effects.normalised().tolist()))
-    return {parent: torch.tensor([share[Edge(parent.sender, parent.receiver, p)] for p in result.positions])
-            for parent in result.parents}
+    return {parent: torch.tensor([share.get(Edge(parent.sender, parent.receiver, p), float("nan"))
+                                  for p in result.positions]) for parent in result.parents}

@@ -52,7 +52,7 @@ def measure_edge_circuit(context: RunContext) -> EdgeRun | None:
         return EdgeRun(context.run.model_name, context.run.seed, result, None)
     positional = None
     if result.circuit.edges is not None and fixed_layout(context.pairs):
-        positional = positional_circuit(context.model, context.pairs, spec, result.circuit.edges,
+        positional = positional_circuit(context.model, context.pairs, spec, result.oracle, result.circuit.edges,
                                         context.settings.circuit_target)
     return EdgeRun(context.run.model_name, context.run.seed, result, draw(result, context), positional)
 
@@ -114,7 +114,7 @@ def positional_json(result: PositionalCircuit) -> dict:
 
 def positional_lines(result: PositionalCircuit, shown: int = SHOWN_EDGES) -> list[str]:
     """The circuit resolved by position, and how far dropping positions changes it."""
-    from probes.circuits.positional import strongest
+    from probes.circuits.positional import REFINE, strongest
     from probes.report.edge_render import compact
 
     where = f"p{result.positions[0]}-p{result.positions[-1]}"
@@ -124,8 +124,10 @@ def positional_lines(result: PositionalCircuit, shown: int = SHOWN_EDGES) -> lis
     top = strongest(result, shown)
     more = f" and {len(result.edges) - len(top)} more" if len(result.edges) > len(top) else ""
     mine, theirs = set(result.parents), set(result.aggregated)
+    whole = sum(e.position is None for e in result.graph.edges)
     return [f"By position ({where}: the only positions where a write differs between the pairs and can still "
-            f"reach a scored logit; {len(result.graph.edges)} positional edges, each alone): the smallest "
+            f"reach a scored logit; {len(result.graph.edges) - whole} positional edges of the edges moving at least "
+            f"{REFINE:.0%} of the gap alone, the other {whole} kept whole): the smallest "
             f"circuit reaching {result.target:.0%} is **{len(result.edges)} positional edges**, faithfulness "
             f"{result.faithfulness:.1%}: " + ", ".join(f"`{compact(e)}` ({s:+.0%} alone)" for e, s in top) + more
             + f". Ignoring positions changes {result.changed_share:.0%} of the circuit's edges "
