@@ -10,7 +10,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from common.io import write_json
+from common.atomic import write_json
 from common.cli import Parser, run_cli
 from common.stats import Interval, mean_interval, wilson
 
@@ -221,7 +221,7 @@ def locked_compare(runs_dir: Path) -> None:
 
 
 def main(argv=None) -> None:
-    from common.io import nonempty_path
+    from common.cli import nonempty_path
 
     parser = Parser(prog="python -m probes.accuracy",
                     description="Compare held-out accuracy of trained runs, with CIs over seeds.")

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from common.cli import UsageError
-from common.io import check_fields, read_json
+from common.jsonfiles import check_fields, read_json
 from probes.circuits.labels import CIRCUIT, CircuitSummary, circuit_label
 from common.stats import Interval, mean_interval, wilson
 
@@ -198,7 +198,7 @@ def draw(groups: list[GroupCensus], path: Path) -> None:
 
 
 def write_census(groups: list[GroupCensus], out: Path) -> Path:
-    from common.io import atomic_write, write_json
+    from common.atomic import atomic_write, write_json
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -220,7 +220,7 @@ def census_command(runs_dir: Path, out: Path | None = None) -> None:
 
 
 def main(argv=None) -> None:
-    from common.io import nonempty_path  # an empty path would mean the current folder
+    from common.cli import nonempty_path  # an empty path would mean the current folder
 
     from common.cli import Parser, run_cli
 

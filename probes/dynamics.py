@@ -205,7 +205,7 @@ def plot_dynamics(results: list[Dynamics]):
 
 def write_dynamics(results: list[Dynamics], out: Path) -> dict[str, Path]:
     """dynamics.json and one figure per model in `out`; returns {model: figure path}."""
-    from common.io import write_json
+    from common.atomic import write_json
     from probes.report.figures import save
 
     out = Path(out)
@@ -229,7 +229,7 @@ def dynamics_command(runs_dir: Path) -> None:
 
 
 def main(argv=None) -> None:
-    from common.io import nonempty_path  # an empty path would mean the current folder
+    from common.cli import nonempty_path  # an empty path would mean the current folder
 
     parser = Parser(prog="python -m probes.dynamics",
                     description="Replay training snapshots: scored vs other loss, head scores, phase change.")

@@ -10,9 +10,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.cli import UsageError
-from common.io import (MANIFEST, adopt_all, foreign_files, path_name, read_json, remove_tree, sha256_file,
-                       write_json)
+from common.atomic import write_json
+from common.cli import UsageError, path_name
+from common.jsonfiles import read_json, sha256_file
+from common.ownership import MANIFEST, adopt_all, foreign_files, remove_tree
 from tasks.base import NO_FOIL, SPLITS, Example, Task
 
 COLUMNS = ("tokens", "positions", "foils", "group", "counterfactual")

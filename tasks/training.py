@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from models.checkpoint import save_tensors
-from common.io import atomic_write
+from common.atomic import atomic_write
 from tasks.data import Batch, real_positions
 from tasks.evaluate import logits_at_scored, score_logits
 from models.bridge import hook_free_forward

@@ -81,7 +81,8 @@ def test_a_users_files_in_out_are_never_replaced(tmp_path, where):
 
 
 def test_toylens_replaces_only_what_its_manifest_lists(tmp_path):
-    from common.io import claim, foreign_files, owned, remove, write_json
+    from common.atomic import write_json
+    from common.ownership import claim, foreign_files, owned, remove
 
     write_json(tmp_path / "ours.json", {"a": 1})
     write_json(tmp_path / "ours.json", {"a": 2})          # its own file: replaced
@@ -155,7 +156,7 @@ def fake_report(monkeypatch, fail: bool):
     import probes.report.document
     import probes.report.parts
     import toylens.report
-    from common.io import atomic_write, write_json
+    from common.atomic import atomic_write, write_json
 
     def measure(run, out, device=None):
         atomic_write(Path(out) / "figures" / f"{run.model_name}.png", lambda t: Path(t).write_text("new figure"))
@@ -175,7 +176,7 @@ def fake_report(monkeypatch, fail: bool):
 
 @pytest.mark.parametrize("fail", [True, False])
 def test_a_report_is_published_whole_or_not_at_all(tiny_runs, tmp_path, monkeypatch, fail):
-    from common.io import atomic_write, publish_folder, staging
+    from common.atomic import atomic_write, publish_folder, staging
     from toylens.report import report_command
 
     out = copy_runs(tiny_runs, tmp_path)
@@ -287,7 +288,7 @@ def test_weights_of_another_dtype_are_refused(tiny_runs, tmp_path, capsys, dtype
     import torch
     from safetensors.torch import load_file, save_file
 
-    from common.io import sha256_file
+    from common.jsonfiles import sha256_file
     from probes.accuracy import main
 
     out = copy_runs(tiny_runs, tmp_path)

@@ -161,7 +161,7 @@ def test_non_finite_weights_or_outputs_are_said(tiny_runs, tmp_path, capsys, val
     import torch
     from safetensors.torch import load_file, save_file
 
-    from common.io import sha256_file
+    from common.jsonfiles import sha256_file
     from probes.accuracy import main
 
     out = copy_runs(tiny_runs, tmp_path)

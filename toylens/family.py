@@ -12,7 +12,9 @@ from pathlib import Path
 
 from models import ModelSpec, UsageError
 from models.checkpoint import CONFIG, FORMAT, WEIGHTS, save_checkpoint
-from common.io import check_replaceable, interrupted_write, read_json, remove, remove_tree, write_json
+from common.atomic import write_json
+from common.jsonfiles import read_json
+from common.ownership import check_replaceable, interrupted_write, remove, remove_tree
 from tasks.base import Task
 from tasks.runs import (LOG, METRICS, command_argv, command_line, metrics_sha256, package_versions,
                         read_run_config, run_sha256)

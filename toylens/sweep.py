@@ -16,8 +16,7 @@ import typing
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from common.cli import UsageError
-from common.io import nonempty_path
+from common.cli import UsageError, nonempty_path
 from models import ModelSpec
 from tasks.runs import MAX_SEED
 from tasks.settings import TrainSettings
@@ -147,7 +146,7 @@ def plan_sweep(task_cls: type, params: dict, training: dict, models: list[str] |
 
 
 def write_points(runs: list[SweepRun], out: Path) -> None:
-    from common.io import write_json
+    from common.atomic import write_json
     from probes.census import POINT_FIELDS, read_object
 
     for point, values in {run.point: run.values for run in runs}.items():

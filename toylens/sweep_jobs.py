@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from common.cli import UsageError
-from common.io import MANIFEST, atomic_write, check_replaceable, remove, write_json
+from common.atomic import atomic_write, write_json
+from common.ownership import MANIFEST, check_replaceable, remove
 from models.checkpoint import CONFIG
 from tasks.runs import METRICS
 

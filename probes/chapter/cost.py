@@ -226,7 +226,8 @@ def cost_figure(result: CostResult):
 
 
 def cost_command(max_len: int, budget: float, out: Path) -> None:
-    from common.io import claim_check, write_json
+    from common.atomic import write_json
+    from common.ownership import claim_check
     from probes.report.figures import save
 
     if max_len < 128:
@@ -247,7 +248,7 @@ def cost_command(max_len: int, budget: float, out: Path) -> None:
 
 
 def main(argv=None) -> None:
-    from common.io import nonempty_path  # an empty path would mean the current folder
+    from common.cli import nonempty_path  # an empty path would mean the current folder
 
     parser = Parser(prog="python -m probes.chapter.cost",
                     description="Attention's time and memory against sequence length, with fitted exponents.")

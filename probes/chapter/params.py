@@ -176,7 +176,7 @@ def params_figure(result: ParamCount):
 
 
 def params_command(items: list[str], out: Path) -> None:
-    from common.io import write_json
+    from common.atomic import write_json
     from probes.report.figures import save
 
     spec = spec_from_args(items)
@@ -194,7 +194,7 @@ def params_command(items: list[str], out: Path) -> None:
 
 
 def main(argv=None) -> None:
-    from common.io import nonempty_path  # an empty path would mean the current folder
+    from common.cli import nonempty_path  # an empty path would mean the current folder
 
     parser = Parser(prog="python -m probes.chapter.params",
                     description="Parameters per component of a model spec, counted and by formula.")
