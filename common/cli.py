@@ -42,11 +42,26 @@ def path_name(value, what: str) -> str:
     return value
 
 
-def nonempty_path(text: str) -> Path:
-    """argparse type for folders: an empty string would silently mean the current folder."""
+def folder_path(text: str) -> Path:
+    """argparse type for folders: an empty string would silently mean the current folder, and the
+    file-system root or the home folder would have every file under it walked."""
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty path would mean the current folder; name a folder")
+    try:
+        check_not_too_broad(Path(text))
+    except UsageError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
     return Path(text)
+
+
+def check_not_too_broad(path: Path, what: str = "") -> None:
+    """Refuse the file-system root, the home folder and the folders above it as a toylens folder:
+    finding runs walks every file under it (seen: `--out /` walked into /proc)."""
+    resolved, home = Path(path).resolve(), Path.home().resolve()
+    if resolved == Path(resolved.anchor) or resolved == home or resolved in home.parents:
+        kind = "the file-system root" if resolved == Path(resolved.anchor) else "your home folder or a folder above it"
+        raise UsageError(f"{what}{' ' if what else ''}{path} is {kind}, and toylens would walk every file under it; "
+                         "name a folder of its own, e.g. runs/NAME")
 
 
 def device_name(text: str) -> str:

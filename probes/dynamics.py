@@ -229,11 +229,11 @@ def dynamics_command(runs_dir: Path) -> None:
 
 
 def main(argv=None) -> None:
-    from common.cli import nonempty_path  # an empty path would mean the current folder
+    from common.cli import folder_path
 
     parser = Parser(prog="python -m probes.dynamics",
                     description="Replay training snapshots: scored vs other loss, head scores, phase change.")
-    parser.add_argument("runs_dir", type=nonempty_path, nargs="?", default=Path("runs/induction"))
+    parser.add_argument("runs_dir", type=folder_path, nargs="?", default=Path("runs/induction"))
     args = parser.parse_args(argv)
     run_cli(dynamics_command, args.runs_dir)
 

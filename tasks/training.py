@@ -149,7 +149,8 @@ def training_device() -> str:
 def open_log(log_path: Path, history: list[dict]):
     """The JSON-lines log, rewritten to hold exactly `history` (a resumed run drops lines logged
     after its last saved state), opened for appending."""
-    atomic_write(log_path, lambda temp: Path(temp).write_text("".join(json.dumps(h) + "\n" for h in history)))
+    atomic_write(log_path, lambda temp: Path(temp).write_text("".join(json.dumps(h) + "\n" for h in history)),
+                 grows=True)
     return open(log_path, "a")
 
 

@@ -8,7 +8,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from common.atomic import staging
-from common.cli import Parser, UsageError, nonempty_path, positive_int, run_cli
+from common.cli import Parser, UsageError, folder_path, positive_int, run_cli
 from tasks.registry import build_task, get_task_class, param_type, task_classes
 from tasks.validate import validate_family
 from toylens.workers import default_jobs
@@ -35,7 +35,7 @@ def add_train_arguments(parser: Parser, task_cls: type) -> None:
 def add_settings_arguments(parser: Parser, default_out: str) -> None:
     """Seeds, runs folder and the training settings a command may override."""
     parser.add_argument("--seeds", type=positive_int, default=3, help="train seeds 0..N-1 (default 3)")
-    parser.add_argument("--out", type=nonempty_path, help=f"runs folder (default {default_out})")
+    parser.add_argument("--out", type=folder_path, help=f"runs folder (default {default_out})")
     parser.add_argument("--steps", type=positive_int, help="hard step budget per run")
     parser.add_argument("--batch-size", type=positive_int)
     parser.add_argument("--lr", type=float)

@@ -77,16 +77,16 @@ def publish_report(measured: list, out: Path, task: str, staged: Path | None = N
 
 def main(argv=None) -> None:
     from common.cli import Parser, device_name, positive_int, run_cli
-    from common.cli import nonempty_path
+    from common.cli import folder_path
     from toylens.workers import default_jobs
 
     parser = Parser(prog="python -m probes.circuit",
                     description="Trace which heads, at which positions, decide a task's answer.")
     commands = parser.add_subparsers(dest="command", required=True)
     report = commands.add_parser("report", help="analyse every run in RUNS_DIR and write RUNS_DIR/report/")
-    report.add_argument("runs_dir", type=nonempty_path, nargs="?", default=Path("runs/winograd"),
+    report.add_argument("runs_dir", type=folder_path, nargs="?", default=Path("runs/winograd"),
                         help="a task's runs folder (default: runs/winograd)")
-    report.add_argument("--out", type=nonempty_path, default=None, help="report folder (default: RUNS_DIR/report)")
+    report.add_argument("--out", type=folder_path, default=None, help="report folder (default: RUNS_DIR/report)")
     report.add_argument("--jobs", type=positive_int, default=default_jobs(),
                         help="runs analysed at a time, each in its own process (default: the CPU cores)")
     report.add_argument("--device", type=device_name, default=None,

@@ -88,7 +88,7 @@ def scaling_command(task_name: str, widths, seeds, steps: int, every: int, jobs:
 
 
 def main(argv=None) -> None:
-    from common.cli import nonempty_path  # an empty path would mean the current folder
+    from common.cli import folder_path
 
     parser = Parser(prog="python -m probes.chapter.scaling",
                     description="sqrt(d_k): scores, saturation, entropy and gradients, at init and in training.")
@@ -100,7 +100,7 @@ def main(argv=None) -> None:
     parser.add_argument("--jobs", type=positive_int, default=2)
     parser.add_argument("--init-only", action="store_true", help="skip training")
     parser.add_argument("--overwrite", action="store_true", help="retrain runs already in --out")
-    parser.add_argument("--out", type=nonempty_path, default=OUT)
+    parser.add_argument("--out", type=folder_path, default=OUT)
     args = parser.parse_args(argv)
     if args.seeds > MAX_SEEDS:   # before the list of seeds fills memory
         parser.error(f"--seeds {args.seeds} is absurd; use at most {MAX_SEEDS}")

@@ -82,7 +82,10 @@ def run_sweep(runs: list[SweepRun], out: Path, executor, command: str, resume: b
     from common.lock import folder_lock
     from toylens.family import check_out_folder
 
+    from probes.census import check_census_files
+
     check_out_folder(out, runs[0].plan.task)
+    check_census_files(out)   # the census after training reads and writes these
     with folder_lock(out, "runs folder"):
         return sweep_locked(runs, out, executor, command, resume, overwrite, progress, write)
 
