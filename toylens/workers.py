@@ -69,7 +69,8 @@ def how_it_ended(processes: list) -> str:
     for process in processes:
         process.join(timeout=5)
     codes = [process.exitcode for process in processes if process.exitcode is not None]
-    codes = [code for code in codes if code != 0] or codes    # the one that died, not ones shut down
+    # When one worker dies the pool terminates the others (SIGTERM): name the one that died.
+    codes = [code for code in codes if code != -signal.SIGTERM] or codes
     if not codes:
         return "it ended abruptly"
     if codes[0] < 0:
