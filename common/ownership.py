@@ -140,9 +140,8 @@ def not_ours(path: Path) -> UsageError:
 def record(path: Path, written: Version, grows: bool = False) -> None:
     """Record, before `written` is renamed into place at `path`, that toylens wrote it; the
     version of the file there now is kept too, so a kill before the rename leaves it vouched
-    for. Refuses if a file toylens did not write, or a symbolic link, is there."""
+    for. Callers check first (claim_check) that no file toylens did not write is there."""
     path = Path(path)
-    claim_check(path)
     with folder_locked(path.parent):
         entries = manifest_entries(path.parent)
         before = entries.get(path.name, Written())

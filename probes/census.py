@@ -212,17 +212,19 @@ def write_census(groups: list[GroupCensus], out: Path) -> Path:
 
 def check_census_files(runs_dir: Path, out: Path | None = None) -> None:
     """Refuse, before any work (a sweep checks before training), a record the census would count
-    that toylens did not write (a user's failed.json), or a census file it would replace that is
-    the user's (a census.md toylens wrote, deleted, and saved again by hand)."""
+    that is malformed or that toylens did not write (a user's failed.json), or a census file it
+    would replace that is the user's (a census.md toylens wrote, deleted, and saved again by hand)."""
     from common.ownership import claim_check, not_ours, owned
 
     out = Path(out or Path(runs_dir) / "census")
     for name in CENSUS_FILES:
         claim_check(out / name)
-    for name in (FAILED, "point.json"):
-        for path in sorted(Path(runs_dir).rglob(name)) if Path(runs_dir).is_dir() else []:
-            if not owned(path):
-                raise not_ours(path)
+    for path in sorted(Path(runs_dir).rglob(FAILED)) if Path(runs_dir).is_dir() else []:
+        read_object(path, FAILED_FIELDS)
+        if not owned(path):
+            raise not_ours(path)
+    for path in sorted(Path(runs_dir).rglob("point.json")) if Path(runs_dir).is_dir() else []:
+        read_object(path, POINT_FIELDS)
 
 
 def census_command(runs_dir: Path, out: Path | None = None) -> None:

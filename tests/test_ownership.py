@@ -72,17 +72,18 @@ def test_a_file_toylens_wrote_is_still_its_own_after_being_rewritten(tmp_path):
 
 
 def test_a_sweep_into_a_folder_with_a_users_failed_json_refuses_before_training(tmp_path, capsys):
-    # Seen: the sweep trained every run and only then stopped on the user's own OUT/failed.json.
+    # Seen: the sweep trained every run and only then stopped on the user's own OUT/failed.json
+    # (one of the shape the census reads would have been counted as a failed run).
     from toylens.cli import main_for_task
 
     out = tmp_path / "sweep"
     out.mkdir()
-    (out / "failed.json").write_text('{"my": "notes"}\n')
+    (out / "failed.json").write_text('{"model_name": "mine", "seed": 0, "error": "my notes"}\n')
     argv = ["sweep", "--out", str(out), "--models", "bag-of-words", "--seeds", "0", "--steps", "5",
             "--nouns", "6", "--jobs", "1", "--no-progress"]
     one_line(in_process(lambda a: main_for_task("winograd", a), argv, capsys), str(out / "failed.json"),
              "was not written by toylens")
-    assert contents(out) == {"failed.json": b'{"my": "notes"}\n'}   # nothing trained, nothing written
+    assert contents(out) == {"failed.json": b'{"model_name": "mine", "seed": 0, "error": "my notes"}\n'}   # nothing trained
 
 
 ROOTS = {
