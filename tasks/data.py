@@ -13,7 +13,7 @@ from pathlib import Path
 from common.atomic import write_json
 from common.cli import UsageError, path_name
 from common.jsonfiles import read_json, sha256_file
-from common.ownership import MANIFEST, adopt_all, foreign_files, remove_tree
+from common.ownership import MANIFEST, TEMP, adopt_all, clean_leftovers, foreign_files, remove_tree
 from tasks.base import NO_FOIL, SPLITS, Example, Task
 
 COLUMNS = ("tokens", "positions", "foils", "group", "counterfactual")
@@ -61,7 +61,8 @@ def task_dataset(task: Task, seed: int):
         print(f"toylens: cached data {path} {problem}; rebuilding it", file=sys.stderr)
     splits = validate_task_examples(task, seed)
     data = DatasetDict({name: Dataset.from_dict(examples_to_columns(splits[name])) for name in SPLITS})
-    temp = path.with_name(path.name + f".tmp{os.getpid()}")
+    clean_leftovers(path.parent)   # entries a kill interrupted mid-write
+    temp = path.with_name(f"{TEMP}{os.getpid()}.{path.name}")
     data.save_to_disk(str(temp))
     write_json(temp / CHECKSUMS, checksums(temp))
     adopt_all(temp)

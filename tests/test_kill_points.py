@@ -174,3 +174,14 @@ def test_a_sigkill_while_a_report_is_staged_leaves_nothing_after_the_next_report
     report_command(out, None, jobs=1)
     assert leftovers(out) == []
     assert contents(out / "report")["report.md"] == b"new report"
+
+
+def test_a_sigkill_while_data_is_cached_leaves_nothing_after_the_next_run(tmp_path, monkeypatch, small_winograd):
+    from tasks.data import cache_root, task_dataset
+
+    monkeypatch.setenv("TOYLENS_CACHE", str(tmp_path / "cache"))
+    killed_at("rename", "winograd-", 1, lambda: task_dataset(small_winograd, 0))
+    assert list(cache_root().iterdir()), "the kill left no half-written entry"
+    task_dataset(small_winograd, 0)
+    assert leftovers(cache_root()) == []
+    assert len(list(cache_root().iterdir())) == 1   # the entry alone: the killed one's temp is gone
