@@ -243,7 +243,7 @@ def train_locked(plans: list[RunPlan], out: Path, overwrite: bool, progress: boo
                                 f"with: {resume_command()}") from None
     except WorkerDied as died:
         raise UsageError(f"task plugin {task.name!r} ({type(task).__module__}): a worker process training its runs "
-                         f"died ({died}): the task's code ended the process (os._exit, a signal) or the system "
+                         f"died ({died.how}): the task's code ended the process (os._exit, a signal) or the system "
                          f"killed it (out of memory?); fix the plugin, then continue with: {resume_command()}") from None
     measured = {job.plan.run_dir: result for job, (_, result) in zip(todo, results)}
     return [measured.get(plan.run_dir) for plan in plans]

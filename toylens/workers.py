@@ -12,6 +12,8 @@ import os
 import signal
 from typing import Callable, Iterable
 
+from common.cli import UsageError
+
 
 def default_jobs() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -59,8 +61,13 @@ def costliest_first(items: list, cost: Callable | None) -> list[int]:
     return sorted(indices, key=lambda i: -cost(items[i])) if cost else list(indices)
 
 
-class WorkerDied(Exception):
-    """A worker process ended without returning its job's result; the message says how."""
+class WorkerDied(UsageError):
+    """A worker process ended without returning its job's result; `how` says how it ended."""
+
+    def __init__(self, how: str, desc: str):
+        super().__init__(f"a worker process died ({how}) while {desc}: the system killed it (out of memory?) "
+                         "or code it ran ended it (os._exit, a signal)")
+        self.how = how
 
 
 def how_it_ended(processes: list) -> str:
@@ -123,7 +130,7 @@ def map_jobs(function: Callable, items: Iterable, jobs: int, desc: str, progress
                 for future in as_completed(futures):
                     record(futures[future], future.result())
             except BrokenProcessPool:
-                raise WorkerDied(how_it_ended(processes)) from None
+                raise WorkerDied(how_it_ended(processes), desc) from None
         except KeyboardInterrupt:
             stop_workers(pool)
             raise
