@@ -10,10 +10,10 @@ import shlex
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from common.cli import check_not_too_broad
 from models import ModelSpec, UsageError
 from models.checkpoint import CONFIG, FORMAT, WEIGHTS, save_checkpoint
 from common.atomic import write_json
+from common.cli import check_not_too_broad
 from common.jsonfiles import read_json
 from common.ownership import check_replaceable, clean_leftovers, remove, remove_tree
 from tasks.base import Task
