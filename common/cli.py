@@ -4,9 +4,12 @@ fix, exit code 2, never a traceback."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+from pathlib import Path
 
 EXIT_USAGE = 2
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
 
 
 class UsageError(Exception):
@@ -28,6 +31,37 @@ def positive_int(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{value} must be a positive integer")
     return value
+
+
+def path_name(value, what: str) -> str:
+    """`value` if it can be one path component (letters, digits, . _ + -; no '..', no '/'), else a
+    UsageError: names from files and plugins become folder and file names."""
+    if not isinstance(value, str) or not NAME.fullmatch(value) or ".." in value:
+        raise UsageError(f"{what} {value!r} cannot be a file name (use letters, digits, '.', '_', '+', "
+                         "'-'; at most 100 characters, no '..' or '/')")
+    return value
+
+
+def folder_path(text: str) -> Path:
+    """argparse type for folders: an empty string would silently mean the current folder, and the
+    file-system root or the home folder would have every file under it walked."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path would mean the current folder; name a folder")
+    try:
+        check_not_too_broad(Path(text))
+    except UsageError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return Path(text)
+
+
+def check_not_too_broad(path: Path, what: str = "") -> None:
+    """Refuse the file-system root, the home folder and the folders above it as a toylens folder:
+    finding runs walks every file under it (seen: `--out /` walked into /proc)."""
+    resolved, home = Path(path).resolve(), Path.home().resolve()
+    if resolved == Path(resolved.anchor) or resolved == home or resolved in home.parents:
+        kind = "the file-system root" if resolved == Path(resolved.anchor) else "your home folder or a folder above it"
+        raise UsageError(f"{what}{' ' if what else ''}{path} is {kind}, and toylens would walk every file under it; "
+                         "name a folder of its own, e.g. runs/NAME")
 
 
 def device_name(text: str) -> str:

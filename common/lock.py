@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from common.cli import UsageError
-from common.io import LOCK
+from common.ownership import LOCK
 
 
 HOLDER = re.compile(rb"(process \d+ on [^\n]*\n)?")

@@ -17,7 +17,8 @@ import json
 from pathlib import Path
 
 from common.cli import UsageError
-from common.io import atomic_write, read_json, sha256_file, write_json
+from common.atomic import atomic_write, write_json
+from common.jsonfiles import read_json, sha256_file
 from models.spec import ModelSpec, build_model
 
 WEIGHTS = "model.safetensors"

@@ -10,7 +10,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from common.io import write_json
+from common.atomic import write_json
+from common.cli import UsageError
 from common.stats import Interval, mean_interval, wilson
 
 SUMMARY = "summary.json"
@@ -142,18 +143,37 @@ def interval(fields: dict) -> Interval:
 
 
 def run_accuracy(run, load_model=None) -> RunAccuracy:
-    """What training measured (in its worker, while the model was in memory) if it was measured on
-    these weights and this spec, else measured now (which also checks that they fit together) on
-    the model `load_model()` returns (default: the run's, loaded)."""
+    """What training measured (in its worker, while the model was in memory), once the run's
+    weights, loaded (every weight check: dtypes, shapes, finite values), still score its held-out
+    accuracy; measured now when nothing usable was stored. `load_model()` gives the model (default:
+    the run's, loaded)."""
+    model = (load_model or run.load_model)()
     record = run.metrics.get(EVALUATION)
     if isinstance(record, dict) and record.get("weights_sha256") == run.config.get("weights_sha256") \
             and record.get("spec") == run.config.get("spec"):
         try:
-            return stored_accuracy(record, run.path)
+            stored = stored_accuracy(record, run.path)
         except (KeyError, TypeError, ValueError, AttributeError):
-            pass  # written by another version (or forged): measure again
-    return measure_accuracy((load_model or run.load_model)(), run.batches(), run.model_name, run.seed, run.path,
-                            run.metrics["steps"])
+            stored = None  # written by another version (or forged): measure again
+        if stored is not None:
+            check_stored(stored, model, run)
+            return stored
+    return measure_accuracy(model, run.batches(), run.model_name, run.seed, run.path, run.metrics["steps"])
+
+
+def check_stored(stored: RunAccuracy, model, run) -> None:
+    """Refuse stored numbers the weights do not give: checksums catch edits, not a forger who
+    recomputes them (all-zero weights with a stored 100%), so the held-out score is measured again.
+    Up to 0.5% of the answers may differ: another CPU rounds near-tied logits the other way."""
+    from tasks.evaluate import score_split
+
+    recorded = stored.splits["heldout"].accuracy
+    scored, _ = score_split(model, run.batches()["heldout"])
+    correct, n = int(scored.correct.sum()), len(scored.correct)
+    if n != recorded.n or abs(correct - round(recorded.value * n)) > max(1, n // 200):
+        raise UsageError(f"{run.path / 'metrics.json'} records held-out accuracy {recorded.value:.1%} (n={recorded.n}) "
+                         f"but the run's weights score {correct / n:.1%} (n={n}) now: its files were altered "
+                         "(checksums can be recomputed); retrain the run")
 
 
 def model_accuracy(runs: list[RunAccuracy], vocabulary: list[str] | None = None) -> ModelAccuracy:

@@ -16,13 +16,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from common.cli import UsageError
-from common.io import check_fields, read_json
+from common.jsonfiles import check_fields, read_json
 from probes.circuits.labels import CIRCUIT, CircuitSummary, circuit_label
 from common.stats import Interval, mean_interval, wilson
 
 SOLVED = "validation solved"   # a run stopped otherwise (stalled, out of budget) counts as unsolved
 NOT_TRACED = "not traced (no circuit.json)"
 FAILED = "failed.json"     # written by a sweep for a run that failed twice
+CENSUS_FILES = ("census.md", "census.json", "census.png")
 
 
 @dataclass(frozen=True)
@@ -198,7 +199,7 @@ def draw(groups: list[GroupCensus], path: Path) -> None:
 
 
 def write_census(groups: list[GroupCensus], out: Path) -> Path:
-    from common.io import atomic_write, write_json
+    from common.atomic import atomic_write, write_json
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -209,7 +210,25 @@ def write_census(groups: list[GroupCensus], out: Path) -> Path:
     return out / "census.md"
 
 
+def check_census_files(runs_dir: Path, out: Path | None = None) -> None:
+    """Refuse, before any work (a sweep checks before training), a record the census would count
+    that is malformed or that toylens did not write (a user's failed.json), or a census file it
+    would replace that is the user's (a census.md toylens wrote, deleted, and saved again by hand)."""
+    from common.ownership import claim_check, not_ours, owned
+
+    out = Path(out or Path(runs_dir) / "census")
+    for name in CENSUS_FILES:
+        claim_check(out / name)
+    for path in sorted(Path(runs_dir).rglob(FAILED)) if Path(runs_dir).is_dir() else []:
+        read_object(path, FAILED_FIELDS)
+        if not owned(path):
+            raise not_ours(path)
+    for path in sorted(Path(runs_dir).rglob("point.json")) if Path(runs_dir).is_dir() else []:
+        read_object(path, POINT_FIELDS)
+
+
 def census_command(runs_dir: Path, out: Path | None = None) -> None:
+    check_census_files(runs_dir, out)
     groups = take_census(runs_dir)
     written = write_census(groups, out or Path(runs_dir) / "census")
     print("\n".join(summary_lines(groups)))
@@ -220,14 +239,14 @@ def census_command(runs_dir: Path, out: Path | None = None) -> None:
 
 
 def main(argv=None) -> None:
-    from common.io import nonempty_path  # an empty path would mean the current folder
+    from common.cli import folder_path
 
     from common.cli import Parser, run_cli
 
     parser = Parser(prog="python -m probes.census",
                     description="Count the circuits of a sweep's runs per model and grid point, with 95% intervals.")
-    parser.add_argument("runs_dir", type=nonempty_path, help="a sweep folder (e.g. runs/sweeps/winograd)")
-    parser.add_argument("--out", type=nonempty_path, default=None, help="where census.md/json/png go (default RUNS_DIR/census)")
+    parser.add_argument("runs_dir", type=folder_path, help="a sweep folder (e.g. runs/sweeps/winograd)")
+    parser.add_argument("--out", type=folder_path, default=None, help="where census.md/json/png go (default RUNS_DIR/census)")
     args = parser.parse_args(argv)
     run_cli(census_command, args.runs_dir, args.out)
 

@@ -10,9 +10,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.cli import UsageError
-from common.io import (MANIFEST, adopt_all, foreign_files, path_name, read_json, remove_tree, sha256_file,
-                       write_json)
+from common.atomic import write_json
+from common.cli import UsageError, path_name
+from common.jsonfiles import read_json, sha256_file
+from common.ownership import MANIFEST, TEMP, adopt_all, clean_leftovers, foreign_files, remove_tree
 from tasks.base import NO_FOIL, SPLITS, Example, Task
 
 COLUMNS = ("tokens", "positions", "foils", "group", "counterfactual")
@@ -60,7 +61,8 @@ def task_dataset(task: Task, seed: int):
         print(f"toylens: cached data {path} {problem}; rebuilding it", file=sys.stderr)
     splits = validate_task_examples(task, seed)
     data = DatasetDict({name: Dataset.from_dict(examples_to_columns(splits[name])) for name in SPLITS})
-    temp = path.with_name(path.name + f".tmp{os.getpid()}")
+    clean_leftovers(path.parent)   # entries a kill interrupted mid-write
+    temp = path.with_name(f"{TEMP}{os.getpid()}.{path.name}")
     data.save_to_disk(str(temp))
     write_json(temp / CHECKSUMS, checksums(temp))
     adopt_all(temp)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from importlib.metadata import entry_points
 
-from common.io import path_name
+from common.cli import path_name
 from models import UsageError
 from tasks.base import plugin_call
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from models import UsageError
-from common.io import canonical_sha256, short
+from common.jsonfiles import canonical_sha256, short
 from models.checkpoint import check_state, cpu_tensors, load_tensors, save_tensors
 
 STATE = "train_state.safetensors"

@@ -14,7 +14,8 @@ from functools import cached_property
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from common.io import canonical_sha256, path_name, read_json, short
+from common.cli import path_name
+from common.jsonfiles import canonical_sha256, read_json, short
 from models import UsageError
 from models.checkpoint import CONFIG, inspect_checkpoint, load_checkpoint, read_config, writer
 from tasks.registry import build_task, get_task_class

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from models.checkpoint import save_tensors
-from common.io import atomic_write
+from common.atomic import atomic_write
 from tasks.data import Batch, real_positions
 from tasks.evaluate import logits_at_scored, score_logits
 from models.bridge import hook_free_forward
@@ -149,7 +149,8 @@ def training_device() -> str:
 def open_log(log_path: Path, history: list[dict]):
     """The JSON-lines log, rewritten to hold exactly `history` (a resumed run drops lines logged
     after its last saved state), opened for appending."""
-    atomic_write(log_path, lambda temp: Path(temp).write_text("".join(json.dumps(h) + "\n" for h in history)))
+    atomic_write(log_path, lambda temp: Path(temp).write_text("".join(json.dumps(h) + "\n" for h in history)),
+                 grows=True)
     return open(log_path, "a")
 
 

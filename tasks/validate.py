@@ -6,7 +6,7 @@ from __future__ import annotations
 import numbers
 from dataclasses import replace
 
-from common.io import path_name
+from common.cli import path_name
 from models import ModelSpec, UsageError
 from tasks.base import NO_FOIL, SPLITS, Example, Task
 

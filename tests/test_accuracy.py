@@ -102,7 +102,8 @@ def test_the_foil_rate_counts_only_positions_with_a_foil_and_is_absent_without_a
 
 
 def test_stored_json_is_strict_and_a_missing_measurement_reads_back(tmp_path):
-    from common.io import canonical_sha256, write_json
+    from common.atomic import write_json
+    from common.jsonfiles import canonical_sha256
     from probes.accuracy import number, rate
 
     payload = {"foil_rate": float("nan"), "low": float("-inf"), "n": [1.5, float("inf")]}

@@ -81,19 +81,21 @@ def test_a_users_files_in_out_are_never_replaced(tmp_path, where):
 
 
 def test_toylens_replaces_only_what_its_manifest_lists(tmp_path):
-    from common.io import claim, foreign_files, owned, remove, write_json
+    from common.atomic import write_json
+    from common.ownership import foreign_files, owned, remove
 
     write_json(tmp_path / "ours.json", {"a": 1})
     write_json(tmp_path / "ours.json", {"a": 2})          # its own file: replaced
     (tmp_path / "theirs.json").write_text("{}")
     assert owned(tmp_path / "ours.json") and not owned(tmp_path / "theirs.json")
     for action in (lambda: write_json(tmp_path / "theirs.json", {}), lambda: remove(tmp_path / "theirs.json"),
-                   lambda: claim(tmp_path / ".toylens.json")):
+                   lambda: write_json(tmp_path / ".toylens.json", {})):
         with pytest.raises(UsageError):
             action()
     assert (tmp_path / "theirs.json").read_text() == "{}"
-    # A write killed midway leaves atomic_write's temp file beside a claimed name: that one is toylens's.
-    (tmp_path / ".ours.json.k1ll3d.tmp").write_text("half")
+    # A write killed midway leaves a toylens temp (named so): that one is toylens's, a user's is not.
+    (tmp_path / ".toylens-tmp.999999999.ours.json.k1ll3d").mkdir()
+    (tmp_path / ".toylens-tmp.999999999.ours.json.k1ll3d" / ".tmpXYZ").write_text("half")
     (tmp_path / ".notes.abc.tmp").write_text("mine")
     assert foreign_files(tmp_path) == [tmp_path / ".notes.abc.tmp", tmp_path / "theirs.json"]
     os.symlink(tmp_path / "ours.json", tmp_path / "link.json")
@@ -155,7 +157,7 @@ def fake_report(monkeypatch, fail: bool):
     import probes.report.document
     import probes.report.measure
     import toylens.report
-    from common.io import atomic_write, write_json
+    from common.atomic import atomic_write, write_json
 
     def measure(run, out, device=None):
         atomic_write(Path(out) / "figures" / f"{run.model_name}.png", lambda t: Path(t).write_text("new figure"))
@@ -175,7 +177,7 @@ def fake_report(monkeypatch, fail: bool):
 
 @pytest.mark.parametrize("fail", [True, False])
 def test_a_report_is_published_whole_or_not_at_all(tiny_runs, tmp_path, monkeypatch, fail):
-    from common.io import atomic_write, publish_folder, staging
+    from common.atomic import atomic_write, publish_folder, staging
     from toylens.report import report_command
 
     out = copy_runs(tiny_runs, tmp_path)
@@ -194,7 +196,7 @@ def test_a_report_is_published_whole_or_not_at_all(tiny_runs, tmp_path, monkeypa
         files = {k: v for k, v in contents(out / "report").items() if not k.endswith(".toylens.json")}
         assert files == {"report.json": b'{\n  "new": true\n}\n', "report.md": b"new report",
                          "figures/attn-only-2x1.png": b"new figure", "figures/bag-of-words.png": b"new figure"}
-    assert [p.name for p in out.iterdir() if p.name.startswith(".report")] == []   # no staging left
+    assert [p.name for p in out.iterdir() if p.name.startswith((".report", ".toylens-tmp."))] == []   # no staging left
 
 
 # --- 4. the dataset cache is verified ----------------------------------------------------------------
@@ -287,7 +289,7 @@ def test_weights_of_another_dtype_are_refused(tiny_runs, tmp_path, capsys, dtype
     import torch
     from safetensors.torch import load_file, save_file
 
-    from common.io import sha256_file
+    from common.jsonfiles import sha256_file
     from toylens.accuracy import main
 
     out = copy_runs(tiny_runs, tmp_path)

@@ -161,7 +161,7 @@ def test_non_finite_weights_or_outputs_are_said(tiny_runs, tmp_path, capsys, val
     import torch
     from safetensors.torch import load_file, save_file
 
-    from common.io import sha256_file
+    from common.jsonfiles import sha256_file
     from toylens.accuracy import main
 
     out = copy_runs(tiny_runs, tmp_path)
@@ -186,7 +186,7 @@ def test_ctrl_c_with_two_jobs_is_one_line(tiny_runs, tmp_path, command):
     else:
         out = copy_runs(tiny_runs, tmp_path)
         argv = ("probes.circuit", "report", str(out), "--jobs", "2")
-        ready = lambda: any(p.name.startswith(".report.new") for p in out.iterdir())   # noqa: E731
+        ready = lambda: any(p.name.startswith(".toylens-tmp.") and ".report.new" in p.name for p in out.iterdir())   # noqa: E731
     process = subprocess.Popen([sys.executable, "-m", *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                text=True, start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     deadline = time.monotonic() + 240

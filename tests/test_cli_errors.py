@@ -224,7 +224,7 @@ def in_process(main, argv, capsys) -> tuple[int, str]:
 
 
 def test_weights_of_another_model(tiny_runs, tmp_path, capsys):
-    from common.io import sha256_file
+    from common.jsonfiles import sha256_file
     from toylens.accuracy import main
 
     out = copy_runs(tiny_runs, tmp_path)

@@ -56,7 +56,7 @@ def test_spec_from_key_values():
 
 
 def test_spec_from_run_folder(tmp_path):
-    from common.io import write_json
+    from common.atomic import write_json
     from tasks.runs import run_sha256
 
     spec = SPECS[1]

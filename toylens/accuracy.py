@@ -15,6 +15,7 @@ def compare_runs_command(runs_dir: Path) -> None:
 
     models = compare_runs(runs_dir)
     print(accuracy_table(models))
+    print("(as measured after training; each run's weights were loaded and re-scored on held-out to check)")
     if (Path(runs_dir) / CONFIG).is_file():   # one run's own folder: summaries belong to runs folders
         print(f"\n{runs_dir} is a single run's folder; no {SUMMARY} written (point at its runs folder for one)")
         return
@@ -33,11 +34,11 @@ def locked_compare(runs_dir: Path) -> None:
 
 
 def main(argv=None) -> None:
-    from common.io import nonempty_path
+    from common.cli import folder_path
 
     parser = Parser(prog="python -m probes.accuracy",
                     description="Compare held-out accuracy of trained runs, with CIs over seeds.")
-    parser.add_argument("runs_dir", type=nonempty_path, nargs="?", default=Path("runs/winograd"))
+    parser.add_argument("runs_dir", type=folder_path, nargs="?", default=Path("runs/winograd"))
     args = parser.parse_args(argv)
     run_cli(locked_compare, args.runs_dir)
 

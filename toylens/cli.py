@@ -7,8 +7,8 @@ import dataclasses
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
-from common.cli import Parser, UsageError, positive_int, run_cli
-from common.io import nonempty_path, staging
+from common.atomic import staging
+from common.cli import Parser, UsageError, folder_path, positive_int, run_cli
 from tasks.registry import build_task, get_task_class, param_type, task_classes
 from tasks.validate import validate_family
 from toylens.workers import default_jobs
@@ -35,7 +35,7 @@ def add_train_arguments(parser: Parser, task_cls: type) -> None:
 def add_settings_arguments(parser: Parser, default_out: str) -> None:
     """Seeds, runs folder and the training settings a command may override."""
     parser.add_argument("--seeds", type=positive_int, default=3, help="train seeds 0..N-1 (default 3)")
-    parser.add_argument("--out", type=nonempty_path, help=f"runs folder (default {default_out})")
+    parser.add_argument("--out", type=folder_path, help=f"runs folder (default {default_out})")
     parser.add_argument("--steps", type=positive_int, help="hard step budget per run")
     parser.add_argument("--batch-size", type=positive_int)
     parser.add_argument("--lr", type=float)
@@ -123,7 +123,7 @@ def model_list(text: str | None, flag: str = "--models") -> list[str] | None:
 @contextmanager
 def writing_runs(out: Path, report: Path | None):
     """Hold the runs folder's lock, after refusing files in the way that toylens did not write."""
-    from common.io import check_publishable, claim_check
+    from common.ownership import check_publishable, claim_check
     from common.lock import folder_lock
     from probes.accuracy import SUMMARY
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from common.cli import Parser, UsageError, run_cli
-from common.io import atomic_write, check_replaceable, write_json
+from common.atomic import atomic_write, write_json
+from common.ownership import check_replaceable
 
 
 def slug(text: str) -> str:
@@ -51,11 +52,11 @@ def edges_command(runs_dir: Path, out: Path | None) -> None:
 
 
 def main(argv=None) -> None:
-    from common.io import nonempty_path  # an empty path would mean the current folder
+    from common.cli import folder_path
 
     parser = Parser(prog="python -m toylens.edges", description=__doc__.splitlines()[0])
-    parser.add_argument("runs_dir", type=nonempty_path)
-    parser.add_argument("--out", type=nonempty_path, default=None)
+    parser.add_argument("runs_dir", type=folder_path)
+    parser.add_argument("--out", type=folder_path, default=None)
     args = parser.parse_args(argv)
     if not args.runs_dir.is_dir():
         parser.error(f"{args.runs_dir} is not a folder of runs")

@@ -9,7 +9,6 @@ Ray is imported only by RayExecutor, so nothing else (and never `train`) pays it
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import time
 from collections import deque
@@ -17,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from common.cli import UsageError
-from toylens.workers import costliest_first, in_one_thread, spawn_pool, stop_workers
+from toylens.workers import costliest_first, how_it_ended, in_one_thread, spawn_pool, stop_workers
 
 ATTEMPTS = 2
 
@@ -35,19 +34,11 @@ def one_line(error: BaseException) -> str:
 
 
 def retire(pool) -> str:
-    """Shut down a one-process pool whose worker died; say how it ended. The exit status is read
-    from the pool's process table (private, as in stop_workers): the public error says only
-    "terminated abruptly", and "killed by signal 9" is what points at an OOM kill."""
+    """Shut down a one-process pool whose worker died; say how it ended (read from the pool's
+    process table, private as in stop_workers: the public error says only "terminated abruptly")."""
     processes = list((getattr(pool, "_processes", None) or {}).values())
     pool.shutdown(wait=True)
-    codes = [process.exitcode for process in processes if process.exitcode is not None]
-    if not codes:
-        how = "it ended abruptly"
-    elif codes[0] < 0:
-        how = f"killed by signal {-codes[0]}: {signal.strsignal(-codes[0])}"
-    else:
-        how = f"exit code {codes[0]}"
-    return f"WorkerDied: the worker process running it died ({how})"
+    return f"WorkerDied: the worker process running it died ({how_it_ended(processes)})"
 
 
 def renew(pools: list, slot: int) -> str:

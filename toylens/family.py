@@ -12,13 +12,16 @@ from pathlib import Path
 
 from models import ModelSpec, UsageError
 from models.checkpoint import CONFIG, FORMAT, WEIGHTS, save_checkpoint
-from common.io import check_replaceable, interrupted_write, read_json, remove, remove_tree, write_json
+from common.atomic import write_json
+from common.cli import check_not_too_broad
+from common.jsonfiles import read_json
+from common.ownership import check_replaceable, clean_leftovers, remove, remove_tree
 from tasks.base import Task
 from tasks.runs import (LOG, METRICS, command_argv, command_line, metrics_sha256, package_versions,
                         read_run_config, run_sha256)
 from tasks.settings import TrainSettings, settings_dict
 from tasks.validate import validate_family
-from toylens.workers import map_jobs
+from toylens.workers import WorkerDied, map_jobs
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,7 @@ def sized_spec(spec: ModelSpec, task: Task, batches: dict, context: int = 0, bat
 
 def plan_family(task: Task, model_names: list[str] | None, seeds: list[int], settings: TrainSettings,
                 out: Path) -> list[RunPlan]:
+    check_stable_vocabulary(task)
     return plan_models(task, validate_family(task), model_names, seeds, settings, out, "model(s)",
                        f" for task {task.name!r}")
 
@@ -64,6 +68,22 @@ def plan_models(task: Task, specs: dict[str, ModelSpec], names: list[str] | None
         raise UsageError(f"unknown {kind} {unknown}{owner}; known: {', '.join(specs)}")
     return [RunPlan(task, name, specs[name], seed, settings, Path(out) / name / f"seed{seed}")
             for name in names for seed in seeds]
+
+
+def check_stable_vocabulary(task: Task) -> None:
+    """Token ids are positions in the vocabulary, so one that changes between calls (a set turned
+    into a list, a random order) would train on one numbering and record another."""
+    if task.vocabulary() != task.vocabulary():
+        raise UsageError(f"task plugin {task.name!r}: vocabulary() returned a different list on a second call; "
+                         "it must return the same tokens in the same order every time (token ids are "
+                         "positions in it): sort it, or build it once in __init__")
+
+
+def runs_plugin_code(task: Task) -> bool:
+    """Whether training `task` runs code from outside toylens: a plugin's code can end its process
+    (os._exit, a signal, a crash in an extension), which in-process would end toylens with no
+    word, so such runs always train in worker processes whose death is reported."""
+    return not type(task).__module__.startswith("tasks.")
 
 
 def differences(recorded: dict, wanted: dict, prefix: str = "") -> list[str]:
@@ -104,6 +124,7 @@ def existing_status(plan: RunPlan, overwrite: bool, resume: bool = False) -> str
 
 
 def check_out_folder(out: Path, task: Task) -> None:
+    check_not_too_broad(out, "--out")
     if Path(out).exists() and not Path(out).is_dir():
         raise UsageError(f"--out {out} is a file, not a folder; choose a folder for the runs")
     for config_path in sorted(Path(out).rglob(CONFIG)) if Path(out).is_dir() else []:
@@ -155,9 +176,8 @@ def execute(plan: RunPlan, progress: bool = True, resume: bool = False,
     spec = sized_spec(plan.spec, plan.task, batches, plan.context, plan.settings.batch_size)
     model = build_model(spec, seed=plan.seed)
     config = continue_run(plan) if resume else start_run(plan, spec, command)
-    for temp in plan.run_dir.glob(".*.tmp"):  # left by a write that a kill interrupted
-        if interrupted_write(temp):
-            temp.unlink()
+    for folder in (plan.run_dir, plan.run_dir / SNAPSHOTS):   # temps a kill left mid-write
+        clean_leftovers(folder)
     result = train(model, batches["train"], batches["validation"], plan.settings, plan.seed,
                    log_path=plan.run_dir / LOG, progress=progress, snapshot_dir=plan.run_dir / SNAPSHOTS,
                    label=f"{plan.model_name} seed {plan.seed}", state_path=plan.run_dir / STATE,
@@ -213,12 +233,18 @@ def train_locked(plans: list[RunPlan], out: Path, overwrite: bool, progress: boo
         if status != "done" or report_out is not None:
             todo.append(TrainJob(plan, status == "resume", checkpoint_every, progress and jobs <= 1,
                                  train=status != "done", report_out=report_out))
+    task = plans[0].task
     try:
         results = map_jobs(train_job, todo, jobs, f"training {len(todo)} runs, {min(jobs, len(todo))} at a time",
-                           progress=progress and jobs > 1, on_result=report_run, cost=job_cost)
+                           progress=progress and jobs > 1, on_result=report_run, cost=job_cost,
+                           isolate=runs_plugin_code(task))
     except KeyboardInterrupt:
         raise KeyboardInterrupt(f"unfinished runs are kept; continue them from their last checkpoint "
                                 f"with: {resume_command()}") from None
+    except WorkerDied as died:
+        raise UsageError(f"task plugin {task.name!r} ({type(task).__module__}): a worker process training its runs "
+                         f"died ({died.how}): the task's code ended the process (os._exit, a signal) or the system "
+                         f"killed it (out of memory?); fix the plugin, then continue with: {resume_command()}") from None
     measured = {job.plan.run_dir: result for job, (_, result) in zip(todo, results)}
     return [measured.get(plan.run_dir) for plan in plans]
 

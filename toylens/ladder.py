@@ -8,7 +8,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from common.cli import Parser, UsageError, positive_int, run_cli
-from common.io import claim_check, write_json
+from common.atomic import write_json
+from common.ownership import claim_check
 from probes.chapter.ladder import LABELS, ladder_specs
 from toylens.family import plan_models
 

@@ -27,7 +27,8 @@ def report_command(runs_dir: Path, out: Path | None, jobs: int = 1, device: str 
     from functools import partial
 
     from common.cli import UsageError
-    from common.io import check_publishable, staging
+    from common.atomic import staging
+    from common.ownership import check_publishable
     from common.lock import folder_lock
     from models.checkpoint import CONFIG
     from probes.accuracy import family_order
@@ -59,7 +60,7 @@ def publish_report(measured: list, out: Path, task: str, staged: Path | None = N
     """Write and summarise the report from each run's `measure_for_report` result (in report order).
     With `staged` (the folder the runs' figures were drawn into), the report is completed there and
     then swapped in for `out` as a whole, so no reader sees a half-written or mixed report."""
-    from common.io import publish_folder
+    from common.atomic import publish_folder
     from probes.report.measure import render_parts
     from probes.report.document import write_report
     from probes.settings import DEFAULT
@@ -76,16 +77,16 @@ def publish_report(measured: list, out: Path, task: str, staged: Path | None = N
 
 def main(argv=None) -> None:
     from common.cli import Parser, device_name, positive_int, run_cli
-    from common.io import nonempty_path
+    from common.cli import folder_path
     from toylens.workers import default_jobs
 
     parser = Parser(prog="python -m probes.circuit",
                     description="Trace which heads, at which positions, decide a task's answer.")
     commands = parser.add_subparsers(dest="command", required=True)
     report = commands.add_parser("report", help="analyse every run in RUNS_DIR and write RUNS_DIR/report/")
-    report.add_argument("runs_dir", type=nonempty_path, nargs="?", default=Path("runs/winograd"),
+    report.add_argument("runs_dir", type=folder_path, nargs="?", default=Path("runs/winograd"),
                         help="a task's runs folder (default: runs/winograd)")
-    report.add_argument("--out", type=nonempty_path, default=None, help="report folder (default: RUNS_DIR/report)")
+    report.add_argument("--out", type=folder_path, default=None, help="report folder (default: RUNS_DIR/report)")
     report.add_argument("--jobs", type=positive_int, default=default_jobs(),
                         help="runs analysed at a time, each in its own process (default: the CPU cores)")
     report.add_argument("--device", type=device_name, default=None,

@@ -59,7 +59,8 @@ def measure_trained(task, widths, seeds, steps: int, every: int, out: Path, jobs
 
 def scaling_command(task_name: str, widths, seeds, steps: int, every: int, jobs: int, init_only: bool,
                     out: Path, overwrite: bool) -> None:
-    from common.io import claim_check, write_json
+    from common.atomic import write_json
+    from common.ownership import claim_check
     from probes.report.figures import save
     from tasks.registry import get_task_class
 
@@ -87,7 +88,7 @@ def scaling_command(task_name: str, widths, seeds, steps: int, every: int, jobs:
 
 
 def main(argv=None) -> None:
-    from common.io import nonempty_path  # an empty path would mean the current folder
+    from common.cli import folder_path
 
     parser = Parser(prog="python -m probes.chapter.scaling",
                     description="sqrt(d_k): scores, saturation, entropy and gradients, at init and in training.")
@@ -99,7 +100,7 @@ def main(argv=None) -> None:
     parser.add_argument("--jobs", type=positive_int, default=2)
     parser.add_argument("--init-only", action="store_true", help="skip training")
     parser.add_argument("--overwrite", action="store_true", help="retrain runs already in --out")
-    parser.add_argument("--out", type=nonempty_path, default=OUT)
+    parser.add_argument("--out", type=folder_path, default=OUT)
     args = parser.parse_args(argv)
     if args.seeds > MAX_SEEDS:   # before the list of seeds fills memory
         parser.error(f"--seeds {args.seeds} is absurd; use at most {MAX_SEEDS}")

@@ -16,8 +16,7 @@ import typing
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from common.cli import UsageError
-from common.io import nonempty_path
+from common.cli import UsageError, folder_path
 from models import ModelSpec
 from tasks.runs import MAX_SEED
 from tasks.settings import TrainSettings
@@ -147,7 +146,7 @@ def plan_sweep(task_cls: type, params: dict, training: dict, models: list[str] |
 
 
 def write_points(runs: list[SweepRun], out: Path) -> None:
-    from common.io import write_json
+    from common.atomic import write_json
     from probes.census import POINT_FIELDS, read_object
 
     for point, values in {run.point: run.values for run in runs}.items():
@@ -167,7 +166,7 @@ def add_sweep_arguments(parser, task_cls: type) -> None:
     parser.add_argument("--grid", nargs="+", default=[], metavar="KEY=V1,V2",
                         help="values to sweep: training settings, task parameters or model-spec fields, "
                              "e.g. --grid d_model=64,128 lr=1e-3,3e-3 (every combination is a grid point)")
-    parser.add_argument("--out", type=nonempty_path, help=f"sweep folder (default runs/sweeps/{task_cls.name})")
+    parser.add_argument("--out", type=folder_path, help=f"sweep folder (default runs/sweeps/{task_cls.name})")
     parser.add_argument("--steps", type=positive_int, help="hard step budget per run")
     parser.add_argument("--batch-size", type=positive_int)
     parser.add_argument("--lr", type=float)

@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from common.cli import UsageError
-from common.io import MANIFEST, atomic_write, check_replaceable, remove, write_json
+from common.atomic import atomic_write, write_json
+from common.ownership import MANIFEST, check_replaceable, remove
 from models.checkpoint import CONFIG
 from tasks.runs import METRICS
 
@@ -82,7 +83,10 @@ def run_sweep(runs: list[SweepRun], out: Path, executor, command: str, resume: b
     from common.lock import folder_lock
     from toylens.family import check_out_folder
 
+    from probes.census import check_census_files
+
     check_out_folder(out, runs[0].plan.task)
+    check_census_files(out)   # the census after training reads and writes these
     with folder_lock(out, "runs folder"):
         return sweep_locked(runs, out, executor, command, resume, overwrite, progress, write)
 

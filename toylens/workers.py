@@ -9,7 +9,10 @@ whole jobs running side by side, so results are the same whatever the number of 
 from __future__ import annotations
 
 import os
+import signal
 from typing import Callable, Iterable
+
+from common.cli import UsageError
 
 
 def default_jobs() -> int:
@@ -58,6 +61,30 @@ def costliest_first(items: list, cost: Callable | None) -> list[int]:
     return sorted(indices, key=lambda i: -cost(items[i])) if cost else list(indices)
 
 
+class WorkerDied(UsageError):
+    """A worker process ended without returning its job's result; `how` says how it ended."""
+
+    def __init__(self, how: str, desc: str):
+        super().__init__(f"a worker process died ({how}) while {desc}: the system killed it (out of memory?) "
+                         "or code it ran ended it (os._exit, a signal)")
+        self.how = how
+
+
+def how_it_ended(processes: list) -> str:
+    """How dead worker processes ended, in words: "killed by signal 9: Killed" is what points at an
+    out-of-memory kill or a SIGKILL, "exit code 0" at an os._exit."""
+    for process in processes:
+        process.join(timeout=5)
+    codes = [process.exitcode for process in processes if process.exitcode is not None]
+    # When one worker dies the pool terminates the others (SIGTERM): name the one that died.
+    codes = [code for code in codes if code != -signal.SIGTERM] or codes
+    if not codes:
+        return "it ended abruptly"
+    if codes[0] < 0:
+        return f"killed by signal {-codes[0]}: {signal.strsignal(-codes[0])}"
+    return f"exit code {codes[0]}"
+
+
 def spawn_pool(workers: int):
     """A pool of `workers` spawned processes (fork after torch has started its thread pool can
     hang) that end with this process."""
@@ -69,11 +96,13 @@ def spawn_pool(workers: int):
 
 
 def map_jobs(function: Callable, items: Iterable, jobs: int, desc: str, progress: bool = True,
-             on_result: Callable | None = None, cost: Callable | None = None) -> list:
-    """`[function(item) for item in items]`, each in one torch thread; with jobs > 1, `jobs` at a
-    time in spawned processes, the highest `cost(item)` first. One bar counts finished jobs;
-    `on_result(item, result, write)` sees each result as it arrives."""
+             on_result: Callable | None = None, cost: Callable | None = None, isolate: bool = False) -> list:
+    """`[function(item) for item in items]`, each in one torch thread; with jobs > 1 (or `isolate`),
+    `jobs` at a time in spawned processes, the highest `cost(item)` first. One bar counts finished
+    jobs; `on_result(item, result, write)` sees each result as it arrives. A worker process that
+    dies (os._exit or a signal in the job's code, an out-of-memory kill) is WorkerDied."""
     from concurrent.futures import as_completed
+    from concurrent.futures.process import BrokenProcessPool
 
     from tqdm.auto import tqdm
 
@@ -88,16 +117,20 @@ def map_jobs(function: Callable, items: Iterable, jobs: int, desc: str, progress
         bar.update()
 
     try:
-        if jobs <= 1 or len(items) <= 1:
+        if not isolate and (jobs <= 1 or len(items) <= 1):
             for index, item in enumerate(items):
                 record(index, in_one_thread(function, item))
             return results
-        pool = spawn_pool(min(jobs, len(items)))
+        pool = spawn_pool(max(1, min(jobs, len(items))))
         try:
             futures = {pool.submit(in_one_thread, function, items[index]): index
                        for index in costliest_first(items, cost)}
-            for future in as_completed(futures):
-                record(futures[future], future.result())
+            processes = list((getattr(pool, "_processes", None) or {}).values())  # private, as in stop_workers
+            try:
+                for future in as_completed(futures):
+                    record(futures[future], future.result())
+            except BrokenProcessPool:
+                raise WorkerDied(how_it_ended(processes), desc) from None
         except KeyboardInterrupt:
             stop_workers(pool)
             raise

@@ -226,7 +226,8 @@ def cost_figure(result: CostResult):
 
 
 def cost_command(max_len: int, budget: float, out: Path) -> None:
-    from common.io import claim_check, write_json
+    from common.atomic import write_json
+    from common.ownership import claim_check
     from probes.report.figures import save
 
     if max_len < 128:
@@ -247,14 +248,14 @@ def cost_command(max_len: int, budget: float, out: Path) -> None:
 
 
 def main(argv=None) -> None:
-    from common.io import nonempty_path  # an empty path would mean the current folder
+    from common.cli import folder_path
 
     parser = Parser(prog="python -m probes.chapter.cost",
                     description="Attention's time and memory against sequence length, with fitted exponents.")
     parser.add_argument("--max-len", type=positive_int, default=4096, help="longest sequence (default 4096)")
     parser.add_argument("--budget", type=float, default=1.0,
                         help="stop doubling once a forward takes longer than this many seconds")
-    parser.add_argument("--out", type=nonempty_path, default=OUT)
+    parser.add_argument("--out", type=folder_path, default=OUT)
     args = parser.parse_args(argv)
     run_cli(cost_command, args.max_len, args.budget, args.out)
 

@@ -176,7 +176,7 @@ def params_figure(result: ParamCount):
 
 
 def params_command(items: list[str], out: Path) -> None:
-    from common.io import write_json
+    from common.atomic import write_json
     from probes.report.figures import save
 
     spec = spec_from_args(items)
@@ -194,12 +194,12 @@ def params_command(items: list[str], out: Path) -> None:
 
 
 def main(argv=None) -> None:
-    from common.io import nonempty_path  # an empty path would mean the current folder
+    from common.cli import folder_path
 
     parser = Parser(prog="python -m probes.chapter.params",
                     description="Parameters per component of a model spec, counted and by formula.")
     parser.add_argument("spec", nargs="+", help="gpt2, a run folder, or ModelSpec fields as key=value")
-    parser.add_argument("--out", type=nonempty_path, default=OUT)
+    parser.add_argument("--out", type=folder_path, default=OUT)
     args = parser.parse_args(argv)
     run_cli(params_command, args.spec, args.out)
 

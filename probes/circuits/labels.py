@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from common.io import check_fields
+from common.jsonfiles import check_fields
 
 CIRCUIT = "circuit.json"
 # circuit.json's fields and their types: a stored file is checked before a census counts it.

@@ -9,7 +9,7 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.io import atomic_write, write_json
+from common.atomic import atomic_write, write_json
 from probes.report.parts import Section, jsonable
 from probes.report.render import md_table
 from probes.settings import ReportSettings

@@ -70,7 +70,7 @@ def plot_dynamics(results: list[Dynamics]):
 
 def write_dynamics(results: list[Dynamics], out: Path) -> dict[str, Path]:
     """dynamics.json and one figure per model in `out`; returns {model: figure path}."""
-    from common.io import write_json
+    from common.atomic import write_json
     from probes.report.figures import save
 
     out = Path(out)
@@ -117,11 +117,11 @@ def dynamics_command(runs_dir: Path) -> None:
 
 
 def main(argv=None) -> None:
-    from common.io import nonempty_path  # an empty path would mean the current folder
+    from common.cli import folder_path
 
     parser = Parser(prog="python -m probes.report.dynamics",
                     description="Replay training snapshots: scored vs other loss, head scores, phase change.")
-    parser.add_argument("runs_dir", type=nonempty_path, nargs="?", default=Path("runs/induction"))
+    parser.add_argument("runs_dir", type=folder_path, nargs="?", default=Path("runs/induction"))
     args = parser.parse_args(argv)
     run_cli(dynamics_command, args.runs_dir)
 

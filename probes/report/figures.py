@@ -97,7 +97,7 @@ def run_figure(analysis):
 
 
 def save(fig, path) -> None:
-    from common.io import atomic_write
+    from common.atomic import atomic_write
 
     # The temp file's suffix is .tmp, so the image format is named explicitly. PNG compression
     # level 1: a third of a run figure's time went to level 6, for files 4% smaller (measured).

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from models.components import Head
 from probes.circuits.search import Circuit, Node, search_circuit
+
+if TYPE_CHECKING:
+    from probes.circuits.labels import CircuitSummary
 
 
 @dataclass(frozen=True)

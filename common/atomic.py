@@ -1,0 +1,102 @@
+"""Files and folders written whole or not at all: written in a toylens temp folder beside the
+target (`.toylens-tmp.<pid>.<name>.XXXX`), then renamed into place, so a reader (or a run resumed
+after a kill) never sees half of one. Whatever a writer makes on the way (safetensors writes a
+`.tmpXXXXXX` of its own before renaming it to the name it was given) lands inside that folder, so
+a kill at any moment leaves only a toylens temp, which the next write into that folder deletes."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+from common.jsonfiles import json_text
+from common.ownership import (TEMP, adopt_all, check_publishable, claim_check, clean_leftovers, record,
+                              remove_tree, version_of)
+
+
+def atomic_write(path: Path, write, grows: bool = False) -> None:
+    """Call `write(temp_path)` and rename the result over `path`: readers never see half a file.
+    Refuses (UsageError) to replace a file toylens did not write. `grows`: toylens appends to the
+    file afterwards (a log), so what it vouches for is the file's start."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    claim_check(path)
+    clean_leftovers(path.parent)
+    with temp_folder(path.parent, path.name) as folder:
+        temp = folder / path.name
+        try:
+            write(temp)
+        except Exception as error:  # noqa: BLE001
+            raise as_disk_full(error) from None
+        os.chmod(temp, 0o666 & ~current_umask())  # safetensors makes 0600; give the usual permissions
+        record(path, version_of(temp), grows)
+        os.replace(temp, path)
+
+
+@contextmanager
+def temp_folder(parent: Path, name: str):
+    """A new folder in `parent` named as toylens's temp for `name`, deleted afterwards."""
+    folder = Path(tempfile.mkdtemp(dir=parent, prefix=f"{TEMP}{os.getpid()}.{name}."))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def as_disk_full(error: Exception) -> Exception:
+    """Writers other than Python's own (safetensors, matplotlib) report a full disk as their own
+    error type; make it the OSError run_cli turns into one line."""
+    if isinstance(error, OSError):
+        return error
+    text = str(error)
+    for code, words in ((errno.ENOSPC, "No space left"), (errno.EFBIG, "File too large"),
+                        (errno.EDQUOT, "quota")):
+        if words in text:
+            return OSError(code, f"{os.strerror(code)} while writing ({type(error).__name__})")
+    return error
+
+
+def current_umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
+
+def write_json(path: Path, payload) -> None:
+    atomic_write(path, lambda temp: Path(temp).write_text(json_text(payload)))
+
+
+def publish_folder(staged: Path, out: Path) -> None:
+    """Swap a completely written folder `staged` in for `out` (a report): readers find the old
+    folder, the new one, or (for the instant between two renames) none, never a mix."""
+    staged, out = Path(staged), Path(out)
+    check_publishable(out, "folder")
+    adopt_all(staged)
+    old = out.with_name(f"{TEMP}{os.getpid()}.{out.name}.old")
+    if out.exists():
+        os.replace(out, old)
+    os.replace(staged, out)
+    if old.exists():
+        remove_tree(old)
+    clean_leftovers(out.parent)   # a swap or a staging folder a kill interrupted
+
+
+@contextmanager
+def staging(out: Path):
+    """A new empty toylens temp folder beside `out` to write a folder's contents into before
+    publish_folder; removed if the work fails or is interrupted (or, after a kill, by the next
+    write beside it)."""
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    clean_leftovers(Path(out).parent)
+    staged = Path(tempfile.mkdtemp(dir=Path(out).parent, prefix=f"{TEMP}{os.getpid()}.{Path(out).name}.new."))
+    os.chmod(staged, 0o777 & ~current_umask())  # mkdtemp makes 0700; the published folder is a normal one
+    try:
+        yield staged
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise

@@ -1,0 +1,94 @@
+"""JSON written and read the one way (strict: no NaN), schema checks for stored JSON, and file
+checksums: every file toylens reads is untrusted until it passes these."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+
+from common.cli import UsageError
+
+MAX_JSON_BYTES = 64 * 1024 * 1024   # no file toylens writes comes near this; refuse before reading
+
+
+def strict(value):
+    """`value` with every NaN and infinity as None (null): strict JSON readers (JavaScript, jq)
+    refuse the bare NaN Python writes, and a measurement that does not exist is null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: strict(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict(item) for item in value]
+    return value
+
+
+def json_text(payload) -> str:
+    """The text write_json stores: strict JSON, indented, sorted keys."""
+    return json.dumps(strict(payload), indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+
+def read_json(path: Path, fix: str):
+    """The JSON value in `path`; anything that is not (too big, not UTF-8, not JSON, nested too
+    deep for the parser) is a UsageError naming `fix`."""
+    path = Path(path)
+    if path.stat().st_size > MAX_JSON_BYTES:
+        raise UsageError(f"{path} is {path.stat().st_size} bytes, more than any toylens JSON file "
+                         f"({MAX_JSON_BYTES}); {fix}")
+    try:
+        return json.loads(path.read_text())
+    except ValueError as error:   # not UTF-8, not JSON, or an integer past Python's 4300-digit limit
+        raise UsageError(f"{path} is not valid JSON ({getattr(error, 'msg', error)}); {fix}") from None
+    except RecursionError:
+        raise UsageError(f"{path} is nested too deeply to be a toylens file; {fix}") from None
+
+
+def check_fields(data, types: dict, where: str, fix: str, nullable=()) -> dict:
+    """`data` if it is a JSON object of known fields, each of exactly the type `types` gives it (int
+    and float exclude true and false, float excludes NaN and infinity, list means a list of
+    strings; a field in `nullable` may also be null); else a UsageError naming the field and `fix`."""
+    if not isinstance(data, dict):
+        raise UsageError(f"{where} must be a JSON object; {fix}")
+    unknown = sorted(set(data) - set(types))
+    if unknown:
+        raise UsageError(f"{where} has unknown field(s) {unknown}; {fix}")
+    for name, value in data.items():
+        if not (value is None and name in nullable or of_type(value, types[name])):
+            raise UsageError(f"{where}: {name} must be {TYPE_WORDS[types[name]]}, got {short(value)}; {fix}")
+    return data
+
+
+def short(value) -> str:
+    """A stored value as an error message quotes it: its repr, cut at 60 characters."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+TYPE_WORDS = {str: "a string", int: "an integer", float: "a finite number", bool: "true or false",
+              dict: "an object", list: "a list of strings"}
+
+
+def of_type(value, kind: type) -> bool:
+    if isinstance(value, bool) and kind is not bool:
+        return False
+    if kind is float:
+        return isinstance(value, (int, float)) and math.isfinite(value)
+    if kind is list:
+        return isinstance(value, list) and all(isinstance(item, str) for item in value)
+    return isinstance(value, kind)
+
+
+def canonical_sha256(payload) -> str:
+    """SHA-256 of a JSON value written one canonical way (sorted keys, no spaces, NaN as null, as
+    write_json stores it)."""
+    return hashlib.sha256(json.dumps(strict(payload), sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
