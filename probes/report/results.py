@@ -1,0 +1,261 @@
+"""`python -m probes.report.results RUNS_DIR [RUNS_DIR ...] --out docs/results`: the results pages.
+
+Every number on a page is read from what the runs stored, never typed, so a page cannot drift from
+the code that measured it: regenerate it rather than edit it. A family's runs folder (trained by
+`python -m tasks.<task> train --report`) gives OUT/<task>.md: the accuracy comparison (each run's
+metrics.json), the circuit report's summary and figures (RUNS_DIR/report/report.json). A sweep's
+folder (`python -m tasks.<task> sweep`) gives OUT/census-<task>.md, the circuit census of its runs.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import shlex
+import shutil
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from common.cli import UsageError
+from common.io import atomic_write, check_fields, read_json
+from probes.report.document import md_table
+from probes.report.words import pct
+
+REPORT = Path("report") / "report.json"
+POINT = "point.json"        # written by a sweep beside each grid point's runs
+FIGURES = "figures"
+SPEC_SHOWN = ("n_layers", "d_model", "n_heads", "attention", "positions", "mlp", "norm")
+
+
+@dataclass(frozen=True)
+class Page:
+    name: str                                    # the page's file name in OUT
+    markdown: str
+    figures: tuple[tuple[str, Callable], ...] = ()   # (name under OUT/figures, write(temp_path))
+
+
+# ---- reading what the runs stored -------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StoredReport:
+    """The parts of report.json a page shows, type-checked."""
+
+    task: str
+    summary: tuple[str, ...]
+    runs: tuple[tuple[str, int], ...]     # (model, seed) of every run the report analysed
+    figures: tuple[tuple[str, str], ...]  # (caption, path relative to the report folder)
+
+
+def read_report(runs_dir: Path) -> StoredReport:
+    path = Path(runs_dir) / REPORT
+    fix = f"write it with python -m probes.circuit report {runs_dir}"
+    if not path.is_file():
+        raise UsageError(f"{path} does not exist; {fix}")
+    data = read_json(path, fix)
+    if not isinstance(data, dict):
+        raise UsageError(f"{path} must be a JSON object; {fix}")
+    summary, runs = data.get("summary"), data.get("runs")
+    if not isinstance(data.get("task"), str) or not (isinstance(summary, list) and all(isinstance(s, str) for s in summary)):
+        raise UsageError(f"{path}: task (a string) or summary (a list of strings) is missing or wrong; {fix}")
+    if not isinstance(runs, list) or not runs:
+        raise UsageError(f"{path}: runs must be a non-empty list; {fix}")
+    analysed, figures = [], []
+    for index, run in enumerate(runs):
+        where = f"{path}: runs[{index}]"
+        if not isinstance(run, dict):
+            raise UsageError(f"{where} must be a JSON object; {fix}")
+        fields = {k: run.get(k) for k in ("model_name", "seed", "figure")}
+        check_fields(fields, {"model_name": str, "seed": int, "figure": str}, where, fix, nullable=("figure",))
+        analysed.append((fields["model_name"], fields["seed"]))
+        if fields["figure"]:
+            figures.append((f"{fields['model_name']} seed {fields['seed']}", figure_path(fields["figure"], where, fix)))
+    for index, edge in enumerate(data.get("edge_circuits") or []):
+        where = f"{path}: edge_circuits[{index}]"
+        if not isinstance(edge, dict):
+            raise UsageError(f"{where} must be a JSON object; {fix}")
+        fields = {k: edge.get(k) for k in ("model_name", "seed", "figure")}
+        check_fields(fields, {"model_name": str, "seed": int, "figure": str}, where, fix, nullable=("figure",))
+        if fields["figure"]:
+            figures.append((f"{fields['model_name']} seed {fields['seed']}, edge circuit",
+                            figure_path(fields["figure"], where, fix)))
+    return StoredReport(data["task"], tuple(summary), tuple(analysed), tuple(figures))
+
+
+def figure_path(text: str, where: str, fix: str) -> str:
+    """A figure the report wrote into its own figures/ folder; anything else (an absolute path,
+    `..`) would copy a file the report did not write."""
+    parts = Path(text).parts
+    if len(parts) != 2 or parts[0] != FIGURES or not text.endswith(".png") or parts[1].startswith("."):
+        raise UsageError(f"{where}: figure {text!r} is not a figures/NAME.png of the report; {fix}")
+    return text
+
+
+# ---- a family's page ----------------------------------------------------------------------------
+
+def steps_text(runs) -> str:
+    """Steps per stop reason, e.g. '125-800 (validation solved)'."""
+    by_reason = defaultdict(list)
+    for run in runs:
+        by_reason[run.metrics["stop_reason"]].append(run.metrics["steps"])
+    return "; ".join(f"{min(s)}" + (f"-{max(s)}" if max(s) != min(s) else "") + f" ({reason})"
+                     for reason, s in by_reason.items())
+
+
+def interval_text(interval) -> str:
+    if interval.low != interval.low:   # NaN: one seed has no interval
+        return pct(interval.value, 1)
+    return f"{pct(interval.value, 1)} [{pct(interval.low, 1)}, {pct(interval.high, 1)}]"
+
+
+def accuracy_section(models, runs) -> str:
+    from probes.report.render import health_lines
+
+    rows = []
+    for m in models:
+        seeds = ", ".join(pct(r.splits["heldout"].accuracy.value, 1) for r in m.runs)
+        mine = [run for run in runs if run.model_name == m.model_name]
+        rows.append([m.model_name, len(m.seeds), interval_text(m.heldout), seeds, pct(m.heldout_foil_rate.value, 1),
+                     pct(m.train.value, 1), f"{m.shuffle_max_logit_change:.1e}", steps_text(mine)])
+    sizes = sorted({r.splits["heldout"].n for m in models for r in m.runs})
+    n = f"{sizes[0]:,}" if len(sizes) == 1 else f"{sizes[0]:,}-{sizes[-1]:,}"
+    table = md_table(["model", "seeds", "held-out, mean [95% t interval over seeds]", "per seed",
+                      "wrong answer (foil), mean", "train, mean", "shuffle max abs dlogit", "steps (stop reason)"], rows)
+    health = "".join(f"\n\n{line.strip()}" for line in health_lines(models))
+    return (f"Held-out accuracy at the scored positions, n = {n} per run (each run's metrics.json, measured "
+            "after training; per-seed Wilson intervals are in `python -m probes.accuracy RUNS_DIR`). The "
+            "shuffle test permutes each held-out prefix before the scored position and reports the largest "
+            f"change of a scored logit (0 = order-blind).\n\n{table}{health}")
+
+
+def setup_section(runs, order: list[str]) -> str:
+    """The task's parameters, the training settings and each model's spec, as config.json records them."""
+    def settings(key):
+        values = list(dict.fromkeys(json.dumps(run.config[key]["params"] if key == "task" else run.config[key],
+                                               sort_keys=True) for run in runs))
+        return "; ".join(", ".join(f"{k}={v}" for k, v in json.loads(text).items()) or "(none)" for text in values)
+
+    specs = {run.model_name: run.config["spec"] for run in runs}
+    rows = [[name] + [specs[name].get(key, "-") for key in SPEC_SHOWN] for name in order]
+    return (f"Task parameters: {settings('task')}.\n\nTraining settings: {settings('training')}.\n\n"
+            + md_table(["model", *SPEC_SHOWN], rows))
+
+
+def family_page(runs_dir: Path, made_by: str) -> Page:
+    from probes.accuracy import compare_runs
+    from tasks.runs import find_runs
+
+    runs_dir = Path(runs_dir)
+    report = read_report(runs_dir)
+    runs = find_runs(runs_dir)
+    found = {(run.model_name, run.seed) for run in runs}
+    if set(report.runs) != found:
+        raise UsageError(f"{runs_dir / REPORT} analysed other runs than {runs_dir} holds "
+                         f"({len(report.runs)} against {len(found)}); rewrite it with python -m probes.circuit "
+                         f"report {runs_dir}")
+    task = runs[0].task
+    if report.task != task.name:
+        raise UsageError(f"{runs_dir / REPORT} is a report of task {report.task!r}, the runs are {task.name!r}; "
+                         f"rewrite it with python -m probes.circuit report {runs_dir}")
+    figures = tuple((f"{task.name}-{Path(path).name}", copier(runs_dir / "report" / path)) for _, path in report.figures)
+    models = compare_runs(runs_dir)
+    accuracy = accuracy_section(models, runs)
+    commands = list(dict.fromkeys(run.config.get("command", "(not recorded)") for run in runs))
+    text = [f"# Results: {task.name}", "",
+            f"Made by `{made_by}` from the {len(runs)} runs in `{runs_dir}` and their circuit report "
+            f"(`{runs_dir / REPORT}`); every number below is read from those files. Regenerate this page "
+            "rather than edit it.", "",
+            "The runs were trained with " + ", ".join(f"`{c}`" for c in commands) + ".", "",
+            "## Setup", "", task_words(task), "", setup_section(runs, [m.model_name for m in models]), "",
+            "## Accuracy", "", accuracy, "",
+            "## The circuit report's summary", "",
+            "Each line as the report states it; the report's own header (`report/report.md`) gives the "
+            "examples each number is measured on and its scale.", "",
+            *[f"- {line}" for line in report.summary if line not in accuracy], ""]
+    if figures:
+        text += ["## Figures", ""]
+        for (caption, _), (target, _) in zip(report.figures, figures):
+            text += [f"![{caption}]({FIGURES}/{target})", ""]
+    return Page(f"{task.name}.md", "\n".join(text), figures)
+
+
+def task_words(task) -> str:
+    """The task plugin's own description: its class docstring, then its module's."""
+    parts = [inspect.getdoc(type(task)), inspect.getdoc(inspect.getmodule(type(task)))]
+    return "\n\n".join(part for part in parts if part) or f"Task {task.name!r} (no description in its module)."
+
+
+def copier(source: Path) -> Callable:
+    if source.is_symlink() or not source.is_file():
+        raise UsageError(f"{source} is not a figure file the report wrote; rewrite the report")
+    return lambda temp: shutil.copyfile(source, temp)
+
+
+# ---- a sweep's page ---------------------------------------------------------------------------
+
+def census_page(runs_dir: Path, made_by: str) -> Page:
+    from probes.census import draw, markdown, take_census
+    from tasks.runs import find_runs
+
+    runs_dir = Path(runs_dir)
+    groups = take_census(runs_dir)
+    task = find_runs(runs_dir)[0].task.name
+    figure = f"census-{task}.png"
+    title, body = markdown(groups, f"{FIGURES}/{figure}").split("\n", 1)
+    text = "\n".join([f"{title}: {task}", "",
+                      f"Made by `{made_by}` from the sweep in `{runs_dir}` ({sum(g.finished for g in groups)} "
+                      "finished runs); every number below is read from its runs' stored files. Regenerate "
+                      "this page rather than edit it.", body])
+    return Page(f"census-{task}.md", text, ((figure, lambda temp: draw(groups, Path(temp))),))
+
+
+def is_sweep(runs_dir: Path) -> bool:
+    return any(Path(runs_dir).glob(f"*/{POINT}"))
+
+
+# ---- writing ------------------------------------------------------------------------------------
+
+def write_pages(pages: list[Page], out: Path) -> list[Path]:
+    from common.io import claim_check
+
+    out = Path(out)
+    for target in [out / p.name for p in pages] + [out / FIGURES / name for p in pages for name, _ in p.figures]:
+        claim_check(target)   # refuse before anything is written
+    written = []
+    for page in pages:
+        for name, write in page.figures:
+            atomic_write(out / FIGURES / name, write)
+        atomic_write(out / page.name, lambda temp, page=page: Path(temp).write_text(page.markdown + "\n"))
+        written.append(out / page.name)
+    return written
+
+
+def results_command(runs_dirs: list[Path], out: Path, made_by: str) -> None:
+    pages = [census_page(d, made_by) if is_sweep(d) else family_page(d, made_by) for d in runs_dirs]
+    names = [p.name for p in pages]
+    if len(set(names)) < len(names):
+        raise UsageError(f"two of these folders would write the same page ({names}); give one folder per task "
+                         "and kind (a family, a sweep)")
+    for path in write_pages(pages, out):
+        print(f"wrote {path}")
+
+
+def main(argv=None) -> None:
+    from common.cli import Parser, run_cli
+    from common.io import nonempty_path
+
+    argv = sys.argv[1:] if argv is None else argv
+    parser = Parser(prog="python -m probes.report.results",
+                    description="Write results pages (markdown + figures) from trained runs and their reports.")
+    parser.add_argument("runs_dirs", type=nonempty_path, nargs="+",
+                        help="a family's runs folder (with its report) or a sweep's folder")
+    parser.add_argument("--out", type=nonempty_path, default=Path("docs/results"), help="default docs/results")
+    args = parser.parse_args(argv)
+    made_by = shlex.join(["python", "-m", "probes.report.results", *argv])
+    run_cli(results_command, args.runs_dirs, args.out, made_by)
+
+
+if __name__ == "__main__":
+    main()
