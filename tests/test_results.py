@@ -49,9 +49,14 @@ def test_the_page_shows_what_the_runs_and_the_report_stored(reported, tmp_path):
         assert f"| {run.model_name} | {run.config['spec']['n_layers']} | {run.config['spec']['d_model']} |" in text
     assert f"lr={run.config['training']['lr']}" in text and "nouns=8" in text
     for figure in (reported / "report" / "figures").glob("*.png"):
-        copied = tmp_path / "figures" / f"winograd-{figure.name}"
-        assert copied.read_bytes() == figure.read_bytes() and f"](figures/{copied.name})" in text
-    assert page_of(reported, tmp_path) == text       # regenerating is idempotent
+        copied = tmp_path / "figures" / "winograd" / figure.name
+        assert copied.read_bytes() == figure.read_bytes() and f"](figures/winograd/{copied.name})" in text
+    from common.io import claim
+
+    claim(tmp_path / "figures" / "winograd" / "gone.png")        # as if an earlier page had drawn it
+    (tmp_path / "figures" / "winograd" / "gone.png").write_bytes(b"")
+    assert page_of(reported, tmp_path) == text       # regenerating gives the same page ...
+    assert not (tmp_path / "figures" / "winograd" / "gone.png").exists()   # ... and drops figures it no longer shows
 
 
 def test_a_sweep_folder_gives_its_census_page(reported, tmp_path):
@@ -61,10 +66,11 @@ def test_a_sweep_folder_gives_its_census_page(reported, tmp_path):
     from probes.report.results import results_command
 
     results_command([sweep], tmp_path / "out", "python -m probes.report.results (test)")
-    text = (tmp_path / "out" / "census-winograd.md").read_text()
-    assert text.startswith("# Circuit census: winograd") and "(1 finished runs)" in text
+    text = (tmp_path / "out" / "census-sweep.md").read_text()
+    assert text.startswith("# Circuit census: winograd, sweep") and "(1 finished runs)" in text
     assert "| not traced (no circuit.json) | 1/1 |" in text
-    assert (tmp_path / "out" / "figures" / "census-winograd.png").stat().st_size > 1000
+    assert (tmp_path / "out" / "figures" / "census-sweep" / "census.png").stat().st_size > 1000
+    assert "](figures/census-sweep/census.png)" in text
 
 
 def test_a_report_of_other_runs_is_refused(reported, tmp_path):

@@ -9,8 +9,10 @@ folder (`python -m tasks.<task> sweep`) gives OUT/census-<task>.md, the circuit 
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
+import math
 import shlex
 import shutil
 import sys
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from common.cli import UsageError
-from common.io import atomic_write, check_fields, read_json
+from common.io import atomic_write, check_fields, path_name, read_json, remove
 from probes.report.document import md_table
 from probes.report.words import pct
 
@@ -34,7 +36,12 @@ SPEC_SHOWN = ("n_layers", "d_model", "n_heads", "attention", "positions", "mlp",
 class Page:
     name: str                                    # the page's file name in OUT
     markdown: str
-    figures: tuple[tuple[str, Callable], ...] = ()   # (name under OUT/figures, write(temp_path))
+    figures: tuple[tuple[str, Callable], ...] = ()   # (name in the page's figure folder, write(temp_path))
+
+    @property
+    def figure_folder(self) -> str:
+        """Relative to OUT: each page's figures in a folder of their own, so a page's stale ones can go."""
+        return f"{FIGURES}/{Path(self.name).stem}"
 
 
 # ---- reading what the runs stored -------------------------------------------------------------
@@ -105,7 +112,7 @@ def steps_text(runs) -> str:
 
 
 def interval_text(interval) -> str:
-    if interval.low != interval.low:   # NaN: one seed has no interval
+    if math.isnan(interval.low):   # one seed has no interval
         return pct(interval.value, 1)
     return f"{pct(interval.value, 1)} [{pct(interval.low, 1)}, {pct(interval.high, 1)}]"
 
@@ -159,7 +166,7 @@ def family_page(runs_dir: Path, made_by: str) -> Page:
     if report.task != task.name:
         raise UsageError(f"{runs_dir / REPORT} is a report of task {report.task!r}, the runs are {task.name!r}; "
                          f"rewrite it with python -m probes.circuit report {runs_dir}")
-    figures = tuple((f"{task.name}-{Path(path).name}", copier(runs_dir / "report" / path)) for _, path in report.figures)
+    figures = tuple((Path(path).name, copier(runs_dir / "report" / path)) for _, path in report.figures)
     models = compare_runs(runs_dir)
     accuracy = accuracy_section(models, runs)
     commands = list(dict.fromkeys(run.config.get("command", "(not recorded)") for run in runs))
@@ -174,11 +181,12 @@ def family_page(runs_dir: Path, made_by: str) -> Page:
             "Each line as the report states it; the report's own header (`report/report.md`) gives the "
             "examples each number is measured on and its scale.", "",
             *[f"- {line}" for line in report.summary if line not in accuracy], ""]
+    page = Page(f"{task.name}.md", "", figures)
     if figures:
         text += ["## Figures", ""]
         for (caption, _), (target, _) in zip(report.figures, figures):
-            text += [f"![{caption}]({FIGURES}/{target})", ""]
-    return Page(f"{task.name}.md", "\n".join(text), figures)
+            text += [f"![{caption}]({page.figure_folder}/{target})", ""]
+    return dataclasses.replace(page, markdown="\n".join(text))
 
 
 def task_words(task) -> str:
@@ -202,13 +210,14 @@ def census_page(runs_dir: Path, made_by: str) -> Page:
     runs_dir = Path(runs_dir)
     groups = take_census(runs_dir)
     task = find_runs(runs_dir)[0].task.name
-    figure = f"census-{task}.png"
-    title, body = markdown(groups, f"{FIGURES}/{figure}").split("\n", 1)
-    text = "\n".join([f"{title}: {task}", "",
+    name = f"census-{path_name(runs_dir.resolve().name, 'sweep folder')}"   # one page per sweep, named by its folder
+    figure = "census.png"
+    title, body = markdown(groups, f"{FIGURES}/{name}/{figure}").split("\n", 1)
+    text = "\n".join([f"{title}: {task}, {runs_dir.name}", "",
                       f"Made by `{made_by}` from the sweep in `{runs_dir}` ({sum(g.finished for g in groups)} "
                       "finished runs); every number below is read from its runs' stored files. Regenerate "
                       "this page rather than edit it.", body])
-    return Page(f"census-{task}.md", text, ((figure, lambda temp: draw(groups, Path(temp))),))
+    return Page(f"{name}.md", text, ((figure, lambda temp: draw(groups, Path(temp))),))
 
 
 def is_sweep(runs_dir: Path) -> bool:
@@ -221,12 +230,17 @@ def write_pages(pages: list[Page], out: Path) -> list[Path]:
     from common.io import claim_check
 
     out = Path(out)
-    for target in [out / p.name for p in pages] + [out / FIGURES / name for p in pages for name, _ in p.figures]:
+    for target in [out / p.name for p in pages] + [out / p.figure_folder / name for p in pages for name, _ in p.figures]:
         claim_check(target)   # refuse before anything is written
     written = []
     for page in pages:
+        folder = out / page.figure_folder
+        kept = {name for name, _ in page.figures}
         for name, write in page.figures:
-            atomic_write(out / FIGURES / name, write)
+            atomic_write(folder / name, write)
+        for old in folder.glob("*.png"):   # a figure an earlier page showed and this one does not
+            if old.name not in kept:
+                remove(old)
         atomic_write(out / page.name, lambda temp, page=page: Path(temp).write_text(page.markdown + "\n"))
         written.append(out / page.name)
     return written
