@@ -155,8 +155,8 @@ def family_page(runs_dir: Path, made_by: str) -> Page:
     from tasks.runs import find_runs
 
     runs_dir = Path(runs_dir)
-    report = read_report(runs_dir)
     runs = find_runs(runs_dir)
+    report = read_report(runs_dir)
     found = {(run.model_name, run.seed) for run in runs}
     if set(report.runs) != found:
         raise UsageError(f"{runs_dir / REPORT} analysed other runs than {runs_dir} holds "
