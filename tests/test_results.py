@@ -67,7 +67,7 @@ def test_a_sweep_folder_gives_its_census_page(reported, tmp_path):
 
     results_command([sweep], tmp_path / "out", "python -m probes.report.results (test)")
     text = (tmp_path / "out" / "census-sweep.md").read_text()
-    assert text.startswith("# Circuit census: winograd, sweep") and "(1 finished runs)" in text
+    assert text.startswith("# Circuit census: winograd") and "(1 finished runs)" in text
     assert "| not traced (no circuit.json) | 1/1 |" in text
     assert (tmp_path / "out" / "figures" / "census-sweep" / "census.png").stat().st_size > 1000
     assert "](figures/census-sweep/census.png)" in text

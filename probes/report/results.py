@@ -57,6 +57,8 @@ class StoredReport:
 
 
 def read_report(runs_dir: Path) -> StoredReport:
+    """The report's summary, the runs it analysed and the figures a page shows: each model's first
+    traced seed (the other seeds' are in the report) and every edge circuit."""
     path = Path(runs_dir) / REPORT
     fix = f"write it with python -m probes.circuit report {runs_dir}"
     if not path.is_file():
@@ -64,31 +66,35 @@ def read_report(runs_dir: Path) -> StoredReport:
     data = read_json(path, fix)
     if not isinstance(data, dict):
         raise UsageError(f"{path} must be a JSON object; {fix}")
-    summary, runs = data.get("summary"), data.get("runs")
+    summary = data.get("summary")
     if not isinstance(data.get("task"), str) or not (isinstance(summary, list) and all(isinstance(s, str) for s in summary)):
         raise UsageError(f"{path}: task (a string) or summary (a list of strings) is missing or wrong; {fix}")
-    if not isinstance(runs, list) or not runs:
+    runs, edges = entries(data, "runs", path, fix), entries(data, "edge_circuits", path, fix)
+    if not runs:
         raise UsageError(f"{path}: runs must be a non-empty list; {fix}")
-    analysed, figures = [], []
-    for index, run in enumerate(runs):
-        where = f"{path}: runs[{index}]"
-        if not isinstance(run, dict):
+    first = {}
+    for model, seed, figure in runs:
+        if figure and model not in first:
+            first[model] = (f"{model} seed {seed}", figure)
+    figures = [*first.values(), *((f"{model} seed {seed}, edge circuit", figure) for model, seed, figure in edges if figure)]
+    return StoredReport(data["task"], tuple(summary), tuple((m, s) for m, s, _ in runs), tuple(figures))
+
+
+def entries(data: dict, key: str, path: Path, fix: str) -> list[tuple[str, int, str | None]]:
+    """(model, seed, figure) of each entry of report.json's list `key` (absent: none)."""
+    items = data.get(key) or []
+    if not isinstance(items, list):
+        raise UsageError(f"{path}: {key} must be a list; {fix}")
+    out = []
+    for index, item in enumerate(items):
+        where = f"{path}: {key}[{index}]"
+        if not isinstance(item, dict):
             raise UsageError(f"{where} must be a JSON object; {fix}")
-        fields = {k: run.get(k) for k in ("model_name", "seed", "figure")}
-        check_fields(fields, {"model_name": str, "seed": int, "figure": str}, where, fix, nullable=("figure",))
-        analysed.append((fields["model_name"], fields["seed"]))
-        if fields["figure"]:
-            figures.append((f"{fields['model_name']} seed {fields['seed']}", figure_path(fields["figure"], where, fix)))
-    for index, edge in enumerate(data.get("edge_circuits") or []):
-        where = f"{path}: edge_circuits[{index}]"
-        if not isinstance(edge, dict):
-            raise UsageError(f"{where} must be a JSON object; {fix}")
-        fields = {k: edge.get(k) for k in ("model_name", "seed", "figure")}
-        check_fields(fields, {"model_name": str, "seed": int, "figure": str}, where, fix, nullable=("figure",))
-        if fields["figure"]:
-            figures.append((f"{fields['model_name']} seed {fields['seed']}, edge circuit",
-                            figure_path(fields["figure"], where, fix)))
-    return StoredReport(data["task"], tuple(summary), tuple(analysed), tuple(figures))
+        fields = check_fields({k: item.get(k) for k in ("model_name", "seed", "figure")},
+                              {"model_name": str, "seed": int, "figure": str}, where, fix, nullable=("figure",))
+        figure = fields["figure"] and figure_path(fields["figure"], where, fix)
+        out.append((fields["model_name"], fields["seed"], figure))
+    return out
 
 
 def figure_path(text: str, where: str, fix: str) -> str:
@@ -169,12 +175,11 @@ def family_page(runs_dir: Path, made_by: str) -> Page:
     figures = tuple((Path(path).name, copier(runs_dir / "report" / path)) for _, path in report.figures)
     models = compare_runs(runs_dir)
     accuracy = accuracy_section(models, runs)
-    commands = list(dict.fromkeys(run.config.get("command", "(not recorded)") for run in runs))
     text = [f"# Results: {task.name}", "",
             f"Made by `{made_by}` from the {len(runs)} runs in `{runs_dir}` and their circuit report "
             f"(`{runs_dir / REPORT}`); every number below is read from those files. Regenerate this page "
             "rather than edit it.", "",
-            "The runs were trained with " + ", ".join(f"`{c}`" for c in commands) + ".", "",
+            trained_with(runs), "",
             "## Setup", "", task_words(task), "", setup_section(runs, [m.model_name for m in models]), "",
             "## Accuracy", "", accuracy, "",
             "## The circuit report's summary", "",
@@ -183,10 +188,16 @@ def family_page(runs_dir: Path, made_by: str) -> Page:
             *[f"- {line}" for line in report.summary if line not in accuracy], ""]
     page = Page(f"{task.name}.md", "", figures)
     if figures:
-        text += ["## Figures", ""]
+        text += ["## Figures", "", "Each model's first traced seed (the other seeds' figures are in the report) and every edge "
+                 "circuit.", ""]
         for (caption, _), (target, _) in zip(report.figures, figures):
             text += [f"![{caption}]({page.figure_folder}/{target})", ""]
     return dataclasses.replace(page, markdown="\n".join(text))
+
+
+def trained_with(runs) -> str:
+    commands = dict.fromkeys(run.config.get("command", "(not recorded)") for run in runs)
+    return "The runs were trained with " + ", ".join(f"`{c}`" for c in commands) + "."
 
 
 def task_words(task) -> str:
@@ -209,14 +220,16 @@ def census_page(runs_dir: Path, made_by: str) -> Page:
 
     runs_dir = Path(runs_dir)
     groups = take_census(runs_dir)
-    task = find_runs(runs_dir)[0].task.name
+    runs = find_runs(runs_dir)
+    task = runs[0].task.name
     name = f"census-{path_name(runs_dir.resolve().name, 'sweep folder')}"   # one page per sweep, named by its folder
     figure = "census.png"
     title, body = markdown(groups, f"{FIGURES}/{name}/{figure}").split("\n", 1)
-    text = "\n".join([f"{title}: {task}, {runs_dir.name}", "",
+    text = "\n".join([f"{title}: {task}", "",
                       f"Made by `{made_by}` from the sweep in `{runs_dir}` ({sum(g.finished for g in groups)} "
                       "finished runs); every number below is read from its runs' stored files. Regenerate "
-                      "this page rather than edit it.", body])
+                      "this page rather than edit it.", "",
+                      trained_with(runs), body])
     return Page(f"{name}.md", text, ((figure, lambda temp: draw(groups, Path(temp))),))
 
 
