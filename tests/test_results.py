@@ -107,3 +107,23 @@ def test_runs_without_a_report_are_one_line(tiny_runs, tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "report.json does not exist; write it with python -m probes.circuit report" in done.stderr
+
+
+def test_the_edges_commands_page_comes_with_its_figures(reported, tmp_path, monkeypatch):
+    from probes.settings import ReportSettings
+    from toylens.edges import main
+
+    runs = tmp_path / "winograd"
+    shutil.copytree(reported, runs)
+    # A 150-step run barely tells its pairs apart: below the report's min_gap it would draw no figure.
+    monkeypatch.setattr("probes.settings.DEFAULT", ReportSettings(min_gap=0.0))
+    main([str(runs)])
+    written = (runs / "edges" / "edges.md").read_text()
+    page_of(runs, tmp_path / "out")
+    text = (tmp_path / "out" / "winograd-edges.md").read_text()
+    assert written.split("\n", 1)[1].replace("](figures/", "](figures/winograd-edges/") in text
+    figure = runs / "edges" / "figures" / "edges_attn-only-2x1_seed0.png"
+    assert (tmp_path / "out" / "figures" / "winograd-edges" / figure.name).read_bytes() == figure.read_bytes()
+    (runs / "edges" / "edges.md").write_text(written + "\n![x](figures/../../attn-only-2x1/seed0/config.json)\n")
+    with pytest.raises(UsageError, match="is not a figures/NAME.png"):
+        page_of(runs, tmp_path / "again")

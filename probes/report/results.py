@@ -13,6 +13,7 @@ import dataclasses
 import inspect
 import json
 import math
+import re
 import shlex
 import shutil
 import sys
@@ -29,6 +30,8 @@ from probes.report.words import pct
 REPORT = Path("report") / "report.json"
 POINT = "point.json"        # written by a sweep beside each grid point's runs
 FIGURES = "figures"
+EDGES = Path("edges") / "edges.md"     # written by python -m toylens.edges RUNS_DIR
+MAX_TEXT_BYTES = 4 * 1024 * 1024
 SPEC_SHOWN = ("n_layers", "d_model", "n_heads", "attention", "positions", "mlp", "norm")
 
 
@@ -212,6 +215,33 @@ def copier(source: Path) -> Callable:
     return lambda temp: shutil.copyfile(source, temp)
 
 
+# ---- a family's edge-method comparison -------------------------------------------------------------
+
+def edges_page(path: Path, task: str, made_by: str) -> Page:
+    """What `python -m toylens.edges RUNS_DIR` wrote (RUNS_DIR/edges/edges.md: every number measured by
+    that command), with the figures it links."""
+    fix = f"rewrite it with python -m toylens.edges {path.parent.parent}"
+    text = read_text(path, fix)
+    name = f"{task}-edges"
+    links = sorted(set(re.findall(r"\]\((figures/[^)]+)\)", text)))
+    figures = tuple((Path(figure_path(link, str(path), fix)).name, copier(path.parent / link)) for link in links)
+    body = text.replace("](figures/", f"]({FIGURES}/{name}/")
+    title, rest = body.split("\n", 1) if body.startswith("# ") else ("# Edge circuits", body)
+    header = (f"Made by `{made_by}` from `{path}`, which `python -m toylens.edges {path.parent.parent}` wrote; every "
+              "number below is that command's. Regenerate this page rather than edit it. What each column means: "
+              "[edges.md](../edges.md).")
+    return Page(f"{name}.md", "\n".join([f"{title}: {task}", "", header, rest]), figures)
+
+
+def read_text(path: Path, fix: str) -> str:
+    if path.stat().st_size > MAX_TEXT_BYTES:
+        raise UsageError(f"{path} is larger than any page toylens writes ({MAX_TEXT_BYTES} bytes); {fix}")
+    try:
+        return path.read_text()
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is not UTF-8 text; {fix}") from None
+
+
 # ---- a sweep's page ---------------------------------------------------------------------------
 
 def census_page(runs_dir: Path, made_by: str) -> Page:
@@ -259,8 +289,16 @@ def write_pages(pages: list[Page], out: Path) -> list[Path]:
     return written
 
 
+def pages_of(runs_dir: Path, made_by: str) -> list[Page]:
+    if is_sweep(runs_dir):
+        return [census_page(runs_dir, made_by)]
+    family = family_page(runs_dir, made_by)
+    edges = Path(runs_dir) / EDGES
+    return [family] + ([edges_page(edges, Path(family.name).stem, made_by)] if edges.is_file() else [])
+
+
 def results_command(runs_dirs: list[Path], out: Path, made_by: str) -> None:
-    pages = [census_page(d, made_by) if is_sweep(d) else family_page(d, made_by) for d in runs_dirs]
+    pages = [page for d in runs_dirs for page in pages_of(d, made_by)]
     names = [p.name for p in pages]
     if len(set(names)) < len(names):
         raise UsageError(f"two of these folders would write the same page ({names}); give one folder per task "
