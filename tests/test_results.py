@@ -21,7 +21,7 @@ def reported(tiny_runs, tmp_path_factory) -> Path:
     from toylens.report import report_command
 
     runs = tmp_path_factory.mktemp("results") / "winograd"
-    shutil.copytree(tiny_runs, runs, ignore=shutil.ignore_patterns("report", ".toylens.lock"))
+    shutil.copytree(tiny_runs, runs, ignore=shutil.ignore_patterns("report", "edges", ".toylens.lock"))
     report_command(runs, None)
     return runs
 
