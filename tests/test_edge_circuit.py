@@ -76,16 +76,22 @@ def test_the_edges_command_writes_report_figures_and_mib_files(tiny_runs, tmp_pa
 
 
 def test_a_task_that_declares_its_circuit_gets_every_method_scored_against_it(tiny_runs, monkeypatch):
-    from models.graph import Edge
     from probes.circuits.named import run_edge_circuit
+    from probes.circuits.scores import without_float_noise
     from tasks.runs import find_runs
 
     run = next(r for r in find_runs(tiny_runs) if r.model_name == "attn-only-2x1")
     declared = frozenset(list(graph_of(run.task.default_models()["attn-only-2x1"]).edges)[:3])
-    assert all(isinstance(edge, Edge) for edge in declared)
     monkeypatch.setattr(type(run.task), "expected_circuit", lambda self, name, spec: declared)
     result = run_edge_circuit(run, acdc_threshold=None, ig_steps=2)
-    assert all(method.auroc_expected is not None for method in result.methods)
+    assert result.expected == declared
+    # Each method's AUROC against the declared edges, counted pair by pair: the chance that a declared
+    # edge outscores an undeclared one by |score| (ties half).
+    inside = [edge in declared for edge in result.graph.edges]
+    for method in result.methods:
+        score = without_float_noise(method.scores.score.abs()).tolist()
+        wins = [(a > b) + 0.5 * (a == b) for a, i in zip(score, inside) if i for b, j in zip(score, inside) if not j]
+        assert len(wins) == 3 * 9 and method.auroc_expected == pytest.approx(sum(wins) / len(wins)), method.scores.method
 
 
 def test_the_metric_is_named_as_measured_when_a_task_gives_no_foils_or_only_some():

@@ -21,7 +21,7 @@ def in_process(main, argv, capsys) -> tuple[int, str, str]:
 
 
 def accuracy_main(argv):
-    from probes.accuracy import main
+    from toylens.accuracy import main
 
     main(argv)
 

@@ -1,4 +1,4 @@
-"""Property test (issue 15): any edit of any field of config.json, metrics.json or the train state
+"""Property test: any edit of any field of config.json, metrics.json or the train state
 (its type, its value, its deletion, deep nesting, an extra field) ends in one UsageError line or
 in a correct run, never a traceback and never a silently different run.
 
@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from common.cli import UsageError
-from tests.test_adversarial import RUN, cli, one_line
+from tests.refusals import RUN, cli, one_line
 
 FUZZ = settings(max_examples=120, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

@@ -1,0 +1,72 @@
+"""Helpers for the tests of refused input: run a CLI, assert its one-line refusal, copy and edit runs.
+Not a test module."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+RUN = Path("attn-only-2x1") / "seed0"
+TRAIN = ("tasks.winograd", "train", "--models", "attn-only-2x1", "--seeds", "1", "--no-progress",
+         "--steps", "5", "--nouns", "6", "--jobs", "1")
+
+
+def cli(*argv: str, cwd: Path | None = None, env: dict | None = None, **popen) -> tuple[int, str, str]:
+    done = subprocess.run([sys.executable, "-m", *argv], capture_output=True, text=True, timeout=300, cwd=cwd,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}, **popen)
+    return done.returncode, done.stdout, done.stderr
+
+
+def one_line(result: tuple, *fragments: str) -> str:
+    code, _, stderr = result
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert code == 2, stderr
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in stderr, stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
+def contents(folder: Path) -> dict:
+    """Every file under `folder` (links as their target), to show nothing was changed."""
+    return {p.relative_to(folder).as_posix(): (os.readlink(p) if p.is_symlink() else p.read_bytes())
+            for p in sorted(folder.rglob("*")) if p.is_file() or p.is_symlink()}
+
+
+def copy_runs(tiny_runs: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "winograd"
+    shutil.copytree(tiny_runs, out)
+    return out
+
+
+def edit_json(path: Path, edit, sign: bool = False) -> None:
+    from tasks.runs import run_sha256
+
+    config = json.loads(path.read_text())
+    edit(config)
+    if sign:
+        config["run_sha256"] = run_sha256(config)
+    path.write_text(json.dumps(config))
+
+
+def in_process(main, argv, capsys) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    captured = capsys.readouterr()
+    return stopped.value.code, captured.out, captured.err
+
+
+def limited_memory():
+    """preexec_fn: 2 GiB of address space, so a command that would fill memory fails fast instead."""
+    resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, 2 * 2**30))
+
+
+QUICK = ("--seeds", "1", "--steps", "1", "--jobs", "1", "--no-progress")
