@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from common.cli import UsageError
-from tests.test_adversarial import RUN, contents, copy_runs, edit_json, one_line
+from tests.refusals import RUN, contents, copy_runs, edit_json, one_line
 
 
 def in_process(main, argv, capsys) -> tuple[int, str, str]:
