@@ -20,6 +20,7 @@ from common.cli import Parser, positive_int, run_cli
 
 # The source's figures (float32; their shapes are not stated).
 SOURCE = {"head": 1.8e-7, "average": 6e-8}
+FLOAT32_EPSILON = 2.0 ** -23
 
 
 @dataclass(frozen=True)
@@ -109,11 +110,12 @@ def equalities_table(result: Equalities) -> str:
     from probes.report.render import table
 
     rows = [[e.left, e.right, "x".join(map(str, e.shape)), f"{e.max_abs_difference:.1e}", f"{e.max_abs_value:.2f}",
-             f"~{e.source:.1e}"] for e in result.rows]
+             f"{e.max_abs_difference / e.max_abs_value:.1e}", f"~{e.source:.1e}"] for e in result.rows]
     return (f"float32, seed {result.seed}: a random 1-layer model (d_model {result.d_model}, {result.n_heads} heads) "
             f"on {result.batch} random sequences of {result.length} tokens; prefix averages of a random "
-            f"{result.length} x {result.d_model} matrix. Equal by construction: the difference is float rounding.\n"
-            + table(["left", "right", "shape", "max |left - right|", "max |left|", "source"], rows))
+            f"{result.length} x {result.d_model} matrix. Equal by construction: the difference is float rounding, "
+            f"which scales with the values (float32 machine epsilon {FLOAT32_EPSILON:.2e}, relative).\n"
+            + table(["left", "right", "shape", "max |left - right|", "max |left|", "relative", "source"], rows))
 
 
 def equalities_command(d_model: int, n_heads: int, length: int, batch: int, seed: int, out) -> None:
