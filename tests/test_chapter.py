@@ -218,3 +218,22 @@ def test_the_norms_command_on_tiny_settings(corpus, tmp_path, capsys):
     for gradients in result["gradients"]:
         assert len(gradients["per_block"]) == 2 and all(len(n) == 2 for n in gradients["per_block"])
     assert "post-norm + warmup" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("module, argv, fragment", [
+    ("toylens.norms", [], "required: task"),
+    ("toylens.norms", ["text", "--steps", "10", "--warmup-steps", "11"], "must lie in 1..10"),
+    ("toylens.norms", ["text", "--variants", "middle"], "unknown variant(s) ['middle']"),
+    ("toylens.norms", ["text", "--variants", "post+warmup"], "needs pre or post"),
+    ("toylens.norms", ["text", "--vocab", "100"], "vocab must be an integer from 257"),
+    ("toylens.norms", ["text", "--context", "1"], "context must be an integer from 2"),
+    ("probes.chapter.equalities", ["--d-model", "30", "--heads", "4"], "must be a multiple of --heads"),
+])
+def test_bad_arguments_are_one_line(module, argv, fragment, tmp_path, capsys):
+    import importlib
+
+    with pytest.raises(SystemExit) as done:
+        importlib.import_module(module).main([*argv, "--out", str(tmp_path / "out")] if argv else argv)
+    assert done.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0], lines
