@@ -15,7 +15,10 @@ from a checkpoint is built by the same function and behaves exactly like the tra
 - ALiBi: boot_native refuses "alibi", so W_pos is zeroed and frozen and each attention module's
   rotary slot gets `models.variants.AlibiBias`, which adds -m_h * (i - j) to the scores;
 - no residual around attention: the native block's class becomes `models.variants.ReplacingBlock`,
-  whose attention output replaces the stream instead of being added to it.
+  whose attention output replaces the stream instead of being added to it;
+- post-norm (LN(x + f(x)), the original Transformer's order): the native block's class becomes
+  `models.variants.PostNormBlock`, which normalises after each residual add instead of before each
+  sublayer (same parameters, so the state dict is that of the pre-norm model).
 Fields added after the first release default to the old behaviour, and `from_dict` fills such a
 field with its default when a config lacks it, so runs written before it existed load as trained.
 """
@@ -34,6 +37,8 @@ Positions = Literal["learned", "rotary", "none", "sinusoidal", "alibi"]
 ATTENTIONS = ("softmax", "uniform", "none")
 POSITIONS = ("learned", "rotary", "none", "sinusoidal", "alibi")
 Norm = Optional[Literal["LN"]]
+NormPlace = Literal["pre", "post"]
+NORM_PLACES = ("pre", "post")
 # Far beyond a toy model, small enough that a typo (or an edited config.json) fails at once
 # instead of in the allocator.
 LIMITS = {"n_layers": 256, "d_model": 16384, "n_heads": 1024, "n_ctx": 65536, "d_vocab": 1_000_000}
@@ -51,6 +56,7 @@ class ModelSpec:
     norm: Norm = "LN"
     scale_scores: bool = True
     residual: bool = True      # False: attention's output replaces the stream instead of adding to it
+    norm_place: NormPlace = "pre"   # "pre": x + f(LN(x)); "post": LN(x + f(x))
     n_ctx: int = 32
     d_vocab: int = 0
 
@@ -82,6 +88,11 @@ class ModelSpec:
             raise UsageError("attention 'none' with residual off leaves nothing of the input; keep residual on")
         if self.norm not in ("LN", None):
             raise UsageError(f"norm must be 'LN' or null, got {self.norm!r}")
+        if self.norm_place not in NORM_PLACES:
+            raise UsageError(f"norm_place must be one of {', '.join(NORM_PLACES)}, got {self.norm_place!r}")
+        if self.norm_place == "post" and (self.norm is None or not self.residual):
+            raise UsageError("norm_place 'post' normalises after each residual add: it needs norm 'LN' and "
+                             "residual on")
         return self
 
     def parameter_count(self) -> int:
@@ -156,7 +167,7 @@ def apply_variant(model, spec: ModelSpec) -> None:
     """Zero-and-freeze the weights and set the constants that realise the spec's variant."""
     import torch
 
-    from models.variants import AlibiBias, ReplacingBlock, sinusoid_table
+    from models.variants import AlibiBias, PostNormBlock, ReplacingBlock, sinusoid_table
 
     with torch.no_grad():
         if spec.positions in ("none", "alibi"):
@@ -179,6 +190,8 @@ def apply_variant(model, spec: ModelSpec) -> None:
                 attention.rotary = AlibiBias(spec.n_heads, attention.scale)
             if not spec.residual:
                 native(block).__class__ = ReplacingBlock
+            if spec.norm_place == "post":
+                native(block).__class__ = PostNormBlock
 
 
 def freeze_at_zero(parameter) -> None:

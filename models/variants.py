@@ -1,6 +1,6 @@
 """The pieces `build_model` needs for variants that the bridge config cannot express and that frozen
 weights alone cannot realise: ALiBi's score bias, a block whose attention output replaces the
-residual stream instead of being added to it, and the fixed sinusoid table.
+residual stream instead of being added to it, a post-norm block, and the fixed sinusoid table.
 
 Each lives in the TransformerLens native modules themselves (never in a hook), so the bridge and
 the hook-free training forward (`tasks.training.hook_free_forward`, which runs these same module
@@ -73,4 +73,20 @@ class ReplacingBlock(NativeBlock):
                                             position_ids=position_ids)
         if not self.cfg.attn_only:
             hidden_states = hidden_states + self.mlp(self.ln2(hidden_states))
+        return (hidden_states,)
+
+
+class PostNormBlock(NativeBlock):
+    """A post-norm block (Vaswani et al. 2017): x <- ln1(x + attn(x)), then x <- ln2(x + mlp(x)),
+    instead of the native pre-norm x <- x + attn(ln1(x)), x <- x + mlp(ln2(x)). The same ln1 and
+    ln2 modules move from each sublayer's input to after its residual add, so the parameters (and
+    the state dict) are those of the pre-norm block. The model's final LayerNorm stays: it acts on
+    a stream the last block has already normalised. Installed by swapping the class of the native
+    block, because the order sits in `NativeBlock.forward`. The body mirrors that forward."""
+
+    def forward(self, hidden_states, attention_mask=None, position_ids=None, **kwargs):
+        attention, _pattern = self.attn(hidden_states, attention_mask=attention_mask, position_ids=position_ids)
+        hidden_states = self.ln1(hidden_states + attention)
+        if not self.cfg.attn_only:
+            hidden_states = self.ln2(hidden_states + self.mlp(hidden_states))
         return (hidden_states,)

@@ -10,7 +10,7 @@ import torch
 from models import UsageError
 from models.bridge import device_of
 from tasks.base import NO_FOIL
-from tasks.data import Batch, spread_subset
+from tasks.data import Batch, select_rows, spread_subset
 
 # Splits larger than this (induction trains on 20,000 sequences) are scored on an evenly spread
 # sample of this many examples; the sample size travels with every accuracy reported.
@@ -19,6 +19,9 @@ SCORE_ROWS = 2048
 # tensors fall out of cache: 8192 rows of 17 tokens ran at half the rows/s of 256 rows, on both
 # tasks' shapes (measured, one thread).
 TOKENS_PER_FORWARD = 8192
+# Scored logits held at once when scoring a split (2^24 float32 values = 64 MiB); the tasks that score
+# a few positions per sequence never reach it.
+SCORED_LOGITS = 2**24
 
 
 @dataclass(frozen=True)
@@ -97,8 +100,35 @@ def run_logits(model, tokens: torch.Tensor) -> torch.Tensor:
 
 
 def score_model(model, batch: Batch) -> Scored:
+    """Scores at every scored position of `batch`. A task that scores every position (text) makes
+    the scored logits as large as the full ones (2048 rows x 128 positions x 1024 tokens = 1 GiB),
+    so past SCORED_LOGITS values the rows are scored in chunks and the scores joined."""
     batch = batch.to(device_of(model))
-    return score_logits(logits_at_scored(run_logits(model, batch.inputs), batch), batch)
+    per_row = max(1, int(torch.bincount(batch.example_index, minlength=len(batch)).max()) * model.cfg.d_vocab)
+    rows = max(1, SCORED_LOGITS // per_row)
+    if rows >= len(batch):
+        return score_logits(logits_at_scored(run_logits(model, batch.inputs), batch), batch)
+    parts = []
+    for start in range(0, len(batch), rows):
+        chunk = select_rows(batch, torch.arange(start, min(start + rows, len(batch)), device=batch.tokens.device))
+        parts.append((start, score_logits(logits_at_scored(run_logits(model, chunk.inputs), chunk), chunk)))
+    return joined(parts)
+
+
+def joined(parts: list[tuple[int, Scored]]) -> Scored:
+    """One Scored from those of consecutive row chunks (each with the index of its first row); the
+    loss is the mean over all their positions."""
+    scores = [scored for _, scored in parts]
+    counts = torch.tensor([len(s.answers) for s in scores], dtype=torch.float64)
+    losses = torch.stack([s.loss.double() for s in scores])
+    return Scored(
+        predicted=torch.cat([s.predicted for s in scores]),
+        answers=torch.cat([s.answers for s in scores]),
+        foils=torch.cat([s.foils for s in scores]),
+        logit_diff=torch.cat([s.logit_diff for s in scores]),
+        loss=((losses * counts.to(losses.device)).sum() / counts.sum()).float(),
+        example_index=torch.cat([s.example_index + start for start, s in parts]),
+    )
 
 
 def score_split(model, batch: Batch) -> tuple[Scored, Batch]:

@@ -25,8 +25,13 @@ class TrainSettings:
     plateau_tolerance: float = 0.01
     # Save weights every snapshot_every steps (and at step 0) for probes that replay training; 0 = never.
     snapshot_every: int = 0
+    # Learning rate rises linearly to lr over the first warmup_steps steps (step s: lr * s / warmup_steps),
+    # then stays at lr; 0 = no warmup, the constant lr from the first step.
+    warmup_steps: int = 0
 
     def validate(self) -> "TrainSettings":
+        if type(self.warmup_steps) is not int or self.warmup_steps < 0:
+            raise UsageError(f"warmup_steps must be a non-negative integer (0 = no warmup), got {self.warmup_steps!r}")
         if type(self.snapshot_every) is not int or self.snapshot_every < 0:
             raise UsageError(f"snapshot_every must be a non-negative integer (0 = no snapshots), "
                              f"got {self.snapshot_every!r}")
@@ -48,6 +53,10 @@ class TrainSettings:
         if self.weight_decay < 0:
             raise UsageError(f"weight_decay must be >= 0, got {self.weight_decay}")
         return self
+
+    def lr_at(self, step: int) -> float:
+        """The learning rate of training step `step` (counted from 1)."""
+        return self.lr * min(1.0, step / self.warmup_steps) if self.warmup_steps else self.lr
 
     @classmethod
     def from_dict(cls, values: dict) -> "TrainSettings":

@@ -100,6 +100,8 @@ def train(model, train_batch: Batch, validation_batch: Batch, settings: TrainSet
             loss = lm_loss(forward(tokens[:, :-1]), tokens, lengths)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
+            for group in optimizer.param_groups:   # a function of the step alone, so a resumed run matches
+                group["lr"] = settings.lr_at(step)
             optimizer.step()
             if snapshot_dir and settings.snapshot_every and step % settings.snapshot_every == 0:
                 save_snapshot(model, snapshot_dir, step)

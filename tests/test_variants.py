@@ -1,5 +1,5 @@
 """The variants the bridge cannot express (no attention, no residual, sinusoidal and ALiBi
-positions): each does what its name says on a known answer, trains through the hook-free forward
+positions, post-norm): each does what its name says on a known answer, trains through the hook-free forward
 as it runs through the bridge, and comes back identical from a checkpoint."""
 
 import json
@@ -24,6 +24,8 @@ NEW_VARIANTS = {
     "sinusoidal": dict(positions="sinusoidal"),
     "alibi, 2 layers, unscaled": dict(positions="alibi", n_layers=2, scale_scores=False),
     "alibi, no residual, MLP": dict(positions="alibi", residual=False),
+    "post-norm, 2 layers": dict(norm_place="post", n_layers=2),
+    "post-norm, attention only": dict(norm_place="post", mlp=False),
 }
 
 
@@ -54,6 +56,26 @@ def test_residual_off_replaces_the_stream_with_the_attention_output():
     _, kept = build_model(spec(attention="uniform", mlp=False, norm=None), seed=2).run_with_cache(tokens())
     torch.testing.assert_close(kept["blocks.0.hook_resid_post"],
                                kept["blocks.0.hook_resid_pre"] + kept["blocks.0.hook_attn_out"], rtol=0, atol=1e-6)
+
+
+def test_post_norm_normalises_after_each_residual_add():
+    model = build_model(spec(norm_place="post"), seed=2)
+    _, cache = model.run_with_cache(tokens())
+    block = model.blocks[0]
+
+    def layer_norm(x, norm):
+        return torch.nn.functional.layer_norm(x, (x.shape[-1],), norm.weight, norm.bias, eps=1e-5)
+
+    resid_pre = cache["blocks.0.hook_resid_pre"]
+    torch.testing.assert_close(cache["blocks.0.attn.hook_in"], resid_pre, rtol=0, atol=0)   # attention reads the raw stream
+    after_attention = layer_norm(resid_pre + cache["blocks.0.hook_attn_out"], block.ln1)
+    torch.testing.assert_close(cache["blocks.0.mlp.hook_in"], after_attention, rtol=0, atol=1e-5)
+    out = cache["blocks.0.hook_resid_post"]
+    torch.testing.assert_close(out, layer_norm(after_attention + cache["blocks.0.hook_mlp_out"], block.ln2),
+                               rtol=0, atol=1e-5)
+    # At initialisation (LayerNorm weight 1, bias 0) every position leaves the block normalised.
+    torch.testing.assert_close(out.mean(-1), torch.zeros(out.shape[:-1]), rtol=0, atol=1e-5)
+    torch.testing.assert_close(out.var(-1, unbiased=False), torch.ones(out.shape[:-1]), rtol=0, atol=1e-3)
 
 
 def test_sinusoidal_positions_are_the_fixed_table():
@@ -115,16 +137,19 @@ def test_new_variants_come_back_identical_from_a_checkpoint(variant, tmp_path):
 def test_a_config_written_before_the_new_fields_loads_with_the_old_behaviour(tmp_path):
     model = build_model(spec(), seed=3)
     old_spec = spec().to_dict()
-    del old_spec["residual"]
+    del old_spec["residual"], old_spec["norm_place"]
     save_checkpoint(tmp_path, model, {"spec": old_spec, "vocabulary": [str(i) for i in range(VOCAB)], "seed": 3})
     assert "residual" not in json.loads((tmp_path / "config.json").read_text())["spec"]
     loaded, _ = load_checkpoint(tmp_path)
     assert torch.equal(loaded(tokens()), model(tokens()))
     assert ModelSpec.from_dict(old_spec).residual is True
+    assert ModelSpec.from_dict(old_spec).norm_place == "pre"
 
 
 @pytest.mark.parametrize("bad", [dict(positions="alibi", attention="uniform"), dict(attention="none", residual=False),
-                                 dict(positions="absolute"), dict(attention="linear"), dict(residual="no")])
+                                 dict(positions="absolute"), dict(attention="linear"), dict(residual="no"),
+                                 dict(norm_place="post", norm=None), dict(norm_place="post", residual=False),
+                                 dict(norm_place="middle")])
 def test_bad_variant_combinations_are_refused(bad):
     with pytest.raises(UsageError):
         spec(**bad).validate()

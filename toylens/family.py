@@ -109,6 +109,7 @@ def existing_status(plan: RunPlan, overwrite: bool, resume: bool = False) -> str
     recorded = {key: config.get(key) for key in plan.identity()}
     # The data decides n_ctx and d_vocab, except a context asked for explicitly.
     recorded_spec = {**ModelSpec().to_dict(), **(config.get("spec") or {})}   # fields added since: defaults
+    recorded["training"] = {**settings_dict(TrainSettings()), **(config.get("training") or {})}
     recorded["spec"] = {**recorded_spec, "n_ctx": recorded_spec.get("n_ctx") if plan.context else 0, "d_vocab": 0}
     wanted = {**plan.identity(), "spec": {**plan.spec.to_dict(), "n_ctx": plan.context, "d_vocab": 0}}
     differing = sorted(differences(recorded, wanted))

@@ -53,6 +53,18 @@ def ladder_specs(d_model: int = 128) -> dict[str, ModelSpec]:
 
 
 LABELS = {name: label for name, label, _ in RUNGS}
+# The source's ladder (SEED_NOTES section 4: 1 MB of Shakespeare, BPE vocabulary 1024, width 128,
+# context 128, 3000 AdamW steps, lr 1e-3, batch 64), validation perplexity, as the source states it.
+SOURCE = {
+    "no-context": "59.71",
+    "uniform-average": "~4x no context (188 worse)",
+    "uniform+positions": "2.14 of those 188 back",
+    "uniform+residual": "60.45",
+    "attention-1-head": "14 better than uniform",
+    "attention-4-heads": "3 better again",
+    "block-1": "1.8 better than without LN; 38.07",
+    "block-2": "40.57 (train 14.49: overfits)",
+}
 
 
 @dataclass(frozen=True)
@@ -66,14 +78,26 @@ class SeedResult:
 
 
 @dataclass(frozen=True)
+class PositionBand:
+    """Held-out perplexity at the scored positions first..last (inclusive), mean over seeds; nan
+    where the task scores no position in the band."""
+
+    first: int
+    last: int
+    perplexity: Interval
+
+
+@dataclass(frozen=True)
 class RungResult:
     rung: str
     label: str
     spec: dict
     accuracy: Interval          # mean over seeds, t interval
     loss: Interval              # mean over seeds, t interval (bounded below by 0 only)
+    perplexity: Interval        # mean over seeds of exp(held-out loss), t interval (bounded below by 1)
     shuffle_max_logit_change: float   # max over seeds
     seeds: list[SeedResult]
+    bands: list[PositionBand]   # perplexity by position: how it changes along the context
 
 
 @dataclass(frozen=True)
@@ -95,6 +119,37 @@ def seed_result(run) -> SeedResult:
                       str(run.metrics.get("stop_reason", "?")), measured.shuffle_max_logit_change)
 
 
+BANDS = 4             # equal bands of positions, first to last scored position
+BAND_ROWS = 256       # held-out examples (evenly spread) the bands are measured on
+
+
+def band_losses(run, bands: int = BANDS) -> list[tuple[int, int, float]]:
+    """(first, last, mean answer loss in nats, nan if none scored) for `bands` equal bands of
+    positions 0..the last scored one, on an evenly spread BAND_ROWS-example held-out sample."""
+    import torch
+
+    from tasks.data import spread_subset
+    from tasks.evaluate import logits_at_scored, run_logits
+
+    batch = spread_subset(run.batches()["heldout"], BAND_ROWS)
+    logits = logits_at_scored(run_logits(run.load_model(), batch.inputs), batch)
+    losses = torch.nn.functional.cross_entropy(logits, batch.answers, reduction="none")
+    top = int(batch.positions.max()) + 1
+    edges = [round(i * top / bands) for i in range(bands + 1)]
+    result = []
+    for first, end in zip(edges, edges[1:]):
+        inside = (batch.positions >= first) & (batch.positions < end)
+        result.append((first, end - 1, float(losses[inside].mean()) if bool(inside.any()) else math.nan))
+    return result
+
+
+def position_bands(runs: list) -> list[PositionBand]:
+    per_seed = [band_losses(run) for run in runs]
+    return [PositionBand(first, last, mean_interval([math.exp(seed[i][2]) for seed in per_seed],
+                                                    bounds=(1.0, math.inf)))
+            for i, (first, last, _) in enumerate(per_seed[0])]
+
+
 def measure_ladder(plans: list) -> LadderResult:
     """Held-out accuracy and loss of the trained plans, per rung over seeds."""
     from tasks.runs import Run
@@ -109,7 +164,9 @@ def measure_ladder(plans: list) -> LadderResult:
             rung=name, label=LABELS.get(name, name), spec=runs[0].config["spec"],
             accuracy=mean_interval([s.accuracy.value for s in seeds]),
             loss=mean_interval([s.loss for s in seeds], bounds=(0.0, math.inf)),
-            shuffle_max_logit_change=max(s.shuffle_max_logit_change for s in seeds), seeds=seeds))
+            perplexity=mean_interval([math.exp(s.loss) for s in seeds], bounds=(1.0, math.inf)),
+            shuffle_max_logit_change=max(s.shuffle_max_logit_change for s in seeds), seeds=seeds,
+            bands=position_bands(runs)))
     task = plans[0].task
     return LadderResult(task.name, task.params_dict(), asdict(plans[0].settings), len(task.vocabulary()),
                         rungs[0].seeds[0].accuracy.n, rungs)
@@ -118,19 +175,35 @@ def measure_ladder(plans: list) -> LadderResult:
 def ladder_table(result: LadderResult) -> str:
     from probes.report.render import percent, table
 
-    rows = [[r.label, len(r.seeds), percent(r.accuracy), interval_text(r.loss),
-             f"{r.shuffle_max_logit_change:.1e}", steps_text(r.seeds)] for r in result.rungs]
-    return (f"{result.task}: held-out accuracy and loss at the scored positions (n = {result.heldout_n} per "
-            f"seed; mean [95% t interval over seeds]); uniform guessing: loss ln {result.vocabulary} = "
-            f"{math.log(result.vocabulary):.2f}\n"
-            + table(["rung", "seeds", "held-out accuracy", "held-out loss (nats)", "shuffle max|dlogit|", "steps"],
-                    rows))
+    baseline = result.rungs[0].perplexity.value
+    rows = [[r.label, len(r.seeds), percent(r.accuracy), interval_text(r.loss), interval_text(r.perplexity, 2),
+             f"{r.perplexity.value / baseline:.2f}", SOURCE.get(r.rung, ""), f"{r.shuffle_max_logit_change:.1e}",
+             steps_text(r.seeds)] for r in result.rungs]
+    return (f"{result.task}: held-out accuracy, loss and perplexity exp(loss) at the scored positions (n = "
+            f"{result.heldout_n} per seed; mean [95% t interval over seeds]); uniform guessing: loss ln "
+            f"{result.vocabulary} = {math.log(result.vocabulary):.2f}, perplexity {result.vocabulary}. Source: "
+            "validation perplexity on 1 MB of Shakespeare, context 128, width 128, 3000 steps\n"
+            + table(["rung", "seeds", "held-out accuracy", "held-out loss (nats)", "held-out perplexity",
+                     f"/ {result.rungs[0].label}", "source", "shuffle max|dlogit|", "steps"], rows)
+            + "\n\n" + bands_table(result))
 
 
-def interval_text(interval: Interval) -> str:
+def bands_table(result: LadderResult) -> str:
+    """Perplexity by position: the uniform average drowns the current token (its share of the
+    summary at position t is 1/(t+1)), so its cost grows along the context."""
+    from probes.report.render import table
+
+    bands = result.rungs[0].bands
+    rows = [[r.label] + [("-" if math.isnan(b.perplexity.value) else f"{b.perplexity.value:.2f}") for b in r.bands]
+            for r in result.rungs]
+    return (f"held-out perplexity by position (mean over seeds; {BAND_ROWS} evenly spread held-out examples per seed; "
+            "'-': no scored position there)\n" + table(["rung"] + [f"positions {b.first}-{b.last}" for b in bands], rows))
+
+
+def interval_text(interval: Interval, digits: int = 3) -> str:
     if math.isnan(interval.low):
-        return f"{interval.value:.3f}"
-    return f"{interval.value:.3f} [{interval.low:.3f}, {interval.high:.3f}]"
+        return f"{interval.value:.{digits}f}"
+    return f"{interval.value:.{digits}f} [{interval.low:.{digits}f}, {interval.high:.{digits}f}]"
 
 
 def steps_text(seeds: list[SeedResult]) -> str:
