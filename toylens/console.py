@@ -29,6 +29,8 @@ COMMANDS = {
     "positions": Command("toylens.positions", "the chapter's positional encodings at longer lengths"),
     "scaling": Command("toylens.scaling", "the chapter's score scaling (sqrt(d_k)) experiments"),
     "params": Command("probes.chapter.params", "parameter counts per block (the chapter's 12d^2+13d)"),
+    "norms": Command("toylens.norms", "the chapter's pre-norm vs post-norm table, with and without warmup"),
+    "equalities": Command("probes.chapter.equalities", "the chapter's head and averaging equalities, printed"),
     "cost": Command("probes.chapter.cost", "attention's time and memory against sequence length"),
 }
 

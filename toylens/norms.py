@@ -9,7 +9,8 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from common.cli import Parser, UsageError, positive_int, run_cli
-from common.io import claim_check, write_json
+from common.atomic import write_json
+from common.ownership import claim_check
 from probes.chapter.norms import VARIANTS, norm_specs, warmed
 from toylens.family import RunPlan
 

@@ -120,7 +120,8 @@ def equalities_table(result: Equalities) -> str:
 
 def equalities_command(d_model: int, n_heads: int, length: int, batch: int, seed: int, out) -> None:
     from common.cli import UsageError
-    from common.io import claim_check, write_json
+    from common.atomic import write_json
+    from common.ownership import claim_check
 
     if d_model % n_heads or d_model > 4096 or length > 4096 or batch > 1024:
         raise UsageError(f"--d-model {d_model} must be a multiple of --heads {n_heads} and at most 4096; "
@@ -135,7 +136,7 @@ def equalities_command(d_model: int, n_heads: int, length: int, batch: int, seed
 
 
 def main(argv=None) -> None:
-    from common.io import nonempty_path
+    from common.cli import folder_path
 
     parser = Parser(prog="python -m probes.chapter.equalities",
                     description="The hand-written head equals nn.MultiheadAttention and F.scaled_dot_product_attention; "
@@ -145,7 +146,7 @@ def main(argv=None) -> None:
     parser.add_argument("--length", type=positive_int, default=64)
     parser.add_argument("--batch", type=positive_int, default=8)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=nonempty_path, help="also write the result as JSON to this file")
+    parser.add_argument("--out", type=folder_path, help="also write the result as JSON to this file")
     args = parser.parse_args(argv)
     run_cli(equalities_command, args.d_model, args.heads, args.length, args.batch, args.seed, args.out)
 

@@ -34,7 +34,7 @@ class EdgeRun:
 
 def traceable(spec: dict) -> bool:
     return (spec.get("n_layers", 1) >= 2 and spec.get("attention", "softmax") == "softmax"
-            and spec.get("residual", True))
+            and spec.get("residual", True) and spec.get("norm_place", "pre") == "pre")
 
 
 def measure_edge_circuit(context: RunContext) -> EdgeRun | None:

@@ -123,6 +123,10 @@ def analyse_run(context) -> RunAnalysis:
         return RunAnalysis(**base, note="uniform attention: a bag of words has no circuit to trace")
     if context.spec.get("attention") == "none":
         return RunAnalysis(**base, note="no attention: each position reads only its own token, no circuit to trace")
+    if context.spec.get("norm_place") == "post":
+        # Path patching and the edge oracle recompute a receiver's input as its block's pre-norm
+        # LayerNorm of the residual; a post-norm block reads the raw residual instead.
+        return RunAnalysis(**base, note="post-norm blocks: not traced (the tracer assumes pre-norm blocks)")
     if context.spec.get("residual") is False:
         # Path patching and the circuit search send a head's write to later layers through the
         # residual stream; without it a write reaches the next block only.
