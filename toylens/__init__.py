@@ -15,6 +15,7 @@ from pathlib import Path
 _SOURCES = {
     # writing tasks
     "Task": "tasks.base", "Example": "tasks.base", "NoParams": "tasks.base", "NO_FOIL": "tasks.base",
+    "standard_family": "tasks.base",
     "UsageError": "common.cli",
     # models
     "ModelSpec": "models.spec", "build_model": "models.spec", "Head": "models.components",

@@ -16,7 +16,7 @@ from common.io import check_replaceable, interrupted_write, read_json, remove, r
 from tasks.base import Task
 from tasks.runs import (LOG, METRICS, command_argv, command_line, metrics_sha256, package_versions,
                         read_run_config, run_sha256)
-from tasks.settings import TrainSettings, settings_dict
+from tasks.settings import TrainSettings, recorded_training, settings_dict
 from tasks.validate import validate_family
 from toylens.workers import map_jobs
 
@@ -48,21 +48,24 @@ def sized_spec(spec: ModelSpec, task: Task, batches: dict, context: int = 0, bat
         .check_memory(batch_size)
 
 
-def plan_family(task: Task, model_names: list[str] | None, seeds: list[int], settings: TrainSettings,
-                out: Path) -> list[RunPlan]:
+def plan_family(task: Task, model_names: list[str] | None, seeds: list[int],
+                settings: TrainSettings | dict[str, TrainSettings], out: Path) -> list[RunPlan]:
     return plan_models(task, validate_family(task), model_names, seeds, settings, out, "model(s)",
                        f" for task {task.name!r}")
 
 
 def plan_models(task: Task, specs: dict[str, ModelSpec], names: list[str] | None, seeds: list[int],
-                settings: TrainSettings, out: Path, kind: str, owner: str = "") -> list[RunPlan]:
+                settings: TrainSettings | dict[str, TrainSettings], out: Path, kind: str,
+                owner: str = "") -> list[RunPlan]:
     """One RunPlan per chosen model of `specs` (default: all) and seed, into OUT/<model>/seed<k>;
-    an unknown name is refused, saying what `kind` of name it is (and whose)."""
+    an unknown name is refused, saying what `kind` of name it is (and whose). `settings`: one for
+    every model, or one per model name (tasks.settings.model_settings)."""
     names = names or list(specs)
     unknown = [name for name in names if name not in specs]
     if unknown:
         raise UsageError(f"unknown {kind} {unknown}{owner}; known: {', '.join(specs)}")
-    return [RunPlan(task, name, specs[name], seed, settings, Path(out) / name / f"seed{seed}")
+    chosen = settings if isinstance(settings, dict) else dict.fromkeys(names, settings)
+    return [RunPlan(task, name, specs[name], seed, chosen[name], Path(out) / name / f"seed{seed}")
             for name in names for seed in seeds]
 
 
@@ -87,6 +90,7 @@ def existing_status(plan: RunPlan, overwrite: bool, resume: bool = False) -> str
         return "redo"
     config = read_run_config(plan.run_dir)
     recorded = {key: config.get(key) for key in plan.identity()}
+    recorded["training"] = recorded_training(recorded["training"])   # settings added since: what it ran with
     # The data decides n_ctx and d_vocab, except a context asked for explicitly.
     recorded_spec = {**ModelSpec().to_dict(), **(config.get("spec") or {})}   # fields added since: defaults
     recorded["spec"] = {**recorded_spec, "n_ctx": recorded_spec.get("n_ctx") if plan.context else 0, "d_vocab": 0}
