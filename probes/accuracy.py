@@ -50,6 +50,7 @@ class ModelAccuracy:
     runs: list[RunAccuracy]
     collapsed: dict[int, str] = field(default_factory=dict)   # seed -> why it counts as collapsed
     heldout_without_collapsed: Interval | None = None        # mean over the other seeds, when any collapsed
+    suspect: dict[int, str] = field(default_factory=dict)     # seed -> below chance / neither (probes.health)
 
 
 def split_accuracy(scored, groups: list[str]) -> SplitAccuracy:
@@ -158,9 +159,10 @@ def run_accuracy(run, load_model=None) -> RunAccuracy:
 
 
 def model_accuracy(runs: list[RunAccuracy], vocabulary: list[str] | None = None) -> ModelAccuracy:
-    from probes.health import collapse_note
+    from probes.health import candidate_note, collapse_note
 
     notes = {r.seed: note for r in runs if (note := collapse_note(r, runs, vocabulary))}
+    suspect = {r.seed: note for r in runs if (note := candidate_note(r))}
     healthy = [r.splits["heldout"].accuracy.value for r in runs if r.seed not in notes]
     return ModelAccuracy(
         model_name=runs[0].model_name,
@@ -172,6 +174,7 @@ def model_accuracy(runs: list[RunAccuracy], vocabulary: list[str] | None = None)
         runs=runs,
         collapsed=notes,
         heldout_without_collapsed=mean_interval(healthy) if notes and healthy else None,
+        suspect=suspect,
     )
 
 
@@ -197,7 +200,7 @@ def write_summary(runs_dir: Path, models: list[ModelAccuracy]) -> Path:
     return path
 
 
-def compare_runs_command(runs_dir: Path) -> None:
+def compare_runs_command(runs_dir: Path) -> list[ModelAccuracy]:
     from models.checkpoint import CONFIG
     from probes.report.render import accuracy_table
 
@@ -205,19 +208,24 @@ def compare_runs_command(runs_dir: Path) -> None:
     print(accuracy_table(models))
     if (Path(runs_dir) / CONFIG).is_file():   # one run's own folder: summaries belong to runs folders
         print(f"\n{runs_dir} is a single run's folder; no {SUMMARY} written (point at its runs folder for one)")
-        return
+        return models
     print(f"\nwrote {write_summary(runs_dir, models)}")
+    return models
 
 
-def locked_compare(runs_dir: Path) -> None:
+def locked_compare(runs_dir: Path, strict: bool = False) -> None:
     from common.lock import folder_lock
+    from probes.health import strict_exit
 
     from models.checkpoint import CONFIG
 
     if not Path(runs_dir).is_dir() or (Path(runs_dir) / CONFIG).is_file():
-        return compare_runs_command(runs_dir)   # says what is wrong, or reads one run and writes nothing
-    with folder_lock(runs_dir, "runs folder"):
-        compare_runs_command(runs_dir)
+        models = compare_runs_command(runs_dir)   # says what is wrong, or reads one run and writes nothing
+    else:
+        with folder_lock(runs_dir, "runs folder"):
+            models = compare_runs_command(runs_dir)
+    if strict:
+        strict_exit(models)
 
 
 def main(argv=None) -> None:
@@ -226,8 +234,10 @@ def main(argv=None) -> None:
     parser = Parser(prog="python -m probes.accuracy",
                     description="Compare held-out accuracy of trained runs, with CIs over seeds.")
     parser.add_argument("runs_dir", type=nonempty_path, nargs="?", default=Path("runs/winograd"))
+    parser.add_argument("--strict", action="store_true",
+                        help="exit with status 1 when the shortcut audit fails or is inconclusive")
     args = parser.parse_args(argv)
-    run_cli(locked_compare, args.runs_dir)
+    run_cli(locked_compare, args.runs_dir, args.strict)
 
 
 if __name__ == "__main__":

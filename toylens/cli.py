@@ -26,6 +26,9 @@ def add_train_arguments(parser: Parser, task_cls: type) -> None:
     existing.add_argument("--resume", action="store_true",
                           help="continue unfinished runs from their last checkpoint (same final weights)")
     add_jobs_arguments(parser)
+    parser.add_argument("--strict", action="store_true",
+                        help="exit with status 1 when the shortcut audit fails or is inconclusive (after "
+                             "everything is written)")
     parser.add_argument("--report", action="store_true",
                         help="then trace the circuits of these runs in the same worker processes and write "
                              "OUT/report (as `python -m probes.circuit report OUT` does, without its start-up)")
@@ -146,12 +149,16 @@ def train_command(task_cls: type, args) -> None:
         # The comparison is a probe; the CLI composes training and probing, the packages stay apart.
         from probes.accuracy import compare_runs_command
 
-        compare_runs_command(out)
+        models = compare_runs_command(out)
         if report is not None:
             from toylens.report import publish_report
 
             print()
             publish_report(measured, report, task=task.name, staged=staged)
+    if args.strict:
+        from probes.health import strict_exit
+
+        strict_exit(models)
 
 
 def model_list(text: str | None, flag: str = "--models") -> list[str] | None:
