@@ -24,7 +24,7 @@ def test_a_path_at_the_claim_threshold_is_named_by_its_mechanism_alone():
 
 def test_a_path_below_the_threshold_is_not_named_but_counted():
     label = circuit_label(summary(recovered=EDGE_CLAIM - 0.01))
-    assert not label.named and label.kind == "no single path" and "L0H0+L1H0@p14" in label.text
+    assert not label.named and label.kind == "no single path" and "(L0H0+L1H0)" in label.text
 
 
 # A path whose position varies per example recovers little at any one position but all of it with

@@ -170,7 +170,8 @@ def circuit_label(summary: CircuitSummary) -> CircuitLabel:
     of a label: it names the mechanism."""
     from probes.settings import DEFAULT
 
-    heads = "+".join(summary.nodes)
+    # Heads only: where the search pinned them is a position, which varies with the layout.
+    heads = "+".join(dict.fromkeys(node.split("@")[0] for node in summary.nodes))
     if not summary.nodes:
         return CircuitLabel("untraced", "no circuit traced")
     paths = summary.paths or ((summary.edge,) if summary.edge is not None else ())

@@ -48,6 +48,25 @@ def attention_heatmap(result, labels=None, groups=None):
     return fig
 
 
+def example_attention_figure(view, heads=None):
+    """One example's attention (probes.attention.ExampleAttention): per scored position, one row per
+    head over the example's own tokens, each key labelled by its token and the role the task names
+    there. `heads`: names like 'L1H0' to show (default all)."""
+    n_scored, n_layers, n_heads, width = view.rows.shape
+    names = head_rows(n_layers, n_heads)
+    shown = [i for i, name in enumerate(names) if heads is None or name in heads]
+    labels = [f"{t} [{view.roles[p]}]" if p in view.roles else t for p, t in enumerate(view.tokens)]
+    fig = Figure(figsize=(max(6, 0.4 * width + 2), 1.0 + (0.35 * len(shown) + 0.8) * n_scored), layout="constrained")
+    axes = fig.subplots(n_scored, 1, squeeze=False)
+    for ax, rows, position in zip(axes[:, 0], view.rows, view.positions):
+        heatmap(ax, rows.reshape(n_layers * n_heads, width)[shown].numpy(), labels, [names[i] for i in shown],
+                "attention")
+        ax.set_title(f"example {view.example}, query p{position} {view.tokens[position]!r} (0 = none, 1 = all)",
+                     fontsize=9)
+        ax.set_xlabel("key: token [role]")
+    return fig
+
+
 def draw_patching(ax, patching, labels) -> None:
     """Share of the clean - corrupt gap restored by each head's output at each position."""
     recovered = patching.recovered(patching.head_out)            # [layer, pos, head]

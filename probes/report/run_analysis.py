@@ -54,6 +54,7 @@ class RunAnalysis:
     node_views: list = None               # NodeView per circuit node
     labels: list = None                   # key position labels
     vocabulary: list = None               # token strings, for naming predictions
+    roles: object = None                  # probes.roles.RoleView, for a task that names positions by role
     figure: str | None = None             # its figure, relative to the report folder
 
 
@@ -111,6 +112,7 @@ def analyse_run(context) -> RunAnalysis:
     from probes.ablation import ABLATION_METHODS, clean_run, head_ablation_sweep
     from probes.attention import pair_attention, position_labels, scored_attention
     from probes.patching import activation_patching
+    from probes.roles import role_view
 
     run, settings = context.run, context.settings
     base = dict(model_name=run.model_name, seed=run.seed, path=str(run.path), spec=context.spec,
@@ -133,7 +135,7 @@ def analyse_run(context) -> RunAnalysis:
                            pair=pair_attention(model, context.heldout, 0, context.vocabulary),
                            ablations=ablations, patching=patching,
                            labels=position_labels(context.heldout.inputs, context.vocabulary),
-                           vocabulary=context.vocabulary)
+                           vocabulary=context.vocabulary, roles=role_view(model, sample, context.pairs, patching))
     gap = patching.clean.metric - patching.corrupt.metric
     if gap < settings.min_gap:
         analysis = dataclasses.replace(analysis, note=(

@@ -119,6 +119,30 @@ def unmatched_words(node, analysis, settings: ReportSettings) -> str:
             "scale), not through what differs between the pairs")
 
 
+def role_clause(analysis, settings: ReportSettings) -> str | None:
+    """Each circuit head by role (probes.roles.RoleView), for a task that names its positions: where
+    patching its output at each pair's own role position matters, and where it attends from the role
+    where it matters most. None for a task without roles."""
+    view = analysis.roles
+    if view is None or not view.recovered:
+        return None
+    heads = []
+    for node in analysis.circuit.nodes:
+        effect = sorted(((float(r[node.layer, node.head]), role) for role, r in view.recovered.items()),
+                        key=lambda item: -abs(item[0]))
+        where = [(share_, role) for share_, role in effect if abs(share_) >= settings.matters]
+        if not where:
+            heads.append(f"{node.name} matters at no role alone (best {effect[0][1]}, {pct(effect[0][0])})")
+            continue
+        rows = view.attention.get(where[0][1], {})
+        looked = sorted(((float(m[node.layer, node.head]), role) for role, m in rows.items()), key=lambda x: -x[0])
+        shown = [f"{role} ({mass:.2f})" for mass, role in looked if mass >= settings.attention_shown]
+        heads.append(f"{node.name} matters at " + " and ".join(f"{role} ({pct(share_)} of the gap)" for share_, role in where)
+                     + (f" and from {where[0][1]} attends " + " and ".join(shown) if shown else ""))
+    return (f"by role (each pair patched at its own role positions, {view.pairs} pairs; attention over "
+            f"{view.rows} examples): " + ", ".join(heads))
+
+
 def paths_of(analysis) -> list:
     """Every head-to-head path of the run in both views (probes.circuits.labels.circuit_paths)."""
     from probes.circuits.labels import run_paths
@@ -145,7 +169,7 @@ def views_words(path, analysis) -> str:
 def edge_words(path, analysis) -> str:
     """One named path, by the edge oracle's name for it, with both views' numbers."""
     restored = "" if path.restored is None else (
-        f"; patched there alone it restores {pct(analysis.patching.restored_share(path.restored))} of the "
+        f", and patched there alone it restores {pct(analysis.patching.restored_share(path.restored))} of the "
         "answers the counterfactual flips")
     return (f"{path.oracle_name} ({path.mechanism}: {path.receiver} reads {path.sender}'s output through its "
             f"{COMPONENT_WORDS[path.component]}) recovers {views_words(path, analysis)}{restored}")
@@ -191,7 +215,7 @@ def describe(analysis, settings: ReportSettings, vocabulary=None) -> str:
     b, circuit = analysis.basis, analysis.circuit
     nodes = "; ".join(node_words(n, v, analysis, settings) for n, v in zip(circuit.nodes, analysis.node_views))
     parts = [head, f"circuit on {b.pairs} held-out pairs: {nodes}"]
-    parts += [clause for clause in (path_clause(analysis, settings),) if clause]
+    parts += [clause for clause in (role_clause(analysis, settings), path_clause(analysis, settings)) if clause]
     parts.append(faithfulness_clause(circuit))
     ablated = analysis.circuit_ablation
     parts.append(f"on {b.ablation} of {b.heldout} held-out examples (means over {b.reference} of {b.train} "

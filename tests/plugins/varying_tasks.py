@@ -11,7 +11,7 @@ Each names its positions by role, so reports can summarise by what a position ho
 import random
 from dataclasses import dataclass
 
-from toylens import Example, ModelSpec, Task, standard_family
+from toylens import Example, ModelSpec, Task, UsageError, standard_family
 
 LETTERS = tuple("abcdefgh")
 
@@ -20,6 +20,7 @@ LETTERS = tuple("abcdefgh")
 class MarkCopyParams:
     examples: int = 1200
     length: int = 7        # letters before the query, the marker among them
+    offset: int = 1        # the answer is the letter this many places after the marker
 
 
 class MarkCopyTask(Task):
@@ -37,26 +38,27 @@ class MarkCopyTask(Task):
 
     def sample(self, rng, count, seen) -> list[Example]:
         index, length, examples = {w: i for i, w in enumerate(self.vocabulary())}, self.params.length, []
+        k = self.params.offset
         while len(examples) < count:
             base = [rng.choice(LETTERS) for _ in range(length)]
-            i, j = rng.sample(range(length - 1), 2)
-            if abs(i - j) < 2 or base[i + 1] == base[j + 1]:
+            i, j = rng.sample(range(length - k), 2)
+            if abs(i - j) <= k or base[i + k] == base[j + k]:
                 continue
             clean, partner = list(base), list(base)
             clean[i], partner[j] = "M", "M"
-            tokens = tuple(index[w] for w in [*clean, "?", base[i + 1]])
+            tokens = tuple(index[w] for w in [*clean, "?", base[i + k]])
             if tokens in seen:
                 continue
             seen.add(tokens)
-            examples.append(Example(tokens, positions=(length,), foils=(index[base[j + 1]],),
+            examples.append(Example(tokens, positions=(length,), foils=(index[base[j + k]],),
                                     group="early" if i < length // 2 else "late",
-                                    counterfactual=tuple(index[w] for w in [*partner, "?", base[j + 1]]),
-                                    roles={"marker": i, "value": i + 1, "query": length}))
+                                    counterfactual=tuple(index[w] for w in [*partner, "?", base[j + k]]),
+                                    roles={"marker": i, "value": i + k, "query": length}))
         return examples
 
     def default_models(self) -> dict[str, ModelSpec]:
-        family = standard_family(d_model=32, n_heads=2, layers=(2,))
-        return {"bag-of-words": family["bag-of-words"], "attn-only-2x1": family["attn-only-2x1"]}
+        family = standard_family(d_model=32, n_heads=2, layers=(1, 2, 3))
+        return {name: family[name] for name in ("bag-of-words", "attn-only-1x1", "attn-only-2x1", "attn-only-3x1")}
 
     def default_training(self) -> dict:
         return {"max_steps": 600, "lr": 3e-3, "batch_size": 64, "eval_every": 25}
@@ -68,8 +70,9 @@ VARIABLES, VALUES = tuple("abcdefgh"), tuple("01234567")
 @dataclass(frozen=True)
 class BindingParams:
     examples: int = 3000
-    chains: int = 2        # two-hop chains (value -> variable -> alias), statements interleaved
+    chains: int = 2        # chains (value -> variable [-> alias]), statements interleaved
     fillers: int = 0       # extra one-hop statements `x = v ;` that no query asks about
+    hops: int = 2          # 2: the query names an alias (`b = a`) of a variable; 1: the variable itself
 
 
 class BindingTask(Task):
@@ -77,6 +80,11 @@ class BindingTask(Task):
 
     name, Params, version = "binding", BindingParams, 1
     score_offset = 0       # the scored position is the queried alias; binding-early moves it
+
+    def __init__(self, params=None):
+        super().__init__(params)
+        if self.params.hops not in (1, 2) or not 2 <= self.params.chains <= 4 or not 0 <= self.params.fillers <= 4:
+            raise UsageError(f"binding: hops must be 1 or 2, chains 2..4, fillers 0..4; got {self.params}")
 
     def vocabulary(self) -> list[str]:
         return [*VARIABLES, *VALUES, "=", ";", "?"]
@@ -92,12 +100,12 @@ class BindingTask(Task):
         names = rng.sample(VARIABLES, 2 * chains + fillers)
         values = rng.sample(VALUES, chains)
         source = [(names[2 * c], values[c], c) for c in range(chains)]
-        alias = [(names[2 * c + 1], names[2 * c], c) for c in range(chains)]
+        alias = [(names[2 * c + 1], names[2 * c], c) for c in range(chains)] if self.params.hops == 2 else []
         extra = [(names[2 * chains + k], rng.choice(VALUES), -1) for k in range(fillers)]
         order = source + alias + extra
         while True:
             rng.shuffle(order)
-            if all(order.index(source[c]) < order.index(alias[c]) for c in range(chains)):
+            if all(order.index(source[c]) < order.index(alias[c]) for c in range(len(alias))):
                 return order, values
 
     def sample(self, rng, count, seen) -> list[Example]:
@@ -115,7 +123,7 @@ class BindingTask(Task):
                     role = "source" if rhs in VALUES else "alias"
                     roles[f"{role}_value" if role == "source" else "alias_rhs"] = len(words) - 2
                     roles[f"{role}_end"] = len(words) - 1
-            query = [alias_name for alias_name, rhs, chain in order if chain == asked and rhs in VARIABLES][0]
+            query = [lhs for lhs, rhs, chain in order if chain == asked and (rhs in VARIABLES) == (self.params.hops == 2)][0]
             tokens = tuple(index[w] for w in [*words, "?", query, values[asked]])
             if tokens in seen:
                 continue
@@ -128,9 +136,8 @@ class BindingTask(Task):
         return examples
 
     def default_models(self) -> dict[str, ModelSpec]:
-        family = standard_family(d_model=64, n_heads=2, layers=(1, 3))
-        return {"bag-of-words": family["bag-of-words"], "attn-only-1x1": family["attn-only-1x1"],
-                "attn-only-3x1": family["attn-only-3x1"]}
+        family = standard_family(d_model=64, n_heads=2, layers=(1, 2, 3))
+        return {name: family[name] for name in ("bag-of-words", "attn-only-1x1", "attn-only-2x1", "attn-only-3x1")}
 
     def default_training(self) -> dict:
         return {"max_steps": 3000, "lr": 3e-3, "batch_size": 64, "eval_every": 50}
