@@ -92,6 +92,15 @@ def test_the_summary_names_the_paths_the_edge_oracle_names(markcopy_analyses):
     assert named_any, "no run has a head-to-head edge at the claim: the fixture no longer tests the rule"
 
 
+def test_the_report_says_whether_the_two_views_agree(markcopy_analyses):
+    from probes.report.parts import MeasuredRun, views_section
+
+    measured = [MeasuredRun(run.model_name, run.seed, {"runs": analysis, "edge_circuits": edges})
+                for run, analysis, edges in markcopy_analyses]
+    section = views_section(measured, SMALL)
+    assert len(section.summary) == 3 and all("agree: both name L0H0 -> L1H0.k" in line for line in section.summary)
+
+
 # The mechanism itself, by role: the previous-token head matters at the value (whose position varies)
 # and attends the marker from there; the reading head attends the value from the query. Catches:
 # attention summarised by absolute position only (an average over examples whose marker sits elsewhere).
@@ -244,3 +253,54 @@ def test_the_per_example_attention_view(markcopy_runs):
     assert view.rows.shape == (1, 2, 1, len(view.tokens)) and torch.allclose(view.rows.sum(-1), torch.ones(1, 2, 1))
     figure = example_attention_figure(view)
     assert "M [marker]" in [t.get_text() for t in figure.axes[0].get_xticklabels()]
+
+
+# 7. Small things: a plugin's own `python -m` names itself; `--seeds` takes sweep's form, the old
+# count still works with one line saying what to write; the standard family is public.
+def run_python(*args):
+    import os
+
+    env = {**os.environ, "PYTHONPATH": str(PLUGINS)}
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_a_plugins_own_entry_names_itself_in_its_usage():
+    shown = run_python("-m", "varying_tasks", "train", "--help")
+    assert shown.returncode == 0 and shown.stdout.startswith("usage: python -m varying_tasks train")
+
+
+def test_seeds_take_the_sweep_form_and_the_old_count_says_what_to_write(capsys, monkeypatch):
+    from toylens.cli import seeds_option
+
+    assert seeds_option("0-2") == [0, 1, 2] and seeds_option("0,3,7") == [0, 3, 7]
+    assert seeds_option("3") == [0, 1, 2] and capsys.readouterr().err == ""   # a script's stderr: no extra line
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert seeds_option("3") == [0, 1, 2]
+    note = capsys.readouterr().err
+    assert note.count("\n") == 1 and "read as a count (seeds 0-2), as before; write --seeds 0-2" in note
+
+
+def test_standard_family_is_public():
+    import toylens
+
+    family = toylens.standard_family(d_model=32, layers=(1, 2))
+    assert list(family) == ["bag-of-words", "attn-only-1x1", "attn-only-2x1", "block-1", "block-2"]
+    assert family["bag-of-words"].attention == "uniform" and family["attn-only-2x1"].mlp is False
+
+
+# 8. Training: every setting is a flag, per-model settings come from the plugin, the command line wins.
+def test_every_training_setting_is_a_flag_and_model_settings_apply():
+    from dataclasses import fields
+
+    from tasks.settings import StopMetric, TrainSettings, model_settings
+    from toylens.cli import training_overrides
+
+    shown = run_python("-m", "tasks", "train", "markcopy", "--help").stdout
+    for field in fields(TrainSettings):
+        assert ("--steps" if field.name == "max_steps" else "--" + field.name.replace("_", "-")) in shown
+    task = type("T", (), {"default_training": lambda self: {"lr": 3e-3},
+                          "model_training": lambda self, name: {"lr": 1e-4} if name == "block-2" else {}})()
+    assert model_settings(task, "block-2", {}).lr == 1e-4 and model_settings(task, "block-1", {}).lr == 3e-3
+    args = type("A", (), {"lr": 0.02, "stop_metric": "accuracy"})()
+    chosen = model_settings(task, "block-2", training_overrides(args))
+    assert chosen.lr == 0.02 and chosen.stop_metric is StopMetric.ACCURACY

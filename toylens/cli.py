@@ -36,18 +36,23 @@ def add_train_arguments(parser: Parser, task_cls: type) -> None:
 
 
 def seeds_option(text: str) -> list[int]:
-    """--seeds as sweep takes it: a range 0-99 (inclusive) or a list 0,3,7. A bare number was a count
-    (seeds 0..N-1) in older toylens and would read as one seed in the list form, so it is refused."""
+    """--seeds as sweep takes it, a range 0-99 (inclusive) or a list 0,3,7; or the older count form N
+    (seeds 0..N-1), still read as before; at a terminal one line says what to write instead (in the
+    list form a bare number would be one seed, as in sweep). Scripts, whose stderr is parsed, get
+    no extra line."""
     import argparse
+    import sys
 
     from toylens.sweep import parse_seeds
 
     if text.strip().isdigit():
-        count = int(text)
-        raise argparse.ArgumentTypeError(f"takes seeds as sweep does, a range like 0-{max(count - 1, 0)} or a list "
-                                         f"like 0,3,7, no longer a count: write --seeds 0-{max(count - 1, 0)} for the "
-                                         f"{count} seeds {text!r} used to mean, or --seeds {count}-{count} for seed "
-                                         f"{count} alone")
+        count = positive_int(text)
+        if count > MAX_SEEDS:
+            raise argparse.ArgumentTypeError(f"--seeds {count} is absurd; use at most {MAX_SEEDS}")
+        if sys.stderr.isatty():
+            print(f"note: --seeds {count} is read as a count (seeds 0-{count - 1}), as before; write --seeds "
+                  f"0-{count - 1} (a range, or a list like 0,3,7: the form sweep takes)", file=sys.stderr)
+        return list(range(count))
     try:
         return parse_seeds(text)
     except UsageError as error:
@@ -56,7 +61,9 @@ def seeds_option(text: str) -> list[int]:
 
 def add_settings_arguments(parser: Parser, default_out: str) -> None:
     """Seeds, runs folder and the training settings a command may override."""
-    parser.add_argument("--seeds", type=seeds_option, default="0-2", help="seeds: a range 0-99 (inclusive) or a list 0,3,7 (default 0-2)")
+    parser.add_argument("--seeds", type=seeds_option, default="0-2",
+                        help="seeds: a range 0-99 (inclusive) or a list 0,3,7, as sweep takes them (default 0-2; "
+                             "a bare N is the older count form, seeds 0..N-1)")
     parser.add_argument("--out", type=nonempty_path, help=f"runs folder (default {default_out})")
     add_training_flags(parser)
 

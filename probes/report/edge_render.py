@@ -17,6 +17,8 @@ from probes.circuits.scores import circuit_recall, expected_recall
 
 PORT_COLOUR = {"q": "tab:blue", "k": "tab:orange", "v": "tab:green", "in": "dimgray"}
 PORT_OFFSET = {"q": -0.1, "k": 0.0, "v": 0.1, "in": 0.0}
+PORT_ALONG = {"q": 0.3, "k": 0.5, "v": 0.7, "in": 0.5}   # where along its arc an edge's number sits, so the
+                                                          # numbers of one sender's q/k/v edges do not overlap
 
 
 def place(node, n_layers: int, n_heads: int) -> tuple[float, float]:
@@ -43,6 +45,19 @@ def bend(x0: float, y0: float, x1: float, y1: float) -> float:
     return 0.08 if rows <= 1 or abs(x1 - x0) >= 1 else min(0.6, 0.25 * rows)
 
 
+def arc(start, end, rad: float):
+    """t -> (x, y) on the quadratic curve from `start` to `end` whose control point sits `rad` x the
+    chord's length off the chord's middle (matplotlib's arc3, here in data coordinates, so an edge's
+    number can be put exactly on its curve)."""
+    (x0, y0), (x1, y1) = start, end
+    cx, cy = (x0 + x1) / 2 + rad * (y1 - y0), (y0 + y1) / 2 - rad * (x1 - x0)
+
+    def point(t):
+        return ((1 - t) ** 2 * x0 + 2 * t * (1 - t) * cx + t ** 2 * x1,
+                (1 - t) ** 2 * y0 + 2 * t * (1 - t) * cy + t ** 2 * y1)
+    return point
+
+
 def draw_circuit(ax, result: EdgeCircuit, edges: tuple[Edge, ...], title: str) -> None:
     graph, n_heads = result.graph, max([s.head for s in result.graph.senders if isinstance(s, Head)], default=0) + 1
     effect = dict(zip(result.oracle.edges, result.oracle.normalised().tolist()))
@@ -51,15 +66,14 @@ def draw_circuit(ax, result: EdgeCircuit, edges: tuple[Edge, ...], title: str) -
         (x0, y0), (x1, y1) = place(edge.sender, graph.n_layers, n_heads), place(edge.receiver.node, graph.n_layers, n_heads)
         port, rad = edge.receiver.port, bend(x0, y0, x1, y1)
         start, end = (x0, y0 + 0.18), (x1 + PORT_OFFSET[port], y1 - 0.18)
-        ax.annotate("", end, start, arrowprops=dict(arrowstyle="-|>", lw=0.5 + 5 * abs(effect[edge]) / largest,
-                                                    color=PORT_COLOUR[port], alpha=0.8,
-                                                    connectionstyle=f"arc3,rad={rad}"))
-        # The number at the arc's middle: arc3 puts it rad x the chord's length off the chord.
-        mx, my = (start[0] + end[0]) / 2, (start[1] + end[1]) / 2
-        dx, dy = end[0] - start[0], end[1] - start[1]
-        ax.text(mx + rad * dy / 2, my - rad * dx / 2, f"{effect[edge]:+.0%}", fontsize=7, ha="center",
-                va="center", color=PORT_COLOUR[port], bbox=dict(boxstyle="round,pad=0.1", fc="white", ec="none",
-                                                                alpha=0.8))
+        curve = arc(start, end, rad)
+        width, colour = 0.5 + 5 * abs(effect[edge]) / largest, PORT_COLOUR[port]
+        ax.plot(*curve(torch.linspace(0, 0.97, 30)), lw=width, color=colour, alpha=0.8, solid_capstyle="round")
+        ax.annotate("", end, tuple(float(c) for c in curve(torch.tensor([0.9]))),
+                    arrowprops=dict(arrowstyle="-|>", lw=width, color=colour, alpha=0.8, shrinkA=0, shrinkB=0))
+        x, y = curve(torch.tensor([PORT_ALONG[port]]))
+        ax.text(float(x), float(y), f"{effect[edge]:+.0%}", fontsize=7, ha="center", va="center", color=colour,
+                bbox=dict(boxstyle="round,pad=0.1", fc="white", ec="none", alpha=0.8))
     used = {e.sender for e in edges} | {e.receiver.node for e in edges}
     for node in [*graph.senders, Logits()]:
         x, y = place(node, graph.n_layers, n_heads)
@@ -68,13 +82,13 @@ def draw_circuit(ax, result: EdgeCircuit, edges: tuple[Edge, ...], title: str) -
                           ec="black" if node in used else "lightgray"))
     for port, colour in PORT_COLOUR.items():
         ax.plot([], [], color=colour, label=port if port != "in" else "MLP / logits input")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    # Room for the widest sideways bow (0.6 x the longest chord / 2) on both sides, and no more.
+    ax.legend(fontsize=7, loc="upper left", frameon=False)
+    # Room for the widest sideways bow (half of 0.6 x the longest chord) on the side arcs bow to.
     reach = 0.3 * (2 * graph.n_layers + 1)
-    ax.set_xlim(-0.6 - reach, n_heads - 0.4 + reach)
+    ax.set_xlim(-0.6 - reach / 3, n_heads - 0.4 + reach)
     ax.set_ylim(-0.6, 2 * graph.n_layers + 1.6)
     ax.axis("off")
-    ax.set_title(title, fontsize=9)
+    ax.set_title(title, fontsize=8, wrap=True)
 
 
 def draw_curves(ax, result: EdgeCircuit) -> None:
@@ -99,8 +113,8 @@ def circuit_figure(result: EdgeCircuit, title: str):
     left, right = figure.subplots(1, 2, gridspec_kw={"width_ratios": [graph_width, 6.5]})
     edges = result.circuit.edges or tuple(e for e, _ in result.oracle.ranked()[:10])
     reached = f"{len(edges)} edges, faithfulness {result.circuit.faithfulness:.0%}"
-    draw_circuit(left, result, edges, f"{title}:\nsmallest oracle-ranked circuit reaching "
-                 f"{result.circuit.target:.0%} ({reached})" if result.circuit.edges else
+    draw_circuit(left, result, edges, f"{title}:\nsmallest oracle circuit reaching "
+                 f"{result.circuit.target:.0%}\n({reached})" if result.circuit.edges else
                  f"{title}:\ntop 10 oracle edges (no circuit below the full graph reaches {result.circuit.target:.0%})")
     draw_curves(right, result)
     return figure

@@ -148,3 +148,9 @@ class BindingEarlyTask(BindingTask):
 
     name, version = "binding-early", 1
     score_offset = 1
+
+
+if __name__ == "__main__":
+    from toylens.cli import main_for_task
+
+    main_for_task("markcopy")
