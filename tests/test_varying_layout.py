@@ -304,3 +304,31 @@ def test_every_training_setting_is_a_flag_and_model_settings_apply():
     args = type("A", (), {"lr": 0.02, "stop_metric": "accuracy"})()
     chosen = model_settings(task, "block-2", training_overrides(args))
     assert chosen.lr == 0.02 and chosen.stop_metric is StopMetric.ACCURACY
+
+
+# A token that is punctuation is quoted where prose shows it. Catches: "kept at p11 ;; patching ..."
+# (the token ';' read as the sentence's clause separator).
+def test_punctuation_tokens_are_quoted_in_position_labels():
+    from probes.attention import position_labels
+
+    tokens = torch.tensor([[0, 1, 2], [0, 1, 3]])
+    labels = position_labels(tokens, ["a", ";", "=", ","])
+    assert labels[:2] == ["p0 a", "p1 ';'"] and labels[2] == "p2 ('=', ',', ...)"
+
+
+# Expected-circuit scoring says how many expected edges the circuit holds, beside AUROC. Catches:
+# AUROC (expected) 0.96 for a run using another mechanism that shares 2 of its 4 expected edges.
+def test_expected_circuit_recall_is_reported_beside_auroc(markcopy_analyses):
+    import dataclasses
+
+    from probes.circuits.scores import expected_recall
+    from probes.report.edge_render import markdown_lines
+
+    ranked, truth = torch.tensor([0.9, 0.1, 0.8, 0.0, 0.5]), torch.tensor([True, True, False, False, True])
+    assert expected_recall(ranked, truth) == (2, 3)
+    result = markcopy_analyses[0][2].result
+    inside, outside = list(result.circuit.edges), [e for e in result.graph.edges if e not in result.circuit.edges]
+    expected = frozenset(inside[:2] + outside[:2])
+    text = "\n".join(markdown_lines(dataclasses.replace(result, expected=expected), "run"))
+    assert "2 of 4 expected edges are in the smallest oracle circuit (recall 50%" in text
+    assert f"missing: {', '.join(sorted(map(str, outside[:2])))}" in text

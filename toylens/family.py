@@ -171,7 +171,7 @@ def execute(plan: RunPlan, progress: bool = True, resume: bool = False,
     # (for these exact weights and spec only; folders move, so no path).
     evaluation = measure_accuracy(model, batches, plan.model_name, plan.seed, plan.run_dir, result.steps)
     record = {k: v for k, v in asdict(evaluation).items() if k != "path"}
-    metrics = {"steps": result.steps, "stop_reason": result.stop_reason,
+    metrics = {"steps": result.steps, "stop_reason": result.stop_reason, "stop_rule": plan.settings.describe_stop(),
                "train_seconds": round(result.seconds, 3),
                "accuracy": {name: split.accuracy.value for name, split in evaluation.splits.items()},
                EVALUATION: {**record, "weights_sha256": weights_sha256, "spec": spec.to_dict()}}
@@ -232,8 +232,9 @@ def report_run(job: "TrainJob", result: tuple, write=print) -> None:
     if metrics is None:
         return
     heldout = metrics["accuracy"]["heldout"]
+    watched = f" on {job.plan.settings.stop_metric.value}" if metrics["stop_reason"] == "validation stalled" else ""
     write(f"{job.plan.model_name:>16} seed {job.plan.seed}: {metrics['steps']:>5} steps "
-          f"({metrics['stop_reason']}, {metrics['train_seconds']:.1f} s), held-out {heldout:.1%}")
+          f"({metrics['stop_reason']}{watched}, {metrics['train_seconds']:.1f} s), held-out {heldout:.1%}")
 
 
 def step_cost(spec: ModelSpec) -> float:

@@ -227,13 +227,15 @@ def describe(analysis, settings: ReportSettings, vocabulary=None) -> str:
 
 
 def signature(analysis, settings: ReportSettings) -> tuple:
-    """What two seeds must share to count as the same circuit: nodes, and the named paths' mechanism."""
+    """What two seeds must share to count as the same circuit: its heads and the named paths'
+    mechanism (as the census label: where the search pinned a head is a position, which varies
+    with the layout)."""
     from probes.circuits.labels import mechanism_text
 
     if analysis.circuit is None:
         return ()
     chosen = named(analysis, settings)
-    return tuple(n.describe() for n in analysis.circuit.nodes), mechanism_text(chosen) if chosen else ""
+    return tuple(dict.fromkeys(n.name for n in analysis.circuit.nodes)), mechanism_text(chosen) if chosen else ""
 
 
 def describe_signature(sig: tuple, settings: ReportSettings) -> str:
