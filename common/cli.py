@@ -79,12 +79,20 @@ def device_name(text: str) -> str:
     return text
 
 
+def say(line: str) -> None:
+    """One line on stderr, on a line of its own: a progress bar still drawn (a loop left by the
+    error) is cleared first and redrawn below it, instead of the line being glued onto the bar."""
+    from tqdm import tqdm
+
+    tqdm.write(line, file=sys.stderr)
+
+
 def run_cli(command, *args) -> None:
     """Run a CLI body, turning UsageError into exit 2 and Ctrl-C into a clean stop."""
     try:
         command(*args)
     except UsageError as error:
-        print(f"error: {error}", file=sys.stderr)
+        say(f"error: {error}")
         sys.exit(EXIT_USAGE)
     except KeyboardInterrupt as interrupt:
         # Training raises KeyboardInterrupt(how to resume); elsewhere every file written is complete.
@@ -97,5 +105,5 @@ def run_cli(command, *args) -> None:
         sys.exit(0)
     except OSError as error:
         # The file system refused (permissions, disk full, a file where a folder should be).
-        print(f"error: {error}; check the path and its permissions or free space", file=sys.stderr)
+        say(f"error: {error}; check the path and its permissions or free space")
         sys.exit(EXIT_USAGE)

@@ -50,6 +50,7 @@ class ModelAccuracy:
     runs: list[RunAccuracy]
     collapsed: dict[int, str] = field(default_factory=dict)   # seed -> why it counts as collapsed
     heldout_without_collapsed: Interval | None = None        # mean over the other seeds, when any collapsed
+    suspect: dict[int, str] = field(default_factory=dict)     # seed -> below chance / neither (probes.health)
 
 
 def split_accuracy(scored, groups: list[str]) -> SplitAccuracy:
@@ -177,9 +178,10 @@ def check_stored(stored: RunAccuracy, model, run) -> None:
 
 
 def model_accuracy(runs: list[RunAccuracy], vocabulary: list[str] | None = None) -> ModelAccuracy:
-    from probes.health import collapse_note
+    from probes.health import candidate_note, collapse_note
 
     notes = {r.seed: note for r in runs if (note := collapse_note(r, runs, vocabulary))}
+    suspect = {r.seed: note for r in runs if (note := candidate_note(r))}
     healthy = [r.splits["heldout"].accuracy.value for r in runs if r.seed not in notes]
     return ModelAccuracy(
         model_name=runs[0].model_name,
@@ -191,6 +193,7 @@ def model_accuracy(runs: list[RunAccuracy], vocabulary: list[str] | None = None)
         runs=runs,
         collapsed=notes,
         heldout_without_collapsed=mean_interval(healthy) if notes and healthy else None,
+        suspect=suspect,
     )
 
 

@@ -9,6 +9,7 @@ Patterns are computed on the model's device and summarised on the CPU, where res
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 
@@ -30,12 +31,19 @@ def patterns(model, tokens: torch.Tensor) -> torch.Tensor:
     return torch.stack([cache[name] for name in names], dim=1).cpu()
 
 
+def quoted(word: str) -> str:
+    """A token as prose shows it: quoted unless it is a plain word, so a token ';' or ',' never reads
+    as the sentence's own punctuation."""
+    return word if word.isalnum() else repr(word)
+
+
 def position_labels(tokens: torch.Tensor, vocabulary: list[str] | None) -> list[str]:
-    """'p3 so' where every example has the same token at p3, else 'p3 (dog, cat, ...)'."""
+    """'p3 so' where every example has the same token at p3, else 'p3 (dog, cat, ...)'; a token that
+    is not a plain word is quoted ("p11 ';'")."""
     labels = []
     for position in range(tokens.shape[1]):
         column = Counter(tokens[:, position].tolist())
-        words = [vocabulary[t] if vocabulary else str(t) for t, _ in column.most_common(2)]
+        words = [quoted(vocabulary[t]) if vocabulary else str(t) for t, _ in column.most_common(2)]
         labels.append(f"p{position} {words[0]}" if len(column) == 1 else f"p{position} ({words[0]}, {words[1]}, ...)")
     return labels
 
@@ -59,6 +67,33 @@ class ScoredAttention:
     by_offset: dict[str, torch.Tensor]      # group -> [layer, head, offset]
     focus: dict[str, list[list[HeadFocus]]]  # group -> [layer][head]
     rows: dict[str, int]                    # scored rows per group
+    by_role: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)  # role -> [layer, head] mass
+                                            # on the key at that role's position (all rows; role_attention)
+
+
+SCORED = "scored position"   # the query "role" of the scored rows themselves
+
+
+def role_attention(attention: torch.Tensor, batch: Batch, query_role: str | None = None) -> dict[str, torch.Tensor]:
+    """key role -> [layer, head] mean attention mass from each query row to the key at the example's
+    role position, over the rows whose example names that role at or before the query. The query
+    rows: the scored positions (`query_role` None) or each example's `query_role` position.
+    `attention`: [n, layer, head, query, key] patterns (patterns)."""
+    if query_role is None:
+        examples, queries = batch.example_index, batch.positions
+    else:
+        where = batch.roles[query_role]
+        examples = (where >= 0).nonzero()[:, 0]
+        queries = where[examples]
+    rows = attention[examples, :, :, queries]                              # [k, layer, head, key]
+    out = {}
+    for role, where in sorted(batch.roles.items()):
+        key = where[examples]                                               # [k]
+        seen = (key >= 0) & (key <= queries)
+        if bool(seen.any()):
+            index = key[seen].view(-1, 1, 1, 1).expand(-1, *rows.shape[1:3], 1)
+            out[role] = rows[seen].gather(-1, index)[..., 0].mean(0)
+    return out
 
 
 def token_mass(rows: torch.Tensor, keys: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -101,7 +136,7 @@ def scored_attention(model, batch: Batch, vocabulary: list[str] | None = None) -
             on_foil=float(on_foil[layer, head]) if bool((batch.foils[mask] >= 0).all()) else float("nan"),
             top_offset=int(by_offset[group][layer, head].argmax()),
         ) for head in range(rows.shape[2])] for layer in range(rows.shape[1])]
-    return ScoredAttention(labels, mean, by_offset, focus, counts)
+    return ScoredAttention(labels, mean, by_offset, focus, counts, role_attention(attention, batch))
 
 
 @dataclass(frozen=True)
@@ -147,3 +182,30 @@ def attention_from(model, batch: Batch, position: int) -> dict[str, torch.Tensor
         if mask.any():
             out[group] = attention[mask].mean(0)
     return out
+
+
+@dataclass(frozen=True)
+class ExampleAttention:
+    """One example's attention, for reading a task whose layout varies: every head's row at each
+    scored position, over the example's own tokens, with the roles the task names there."""
+
+    example: int
+    tokens: list[str]                  # the input tokens (what the model reads)
+    roles: dict[int, str]              # position -> role name(s), '+'-joined where several share one
+    positions: list[int]               # the scored positions
+    rows: torch.Tensor                 # [scored, layer, head, key]
+
+
+def example_attention(model, batch: Batch, example: int = 0, vocabulary: list[str] | None = None) -> ExampleAttention:
+    """Attention rows of one example (index into `batch`) at its scored positions."""
+    batch = batch.to("cpu")
+    length = int(batch.lengths[example]) - 1
+    inputs = batch.inputs[example:example + 1, :length]
+    positions = batch.positions[batch.example_index == example].tolist()
+    roles: dict[int, list[str]] = {}
+    for role, where in sorted(batch.roles.items()):
+        if int(where[example]) >= 0:
+            roles.setdefault(int(where[example]), []).append(role)
+    words = [vocabulary[t] if vocabulary else str(t) for t in inputs[0].tolist()]
+    rows = patterns(model, inputs)[0][:, :, positions].permute(2, 0, 1, 3)
+    return ExampleAttention(example, words, {p: "+".join(r) for p, r in roles.items()}, positions, rows)

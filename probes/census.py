@@ -43,6 +43,8 @@ class GroupCensus:
     heldout: dict              # held-out accuracy over seeds: mean [t 95%], min, quartiles, max
     unsolved: Share            # runs whose validation was never solved (not "collapsed": the report keeps
                                # that word for its run-health flag, a constant output or train far below peers)
+    never_learned: Share       # unsolved runs near two-candidate chance (probes.health), where the task names foils
+    partly_learned: Share      # the other unsolved runs
     named: Share               # runs whose circuit the report names as a path
     circuits: tuple[Share, ...]  # every circuit label, most frequent first
     seeds: dict                # label -> seeds, so any share can be checked run by run
@@ -80,7 +82,7 @@ def read_label(run_path: Path) -> tuple[str, str, float | None]:
         raise UsageError(f"{path} does not hold a circuit summary this toylens knows; rerun the sweep "
                          "for that run") from None
     label = circuit_label(summary)
-    return label.kind, label.text, summary.edge.recovered if summary.edge else None
+    return label.kind, label.text, summary.edge.strength if summary.edge else None
 
 
 def heldout_distribution(values: list[float]) -> dict:
@@ -114,16 +116,44 @@ def group_census(model: str, point: str, values: dict, members: list, failed: in
         seeds[label].append(run.seed)
         if path_share is not None:
             recovered[label].append(path_share)
-    unsolved = sum(run.metrics.get("stop_reason") != SOLVED for run, _, _, _ in members)
+    unsolved = [run for run, _, _, _ in members if run.metrics.get("stop_reason") != SOLVED]
+    never = [run for run in unsolved if near_chance(run)]
+    partly = [run for run in unsolved if run not in never]
     named = sum(kind == "path" for _, kind, _, _ in members)
     return GroupCensus(
         model_name=model, point=point, values=values, finished=n, failed=failed,
         heldout=heldout_distribution([float(run.metrics["accuracy"]["heldout"]) for run, _, _, _ in members]),
-        unsolved=Share("unsolved (validation never solved)", unsolved, wilson(unsolved, n)),
+        unsolved=Share("unsolved (validation never solved)", len(unsolved), wilson(len(unsolved), n)),
+        never_learned=Share(f"never learned (unsolved, near chance{accuracy_range(never)})", len(never),
+                            wilson(len(never), n)),
+        partly_learned=Share(f"partly learned (unsolved, above chance{accuracy_range(partly)})", len(partly),
+                             wilson(len(partly), n)),
         named=Share("circuit named as a path", named, wilson(named, n)),
         circuits=tuple(Share(label, count, wilson(count, n)) for label, count in counts.most_common()),
         seeds={label: sorted(s) for label, s in seeds.items()},
         path_recovered={label: [min(v), statistics.median(v), max(v)] for label, v in recovered.items()})
+
+
+def near_chance(run) -> bool:
+    """Held-out accuracy within ReportSettings.chance_margin of two-candidate chance, for a task whose
+    held-out scored positions all name a foil (else chance is not known and nothing is near it)."""
+    from probes.health import TWO_CANDIDATES
+    from probes.settings import DEFAULT
+
+    heldout = (run.metrics.get("evaluation", {}).get("splits", {}).get("heldout", {})
+               if isinstance(run.metrics.get("evaluation"), dict) else {})
+    foil_rate = heldout.get("foil_rate") if isinstance(heldout, dict) else None
+    if not isinstance(foil_rate, (int, float)):   # stored as null: the task names no foils
+        return False
+    return float(run.metrics["accuracy"]["heldout"]) <= TWO_CANDIDATES + DEFAULT.chance_margin
+
+
+def accuracy_range(runs: list) -> str:
+    """': held-out 73%-81%' over `runs`, or '' when there are none."""
+    if not runs:
+        return ""
+    values = sorted(float(run.metrics["accuracy"]["heldout"]) for run in runs)
+    return f": held-out {values[0]:.0%}" + (f"-{values[-1]:.0%}" if values[-1] != values[0] else "")
 
 
 # ---- rendering -----------------------------------------------------------------------------
@@ -138,7 +168,8 @@ def summary_lines(groups: list[GroupCensus]) -> list[str]:
     for g in groups:
         h = g.heldout
         lines.append(f"{g.model_name} @ {g.point}: {g.finished} runs ({g.failed} failed); held-out median "
-                     f"{h['median']:.1%} (min {h['min']:.1%}); {share_text(g.unsolved)} unsolved; "
+                     f"{h['median']:.1%} (min {h['min']:.1%}); {share_text(g.unsolved)} unsolved "
+                     f"({g.never_learned.count} never learned, {g.partly_learned.count} partly); "
                      f"{share_text(g.named)} named as a path")
         lines += [f"  {share_text(s)}  {s.label}" for s in g.circuits]
     return lines
@@ -149,10 +180,14 @@ def markdown(groups: list[GroupCensus], figure: str | None) -> str:
 
     out = ["# Circuit census", "",
            "Per model and grid point, over the runs that finished: each share is count / finished runs with a "
-           "95% Wilson interval. A circuit is named as a path only as the report names it: its best "
-           f"single-position path patch recovers at least {DEFAULT.path_claim:.0%} of the clean - counterfactual gap "
+           "95% Wilson interval. A circuit is named as a path only as the report names it: a path patch, the sender's "
+           f"write at every position or at one position, recovers at least {DEFAULT.path_claim:.0%} of the clean - "
+           "counterfactual gap "
            "(0 = the path alone restores nothing, 1 = all of it); other runs are labelled by what was found. "
-           "Unsolved: validation never solved (stopped stalled or out of budget). Held-out accuracy: the "
+           "Unsolved: validation never solved (stopped stalled or out of budget); of those, never learned: held-out "
+           f"accuracy within {DEFAULT.chance_margin:.0%} of the 50% of picking the answer or the foil at random (tasks "
+           "that name foils), partly learned: the rest. A label names a mechanism (its paths' components and heads), "
+           "never positions or tokens, so one mechanism over seeds is one row. Held-out accuracy: the "
            "task's held-out split.", ""]
     if figure:
         out += [f"![mechanism share per grid point]({figure})", ""]
@@ -166,7 +201,7 @@ def markdown(groups: list[GroupCensus], figure: str | None) -> str:
                 f"{h['median']:.1%} / {h['q3']:.1%}, max {h['max']:.1%}", "",
                 "| circuit | runs | share [95% CI] | best path recovers (min / median / max) | seeds |",
                 "|---|---|---|---|---|"]
-        for s in (*g.circuits, g.named, g.unsolved):
+        for s in (*g.circuits, g.named, g.unsolved, g.never_learned, g.partly_learned):
             seeds = ", ".join(map(str, g.seeds.get(s.label, []))) or "-"
             path = " / ".join(f"{v:.0%}" for v in g.path_recovered.get(s.label, [])) or "-"
             i = s.share

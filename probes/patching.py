@@ -98,7 +98,8 @@ def clean_activations(model, batch: Batch, names: list[str]) -> dict:
 @torch.no_grad()
 def patch_many(model, batch: Batch, activation: str, targets: list[tuple]) -> list[Outcome]:
     """Restore clean `activation` ("z" or "resid_pre") at each target (layer, position|None,
-    head|None; None = all) in the corrupt run; replicas of the batch carry many targets per forward."""
+    head|None; None = all) in the corrupt run; replicas of the batch carry many targets per forward.
+    A position may be a [n] tensor, one position per example (a role's, tasks.data.Batch.roles)."""
     batch = batch.to(device_of(model))
     corrupt = corrupt_inputs(batch)
     layers = sorted({t[0] for t in targets})
@@ -116,7 +117,9 @@ def patch_many(model, batch: Batch, activation: str, targets: list[tuple]) -> li
                 for replica, (target_layer, position, *head) in enumerate(chunk):
                     if target_layer != layer:
                         continue
-                    index = (slice(None), slice(None) if position is None else position)
+                    index = ((torch.arange(len(batch), device=act.device), position.to(act.device))
+                             if isinstance(position, torch.Tensor) else
+                             (slice(None), slice(None) if position is None else position))
                     if head and head[0] is not None:
                         index += (head[0],)
                     view[(replica,) + index] = source[index]

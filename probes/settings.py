@@ -37,6 +37,12 @@ class ReportSettings:
     order_blind_shuffle: float = 1e-3   # shuffle test max |dlogit| below which a model is order-blind
     shortcut_margin: float = 0.1        # an order-blind model within this of the best model's held-out accuracy
                                         # means the held-out split does not defeat the order-blind shortcut
+    chance_margin: float = 0.1          # held-out accuracy within this of two-candidate chance (50%, where every
+                                        # scored position names a foil) is "near chance": nothing learned
+    neither_share: float = 0.5          # a run predicting neither the answer nor the foil at this share of
+                                        # held-out scored positions is flagged
+    foil_blind_wrong: int = 20          # wrong held-out predictions over all runs from which "no run ever
+                                        # predicts the foil" is a check, not an accident of small numbers
 
 
     def pair_count(self, heldout) -> int:

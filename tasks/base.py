@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from models import ModelSpec, UsageError
@@ -27,6 +27,9 @@ class Example:
     `foils[i]` is the wrong answer a shortcut would give there (NO_FOIL when the task has none).
     `counterfactual` has the same length and differs where the answer should change (empty when the
     task has no counterfactual partners); patching runs clean = tokens, corrupt = counterfactual.
+    `roles` names positions of this example by what they hold (e.g. {"binder_end": 7}): where a
+    task's layout varies per example, attention, patching and circuit labels are then summarised
+    per role rather than per absolute position.
     """
 
     tokens: tuple[int, ...]
@@ -34,6 +37,7 @@ class Example:
     foils: tuple[int, ...] = ()
     group: str = ""
     counterfactual: tuple[int, ...] = ()
+    roles: dict[str, int] = field(default_factory=dict, hash=False)
 
     @property
     def answers(self) -> tuple[int, ...]:
@@ -76,6 +80,13 @@ def checked_training(task, overrides):
     return overrides
 
 
+def checked_model_training(task, overrides, model_name):
+    if not isinstance(overrides, dict):
+        raise UsageError(f"task plugin {task.name!r}: model_training({model_name!r}) must return a dict of "
+                         f"TrainSettings fields, got {type(overrides).__name__}")
+    return overrides
+
+
 def checked_expected_circuit(task, edges, model_name, spec):
     """None, or edges of the model's graph on both sides of the AUROC it is scored by."""
     from models.graph import graph_of
@@ -97,7 +108,7 @@ def checked_expected_circuit(task, edges, model_name, spec):
 
 # default_models() is checked by tasks.validate.validate_family, before anything trains.
 RESULT_CHECKS = {"vocabulary": checked_vocabulary, "default_training": checked_training,
-                 "expected_circuit": checked_expected_circuit}
+                 "model_training": checked_model_training, "expected_circuit": checked_expected_circuit}
 
 
 def guarded(member: str, method):
@@ -126,7 +137,7 @@ class Task(ABC):
         # Every call the toolkit makes into a plugin goes through these guards, wherever it is made.
         super().__init_subclass__(**kwargs)
         for member in ("__init__", "vocabulary", "generate", "default_models", "default_training",
-                       "expected_circuit"):
+                       "model_training", "expected_circuit"):
             method = cls.__dict__.get(member)
             if callable(method) and not getattr(method, "guarded", False):
                 setattr(cls, member, guarded(member, method))
@@ -150,6 +161,11 @@ class Task(ABC):
         """Overrides of `tasks.training.TrainSettings` fields for this task."""
         return {}
 
+    def model_training(self, model_name: str) -> dict:
+        """Overrides for one model of the family, on top of `default_training()` (e.g. a lower lr
+        or a shorter budget for the block models); the command line overrides both."""
+        return {}
+
     def expected_circuit(self, model_name: str, spec: ModelSpec) -> frozenset | None:
         """Optionally, the edges (`models.graph.Edge`s of `models.graph.graph_of(spec)`) this model
         is expected to use, known by construction; circuit methods are then scored against them.
@@ -162,3 +178,16 @@ class Task(ABC):
 
     def params_dict(self) -> dict:
         return dataclasses.asdict(self.params)
+
+
+def standard_family(d_model: int = 128, n_heads: int = 4, layers: tuple[int, ...] = (1, 2)) -> dict[str, ModelSpec]:
+    """The family the built-in tasks train, for a plugin's default_models(): the order-blind bag of
+    words (the baseline a task must defeat), attention-only models of one head per block
+    (`attn-only-1x1`, `attn-only-2x1`, ... for each of `layers`), and full blocks with `n_heads`
+    heads and an MLP (`block-1`, `block-2`, ...)."""
+    family = {"bag-of-words": ModelSpec(n_layers=1, d_model=d_model, n_heads=n_heads, attention="uniform",
+                                        positions="none")}
+    family.update({f"attn-only-{n}x1": ModelSpec(n_layers=n, d_model=d_model, n_heads=1, mlp=False)
+                   for n in layers})
+    family.update({f"block-{n}": ModelSpec(n_layers=n, d_model=d_model, n_heads=n_heads) for n in layers})
+    return family

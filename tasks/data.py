@@ -35,13 +35,17 @@ def fingerprint(task: Task, seed: int) -> str:
 
 
 def examples_to_columns(examples: list[Example]) -> dict[str, list]:
-    return {
+    columns = {
         "tokens": [list(e.tokens) for e in examples],
         "positions": [list(e.positions) for e in examples],
         "foils": [list(e.foils) or [NO_FOIL] * len(e.positions) for e in examples],
         "group": [e.group for e in examples],
         "counterfactual": [list(e.counterfactual) for e in examples],
     }
+    if any(e.roles for e in examples):   # only tasks that name roles have these columns
+        columns["role_names"] = [sorted(e.roles) for e in examples]
+        columns["role_positions"] = [[e.roles[name] for name in sorted(e.roles)] for e in examples]
+    return columns
 
 
 def task_dataset(task: Task, seed: int):
@@ -132,6 +136,7 @@ class Batch:
     foils: "torch.Tensor"           # [k], NO_FOIL where none
     groups: list[str]               # [n]
     counterfactual: "torch.Tensor | None"  # [n, length] or None when the task has none
+    roles: dict = dataclasses.field(default_factory=dict)   # role name -> [n] position, -1 where absent
 
     def __len__(self) -> int:
         return self.tokens.shape[0]
@@ -142,15 +147,17 @@ class Batch:
         if self.tokens.device == torch.device(device):
             return self
         moved = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        moved["roles"] = {name: position.to(device) for name, position in self.roles.items()}
         return Batch(**{name: value.to(device) if hasattr(value, "to") else value
                         for name, value in moved.items()})
 
     @classmethod
-    def from_tokens(cls, tokens, positions, foils=None, counterfactual=None, groups=None) -> "Batch":
+    def from_tokens(cls, tokens, positions, foils=None, counterfactual=None, groups=None, roles=None) -> "Batch":
         """A batch from plain token ids, for probing a model outside any task: `tokens` one id
         sequence per example (the answer at a scored position p is tokens[p + 1]); `positions` the
         scored positions of each example; `foils` one wrong answer per scored position (or none);
-        `counterfactual` a same-length partner per example (needed by patching)."""
+        `counterfactual` a same-length partner per example (needed by patching); `roles` one
+        {role name: position} per example (or none)."""
         for row, (sequence, scored) in enumerate(zip(tokens, positions, strict=True)):
             if not all(0 <= p < len(sequence) - 1 for p in scored):
                 raise UsageError(f"example {row}: scored positions {list(scored)} must lie in 0..{len(sequence) - 2} "
@@ -158,8 +165,9 @@ class Batch:
         foils = foils or [[NO_FOIL] * len(p) for p in positions]
         counterfactual = counterfactual or [() for _ in tokens]
         groups = groups or ["all"] * len(tokens)
-        examples = [Example(tuple(t), tuple(p), tuple(f), g, tuple(c))
-                    for t, p, f, g, c in zip(tokens, positions, foils, groups, counterfactual, strict=True)]
+        roles = roles or [{} for _ in tokens]
+        examples = [Example(tuple(t), tuple(p), tuple(f), g, tuple(c), dict(r))
+                    for t, p, f, g, c, r in zip(tokens, positions, foils, groups, counterfactual, roles, strict=True)]
         return columns_to_batch(examples_to_columns(examples))
 
     def real_positions(self, width: int | None = None) -> "torch.Tensor":
@@ -210,7 +218,17 @@ def columns_to_batch(rows: dict[str, list]) -> Batch:
         foils=tensor([f for fs in rows["foils"] for f in fs]),
         groups=list(rows["group"]),
         counterfactual=padded(rows["counterfactual"]) if has_counterfactual else None,
+        roles=role_tensors(rows.get("role_names"), rows.get("role_positions"), tensor),
     )
+
+
+def role_tensors(names: list[list[str]] | None, positions: list[list[int]] | None, tensor) -> dict:
+    """Role name -> [n] position per example (-1 where an example does not name that role)."""
+    if not names:
+        return {}
+    known = sorted({name for row in names for name in row})
+    where = [dict(zip(row, at)) for row, at in zip(names, positions)]
+    return {name: tensor([row.get(name, -1) for row in where]) for name in known}
 
 
 def select_rows(batch: Batch, rows) -> Batch:
@@ -233,6 +251,7 @@ def select_rows(batch: Batch, rows) -> Batch:
         foils=batch.foils[keep],
         groups=[batch.groups[i] for i in rows.tolist()],
         counterfactual=None if batch.counterfactual is None else batch.counterfactual[rows, :width],
+        roles={name: position[rows] for name, position in batch.roles.items()},
     )
 
 

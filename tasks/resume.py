@@ -18,7 +18,7 @@ from models.checkpoint import check_state, cpu_tensors, load_tensors, save_tenso
 STATE = "train_state.safetensors"
 STATE_FORMAT = "toylens-train-state/1"
 FRESH = {"step": 0, "history": [], "seconds": 0.0}
-HISTORY_FIELDS = {"step", "train_loss", "val_loss", "val_accuracy", "seconds"}
+HISTORY_FIELDS = {"step", "train_loss", "val_loss", "val_scored_loss", "val_accuracy", "seconds"}
 ADAM_KEYS = {"step", "exp_avg", "exp_avg_sq"}
 
 

@@ -20,7 +20,7 @@ from tasks.data import Batch, real_positions
 from tasks.evaluate import logits_at_scored, score_logits
 from models.bridge import hook_free_forward
 from tasks.resume import FRESH, load_train_state, save_train_state
-from tasks.settings import TrainSettings
+from tasks.settings import LossPositions, StopMetric, TrainSettings
 
 SNAPSHOTS = "snapshots"   # run_dir/snapshots/step{N}.safetensors
 # The train state (weights and AdamW moments) is ~20 ms to write for a 2-block model: at every
@@ -43,11 +43,28 @@ def lm_loss(logits: torch.Tensor, tokens: torch.Tensor, lengths: torch.Tensor) -
     return torch.nn.functional.cross_entropy(logits[real], targets[real])
 
 
+def scored_loss(logits: torch.Tensor, tokens: torch.Tensor, scored: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of the answers at the scored positions; `scored` [n, length - 1] is True
+    there (scored_mask)."""
+    return torch.nn.functional.cross_entropy(logits[scored], tokens[:, 1:][scored])
+
+
+def scored_mask(batch: Batch) -> torch.Tensor:
+    """[n, length - 1] True at each example's scored positions."""
+    mask = torch.zeros(batch.inputs.shape, dtype=torch.bool, device=batch.tokens.device)
+    mask[batch.example_index, batch.positions] = True
+    return mask
+
+
 @torch.no_grad()
 def evaluate(model, batch: Batch) -> dict:
     logits = model(batch.inputs)
     scored = score_logits(logits_at_scored(logits, batch), batch)
-    return {"val_loss": lm_loss(logits, batch.tokens, batch.lengths).item(), "val_accuracy": scored.accuracy}
+    return {"val_loss": lm_loss(logits, batch.tokens, batch.lengths).item(), "val_accuracy": scored.accuracy,
+            "val_scored_loss": scored.loss.item()}
+
+
+WATCHED = {StopMetric.SCORED_LOSS: "val_scored_loss", StopMetric.ACCURACY: "val_accuracy", StopMetric.LOSS: "val_loss"}
 
 
 def stop_reason(history: list[dict], settings: TrainSettings) -> str | None:
@@ -55,10 +72,14 @@ def stop_reason(history: list[dict], settings: TrainSettings) -> str | None:
     recent = history[-settings.stop_evals:]
     if len(recent) == settings.stop_evals and all(h["val_accuracy"] >= settings.stop_accuracy for h in recent):
         return "validation solved"
-    best_loss, best_step = float("inf"), 0
+    key, tolerance = WATCHED[settings.stop_metric], settings.plateau_tolerance
+    # A loss must fall by a share of itself; accuracy rise by points (a share of ~0 would be nothing).
+    better = ((lambda value, best: value > best + tolerance) if settings.stop_metric is StopMetric.ACCURACY
+              else (lambda value, best: value < best * (1 - tolerance)))
+    best, best_step = None, 0
     for entry in history:
-        if entry["val_loss"] < best_loss * (1 - settings.plateau_tolerance):
-            best_loss, best_step = entry["val_loss"], entry["step"]
+        if best is None or better(entry[key], best):
+            best, best_step = entry[key], entry["step"]
     if history and history[-1]["step"] - best_step >= settings.plateau_steps:
         return "validation stalled"
     return None
@@ -77,6 +98,8 @@ def train(model, train_batch: Batch, validation_batch: Batch, settings: TrainSet
     if device != "cpu":
         model.to(device, print_details=False)
     train_batch, validation_batch = train_batch.to(device), validation_batch.to(device)
+    scored_only = settings.loss_positions is LossPositions.SCORED
+    train_scored = scored_mask(train_batch) if scored_only else None
     forward = hook_free_forward(model)
     generator, optimizer = torch.Generator().manual_seed(seed), adamw(model, settings)
     resuming = resume and state_path is not None and Path(state_path).is_file()
@@ -97,7 +120,8 @@ def train(model, train_batch: Batch, validation_batch: Batch, settings: TrainSet
         for step in bar:
             rows = torch.randint(len(train_batch), (settings.batch_size,), generator=generator)
             tokens, lengths = train_batch.tokens[rows], train_batch.lengths[rows]
-            loss = lm_loss(forward(tokens[:, :-1]), tokens, lengths)
+            logits = forward(tokens[:, :-1])
+            loss = scored_loss(logits, tokens, train_scored[rows]) if scored_only else lm_loss(logits, tokens, lengths)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             for group in optimizer.param_groups:   # a function of the step alone, so a resumed run matches

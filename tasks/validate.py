@@ -4,6 +4,7 @@ line naming the plugin, the example and the rule, instead of a shape error deep 
 from __future__ import annotations
 
 import numbers
+import re
 from dataclasses import replace
 
 from common.cli import path_name
@@ -86,6 +87,7 @@ def validate_task_examples(task: Task, seed: int) -> dict[str, list[Example]]:
         for index, example in enumerate(examples):
             check_example(task, f"{split} example {index}", example, vocabulary_size)
         check_partners(task, split, examples)
+        check_role_names(task, split, examples)
     check_deterministic(task, seed, splits)
     if task.disjoint_splits:
         check_disjoint(task, splits)
@@ -152,6 +154,35 @@ def check_example(task: Task, where: str, example: Example, vocabulary_size: int
     if bad:
         raise refuse(task, where, f"has counterfactual token id {bad[0]} outside the vocabulary "
                      f"(ids 0..{vocabulary_size - 1})")
+    check_roles(task, where, example)
+
+
+# A role name is printed inside report sentences and census labels: a word, never punctuation
+# that the prose uses to separate clauses.
+ROLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,39}")
+
+
+def check_roles(task: Task, where: str, example: Example) -> None:
+    roles = example.roles
+    if not isinstance(roles, dict):
+        raise refuse(task, where, f"has roles of type {type(roles).__name__}; roles must be a dict of "
+                     "role name -> position, e.g. {'binder_end': 7}")
+    for name, position in roles.items():
+        if not (isinstance(name, str) and ROLE_NAME.fullmatch(name)):
+            raise refuse(task, where, f"has role name {name!r}; a role name is a letter then letters, digits "
+                         "or '_' (at most 40), e.g. 'binder_end'")
+        if not is_int(position) or not 0 <= position < len(example.tokens) - 1:
+            raise refuse(task, where, f"has role {name!r} at {position!r}; a role names an input position "
+                         f"0..{len(example.tokens) - 2} (one the model reads)")
+
+
+def check_role_names(task: Task, split: str, examples: list[Example]) -> None:
+    """Roles are summarised over a split's examples: each must name the same ones."""
+    first = set(examples[0].roles)
+    for index, example in enumerate(examples):
+        if set(example.roles) != first:
+            raise refuse(task, f"{split} example {index}", f"names roles {sorted(example.roles)} while "
+                         f"{split} example 0 names {sorted(first)}; every example of a split names the same roles")
 
 
 def check_partners(task: Task, split: str, examples: list[Example]) -> None:

@@ -11,19 +11,41 @@ from probes.settings import DEFAULT
 EDGE_CLAIM = DEFAULT.path_claim
 
 
-def summary(nodes=("L0H0", "L1H0@p14"), recovered=None, n_layers=2) -> CircuitSummary:
-    edge = None if recovered is None else PathFacts("L0H0", "L1H0", "q", 14, "p14 the", recovered, 1.0)
-    return CircuitSummary("attn-only-2x1", 0, n_layers, 1.0, tuple(nodes), edge, 1.0)
+def summary(nodes=("L0H0", "L1H0@p14"), recovered=None, n_layers=2, everywhere=None, paths=()) -> CircuitSummary:
+    edge = None if recovered is None else PathFacts("L0H0", "L1H0", "q", 14, "p14 the", recovered, 1.0, everywhere)
+    return CircuitSummary("attn-only-2x1", 0, n_layers, 1.0, tuple(nodes), edge, 1.0,
+                          paths=tuple(paths) or ((edge,) if edge else ()))
 
 
-def test_a_path_at_the_claim_threshold_is_named():
+def test_a_path_at_the_claim_threshold_is_named_by_its_mechanism_alone():
     label = circuit_label(summary(recovered=EDGE_CLAIM))
-    assert (label.kind, label.text, label.named) == ("path", "Q-composition L0H0->L1H0 at p14 the", True)
+    assert (label.kind, label.text, label.named) == ("path", "Q-composition L0H0->L1H0", True)
 
 
 def test_a_path_below_the_threshold_is_not_named_but_counted():
     label = circuit_label(summary(recovered=EDGE_CLAIM - 0.01))
-    assert not label.named and label.kind == "no single path" and "L0H0+L1H0@p14" in label.text
+    assert not label.named and label.kind == "no single path" and "(L0H0+L1H0)" in label.text
+
+
+# A path whose position varies per example recovers little at any one position but all of it with
+# the sender at every position (the edge oracle's view). Catches: a two-hop circuit read as one hop
+# because its first hop's position varied.
+def test_a_path_is_named_from_the_sender_at_every_position():
+    hop1 = PathFacts("L0H0", "L1H0", "k", 7, "p7", 0.46, 0.4, 1.01)
+    hop2 = PathFacts("L1H0", "L2H0", "q", 17, "p17", 0.9, 0.9, 0.95)
+    weak = PathFacts("L0H0", "L2H0", "v", 3, "p3", 0.05, 0.0, 0.1)
+    label = circuit_label(summary(nodes=("L0H0", "L1H0", "L2H0@p17"), n_layers=3, paths=(hop2, hop1, weak)))
+    assert label.text == "K-composition L0H0->L1H0 + Q-composition L1H0->L2H0"
+    unnamed = circuit_label(summary(recovered=0.3, everywhere=EDGE_CLAIM - 0.01))
+    assert unnamed.kind == "no single path"
+
+
+# Labels carry no position and no token found there: one mechanism over seeds is one label.
+# Catches: "... at p17 (a, b, ...)" and "... at p17 (c, f, ...)" counted as two circuits.
+def test_one_mechanism_at_different_positions_is_one_label():
+    first = summary(paths=(PathFacts("L0H0", "L1H0", "k", 7, "p7 (a, b, ...)", 0.2, 0.1, 0.9),))
+    second = summary(paths=(PathFacts("L0H0", "L1H0", "k", 11, "p11 (c, f, ...)", 0.3, 0.2, 0.8),))
+    assert circuit_label(first) == circuit_label(second)
 
 
 @pytest.mark.parametrize("n_layers, words", [(2, "within one block"), (1, "one block")])

@@ -70,7 +70,7 @@ def test_the_edges_command_writes_report_figures_and_mib_files(tiny_runs, tmp_pa
     main([str(tiny_runs), "--out", str(tmp_path)])
     text = (tmp_path / "edges.md").read_text()
     assert "#### attn-only-2x1 seed 0" in text and "bag-of-words" not in text
-    assert (tmp_path / "figures" / "edges_attn-only-2x1_seed0.png").is_file()
+    assert (tmp_path / "figures" / "edges-attn-only-2x1-seed0.png").is_file()   # the report's own name
     exported = json.loads((tmp_path / "mib_attn-only-2x1_seed0_eap.json").read_text())
     assert set(exported) == {"cfg", "nodes", "edges"} and len(exported["edges"]) == 12
 

@@ -171,14 +171,15 @@ def path(recovered: float):
 
 def seed_run(seed: int, recovered: float):
     circuit = SimpleNamespace(nodes=(Node(0, 3), Node(1, 3, (14,))))
-    return SimpleNamespace(model_name="block-2", seed=seed, circuit=circuit, path_positions=[path(recovered)])
+    return SimpleNamespace(model_name="block-2", seed=seed, circuit=circuit, path_positions=[path(recovered)],
+                           paths=[], labels={14: "p14"})
 
 
 def test_a_path_below_threshold_is_never_listed_as_a_path():
     weak = seed_agreement([seed_run(0, 0.02), seed_run(1, 0.0)], DEFAULT)[0]
     assert "->" not in weak and "no path >= 50%" in weak
     strong = seed_agreement([seed_run(0, 0.98), seed_run(1, 0.97)], DEFAULT)[0]
-    assert "L0H3->L1H3 Q at p14" in strong
+    assert "Q-composition L0H3->L1H3" in strong
 
 
 # 5. A head is described at the positions where patching shows it matters, and attention names
@@ -354,7 +355,7 @@ def test_a_head_that_matters_nowhere_under_patching_is_not_said_to_matter_across
 def test_a_circuit_within_one_block_claims_no_more_than_that():
     from probes.report.words import path_clause
 
-    analysis = SimpleNamespace(path_positions=[], spec={"n_layers": 2},
+    analysis = SimpleNamespace(path_positions=[], paths=[], spec={"n_layers": 2},
                                circuit=SimpleNamespace(nodes=(Node(0, 0, (14,)), Node(0, 2, (14,)))))
     assert path_clause(analysis, DEFAULT) == "no composition between circuit heads: all of them are in block 1"
 

@@ -91,7 +91,8 @@ def test_damaged_state_is_refused_with_the_fix(batches, small_winograd, tmp_path
 
 
 def evaluations(losses, accuracies, every=25):
-    return [{"step": every * (i + 1), "val_loss": loss, "val_accuracy": accuracy}
+    """The same losses as the loss at every position and at the scored positions (either is watched)."""
+    return [{"step": every * (i + 1), "val_loss": loss, "val_scored_loss": loss, "val_accuracy": accuracy}
             for i, (loss, accuracy) in enumerate(zip(losses, accuracies))]
 
 
@@ -140,3 +141,33 @@ def test_a_model_with_hooks_trains_through_the_bridge():
     model = build_model(ModelSpec(d_model=16, n_heads=2, n_ctx=9, d_vocab=11), seed=3)
     model.add_hook("blocks.0.attn.hook_pattern", lambda pattern, hook: pattern, is_permanent=True)
     assert hook_free_forward(model) is model
+
+
+# The stalled rule watches what the settings name: the scored positions' loss (default), their
+# accuracy (absolute points), or the loss at every position. Catches: a model that cannot do the
+# task kept training while its every-position loss fell (it learned the sequences' structure).
+def test_stalled_watches_the_chosen_metric():
+    from tasks.settings import StopMetric
+
+    history = [{"step": 25 * (i + 1), "val_loss": 2.0 - 0.1 * i, "val_scored_loss": 0.69, "val_accuracy": 0.5}
+               for i in range(6)]
+    base = dict(plateau_steps=100, plateau_tolerance=0.01)
+    assert training.stop_reason(history, TrainSettings(**base)) == "validation stalled"
+    assert training.stop_reason(history, TrainSettings(**base, stop_metric=StopMetric.LOSS)) is None
+    rising = [{**h, "val_accuracy": 0.5 + 0.02 * i} for i, h in enumerate(history)]
+    assert training.stop_reason(rising, TrainSettings(**base, stop_metric=StopMetric.ACCURACY)) is None
+    assert training.stop_reason(history, TrainSettings(**base, stop_metric=StopMetric.ACCURACY)) == "validation stalled"
+
+
+def test_loss_on_scored_positions_only_ignores_the_rest(small_winograd):
+    from tasks.data import task_dataset, to_batch
+
+    batch = to_batch(task_dataset(small_winograd, 0)["validation"])
+    logits = torch.randn(*batch.inputs.shape, len(small_winograd.vocabulary()))
+    mask = training.scored_mask(batch)
+    assert int(mask.sum()) == len(batch.positions)
+    moved = logits.clone()
+    moved[~mask] += torch.randn_like(moved[~mask])   # change every unscored position's logits
+    assert torch.equal(training.scored_loss(logits, batch.tokens, mask), training.scored_loss(moved, batch.tokens, mask))
+    expected = torch.nn.functional.cross_entropy(logits[batch.example_index, batch.positions], batch.answers)
+    assert torch.allclose(training.scored_loss(logits, batch.tokens, mask), expected)

@@ -15,6 +15,7 @@ from pathlib import Path
 _SOURCES = {
     # writing tasks
     "Task": "tasks.base", "Example": "tasks.base", "NoParams": "tasks.base", "NO_FOIL": "tasks.base",
+    "standard_family": "tasks.base",
     "UsageError": "common.cli",
     # models
     "ModelSpec": "models.spec", "build_model": "models.spec", "Head": "models.components",
@@ -27,6 +28,8 @@ _SOURCES = {
     "activation_patching": "probes.patching", "ActivationPatching": "probes.patching",
     "path_patch": "probes.circuits.path_patching", "PathPatch": "probes.circuits.path_patching",
     "scored_attention": "probes.attention", "ScoredAttention": "probes.attention",
+    "example_attention": "probes.attention", "ExampleAttention": "probes.attention",
+    "role_view": "probes.roles", "RoleView": "probes.roles",
     "shuffle_test": "probes.shuffle", "ShuffleResult": "probes.shuffle",
     "composition_scores": "probes.composition", "Composition": "probes.composition",
     "run_accuracy": "probes.accuracy", "RunAccuracy": "probes.accuracy",
@@ -40,6 +43,7 @@ _SOURCES = {
     "take_census": "probes.census",
     # figures (matplotlib Figures; a notebook shows them)
     "attention_heatmap": "probes.report.figures", "circuit_figure": "probes.report.edge_render",
+    "example_attention_figure": "probes.report.figures",
 }
 
 __all__ = sorted([*_SOURCES, "load_run"])

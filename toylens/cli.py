@@ -26,20 +26,79 @@ def add_train_arguments(parser: Parser, task_cls: type) -> None:
     existing.add_argument("--resume", action="store_true",
                           help="continue unfinished runs from their last checkpoint (same final weights)")
     add_jobs_arguments(parser)
+    parser.add_argument("--strict", action="store_true",
+                        help="exit with status 1 when the shortcut audit fails or is inconclusive (after "
+                             "everything is written)")
     parser.add_argument("--report", action="store_true",
                         help="then trace the circuits of these runs in the same worker processes and write "
                              "OUT/report (as `python -m probes.circuit report OUT` does, without its start-up)")
     add_task_params(parser, task_cls)
 
 
+def seeds_option(text: str) -> list[int]:
+    """--seeds as sweep takes it, a range 0-99 (inclusive) or a list 0,3,7; or the older count form N
+    (seeds 0..N-1), still read as before; at a terminal one line says what to write instead (in the
+    list form a bare number would be one seed, as in sweep). Scripts, whose stderr is parsed, get
+    no extra line."""
+    import argparse
+    import sys
+
+    from toylens.sweep import parse_seeds
+
+    if text.strip().isdigit():
+        count = positive_int(text)
+        if count > MAX_SEEDS:
+            raise argparse.ArgumentTypeError(f"--seeds {count} is absurd; use at most {MAX_SEEDS}")
+        if sys.stderr.isatty():
+            print(f"note: --seeds {count} is read as a count (seeds 0-{count - 1}), as before; write --seeds "
+                  f"0-{count - 1} (a range, or a list like 0,3,7: the form sweep takes)", file=sys.stderr)
+        return list(range(count))
+    try:
+        return parse_seeds(text)
+    except UsageError as error:
+        raise argparse.ArgumentTypeError(str(error).removeprefix(f"--seeds {text!r}: ")) from None
+
+
 def add_settings_arguments(parser: Parser, default_out: str) -> None:
     """Seeds, runs folder and the training settings a command may override."""
-    parser.add_argument("--seeds", type=positive_int, default=3, help="train seeds 0..N-1 (default 3)")
+    parser.add_argument("--seeds", type=seeds_option, default="0-2",
+                        help="seeds: a range 0-99 (inclusive) or a list 0,3,7, as sweep takes them (default 0-2; "
+                             "a bare N is the older count form, seeds 0..N-1)")
     parser.add_argument("--out", type=folder_path, help=f"runs folder (default {default_out})")
-    parser.add_argument("--steps", type=positive_int, help="hard step budget per run")
-    parser.add_argument("--batch-size", type=positive_int)
-    parser.add_argument("--lr", type=float)
-    parser.add_argument("--eval-every", type=positive_int)
+    add_training_flags(parser)
+
+
+# Flags whose names differ from their TrainSettings field (the short forms documented since the start).
+FLAG_NAMES = {"max_steps": "--steps"}
+POSITIVE = {"max_steps", "batch_size", "eval_every", "stop_evals", "plateau_steps"}
+
+
+def add_training_flags(parser: Parser) -> None:
+    """One flag per TrainSettings field (default: the task's own setting, then toylens's)."""
+    from enum import Enum
+    from dataclasses import fields
+
+    from tasks.settings import TrainSettings
+
+    group = parser.add_argument_group("training settings (default: the task's, else toylens's)")
+    for field in fields(TrainSettings):
+        flag = FLAG_NAMES.get(field.name, "--" + field.name.replace("_", "-"))
+        default = getattr(TrainSettings, field.name)
+        if isinstance(default, Enum):
+            group.add_argument(flag, dest=field.name, choices=[k.value for k in type(default)],
+                               help=f"toylens default {default.value}")
+        else:
+            kind = positive_int if field.name in POSITIVE else type(default)
+            group.add_argument(flag, dest=field.name, type=kind, help=f"toylens default {default}")
+
+
+def training_overrides(args) -> dict:
+    """The training settings given on the command line."""
+    from dataclasses import fields
+
+    from tasks.settings import TrainSettings
+
+    return {f.name: getattr(args, f.name) for f in fields(TrainSettings) if getattr(args, f.name, None) is not None}
 
 
 def add_jobs_arguments(parser: Parser) -> None:
@@ -67,20 +126,17 @@ def add_task_params(parser: Parser, task_cls: type, defaults: dict | None = None
 
 
 def task_from_args(task_cls: type, args):
-    if args.seeds > MAX_SEEDS:
-        raise UsageError(f"--seeds {args.seeds} is absurd; use at most {MAX_SEEDS}")
+    if len(args.seeds) > MAX_SEEDS:
+        raise UsageError(f"--seeds asks for {len(args.seeds)} seeds, which is absurd; use at most {MAX_SEEDS}")
     return build_task(task_cls, {f.name: getattr(args, f.name) for f in dataclasses.fields(task_cls.Params)})
 
 
-def settings_from_args(task, args, **fixed):
-    """The task's training settings, then `fixed`, then what the command line overrides."""
-    from tasks.settings import TrainSettings
+def settings_from_args(task, args, model_name: str | None = None, **fixed):
+    """The task's training settings, then its settings for `model_name` (when given), then `fixed`,
+    then what the command line overrides."""
+    from tasks.settings import model_settings
 
-    overrides = {**task.default_training(), **fixed,
-                 **{key: value for key, value in (("max_steps", args.steps), ("batch_size", args.batch_size),
-                                                  ("lr", args.lr), ("eval_every", args.eval_every))
-                    if value is not None}}
-    return TrainSettings.from_dict(overrides)
+    return model_settings(task, model_name, {**fixed, **training_overrides(args)})
 
 
 def train_command(task_cls: type, args) -> None:
@@ -89,10 +145,10 @@ def train_command(task_cls: type, args) -> None:
 
     cache_root()   # refuses an empty TOYLENS_CACHE before any folder is made
     task = task_from_args(task_cls, args)
-    settings = settings_from_args(task, args)
+    settings = {name: settings_from_args(task, args, name) for name in validate_family(task)}
     models = model_list(args.models)
     out = args.out or Path("runs") / task.name
-    plans = plan_family(task, models, list(range(args.seeds)), settings, out)
+    plans = plan_family(task, models, args.seeds, settings, out)
     report = out / "report" if args.report else None
     with writing_runs(out, report), (staging(report) if report is not None else nullcontext()) as staged:
         measured = train_family(plans, overwrite=args.overwrite, progress=not args.no_progress, resume=args.resume,
@@ -100,12 +156,16 @@ def train_command(task_cls: type, args) -> None:
         # The comparison is a probe; the CLI composes training and probing, the packages stay apart.
         from toylens.accuracy import compare_runs_command
 
-        compare_runs_command(out)
+        models = compare_runs_command(out)
         if report is not None:
             from toylens.report import publish_report
 
             print()
             publish_report(measured, report, task=task.name, staged=staged)
+    if args.strict:
+        from probes.health import strict_exit
+
+        strict_exit(models)
 
 
 def model_list(text: str | None, flag: str = "--models") -> list[str] | None:
@@ -160,10 +220,18 @@ def run_command(task_cls: type, args) -> None:
 def main_for_task(name: str, argv=None) -> None:
     def body():
         task_cls = get_task_class(name)
-        args = task_parser(task_cls, f"python -m tasks.{name}").parse_args(argv)
+        args = task_parser(task_cls, f"python -m {main_module(f'tasks.{name}')}").parse_args(argv)
         run_command(task_cls, args)
 
     run_cli(body)
+
+
+def main_module(fallback: str) -> str:
+    """The module `python -m` ran (a plugin's own `python -m mytask`), for usage lines."""
+    import sys
+
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return spec.name.removesuffix(".__main__") if spec is not None and spec.name else fallback
 
 
 def main(argv=None) -> None:

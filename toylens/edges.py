@@ -1,6 +1,8 @@
-"""`python -m toylens.edges RUNS_DIR [--out DIR]`: every run's edge circuit (probes.circuits.named):
-markdown, one figure per run and MIB-format edge scores per method, written to DIR (default
+"""`python -m toylens.edges RUNS_DIR [--out DIR]`: every run's edge circuit (probes.circuits.named),
+the fast methods (EAP, EAP-IG, ACDC) scored against the exact oracle, written to DIR (default
 RUNS_DIR/edges)."""
+
+
 
 from __future__ import annotations
 
@@ -9,6 +11,16 @@ from pathlib import Path
 from common.cli import Parser, UsageError, run_cli
 from common.atomic import atomic_write, write_json
 from common.ownership import check_replaceable
+
+FILES = """files written to DIR:
+  edges.md                                  every run's circuit, method table and figure
+  figures/edges-MODEL-seedK.png             the circuit graph (edge width and number = the oracle's
+                                            share of the gap) and faithfulness vs circuit size
+  mib_MODEL_seedK_METHOD.json               one method's edge scores in MIB's submission format (the
+                                            EAP-IG library's Graph JSON: nodes input, a{l}.h{h}, m{l},
+                                            logits; edges like a0.h1->a1.h0<q>; "score" per edge and
+                                            "in_graph" for the oracle's smallest 90% circuit), for
+                                            MIB's evaluation scripts or EAP-IG's Graph.from_json"""
 
 
 def slug(text: str) -> str:
@@ -21,7 +33,7 @@ def edges_command(runs_dir: Path, out: Path | None) -> None:
 
     from probes.circuits.named import run_edge_circuit
     from probes.report.edge_part import EdgeRun, summary_line
-    from probes.report.edge_render import circuit_figure, markdown_lines, mib_json
+    from probes.report.edge_render import circuit_figure, figure_name, markdown_lines, mib_json
     from probes.report.figures import save
     from probes.settings import DEFAULT
     from tasks.runs import find_runs
@@ -40,7 +52,7 @@ def edges_command(runs_dir: Path, out: Path | None) -> None:
             # As the report: shares of a gap this small are noise, so no circuit, curve or export.
             lines += [f"#### {name}", "", summary_line(EdgeRun(run.model_name, run.seed, result, None), DEFAULT), ""]
             continue
-        figure = f"figures/edges_{slug(run.model_name)}_seed{run.seed}.png"
+        figure = f"figures/{figure_name(run.model_name, run.seed)}"
         save(circuit_figure(result, name), out / figure)
         lines += markdown_lines(result, name, figure) + [f"({result.seconds:.1f} s)", ""]
         for method in result.methods:
@@ -54,9 +66,12 @@ def edges_command(runs_dir: Path, out: Path | None) -> None:
 def main(argv=None) -> None:
     from common.cli import folder_path
 
-    parser = Parser(prog="python -m toylens.edges", description=__doc__.splitlines()[0])
-    parser.add_argument("runs_dir", type=folder_path)
-    parser.add_argument("--out", type=folder_path, default=None)
+    import argparse
+
+    parser = Parser(prog="python -m toylens.edges", description=__doc__.split("\n\n")[0],
+                    epilog=FILES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs_dir", type=folder_path, help="a task's runs folder (e.g. runs/winograd)")
+    parser.add_argument("--out", type=folder_path, default=None, help="where the files go (default RUNS_DIR/edges)")
     args = parser.parse_args(argv)
     if not args.runs_dir.is_dir():
         parser.error(f"{args.runs_dir} is not a folder of runs")

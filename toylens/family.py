@@ -19,7 +19,7 @@ from common.ownership import check_replaceable, clean_leftovers, remove, remove_
 from tasks.base import Task
 from tasks.runs import (LOG, METRICS, command_argv, command_line, metrics_sha256, package_versions,
                         read_run_config, run_sha256)
-from tasks.settings import TrainSettings, settings_dict
+from tasks.settings import TrainSettings, recorded_training, settings_dict
 from tasks.validate import validate_family
 from toylens.workers import WorkerDied, map_jobs
 
@@ -51,22 +51,25 @@ def sized_spec(spec: ModelSpec, task: Task, batches: dict, context: int = 0, bat
         .check_memory(batch_size)
 
 
-def plan_family(task: Task, model_names: list[str] | None, seeds: list[int], settings: TrainSettings,
-                out: Path) -> list[RunPlan]:
+def plan_family(task: Task, model_names: list[str] | None, seeds: list[int],
+                settings: TrainSettings | dict[str, TrainSettings], out: Path) -> list[RunPlan]:
     check_stable_vocabulary(task)
     return plan_models(task, validate_family(task), model_names, seeds, settings, out, "model(s)",
                        f" for task {task.name!r}")
 
 
 def plan_models(task: Task, specs: dict[str, ModelSpec], names: list[str] | None, seeds: list[int],
-                settings: TrainSettings, out: Path, kind: str, owner: str = "") -> list[RunPlan]:
+                settings: TrainSettings | dict[str, TrainSettings], out: Path, kind: str,
+                owner: str = "") -> list[RunPlan]:
     """One RunPlan per chosen model of `specs` (default: all) and seed, into OUT/<model>/seed<k>;
-    an unknown name is refused, saying what `kind` of name it is (and whose)."""
+    an unknown name is refused, saying what `kind` of name it is (and whose). `settings`: one for
+    every model, or one per model name (tasks.settings.model_settings)."""
     names = names or list(specs)
     unknown = [name for name in names if name not in specs]
     if unknown:
         raise UsageError(f"unknown {kind} {unknown}{owner}; known: {', '.join(specs)}")
-    return [RunPlan(task, name, specs[name], seed, settings, Path(out) / name / f"seed{seed}")
+    chosen = settings if isinstance(settings, dict) else dict.fromkeys(names, settings)
+    return [RunPlan(task, name, specs[name], seed, chosen[name], Path(out) / name / f"seed{seed}")
             for name in names for seed in seeds]
 
 
@@ -107,6 +110,7 @@ def existing_status(plan: RunPlan, overwrite: bool, resume: bool = False) -> str
         return "redo"
     config = read_run_config(plan.run_dir)
     recorded = {key: config.get(key) for key in plan.identity()}
+    recorded["training"] = recorded_training(recorded["training"])   # settings added since: what it ran with
     # The data decides n_ctx and d_vocab, except a context asked for explicitly.
     recorded_spec = {**ModelSpec().to_dict(), **(config.get("spec") or {})}   # fields added since: defaults
     recorded["training"] = {**settings_dict(TrainSettings()), **(config.get("training") or {})}
@@ -188,7 +192,7 @@ def execute(plan: RunPlan, progress: bool = True, resume: bool = False,
     # (for these exact weights and spec only; folders move, so no path).
     evaluation = measure_accuracy(model, batches, plan.model_name, plan.seed, plan.run_dir, result.steps)
     record = {k: v for k, v in asdict(evaluation).items() if k != "path"}
-    metrics = {"steps": result.steps, "stop_reason": result.stop_reason,
+    metrics = {"steps": result.steps, "stop_reason": result.stop_reason, "stop_rule": plan.settings.describe_stop(),
                "train_seconds": round(result.seconds, 3),
                "accuracy": {name: split.accuracy.value for name, split in evaluation.splits.items()},
                EVALUATION: {**record, "weights_sha256": weights_sha256, "spec": spec.to_dict()}}
@@ -255,8 +259,9 @@ def report_run(job: "TrainJob", result: tuple, write=print) -> None:
     if metrics is None:
         return
     heldout = metrics["accuracy"]["heldout"]
+    watched = f" on {job.plan.settings.stop_metric.value}" if metrics["stop_reason"] == "validation stalled" else ""
     write(f"{job.plan.model_name:>16} seed {job.plan.seed}: {metrics['steps']:>5} steps "
-          f"({metrics['stop_reason']}, {metrics['train_seconds']:.1f} s), held-out {heldout:.1%}")
+          f"({metrics['stop_reason']}{watched}, {metrics['train_seconds']:.1f} s), held-out {heldout:.1%}")
 
 
 def step_cost(spec: ModelSpec) -> float:

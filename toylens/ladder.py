@@ -35,7 +35,7 @@ def ladder_command(args) -> None:
     settings = settings_from_args(task, args, snapshot_every=0)
     out = args.out or Path("runs") / "ladder" / task.name
     rungs = model_list(args.rungs, "--rungs")
-    plans = ladder_plans(task, list(range(args.seeds)), settings, out, args.d_model, rungs)
+    plans = ladder_plans(task, args.seeds, settings, out, args.d_model, rungs)
     for path in (out / LADDER_JSON, out / LADDER_FIGURE):   # a user's file there: refused before training
         claim_check(path)
     train_family(plans, overwrite=args.overwrite, progress=not args.no_progress, jobs=args.jobs)

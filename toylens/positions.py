@@ -52,7 +52,7 @@ def positions_command(args) -> None:
         raise UsageError(f"--eval-sequences {args.eval_sequences} is absurd; use at most 100000")
     settings = settings_from_args(task, args, snapshot_every=0)
     out = args.out or Path("runs") / "positions"
-    plans = position_plans(task, kinds, list(range(args.seeds)), settings, out, factors, args.d_model)
+    plans = position_plans(task, kinds, args.seeds, settings, out, factors, args.d_model)
     for path in (out / POSITIONS_JSON, out / POSITIONS_FIGURE):   # a user's file there: refused before training
         claim_check(path)
 

@@ -127,6 +127,7 @@ def plan_sweep(task_cls: type, params: dict, training: dict, models: list[str] |
                grid: Grid, out: Path) -> list[SweepRun]:
     """Every (point, model, seed), each checked (spec, task parameters, settings) before anything runs."""
     from tasks.registry import build_task
+    from tasks.settings import model_settings
     from toylens.family import plan_family
 
     where = grid_fields(task_cls)
@@ -134,7 +135,7 @@ def plan_sweep(task_cls: type, params: dict, training: dict, models: list[str] |
     for point in grid.points():
         part = {kind: {k: v for k, v in point.items() if where[k][0] == kind} for kind in ("training", "task", "spec")}
         task = build_task(task_cls, {**params, **part["task"]})   # the checks (and guards) train's values get
-        settings = TrainSettings.from_dict({**task.default_training(), **training, **part["training"]})
+        settings = {name: model_settings(task, name, {**training, **part["training"]}) for name in task.default_models()}
         folder = Path(out) / point_id(point)
         for family_plan in plan_family(task, models, seeds, settings, folder):
             spec = replace(family_plan.spec, **part["spec"])
@@ -157,7 +158,7 @@ def write_points(runs: list[SweepRun], out: Path) -> None:
 
 
 def add_sweep_arguments(parser, task_cls: type) -> None:
-    from toylens.cli import add_task_params
+    from toylens.cli import add_task_params, add_training_flags
     from toylens.workers import default_jobs
     from common.cli import positive_int
 
@@ -167,10 +168,7 @@ def add_sweep_arguments(parser, task_cls: type) -> None:
                         help="values to sweep: training settings, task parameters or model-spec fields, "
                              "e.g. --grid d_model=64,128 lr=1e-3,3e-3 (every combination is a grid point)")
     parser.add_argument("--out", type=folder_path, help=f"sweep folder (default runs/sweeps/{task_cls.name})")
-    parser.add_argument("--steps", type=positive_int, help="hard step budget per run")
-    parser.add_argument("--batch-size", type=positive_int)
-    parser.add_argument("--lr", type=float)
-    parser.add_argument("--eval-every", type=positive_int)
+    add_training_flags(parser)
     parser.add_argument("--executor", choices=("local", "ray"), default="local",
                         help="local: a process pool on this machine (default); ray: Ray Core tasks")
     parser.add_argument("--address", help="Ray cluster to use (default: RAY_ADDRESS, else a local Ray instance)")
@@ -206,9 +204,9 @@ def sweep_command(task_cls: type, args) -> None:
 
     check_gpus_per_run(args.gpus_per_run, args.executor)
     params = {f.name: getattr(args, f.name) for f in dataclasses.fields(task_cls.Params)}
-    training = {key: value for key, value in (("max_steps", args.steps), ("batch_size", args.batch_size),
-                                              ("lr", args.lr), ("eval_every", args.eval_every)) if value is not None}
-    from toylens.cli import model_list
+    from toylens.cli import model_list, training_overrides
+
+    training = training_overrides(args)
 
     models = model_list(args.models)
     out = args.out or Path("runs") / "sweeps" / task_cls.name

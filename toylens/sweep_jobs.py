@@ -37,7 +37,7 @@ class RunFiles:
 def run_job(job: SweepJob) -> RunFiles:
     """Train and trace one run in a private temp folder; return every file it wrote."""
     from probes.circuits.labels import CIRCUIT
-    from probes.report.run_analysis import summarise
+    from probes.report.words import circuit_summary
     from probes.report.parts import RunContext
     from probes.report.run_analysis import analyse_run
     from toylens.family import execute
@@ -47,7 +47,7 @@ def run_job(job: SweepJob) -> RunFiles:
     with tempfile.TemporaryDirectory(prefix="toylens-sweep-") as temp:
         run_dir = Path(temp) / job.plan.model_name / f"seed{job.plan.seed}"
         execute(replace(job.plan, run_dir=run_dir), progress=False, command=job.command)
-        write_json(run_dir / CIRCUIT, summarise(analyse_run(RunContext(Run(run_dir), out=None))).to_dict())
+        write_json(run_dir / CIRCUIT, circuit_summary(analyse_run(RunContext(Run(run_dir), out=None))).to_dict())
         files = {p.relative_to(run_dir).as_posix(): p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
     return RunFiles(files, time.perf_counter() - started)
 

@@ -1,36 +1,89 @@
 """A run's circuit as the report names it, kept as plain facts (circuit.json), and the label a
 census counts.
 
+A head-to-head path is seen two ways: the sender's clean write patched in at every position at
+once (the graph view: an edge of the edge oracle is exactly this, sender at every position) and at
+its best single position. A path is named when either view recovers ReportSettings.path_claim of the
+gap, so a path whose position varies per example (a task whose layout varies) is named from the
+graph view, and a path the per-position patches show is never missed.
+
 The label is computed from the stored facts, not from the report's sentence, so when the report's
 rule for naming a path changes (its claim threshold), `circuit_label` follows it without retracing.
+A label names a mechanism (components and heads), never a position or the tokens found there: the
+same mechanism over examples of different layouts, or over seeds, is one label.
 """
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import asdict, dataclass
 
+from common.cli import UsageError
 from common.jsonfiles import check_fields
 
 CIRCUIT = "circuit.json"
 # circuit.json's fields and their types: a stored file is checked before a census counts it.
 EDGE_FIELDS = {"sender": str, "receiver": str, "component": str, "position": int, "position_label": str,
-               "recovered": float, "restored": float}
+               "recovered": float, "restored": float, "everywhere": float}
 SUMMARY_FIELDS = {"model_name": str, "seed": int, "n_layers": int, "heldout": float, "nodes": list, "edge": dict,
                   "faithfulness": float, "note": str, "summary": str}
+PATHS = "paths"   # a list of EDGE_FIELDS objects, checked one by one
 
 
 @dataclass(frozen=True)
 class PathFacts:
-    """The circuit's best single-position path patch (probes.report.words.best_edges), in the
-    stored form of circuit.json (heads by name)."""
+    """One head-to-head path of the circuit, in both views: the sender patched at every position
+    at once, and at its best single position."""
 
     sender: str
     receiver: str
-    component: str          # q | k | v
-    position: int           # the sender position patched
-    position_label: str     # e.g. 'p14 the' (probes.attention.position_labels)
-    recovered: float        # share of the clean - counterfactual gap the path alone closes
-    restored: float         # share of scored answers it restores
+    component: str                  # q | k | v
+    position: int                   # the best single sender position patched (-1: none patched alone)
+    position_label: str             # that position's name in the report, e.g. 'p14' ('' when none)
+    recovered: float | None         # share of the clean - counterfactual gap the path closes there
+    restored: float | None          # share of scored answers it restores there
+    everywhere: float | None = None  # share of the gap with the sender patched at every position
+
+    @property
+    def strength(self) -> float:
+        """What the naming rule compares with its claim: the stronger of the two views."""
+        return max((v for v in (self.recovered, self.everywhere) if v is not None), default=-math.inf)
+
+    @property
+    def oracle_name(self) -> str:
+        """The edge oracle's name for this path (models.graph.PathFacts), e.g. 'L0H0 -> L1H0.k'."""
+        return f"{self.sender} -> {self.receiver}.{self.component}"
+
+    @property
+    def mechanism(self) -> str:
+        return f"{self.component.upper()}-composition {self.sender}->{self.receiver}"
+
+
+def circuit_paths(everywhere: list, single: list, position_label) -> list[PathFacts]:
+    """Every head-to-head path measured, strongest first: `everywhere` the path patches with the
+    sender at every position (probes.circuits.path_patching.PathPatch, positions None), `single`
+    those at one sender position; `position_label(p)` names a position."""
+    def key(patch):   # stored by name: circuit.json keeps heads as L0H1
+        return str(patch.sender), str(patch.receiver), patch.component
+
+    whole = {key(p): p for p in everywhere}
+    best = {}
+    for patch in single:
+        if key(patch) not in best or patch.recovered > best[key(patch)].recovered:
+            best[key(patch)] = patch
+    paths = []
+    for name in dict.fromkeys([*whole, *best]):
+        one, at_once = best.get(name), whole.get(name)
+        at_one = (one.positions[0], position_label(one.positions[0]), one.recovered, one.restored) \
+            if one is not None else (-1, "", None, None)
+        paths.append(PathFacts(*name, *at_one, everywhere=None if at_once is None else at_once.recovered))
+    return sorted(paths, key=lambda e: -e.strength)
+
+
+def named_paths(paths, claim: float) -> list[PathFacts]:
+    """The paths the report names: either view recovers at least `claim` of the gap."""
+    return [path for path in paths if path.strength >= claim]
 
 
 @dataclass(frozen=True)
@@ -40,10 +93,11 @@ class CircuitSummary:
     n_layers: int
     heldout: float                  # held-out accuracy of the trained run
     nodes: tuple[str, ...] = ()     # circuit heads with their positions, e.g. 'L1H0@p14'
-    edge: PathFacts | None = None
+    edge: PathFacts | None = None        # the strongest path (paths[0])
     faithfulness: float | None = None
     note: str = ""                  # why no circuit was traced, if none was
     summary: str = ""               # the report's sentence for this run
+    paths: tuple[PathFacts, ...] = ()    # every head-to-head path measured, strongest first
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -52,35 +106,78 @@ class CircuitSummary:
     def from_dict(cls, data: dict, where: str = CIRCUIT, fix: str = "trace the run again") -> "CircuitSummary":
         """A stored summary after one check of every field's type (UsageError); a missing field is a
         TypeError."""
+        data = dict(data) if isinstance(data, dict) else data
+        paths = data.pop(PATHS, []) if isinstance(data, dict) else []
         check_fields(data, SUMMARY_FIELDS, where, fix, nullable=("edge", "faithfulness"))
+        if not isinstance(paths, list):
+            raise UsageError(f"{where}: {PATHS} must be a list of objects; {fix}")
         edge = data.get("edge")
-        if edge is not None:
-            check_fields(edge, EDGE_FIELDS, f"{where}: edge", fix)
-        return cls(**{**data, "nodes": tuple(data.get("nodes", ())), "edge": PathFacts(**edge) if edge else None})
+        checked = [stored_edge(e, f"{where}: {name}", fix)
+                   for e, name in [(edge, "edge")] * (edge is not None) + [(p, PATHS) for p in paths]]
+        return cls(**{**data, "nodes": tuple(data.get("nodes", ())), "edge": checked[0] if edge else None,
+                      "paths": tuple(checked[1:] if edge else checked)})
+
+
+def stored_edge(data, where: str, fix: str) -> PathFacts:
+    check_fields(data, EDGE_FIELDS, where, fix, nullable=("recovered", "restored", "everywhere"))
+    return PathFacts(**data)
+
+
+def summarise(analysis, summary: str) -> CircuitSummary:
+    """The facts of a probes.report.run_analysis.RunAnalysis that name its circuit; `summary` the
+    report's sentence for it (probes.report.words.describe)."""
+    base = dict(model_name=analysis.model_name, seed=analysis.seed, n_layers=analysis.spec.get("n_layers", 1),
+                heldout=analysis.accuracy.splits["heldout"].accuracy.value, summary=summary)
+    if analysis.circuit is None:
+        return CircuitSummary(**base, note=analysis.note)
+    paths = run_paths(analysis)
+    return CircuitSummary(**base, nodes=tuple(n.describe() for n in analysis.circuit.nodes),
+                          edge=paths[0] if paths else None, paths=tuple(paths),
+                          faithfulness=analysis.circuit.faithfulness.recovered)
+
+
+def run_paths(analysis) -> list[PathFacts]:
+    """circuit_paths of a RunAnalysis (both views), positions named as its report names them."""
+    return circuit_paths(analysis.paths or [], analysis.path_positions or [], lambda p: analysis.labels[p])
 
 
 @dataclass(frozen=True)
 class CircuitLabel:
     kind: str    # 'path' | 'no single path' | 'one block' | 'untraced'
-    text: str    # what a census counts, e.g. 'Q-composition L0H0->L1H0 at p14 the'
+    text: str    # what a census counts, e.g. 'K-composition L0H0->L1H0 + Q-composition L1H0->L2H0'
 
     @property
     def named(self) -> bool:
         return self.kind == "path"
 
 
+def mechanism_text(paths) -> str:
+    """Named paths as one mechanism, in the order the signal flows (sender layer, receiver layer,
+    component), whatever order their strengths put them in."""
+    def numbers(head: str) -> tuple[int, ...]:   # 'L1H0' -> (1, 0), without importing torch
+        return tuple(int(n) for n in re.findall(r"\d+", head))
+
+    def flow(path):
+        return numbers(path.sender), numbers(path.receiver), path.component
+
+    return " + ".join(path.mechanism for path in sorted(paths, key=flow))
+
+
 def circuit_label(summary: CircuitSummary) -> CircuitLabel:
-    """The report's naming rule: a path is named only when it recovers ReportSettings.path_claim of
-    the gap; otherwise the label says what was found (its heads) and that no path was named."""
+    """The report's naming rule: a path is named when either view of it (sender at every position,
+    or at its best single position) recovers ReportSettings.path_claim of the gap; otherwise the
+    label says what was found (its heads) and that no path was named. No position or token is part
+    of a label: it names the mechanism."""
     from probes.settings import DEFAULT
 
-    heads = "+".join(summary.nodes)
+    # Heads only: where the search pinned them is a position, which varies with the layout.
+    heads = "+".join(dict.fromkeys(node.split("@")[0] for node in summary.nodes))
     if not summary.nodes:
         return CircuitLabel("untraced", "no circuit traced")
-    edge = summary.edge
-    if edge is not None and edge.recovered >= DEFAULT.path_claim:
-        return CircuitLabel("path", f"{edge.component.upper()}-composition {edge.sender}->{edge.receiver} "
-                                    f"at {edge.position_label}")
-    if edge is not None:
-        return CircuitLabel("no single path", f"no single path carries it ({heads})")
+    paths = summary.paths or ((summary.edge,) if summary.edge is not None else ())
+    named = named_paths(paths, DEFAULT.path_claim)
+    if named:
+        return CircuitLabel("path", mechanism_text(named))
+    if paths:
+        return CircuitLabel("no single path", f"no path carries it ({heads})")
     return CircuitLabel("one block", f"{'one block' if summary.n_layers == 1 else 'within one block'} ({heads})")

@@ -41,3 +41,18 @@ def top_edges(effect: torch.Tensor, share: float = 0.1) -> torch.Tensor:
     mask = torch.zeros(len(effect), dtype=torch.bool, device=effect.device)
     mask[effect.abs().argsort(descending=True, stable=True)[:k]] = True
     return mask
+
+
+def expected_recall(ranked: torch.Tensor, expected: torch.Tensor) -> tuple[int, int]:
+    """(how many of the k expected edges are among a ranking's top k edges by |score|, k): AUROC
+    ranks every edge, so a model whose circuit shares 2 of 4 expected edges and uses others can
+    still score high; this says how many of the expected edges the ranking puts first."""
+    expected = expected.bool()
+    k = int(expected.sum())
+    first = without_float_noise(ranked).abs().argsort(descending=True, stable=True)[:k]
+    return int(expected[first].sum()), k
+
+
+def circuit_recall(circuit, expected) -> tuple[int, int]:
+    """(expected edges inside `circuit`, expected edges): e.g. 2 of 4."""
+    return len(set(circuit) & set(expected)), len(expected)

@@ -30,7 +30,7 @@ def measure_accuracy_part(context) -> AccuracyEntry:
 
 def render_accuracy(entries: list[AccuracyEntry], out: Path, settings: ReportSettings) -> Section:
     from probes.accuracy import model_accuracy
-    from probes.report.render import health_lines
+    from probes.report.render import health_lines, health_text
 
     names = list(dict.fromkeys(e.accuracy.model_name for e in entries))
     vocabulary = entries[0].vocabulary
@@ -43,7 +43,7 @@ def render_accuracy(entries: list[AccuracyEntry], out: Path, settings: ReportSet
             rows.append([m.model_name, r.seed, f"{split.accuracy.value:.1%} [{split.accuracy.low:.0%}, "
                          f"{split.accuracy.high:.0%}]", split.n, pct(split.foil_rate, 1),
                          f"{r.splits['train'].accuracy.value:.1%}", f"{r.shuffle_max_logit_change:.1e}",
-                         m.collapsed.get(r.seed, "")])
+                         health_text(m, r.seed)])
     health = [line.strip() for line in health_lines(models)]
     text = ("Held-out accuracy on every held-out scored position (n per run), as measured after training; "
             "the shuffle test permutes the prefix of 256 evenly spread held-out examples 4 times.\n\n"
@@ -210,11 +210,14 @@ def header(analysis, settings: ReportSettings) -> str:
         f"{pct(settings.needed_accuracy_drop)} accuracy or keeps less than {pct(settings.needed_logit_share)} of "
         f"the answer - foil logit difference, 'unused' when it loses at most {pct(settings.unused_accuracy_drop)} "
         f"and keeps at least {pct(settings.unused_logit_share)} of it, else 'partly used'. A head-to-head path is "
-        f"named only when its path patch recovers at least {pct(settings.path_claim)} of the gap; a head is "
+        f"named when its path patch, the sender's write at every position or at one position, recovers at least "
+        f"{pct(settings.path_claim)} of the gap; a head is "
         f"described at the positions where patching its output recovers at least {pct(settings.matters)} of it.",
         f"- Run health: a run predicting one token at {pct(settings.collapse_top_share)} or more of held-out "
         f"scored positions, or whose train accuracy is below {settings.collapse_train_ratio:g} x its peers' "
-        "median, is flagged as collapsed and model means are shown with and without it.",
+        "median, is flagged as collapsed and model means are shown with and without it; a run more than "
+        f"{pct(settings.chance_margin)} below the 50% of picking the answer or the foil at random, or predicting "
+        f"neither at {pct(settings.neither_share)} of them, is flagged too.",
     ]
     return "\n".join(lines)
 

@@ -58,12 +58,12 @@ def measure_edge_circuit(context: RunContext) -> EdgeRun | None:
 
 
 def draw(result, context: RunContext) -> str | None:
-    from probes.report.edge_render import circuit_figure
+    from probes.report.edge_render import circuit_figure, figure_name
     from probes.report.figures import save
 
     if context.out is None:
         return None
-    name = f"figures/edges-{context.run.model_name}-seed{context.run.seed}.png"
+    name = f"figures/{figure_name(context.run.model_name, context.run.seed)}"
     save(circuit_figure(result, f"{context.run.model_name} seed {context.run.seed}"), Path(context.out) / name)
     return name
 

@@ -6,15 +6,19 @@ faithfulness-vs-size curves, markdown lines for a report, and edge scores in MIB
 
 from __future__ import annotations
 
+import torch
 from matplotlib.figure import Figure
 
 from common.cli import UsageError
 from models.graph import MLP, Edge, Embed, Head, Logits
 from probes.circuits.named import ORACLE, EdgeCircuit
 from probes.circuits.methods import EdgeScores
+from probes.circuits.scores import circuit_recall, expected_recall
 
 PORT_COLOUR = {"q": "tab:blue", "k": "tab:orange", "v": "tab:green", "in": "dimgray"}
 PORT_OFFSET = {"q": -0.1, "k": 0.0, "v": 0.1, "in": 0.0}
+PORT_ALONG = {"q": 0.3, "k": 0.5, "v": 0.7, "in": 0.5}   # where along its arc an edge's number sits, so the
+                                                          # numbers of one sender's q/k/v edges do not overlap
 
 
 def place(node, n_layers: int, n_heads: int) -> tuple[float, float]:
@@ -29,16 +33,47 @@ def place(node, n_layers: int, n_heads: int) -> tuple[float, float]:
     return middle, 2.0 * n_layers + 1
 
 
+def figure_name(model_name: str, seed: int) -> str:
+    """The one file name of a run's edge-circuit figure, in the report and in `toylens.edges`."""
+    return f"edges-{''.join(c if c.isalnum() or c in '.+_' else '-' for c in model_name)}-seed{seed}.png"
+
+
+def bend(x0: float, y0: float, x1: float, y1: float) -> float:
+    """The arc's curvature: an edge that skips rows (L0 -> L2, embed -> logits) bows out sideways so it
+    does not run through the boxes between; neighbours get a slight bend (arcs of one pair stay apart)."""
+    rows = abs(y1 - y0)
+    return 0.08 if rows <= 1 or abs(x1 - x0) >= 1 else min(0.6, 0.25 * rows)
+
+
+def arc(start, end, rad: float):
+    """t -> (x, y) on the quadratic curve from `start` to `end` whose control point sits `rad` x the
+    chord's length off the chord's middle (matplotlib's arc3, here in data coordinates, so an edge's
+    number can be put exactly on its curve)."""
+    (x0, y0), (x1, y1) = start, end
+    cx, cy = (x0 + x1) / 2 + rad * (y1 - y0), (y0 + y1) / 2 - rad * (x1 - x0)
+
+    def point(t):
+        return ((1 - t) ** 2 * x0 + 2 * t * (1 - t) * cx + t ** 2 * x1,
+                (1 - t) ** 2 * y0 + 2 * t * (1 - t) * cy + t ** 2 * y1)
+    return point
+
+
 def draw_circuit(ax, result: EdgeCircuit, edges: tuple[Edge, ...], title: str) -> None:
     graph, n_heads = result.graph, max([s.head for s in result.graph.senders if isinstance(s, Head)], default=0) + 1
     effect = dict(zip(result.oracle.edges, result.oracle.normalised().tolist()))
     largest = max([abs(effect[e]) for e in edges], default=1.0) or 1.0
     for edge in edges:
         (x0, y0), (x1, y1) = place(edge.sender, graph.n_layers, n_heads), place(edge.receiver.node, graph.n_layers, n_heads)
-        port = edge.receiver.port
-        ax.annotate("", (x1 + PORT_OFFSET[port], y1 - 0.18), (x0, y0 + 0.18),
-                    arrowprops=dict(arrowstyle="-|>", lw=0.5 + 5 * abs(effect[edge]) / largest, color=PORT_COLOUR[port],
-                                    alpha=0.8, connectionstyle="arc3,rad=0.08"))
+        port, rad = edge.receiver.port, bend(x0, y0, x1, y1)
+        start, end = (x0, y0 + 0.18), (x1 + PORT_OFFSET[port], y1 - 0.18)
+        curve = arc(start, end, rad)
+        width, colour = 0.5 + 5 * abs(effect[edge]) / largest, PORT_COLOUR[port]
+        ax.plot(*curve(torch.linspace(0, 0.97, 30)), lw=width, color=colour, alpha=0.8, solid_capstyle="round")
+        ax.annotate("", end, tuple(float(c) for c in curve(torch.tensor([0.9]))),
+                    arrowprops=dict(arrowstyle="-|>", lw=width, color=colour, alpha=0.8, shrinkA=0, shrinkB=0))
+        x, y = curve(torch.tensor([PORT_ALONG[port]]))
+        ax.text(float(x), float(y), f"{effect[edge]:+.0%}", fontsize=7, ha="center", va="center", color=colour,
+                bbox=dict(boxstyle="round,pad=0.1", fc="white", ec="none", alpha=0.8))
     used = {e.sender for e in edges} | {e.receiver.node for e in edges}
     for node in [*graph.senders, Logits()]:
         x, y = place(node, graph.n_layers, n_heads)
@@ -47,11 +82,13 @@ def draw_circuit(ax, result: EdgeCircuit, edges: tuple[Edge, ...], title: str) -
                           ec="black" if node in used else "lightgray"))
     for port, colour in PORT_COLOUR.items():
         ax.plot([], [], color=colour, label=port if port != "in" else "MLP / logits input")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    ax.set_xlim(-1.0, max(n_heads, 2))
+    ax.legend(fontsize=7, loc="upper left", frameon=False)
+    # Room for the widest sideways bow (half of 0.6 x the longest chord) on the side arcs bow to.
+    reach = 0.3 * (2 * graph.n_layers + 1)
+    ax.set_xlim(-0.6 - reach / 3, n_heads - 0.4 + reach)
     ax.set_ylim(-0.6, 2 * graph.n_layers + 1.6)
     ax.axis("off")
-    ax.set_title(title, fontsize=9)
+    ax.set_title(title, fontsize=8, wrap=True)
 
 
 def draw_curves(ax, result: EdgeCircuit) -> None:
@@ -69,12 +106,15 @@ def draw_curves(ax, result: EdgeCircuit) -> None:
 
 
 def circuit_figure(result: EdgeCircuit, title: str):
-    figure = Figure(figsize=(13, 5), layout="constrained")
-    left, right = figure.subplots(1, 2, gridspec_kw={"width_ratios": [1.1, 1]})
+    n_heads = max([s.head for s in result.graph.senders if isinstance(s, Head)], default=0) + 1
+    # The graph panel as wide as its heads need (plus the arcs' bows), the curves beside it.
+    graph_width = 2.5 + 1.1 * n_heads + 0.6 * result.graph.n_layers
+    figure = Figure(figsize=(graph_width + 6.5, 1.6 + 1.1 * result.graph.n_layers), layout="constrained")
+    left, right = figure.subplots(1, 2, gridspec_kw={"width_ratios": [graph_width, 6.5]})
     edges = result.circuit.edges or tuple(e for e, _ in result.oracle.ranked()[:10])
     reached = f"{len(edges)} edges, faithfulness {result.circuit.faithfulness:.0%}"
-    draw_circuit(left, result, edges, f"{title}:\nsmallest oracle-ranked circuit reaching "
-                 f"{result.circuit.target:.0%} ({reached})" if result.circuit.edges else
+    draw_circuit(left, result, edges, f"{title}:\nsmallest oracle circuit reaching "
+                 f"{result.circuit.target:.0%}\n({reached})" if result.circuit.edges else
                  f"{title}:\ntop 10 oracle edges (no circuit below the full graph reaches {result.circuit.target:.0%})")
     draw_curves(right, result)
     return figure
@@ -112,17 +152,37 @@ def markdown_lines(result: EdgeCircuit, title: str, figure_path: str | None = No
         lines.append(f"No oracle-ranked circuit smaller than the full graph reaches {found.target:.0%}.")
     if result.acdc_faithfulness is not None:
         lines += ["", f"ACDC's pruned circuit: faithfulness {result.acdc_faithfulness:.1%}."]
-    lines += ["", "| method | seconds | Spearman vs oracle | AUROC (oracle top 10%) | AUROC (expected) | CPR | CMD |",
-              "|---|---|---|---|---|---|---|"]
+    lines += expected_lines(result)
+    lines += ["", "| method | seconds | Spearman vs oracle | AUROC (oracle top 10%) | AUROC (expected) | "
+              "expected edges in its top k | CPR | CMD |", "|---|---|---|---|---|---|---|---|"]
+    truth = None if result.expected is None else torch.tensor([e in result.expected for e in result.graph.edges],
+                                                              device="cpu")
     for m in result.methods:
         expected = "n/a" if m.auroc_expected is None else f"{m.auroc_expected:.3f}"
+        recall = "n/a" if truth is None else "{} of {}".format(*expected_recall(m.scores.score, truth))
         # The oracle compared with itself is 1 by construction, not a score.
         against = (["1 (itself)"] * 2 if m.scores.method == ORACLE else [f"{m.spearman:.3f}", f"{m.auroc_top:.3f}"])
         lines.append(f"| {m.scores.method} | {m.scores.seconds:.2f} | {' | '.join(against)} | "
-                     f"{expected} | {m.curve.cpr:.3f} | {m.curve.cmd:.3f} |")
+                     f"{expected} | {recall} | {m.curve.cpr:.3f} | {m.curve.cmd:.3f} |")
     if figure_path:
         lines += ["", f"![{title}]({figure_path})"]
     return lines + [""]
+
+
+def expected_lines(result: EdgeCircuit) -> list[str]:
+    """Recall of the expected circuit beside its AUROC: how many expected edges the oracle's
+    smallest circuit holds. A run using another mechanism that shares some expected edges can have
+    a high AUROC (expected); recall says how much of the expected circuit it actually uses."""
+    if result.expected is None or result.circuit.edges is None:
+        return []
+    found, total = circuit_recall(result.circuit.edges, result.expected)
+    missing = sorted(map(str, set(result.expected) - set(result.circuit.edges)))
+    extra = len(set(result.circuit.edges) - set(result.expected))
+    return ["", f"Expected circuit: {found} of {total} expected edges are in the smallest oracle circuit "
+            f"(recall {found / total:.0%}; the circuit has {extra} edges the expectation lacks)"
+            + (f"; missing: {', '.join(missing)}" if missing else "") + ". AUROC (expected) below ranks every edge "
+            "and stays high for a circuit that shares some expected edges but uses another mechanism; read it with "
+            "the recall."]
 
 
 def mib_node(node) -> str:

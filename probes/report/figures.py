@@ -48,6 +48,25 @@ def attention_heatmap(result, labels=None, groups=None):
     return fig
 
 
+def example_attention_figure(view, heads=None):
+    """One example's attention (probes.attention.ExampleAttention): per scored position, one row per
+    head over the example's own tokens, each key labelled by its token and the role the task names
+    there. `heads`: names like 'L1H0' to show (default all)."""
+    n_scored, n_layers, n_heads, width = view.rows.shape
+    names = head_rows(n_layers, n_heads)
+    shown = [i for i, name in enumerate(names) if heads is None or name in heads]
+    labels = [f"{t} [{view.roles[p]}]" if p in view.roles else t for p, t in enumerate(view.tokens)]
+    fig = Figure(figsize=(max(6, 0.4 * width + 2), 1.0 + (0.35 * len(shown) + 0.8) * n_scored), layout="constrained")
+    axes = fig.subplots(n_scored, 1, squeeze=False)
+    for ax, rows, position in zip(axes[:, 0], view.rows, view.positions):
+        heatmap(ax, rows.reshape(n_layers * n_heads, width)[shown].numpy(), labels, [names[i] for i in shown],
+                "attention")
+        ax.set_title(f"example {view.example}, query p{position} {view.tokens[position]!r} (0 = none, 1 = all)",
+                     fontsize=9)
+        ax.set_xlabel("key: token [role]")
+    return fig
+
+
 def draw_patching(ax, patching, labels) -> None:
     """Share of the clean - corrupt gap restored by each head's output at each position."""
     recovered = patching.recovered(patching.head_out)            # [layer, pos, head]
@@ -76,6 +95,25 @@ def draw_attention_groups(ax, result, labels) -> None:
     ax.set_title("attention at scored positions, per group")
 
 
+def draw_roles(ax, view) -> None:
+    """By role (probes.roles.RoleView): per head, the attention mass from the scored position to each
+    role's key, and the share of the gap restored by patching its output at each role's position."""
+    import torch
+
+    from probes.attention import SCORED
+
+    roles = list(view.roles)
+    attention = view.attention[SCORED]
+    n_layers, n_heads = next(iter(attention.values())).shape
+    cells = [[float(attention[r][l, h]) if r in attention else float("nan") for r in roles]
+             + [float(view.recovered[r][l, h]) if r in view.recovered else float("nan") for r in roles]
+             for l in range(n_layers) for h in range(n_heads)]
+    heatmap(ax, torch.tensor(cells).numpy(), [f"attends {r}" for r in roles] + [f"patched at {r}" for r in roles],
+            head_rows(n_layers, n_heads), "mass / share of the gap", vmin=0.0, vmax=1.0)
+    ax.set_title(f"by role: attention from the scored position ({view.rows} examples) and patching at each "
+                 f"pair's own role position ({view.pairs} pairs); 0 = none, 1 = all", fontsize=9)
+
+
 def run_figure(analysis):
     """Attention per head and group, head patching and residual patching for one run, stacked; a
     run left untraced (its clean - counterfactual gap too small for shares of it to mean anything)
@@ -85,12 +123,16 @@ def run_figure(analysis):
     heights = [0.22 * n_heads * groups + 0.4]
     if analysis.circuit is not None:
         heights += [0.22 * n_heads + 0.4, 0.22 * analysis.patching.resid_pre.shape[0] + 0.4]
+    if analysis.roles is not None:
+        heights += [0.22 * n_heads + 0.4]
     fig = Figure(figsize=(max(7, 0.4 * len(analysis.labels) + 3), sum(heights) + 1.6 * len(heights)))
     axes = fig.subplots(len(heights), 1, gridspec_kw={"height_ratios": heights}, squeeze=False)[:, 0]
     draw_attention_groups(axes[0], analysis.attention, analysis.labels)
     if analysis.circuit is not None:
         draw_patching(axes[1], analysis.patching, analysis.labels)
         draw_residual(axes[2], analysis.patching, analysis.labels)
+    if analysis.roles is not None:
+        draw_roles(axes[-1], analysis.roles)
     fig.suptitle(f"{analysis.model_name} seed {analysis.seed}")
     fig.subplots_adjust(left=0.16, right=0.92, top=0.92, bottom=0.1, hspace=1.2)
     return fig

@@ -35,4 +35,28 @@ def render_parts(measured: list[MeasuredRun], out: Path, settings: ReportSetting
         results = [m.results[part.key] for m in measured if m.results.get(part.key) is not None]
         if results and (section := part.render(results, Path(out), settings)) is not None:
             rendered[part.key] = section
+    views = views_section(measured, settings)
+    if views is not None:
+        rendered["views"] = views
     return rendered
+
+
+def views_section(measured: list[MeasuredRun], settings: ReportSettings) -> Section | None:
+    """Per run with both, the head view's named paths against the edge oracle's head-to-head edges
+    (probes.report.words.views_agree): the same or each difference with both numbers."""
+    from probes.report.words import views_agree
+
+    found = [(m, views_agree(m.results["runs"], m.results["edge_circuits"].result, settings)) for m in measured
+             if getattr(m.results.get("runs"), "circuit", None) is not None
+             and m.results.get("edge_circuits") is not None
+             and settings.traces(m.results["edge_circuits"].result.oracle.gap)]
+    if not found:
+        return None
+    lines = [f"{m.model_name} seed {m.seed}: {agreement.words}" for m, agreement in found]
+    text = ("The summary's paths (path patching: the sender's clean write restored into the counterfactual run, "
+            "at every position and at one position) against the edge circuit's head-to-head edges (the exact "
+            "oracle: one edge given its counterfactual write), both at the claim of "
+            f"{settings.path_claim:.0%} of the gap:\n\n" + "\n".join(f"- {line}" for line in lines))
+    return Section("Head view and edge view", text, lines,
+                   [{"model_name": m.model_name, "seed": m.seed, "agree": a.agree, "head_view": list(a.head_view),
+                     "edge_view": list(a.edge_view)} for m, a in found])

@@ -26,7 +26,7 @@ def accuracy_table(models) -> str:
              percent(m.train), m.runs[0].splits["heldout"].n, f"{m.shuffle_max_logit_change:.1e}"]
             for m in models]
     per_seed = [[m.model_name, r.seed, percent(r.splits["heldout"].accuracy), r.steps, by_group(r.splits["heldout"]),
-                 m.collapsed.get(r.seed, "")] for m in models for r in m.runs]
+                 health_text(m, r.seed)] for m in models for r in m.runs]
     return "\n".join([table(headers, rows), "", *health_lines(models),
                       "per seed (Wilson 95% CI over held-out examples):",
                       table(["model", "seed", "held-out", "steps", "held-out by group", "health"], per_seed)])
@@ -44,9 +44,15 @@ def by_group(split) -> str:
     return ", ".join(f"{name} {values['accuracy']['value']:.0%}" for name, values in groups.items())
 
 
+def health_text(model, seed: int) -> str:
+    """A run's health flags (collapsed, below chance, neither answer nor foil), '' when none."""
+    return "; ".join(note for note in (model.collapsed.get(seed), model.suspect.get(seed)) if note)
+
+
 def health_lines(models) -> list[str]:
-    """Collapsed runs, the means without them, and the shortcut audit; each line ends a paragraph."""
-    from probes.health import shortcut_audit
+    """Collapsed runs, the means without them, runs below chance, the off-by-one check and the
+    shortcut audit; each line ends a paragraph."""
+    from probes.health import family_audit, foil_blind_note
 
     lines = []
     for m in models:
@@ -56,7 +62,12 @@ def health_lines(models) -> list[str]:
                        else percent(m.heldout_without_collapsed).strip())
             lines.append(f"{m.model_name}: {len(m.collapsed)} of {len(m.seeds)} seeds collapsed (seed {seeds}); "
                          f"held-out mean with them {percent(m.heldout).strip()}, without them {without}")
-    audit = shortcut_audit(models)
+        if m.suspect:
+            lines.append(f"{m.model_name}: " + "; ".join(f"seed {seed} {note}" for seed, note in m.suspect.items()))
+    check = foil_blind_note(models)
+    if check is not None:
+        lines.append(check)
+    audit = family_audit(models)
     if audit is not None:
         lines.append(audit.words())
     return [line + "\n" for line in lines]

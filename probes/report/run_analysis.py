@@ -6,13 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from models.components import Head
 from probes.circuits.search import Circuit, Node, search_circuit
-
-if TYPE_CHECKING:
-    from probes.circuits.labels import CircuitSummary
 
 
 @dataclass(frozen=True)
@@ -59,6 +55,7 @@ class RunAnalysis:
     node_views: list = None               # NodeView per circuit node
     labels: list = None                   # key position labels
     vocabulary: list = None               # token strings, for naming predictions
+    roles: object = None                  # probes.roles.RoleView, for a task that names positions by role
     figure: str | None = None             # its figure, relative to the report folder
 
 
@@ -115,6 +112,7 @@ def analyse_run(context) -> RunAnalysis:
     from probes.ablation import ABLATION_METHODS, clean_run, head_ablation_sweep
     from probes.attention import pair_attention, position_labels, scored_attention
     from probes.patching import activation_patching
+    from probes.roles import role_view
 
     run, settings = context.run, context.settings
     base = dict(model_name=run.model_name, seed=run.seed, path=str(run.path), spec=context.spec,
@@ -141,7 +139,7 @@ def analyse_run(context) -> RunAnalysis:
                            pair=pair_attention(model, context.heldout, 0, context.vocabulary),
                            ablations=ablations, patching=patching,
                            labels=position_labels(context.heldout.inputs, context.vocabulary),
-                           vocabulary=context.vocabulary)
+                           vocabulary=context.vocabulary, roles=role_view(model, sample, context.pairs, patching))
     gap = patching.clean.metric - patching.corrupt.metric
     if not settings.traces(gap):
         analysis = dataclasses.replace(analysis, note=(
@@ -186,24 +184,3 @@ def draw_figure(analysis: RunAnalysis, out) -> str | None:
     name = f"figures/{analysis.model_name}-seed{analysis.seed}.png"
     save(run_figure(analysis), Path(out) / name)
     return name
-
-
-def summarise(analysis) -> CircuitSummary:
-    """The facts of a probes.report.run_analysis.RunAnalysis that name its circuit."""
-    from probes.circuits.labels import CircuitSummary, PathFacts
-    from probes.report.words import best_edges, describe
-    from probes.settings import DEFAULT
-
-    base = dict(model_name=analysis.model_name, seed=analysis.seed, n_layers=analysis.spec.get("n_layers", 1),
-                heldout=analysis.accuracy.splits["heldout"].accuracy.value,
-                summary=describe(analysis, DEFAULT, analysis.vocabulary))
-    if analysis.circuit is None:
-        return CircuitSummary(**base, note=analysis.note)
-    edges = best_edges(analysis)
-    edge = None
-    if edges:
-        best = edges[0]
-        edge = PathFacts(str(best.sender), str(best.receiver), best.component, best.positions[0],
-                    analysis.labels[best.positions[0]], best.recovered, best.restored)
-    return CircuitSummary(**base, nodes=tuple(n.describe() for n in analysis.circuit.nodes), edge=edge,
-                          faithfulness=analysis.circuit.faithfulness.recovered)

@@ -5,7 +5,9 @@ Each clause names its basis (probes.report.run_analysis.Basis) and every verdict
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
+from dataclasses import dataclass
 
 from probes.settings import ReportSettings
 from common.stats import share
@@ -117,38 +119,73 @@ def unmatched_words(node, analysis, settings: ReportSettings) -> str:
             "scale), not through what differs between the pairs")
 
 
-def best_edges(analysis) -> list:
-    """Per (sender, receiver) circuit pair, the single-position path patch that recovers most."""
-    best = {}
-    for patch in analysis.path_positions or []:
-        key = (patch.sender, patch.receiver)
-        if key not in best or patch.recovered > best[key].recovered:
-            best[key] = patch
-    return sorted(best.values(), key=lambda p: -p.recovered)
+def role_clause(analysis, settings: ReportSettings) -> str | None:
+    """Each circuit head by role (probes.roles.RoleView), for a task that names its positions: where
+    patching its output at each pair's own role position matters, and where it attends from the role
+    where it matters most. None for a task without roles."""
+    view = analysis.roles
+    if view is None or not view.recovered:
+        return None
+    heads = []
+    for node in analysis.circuit.nodes:
+        effect = sorted(((float(r[node.layer, node.head]), role) for role, r in view.recovered.items()),
+                        key=lambda item: -abs(item[0]))
+        where = [(share_, role) for share_, role in effect if abs(share_) >= settings.matters]
+        if not where:
+            heads.append(f"{node.name} matters at no role alone (best {effect[0][1]}, {pct(effect[0][0])})")
+            continue
+        rows = view.attention.get(where[0][1], {})
+        looked = sorted(((float(m[node.layer, node.head]), role) for role, m in rows.items()), key=lambda x: -x[0])
+        shown = [f"{role} ({mass:.2f})" for mass, role in looked if mass >= settings.attention_shown]
+        heads.append(f"{node.name} matters at " + " and ".join(f"{role} ({pct(share_)} of the gap)" for share_, role in where)
+                     + (f" and from {where[0][1]} attends " + " and ".join(shown) if shown else ""))
+    return (f"by role (each pair patched at its own role positions, {view.pairs} pairs; attention over "
+            f"{view.rows} examples): " + ", ".join(heads))
 
 
-def claimed_edge(analysis, settings: ReportSettings):
-    """The strongest path patch between circuit heads, if it recovers at least `path_claim`."""
-    edges = best_edges(analysis)
-    return edges[0] if edges and edges[0].recovered >= settings.path_claim else None
+def paths_of(analysis) -> list:
+    """Every head-to-head path of the run in both views (probes.circuits.labels.circuit_paths)."""
+    from probes.circuits.labels import run_paths
+
+    return run_paths(analysis)
 
 
-def edge_words(patch, analysis) -> str:
-    position = analysis.labels[patch.positions[0]]
-    restored = analysis.patching.restored_share(patch.restored)
-    return (f"{patch.receiver} reads {patch.sender}'s output at {position} through its "
-            f"{COMPONENT_WORDS[patch.component]} ({patch.component.upper()}-composition: the path patch recovers "
-            f"{pct(patch.recovered)} of the gap and {pct(restored)} of the answers the counterfactual flips)")
+def named(analysis, settings: ReportSettings) -> list:
+    """The paths the summary names: either view recovers at least `path_claim` of the gap."""
+    from probes.circuits.labels import named_paths
+
+    return named_paths(paths_of(analysis), settings.path_claim)
+
+
+def views_words(path, analysis) -> str:
+    """'63% of the gap with the sender at every position and 37% at its best single position (p2)'."""
+    every = ("(not measured)" if path.everywhere is None else pct(path.everywhere)) + " of the gap"
+    if path.recovered is None:
+        return f"{every} with the sender at every position (no single position patched)"
+    return (f"{every} with the sender at every position and {pct(path.recovered)} at its best single position "
+            f"({path.position_label})")
+
+
+def edge_words(path, analysis) -> str:
+    """One named path, by the edge oracle's name for it, with both views' numbers."""
+    restored = "" if path.restored is None else (
+        f", and patched there alone it restores {pct(analysis.patching.restored_share(path.restored))} of the "
+        "answers the counterfactual flips")
+    return (f"{path.oracle_name} ({path.mechanism}: {path.receiver} reads {path.sender}'s output through its "
+            f"{COMPONENT_WORDS[path.component]}) recovers {views_words(path, analysis)}{restored}")
 
 
 def path_clause(analysis, settings: ReportSettings) -> str | None:
-    edge = claimed_edge(analysis, settings)
-    if edge is not None:
-        return edge_words(edge, analysis)
-    edges = best_edges(analysis)
-    if edges:
-        return (f"no head-to-head path recovers {pct(settings.path_claim)} of the gap (the strongest "
-                f"single-position path patch between circuit heads recovers {pct(edges[0].recovered)})")
+    paths = paths_of(analysis)
+    chosen = named(analysis, settings)
+    if chosen:
+        return (f"{'path' if len(chosen) == 1 else f'{len(chosen)} paths'} (named where the sender's write "
+                f"patched at every position or at one position recovers {pct(settings.path_claim)} of the gap): "
+                + ", and ".join(edge_words(path, analysis) for path in chosen))
+    if paths:
+        return (f"no head-to-head path recovers {pct(settings.path_claim)} of the gap, with the sender patched "
+                f"at every position or at any single one (the strongest, {paths[0].oracle_name}, recovers "
+                f"{views_words(paths[0], analysis)})")
     if analysis.spec["n_layers"] > 1:
         # Heads of one block cannot compose; whether later blocks' MLPs carry the decision on is
         # not measured here (MLPs are never ablated; the edge-circuit section shows their edges).
@@ -178,7 +215,7 @@ def describe(analysis, settings: ReportSettings, vocabulary=None) -> str:
     b, circuit = analysis.basis, analysis.circuit
     nodes = "; ".join(node_words(n, v, analysis, settings) for n, v in zip(circuit.nodes, analysis.node_views))
     parts = [head, f"circuit on {b.pairs} held-out pairs: {nodes}"]
-    parts += [clause for clause in (path_clause(analysis, settings),) if clause]
+    parts += [clause for clause in (role_clause(analysis, settings), path_clause(analysis, settings)) if clause]
     parts.append(faithfulness_clause(circuit))
     ablated = analysis.circuit_ablation
     parts.append(f"on {b.ablation} of {b.heldout} held-out examples (means over {b.reference} of {b.train} "
@@ -190,21 +227,21 @@ def describe(analysis, settings: ReportSettings, vocabulary=None) -> str:
 
 
 def signature(analysis, settings: ReportSettings) -> tuple:
-    """What two seeds must share to count as the same circuit: nodes, and the path if one is claimed."""
+    """What two seeds must share to count as the same circuit: its heads and the named paths'
+    mechanism (as the census label: where the search pinned a head is a position, which varies
+    with the layout)."""
+    from probes.circuits.labels import mechanism_text
+
     if analysis.circuit is None:
         return ()
-    edge = claimed_edge(analysis, settings)
-    path = (edge.sender, edge.receiver, edge.component, edge.positions) if edge else ()
-    return tuple(n.describe() for n in analysis.circuit.nodes), path
+    chosen = named(analysis, settings)
+    return tuple(dict.fromkeys(n.name for n in analysis.circuit.nodes)), mechanism_text(chosen) if chosen else ""
 
 
 def describe_signature(sig: tuple, settings: ReportSettings) -> str:
-    nodes, edge = sig
+    nodes, mechanism = sig
     text = " + ".join(nodes)
-    if edge:
-        sender, receiver, component, positions = edge
-        return text + f", path {sender}->{receiver} {component.upper()} at p{positions[0]}"
-    return text + f", no path >= {pct(settings.path_claim)}"
+    return text + (f", {mechanism}" if mechanism else f", no path >= {pct(settings.path_claim)}")
 
 
 def seed_agreement(analyses, settings: ReportSettings) -> list[str]:
@@ -230,3 +267,48 @@ def seed_agreement(analyses, settings: ReportSettings) -> list[str]:
             verdict_text += f"; no circuit traced for seed {', '.join(untraced)}"
         lines.append(f"{model}: {verdict_text}")
     return lines
+
+
+def circuit_summary(analysis):
+    """The stored facts of a run's circuit (probes.circuits.labels.CircuitSummary), with this
+    report's sentence for it."""
+    from probes.circuits.labels import summarise
+    from probes.settings import DEFAULT
+
+    return summarise(analysis, describe(analysis, DEFAULT, analysis.vocabulary))
+
+
+HEAD_EDGE = re.compile(r"L\d+H\d+ -> L\d+H\d+\.[qkv]")   # a head-to-head edge of models.graph
+
+
+@dataclass(frozen=True)
+class ViewAgreement:
+    """The head view's named paths against the edge oracle's head-to-head edges, both at the claim."""
+
+    head_view: tuple[str, ...]       # oracle names of the paths the summary names
+    edge_view: tuple[str, ...]       # head-to-head edges whose effect alone is >= the claim
+    agree: bool
+    words: str
+
+
+def views_agree(analysis, edges, settings: ReportSettings) -> ViewAgreement:
+    """Do the run's summary (path patching, denoising: the clean write restored) and its edge
+    circuit (probes.circuits.named.EdgeCircuit, the oracle: noising, one edge given its
+    counterfactual write) name the same head-to-head paths? Where not, each difference with both
+    numbers."""
+    share = dict(zip(map(str, edges.oracle.edges), edges.oracle.normalised().tolist()))
+    strong = {name: v for name, v in share.items() if HEAD_EDGE.fullmatch(name) and abs(v) >= settings.path_claim}
+    paths = {p.oracle_name: p for p in paths_of(analysis)}
+    chosen = {p.oracle_name for p in named(analysis, settings)}
+    edge_view = tuple(sorted(strong))
+    if chosen == set(strong):
+        words = (f"the head view and the edge view agree: both name {', '.join(edge_view)}" if chosen else
+                 f"the head view and the edge view agree: neither has a head-to-head path at "
+                 f"{pct(settings.path_claim)} of the gap")
+        return ViewAgreement(tuple(sorted(chosen)), edge_view, True, words)
+    differ = [f"{name}: the edge oracle {pct(share.get(name, 0.0))} alone, path patching "
+              + (views_words(paths[name], analysis) if name in paths else "not measured")
+              for name in sorted(chosen ^ set(strong))]
+    return ViewAgreement(tuple(sorted(chosen)), edge_view, False,
+                         f"the head view and the edge view differ at {pct(settings.path_claim)} of the gap: "
+                         + "; ".join(differ))
