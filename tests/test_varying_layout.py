@@ -95,7 +95,8 @@ def test_the_summary_names_the_paths_the_edge_oracle_names(markcopy_analyses):
 
 
 def test_the_report_says_whether_the_two_views_agree(markcopy_analyses):
-    from probes.report.parts import MeasuredRun, views_section
+    from probes.report.measure import views_section
+    from probes.report.parts import MeasuredRun
 
     measured = [MeasuredRun(run.model_name, run.seed, {"runs": analysis, "edge_circuits": edges})
                 for run, analysis, edges in markcopy_analyses]

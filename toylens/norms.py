@@ -48,7 +48,7 @@ def norms_command(args) -> None:
     if not 0 < warmup <= settings.max_steps:
         raise UsageError(f"--warmup-steps {warmup} must lie in 1..{settings.max_steps} (the step budget)")
     out = args.out or Path("runs") / "norms" / task.name
-    plans = norm_plans(task, list(range(args.seeds)), settings, warmup, out, args.layers, args.d_model,
+    plans = norm_plans(task, args.seeds, settings, warmup, out, args.layers, args.d_model,
                        model_list(args.variants, "--variants"))
     if not any(not warmed(plan.model_name) for plan in plans):
         raise UsageError("--variants needs pre or post (without warmup) too: the gradients at initialisation "
@@ -74,7 +74,8 @@ def main(argv=None) -> None:
     def body():
         task_name = argv[0] if argv and not argv[0].startswith("-") else None
         parser = Parser(prog="python -m probes.chapter.norms TASK",
-                        description="Train pre- and post-norm models, with and without learning-rate warmup, "
+                        description="Train pre- and post-norm models, with and without learning-rate warmup (--warmup-steps: "
+                                    "its length in the +warmup variants, default a tenth of the steps), "
                                     "on TASK's data; compare held-out perplexity and gradient norms at initialisation.")
         if task_name is None:
             parser.add_argument("task", help="a registered task (python -m tasks list), e.g. text")
@@ -85,8 +86,6 @@ def main(argv=None) -> None:
         parser.add_argument("--variants", help=f"comma-separated (default all: {', '.join(v[0] for v in VARIANTS)})")
         parser.add_argument("--layers", type=positive_int, default=12, help="blocks (default 12, as the source)")
         parser.add_argument("--d-model", type=positive_int, default=128, help="width (default 128)")
-        parser.add_argument("--warmup-steps", type=positive_int,
-                            help="linear warmup length of the +warmup variants (default a tenth of the steps)")
         parser.add_argument("--overwrite", action="store_true", help="retrain runs already trained")
         add_jobs_arguments(parser)
         add_task_params(parser, task_cls)
