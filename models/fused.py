@@ -45,12 +45,9 @@ class FusedAttention(NativeAttention):
             # A padding mask or an edited pattern: the native path computes those exactly.
             return super().forward(hidden_states, attention_mask, position_ids, pattern_fn, **kwargs)
         batch, seq, _ = hidden_states.shape
-        # One matmul for the three projections (the same products, as columns of one output): at
-        # these widths three separate ones cost ~10% of a step more (measured).
-        weight = torch.cat([self.q.weight, self.k.weight, self.v.weight])
-        bias = torch.cat([self.q.bias, self.k.bias, self.v.bias])
-        qkv = F.linear(hidden_states, weight, bias).view(batch, seq, 3 * self.n_heads, self.d_head).transpose(1, 2)
-        q, k, v = qkv.split(self.n_heads, dim=1)
+        q = self.q(hidden_states).view(batch, seq, self.n_heads, self.d_head).transpose(1, 2)
+        k = self.k(hidden_states).view(batch, seq, self.n_heads, self.d_head).transpose(1, 2)
+        v = self.v(hidden_states).view(batch, seq, self.n_heads, self.d_head).transpose(1, 2)
         if self.rotary is not None:
             q, k = self.rotary.apply_rope(q, k, position_ids=position_ids)
         # scale multiplies q.k; the native module divides by self.scale (sqrt(d_head), or 1 unscaled).
