@@ -278,8 +278,8 @@ def replayed_scores(model, batch: Batch, clean: CleanRun, targets, values: dict)
     (replacement - z) @ W_O of the ablated heads (the output projection is linear in each head's
     z); the blocks before it computed what the clean run did, so only its MLP and the blocks after
     it run again, and after the last attention only at the scored positions (`forward_from`'s
-    `at`); positions after the last scored one never run (attention is causal: nothing before
-    them reads them). Targets of one layer share forwards (their residuals stacked, at most
+    `at`); positions after the last scored one never run (attention is causal: no scored position
+    reads them). Targets of one layer share forwards (their residuals stacked, at most
     TOKENS_PER_FORWARD tokens each). Equal to ablating each target with hooks (tested)."""
     scores = {(): score_logits(logits_at_scored(clean.logits, batch), batch)}
     for layer in range(model.cfg.n_layers):
