@@ -1,11 +1,13 @@
 """Activation patching and head ablation: toylens's batched sweeps vs transformer_lens.patching
 (one forward per patched index) on the same inputs, equal results, speed ratio.
 
-    .venv/bin/python benchmarks/sweeps.py [--pairs 64] [--rounds 5]
+    .venv/bin/python benchmarks/sweeps.py [--pairs 64] [--rounds 8]
 
 Uses freshly initialised models shaped like the Winograd family's blocks (4 heads, MLP; activation
 patching on 2 blocks, the ablation sweep on 1 and 2 blocks) on Winograd held-out pairs, so it needs
-no trained run; the work per patch does not depend on the weights.
+no trained run; the work per patch does not depend on the weights. Each round runs both sides back
+to back (interleaved, so both see the same load); the speed-up is the mean of the per-round ratios
+with its 95% t interval.
 """
 
 from __future__ import annotations
@@ -24,13 +26,13 @@ from tasks.data import spread_subset
 from tasks.data import task_dataset, to_batch
 from tasks.evaluate import logits_at_scored
 from tasks.winograd import WinogradTask
-from timing import best_time
+from timing import interleaved_ratio
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=5, help="repeats; the best of each side is kept")
+    parser.add_argument("--rounds", type=int, default=8, help="interleaved repeats of each pair")
     args = parser.parse_args()
     torch.set_num_threads(1)  # what the report uses
     from transformer_lens import patching
@@ -43,24 +45,27 @@ def main() -> None:
 
     with torch.no_grad():
         model = winograd_model(task, pairs, n_layers=2)
-        ours_time, ours = best_time(lambda: activation_patching(model, pairs), args.rounds)
-        their_time, theirs = best_time(lambda: theirs_patching(patching, model, pairs, metric), args.rounds)
+        speedup, ours, theirs = interleaved_ratio(lambda: activation_patching(model, pairs),
+                                                  lambda: theirs_patching(patching, model, pairs, metric), args.rounds)
         worst = max((getattr(ours, name) - value.float()).abs().max().item() for name, value in theirs.items())
         print(f"activation patching, 2 blocks ({args.pairs} pairs, every head x position, head x all positions, "
-              "resid):")
-        print(f"  toylens {ours_time:.2f} s  transformer_lens.patching {their_time:.2f} s  "
-              f"speed-up {their_time / ours_time:.1f}x  max |difference| {worst:.1e}")
+              f"resid; {args.rounds} interleaved rounds):")
+        print(f"  speed-up over transformer_lens.patching {describe(speedup)}  max |difference| {worst:.1e}")
 
         print("zero-ablation sweep (every head; toylens also scores each whole layer):")
         for n_layers in (1, 2):
             model = winograd_model(task, pairs, n_layers)
-            ours_time, sweep = best_time(lambda: head_ablation_sweep(model, pairs, "zero"), args.rounds)
-            their_time, theirs = best_time(lambda: theirs_ablation(patching, model, pairs, metric), args.rounds)
+            speedup, sweep, theirs = interleaved_ratio(lambda: head_ablation_sweep(model, pairs, "zero"),
+                                                       lambda: theirs_ablation(patching, model, pairs, metric),
+                                                       args.rounds)
             n_heads = model.cfg.n_layers * model.cfg.n_heads
             ours_grid = torch.tensor([r.logit_diff for r in sweep[1:1 + n_heads]])
             worst = (ours_grid - theirs.flatten().float()).abs().max().item()
-            print(f"  {n_layers} block(s): toylens {ours_time:.2f} s  transformer_lens.patching {their_time:.2f} s  "
-                  f"speed-up {their_time / ours_time:.1f}x  max |difference| {worst:.1e}")
+            print(f"  {n_layers} block(s): speed-up {describe(speedup)}  max |difference| {worst:.1e}", flush=True)
+
+
+def describe(speedup) -> str:
+    return f"{speedup.value:.1f}x [{speedup.low:.1f}x, {speedup.high:.1f}x] (95% interval, {speedup.n} rounds)"
 
 
 def winograd_model(task, pairs, n_layers: int):

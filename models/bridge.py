@@ -43,10 +43,19 @@ def hook_free_forward(model):
     of a training step on CPU (benchmarks/train_speed.py). Variants live in frozen weights and module
     constants, not hooks; a model with any hook attached is returned as it is, so none is skipped."""
     native = getattr(model, "original_model", None)
-    if native is None or any(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks
-                             for m in model.modules()):
+    if native is None or has_hooks(model):
         return model
     return unwrapped(native)
+
+
+def has_hooks(model) -> bool:
+    """Whether any hook is attached besides the capture pre-hooks each block bridge wires onto its
+    own LayerNorm wrappers at its first forward: those serve the bridge's wrappers only (which the
+    hook-free forward does not run), and counting them made the choice depend on whether the model
+    had been run before."""
+    own = {handle.id for block in getattr(model, "blocks", ()) for handle in getattr(block, "_capture_hook_handles", ())}
+    return any(set(m._forward_hooks) - own or set(m._forward_pre_hooks) - own or m._backward_hooks
+               for m in model.modules())
 
 
 def unwrapped(module):

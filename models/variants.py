@@ -3,7 +3,7 @@ weights alone cannot realise: ALiBi's score bias, a block whose attention output
 residual stream instead of being added to it, a post-norm block, and the fixed sinusoid table.
 
 Each lives in the TransformerLens native modules themselves (never in a hook), so the bridge and
-the hook-free training forward (`tasks.training.hook_free_forward`, which runs these same module
+the hook-free training forward (`models.fused.training_forward`, which runs these same module
 objects with the wrappers peeled off) compute the same thing, and a checkpoint rebuilt by
 `build_model` behaves exactly like the trained model. None of them adds a parameter or a
 persistent buffer: the state dict, and so a checkpoint, is that of the plain model.

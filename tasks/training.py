@@ -18,7 +18,7 @@ from models.checkpoint import save_tensors
 from common.atomic import atomic_write
 from tasks.data import Batch, real_positions
 from tasks.evaluate import logits_at_scored, score_logits
-from models.bridge import hook_free_forward
+from models.fused import training_forward
 from tasks.resume import FRESH, load_train_state, save_train_state
 from tasks.settings import LossPositions, StopMetric, TrainSettings
 
@@ -100,7 +100,7 @@ def train(model, train_batch: Batch, validation_batch: Batch, settings: TrainSet
     train_batch, validation_batch = train_batch.to(device), validation_batch.to(device)
     scored_only = settings.loss_positions is LossPositions.SCORED
     train_scored = scored_mask(train_batch) if scored_only else None
-    forward = hook_free_forward(model)
+    forward = training_forward(model)
     generator, optimizer = torch.Generator().manual_seed(seed), adamw(model, settings)
     resuming = resume and state_path is not None and Path(state_path).is_file()
     done = load_train_state(state_path, model, optimizer, generator, settings) if resuming else FRESH
