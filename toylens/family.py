@@ -118,11 +118,14 @@ def check_out_folder(out: Path, task: Task) -> None:
 def start_run(plan: RunPlan, spec: ModelSpec, command: str | None = None) -> dict:
     """Clear what an earlier attempt left and record the run's identity before the first step.
     `command`: the command that asked for the run, when this process is a remote worker."""
+    from probes.circuits.labels import CIRCUIT
     from tasks.resume import STATE
+    from tasks.sweeps import FAILED
     from tasks.training import SNAPSHOTS
 
     plan.run_dir.mkdir(parents=True, exist_ok=True)
-    for name in (METRICS, WEIGHTS, STATE, LOG):
+    # What described an earlier run here (a sweep's circuit summary, its failure record) goes too.
+    for name in (METRICS, WEIGHTS, STATE, LOG, CIRCUIT, FAILED):
         remove(plan.run_dir / name)   # only files toylens wrote; train_family checked there are no others
     if (plan.run_dir / SNAPSHOTS).is_dir():
         remove_tree(plan.run_dir / SNAPSHOTS)
