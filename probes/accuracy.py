@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from common.io import write_json
-from common.cli import Parser, run_cli
+from common.cli import Parser, UsageError, run_cli
 from common.stats import Interval, mean_interval, wilson
 
 SUMMARY = "summary.json"
@@ -148,13 +148,26 @@ def run_accuracy(run, load_model=None) -> RunAccuracy:
     the model `load_model()` returns (default: the run's, loaded)."""
     record = run.metrics.get(EVALUATION)
     if isinstance(record, dict) and record.get("weights_sha256") == run.config.get("weights_sha256") \
-            and record.get("spec") == run.config.get("spec"):
+            and record.get("spec") == run.config.get("spec") and record.get("model_name") == run.model_name \
+            and record.get("seed") == run.seed:
         try:
             return stored_accuracy(record, run.path)
         except (KeyError, TypeError, ValueError, AttributeError):
             pass  # written by another version (or forged): measure again
     return measure_accuracy((load_model or run.load_model)(), run.batches(), run.model_name, run.seed, run.path,
                             run.metrics["steps"])
+
+
+def check_once(runs) -> None:
+    """One run per model and seed in a comparison: two (a sweep's runs beside a train's, a copied
+    folder) would count that seed twice."""
+    seen = {}
+    for run in runs:
+        other = seen.setdefault((run.model_name, run.seed), run.path)
+        if other != run.path:
+            raise UsageError(f"{other} and {run.path} are both {run.model_name} seed {run.seed}: a comparison counts "
+                             "each seed once; point at a folder holding one of them (a sweep's grid point, or a "
+                             "train's runs folder)")
 
 
 def model_accuracy(runs: list[RunAccuracy], vocabulary: list[str] | None = None) -> ModelAccuracy:
@@ -186,6 +199,7 @@ def compare_runs(runs_dir: Path) -> list[ModelAccuracy]:
     from tasks.runs import find_runs
 
     runs = find_runs(runs_dir)
+    check_once(runs)
     results = [run_accuracy(run) for run in runs]
     vocabulary = runs[0].task.vocabulary()
     return [model_accuracy([r for r in results if r.model_name == name], vocabulary) for name in family_order(runs)]
@@ -222,12 +236,13 @@ def locked_compare(runs_dir: Path) -> None:
 
 def main(argv=None) -> None:
     from common.io import nonempty_path
+    from tasks.sweeps import runs_folder
 
     parser = Parser(prog="python -m probes.accuracy",
                     description="Compare held-out accuracy of trained runs, with CIs over seeds.")
     parser.add_argument("runs_dir", type=nonempty_path, nargs="?", default=Path("runs/winograd"))
     args = parser.parse_args(argv)
-    run_cli(locked_compare, args.runs_dir)
+    run_cli(lambda: locked_compare(runs_folder(args.runs_dir)))
 
 
 if __name__ == "__main__":

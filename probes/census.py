@@ -187,7 +187,7 @@ def take_census(runs_dir: Path) -> Census:
         members, failed, unreadable, not_finished = group_members(root, group, points[group.point], others)
         groups.append(group_census(group.model_name, group.point, group.values, members, failed, unreadable,
                                    not_finished))
-    if not any(g.finished for g in groups):
+    if not any(g.finished or g.unreadable for g in groups):
         raise UsageError(f"{root} holds no finished runs of its sweep yet; run the sweep (see each run's "
                          f"{FAILED} for runs that failed)")
     return Census(tuple(groups), tuple(others))
@@ -321,7 +321,7 @@ def check_census_folder(out: Path) -> None:
         return
     if CENSUS_JSON not in present:
         raise UsageError(f"{out} holds {present[0]} but no {CENSUS_JSON} recording what toylens wrote; {CENSUS_FIX}")
-    data = check_signed(read_json(out / CENSUS_JSON, CENSUS_FIX), {"groups": list, "others": list, "files": dict},
+    data = check_signed(read_json(out / CENSUS_JSON, CENSUS_FIX), {"groups": object, "others": list, "files": dict},
                         str(out / CENSUS_JSON), CENSUS_FIX)
     for name in present[1:]:
         if not (out / name).is_file() or sha256_file(out / name) != data["files"].get(name):

@@ -92,10 +92,10 @@ def run_sweep(runs: list[SweepRun], out: Path, executor, command: str, resume: b
     check_out_folder(out, runs[0].plan.task)
     # The root, then each grid point: a training into a point (a runs folder of its own) takes the
     # same lock file, so of the two exactly one proceeds however they interleave.
-    with folder_lock(out, "sweep folder"), folder_locks(sorted({Path(out) / run.point for run in runs}),
-                                                        "sweep's grid point"):
+    with folder_lock(out, "sweep folder"):
         check_not_a_runs_folder(out)
-        return sweep_locked(runs, out, executor, command, resume, overwrite, progress, write)
+        with folder_locks(sorted({Path(out) / run.point for run in runs}), "sweep's grid point"):
+            return sweep_locked(runs, out, executor, command, resume, overwrite, progress, write)
 
 
 def check_not_a_runs_folder(out: Path) -> None:
