@@ -32,9 +32,10 @@ def signed(payload: dict) -> dict:
 
 
 def check_signed(data, fields: dict, where: str, fix: str = FIX, nullable=()) -> dict:
-    """A stored record: a JSON object of exactly these fields and types, then its `sha256`."""
+    """A stored record: a JSON object of exactly these fields and types (a `nullable` one may be
+    null, none may be absent), then its `sha256`."""
     check_fields(data, {**fields, "sha256": str}, where, fix, nullable)
-    missing = sorted(set(fields) - set(data) - set(nullable)) or (["sha256"] if "sha256" not in data else [])
+    missing = sorted(set(fields) - set(data)) or (["sha256"] if "sha256" not in data else [])
     if missing:
         raise UsageError(f"{where} lacks field(s) {missing}; {fix}")
     if data["sha256"] != canonical_sha256({key: value for key, value in data.items() if key != "sha256"}):

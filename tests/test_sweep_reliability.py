@@ -280,29 +280,37 @@ def test_ctrl_c_pressed_during_the_interrupted_line_itself_stays_one_line(capsys
     assert stopped.value.code == 130 and err.strip() == "interrupted: finished runs are kept"
 
 
-def test_ctrl_c_pressed_twice_during_generate_or_training_is_one_line(tmp_path):
-    """Real presses, 2 and 20 ms apart: during the task's generate() (the data of a fresh cache)
-    and later in training."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOYLENS_CACHE": str(tmp_path / "cache")}
-    runs = []
-    for index, (wait, gap) in enumerate([(4.0, 0.002), (4.0, 0.02), (7.0, 0.01)]):
+def wait_for(path: Path, process, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert process.poll() is None, process.stderr.read()
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.001)
+
+
+@pytest.mark.parametrize("moment", ["generate", "training"])
+def test_ctrl_c_pressed_twice_during_generate_or_training_is_one_line(tmp_path, moment):
+    """Real presses, 2, 10 and 20 ms apart: while the task's generate() makes the data of a fresh
+    cache (the lock is taken, no config.json yet), or once training has saved a checkpoint."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for index, gap in enumerate([0.002, 0.01, 0.02]):
+        out = tmp_path / f"r{index}"
         process = subprocess.Popen([sys.executable, "-m", "tasks.winograd", "train", "--models", "attn-only-2x1",
-                                    "--seeds", "1", "--steps", "100000", "--nouns", "12", "--jobs", "1", "--no-progress",
-                                    "--out", str(tmp_path / f"r{index}")], env={**env, "TOYLENS_CACHE": str(
-                                        tmp_path / f"cache{index}")}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   text=True)
-        runs.append((process, wait, gap))
-    for process, wait, gap in runs:
-        time.sleep(max(0.0, wait - 0.5 * runs.index((process, wait, gap))))
+                                    "--seeds", "1", "--steps", "100000", "--nouns", "24", "--jobs", "1",
+                                    "--no-progress", "--checkpoint-every", "20", "--out", str(out)],
+                                   env={**env, "TOYLENS_CACHE": str(tmp_path / f"cache{index}")},
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_for(out / ".toylens.lock" if moment == "generate" else out / RUN.name / "seed0" / "train_state.safetensors", process)
+        generating = not (out / RUN.name / "seed0" / "config.json").exists()
         process.send_signal(signal.SIGINT)
         time.sleep(gap)
         process.send_signal(signal.SIGINT)
-    for process, _, _ in runs:
         process.wait(timeout=120)
         err = process.stderr.read()
         lines = [line for line in err.splitlines() if line.strip()]
         assert process.returncode == 130 and "Traceback" not in err, err
         assert len(lines) == 1 and lines[0].startswith("interrupted: "), err
+        assert generating or moment == "training"
 
 
 # ---- stored fields of the wrong shape: one line -------------------------------------------------
