@@ -8,7 +8,8 @@ A folder's lock also covers the folders below it: a sweep holds its root, and a 
 of its grid points (or any folder under it) reaches the root's lock file on its way up and is
 refused; a writer of a root whose subfolder is held (a training started first) finds that lock on
 its way down and is refused. Both ways go REACH folders far, as far as a run lies from its sweep's
-root. The way up is checked before a writer takes its own lock and the way down after, so of two
+root, and only through toylens's own folders (someone else's folder in between, as in /tmp/mine/...
+below a writer of /tmp, means the two never share a run). The way up is checked before a writer takes its own lock and the way down after, so of two
 writers started at once into nested folders at most one proceeds (exactly one when they lock the
 same folder, as a sweep does each of its grid points).
 """
@@ -22,7 +23,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from common.cli import UsageError
-from common.io import LOCK
+from common.io import LOCK, MANIFEST
 
 
 HOLDER = re.compile(rb"(process \d+ on [^\n]*\n)?")
@@ -77,7 +78,8 @@ def folder_lock(folder: Path, what: str):
 def above(folder: Path) -> list[Path]:
     """Lock files of the folders above `folder` (a real path) that this process does not hold itself,
     nearest first."""
-    return [parent / LOCK for parent in folder.parents[:REACH] if (parent / LOCK).is_file() and str(parent) not in HELD]
+    return [parent / LOCK for parent in folder.parents[:REACH]
+            if (parent / LOCK).is_file() and str(parent) not in HELD and linked(parent, folder)]
 
 
 def below(folder: Path) -> list[Path]:
@@ -86,9 +88,17 @@ def below(folder: Path) -> list[Path]:
     for root, dirs, files in os.walk(folder):
         deep = len(Path(root).relative_to(folder).parts) >= REACH
         dirs[:] = [] if deep else [d for d in dirs if not os.path.islink(os.path.join(root, d))]
-        if root != str(folder) and LOCK in files and os.path.realpath(root) not in HELD:
+        if root != str(folder) and LOCK in files and os.path.realpath(root) not in HELD and linked(folder, Path(root)):
             found.append(Path(root) / LOCK)
     return found
+
+
+def linked(upper: Path, lower: Path) -> bool:
+    """Whether the folders strictly between `upper` and `lower` are toylens's (each has a manifest)
+    or not made yet: then `lower` can hold runs of a writer of `upper`. A folder of someone else's
+    in between (a writer of /tmp, a test in /tmp/pytest-of-me/...) means the two never share a run."""
+    between = list(lower.relative_to(upper).parents)[:-1]   # upper/a, upper/a/b, ... (not upper, not lower)
+    return all(not (upper / part).is_dir() or (upper / part / MANIFEST).is_file() for part in between)
 
 
 def check_free(paths: list[Path], what: str, folder: Path, mode: int) -> None:

@@ -288,16 +288,19 @@ def draw(census: Census, path: Path) -> None:
     import matplotlib.pyplot as plt
     import pandas as pd
 
-    table = pd.DataFrame([{"group": f"{g.model_name}\n{g.point}", "label": s.label, "share": s.share.value}
-                          for g in census.groups for s in g.circuits])
-    wide = table.pivot_table(index="group", columns="label", values="share", fill_value=0, sort=False)
-    fig, ax = plt.subplots(figsize=(1.2 * len(wide) + 3, 4.5))
-    wide.plot(kind="bar", stacked=True, ax=ax, width=0.7, colormap="tab20")
+    rows = [{"group": f"{g.model_name}\n{g.point}", "label": s.label, "share": s.share.value}
+            for g in census.groups for s in g.circuits]
+    fig, ax = plt.subplots(figsize=(1.2 * len({row["group"] for row in rows}) + 3, 4.5))
+    if rows:
+        wide = pd.DataFrame(rows).pivot_table(index="group", columns="label", values="share", fill_value=0, sort=False)
+        wide.plot(kind="bar", stacked=True, ax=ax, width=0.7, colormap="tab20")
+        ax.legend(title="circuit", fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    else:
+        ax.text(0.5, 0.5, "no finished run could be counted (see census.md)", ha="center", transform=ax.transAxes)
     ax.set_ylabel("share of finished runs (0 = none, 1 = all)")
     ax.set_ylim(0, 1)
     ax.set_xlabel("")
     ax.tick_params(axis="x", rotation=0)
-    ax.legend(title="circuit", fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     ax.set_title("circuit share per model and grid point", fontsize=10)
     fig.savefig(path, dpi=110, format="png", bbox_inches="tight")
     plt.close(fig)
