@@ -29,6 +29,7 @@ from tasks.sweeps import (FAILED, FIX, POINT, PlannedGroup, SweepManifest, check
 SOLVED = "validation solved"   # a run stopped otherwise (stalled, out of budget) counts as unsolved
 NOT_TRACED = "not traced (no circuit.json)"
 CENSUS_FILES = ("census.md", "census.png")   # census.json records their checksums
+CIRCUIT_FIX = "rerun the sweep: it trains and traces that run again"
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,9 @@ def read_circuit(run) -> CircuitSummary:
     """A run's circuit.json after its checks: types, checksum, and the run it describes is `run`."""
     path = run.path / CIRCUIT
     if not path.is_file():
-        raise UsageError(f"{path} is not a file; {FIX}")
-    data = check_signed(read_json(path, FIX), CIRCUIT_FIELDS, str(path), FIX, nullable=("edge", "faithfulness"))
+        raise UsageError(f"{path} is not a file; {CIRCUIT_FIX}")
+    data = check_signed(read_json(path, CIRCUIT_FIX), CIRCUIT_FIELDS, str(path), CIRCUIT_FIX,
+                        nullable=("edge", "faithfulness"))
     recorded = {"run_sha256": data["run_sha256"], "weights_sha256": data["weights_sha256"], "model_name":
                 data["model_name"], "seed": data["seed"], "n_layers": data["n_layers"], "heldout": data["heldout"]}
     actual = {"run_sha256": run.config["run_sha256"], "weights_sha256": run.config.get("weights_sha256"),
@@ -86,11 +88,11 @@ def read_circuit(run) -> CircuitSummary:
     differing = [key for key in recorded if recorded[key] != actual[key]]
     if differing:
         raise UsageError(f"{path} describes another run (different {', '.join(differing)}: copied from elsewhere, "
-                         f"or left from before the run was retrained); {FIX}")
+                         f"or left from before the run was retrained); {CIRCUIT_FIX}")
     try:
-        return CircuitSummary.from_dict({key: data[key] for key in SUMMARY_FIELDS}, str(path), FIX)
+        return CircuitSummary.from_dict({key: data[key] for key in SUMMARY_FIELDS}, str(path), CIRCUIT_FIX)
     except TypeError:   # an edge lacking a field
-        raise UsageError(f"{path}: edge lacks a field; {FIX}") from None
+        raise UsageError(f"{path}: edge lacks a field; {CIRCUIT_FIX}") from None
 
 
 def read_label(run) -> tuple[str, str, float | None]:

@@ -146,12 +146,17 @@ def differences(recorded: dict, wanted: dict, prefix: str = "") -> list[str]:
     return found
 
 
+ABSENT = object()   # a grid key no part of an identity has
+
+
 def grid_value(identity: dict, key: str):
     """Where a grid key lands in a run's identity: a training setting, a task parameter or a spec field."""
-    for part in (identity.get("training"), (identity.get("task") or {}).get("params"), identity.get("spec")):
+    task = identity.get("task")
+    for part in (identity.get("training"), task.get("params") if isinstance(task, dict) else None,
+                 identity.get("spec")):
         if isinstance(part, dict) and key in part:
             return part[key]
-    return KeyError
+    return ABSENT
 
 
 def values_disagree(values: dict, identity: dict) -> list[str]:
@@ -227,6 +232,6 @@ def runs_folder(folder: Path) -> Path:
     points = sorted({g.point for g in read_manifest(folder).groups})
     if len(points) == 1:
         return folder / points[0]
-    return_hint = ", ".join(str(folder / p) for p in points[:3]) + (" ..." if len(points) > 3 else "")
+    folders = ", ".join(str(folder / p) for p in points[:3]) + (" ..." if len(points) > 3 else "")
     raise UsageError(f"{folder} is a sweep of {len(points)} grid points, whose runs repeat models and seeds; point "
-                     f"at one point's folder ({return_hint}) or count them all with python -m probes.census {folder}")
+                     f"at one point's folder ({folders}) or count them all with python -m probes.census {folder}")
