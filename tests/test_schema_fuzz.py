@@ -256,7 +256,7 @@ def test_config_edits_through_the_cli(tiny_runs, tmp_path, edit):
 
 # ---- a sweep's own files (issue 26) ----------------------------------------------------------
 
-from tests.test_sweep_reliability import RUN as SWEEP_RUN, finished_sweep, plan, resign  # noqa: E402,F401
+from tests.test_sweep_reliability import RUN as SWEEP_RUN, plan, resign  # noqa: E402
 
 SWEEP_FILES = {"circuit": SWEEP_RUN / "seed0" / "circuit.json", "point": Path("default") / "point.json",
                "failed": SWEEP_RUN / "seed1" / "failed.json", "sweep": Path("sweep.json"),
