@@ -24,7 +24,7 @@ from common.io import read_json
 from common.stats import Interval, mean_interval, wilson
 from probes.circuits.labels import CIRCUIT, SUMMARY_FIELDS, CircuitSummary, circuit_label
 from tasks.sweeps import (FAILED, FIX, POINT, PlannedGroup, SweepManifest, check_signed, differences,
-                          identity_of, read_failed, read_manifest, read_point, signed, values_disagree)
+                          identity_of, read_failed, read_manifest, read_point, signed)
 
 SOLVED = "validation solved"   # a run stopped otherwise (stalled, out of budget) counts as unsolved
 NOT_TRACED = "not traced (no circuit.json)"

@@ -17,6 +17,7 @@ from tasks.base import Task
 from tasks.runs import (LOG, METRICS, command_argv, command_line, metrics_sha256, package_versions,
                         read_run_config, run_sha256)
 from tasks.settings import TrainSettings, settings_dict
+from tasks.sweeps import differences
 from tasks.validate import validate_family
 from toylens.workers import map_jobs
 
@@ -64,18 +65,6 @@ def plan_models(task: Task, specs: dict[str, ModelSpec], names: list[str] | None
         raise UsageError(f"unknown {kind} {unknown}{owner}; known: {', '.join(specs)}")
     return [RunPlan(task, name, specs[name], seed, settings, Path(out) / name / f"seed{seed}")
             for name in names for seed in seeds]
-
-
-def differences(recorded: dict, wanted: dict, prefix: str = "") -> list[str]:
-    """Dotted names of the fields that differ, e.g. ['training.max_steps']."""
-    found = []
-    for key in sorted(set(recorded) | set(wanted)):
-        a, b = recorded.get(key), wanted.get(key)
-        if isinstance(a, dict) and isinstance(b, dict):
-            found += differences(a, b, f"{prefix}{key}.")
-        elif a != b:
-            found.append(prefix + key)
-    return found
 
 
 def existing_status(plan: RunPlan, overwrite: bool, resume: bool = False) -> str:
