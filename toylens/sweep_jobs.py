@@ -105,8 +105,9 @@ def check_not_a_runs_folder(out: Path) -> None:
         return
     found = next(iter(sorted(Path(out).rglob(CONFIG))), None)
     if found is not None:
-        raise UsageError(f"--out {out} holds runs that no sweep planned ({found.parent}: a train's runs folder?); "
-                         "a sweep needs a folder of its own: choose another --out")
+        raise UsageError(f"--out {out} holds runs that no sweep planned ({found.parent}: a train's runs folder, or "
+                         "a sweep from before toylens recorded sweep.json); a sweep needs a folder of its own: "
+                         "choose another --out")
 
 
 def needs_retrace(run: SweepRun) -> str | None:
