@@ -72,8 +72,10 @@ def device_name(text: str) -> str:
         device = torch.device(text)
     except RuntimeError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a device; use cpu, cuda, cuda:N or mps") from None
-    present = {"cpu": True, "cuda": torch.cuda.is_available() and (device.index or 0) < torch.cuda.device_count(),
-               "mps": torch.backends.mps.is_available()}
+    # torch accepts any index ("cpu:5"); this machine has one CPU device and one MPS device.
+    present = {"cpu": (device.index or 0) == 0,
+               "cuda": torch.cuda.is_available() and (device.index or 0) < torch.cuda.device_count(),
+               "mps": torch.backends.mps.is_available() and (device.index or 0) == 0}
     if not present.get(device.type, False):
         raise argparse.ArgumentTypeError(f"this machine has no {text} device; use cpu")
     return text
@@ -89,6 +91,30 @@ def say(line: str) -> None:
 
 def run_cli(command, *args) -> None:
     """Run a CLI body, turning UsageError into exit 2 and Ctrl-C into a clean stop."""
+    import signal
+    import threading
+
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGINT, interrupt_once)
+    try:
+        body(command, *args)
+    finally:
+        # After a Ctrl-C, further ones stay ignored until the process has exited.
+        if previous is not None and signal.getsignal(signal.SIGINT) is interrupt_once:
+            signal.signal(signal.SIGINT, previous)
+
+
+def interrupt_once(signum, frame) -> None:
+    """The first Ctrl-C stops the command; the ones after it (pressed again while the first one's
+    cleanup runs: workers stopped, temp files removed) are ignored, so the one line is printed."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
+def body(command, *args) -> None:
     try:
         command(*args)
     except UsageError as error:

@@ -1,8 +1,17 @@
-"""One writer per folder: a lock file holding the writer's process id.
+"""One writer per folder tree: a lock file holding the writer's process id.
 
 The lock is an flock on `.toylens.lock`, so the kernel releases it when the holder dies (SIGKILL
 included): a stale lock never blocks, the next writer simply takes it. The pid written into the
 file names the holder when a second writer is refused.
+
+A folder's lock also covers the folders below it: a sweep holds its root, and a training into one
+of its grid points (or any folder under it) reaches the root's lock file on its way up and is
+refused; a writer of a root whose subfolder is held (a training started first) finds that lock on
+its way down and is refused. Both ways go REACH folders far, as far as a run lies from its sweep's
+root, and only through toylens's own folders (someone else's folder in between, as in /tmp/mine/...
+below a writer of /tmp, means the two never share a run). The way up is checked before a writer takes its own lock and the way down after, so of two
+writers started at once into nested folders at most one proceeds (exactly one when they lock the
+same folder, as a sweep does each of its grid points).
 """
 
 from __future__ import annotations
@@ -10,21 +19,24 @@ from __future__ import annotations
 import os
 import re
 import socket
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from common.cli import UsageError
-from common.ownership import LOCK
+from common.ownership import LOCK, MANIFEST
 
 
 HOLDER = re.compile(rb"(process \d+ on [^\n]*\n)?")
+# A run lies at most this many folders below the folder a writer locks (a sweep's root: point,
+# model, seed), so two locks further apart never cover one run and neither refuses the other.
+REACH = 3
 HELD: set[str] = set()   # folders this process holds: a nested lock of the same folder is a no-op
 
 
 @contextmanager
 def folder_lock(folder: Path, what: str):
     """Hold the lock of `folder` (created if needed) for the duration; refuse if another live
-    process holds it."""
+    process holds it, a folder above it, or a folder below it."""
     import fcntl
 
     folder = Path(folder)
@@ -37,6 +49,7 @@ def folder_lock(folder: Path, what: str):
     if folder.is_symlink():
         raise UsageError(f"{what} {folder} is a symbolic link; toylens does not write through links: "
                          "point at the folder itself")
+    check_free(above(Path(key)), what, folder, fcntl.LOCK_SH)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / LOCK
     if path.is_symlink():
@@ -46,9 +59,7 @@ def folder_lock(folder: Path, what: str):
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(handle, 200, 0).decode(errors="replace").strip() or "another process"
-            raise UsageError(f"{what} {folder} is in use by {holder}; wait for it to finish (or stop it), "
-                             "then run this again") from None
+            raise in_use(what, folder, handle) from None
         if not written_by_a_lock(os.pread(handle, 4096, 0)):
             raise UsageError(f"{path} was not written by toylens (it holds something else); move it away, "
                              "then run this again")
@@ -56,11 +67,75 @@ def folder_lock(folder: Path, what: str):
         os.pwrite(handle, f"process {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
         HELD.add(key)
         try:
+            check_free(below(Path(key)), what, folder, fcntl.LOCK_EX)
             yield
         finally:
             HELD.discard(key)
     finally:
         os.close(handle)
+
+
+def above(folder: Path) -> list[Path]:
+    """Lock files of the folders above `folder` (a real path) that this process does not hold itself,
+    nearest first."""
+    return [parent / LOCK for parent in folder.parents[:REACH]
+            if (parent / LOCK).is_file() and str(parent) not in HELD and linked(parent, folder)]
+
+
+def below(folder: Path) -> list[Path]:
+    """Lock files of the folders below `folder` (at most REACH deep) that this process does not hold itself."""
+    found = []
+    for root, dirs, files in os.walk(folder):
+        deep = len(Path(root).relative_to(folder).parts) >= REACH
+        dirs[:] = [] if deep else [d for d in dirs if not os.path.islink(os.path.join(root, d))]
+        if root != str(folder) and LOCK in files and os.path.realpath(root) not in HELD and linked(folder, Path(root)):
+            found.append(Path(root) / LOCK)
+    return found
+
+
+def linked(upper: Path, lower: Path) -> bool:
+    """Whether the folders strictly between `upper` and `lower` are toylens's (each has a manifest)
+    or not made yet: then `lower` can hold runs of a writer of `upper`. A folder of someone else's
+    in between (a writer of /tmp, a test in /tmp/pytest-of-me/...) means the two never share a run."""
+    between = list(lower.relative_to(upper).parents)[:-1]   # upper/a, upper/a/b, ... (not upper, not lower)
+    return all(not (upper / part).is_dir() or (upper / part / MANIFEST).is_file() for part in between)
+
+
+def check_free(paths: list[Path], what: str, folder: Path, mode: int) -> None:
+    """Refuse when another process holds one of these lock files (tried, then let go at once: a
+    later writer of that folder finds this process's own lock on its way down or up)."""
+    import fcntl
+
+    for path in paths:
+        try:
+            handle = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue   # gone since it was listed: nobody holds it
+        try:
+            try:
+                fcntl.flock(handle, mode | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise in_use(what, folder, handle, path.parent) from None
+            fcntl.flock(handle, fcntl.LOCK_UN)
+        finally:
+            os.close(handle)
+
+
+def in_use(what: str, folder: Path, handle: int, held: Path | None = None) -> UsageError:
+    """`held`: the folder above or below `folder` whose lock is taken, when not `folder` itself."""
+    holder = os.pread(handle, 200, 0).decode(errors="replace").strip() or "another process"
+    where = "" if held is None else f" (it writes {held}, which holds {folder} or lies within it)"
+    return UsageError(f"{what} {folder} is in use by {holder}{where}; wait for it to finish (or stop it), "
+                      "then run this again")
+
+
+@contextmanager
+def folder_locks(folders: list[Path], what: str):
+    """Hold the locks of several folders (a sweep's root, then its grid points) for the duration."""
+    with ExitStack() as stack:
+        for folder in folders:
+            stack.enter_context(folder_lock(folder, what))
+        yield
 
 
 def written_by_a_lock(content: bytes) -> bool:

@@ -151,7 +151,8 @@ def run_accuracy(run, load_model=None) -> RunAccuracy:
     model = (load_model or run.load_model)()
     record = run.metrics.get(EVALUATION)
     if isinstance(record, dict) and record.get("weights_sha256") == run.config.get("weights_sha256") \
-            and record.get("spec") == run.config.get("spec"):
+            and record.get("spec") == run.config.get("spec") and record.get("model_name") == run.model_name \
+            and record.get("seed") == run.seed:
         try:
             stored = stored_accuracy(record, run.path)
         except (KeyError, TypeError, ValueError, AttributeError):
@@ -175,6 +176,18 @@ def check_stored(stored: RunAccuracy, model, run) -> None:
         raise UsageError(f"{run.path / 'metrics.json'} records held-out accuracy {recorded.value:.1%} (n={recorded.n}) "
                          f"but the run's weights score {correct / n:.1%} (n={n}) now: its files were altered "
                          "(checksums can be recomputed); retrain the run")
+
+
+def check_once(runs) -> None:
+    """One run per model and seed in a comparison: two (a sweep's runs beside a train's, a copied
+    folder) would count that seed twice."""
+    seen = {}
+    for run in runs:
+        other = seen.setdefault((run.model_name, run.seed), run.path)
+        if other != run.path:
+            raise UsageError(f"{other} and {run.path} are both {run.model_name} seed {run.seed}: a comparison counts "
+                             "each seed once; point at a folder holding one of them (a sweep's grid point, or a "
+                             "train's runs folder)")
 
 
 def model_accuracy(runs: list[RunAccuracy], vocabulary: list[str] | None = None) -> ModelAccuracy:
@@ -208,6 +221,7 @@ def compare_runs(runs_dir: Path) -> list[ModelAccuracy]:
     from tasks.runs import find_runs
 
     runs = find_runs(runs_dir)
+    check_once(runs)
     results = [run_accuracy(run) for run in runs]
     vocabulary = runs[0].task.vocabulary()
     return [model_accuracy([r for r in results if r.model_name == name], vocabulary) for name in family_order(runs)]

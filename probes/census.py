@@ -1,10 +1,14 @@
-"""`python -m probes.census RUNS_DIR`: how often each circuit occurs, per model and grid point.
+"""`python -m probes.census SWEEP_DIR`: how often each circuit occurs, per model and grid point.
 
-Reads what a sweep's workers stored (each run's metrics.json and circuit.json, each grid point's
-point.json, failed.json for runs that failed twice); needs no torch. Every share is over the runs
-of its (model, point) that finished, with a 95% Wilson interval. A run whose circuit was not named
-as a path keeps its own label (what was found instead) and is counted, never dropped; a run with
-no circuit.json (trained outside a sweep) is counted as "not traced".
+Counts the runs the sweep planned (its sweep.json), each checked before it is believed: its run
+files (config.json, metrics.json, the weights' header), its settings against what the sweep planned
+for it and its point.json, and its circuit.json against the run it describes (same run checksum,
+weights, model, seed, depth and held-out accuracy). A run that fails a check is counted as
+"unreadable" with its reason, never given another run's label. Every share is over the runs of its
+(model, point) that finished, with a 95% Wilson interval. A run whose circuit was not named as a
+path keeps its own label (what was found instead) and is counted, never dropped; a run with no
+circuit.json (trained outside a sweep) is counted as "not traced". Runs under the folder that the
+sweep did not plan are not counted: the census says how many it found and where. Needs no torch.
 """
 
 from __future__ import annotations
@@ -16,14 +20,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from common.cli import UsageError
-from common.jsonfiles import check_fields, read_json
-from probes.circuits.labels import CIRCUIT, CircuitSummary, circuit_label
+from common.jsonfiles import read_json
 from common.stats import Interval, mean_interval, wilson
+from probes.circuits.labels import CIRCUIT, SUMMARY_FIELDS, CircuitSummary, circuit_label
+from tasks.sweeps import (FAILED, FIX, POINT, PlannedGroup, SweepManifest, check_signed, differences,
+                          identity_of, read_failed, read_manifest, read_point, signed)
 
 SOLVED = "validation solved"   # a run stopped otherwise (stalled, out of budget) counts as unsolved
 NOT_TRACED = "not traced (no circuit.json)"
-FAILED = "failed.json"     # written by a sweep for a run that failed twice
-CENSUS_FILES = ("census.md", "census.json", "census.png")
+CENSUS_FILES = ("census.md", "census.png")   # census.json records their checksums
+CIRCUIT_FIX = "rerun the sweep: it trains and traces that run again"
 
 
 @dataclass(frozen=True)
@@ -49,66 +55,150 @@ class GroupCensus:
     circuits: tuple[Share, ...]  # every circuit label, most frequent first
     seeds: dict                # label -> seeds, so any share can be checked run by run
     path_recovered: dict       # label -> [min, median, max] share of the gap its runs' best path recovers
+    unreadable: tuple = ()     # (seed, why) of planned runs whose files fail a check: not in any share
+    not_finished: tuple = ()   # seeds planned but not finished (never run, or interrupted: rerun the sweep)
 
 
-FIX = "rerun the sweep for that run or delete the file"
-POINT_FIELDS = {"point": str, "values": dict}
-FAILED_FIELDS = {"model_name": str, "seed": int, "error": str}
+@dataclass(frozen=True)
+class Census:
+    groups: tuple[GroupCensus, ...]
+    others: tuple[str, ...]    # what was found under the folder but not counted, one line each
 
 
-def read_object(path: Path, fields: dict) -> dict:
-    """A stored JSON object of these `fields` and types; anything else is refused with one line
-    (stored files are untrusted)."""
-    return check_fields(read_json(path, FIX), fields, str(path), FIX)
+# ---- circuit.json: a run's circuit, tied to the run it describes ------------------------------
+
+CIRCUIT_FIELDS = {**SUMMARY_FIELDS, "run_sha256": str, "weights_sha256": str}
 
 
-def point_of(run_path: Path) -> tuple[str, dict]:
-    """A run's grid point: the folder above its model folder, when it holds point.json."""
-    point_file = run_path.parent.parent / "point.json"
-    if point_file.is_file():
-        data = read_object(point_file, POINT_FIELDS)
-        return data.get("point", point_file.parent.name), data.get("values", {})
-    return "default", {}
+def circuit_record(summary: CircuitSummary, config: dict) -> dict:
+    """circuit.json for `summary` of the run whose config.json is `config`."""
+    return signed({**summary.to_dict(), "run_sha256": config["run_sha256"], "weights_sha256": config["weights_sha256"]})
 
 
-def read_label(run_path: Path) -> tuple[str, str, float | None]:
-    """(kind, label, share of the gap its best single path recovers, or None)."""
-    path = run_path / CIRCUIT
+def read_circuit(run) -> CircuitSummary:
+    """A run's circuit.json after its checks: types, checksum, and the run it describes is `run`."""
+    path = run.path / CIRCUIT
     if not path.is_file():
-        return "untraced", NOT_TRACED, None
+        raise UsageError(f"{path} is not a file; {CIRCUIT_FIX}")
+    data = check_signed(read_json(path, CIRCUIT_FIX), CIRCUIT_FIELDS, str(path), CIRCUIT_FIX,
+                        nullable=("edge", "faithfulness"))
+    recorded = {"run_sha256": data["run_sha256"], "weights_sha256": data["weights_sha256"], "model_name":
+                data["model_name"], "seed": data["seed"], "n_layers": data["n_layers"], "heldout": data["heldout"]}
+    actual = {"run_sha256": run.config["run_sha256"], "weights_sha256": run.config.get("weights_sha256"),
+              "model_name": run.model_name, "seed": run.seed, "n_layers": run.config["spec"].get("n_layers", 1),
+              "heldout": run.metrics["accuracy"]["heldout"]}
+    differing = [key for key in recorded if recorded[key] != actual[key]]
+    if differing:
+        raise UsageError(f"{path} describes another run (different {', '.join(differing)}: copied from elsewhere, "
+                         f"or left from before the run was retrained); {CIRCUIT_FIX}")
     try:
-        summary = CircuitSummary.from_dict(read_json(path, FIX), str(path), FIX)
-    except TypeError:
-        raise UsageError(f"{path} does not hold a circuit summary this toylens knows; rerun the sweep "
-                         "for that run") from None
+        return CircuitSummary.from_dict({key: data[key] for key in SUMMARY_FIELDS}, str(path), CIRCUIT_FIX)
+    except TypeError:   # an edge lacking a field
+        raise UsageError(f"{path}: edge lacks a field; {CIRCUIT_FIX}") from None
+
+
+def read_label(run) -> tuple[str, str, float | None]:
+    """(kind, label, share of the gap its best single path recovers, or None)."""
+    if not (run.path / CIRCUIT).exists():
+        return "untraced", NOT_TRACED, None
+    summary = read_circuit(run)
     label = circuit_label(summary)
     return label.kind, label.text, summary.edge.strength if summary.edge else None
 
 
 def heldout_distribution(values: list[float]) -> dict:
+    if not values:
+        return {}
     quartiles = statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1 else values * 3
     return {"mean": mean_interval(values).as_dict(), "min": min(values), "q1": quartiles[0],
             "median": quartiles[1], "q3": quartiles[2], "max": max(values), "n": len(values)}
 
 
-def take_census(runs_dir: Path) -> list[GroupCensus]:
-    from tasks.runs import find_runs
+# ---- which planned runs count ---------------------------------------------------------------
 
-    runs_dir = Path(runs_dir)
-    groups, values = defaultdict(list), {}
-    for run in find_runs(runs_dir):
-        point, point_values = point_of(run.path)
-        values[point] = point_values
-        groups[(point, run.model_name)].append((run, *read_label(run.path)))
-    failed = Counter()
-    for path in runs_dir.rglob(FAILED):
-        record = read_object(path, FAILED_FIELDS)
-        failed[(point_of(path.parent)[0], record.get("model_name", path.parent.parent.name))] += 1
-    return [group_census(model, point, values[point], members, failed[(point, model)])
-            for (point, model), members in sorted(groups.items())]
+def checked_run(run_dir: Path, group: PlannedGroup, seed: int):
+    """The finished run at `run_dir` with its label, after every check; UsageError naming the first
+    that fails."""
+    from tasks.runs import Run
+
+    run = Run(run_dir)
+    run.check()
+    differing = differences(identity_of(run.config), group.identity) + (["seed"] if run.seed != seed else [])
+    if differing:
+        raise UsageError(f"{run_dir} was trained with other settings than the sweep planned (different "
+                         f"{', '.join(differing)}: retrained or replaced after the sweep); rerun the sweep with "
+                         "--overwrite for it")
+    return (run, *read_label(run))
 
 
-def group_census(model: str, point: str, values: dict, members: list, failed: int) -> GroupCensus:
+def group_members(root: Path, group: PlannedGroup, point_error: str | None, others: list):
+    """(finished members, failed count, unreadable (seed, why), not finished seeds) of a planned group."""
+    from tasks.runs import METRICS
+
+    members, failed, unreadable, not_finished = [], 0, [], []
+    for seed in group.seeds:
+        run_dir = root / group.point / group.model_name / f"seed{seed}"
+        try:
+            if point_error:
+                raise UsageError(point_error)
+            if (run_dir / METRICS).exists():
+                members.append(checked_run(run_dir, group, seed))
+                if (run_dir / FAILED).exists():
+                    others.append(f"{run_dir / FAILED} lies beside a finished run: left from an earlier attempt, "
+                                  "not counted as a failure")
+            elif (run_dir / FAILED).exists():
+                read_failed(run_dir)
+                failed += 1
+            else:
+                not_finished.append(seed)
+        except UsageError as error:
+            unreadable.append((seed, str(error)))
+    return members, failed, tuple(unreadable), tuple(not_finished)
+
+
+def point_check(root: Path, point: str, values: dict) -> str | None:
+    """Why the point's point.json cannot be believed (None: it can), read once per point."""
+    try:
+        recorded = read_point(root / point)
+    except UsageError as error:
+        return str(error)
+    except FileNotFoundError:
+        return f"{root / point / POINT} is missing; {FIX}"
+    if recorded != values:
+        return (f"{root / point / POINT} records grid values {json.dumps(recorded)}, but the sweep planned "
+                f"{json.dumps(values)} there; {FIX}")
+    return None
+
+
+def unplanned_runs(root: Path, manifest: SweepManifest) -> list[str]:
+    from models.checkpoint import CONFIG
+
+    planned = manifest.run_dirs(root)
+    found = sorted(p.parent for p in root.rglob(CONFIG) if p.parent not in planned)
+    if not found:
+        return []
+    return [f"{len(found)} run folder(s) under {root} that this sweep did not plan, not counted (e.g. {found[0]}: "
+            "trained into this folder by another command)"]
+
+
+def take_census(runs_dir: Path) -> Census:
+    root = Path(runs_dir)
+    manifest = read_manifest(root)
+    others = unplanned_runs(root, manifest)
+    points = {g.point: point_check(root, g.point, g.values) for g in manifest.groups}
+    groups = []
+    for group in manifest.groups:
+        members, failed, unreadable, not_finished = group_members(root, group, points[group.point], others)
+        groups.append(group_census(group.model_name, group.point, group.values, members, failed, unreadable,
+                                   not_finished))
+    if not any(g.finished or g.unreadable for g in groups):
+        raise UsageError(f"{root} holds no finished runs of its sweep yet; run the sweep (see each run's "
+                         f"{FAILED} for runs that failed)")
+    return Census(tuple(groups), tuple(others))
+
+
+def group_census(model: str, point: str, values: dict, members: list, failed: int, unreadable: tuple = (),
+                 not_finished: tuple = ()) -> GroupCensus:
     n = len(members)
     counts = Counter(label for _, _, label, _ in members)
     seeds, recovered = defaultdict(list), defaultdict(list)
@@ -131,7 +221,8 @@ def group_census(model: str, point: str, values: dict, members: list, failed: in
         named=Share("circuit named as a path", named, wilson(named, n)),
         circuits=tuple(Share(label, count, wilson(count, n)) for label, count in counts.most_common()),
         seeds={label: sorted(s) for label, s in seeds.items()},
-        path_recovered={label: [min(v), statistics.median(v), max(v)] for label, v in recovered.items()})
+        path_recovered={label: [min(v), statistics.median(v), max(v)] for label, v in recovered.items()},
+        unreadable=unreadable, not_finished=not_finished)
 
 
 def near_chance(run) -> bool:
@@ -163,40 +254,53 @@ def share_text(share: Share) -> str:
     return f"{share.count}/{i.n} = {i.value:.0%} [{i.low:.0%}, {i.high:.0%}]"
 
 
-def summary_lines(groups: list[GroupCensus]) -> list[str]:
+def not_counted(g: GroupCensus) -> str:
+    parts = [f"{g.failed} failed twice"] + ([f"{len(g.unreadable)} unreadable"] if g.unreadable else []) + \
+            ([f"{len(g.not_finished)} not finished"] if g.not_finished else [])
+    return ", ".join(parts)
+
+
+def summary_lines(census: Census) -> list[str]:
     lines = []
-    for g in groups:
+    for g in census.groups:
         h = g.heldout
-        lines.append(f"{g.model_name} @ {g.point}: {g.finished} runs ({g.failed} failed); held-out median "
-                     f"{h['median']:.1%} (min {h['min']:.1%}); {share_text(g.unsolved)} unsolved "
-                     f"({g.never_learned.count} never learned, {g.partly_learned.count} partly); "
-                     f"{share_text(g.named)} named as a path")
+        if not g.finished:
+            lines.append(f"{g.model_name} @ {g.point}: no finished runs ({not_counted(g)})")
+        else:
+            lines.append(f"{g.model_name} @ {g.point}: {g.finished} runs ({not_counted(g)}); held-out median "
+                         f"{h['median']:.1%} (min {h['min']:.1%}); {share_text(g.unsolved)} unsolved "
+                         f"({g.never_learned.count} never learned, {g.partly_learned.count} partly); "
+                         f"{share_text(g.named)} named as a path")
         lines += [f"  {share_text(s)}  {s.label}" for s in g.circuits]
-    return lines
+        lines += [f"  unreadable, not counted: seed {seed}: {why}" for seed, why in g.unreadable]
+    return lines + [f"also found: {line}" for line in census.others]
 
 
-def markdown(groups: list[GroupCensus], figure: str | None) -> str:
+def markdown(census: Census, figure: str | None) -> str:
     from probes.settings import DEFAULT
 
     out = ["# Circuit census", "",
-           "Per model and grid point, over the runs that finished: each share is count / finished runs with a "
-           "95% Wilson interval. A circuit is named as a path only as the report names it: a path patch, the sender's "
-           f"write at every position or at one position, recovers at least {DEFAULT.path_claim:.0%} of the clean - "
-           "counterfactual gap "
+           "Per model and grid point, over the runs of the sweep that finished: each share is count / finished runs "
+           "with a 95% Wilson interval. A circuit is named as a path only as the report names it: a path patch, the "
+           f"sender's write at every position or at one position, recovers at least {DEFAULT.path_claim:.0%} of the clean - counterfactual gap "
            "(0 = the path alone restores nothing, 1 = all of it); other runs are labelled by what was found. "
            "Unsolved: validation never solved (stopped stalled or out of budget); of those, never learned: held-out "
            f"accuracy within {DEFAULT.chance_margin:.0%} of the 50% of picking the answer or the foil at random (tasks "
            "that name foils), partly learned: the rest. A label names a mechanism (its paths' components and heads), "
            "never positions or tokens, so one mechanism over seeds is one row. Held-out accuracy: the "
-           "task's held-out split.", ""]
+           "task's held-out split. Unreadable: a run whose files fail a check (listed with the reason, not "
+           "counted).", ""]
     if figure:
         out += [f"![mechanism share per grid point]({figure})", ""]
-    for g in groups:
+    for g in census.groups:
         h = g.heldout
         out += [f"## {g.model_name} @ {g.point}", "",
                 f"grid values: {json.dumps(g.values) if g.values else '(none)'}; {g.finished} finished runs, "
-                f"{g.failed} failed twice (not counted)", "",
-                f"held-out accuracy over seeds: mean {h['mean']['value']:.1%} [{h['mean']['low']:.1%}, "
+                f"{not_counted(g)} (not counted)", ""]
+        out += [f"- unreadable, seed {seed}: {why}" for seed, why in g.unreadable] + ([""] if g.unreadable else [])
+        if not g.finished:
+            continue
+        out += [f"held-out accuracy over seeds: mean {h['mean']['value']:.1%} [{h['mean']['low']:.1%}, "
                 f"{h['mean']['high']:.1%}] (t 95%), min {h['min']:.1%}, quartiles {h['q1']:.1%} / "
                 f"{h['median']:.1%} / {h['q3']:.1%}, max {h['max']:.1%}", "",
                 "| circuit | runs | share [95% CI] | best path recovers (min / median / max) | seeds |",
@@ -207,10 +311,12 @@ def markdown(groups: list[GroupCensus], figure: str | None) -> str:
             i = s.share
             out.append(f"| {s.label} | {s.count}/{i.n} | {i.value:.1%} [{i.low:.1%}, {i.high:.1%}] | {path} | {seeds} |")
         out.append("")
+    if census.others:
+        out += ["## Found but not counted", ""] + [f"- {line}" for line in census.others] + [""]
     return "\n".join(out)
 
 
-def draw(groups: list[GroupCensus], path: Path) -> None:
+def draw(census: Census, path: Path) -> None:
     """Stacked bars: per (point, model), each circuit label's share of the finished runs."""
     import matplotlib
 
@@ -218,30 +324,65 @@ def draw(groups: list[GroupCensus], path: Path) -> None:
     import matplotlib.pyplot as plt
     import pandas as pd
 
-    table = pd.DataFrame([{"group": f"{g.model_name}\n{g.point}", "label": s.label, "share": s.share.value}
-                          for g in groups for s in g.circuits])
-    wide = table.pivot_table(index="group", columns="label", values="share", fill_value=0, sort=False)
-    fig, ax = plt.subplots(figsize=(1.2 * len(wide) + 3, 4.5))
-    wide.plot(kind="bar", stacked=True, ax=ax, width=0.7, colormap="tab20")
+    rows = [{"group": f"{g.model_name}\n{g.point}", "label": s.label, "share": s.share.value}
+            for g in census.groups for s in g.circuits]
+    fig, ax = plt.subplots(figsize=(1.2 * len({row["group"] for row in rows}) + 3, 4.5))
+    if rows:
+        wide = pd.DataFrame(rows).pivot_table(index="group", columns="label", values="share", fill_value=0, sort=False)
+        wide.plot(kind="bar", stacked=True, ax=ax, width=0.7, colormap="tab20")
+        ax.legend(title="circuit", fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    else:
+        ax.text(0.5, 0.5, "no finished run could be counted (see census.md)", ha="center", transform=ax.transAxes)
     ax.set_ylabel("share of finished runs (0 = none, 1 = all)")
     ax.set_ylim(0, 1)
     ax.set_xlabel("")
     ax.tick_params(axis="x", rotation=0)
-    ax.legend(title="circuit", fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     ax.set_title("circuit share per model and grid point", fontsize=10)
     fig.savefig(path, dpi=110, format="png", bbox_inches="tight")
     plt.close(fig)
 
 
-def write_census(groups: list[GroupCensus], out: Path) -> Path:
-    from common.atomic import atomic_write, write_json
+# ---- the census folder: written whole, replaced only while unchanged ---------------------------
+
+CENSUS_JSON = "census.json"
+CENSUS_FIX = "move the census folder away (toylens never replaces a file it cannot prove it wrote unchanged)"
+
+
+def check_census_folder(out: Path) -> None:
+    """Refuse, before any work, to replace a census folder unless each of its files is the one the
+    last census wrote (census.json records their SHA-256 and its own): a file recreated or edited
+    since is the user's now."""
+    from common.jsonfiles import sha256_file
 
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    figure = "census.png"
-    atomic_write(out / figure, lambda temp: draw(groups, Path(temp)))
-    write_json(out / "census.json", {"groups": [asdict(g) for g in groups]})
-    atomic_write(out / "census.md", lambda temp: Path(temp).write_text(markdown(groups, figure) + "\n"))
+    present = [name for name in (CENSUS_JSON, *CENSUS_FILES) if (out / name).exists()]
+    if not present:
+        return
+    if CENSUS_JSON not in present:
+        raise UsageError(f"{out} holds {present[0]} but no {CENSUS_JSON} recording what toylens wrote; {CENSUS_FIX}")
+    data = check_signed(read_json(out / CENSUS_JSON, CENSUS_FIX), {"groups": object, "others": list, "files": dict},
+                        str(out / CENSUS_JSON), CENSUS_FIX)
+    for name in present[1:]:
+        if not (out / name).is_file() or sha256_file(out / name) != data["files"].get(name):
+            raise UsageError(f"{out / name} was changed or replaced after the census wrote it; {CENSUS_FIX}")
+
+
+def write_census(census: Census, out: Path) -> Path:
+    from common.atomic import atomic_write, publish_folder, staging, write_json
+    from common.jsonfiles import sha256_file
+    from common.ownership import check_publishable
+
+    out = Path(out)
+    check_census_folder(out)
+    check_publishable(out, "census folder")
+    with staging(out) as staged:
+        atomic_write(staged / "census.png", lambda temp: draw(census, Path(temp)))
+        text = markdown(census, "census.png") + "\n"
+        atomic_write(staged / "census.md", lambda temp: Path(temp).write_text(text))
+        files = {name: sha256_file(staged / name) for name in CENSUS_FILES}
+        write_json(staged / CENSUS_JSON, signed({"groups": [asdict(g) for g in census.groups],
+                                                 "others": list(census.others), "files": files}))
+        publish_folder(staged, out)
     return out / "census.md"
 
 
@@ -249,27 +390,29 @@ def check_census_files(runs_dir: Path, out: Path | None = None) -> None:
     """Refuse, before any work (a sweep checks before training), a record the census would count
     that is malformed or that toylens did not write (a user's failed.json), or a census file it
     would replace that is the user's (a census.md toylens wrote, deleted, and saved again by hand)."""
-    from common.ownership import claim_check, not_ours, owned
+    from common.ownership import not_ours, owned
 
-    out = Path(out or Path(runs_dir) / "census")
-    for name in CENSUS_FILES:
-        claim_check(out / name)
+    check_census_folder(Path(out or Path(runs_dir) / "census"))
     for path in sorted(Path(runs_dir).rglob(FAILED)) if Path(runs_dir).is_dir() else []:
-        read_object(path, FAILED_FIELDS)
         if not owned(path):
             raise not_ours(path)
-    for path in sorted(Path(runs_dir).rglob("point.json")) if Path(runs_dir).is_dir() else []:
-        read_object(path, POINT_FIELDS)
+        read_failed(path.parent)
+    for path in sorted(Path(runs_dir).rglob(POINT)) if Path(runs_dir).is_dir() else []:
+        read_point(path.parent)
 
 
 def census_command(runs_dir: Path, out: Path | None = None) -> None:
     check_census_files(runs_dir, out)
-    groups = take_census(runs_dir)
-    written = write_census(groups, out or Path(runs_dir) / "census")
-    print("\n".join(summary_lines(groups)))
-    failed = sum(1 for _ in Path(runs_dir).rglob(FAILED))
-    if failed > sum(g.failed for g in groups):
-        print(f"{failed} runs failed twice in all, some in groups with no finished run (see their {FAILED})")
+    from common.lock import folder_lock
+
+    if not Path(runs_dir).is_dir():
+        raise UsageError(f"sweep folder {runs_dir} does not exist; run a sweep first, e.g. "
+                         "python -m tasks.winograd sweep --out runs/sweeps/winograd")
+    out = Path(out or Path(runs_dir) / "census")
+    with folder_lock(runs_dir, "sweep folder"), folder_lock(out.parent, "census's parent folder"):
+        census = take_census(runs_dir)
+        written = write_census(census, out)
+    print("\n".join(summary_lines(census)))
     print(f"\nwrote {written}")
 
 

@@ -99,6 +99,8 @@ def check_config_types(config: dict, where: Path) -> None:
         raise bad("vocabulary", f"a list of 1 to {MAX_VOCABULARY} strings")
     if not isinstance(config["training"], dict):
         raise bad("training", "an object of training settings")
+    if not isinstance(config.get("spec"), dict):
+        raise bad("spec", "an object of model-spec fields")
     from tasks.settings import TrainSettings
 
     try:

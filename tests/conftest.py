@@ -69,3 +69,14 @@ def train_tiny(task, out: Path, specs: dict, seeds=(0,), steps: int = 150):
 def tiny_runs(tmp_path_factory, small_winograd) -> Path:
     """A bag of words and a 2-layer attention-only model on 8-noun Winograd, one seed, 150 steps."""
     return train_tiny(small_winograd, tmp_path_factory.mktemp("runs") / "winograd", TINY_SPECS)
+
+
+@pytest.fixture(scope="session")
+def finished_sweep(tmp_path_factory) -> Path:
+    """A tiny sweep (attn-only-2x1 on 8-noun Winograd, 20 steps) of seeds 0 and 1 at the default
+    grid point, through the real sweep driver on the local pool."""
+    from tests.test_sweep_reliability import sweep
+
+    out = tmp_path_factory.mktemp("sweep") / "sweep"
+    assert sweep(out).done == 2
+    return out

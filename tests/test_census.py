@@ -72,7 +72,7 @@ def test_summary_round_trips_through_json():
 def test_a_stalled_run_is_counted_unsolved_not_collapsed():
     from types import SimpleNamespace
 
-    from probes.census import group_census, markdown, summary_lines
+    from probes.census import Census, group_census, markdown, summary_lines
 
     def member(seed, stop_reason, heldout):
         run = SimpleNamespace(seed=seed, metrics={"stop_reason": stop_reason, "accuracy": {"heldout": heldout}})
@@ -81,5 +81,6 @@ def test_a_stalled_run_is_counted_unsolved_not_collapsed():
     group = group_census("attn-only-2x1", "default", {}, [member(0, "validation solved", 1.0),
                                                            member(27, "validation stalled", 0.5)], 0)
     assert (group.unsolved.label, group.unsolved.count) == ("unsolved (validation never solved)", 1)
-    text = markdown([group], None) + "\n".join(summary_lines([group]))
+    census = Census((group,), ())
+    text = markdown(census, None) + "\n".join(summary_lines(census))
     assert "collapsed" not in text.lower() and "1/2 = 50% [9%, 91%] unsolved" in text

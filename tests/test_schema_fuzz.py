@@ -252,3 +252,105 @@ def test_config_edits_through_the_cli(tiny_runs, tmp_path, edit):
     config["run_sha256"] = run_sha256(config)
     write(out / RUN / "config.json", config)
     one_line(cli("probes.accuracy", str(out)))
+
+
+# ---- a sweep's own files (issue 26) ----------------------------------------------------------
+
+from tests.test_sweep_reliability import RUN as SWEEP_RUN, plan, resign  # noqa: E402
+
+SWEEP_FILES = {"circuit": SWEEP_RUN / "seed0" / "circuit.json", "point": Path("default") / "point.json",
+               "failed": SWEEP_RUN / "seed1" / "failed.json", "sweep": Path("sweep.json"),
+               "census": Path("census") / "census.json"}
+
+
+@pytest.fixture(scope="module")
+def fuzz_sweep(finished_sweep, tmp_path_factory) -> Path:
+    """The module's sweep with seed 1 recorded as failed, and a census written."""
+    from probes.census import census_command
+    from tasks.sweeps import failed_record
+
+    out = tmp_path_factory.mktemp("fuzz-sweep") / "sweep"
+    shutil.copytree(finished_sweep, out)
+    (out / SWEEP_RUN / "seed1" / "metrics.json").unlink()
+    write(out / SWEEP_RUN / "seed1" / "failed.json", failed_record("default", "attn-only-2x1", 1, "RuntimeError: x"))
+    census_command(out)
+    return out
+
+
+def counted(census) -> dict:
+    """seed -> what the census made of it: its label, 'failed', or 'unreadable'."""
+    found = {}
+    for group in census.groups:
+        found.update({seed: label for label, seeds in group.seeds.items() for seed in seeds})
+        found.update({seed: "unreadable" for seed, _ in group.unreadable})
+        assert all(why and "\n" not in why for _, why in group.unreadable)
+        found.update({"failed": group.failed})
+    return found
+
+
+@pytest.mark.parametrize("kind", sorted(SWEEP_FILES))
+def test_sweep_file_edits(fuzz_sweep, kind):
+    """Any edit of circuit.json, point.json, failed.json, sweep.json or census.json: one line, or
+    its run counted as unreadable, or (edited by hand, checksum untouched) nothing believed that
+    the file did not say before. With the checksum recomputed (a forgery), still one line or a
+    census of well-typed counts."""
+    from probes.census import check_census_folder, take_census
+
+    path = fuzz_sweep / SWEEP_FILES[kind]
+    original = read(path)
+    baseline = counted(take_census(fuzz_sweep))
+
+    @FUZZ
+    @given(edits(original), st.booleans())
+    def check(edit, sign):
+        mutated, _ = edit
+        if sign and isinstance(mutated, dict):
+            mutated = resign(mutated)
+        write(path, mutated)
+        try:
+            result = counted(take_census(fuzz_sweep))
+            check_census_folder(fuzz_sweep / "census")
+        except UsageError as error:
+            assert_one_line(error)
+            return
+        finally:
+            write(path, original)
+        assert type(result["failed"]) is int
+        if not sign:   # believed only as it was, or counted as unreadable: never relabelled
+            assert all(result.get(seed) in (label, "unreadable") for seed, label in baseline.items()
+                       if seed != "failed"), (result, baseline)
+            assert result["failed"] <= baseline["failed"]
+
+    check()
+
+
+def test_unfinished_run_state_edits(fuzz_sweep, tmp_path):
+    """An unfinished run's config.json, edited (with and without its run_sha256 recomputed): a
+    sweep or `train --resume` either resumes it as the same run or refuses in one line."""
+    from tasks.runs import run_sha256
+    from toylens.family import existing_status
+
+    out = tmp_path / "sweep"
+    shutil.copytree(fuzz_sweep, out)
+    (out / SWEEP_RUN / "seed0" / "metrics.json").unlink()
+    run_plan = plan(out, seeds="0")[0].plan
+    path = run_plan.run_dir / "config.json"
+    original = read(path)
+
+    @FUZZ
+    @given(edits(original), st.booleans())
+    def check(edit, sign):
+        mutated, _ = edit
+        if sign and isinstance(mutated, dict):
+            mutated["run_sha256"] = run_sha256(mutated)
+        write(path, mutated)
+        try:
+            status = existing_status(run_plan, overwrite=False, resume=True)
+        except UsageError as error:
+            assert_one_line(error)
+            return
+        finally:
+            write(path, original)
+        assert status == "resume"
+
+    check()

@@ -199,33 +199,53 @@ def test_json_with_an_integer_past_pythons_digit_limit_is_one_line(tiny_runs, tm
 
 
 def census_runs(tiny_runs: Path, tmp_path: Path) -> Path:
-    """The tiny runs as a sweep leaves them: a traced circuit.json and the grid point's point.json."""
+    """The tiny runs as a sweep leaves them: sweep.json planning them (and a seed 1 of
+    attn-only-2x1), the grid point's point.json and a traced circuit.json, each signed."""
+    from probes.census import circuit_record
     from probes.circuits.labels import CircuitSummary, PathFacts
+    from tasks.runs import Run
+    from tasks.sweeps import PlannedGroup, SweepManifest, identity_of, point_record
 
-    out = copy_runs(tiny_runs, tmp_path)
+    root = tmp_path / "sweep"
+    out = copy_runs(tiny_runs, root)
+    out = out.rename(root / "default")
+    runs = {name: Run(out / name / "seed0") for name in ("attn-only-2x1", "bag-of-words")}
+    groups = tuple(PlannedGroup("default", {}, name, identity_of(run.config), (0, 1) if name == "attn-only-2x1" else (0,))
+                   for name, run in runs.items())
+    (root / "sweep.json").write_text(json.dumps(SweepManifest("winograd", groups).record()))
+    (out / "point.json").write_text(json.dumps(point_record("default", {})))
+    run = runs["attn-only-2x1"]
     edge = PathFacts("L0H0", "L1H0", "q", 14, "p14 the", 0.9, 1.0)
-    summary = CircuitSummary("attn-only-2x1", 0, 2, 0.5, ("L0H0@all", "L1H0@p14"), edge, 1.0)
-    (out / RUN / "circuit.json").write_text(json.dumps(summary.to_dict()))
-    (out / "point.json").write_text(json.dumps({"point": "default", "values": {}}))
-    return out
+    summary = CircuitSummary("attn-only-2x1", 0, 2, run.metrics["accuracy"]["heldout"], ("L0H0@all", "L1H0@p14"),
+                             edge, 1.0)
+    (out / RUN / "circuit.json").write_text(json.dumps(circuit_record(summary, run.config)))
+    return root
 
 
 def edit_circuit(change):
-    def edit(out: Path) -> None:
-        data = json.loads((out / RUN / "circuit.json").read_text())
+    """As a forger would: the change, then the checksum recomputed (so the type checks are what refuses)."""
+    from tasks.sweeps import signed
+
+    def edit(root: Path) -> None:
+        data = json.loads((root / "default" / RUN / "circuit.json").read_text())
         change(data)
-        (out / RUN / "circuit.json").write_text(json.dumps(data))
+        data.pop("sha256")
+        (root / "default" / RUN / "circuit.json").write_text(json.dumps(signed(data)))
     return edit
 
 
 def write_failed(record: dict):
-    def write(out: Path) -> None:
-        (out / "attn-only-2x1" / "seed1").mkdir()
-        (out / "attn-only-2x1" / "seed1" / "failed.json").write_text(json.dumps(record))
+    def write(root: Path) -> None:
+        (root / "default" / "attn-only-2x1" / "seed1").mkdir()
+        (root / "default" / "attn-only-2x1" / "seed1" / "failed.json").write_text(json.dumps(record))
     return write
 
 
-SWEEP_RECORDS = {   # damage, fragment of the one line
+def write_point(text: str):
+    return lambda root: (root / "default" / "point.json").write_text(text)
+
+
+SWEEP_RECORDS = {   # damage, fragment of the reason its run(s) are unreadable
     "circuit nodes not strings": (edit_circuit(lambda d: d.update(nodes=[1, 2])), "nodes must be a list of strings"),
     "edge component a number": (edit_circuit(lambda d: d["edge"].update(component=5)), "component must be a string"),
     "edge recovered a string": (edit_circuit(lambda d: d["edge"].update(recovered="high")),
@@ -233,25 +253,38 @@ SWEEP_RECORDS = {   # damage, fragment of the one line
     "edge recovered NaN": (edit_circuit(lambda d: d["edge"].update(recovered=float("nan"))),
                            "recovered must be a finite number"),
     "n_layers a string": (edit_circuit(lambda d: d.update(n_layers="2")), "n_layers must be an integer"),
-    "point values a list": (lambda out: (out / "point.json").write_text('{"point": "default", "values": [1, 2]}'),
+    "point values a list": (write_point('{"point": "default", "values": [1, 2], "sha256": "x"}'),
                             "values must be an object"),
-    "point values a string": (lambda out: (out / "point.json").write_text('{"point": "default", "values": "ab"}'),
+    "point values a string": (write_point('{"point": "default", "values": "ab", "sha256": "x"}'),
                               "values must be an object"),
-    "point name an object": (lambda out: (out / "point.json").write_text('{"point": {"a": 1}, "values": {}}'),
+    "point name an object": (write_point('{"point": {"a": 1}, "values": {}, "sha256": "x"}'),
                              "point must be a string"),
-    "failed model_name an object": (write_failed({"model_name": {"a": 1}, "seed": 1, "error": "x"}),
-                                    "model_name must be a string"),
+    "failed model_name an object": (write_failed({"point": "default", "model_name": {"a": 1}, "seed": 1, "error": "x",
+                                                  "sha256": "x"}), "model_name must be a string"),
 }
 
 
 @pytest.mark.parametrize("damage", SWEEP_RECORDS)
-def test_sweep_records_of_the_wrong_shape_are_one_line(tiny_runs, tmp_path, capsys, damage):
-    from probes.census import main
+def test_sweep_records_of_the_wrong_shape_make_their_runs_unreadable_in_one_line(tiny_runs, tmp_path, capsys,
+                                                                                 damage):
+    from probes.census import main, take_census
 
     change, fragment = SWEEP_RECORDS[damage]
-    out = census_runs(tiny_runs, tmp_path)
-    change(out)
-    one_line(in_process(main, [str(out), "--out", str(tmp_path / "census")], capsys), fragment)
+    root = census_runs(tiny_runs, tmp_path)
+    change(root)
+    reasons = [why for group in take_census(root).groups for _, why in group.unreadable]
+    assert reasons and all("\n" not in why for why in reasons) and any(fragment in why for why in reasons), reasons
+    main([str(root), "--out", str(tmp_path / "census")])     # exits 0: the census says what it could not read
+    printed = capsys.readouterr().out
+    assert "unreadable, not counted" in printed and fragment in printed
+
+
+def test_a_damaged_sweep_json_is_one_line(tiny_runs, tmp_path, capsys):
+    from probes.census import main
+
+    root = census_runs(tiny_runs, tmp_path)
+    (root / "sweep.json").write_text(json.dumps({**json.loads((root / "sweep.json").read_text()), "task": "induction"}))
+    one_line(in_process(main, [str(root), "--out", str(tmp_path / "census")], capsys), "sweep.json was changed")
     assert not (tmp_path / "census").exists()
 
 

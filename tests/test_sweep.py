@@ -154,7 +154,7 @@ def test_local_sweep_writes_each_point_and_the_census(local_sweep):
         assert {"config.json", "model.safetensors", "metrics.json", "log.jsonl", "circuit.json"} <= \
             {p.name for p in run.iterdir()}
     census_command(out)
-    groups = take_census(out)
+    groups = take_census(out).groups
     assert [(g.point, g.finished) for g in groups] == [("d_model=16", 1), ("d_model=32", 1)]
     assert all(sum(s.count for s in g.circuits) == g.finished for g in groups)
     assert (out / "census" / "census.png").stat().st_size > 0
@@ -247,7 +247,7 @@ def test_a_run_failing_twice_is_recorded_and_rerun_later(tmp_path):
     again = run_sweep(tiny_sweep(out, grid=("d_model=16",)), out, LocalExecutor(jobs=1), "test", progress=False,
                       write=lambda line: None)
     assert again.done == 1 and not (out / "d_model=16" / "attn-only-2x1" / "seed0" / FAILED).exists()
-    assert take_census(out)[0].failed == 0
+    assert take_census(out).groups[0].failed == 0
 
 
 # ---- a real two-node Ray cluster on this machine -------------------------------------------

@@ -39,6 +39,7 @@ def locked_compare(runs_dir: Path, strict: bool = False) -> None:
 
 def main(argv=None) -> None:
     from common.cli import folder_path
+    from tasks.sweeps import runs_folder
 
     parser = Parser(prog="python -m probes.accuracy",
                     description="Compare held-out accuracy of trained runs, with CIs over seeds.")
@@ -46,7 +47,7 @@ def main(argv=None) -> None:
     parser.add_argument("--strict", action="store_true",
                         help="exit with status 1 when the shortcut audit fails or is inconclusive")
     args = parser.parse_args(argv)
-    run_cli(locked_compare, args.runs_dir, args.strict)
+    run_cli(lambda: locked_compare(runs_folder(args.runs_dir), args.strict))
 
 
 if __name__ == "__main__":

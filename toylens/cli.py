@@ -148,6 +148,7 @@ def train_command(task_cls: type, args) -> None:
     settings = {name: settings_from_args(task, args, name) for name in validate_family(task)}
     models = model_list(args.models)
     out = args.out or Path("runs") / task.name
+    check_not_a_sweep(out)
     plans = plan_family(task, models, args.seeds, settings, out)
     report = out / "report" if args.report else None
     with writing_runs(out, report), (staging(report) if report is not None else nullcontext()) as staged:
@@ -166,6 +167,15 @@ def train_command(task_cls: type, args) -> None:
         from probes.health import strict_exit
 
         strict_exit(models)
+
+
+def check_not_a_sweep(out: Path) -> None:
+    """Training into a sweep's root would put runs beside its grid points that it never planned."""
+    from tasks.sweeps import SWEEP, is_sweep
+
+    if is_sweep(out):
+        raise UsageError(f"--out {out} is a sweep folder (it holds {SWEEP}); train into a folder of its own, or "
+                         f"into one of its grid points ({Path(out) / 'default'}, ...) to replace the sweep's runs there")
 
 
 def model_list(text: str | None, flag: str = "--models") -> list[str] | None:

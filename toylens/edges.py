@@ -37,7 +37,9 @@ def edges_command(runs_dir: Path, out: Path | None) -> None:
     from probes.report.figures import save
     from probes.settings import DEFAULT
     from tasks.runs import find_runs
+    from tasks.sweeps import runs_folder
 
+    runs_dir = runs_folder(runs_dir)   # a sweep's only grid point, or refused in one line
     runs = [run for run in find_runs(runs_dir) if run.config.get("spec", {}).get("attention") == "softmax"]
     if not runs:
         raise UsageError(f"{runs_dir} holds no trained attention runs; train some first")
@@ -45,6 +47,7 @@ def edges_command(runs_dir: Path, out: Path | None) -> None:
     out = out or runs_dir / "edges"
     check_replaceable(out, "edges folder")   # every file in it is this command's: refused before any work
     lines = ["# Edge circuits", ""]
+    figures = 0
     for run in tqdm(runs, desc="edge circuits", unit="run"):
         result = run_edge_circuit(run)
         name = f"{run.model_name} seed {run.seed}"
@@ -54,13 +57,16 @@ def edges_command(runs_dir: Path, out: Path | None) -> None:
             continue
         figure = f"figures/{figure_name(run.model_name, run.seed)}"
         save(circuit_figure(result, name), out / figure)
+        figures += 1
         lines += markdown_lines(result, name, figure) + [f"({result.seconds:.1f} s)", ""]
         for method in result.methods:
             write_json(out / f"mib_{slug(run.model_name)}_seed{run.seed}_{slug(method.scores.method)}.json",
                        mib_json(result, method.scores))
     text = "\n".join(lines)
     atomic_write(out / "edges.md", lambda temp: Path(temp).write_text(text))
-    print(f"wrote {out / 'edges.md'}")
+    print(f"wrote {out / 'edges.md'}: {figures} of {len(runs)} runs traced, with a figure and MIB edge scores each"
+          + ("" if figures else f"; no run's clean - counterfactual gap reached {DEFAULT.min_gap:g} (the edge "
+                                 "circuit needs one: train longer), so no figures or MIB files"))
 
 
 def main(argv=None) -> None:

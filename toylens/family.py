@@ -20,6 +20,7 @@ from tasks.base import Task
 from tasks.runs import (LOG, METRICS, command_argv, command_line, metrics_sha256, package_versions,
                         read_run_config, run_sha256)
 from tasks.settings import TrainSettings, recorded_training, settings_dict
+from tasks.sweeps import differences
 from tasks.validate import validate_family
 from toylens.workers import WorkerDied, map_jobs
 
@@ -89,18 +90,6 @@ def runs_plugin_code(task: Task) -> bool:
     return not type(task).__module__.startswith("tasks.")
 
 
-def differences(recorded: dict, wanted: dict, prefix: str = "") -> list[str]:
-    """Dotted names of the fields that differ, e.g. ['training.max_steps']."""
-    found = []
-    for key in sorted(set(recorded) | set(wanted)):
-        a, b = recorded.get(key), wanted.get(key)
-        if isinstance(a, dict) and isinstance(b, dict):
-            found += differences(a, b, f"{prefix}{key}.")
-        elif a != b:
-            found.append(prefix + key)
-    return found
-
-
 def existing_status(plan: RunPlan, overwrite: bool, resume: bool = False) -> str:
     """'new', 'done' (identical finished run: skip), 'redo' (--overwrite) or 'resume' (unfinished
     run, --resume); refuses to replace a different run or to restart an unfinished one unasked."""
@@ -144,11 +133,14 @@ def check_out_folder(out: Path, task: Task) -> None:
 def start_run(plan: RunPlan, spec: ModelSpec, command: str | None = None) -> dict:
     """Clear what an earlier attempt left and record the run's identity before the first step.
     `command`: the command that asked for the run, when this process is a remote worker."""
+    from probes.circuits.labels import CIRCUIT
     from tasks.resume import STATE
+    from tasks.sweeps import FAILED
     from tasks.training import SNAPSHOTS
 
     plan.run_dir.mkdir(parents=True, exist_ok=True)
-    for name in (METRICS, WEIGHTS, STATE, LOG):
+    # What described an earlier run here (a sweep's circuit summary, its failure record) goes too.
+    for name in (METRICS, WEIGHTS, STATE, LOG, CIRCUIT, FAILED):
         remove(plan.run_dir / name)   # only files toylens wrote; train_family checked there are no others
     if (plan.run_dir / SNAPSHOTS).is_dir():
         remove_tree(plan.run_dir / SNAPSHOTS)

@@ -20,10 +20,13 @@ from common.cli import UsageError, folder_path
 from models import ModelSpec
 from tasks.runs import MAX_SEED
 from tasks.settings import TrainSettings
+from tasks.sweeps import FAILED, POINT, PlannedGroup, SweepManifest, identity_of
 
 MAX_RUNS = 100_000
-POINT = "point.json"
-FAILED = "failed.json"
+CONFIRM_RUNS = 1000   # a sweep larger than this starts only with --yes, after its time estimate
+# One measurement to size a sweep before it starts (README, "Sizing"): an attn-only-2x1 Winograd run
+# (1000-step budget, step_cost 2) took 36.7 s to train and trace in its worker on 2 loaded cores.
+REFERENCE_RUN_SECONDS, REFERENCE_COST, REFERENCE_STEPS = 36.7, 2.0, 1000
 SPEC_KEYS = ("n_layers", "d_model", "n_heads", "mlp", "attention", "positions", "norm", "scale_scores", "residual")
 
 
@@ -146,15 +149,65 @@ def plan_sweep(task_cls: type, params: dict, training: dict, models: list[str] |
     return runs
 
 
-def write_points(runs: list[SweepRun], out: Path) -> None:
-    from common.atomic import write_json
-    from probes.census import POINT_FIELDS, read_object
+def count_runs(task_cls: type, params: dict, models: list[str] | None, seeds: list[int], grid: Grid) -> int:
+    """How many runs a sweep asks for, counted before any is planned."""
+    from tasks.registry import build_task
+    from tasks.validate import validate_family
 
+    family = validate_family(build_task(task_cls, params))
+    return len(grid.points()) * len(models or family) * len(seeds)
+
+
+def estimated_seconds(runs: list[SweepRun]) -> float:
+    """Train-and-trace seconds summed over runs, scaled from the reference run by step cost and budget."""
+    from toylens.family import step_cost
+
+    return sum(REFERENCE_RUN_SECONDS * step_cost(run.plan.spec) / REFERENCE_COST
+               * run.plan.settings.max_steps / REFERENCE_STEPS for run in runs)
+
+
+def duration(seconds: float) -> str:
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"
+
+
+def check_size(runs: list[SweepRun], jobs: int, confirmed: bool) -> str:
+    """The sweep's size and time estimate in one line; refused above CONFIRM_RUNS runs unless confirmed."""
+    total = estimated_seconds(runs)
+    line = (f"{len(runs)} runs, roughly {duration(total)} of train + trace in all, {duration(total / jobs)} on "
+            f"{jobs} parallel jobs (scaled from one measured run: {REFERENCE_RUN_SECONDS} s for attn-only-2x1 "
+            "Winograd on 2 loaded cores; the sweep prints this machine's own figure at the end)")
+    if len(runs) > CONFIRM_RUNS and not confirmed:
+        raise UsageError(f"this sweep has {line}; pass --yes to start it, or ask for fewer --seeds or grid values")
+    return line
+
+
+def planned_manifest(runs: list[SweepRun]) -> SweepManifest:
+    """What this sweep plans, as sweep.json records it: per grid point and model, its settings and seeds."""
+    groups: dict[tuple, list] = {}
+    for run in runs:
+        groups.setdefault((run.point, run.plan.model_name), []).append(run)
+    return SweepManifest(runs[0].plan.task.name, tuple(
+        PlannedGroup(point, members[0].values, model, identity_of(members[0].plan.identity()),
+                     tuple(sorted(m.plan.seed for m in members)))
+        for (point, model), members in sorted(groups.items())))
+
+
+def write_records(runs: list[SweepRun], out: Path, overwrite: bool) -> None:
+    """sweep.json (this sweep's runs joined to those planned before) and each point's point.json."""
+    from common.atomic import write_json
+    from tasks.sweeps import SWEEP, is_sweep, merged, point_record, read_manifest, read_point
+
+    manifest = merged(read_manifest(out) if is_sweep(out) else None, planned_manifest(runs), overwrite)
     for point, values in {run.point: run.values for run in runs}.items():
         path = Path(out) / point / POINT
-        if path.is_file() and read_object(path, POINT_FIELDS).get("values") != values:
+        if path.exists() and read_point(path.parent) != values:
             raise UsageError(f"{path} records other grid values; choose another --out")
-        write_json(path, {"point": point, "values": values})
+    write_json(Path(out) / SWEEP, manifest.record())
+    for point, values in {run.point: run.values for run in runs}.items():
+        write_json(Path(out) / point / POINT, point_record(point, values))
 
 
 def add_sweep_arguments(parser, task_cls: type) -> None:
@@ -181,6 +234,9 @@ def add_sweep_arguments(parser, task_cls: type) -> None:
     existing.add_argument("--resume", action="store_true", help="continue an interrupted sweep (finished runs are "
                                                                 "always kept; unfinished ones are run again)")
     existing.add_argument("--overwrite", action="store_true", help="run every point again, replacing its runs")
+    parser.add_argument("--yes", action="store_true",
+                        help=f"start a sweep of more than {CONFIRM_RUNS} runs (without it, such a sweep is refused "
+                             "with its time estimate)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_task_params(parser, task_cls)
 
@@ -210,7 +266,12 @@ def sweep_command(task_cls: type, args) -> None:
 
     models = model_list(args.models)
     out = args.out or Path("runs") / "sweeps" / task_cls.name
-    runs = plan_sweep(task_cls, params, training, models, parse_seeds(args.seeds), parse_grid(args.grid, task_cls), out)
+    seeds, grid = parse_seeds(args.seeds), parse_grid(args.grid, task_cls)
+    total = count_runs(task_cls, params, models, seeds, grid)
+    if total > CONFIRM_RUNS:
+        print(f"planning {total} runs (checking each point's settings) ...", flush=True)
+    runs = plan_sweep(task_cls, params, training, models, seeds, grid, out)
+    print(f"sweep: {check_size(runs, args.jobs, args.yes)}", flush=True)
     executor = make_executor(args.executor, args.jobs, args.address, args.gpus_per_run)
     outcome = run_sweep(runs, out, executor, command_line(), resume=args.resume, overwrite=args.overwrite,
                         progress=not args.no_progress)

@@ -15,11 +15,12 @@ from pathlib import Path, PurePosixPath
 
 from common.cli import UsageError
 from common.atomic import atomic_write, write_json
-from common.ownership import MANIFEST, check_replaceable, remove
+from common.ownership import LOCK, MANIFEST, check_replaceable, owned, remove
 from models.checkpoint import CONFIG
 from tasks.runs import METRICS
+from tasks.sweeps import FAILED, failed_record, is_sweep
 
-from toylens.sweep import FAILED, SweepRun, write_points
+from toylens.sweep import SweepRun, write_records
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class RunFiles:
 
 def run_job(job: SweepJob) -> RunFiles:
     """Train and trace one run in a private temp folder; return every file it wrote."""
+    from probes.census import circuit_record
     from probes.circuits.labels import CIRCUIT
     from probes.report.words import circuit_summary
     from probes.report.parts import RunContext
@@ -47,25 +49,31 @@ def run_job(job: SweepJob) -> RunFiles:
     with tempfile.TemporaryDirectory(prefix="toylens-sweep-") as temp:
         run_dir = Path(temp) / job.plan.model_name / f"seed{job.plan.seed}"
         execute(replace(job.plan, run_dir=run_dir), progress=False, command=job.command)
-        write_json(run_dir / CIRCUIT, circuit_summary(analyse_run(RunContext(Run(run_dir), out=None))).to_dict())
+        run = Run(run_dir)
+        write_json(run_dir / CIRCUIT, circuit_record(circuit_summary(analyse_run(RunContext(run, out=None))), run.config))
         files = {p.relative_to(run_dir).as_posix(): p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
     return RunFiles(files, time.perf_counter() - started)
 
 
 def write_run(run_dir: Path, files: dict) -> None:
     """Each file atomically; config.json then metrics.json last, so a folder with metrics.json is a
-    whole run. Names are checked: a worker's answer is data, never a path outside the run."""
+    whole run. What an earlier run left there (its metrics first) is removed before, so the folder
+    never holds files of two runs. Names are checked: a worker's answer is data, never a path
+    outside the run."""
     for name in files:
         path = PurePosixPath(name)
         if path.is_absolute() or ".." in path.parts or not path.parts:
             raise UsageError(f"a worker returned the file name {name!r} for {run_dir}; refused")
+    remove(run_dir / METRICS)
+    for old in sorted(run_dir.rglob("*")) if run_dir.is_dir() else []:
+        if old.is_file() and old.name not in (MANIFEST, LOCK) and owned(old):
+            old.unlink()
     last = [CONFIG, METRICS]
     for name in sorted(files, key=lambda n: (n in last, last.index(n) if n in last else 0, n)):
         if PurePosixPath(name).name == MANIFEST:   # the worker's own; writing here makes the driver's
             continue
         data = files[name]
         atomic_write(run_dir / name, lambda temp, data=data: Path(temp).write_bytes(data))
-    remove(run_dir / FAILED)
 
 
 @dataclass(frozen=True)
@@ -80,15 +88,43 @@ class SweepOutcome:
 
 def run_sweep(runs: list[SweepRun], out: Path, executor, command: str, resume: bool = False,
               overwrite: bool = False, progress: bool = True, write=print) -> SweepOutcome:
-    from common.lock import folder_lock
+    from common.lock import folder_lock, folder_locks
     from toylens.family import check_out_folder
 
     from probes.census import check_census_files
 
     check_out_folder(out, runs[0].plan.task)
     check_census_files(out)   # the census after training reads and writes these
-    with folder_lock(out, "runs folder"):
-        return sweep_locked(runs, out, executor, command, resume, overwrite, progress, write)
+    # The root, then each grid point: a training into a point (a runs folder of its own) takes the
+    # same lock file, so of the two exactly one proceeds however they interleave.
+    with folder_lock(out, "sweep folder"):
+        check_not_a_runs_folder(out)
+        with folder_locks(sorted({Path(out) / run.point for run in runs}), "sweep's grid point"):
+            return sweep_locked(runs, out, executor, command, resume, overwrite, progress, write)
+
+
+def check_not_a_runs_folder(out: Path) -> None:
+    """A sweep writes only into a folder of its own: runs that a train wrote into --out would be
+    counted beside the sweep's (and seeds would repeat in one comparison)."""
+    if is_sweep(out) or not Path(out).is_dir():
+        return
+    found = next(iter(sorted(Path(out).rglob(CONFIG))), None)
+    if found is not None:
+        raise UsageError(f"--out {out} holds runs that no sweep planned ({found.parent}: a train's runs folder, or "
+                         "a sweep from before toylens recorded sweep.json); a sweep needs a folder of its own: "
+                         "choose another --out")
+
+
+def needs_retrace(run: SweepRun) -> str | None:
+    """Why a finished run's circuit.json cannot be counted (None: it can), so the sweep redoes it."""
+    from probes.census import read_circuit
+    from tasks.runs import Run
+
+    try:
+        read_circuit(Run(run.plan.run_dir))
+    except UsageError as error:
+        return str(error)
+    return None
 
 
 def sweep_locked(runs: list[SweepRun], out: Path, executor, command: str, resume: bool, overwrite: bool,
@@ -98,11 +134,16 @@ def sweep_locked(runs: list[SweepRun], out: Path, executor, command: str, resume
     from toylens.family import existing_status, resume_command, step_cost
 
     statuses = [existing_status(run.plan, overwrite, resume) for run in runs]
+    for index, run in enumerate(runs):
+        why = needs_retrace(run) if statuses[index] == "done" else None
+        if why is not None:
+            write(f"{run.plan.run_dir}: trained, but not traced for this sweep ({why}); trained and traced again")
+            statuses[index] = "redo"
     for run, status in zip(runs, statuses):
         if status != "done":   # this run folder will be written: nothing of the user's may be in it
             check_replaceable(run.plan.run_dir, "run folder", within=out)
     todo = [SweepJob(run.plan, command) for run, status in zip(runs, statuses) if status != "done"]
-    write_points(runs, out)
+    write_records(runs, out, overwrite)
     counts = {"done": 0, "failed": 0, "worker_seconds": 0.0}
     if len(todo) < len(runs):
         write(f"{len(runs) - len(todo)} of {len(runs)} runs already finished with these settings: kept")
@@ -115,14 +156,16 @@ def sweep_locked(runs: list[SweepRun], out: Path, executor, command: str, resume
             counts["done"] += 1
             counts["worker_seconds"] += outcome.result.seconds
         else:
-            write_json(job.plan.run_dir / FAILED, {"model_name": job.plan.model_name, "seed": job.plan.seed,
-                                                   "error": outcome.error})
+            write_json(job.plan.run_dir / FAILED, failed_record(job.plan.run_dir.parent.parent.name,
+                                                                job.plan.model_name, job.plan.seed, outcome.error))
             counts["failed"] += 1
             bar.write(f"{job.plan.run_dir}: failed twice ({outcome.error}); recorded in {FAILED}")
         bar.set_postfix(done=counts["done"], failed=counts["failed"], refresh=False)
         bar.update()
 
     started = time.perf_counter()
+    if todo:
+        write(f"sending {len(todo)} runs to the {executor.name} executor (starting its workers first)")
     try:
         if todo:
             executor.run(run_job, todo, on_outcome, cost=lambda job: step_cost(job.plan.spec))
