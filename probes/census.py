@@ -22,7 +22,7 @@ from pathlib import Path
 from common.cli import UsageError
 from common.jsonfiles import read_json
 from common.stats import Interval, mean_interval, wilson
-from probes.circuits.labels import CIRCUIT, SUMMARY_FIELDS, CircuitSummary, circuit_label
+from probes.circuits.labels import CIRCUIT, PATHS, SUMMARY_FIELDS, CircuitSummary, circuit_label
 from tasks.sweeps import (FAILED, FIX, POINT, PlannedGroup, SweepManifest, check_signed, differences,
                           identity_of, read_failed, read_manifest, read_point, signed)
 
@@ -67,7 +67,7 @@ class Census:
 
 # ---- circuit.json: a run's circuit, tied to the run it describes ------------------------------
 
-CIRCUIT_FIELDS = {**SUMMARY_FIELDS, "run_sha256": str, "weights_sha256": str}
+CIRCUIT_FIELDS = {**SUMMARY_FIELDS, PATHS: list, "run_sha256": str, "weights_sha256": str}
 
 
 def circuit_record(summary: CircuitSummary, config: dict) -> dict:
@@ -92,7 +92,7 @@ def read_circuit(run) -> CircuitSummary:
         raise UsageError(f"{path} describes another run (different {', '.join(differing)}: copied from elsewhere, "
                          f"or left from before the run was retrained); {CIRCUIT_FIX}")
     try:
-        return CircuitSummary.from_dict({key: data[key] for key in SUMMARY_FIELDS}, str(path), CIRCUIT_FIX)
+        return CircuitSummary.from_dict({key: data[key] for key in (*SUMMARY_FIELDS, PATHS)}, str(path), CIRCUIT_FIX)
     except TypeError:   # an edge lacking a field
         raise UsageError(f"{path}: edge lacks a field; {CIRCUIT_FIX}") from None
 
@@ -396,13 +396,9 @@ def check_census_files(runs_dir: Path, out: Path | None = None) -> None:
     for path in sorted(Path(runs_dir).rglob(FAILED)) if Path(runs_dir).is_dir() else []:
         if not owned(path):
             raise not_ours(path)
-        read_failed(path.parent)
-    for path in sorted(Path(runs_dir).rglob(POINT)) if Path(runs_dir).is_dir() else []:
-        read_point(path.parent)
 
 
 def census_command(runs_dir: Path, out: Path | None = None) -> None:
-    check_census_files(runs_dir, out)
     from common.lock import folder_lock
 
     if not Path(runs_dir).is_dir():

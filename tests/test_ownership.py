@@ -32,24 +32,25 @@ def census_main(argv):
     main(argv)
 
 
-# (the command that writes it, the file, the folder the command is pointed at -> the file's path)
-WRITTEN = {"summary.json": (accuracy_main, lambda out: out / "summary.json"),
-           "census.md": (census_main, lambda out: out / "census" / "census.md")}
+# (the command that writes it, the runs it reads, the file it writes, what its refusal says)
+WRITTEN = {"summary.json": (accuracy_main, "tiny_runs", lambda out: out / "summary.json", "was not written by toylens"),
+           "census.md": (census_main, "finished_sweep", lambda out: out / "census" / "census.md",
+                         "was changed or replaced after the census wrote it")}
 
 
 @pytest.mark.parametrize("name", WRITTEN)
-def test_a_users_file_saved_under_a_name_toylens_wrote_is_never_replaced(tiny_runs, tmp_path, capsys, name):
+def test_a_users_file_saved_under_a_name_toylens_wrote_is_never_replaced(request, tmp_path, capsys, name):
     # Seen: delete toylens's summary.json, save your own under that name, and the next command
     # overwrote it, because the manifest recorded the name and not the content.
-    main, where = WRITTEN[name]
-    out = copy_runs(tiny_runs, tmp_path)
+    main, runs, where, refusal = WRITTEN[name]
+    out = copy_runs(request.getfixturevalue(runs), tmp_path)
     main([str(out)])
     capsys.readouterr()
     path = where(out)
     path.unlink()
     path.write_text("my own notes\n")
     before = contents(out)
-    one_line(in_process(main, [str(out)], capsys), str(path), "was not written by toylens")
+    one_line(in_process(main, [str(out)], capsys), str(path), refusal)
     assert contents(out) == before   # refused before anything else was written (census.png, census.json)
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from common.cli import UsageError
 from tasks.sweeps import FAILED, POINT, SWEEP, signed
-from tests.test_adversarial import cli, contents, one_line
+from tests.refusals import cli, contents, one_line
 from tests.test_sweep import PARAMS, TINY
 from toylens.executors import LocalExecutor
 
