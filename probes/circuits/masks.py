@@ -40,7 +40,7 @@ KEEP_PRIOR = math.log(-GAMMA / ZETA)
 
 @dataclass(frozen=True)
 class MaskSettings:
-    steps: int = 200
+    steps: int = 100
     learning_rate: float = 0.1
     sparsity: float = 0.3         # weight of the expected share of edges kept
     initial_log_odds: float = 3.0  # every gate starts nearly open: the full model, f = 1
@@ -53,30 +53,32 @@ class GatedEdges(EdgeHooks):
 
     def __init__(self, model, graph: Graph, runs: Runs, n: int, gates: torch.Tensor):
         super().__init__(model, [frozenset()], runs.base, runs.other, n, 0)
-        self.index = {edge: i for i, edge in enumerate(graph.edges)}
-        self.incoming = {receiver: graph.into(receiver) for receiver in graph.inputs}
-        self.gates = gates
+        self.gates, self.incoming = gates, {}
+        width = runs.base.resid_pre[0].shape[1]
+        for receiver in graph.inputs:
+            edges = graph.into(receiver)
+            if edges:
+                where = torch.ones(len(edges), width, device=gates.device)
+                for row, edge in enumerate(edges):
+                    if edge.position is not None:
+                        where[row] = 0.0
+                        where[row, edge.position] = 1.0
+                index = torch.tensor([graph.edges.index(e) for e in edges], device=gates.device)
+                self.incoming[receiver] = (edges, index, where)
+
+    def forward(self, graph: Graph, gates: torch.Tensor) -> torch.Tensor:
+        """Logits with these gates (the hooks are built once; what one forward saw is cleared)."""
+        self.gates, self.seen, self.writes = gates, {}, {}
+        with self.model.hooks(fwd_hooks=self.hooks(graph)):
+            return forward_from(self.model, self.base.resid_pre[0], 0)
 
     def delta(self, receiver):
-        edges = self.incoming.get(receiver, ())
-        if not edges:
+        if receiver not in self.incoming:
             return None
-        total = 0
-        for edge in edges:
-            change = self.other.writes[edge.sender] - self.actual(edge.sender)[0]
-            if edge.position is not None:
-                keep = torch.zeros(change.shape[1], 1, device=change.device)
-                keep[edge.position] = 1.0
-                change = change * keep
-            total = total + (1 - self.gates[self.index[edge]]) * change
+        edges, index, where = self.incoming[receiver]
+        changes = torch.stack([self.other.writes[e.sender] - self.actual(e.sender)[0] for e in edges])
+        total = torch.einsum("kp,knpd->npd", (1 - self.gates[index])[:, None] * where, changes)
         return torch.tensor([0], device=total.device), total[None]
-
-
-def gated_metric(model, batch: Batch, graph: Graph, runs: Runs, gates: torch.Tensor) -> torch.Tensor:
-    hooks = GatedEdges(model, graph, runs, len(batch), gates)
-    with model.hooks(fwd_hooks=hooks.hooks(graph)):
-        logits = forward_from(model, runs.base.resid_pre[0], 0)
-    return scored_metric(replica_scored(logits, batch), batch).mean()
 
 
 def deterministic_gates(log_odds: torch.Tensor) -> torch.Tensor:
@@ -92,13 +94,14 @@ def learn(f: SetFaithfulness, allowed: frozenset, settings: MaskSettings) -> Pru
     log_odds = torch.full((len(graph.edges),), settings.initial_log_odds, device=device, requires_grad=True)
     optimiser = torch.optim.Adam([log_odds], lr=settings.learning_rate)
     generator = torch.Generator(device=device).manual_seed(settings.seed)
-    gap = f.full - f.empty
+    gap, hooks = f.full - f.empty, GatedEdges(model, graph, runs, len(batch), log_odds)
     for _ in range(settings.steps):
         u = torch.rand(len(graph.edges), generator=generator, device=device).clamp(1e-6, 1 - 1e-6)
         stretched = torch.sigmoid((u.log() - (1 - u).log() + log_odds) / BETA) * (ZETA - GAMMA) + GAMMA
         gates = torch.where(free, stretched.clamp(0, 1), torch.zeros_like(stretched))
         with torch.enable_grad():
-            faithfulness = (gated_metric(model, batch, graph, runs, gates) - f.empty) / gap
+            logits = hooks.forward(graph, gates)
+            faithfulness = (scored_metric(replica_scored(logits, batch), batch).mean() - f.empty) / gap
             kept = torch.sigmoid(log_odds - BETA * KEEP_PRIOR)[free].mean()
             loss = (1 - faithfulness) ** 2 + settings.sparsity * kept
         optimiser.zero_grad()

@@ -13,24 +13,16 @@ sharp with SHARP.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 
 import torch
 
 from models import ModelSpec, build_model
 from models.graph import MLP, Edge, Embed, Head, Input, Logits
+from probes.circuits.redundancy import Structure
 from tasks.data import Batch
 
 SHARP = 30.0    # attention score gap: softmax leaks e^-30 to the keys it should ignore
 LOUD = 10.0     # scale of the distractors' writes
-
-
-class Structure(Enum):
-    """How the planted edges share the answer: the verdict a redundancy analysis must reach."""
-
-    SERIES = "series"               # every planted edge is necessary on its own (a chain, an AND)
-    ALTERNATIVES = "alternatives"   # two branches each suffice; neither is necessary
-    SHARED = "shared"               # two branches each carry part; neither suffices nor is necessary alone
 
 
 @dataclass(frozen=True)
@@ -41,7 +33,7 @@ class Planted:
     model: object                 # TransformerBridge with the planted weights, eval mode
     batch: Batch
     edges: frozenset              # the planted circuit, as graph edges
-    structure: Structure = Structure.SERIES
+    structure: Structure = Structure.SERIES   # the verdict a redundancy analysis must reach
     branches: tuple = ()          # the heads whose branches are alternatives or share the answer
 
 

@@ -24,6 +24,7 @@ class EdgeRun:
     seed: int
     result: object              # probes.circuits.named.EdgeCircuit (oracle only)
     figure: str | None          # path relative to the report folder
+    structure: object = None    # probes.circuits.redundancy.CircuitStructure of the named circuit
 
 
 def traceable(spec: dict) -> bool:
@@ -43,7 +44,56 @@ def measure_edge_circuit(context: RunContext) -> EdgeRun | None:
                           expected=context.run.task.expected_circuit(context.run.model_name, spec))
     if abs(result.oracle.gap) < context.settings.min_gap:
         return EdgeRun(context.run.model_name, context.run.seed, result, None)
-    return EdgeRun(context.run.model_name, context.run.seed, result, draw(result, context))
+    structure = None
+    if result.circuit.edges is not None:
+        from probes.circuits.redundancy import circuit_structure
+
+        structure = circuit_structure(context.model, context.pairs, result.graph, frozenset(result.circuit.edges),
+                                      result.oracle.normalised())
+    return EdgeRun(context.run.model_name, context.run.seed, result, draw(result, context), structure)
+
+
+def shares(values) -> str:
+    return ", ".join(f"{v:.0%}" for v in values)
+
+
+def named_heads(groups) -> str:
+    names = [str(g.sender) for g in groups]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def structure_sentence(structure) -> str:
+    """One sentence on the circuit's redundancy, with its numbers (probes.circuits.redundancy)."""
+    from probes.circuits.redundancy import NECESSARY
+
+    found = structure.joint_redundancy or structure.named
+    parts = []
+    for peers in found.alternative_sets:
+        alternatives = peers.alternatives
+        parts.append(f"{named_heads(alternatives)} each suffice (each alone among layer {peers.layer}'s circuit heads "
+                     f"keeps {shares(g.sufficiency for g in alternatives)} of the gap) and none is necessary (knocking "
+                     f"each out costs {shares(g.necessity for g in peers.groups)}; knocking all out costs "
+                     f"{peers.together:.0%}): they are interchangeable")
+    for peers in found.shared_sets:
+        parts.append(f"{named_heads(peers.groups)} share the answer: none suffices alone (each keeps "
+                     f"{shares(g.sufficiency for g in peers.groups)}), knocking each out costs "
+                     f"{shares(g.necessity for g in peers.groups)} but all together {peers.together:.0%} (single "
+                     f"knock-outs add up to {peers.overlap:.0%} of it)")
+    if not parts:
+        parts.append(f"no layer's heads are alternatives or share the answer (a head counts as necessary from "
+                     f"{NECESSARY:.0%})")
+    adds = (f"the circuit's single-edge effects add up to {found.additivity:.0%} of its faithfulness "
+            f"{found.faithfulness:.0%} (100% = additive, below = overlap, above = edges in series)")
+    sentence = "redundancy: " + "; ".join(parts) + f"; {adds}"
+    if structure.joint is not None:
+        joint = structure.joint
+        sentence += (f". Because the oracle-ranked circuit showed overlap, the joint search (edges pruned by the "
+                     f"effect of the set, {joint.sets_measured} sets measured) ran: its circuit keeps "
+                     f"{joint.faithfulness:.0%} with {len(joint.circuit)} edges")
+        for alternative in joint.alternatives:
+            sentence += (f"; without {len(alternative.replaced)} of its first circuit's edges, "
+                         f"{len(alternative.replacement)} others keep {alternative.faithfulness:.0%} instead")
+    return sentence
 
 
 def draw(result, context: RunContext) -> str | None:
@@ -70,10 +120,11 @@ def summary_line(run: EdgeRun, settings: ReportSettings) -> str:
     share = dict(zip(result.oracle.edges, result.oracle.normalised().tolist()))
     strongest = sorted(found.edges, key=lambda e: -abs(share[e]))[:SHOWN_EDGES]
     more = f" and {len(found.edges) - len(strongest)} more" if len(found.edges) > len(strongest) else ""
-    return (f"{where}: edge circuit of {len(found.edges)} of {len(result.graph.edges)} edges keeps "
+    line = (f"{where}: edge circuit of {len(found.edges)} of {len(result.graph.edges)} edges keeps "
             f"{found.faithfulness:.0%} of the gap on {result.pairs} pairs (every other edge given its counterfactual "
             "write): "
             + ", ".join(f"{e} ({share[e]:+.0%} alone)" for e in strongest) + more)
+    return line if run.structure is None else f"{line}. {structure_sentence(run.structure)}"
 
 
 def run_json(run: EdgeRun) -> dict:
@@ -86,7 +137,28 @@ def run_json(run: EdgeRun) -> dict:
             "circuit": None if result.circuit.edges is None else
             [{"edge": str(e), "alone": share[e]} for e in result.circuit.edges],
             "faithfulness": result.circuit.faithfulness, "cpr": curve.cpr, "cmd": curve.cmd,
-            "oracle_seconds": result.oracle.seconds, "figure": run.figure}
+            "oracle_seconds": result.oracle.seconds, "figure": run.figure,
+            "redundancy": None if run.structure is None else structure_json(run.structure)}
+
+
+def redundancy_json(found) -> dict:
+    return {"faithfulness": found.faithfulness, "additivity": found.additivity, "structure": found.structure.value,
+            "groups": [{"sender": str(g.sender), "edges": len(g.edges), "necessity": g.necessity,
+                        "sufficiency": g.sufficiency} for g in found.groups],
+            "alternatives": [[str(g.sender) for g in p.alternatives] for p in found.alternative_sets],
+            "shared": [[str(g.sender) for g in p.groups] for p in found.shared_sets]}
+
+
+def structure_json(structure) -> dict:
+    joint = structure.joint
+    return {"named": redundancy_json(structure.named),
+            "joint": None if joint is None else {
+                "circuit": [str(e) for e in joint.scores.edges if e in joint.circuit],
+                "faithfulness": joint.faithfulness, "sets_measured": joint.sets_measured,
+                "seconds": joint.scores.seconds,
+                "alternatives": [{"replaced": sorted(map(str, a.replaced)), "replacement": sorted(map(str, a.replacement)),
+                                  "faithfulness": a.faithfulness} for a in joint.alternatives],
+                "redundancy": redundancy_json(structure.joint_redundancy)}}
 
 
 def render_edge_circuits(runs: list[EdgeRun], out: Path, settings: ReportSettings) -> Section:
