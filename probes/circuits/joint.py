@@ -8,7 +8,7 @@ empty circuit, 1 = the full model.
 `prune` finds one circuit in three passes:
 1. removal by joint effect (ACDC, Conmy et al. 2023): from the allowed edges, receivers from the
    logits backwards, an edge is dropped when dropping it from the current circuit costs less than
-   `threshold` of f;
+   `threshold` of f (a receiver's edges tried cheapest first, batched: `remove_into`);
 2. greedy forward selection by marginal gain: while f < target (small drops add up), the dropped
    edge whose return gains most comes back (all candidates measured in one batched call);
 3. backward pruning of what adds nothing: while some kept edge can go at a cost below `threshold`
@@ -22,8 +22,9 @@ link necessary) as a chain.
 
 An edge's score is the largest cost of dropping it measured in any pass (in units of the gap):
 kept edges cost >= threshold, dropped ones less, so the ranking puts the circuit first.
-Cost: pass 1 is one forward per allowed edge, in sequence (as ACDC); passes 2 and 3 one batched
-call per step; an alternative one more `prune`. Measured in benchmarks/circuit_graph.py.
+Cost: pass 1 is two batched calls per receiver input (and per edge that must stay, two more for
+the edges after it); passes 2 and 3 one batched call per step; an alternative one more `prune`.
+Measured in benchmarks/circuit_graph.py.
 """
 
 from __future__ import annotations
@@ -77,13 +78,9 @@ def prune(f: SetFaithfulness, allowed: frozenset, threshold: float = THRESHOLD, 
     current = frozenset(allowed)
     value = f([current])[0]
     for receiver in reversed(f.graph.inputs):          # pass 1: ACDC order, joint effect
-        for edge in f.graph.into(receiver):
-            if edge not in current:
-                continue
-            trial = f([current - {edge}])[0]
-            note(edge, value - trial)
-            if value - trial < threshold:
-                current, value = current - {edge}, trial
+        candidates = [e for e in f.graph.into(receiver) if e in current]
+        while candidates:
+            current, value, candidates = remove_into(f, current, value, candidates, threshold, note)
     while value < target and len(current) < len(allowed):   # pass 2: forward selection
         candidates = in_graph_order(f.graph, allowed - current)
         gains = f([current | {edge} for edge in candidates])
@@ -100,6 +97,25 @@ def prune(f: SetFaithfulness, allowed: frozenset, threshold: float = THRESHOLD, 
             break
         current, value = current - {kept[cheapest]}, without[cheapest]
     return Pruned(current, value, cost)
+
+
+def remove_into(f: SetFaithfulness, current: frozenset, value: float, candidates: list, threshold: float, note):
+    """One round of ACDC's sequential removal over one receiver's edges, batched: the edges are
+    tried cheapest first (each one's cost alone given `current`, one batched call), and every
+    prefix of that order is measured at once (a second call), which is exactly what trying them
+    one after another measures up to the first edge that must stay. Returns the new circuit, its
+    f, and the edges after that first kept one (untried: they are tried again from the new circuit)."""
+    alone = f([current - {e} for e in candidates])
+    order = sorted(range(len(candidates)), key=lambda i: value - alone[i])
+    ordered = [candidates[i] for i in order]
+    prefixes = f([current - frozenset(ordered[:j + 1]) for j in range(len(ordered))])
+    before = value
+    for j, edge in enumerate(ordered):
+        note(edge, before - prefixes[j])
+        if before - prefixes[j] >= threshold:
+            return current - frozenset(ordered[:j]), before, ordered[j + 1:]
+        before = prefixes[j]
+    return current - frozenset(ordered), before, []
 
 
 @dataclass(frozen=True)
@@ -152,18 +168,21 @@ def single_shares(model, batch: Batch, graph: Graph, runs: Runs, single: torch.T
 
 
 def joint_search(model, batch: Batch, graph: Graph, runs: Runs | None = None, single: torch.Tensor | None = None,
-                 threshold: float = THRESHOLD, target: float = TARGET) -> JointCircuit:
+                 threshold: float = THRESHOLD, target: float = TARGET, alternatives: bool = True) -> JointCircuit:
     """`single`: each edge's normalised effect knocked out alone (the oracle's; measured when not
-    given) decides which kept edges may have a backup."""
+    given) decides which kept edges may have a backup; `alternatives` False stops at the first
+    circuit (one `prune`: the smallest set the search finds, without stand-ins)."""
     began = time.perf_counter()
     runs = runs or record_runs(model, batch, graph, "noise")
     f = SetFaithfulness(model, batch, graph, runs)
-    alone = single_shares(model, batch, graph, runs, single)
     first = prune(f, frozenset(graph.edges), threshold, target)
-    circuit, alternatives, costs = with_alternatives(lambda allowed: prune(f, allowed, threshold, target),
-                                                     graph, first, alone, threshold, target)
+    circuit, found, costs = first.circuit, (), first.cost
+    if alternatives:
+        alone = single_shares(model, batch, graph, runs, single)
+        circuit, found, costs = with_alternatives(lambda allowed: prune(f, allowed, threshold, target),
+                                                  graph, first, alone, threshold, target)
     value = f([circuit])[0]
     score = torch.tensor([costs.get(e, 0.0) for e in graph.edges], device="cpu")
     scores = EdgeScores(f"joint search (threshold {threshold:g})", graph.edges, score,
                         time.perf_counter() - began, circuit)
-    return JointCircuit(circuit, first, alternatives, value, scores, f.measured)
+    return JointCircuit(circuit, first, found, value, scores, f.measured)

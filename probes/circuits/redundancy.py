@@ -142,8 +142,9 @@ def redundancy(model, batch: Batch, graph: Graph, circuit: frozenset, single: to
 
 @dataclass(frozen=True)
 class CircuitStructure:
-    """A named circuit's redundancy, and, where it shows any, the joint search's circuit and its
-    redundancy (the joint search is run only then: it costs one forward per edge in sequence)."""
+    """A named circuit's redundancy, and, where it shows any, the joint search's smallest circuit
+    (without alternatives: the head groups' sufficiencies already name the stand-ins) and its
+    redundancy. The joint search runs only then: it costs several times the oracle."""
 
     named: Redundancy
     joint: JointCircuit | None
@@ -156,5 +157,5 @@ def circuit_structure(model, batch: Batch, graph: Graph, circuit: frozenset, sin
     named = redundancy(model, batch, graph, circuit, single, runs)
     if not named.redundant:
         return CircuitStructure(named, None, None)
-    joint = joint_search(model, batch, graph, runs, single)
+    joint = joint_search(model, batch, graph, runs, single, alternatives=False)
     return CircuitStructure(named, joint, redundancy(model, batch, graph, joint.circuit, single, runs))

@@ -86,13 +86,11 @@ def structure_sentence(structure) -> str:
             f"{found.faithfulness:.0%} (100% = additive, below = overlap, above = edges in series)")
     sentence = "redundancy: " + "; ".join(parts) + f"; {adds}"
     if structure.joint is not None:
-        joint = structure.joint
-        sentence += (f". Because the oracle-ranked circuit showed overlap, the joint search (edges pruned by the "
-                     f"effect of the set, {joint.sets_measured} sets measured) ran: its circuit keeps "
-                     f"{joint.faithfulness:.0%} with {len(joint.circuit)} edges")
-        for alternative in joint.alternatives:
-            sentence += (f"; without {len(alternative.replaced)} of its first circuit's edges, "
-                         f"{len(alternative.replacement)} others keep {alternative.faithfulness:.0%} instead")
+        joint, named = structure.joint, structure.named
+        sentence += (f". Because the oracle-ranked circuit showed overlap, the joint search ran (edges pruned by "
+                     f"the effect of the set: {joint.sets_measured} sets measured, {joint.scores.seconds:.1f} s): "
+                     f"{len(joint.circuit)} edges keep {joint.faithfulness:.0%}, against {len(named.circuit)} "
+                     f"oracle-ranked edges keeping {named.faithfulness:.0%}")
     return sentence
 
 
