@@ -4,6 +4,8 @@ every ablation. With the `[tracr]` extra installed, a program is recompiled and 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -66,7 +68,7 @@ def test_reverse_true_edges_follow_the_program(programs):
 def test_every_method_runs_under_every_ablation_on_hist():
     from probes.circuits.ablations import Ablation
 
-    (row_cf, row_mean, row_zero) = tracr.tracr_table(("hist",), n=16)
+    (row_cf, row_mean, row_zero) = tracr.tracr_table(("hist",), n=8)
     assert [r.ablation for r in (row_cf, row_mean, row_zero)] == list(Ablation)
     assert len(row_zero.auroc) == 6
     assert all(0.0 <= v <= 1.0 for v in row_zero.auroc.values())
@@ -85,10 +87,17 @@ def test_a_missing_fixture_is_a_usage_error(tmp_path):
         tracr.load("reverse", tmp_path)
 
 
+def without_ids(labels) -> list[str]:
+    """RASP numbers every expression from a process-wide counter (`frac_prevs_7` after other
+    programs, `frac_prevs_1` in a fresh process): the labels are equal up to those numbers."""
+    return [re.sub(r"_\d+(?=[:_]|$)", "", label) for label in labels]
+
+
 def test_recompiling_gives_the_stored_fixture():
     pytest.importorskip("tracr", reason="the [tracr] extra (tracr-pypi, jax, dm-haiku) is not installed")
     fresh, stored = tracr.compile_program(tracr.PROGRAMS["frac_prevs"]), tracr.load("frac_prevs")
-    assert fresh.config == stored.config and fresh.residual_labels == stored.residual_labels
+    assert fresh.config == stored.config
+    assert without_ids(fresh.residual_labels) == without_ids(stored.residual_labels)
     assert fresh.input_map == stored.input_map and fresh.output_map == stored.output_map
     assert set(fresh.state) == set(stored.state)
     for name, value in fresh.state.items():

@@ -20,8 +20,9 @@ without it: `prune` again with that edge forbidden. The replaced edges and their
 an Alternative, and the circuit is the union, so the pair is found as a pair and a chain (every
 link necessary) as a chain.
 
-An edge's score is the largest cost of dropping it measured in any pass (in units of the gap):
-kept edges cost >= threshold, dropped ones less, so the ranking puts the circuit first.
+An edge's score is the largest cost of dropping it measured in any pass, as a change of the metric
+(the oracle's sign: negative where dropping the edge lowers it): kept edges cost >= threshold of
+the gap, dropped ones less, so the ranking by |score| puts the circuit first.
 Cost: pass 1 is two batched calls per receiver input (and per edge that must stay, two more for
 the edges after it); passes 2 and 3 one batched call per step; an alternative one more `prune`.
 Measured in benchmarks/circuit_graph.py.
@@ -182,7 +183,7 @@ def joint_search(model, batch: Batch, graph: Graph, runs: Runs | None = None, si
         circuit, found, costs = with_alternatives(lambda allowed: prune(f, allowed, threshold, target),
                                                   graph, first, alone, threshold, target)
     value = f([circuit])[0]
-    score = torch.tensor([costs.get(e, 0.0) for e in graph.edges], device="cpu")
+    score = torch.tensor([costs.get(e, 0.0) for e in graph.edges], device="cpu") * (f.empty - f.full)
     scores = EdgeScores(f"joint search (threshold {threshold:g})", graph.edges, score,
                         time.perf_counter() - began, circuit)
     return JointCircuit(circuit, first, found, value, scores, f.measured)

@@ -125,7 +125,9 @@ def learned_masks(model, batch: Batch, graph: Graph, runs: Runs | None = None, s
     circuit, alternatives, keep = with_alternatives(lambda allowed: learn(f, allowed, settings),
                                                     graph, first, alone, threshold, target)
     value = f([circuit])[0]
-    score = torch.tensor([keep.get(e, 0.0) for e in graph.edges], device="cpu")
+    # In metric units with the oracle's sign, as the other methods: the gap's change if the edge were
+    # removed, scaled by how surely the masks keep it.
+    score = torch.tensor([keep.get(e, 0.0) for e in graph.edges], device="cpu") * (f.empty - f.full)
     scores = EdgeScores(f"learned masks (sparsity {settings.sparsity:g})", graph.edges, score,
                         time.perf_counter() - began, circuit)
     return JointCircuit(circuit, first, alternatives, value, scores, f.measured)
