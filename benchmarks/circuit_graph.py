@@ -58,7 +58,7 @@ def planted_table(pairs: int) -> None:
           "(1 = every planted edge ranked first, 0.5 = chance), Spearman with the oracle, CPR / CMD:")
     print(f"  {'model':<14} {'method':<30} {'AUROC':>6} {'rho':>6} {'CPR':>6} {'CMD':>6} {'s':>6}")
     for p in planted_models(pairs):
-        result = edge_circuit(p.model, p.batch, graph_of(p.spec), expected=p.edges)
+        result = edge_circuit(p.model, p.batch, graph_of(p.spec), expected=p.edges, joint_methods=True)
         for m in result.methods:
             print(f"  {p.name:<14} {m.scores.method:<30} {m.auroc_expected:>6.3f} {m.spearman:>6.3f} "
                   f"{m.curve.cpr:>6.3f} {m.curve.cmd:>6.3f} {m.scores.seconds:>6.2f}")

@@ -39,8 +39,8 @@ class EdgeCircuit:
     pairs: int
     metric: str                         # what the effects are changes of (probes.patching.metric_name)
     oracle: EdgeEffects
-    methods: tuple[MethodResult, ...]   # the oracle first (its own ranking), then EAP, EAP-IG, ACDC, the joint
-                                        # search and learned masks
+    methods: tuple[MethodResult, ...]   # the oracle first (its own ranking), then EAP, EAP-IG, ACDC (and,
+                                        # with joint_methods, the joint search and learned masks)
     circuit: SmallestCircuit            # from the oracle's ranking
     acdc_faithfulness: float | None     # of the circuit ACDC kept (None: ACDC not run)
     expected: frozenset | None
@@ -57,11 +57,13 @@ def judged(model, batch: Batch, graph: Graph, oracle: EdgeEffects, scores: EdgeS
 
 
 def edge_circuit(model, batch: Batch, graph: Graph, ig_steps: int = 5, acdc_threshold: float | None = 0.01,
-                 expected: frozenset[Edge] | None = None, compare_methods: bool = True) -> EdgeCircuit:
+                 expected: frozenset[Edge] | None = None, compare_methods: bool = True,
+                 joint_methods: bool = False) -> EdgeCircuit:
     """Everything about `model`'s edges on `batch`'s counterfactual pairs (clean = the batch,
     counterfactual = its partners; edges outside a circuit get their counterfactual writes).
     acdc_threshold None skips the pruning (one forward per edge, in sequence: the slowest method);
-    compare_methods False measures the oracle alone (the circuit report's cheap path)."""
+    compare_methods False measures the oracle alone (the circuit report's cheap path); joint_methods
+    adds the joint search and learned masks (probes.circuits.joint, .masks: several times ACDC's cost)."""
     began = time.perf_counter()
     runs = record_runs(model, batch, graph, "noise")
     oracle = edge_effects(model, batch, graph, runs=runs)
@@ -69,7 +71,7 @@ def edge_circuit(model, batch: Batch, graph: Graph, ig_steps: int = 5, acdc_thre
     pruned = None if acdc_threshold is None or not compare_methods else acdc(model, batch, graph, acdc_threshold)
     fast = [eap(model, batch, graph), eap_ig(model, batch, graph, ig_steps)] if compare_methods else []
     joint = [joint_search(model, batch, graph, runs, oracle.normalised()).scores,
-             learned_masks(model, batch, graph, runs, oracle.normalised()).scores] if compare_methods else []
+             learned_masks(model, batch, graph, runs, oracle.normalised()).scores] if compare_methods and joint_methods else []
     methods = [as_scores, *fast] + ([pruned] if pruned else []) + joint
     results = tuple(judged(model, batch, graph, oracle, m, runs, expected) for m in methods)
     kept = None
