@@ -20,7 +20,7 @@ import torch
 
 from probes.circuits.tracr import PROGRAMS, tracr_table
 
-SHORT = {"oracle": "oracle", "EAP": "EAP", "EAP-IG": "EAP-IG", "ACDC": "ACDC", "joint": "joint", "learned": "masks"}
+SHORT = {"oracle": "oracle", "EAP-IG": "EAP-IG", "EAP": "EAP", "ACDC": "ACDC", "joint": "joint", "learned": "masks"}
 
 
 def short(method: str) -> str:

@@ -70,13 +70,16 @@ class Pruned:
     cost: dict          # edge -> its score: here the largest drop of f measured when removing it
 
 
-def prune(f: SetFaithfulness, allowed: frozenset, threshold: float = THRESHOLD, target: float = TARGET) -> Pruned:
+def prune(f: SetFaithfulness, allowed: frozenset, threshold: float = THRESHOLD, target: float = TARGET,
+          start: frozenset | None = None) -> Pruned:
+    """Passes 1-3 over `allowed`; pass 1 starts from `start` (a subset of allowed; default all of
+    it), and pass 2 may bring back any allowed edge."""
     cost: dict = {}
 
     def note(edge, drop):
         cost[edge] = max(cost.get(edge, 0.0), drop)
 
-    current = frozenset(allowed)
+    current = frozenset(allowed if start is None else start)
     value = f([current])[0]
     for receiver in reversed(f.graph.inputs):          # pass 1: ACDC order, joint effect
         candidates = [e for e in f.graph.into(receiver) if e in current]
@@ -169,14 +172,16 @@ def single_shares(model, batch: Batch, graph: Graph, runs: Runs, single: torch.T
 
 
 def joint_search(model, batch: Batch, graph: Graph, runs: Runs | None = None, single: torch.Tensor | None = None,
-                 threshold: float = THRESHOLD, target: float = TARGET, alternatives: bool = True) -> JointCircuit:
+                 threshold: float = THRESHOLD, target: float = TARGET, alternatives: bool = True,
+                 start: frozenset | None = None) -> JointCircuit:
     """`single`: each edge's normalised effect knocked out alone (the oracle's; measured when not
     given) decides which kept edges may have a backup; `alternatives` False stops at the first
-    circuit (one `prune`: the smallest set the search finds, without stand-ins)."""
+    circuit (one `prune`: the smallest set the search finds, without stand-ins); `start`: where the
+    first pruning begins (default the whole graph; pass 2 may still add any edge)."""
     began = time.perf_counter()
     runs = runs or record_runs(model, batch, graph, "noise")
     f = SetFaithfulness(model, batch, graph, runs)
-    first = prune(f, frozenset(graph.edges), threshold, target)
+    first = prune(f, frozenset(graph.edges), threshold, target, start)
     circuit, found, costs = first.circuit, (), first.cost
     if alternatives:
         alone = single_shares(model, batch, graph, runs, single)

@@ -84,13 +84,14 @@ def structure_sentence(structure) -> str:
                      f"{NECESSARY:.0%})")
     adds = (f"the circuit's single-edge effects add up to {found.additivity:.0%} of its faithfulness "
             f"{found.faithfulness:.0%} (100% = additive, below = overlap, above = edges in series)")
-    sentence = "redundancy: " + "; ".join(parts) + f"; {adds}"
+    where = "in the joint search's circuit" if structure.joint is not None else "in this circuit"
+    sentence = f"redundancy {where}: " + "; ".join(parts) + f"; {adds}"
     if structure.joint is not None:
         joint, named = structure.joint, structure.named
-        sentence += (f". Because the oracle-ranked circuit showed overlap, the joint search ran (edges pruned by "
-                     f"the effect of the set: {joint.sets_measured} sets measured, {joint.scores.seconds:.1f} s): "
-                     f"{len(joint.circuit)} edges keep {joint.faithfulness:.0%}, against {len(named.circuit)} "
-                     f"oracle-ranked edges keeping {named.faithfulness:.0%}")
+        sentence += (f". Because the oracle-ranked circuit showed overlap, the joint search ran (its edges "
+                     f"pruned by the effect of the set, any edge free to return: {joint.sets_measured} sets measured, "
+                     f"{joint.scores.seconds:.1f} s): {len(joint.circuit)} edges keep {joint.faithfulness:.0%}, "
+                     f"against {len(named.circuit)} oracle-ranked edges keeping {named.faithfulness:.0%}")
     return sentence
 
 
