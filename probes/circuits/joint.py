@@ -43,6 +43,8 @@ from tasks.data import Batch
 
 THRESHOLD = 0.01    # of the gap: a drop costing less adds nothing
 TARGET = 0.9        # faithfulness a circuit must keep
+MAX_ALTERNATIVES = 8   # stand-in searches per circuit: each is a whole search again (on fresh block-2
+                       # weights most edges are individually unnecessary, and 40+ searches took minutes)
 
 
 class SetFaithfulness:
@@ -143,12 +145,15 @@ class JointCircuit:
 
 
 def with_alternatives(find, graph: Graph, first: Pruned, alone: dict, threshold: float, target: float):
-    """The first circuit and, for every kept edge not necessary alone (`alone[e]` < threshold),
-    the circuit `find(allowed)` reaches without it: (union, alternatives, every edge's largest score)."""
+    """The first circuit and, for every kept edge not necessary alone (`alone[e]` < threshold; the
+    first MAX_ALTERNATIVES of them in graph order), the circuit `find(allowed)` reaches without it:
+    (union, alternatives, every edge's largest score)."""
     scores, circuit, alternatives = dict(first.cost), set(first.circuit), []
     everything = frozenset(graph.edges)
     unsure = [e for e in in_graph_order(graph, first.circuit) if alone[e] < threshold]
-    while unsure:
+    for _ in range(MAX_ALTERNATIVES):
+        if not unsure:
+            break
         edge = unsure.pop(0)
         other = find(everything - {edge})
         for e, c in other.cost.items():
