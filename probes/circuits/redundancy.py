@@ -144,8 +144,8 @@ def redundancy(model, batch: Batch, graph: Graph, circuit: frozenset, single: to
 class CircuitStructure:
     """A named circuit's redundancy, and, where it shows any, the joint search's circuit pruned from
     the named one by joint effect (without alternatives: the head groups' sufficiencies already
-    name the stand-ins) and its redundancy. It runs only then: from the whole graph it cost 7-10x
-    the oracle on the induction runs, from the named circuit about half that."""
+    name the stand-ins) and its redundancy. It runs only then: on the induction runs it cost 4-14x
+    the oracle (from the whole graph 7-30x)."""
 
     named: Redundancy
     joint: JointCircuit | None
