@@ -121,3 +121,24 @@ def test_the_reference_set_leaves_out_edges_below_the_noise_threshold():
     padded, floored = top_edges(effect, 0.1), top_edges(effect, 0.1, REFERENCE_NOISE)
     assert int(padded.sum()) == 3 and int(floored.sum()) == 2
     assert auroc(effect.abs(), floored) == 1.0 and auroc(effect.abs(), padded) < 1.0
+
+
+def test_the_report_names_the_alternatives_in_one_sentence(planted):
+    """The oracle-ranked circuit of the backup pair holds both branches among do-nothing edges; the
+    report's sentence names the two heads as alternatives and runs the joint search, whose circuit
+    is the planted one."""
+    from probes.circuits.faithfulness import smallest_circuit
+    from probes.circuits.oracle import edge_effects
+    from probes.circuits.redundancy import circuit_structure
+    from probes.report.edge_part import structure_sentence
+
+    p = planted["backup-pair"]
+    graph = graph_of(p.spec)
+    single = edge_effects(p.model, p.batch, graph)
+    named = smallest_circuit(p.model, p.batch, graph, "oracle", single.effect)
+    assert len(named.edges) > len(p.edges)          # the single-edge ranking pads the circuit
+    structure = circuit_structure(p.model, p.batch, graph, frozenset(named.edges), single.normalised())
+    assert structure.joint is not None and structure.joint.circuit == p.edges
+    sentence = structure_sentence(structure)
+    assert "L0H0 and L0H1 each suffice" in sentence and "none is necessary" in sentence
+    assert f"{len(p.edges)} edges keep 100%" in sentence

@@ -144,14 +144,15 @@ class JointCircuit:
     sets_measured: int                  # faithfulness evaluations (the search's cost)
 
 
-def with_alternatives(find, graph: Graph, first: Pruned, alone: dict, threshold: float, target: float):
+def with_alternatives(find, graph: Graph, first: Pruned, alone: dict, threshold: float, target: float,
+                      limit: int = MAX_ALTERNATIVES):
     """The first circuit and, for every kept edge not necessary alone (`alone[e]` < threshold; the
-    first MAX_ALTERNATIVES of them in graph order), the circuit `find(allowed)` reaches without it:
+    first `limit` of them in graph order), the circuit `find(allowed)` reaches without it:
     (union, alternatives, every edge's largest score)."""
     scores, circuit, alternatives = dict(first.cost), set(first.circuit), []
     everything = frozenset(graph.edges)
     unsure = [e for e in in_graph_order(graph, first.circuit) if alone[e] < threshold]
-    for _ in range(MAX_ALTERNATIVES):
+    for _ in range(limit):
         if not unsure:
             break
         edge = unsure.pop(0)
@@ -177,11 +178,11 @@ def single_shares(model, batch: Batch, graph: Graph, runs: Runs, single: torch.T
 
 
 def joint_search(model, batch: Batch, graph: Graph, runs: Runs | None = None, single: torch.Tensor | None = None,
-                 threshold: float = THRESHOLD, target: float = TARGET, alternatives: bool = True,
+                 threshold: float = THRESHOLD, target: float = TARGET, alternatives: int = MAX_ALTERNATIVES,
                  start: frozenset | None = None) -> JointCircuit:
     """`single`: each edge's normalised effect knocked out alone (the oracle's; measured when not
-    given) decides which kept edges may have a backup; `alternatives` False stops at the first
-    circuit (one `prune`: the smallest set the search finds, without stand-ins); `start`: where the
+    given) decides which kept edges may have a backup; `alternatives`: how many stand-in searches
+    at most (0 stops at the first circuit, one `prune`, without stand-ins); `start`: where the
     first pruning begins (default the whole graph; pass 2 may still add any edge)."""
     began = time.perf_counter()
     runs = runs or record_runs(model, batch, graph, "noise")
@@ -191,7 +192,7 @@ def joint_search(model, batch: Batch, graph: Graph, runs: Runs | None = None, si
     if alternatives:
         alone = single_shares(model, batch, graph, runs, single)
         circuit, found, costs = with_alternatives(lambda allowed: prune(f, allowed, threshold, target),
-                                                  graph, first, alone, threshold, target)
+                                                  graph, first, alone, threshold, target, alternatives)
     value = f([circuit])[0]
     score = torch.tensor([costs.get(e, 0.0) for e in graph.edges], device="cpu") * (f.empty - f.full)
     scores = EdgeScores(f"joint search (threshold {threshold:g})", graph.edges, score,

@@ -35,6 +35,8 @@ class Structure(Enum):
     SHARED = "shared"               # parts each carry part; none suffices alone, their knock-outs overlap
 
 
+REPORT_ALTERNATIVES = 2   # stand-in searches the report runs where an edge is backed up (each one a
+                          # whole joint search: 20-80 s on the induction runs at load ~25)
 NECESSARY = 0.1     # knocking a group out costs at least this share of the gap
 SUFFICES = 0.9      # a group alone among its peers keeps at least this share of the circuit's faithfulness
 
@@ -86,6 +88,7 @@ class Redundancy:
     groups: tuple[Group, ...]           # one per sender with an edge in the circuit
     peers: tuple[Peers, ...]            # one per layer with a head in the circuit
     additivity: float                   # sum of C's single-edge shares / f(C)
+    backed_up: frozenset                # edges of C whose knock-out from C costs >= NECESSARY, alone < NECESSARY
     pairs: int
 
     @property
@@ -98,9 +101,11 @@ class Redundancy:
 
     @property
     def redundant(self) -> bool:
-        """Some layer's heads are alternatives or share the answer, or the circuit's single-edge
-        effects add up to less than its faithfulness (an overlap the groups did not isolate)."""
-        return bool(self.alternative_sets or self.shared_sets) or self.additivity < 1 - NECESSARY
+        """Some layer's heads are alternatives or share the answer, some edge is needed in the circuit
+        but not in the full model (something outside or inside stands in for it: an OR's signature),
+        or the single-edge effects add up to less than the circuit's faithfulness."""
+        return (bool(self.alternative_sets or self.shared_sets or self.backed_up)
+                or self.additivity < 1 - NECESSARY)
 
     @property
     def structure(self) -> Structure:
@@ -111,7 +116,7 @@ class Redundancy:
 def redundancy(model, batch: Batch, graph: Graph, circuit: frozenset, single: torch.Tensor,
                runs: Runs | None = None) -> Redundancy:
     """`single`: every edge's effect knocked out alone as a share of the gap (the oracle's
-    EdgeEffects.normalised()). Costs 2 x groups + layers + 1 faithfulness measurements, batched."""
+    EdgeEffects.normalised()). Costs 2 x groups + layers + edges + 1 faithfulness measurements, batched."""
     runs = runs or record_runs(model, batch, graph, "noise")
     f = SetFaithfulness(model, batch, graph, runs)
     circuit = frozenset(circuit)
@@ -127,7 +132,11 @@ def redundancy(model, batch: Batch, graph: Graph, circuit: frozenset, single: to
     sets += [circuit - out_of[s] for s in senders]
     sets += [circuit - frozenset().union(*(out_of[p] for p in peers_of[s] if p != s)) for s in senders]
     sets += [circuit - frozenset().union(*(out_of[h] for h in heads if h.layer == layer)) for layer in layers]
+    edges = [e for e in graph.edges if e in circuit]
+    sets += [circuit - {e} for e in edges]
     values = f(sets)
+    within = values[len(values) - len(edges):]
+    values = values[:len(values) - len(edges)]
     whole, without, alone_among, without_layer = (values[0], values[1:1 + len(senders)],
                                                   values[1 + len(senders):1 + 2 * len(senders)],
                                                   values[1 + 2 * len(senders):])
@@ -137,15 +146,16 @@ def redundancy(model, batch: Batch, graph: Graph, circuit: frozenset, single: to
                   for layer, gone in zip(layers, without_layer))
     share = dict(zip(graph.edges, single.abs().tolist()))
     additivity = sum(share[e] for e in circuit) / whole if whole else float("nan")
-    return Redundancy(circuit, whole, tuple(groups[s] for s in senders), peers, additivity, len(batch))
+    backed_up = frozenset(e for e, w in zip(edges, within) if whole - w >= NECESSARY and share[e] < NECESSARY)
+    return Redundancy(circuit, whole, tuple(groups[s] for s in senders), peers, additivity, backed_up, len(batch))
 
 
 @dataclass(frozen=True)
 class CircuitStructure:
     """A named circuit's redundancy, and, where it shows any, the joint search's circuit pruned from
-    the named one by joint effect (without alternatives: the head groups' sufficiencies already
-    name the stand-ins) and its redundancy. It runs only then: on the induction runs it cost 4-14x
-    the oracle (from the whole graph 7-30x)."""
+    the named one by joint effect (any edge may come back), with at most REPORT_ALTERNATIVES stand-in
+    searches where an edge is backed up, and that circuit's redundancy. It runs only then: on the
+    induction runs, without stand-ins, it cost 4-14x the oracle (from the whole graph 7-30x)."""
 
     named: Redundancy
     joint: JointCircuit | None
@@ -158,5 +168,6 @@ def circuit_structure(model, batch: Batch, graph: Graph, circuit: frozenset, sin
     named = redundancy(model, batch, graph, circuit, single, runs)
     if not named.redundant:
         return CircuitStructure(named, None, None)
-    joint = joint_search(model, batch, graph, runs, single, alternatives=False, start=circuit)
+    joint = joint_search(model, batch, graph, runs, single, start=circuit,
+                         alternatives=REPORT_ALTERNATIVES if named.backed_up else 0)
     return CircuitStructure(named, joint, redundancy(model, batch, graph, joint.circuit, single, runs))

@@ -92,6 +92,10 @@ def structure_sentence(structure) -> str:
                      f"pruned by the effect of the set, any edge free to return: {joint.sets_measured} sets measured, "
                      f"{joint.scores.seconds:.1f} s): {len(joint.circuit)} edges keep {joint.faithfulness:.0%}, "
                      f"against {len(named.circuit)} oracle-ranked edges keeping {named.faithfulness:.0%}")
+        if joint.alternatives:
+            sentence += (f", counting {sum(len(a.replacement) for a in joint.alternatives)} edges of "
+                         f"{len(joint.alternatives)} stand-in set(s) that each keep "
+                         f"{shares(a.faithfulness for a in joint.alternatives)} without the edges they replace")
     return sentence
 
 
