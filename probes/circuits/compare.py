@@ -8,10 +8,9 @@ from models.graph import Graph
 from probes.circuits.joint import joint_search
 from probes.circuits.masks import MaskSettings, learned_masks
 from probes.circuits.methods import EdgeScores, acdc, eap, eap_ig
+from probes.circuits.named import ORACLE
 from probes.circuits.oracle import Runs, edge_effects
 from tasks.data import Batch
-
-ORACLE = "oracle"
 
 
 def every_method(model, batch: Batch, graph: Graph, runs: Runs, ig_steps: int = 5, acdc_threshold: float = 0.01,
