@@ -2,7 +2,9 @@
 
     .venv/bin/python benchmarks/circuit_graph.py [--pairs 64] [--rounds 3] [--max-layers 4] [--max-heads 8]
 
-Prints: (0) the planted circuits (probes.circuits.planted): each method's AUROC against the planted edges;
+Prints: (0) the planted circuits (probes.circuits.planted): each method's AUROC against the planted edges
+(the oracle, EAP, EAP-IG, ACDC, the joint search and learned masks), and each method's seconds on
+block-2, the backup-pair planted model and Tracr reverse (from its stored fixture);
 (1) for the Winograd family's two-layer shapes: edges, oracle time, EAP and EAP-IG time and
 their Spearman rank correlation with the oracle (freshly initialised weights, scaled up so edges
 matter: timings do not depend on weights, correlations on a trained model come from the report);
@@ -54,12 +56,31 @@ def planted_table(pairs: int) -> None:
 
     print(f"(0) planted circuits ({pairs} pairs each): AUROC of recovering the planted edges by |score| "
           "(1 = every planted edge ranked first, 0.5 = chance), Spearman with the oracle, CPR / CMD:")
-    print(f"  {'model':<10} {'method':<22} {'AUROC':>6} {'rho':>6} {'CPR':>6} {'CMD':>6} {'s':>6}")
+    print(f"  {'model':<14} {'method':<30} {'AUROC':>6} {'rho':>6} {'CPR':>6} {'CMD':>6} {'s':>6}")
     for p in planted_models(pairs):
-        result = edge_circuit(p.model, p.batch, graph_of(p.spec), expected=p.edges)
+        result = edge_circuit(p.model, p.batch, graph_of(p.spec), expected=p.edges, joint_methods=True)
         for m in result.methods:
-            print(f"  {p.name:<10} {m.scores.method:<22} {m.auroc_expected:>6.3f} {m.spearman:>6.3f} "
+            print(f"  {p.name:<14} {m.scores.method:<30} {m.auroc_expected:>6.3f} {m.spearman:>6.3f} "
                   f"{m.curve.cpr:>6.3f} {m.curve.cmd:>6.3f} {m.scores.seconds:>6.2f}")
+
+
+def method_times(task, pairs) -> None:
+    from probes.circuits import tracr
+    from probes.circuits.compare import every_method
+    from probes.circuits.oracle import record_runs
+    from probes.circuits.planted import backup_pair
+
+    spec = winograd_spec(task, pairs, n_layers=2, n_heads=4)
+    planted = backup_pair(len(pairs))
+    compiled = tracr.load("reverse")
+    reverse = tracr.bridge(compiled)
+    cases = (("block-2 (fresh weights x3)", scaled(spec), pairs, graph_of(spec)),
+             ("backup-pair (planted)", planted.model, planted.batch, graph_of(planted.spec)),
+             ("Tracr reverse", reverse, tracr.pairs(reverse, compiled, len(pairs)), tracr.shape_graph(compiled)))
+    print(f"(0b) seconds per method ({len(pairs)} pairs, counterfactual ablation, one run each):")
+    for name, model, batch, graph in cases:
+        scores = every_method(model, batch, graph, record_runs(model, batch, graph))
+        print(f"  {name:<28} {len(graph.edges):>3} edges  " + "  ".join(f"{m.method} {m.seconds:.2f}" for m in scores))
 
 
 def methods_table(task, pairs, rounds: int) -> None:
@@ -145,6 +166,7 @@ def main() -> None:
     task = WinogradTask()
     pairs = spread_subset(to_batch(task_dataset(task, 0)["heldout"]), args.pairs)
     planted_table(args.pairs)
+    method_times(task, pairs)
     methods_table(task, pairs, args.rounds)
     against_transformer_lens(task, pairs, args.rounds)
     scaling(task, pairs, args.max_layers, args.max_heads)

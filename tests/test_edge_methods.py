@@ -88,11 +88,16 @@ def planted():
     return planted_models(n=16)
 
 
-def test_pruning_keeps_exactly_the_planted_circuit(planted):
+def test_pruning_keeps_exactly_the_planted_circuit_or_one_of_two_alternative_branches(planted):
     from probes.circuits.methods import acdc
+    from probes.circuits.planted import Structure
 
     for p in planted:
-        assert acdc(p.model, p.batch, graph_of(p.spec), threshold=0.05).circuit == p.edges, p.name
+        kept = acdc(p.model, p.batch, graph_of(p.spec), threshold=0.05).circuit
+        if p.structure is Structure.ALTERNATIVES:   # one branch suffices: ACDC drops the other
+            assert kept < p.edges and len(p.edges - kept) == 2, p.name
+        else:
+            assert kept == p.edges, p.name
 
 
 def test_eap_misses_edges_through_saturated_attention_and_eap_ig_finds_them(planted):

@@ -24,7 +24,10 @@ def test_each_planted_model_answers_and_its_counterfactual_flips(planted):
         assert runs.base.outcome.restored == 1.0 and runs.other.outcome.restored == 0.0, p.name
 
 
-def test_the_oracle_ranks_every_planted_edge_first(planted):
+def test_the_oracle_ranks_every_planted_edge_first_unless_branches_are_alternatives(planted):
+    """Knocked out alone, an edge of one of two alternative branches costs nothing: the single-edge
+    oracle cannot rank it (probes.circuits.joint finds it)."""
+    from probes.circuits.planted import Structure
     from probes.circuits.scores import auroc
     from probes.circuits.oracle import edge_effects
 
@@ -32,7 +35,8 @@ def test_the_oracle_ranks_every_planted_edge_first(planted):
         effects = edge_effects(p.model, p.batch, graph_of(p.spec))
         truth = torch.tensor([e in p.edges for e in effects.edges])
         assert int(truth.sum()) == len(p.edges), p.name       # every planted edge is in the graph
-        assert auroc(effects.effect.abs(), truth) == 1.0, p.name
+        score = auroc(effects.effect.abs(), truth)
+        assert score < 0.95 if p.structure is Structure.ALTERNATIVES else score == 1.0, p.name
 
 
 def test_the_planted_circuit_alone_is_the_full_model_and_the_rest_alone_is_nothing(planted):

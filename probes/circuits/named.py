@@ -10,14 +10,17 @@ from dataclasses import dataclass
 import torch
 
 from models.graph import Edge, Graph
+from probes.circuits.joint import joint_search
+from probes.circuits.masks import learned_masks
 from probes.circuits.methods import EdgeScores, acdc, eap, eap_ig
-from probes.circuits.scores import auroc, spearman, top_edges
+from probes.circuits.scores import REFERENCE_NOISE, auroc, spearman, top_edges
 from probes.circuits.oracle import EdgeEffects, circuit_outcomes, edge_effects, record_runs
 from probes.circuits.faithfulness import Curve, SmallestCircuit, curve, normalised, smallest_circuit
 from probes.patching import metric_name
 from tasks.data import Batch
 
-TOP_SHARE = 0.1     # the oracle's top 10% of edges (by |effect|) are the reference set for AUROC
+TOP_SHARE = 0.1     # the oracle's top 10% of edges (by |effect|, above REFERENCE_NOISE of the gap) are the
+                    # reference set for AUROC
 ORACLE = "oracle"   # the exact effects' name as a method (judged against itself: 1 by construction)
 
 
@@ -25,7 +28,7 @@ ORACLE = "oracle"   # the exact effects' name as a method (judged against itself
 class MethodResult:
     scores: EdgeScores
     spearman: float             # rank correlation with the oracle's effects (signed)
-    auroc_top: float            # recovering the oracle's top TOP_SHARE edges, by |score|
+    auroc_top: float            # recovering the oracle's top TOP_SHARE edges above REFERENCE_NOISE, by |score|
     auroc_expected: float | None  # recovering the expected (planted or declared) circuit
     curve: Curve
 
@@ -36,7 +39,8 @@ class EdgeCircuit:
     pairs: int
     metric: str                         # what the effects are changes of (probes.patching.metric_name)
     oracle: EdgeEffects
-    methods: tuple[MethodResult, ...]   # the oracle first (its own ranking), then EAP, EAP-IG, ACDC
+    methods: tuple[MethodResult, ...]   # the oracle first (its own ranking), then EAP, EAP-IG, ACDC (and,
+                                        # with joint_methods, the joint search and learned masks)
     circuit: SmallestCircuit            # from the oracle's ranking
     acdc_faithfulness: float | None     # of the circuit ACDC kept (None: ACDC not run)
     expected: frozenset | None
@@ -45,7 +49,7 @@ class EdgeCircuit:
 
 def judged(model, batch: Batch, graph: Graph, oracle: EdgeEffects, scores: EdgeScores, runs,
            expected: frozenset | None) -> MethodResult:
-    top = top_edges(oracle.effect, TOP_SHARE)
+    top = top_edges(oracle.normalised(), TOP_SHARE, REFERENCE_NOISE)
     truth = None if expected is None else torch.tensor([e in expected for e in graph.edges], device="cpu")
     return MethodResult(scores, spearman(scores.score, oracle.effect), auroc(scores.score.abs(), top),
                         None if truth is None else auroc(scores.score.abs(), truth),
@@ -53,18 +57,22 @@ def judged(model, batch: Batch, graph: Graph, oracle: EdgeEffects, scores: EdgeS
 
 
 def edge_circuit(model, batch: Batch, graph: Graph, ig_steps: int = 5, acdc_threshold: float | None = 0.01,
-                 expected: frozenset[Edge] | None = None, compare_methods: bool = True) -> EdgeCircuit:
+                 expected: frozenset[Edge] | None = None, compare_methods: bool = True,
+                 joint_methods: bool = False) -> EdgeCircuit:
     """Everything about `model`'s edges on `batch`'s counterfactual pairs (clean = the batch,
     counterfactual = its partners; edges outside a circuit get their counterfactual writes).
     acdc_threshold None skips the pruning (one forward per edge, in sequence: the slowest method);
-    compare_methods False measures the oracle alone (the circuit report's cheap path)."""
+    compare_methods False measures the oracle alone (the circuit report's cheap path); joint_methods
+    adds the joint search and learned masks (probes.circuits.joint, .masks: several times ACDC's cost)."""
     began = time.perf_counter()
     runs = record_runs(model, batch, graph, "noise")
     oracle = edge_effects(model, batch, graph, runs=runs)
     as_scores = EdgeScores(ORACLE, graph.edges, oracle.effect, oracle.seconds)
     pruned = None if acdc_threshold is None or not compare_methods else acdc(model, batch, graph, acdc_threshold)
     fast = [eap(model, batch, graph), eap_ig(model, batch, graph, ig_steps)] if compare_methods else []
-    methods = [as_scores, *fast] + ([pruned] if pruned else [])
+    joint = [joint_search(model, batch, graph, runs, oracle.normalised()).scores,
+             learned_masks(model, batch, graph, runs, oracle.normalised()).scores] if compare_methods and joint_methods else []
+    methods = [as_scores, *fast] + ([pruned] if pruned else []) + joint
     results = tuple(judged(model, batch, graph, oracle, m, runs, expected) for m in methods)
     kept = None
     if pruned:

@@ -18,6 +18,7 @@ import torch
 
 from models import ModelSpec, build_model
 from models.graph import MLP, Edge, Embed, Head, Input, Logits
+from probes.circuits.redundancy import Structure
 from tasks.data import Batch
 
 SHARP = 30.0    # attention score gap: softmax leaks e^-30 to the keys it should ignore
@@ -32,6 +33,8 @@ class Planted:
     model: object                 # TransformerBridge with the planted weights, eval mode
     batch: Batch
     edges: frozenset              # the planted circuit, as graph edges
+    structure: Structure = Structure.SERIES   # the verdict a redundancy analysis must reach
+    branches: tuple = ()          # the heads whose branches are alternatives or share the answer
 
 
 class Weights:
@@ -191,5 +194,113 @@ def mlp_xor(n: int = 64, seed: int = 0) -> Planted:
                    pairs_batch(tokens, counterfactual, 2, label(a, b), label(ca, cb)), frozenset(edges))
 
 
+def three_hop(n: int = 64, seed: int = 0) -> Planted:
+    """`w a b ?` -> w, carried along a chain of three heads (V composition twice). L0H0 copies w
+    (attending position 0) into r1 at every position; L1H0 at `?` attends position 1 and copies r1
+    into r2; L2H0 attends position 2 and copies r2 into the dims the logits read. The counterfactual
+    changes w. Distractors L0H1, L1H1, L2H1 pass a loud copy of w along junk dims."""
+    spec = ModelSpec(n_layers=3, d_model=32, n_heads=2, mlp=False, norm=None, scale_scores=False, n_ctx=4, d_vocab=9)
+    w = Weights(spec)
+    words, ask = list(range(4)), 8
+    position, r1, r2, answer, junk = [9, 10, 11, 12], list(range(13, 17)), list(range(17, 21)), list(range(21, 25)), \
+        list(range(25, 32))
+    w.state["embed.weight"][:, :9] = torch.eye(9)
+    w.state["pos_embed.weight"][:, position] = torch.eye(4)
+    for layer, (source, target) in enumerate(((words, r1), (r1, r2), (r2, answer))):
+        attend_position(w, layer, 0, position, position[layer])
+        copy(w, layer, 0, source, target)
+        attend_position(w, layer, 1, position, position[0])
+    w.state["unembed.weight"][:4, answer[0]:answer[-1] + 1] = LOUD * torch.eye(4)
+    w.head(0, 1, "v")[0, words] = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    w.head(0, 1, "o")[junk[0], 0] = LOUD
+    w.head(1, 1, "v")[0, junk[0]] = 1.0
+    w.head(1, 1, "o")[junk[1], 0] = LOUD
+    w.head(2, 1, "v")[0, junk[1]] = 1.0
+    w.head(2, 1, "o")[junk[2], 0] = LOUD
+    generator = torch.Generator().manual_seed(seed)
+    first = torch.randint(0, 4, (n,), generator=generator)
+    other = (first + torch.randint(1, 4, (n,), generator=generator)) % 4
+    fillers = torch.randint(4, 8, (n, 2), generator=generator)
+    ask_column = torch.full((n, 1), ask)
+
+    def sequence(word):
+        return torch.cat([word[:, None], fillers, ask_column, word[:, None]], 1)
+    edges = {Edge(Embed(), Input(Head(0, 0), "v")), Edge(Head(0, 0), Input(Head(1, 0), "v")),
+             Edge(Head(1, 0), Input(Head(2, 0), "v")), Edge(Head(2, 0), Input(Logits()))}
+    return Planted("three-hop", three_hop.__doc__.split(".")[0], spec, w.load(),
+                   pairs_batch(sequence(first), sequence(other), 3, first, other), frozenset(edges))
+
+
+# A neuron of the two-branch models as a sum of ramps c * relu(x - t) over x = bit1 + bit2 (0, 1 or
+# 2), each ramp made of one GELU neuron scaled so GELU's curve sits within e^-RAMP of relu's.
+RAMP = 30.0
+NEURONS = {
+    # either bit alone gives the full output: relu(x) - relu(x - 1) is 0, 1, 1
+    Structure.ALTERNATIVES: ((1.0, 0.0), (-1.0, 1.0)),
+    # one bit gives 70%: 0.7 relu(x) - 0.4 relu(x - 1) is 0, 0.7, 1
+    Structure.SHARED: ((0.7, 0.0), (-0.4, 1.0)),
+}
+# flat where both bits are on (its gradient 0 there): (relu(x) - relu(x - 1.5)) / 1.5 is 0, 0.67, 1
+SATURATED = ((1 / 1.5, 0.0), (-1 / 1.5, 1.5))
+
+
+def two_branches(name: str, story: str, structure: Structure, ramps, n: int, seed: int) -> Planted:
+    """`w ?` -> T if w is a positive word (0 or 1), else F. L0H0 and L0H1 at `?` both copy "w is
+    positive" (1 or 0) into their own dim; an MLP neuron reads the sum x of the two dims and writes
+    `ramps`(x) - 1/2 to the dim the logits read. Every clean word is positive and its counterfactual
+    negative (a pair flips positive to negative; the model answers every word right). Distractors
+    L0H2/L0H3 copy the word's identity, loud, into junk a third neuron reads and writes back to junk."""
+    spec = ModelSpec(n_layers=1, d_model=32, n_heads=4, mlp=True, norm=None, scale_scores=False, n_ctx=2, d_vocab=7)
+    w = Weights(spec)
+    ask, true, false = 4, 5, 6
+    position, bits, out, junk = [7, 8], [9, 10], 11, list(range(12, 16))
+    w.state["embed.weight"][:, :7] = torch.eye(7)
+    w.state["pos_embed.weight"][:, position] = torch.eye(2)
+    for head in range(4):
+        attend_position(w, 0, head, position, position[0])
+    for head in (0, 1):
+        w.head(0, head, "v")[0, [0, 1]] = 1.0
+        w.head(0, head, "o")[bits[head], 0] = 1.0
+    for head in (2, 3):
+        w.head(0, head, "v")[0, :4] = torch.tensor([1.0, 2.0, 3.0, 4.0])
+        w.head(0, head, "o")[junk[head - 2], 0] = LOUD
+    mlp_in, mlp_out, bias = (w.state[f"blocks.0.mlp.{part}"] for part in ("in.weight", "out.weight", "in.bias"))
+    for neuron, (scale, threshold) in enumerate(ramps):
+        mlp_in[neuron, bits] = RAMP
+        bias[neuron] = -RAMP * threshold
+        mlp_out[out, neuron] = scale / RAMP
+    w.state["blocks.0.mlp.out.bias"][out] = -0.5
+    distractor = len(ramps)
+    mlp_in[distractor, junk[:2]] = 1.0
+    mlp_out[junk[2:], distractor] = LOUD
+    w.state["unembed.weight"][true, out], w.state["unembed.weight"][false, out] = 8.0, -8.0
+    generator = torch.Generator().manual_seed(seed)
+    positive = torch.randint(0, 2, (n,), generator=generator)
+    negative = torch.randint(2, 4, (n,), generator=generator)
+    tokens = torch.stack([positive, torch.full((n,), ask), torch.full((n,), true)], 1)
+    counterfactual = torch.stack([negative, torch.full((n,), ask), torch.full((n,), false)], 1)
+    edges = {Edge(Embed(), Input(Head(0, 0), "v")), Edge(Embed(), Input(Head(0, 1), "v")),
+             Edge(Head(0, 0), Input(MLP(0))), Edge(Head(0, 1), Input(MLP(0))), Edge(MLP(0), Input(Logits()))}
+    return Planted(name, story, spec, w.load(),
+                   pairs_batch(tokens, counterfactual, 1, torch.full((n,), true), torch.full((n,), false)),
+                   frozenset(edges), structure, (Head(0, 0), Head(0, 1)))
+
+
+def backup_pair(n: int = 64, seed: int = 0) -> Planted:
+    return two_branches("backup-pair", "Two heads each carry the answer alone (an OR): either suffices",
+                        Structure.ALTERNATIVES, NEURONS[Structure.ALTERNATIVES], n, seed)
+
+
+def partial_pair(n: int = 64, seed: int = 0) -> Planted:
+    return two_branches("partial-pair", "Two heads each keep 70% of the answer alone; both are needed for 90%",
+                        Structure.SHARED, NEURONS[Structure.SHARED], n, seed)
+
+
+def saturated_mlp(n: int = 64, seed: int = 0) -> Planted:
+    return two_branches("saturated-mlp", "An MLP flat at the clean input: each of its two inputs moves 33% of "
+                        "the gap while its gradient there is 0", Structure.SHARED, SATURATED, n, seed)
+
+
 def planted_models(n: int = 64, seed: int = 0) -> list[Planted]:
-    return [two_hop(n, seed), induction(n, seed), mlp_xor(n, seed)]
+    return [two_hop(n, seed), induction(n, seed), mlp_xor(n, seed), three_hop(n, seed), backup_pair(n, seed),
+            partial_pair(n, seed), saturated_mlp(n, seed)]

@@ -7,6 +7,7 @@ import torch
 
 
 FLOAT_NOISE = 1e-6   # |score| below this share of the largest counts as 0 (a tie), not as a ranking
+REFERENCE_NOISE = 0.01   # an edge moving less than this share of the gap alone is not a reference edge
 
 
 def auroc(scores: torch.Tensor, positive: torch.Tensor) -> float:
@@ -35,12 +36,14 @@ def spearman(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(spearmanr(a.double().numpy(), b.double().numpy()).statistic)
 
 
-def top_edges(effect: torch.Tensor, share: float = 0.1) -> torch.Tensor:
-    """[edges] bool: the ceil(share * edges) edges of largest |effect| (at least one)."""
+def top_edges(effect: torch.Tensor, share: float = 0.1, floor: float = 0.0) -> torch.Tensor:
+    """[edges] bool: the ceil(share * edges) edges of largest |effect| (at least one), counting only
+    edges with |effect| >= floor: padding the reference set with edges that do nothing would score a
+    perfect ranking below 1 (0.786 on a plain chain whose 10% included zero-effect edges)."""
     k = max(1, int(-(-share * len(effect) // 1)))
     mask = torch.zeros(len(effect), dtype=torch.bool, device=effect.device)
     mask[effect.abs().argsort(descending=True, stable=True)[:k]] = True
-    return mask
+    return mask & (effect.abs() >= floor)
 
 
 def expected_recall(ranked: torch.Tensor, expected: torch.Tensor) -> tuple[int, int]:

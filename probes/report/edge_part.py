@@ -19,6 +19,7 @@ from probes.settings import ReportSettings
 if TYPE_CHECKING:
     from probes.circuits.named import EdgeCircuit
     from probes.circuits.positional import PositionalCircuit
+    from probes.circuits.redundancy import CircuitStructure
 
 SHOWN_EDGES = 8     # circuit edges named in a run's summary line (all are in report.md and report.json)
 
@@ -30,6 +31,7 @@ class EdgeRun:
     result: EdgeCircuit                 # oracle only
     figure: str | None                  # path relative to the report folder
     positional: PositionalCircuit | None = None   # fixed-layout tasks with a found circuit
+    structure: CircuitStructure | None = None   # the named circuit's redundancy
 
 
 def traceable(spec: dict) -> bool:
@@ -50,11 +52,62 @@ def measure_edge_circuit(context: RunContext) -> EdgeRun | None:
                           expected=context.run.task.expected_circuit(context.run.model_name, spec))
     if not context.settings.traces(result.oracle.gap):
         return EdgeRun(context.run.model_name, context.run.seed, result, None)
-    positional = None
-    if result.circuit.edges is not None and fixed_layout(context.pairs):
-        positional = positional_circuit(context.model, context.pairs, spec, result.oracle, result.circuit.edges,
-                                        context.settings.circuit_target)
-    return EdgeRun(context.run.model_name, context.run.seed, result, draw(result, context), positional)
+    positional = structure = None
+    if result.circuit.edges is not None:
+        from probes.circuits.redundancy import circuit_structure
+
+        structure = circuit_structure(context.model, context.pairs, result.graph, frozenset(result.circuit.edges),
+                                      result.oracle.normalised())
+        if fixed_layout(context.pairs):
+            positional = positional_circuit(context.model, context.pairs, spec, result.oracle, result.circuit.edges,
+                                            context.settings.circuit_target)
+    return EdgeRun(context.run.model_name, context.run.seed, result, draw(result, context), positional, structure)
+
+
+def shares(values) -> str:
+    return ", ".join(f"{v:.0%}" for v in values)
+
+
+def named_heads(groups) -> str:
+    names = [str(g.sender) for g in groups]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def structure_sentence(structure) -> str:
+    """One sentence on the circuit's redundancy, with its numbers (probes.circuits.redundancy)."""
+    from probes.circuits.redundancy import NECESSARY
+
+    found = structure.joint_redundancy or structure.named
+    parts = []
+    for peers in found.alternative_sets:
+        alternatives = peers.alternatives
+        parts.append(f"{named_heads(alternatives)} each suffice (each alone among layer {peers.layer}'s circuit heads "
+                     f"keeps {shares(g.sufficiency for g in alternatives)} of the gap) and none is necessary (knocking "
+                     f"each out costs {shares(g.necessity for g in peers.groups)}; knocking all out costs "
+                     f"{peers.together:.0%}): they are interchangeable")
+    for peers in found.shared_sets:
+        parts.append(f"{named_heads(peers.groups)} share the answer: none suffices alone (each keeps "
+                     f"{shares(g.sufficiency for g in peers.groups)}), knocking each out costs "
+                     f"{shares(g.necessity for g in peers.groups)} but all together {peers.together:.0%} (single "
+                     f"knock-outs add up to {peers.overlap:.0%} of it)")
+    if not parts:
+        parts.append(f"no layer's heads are alternatives or share the answer (a head counts as necessary from "
+                     f"{NECESSARY:.0%})")
+    adds = (f"the circuit's single-edge effects add up to {found.additivity:.0%} of its faithfulness "
+            f"{found.faithfulness:.0%} (100% = additive, below = overlap, above = edges in series)")
+    where = "in the joint search's circuit" if structure.joint is not None else "in this circuit"
+    sentence = f"redundancy {where}: " + "; ".join(parts) + f"; {adds}"
+    if structure.joint is not None:
+        joint, named = structure.joint, structure.named
+        sentence += (f". Because the oracle-ranked circuit showed overlap, the joint search ran (its edges "
+                     f"pruned by the effect of the set, any edge free to return: {joint.sets_measured} sets measured, "
+                     f"{joint.scores.seconds:.1f} s): {len(joint.circuit)} edges keep {joint.faithfulness:.0%}, "
+                     f"against {len(named.circuit)} oracle-ranked edges keeping {named.faithfulness:.0%}")
+        if joint.alternatives:
+            sentence += (f", counting {sum(len(a.replacement) for a in joint.alternatives)} edges of "
+                         f"{len(joint.alternatives)} stand-in set(s) that each keep "
+                         f"{shares(a.faithfulness for a in joint.alternatives)} without the edges they replace")
+    return sentence
 
 
 def draw(result, context: RunContext) -> str | None:
@@ -84,10 +137,11 @@ def summary_line(run: EdgeRun, settings: ReportSettings) -> str:
     by_position = "" if run.positional is None or run.positional.edges is None else (
         f"; by position, {len(run.positional.edges)} positional edges keep {run.positional.faithfulness:.0%} and "
         f"ignoring positions changes {run.positional.changed_share:.0%} of the circuit's edges")
-    return (f"{where}: edge circuit of {len(found.edges)} of {len(result.graph.edges)} edges keeps "
+    line = (f"{where}: edge circuit of {len(found.edges)} of {len(result.graph.edges)} edges keeps "
             f"{found.faithfulness:.0%} of the gap on {result.pairs} pairs (every other edge given its counterfactual "
             "write): "
             + ", ".join(f"{e} ({share[e]:+.0%} alone)" for e in strongest) + more + by_position)
+    return line if run.structure is None else f"{line}. {structure_sentence(run.structure)}"
 
 
 def run_json(run: EdgeRun) -> dict:
@@ -101,7 +155,8 @@ def run_json(run: EdgeRun) -> dict:
             [{"edge": str(e), "alone": share[e]} for e in result.circuit.edges],
             "faithfulness": result.circuit.faithfulness, "cpr": curve.cpr, "cmd": curve.cmd,
             "oracle_seconds": result.oracle.seconds, "figure": run.figure,
-            "positional": None if run.positional is None else positional_json(run.positional)}
+            "positional": None if run.positional is None else positional_json(run.positional),
+            "redundancy": None if run.structure is None else structure_json(run.structure)}
 
 
 def positional_json(result: PositionalCircuit) -> dict:
@@ -133,6 +188,26 @@ def positional_lines(result: PositionalCircuit, shown: int = SHOWN_EDGES) -> lis
             + f". Ignoring positions changes {result.changed_share:.0%} of the circuit's edges "
             f"({len(mine & theirs)} in both, {len(theirs - mine)} only in the aggregated circuit, "
             f"{len(mine - theirs)} only in the positional one).", ""]
+
+
+def redundancy_json(found) -> dict:
+    return {"faithfulness": found.faithfulness, "additivity": found.additivity, "structure": found.structure.value,
+            "groups": [{"sender": str(g.sender), "edges": len(g.edges), "necessity": g.necessity,
+                        "sufficiency": g.sufficiency} for g in found.groups],
+            "alternatives": [[str(g.sender) for g in p.alternatives] for p in found.alternative_sets],
+            "shared": [[str(g.sender) for g in p.groups] for p in found.shared_sets]}
+
+
+def structure_json(structure) -> dict:
+    joint = structure.joint
+    return {"named": redundancy_json(structure.named),
+            "joint": None if joint is None else {
+                "circuit": [str(e) for e in joint.scores.edges if e in joint.circuit],
+                "faithfulness": joint.faithfulness, "sets_measured": joint.sets_measured,
+                "seconds": joint.scores.seconds,
+                "alternatives": [{"replaced": sorted(map(str, a.replaced)), "replacement": sorted(map(str, a.replacement)),
+                                  "faithfulness": a.faithfulness} for a in joint.alternatives],
+                "redundancy": redundancy_json(structure.joint_redundancy)}}
 
 
 def render_edge_circuits(runs: list[EdgeRun], out: Path, settings: ReportSettings) -> Section:

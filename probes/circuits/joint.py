@@ -1,0 +1,200 @@
+"""Circuits found by the effect of the SET of edges kept, on the exact oracle
+(probes.circuits.oracle.circuit_outcomes), not by ranking edges one at a time.
+
+Faithfulness of a set C: f(C) = (m(C) - m(empty)) / (m(full) - m(empty)), every edge outside C given
+its other-run write (the counterfactual, or a mean or zero write: probes.circuits.ablations); 0 = the
+empty circuit, 1 = the full model.
+
+`prune` finds one circuit in three passes:
+1. removal by joint effect (ACDC, Conmy et al. 2023): from the allowed edges, receivers from the
+   logits backwards, an edge is dropped when dropping it from the current circuit costs less than
+   `threshold` of f (a receiver's edges tried cheapest first, batched: `remove_into`);
+2. greedy forward selection by marginal gain: while f < target (small drops add up), the dropped
+   edge whose return gains most comes back (all candidates measured in one batched call);
+3. backward pruning of what adds nothing: while some kept edge can go at a cost below `threshold`
+   with f staying >= target, the cheapest goes.
+An OR pair (two branches, either suffices) loses one branch in pass 1: no single drop of the first
+branch costs anything. `joint_search` therefore asks, for every kept edge that is not necessary on
+its own in the full model (knocking it out alone costs < threshold), which edges carry the answer
+without it: `prune` again with that edge forbidden. The replaced edges and their replacement are
+an Alternative, and the circuit is the union, so the pair is found as a pair and a chain (every
+link necessary) as a chain.
+
+An edge's score is the largest cost of dropping it measured in any pass, as a change of the metric
+(the oracle's sign: negative where dropping the edge lowers it): kept edges cost >= threshold of
+the gap, dropped ones less, so the ranking by |score| puts the circuit first.
+Cost: pass 1 is two batched calls per receiver input (and per edge that must stay, two more for
+the edges after it); passes 2 and 3 one batched call per step; an alternative one more `prune`.
+Measured in benchmarks/circuit_graph.py.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from common.stats import share
+from models.graph import Edge, Graph
+from probes.circuits.methods import EdgeScores
+from probes.circuits.oracle import Runs, circuit_outcomes, record_runs
+from tasks.data import Batch
+
+THRESHOLD = 0.01    # of the gap: a drop costing less adds nothing
+TARGET = 0.9        # faithfulness a circuit must keep
+MAX_ALTERNATIVES = 8   # stand-in searches per circuit: each is a whole search again (on fresh block-2
+                       # weights most edges are individually unnecessary, and 40+ searches took minutes)
+
+
+class SetFaithfulness:
+    """f of edge sets on the exact oracle, counting the sets measured (the search's cost)."""
+
+    def __init__(self, model, batch: Batch, graph: Graph, runs: Runs):
+        self.model, self.batch, self.graph, self.runs = model, batch, graph, runs
+        self.empty, self.full = runs.other.outcome.metric, runs.base.outcome.metric
+        self.measured = 0
+
+    def __call__(self, circuits: list[frozenset]) -> list[float]:
+        self.measured += len(circuits)
+        outcomes = circuit_outcomes(self.model, self.batch, self.graph, [list(c) for c in circuits], self.runs)
+        return [share(o.metric, self.empty, self.full) for o in outcomes]
+
+
+def in_graph_order(graph: Graph, edges) -> list[Edge]:
+    return [e for e in graph.edges if e in edges]
+
+
+@dataclass(frozen=True)
+class Pruned:
+    circuit: frozenset
+    faithfulness: float
+    cost: dict          # edge -> its score: here the largest drop of f measured when removing it
+
+
+def prune(f: SetFaithfulness, allowed: frozenset, threshold: float = THRESHOLD, target: float = TARGET,
+          start: frozenset | None = None) -> Pruned:
+    """Passes 1-3 over `allowed`; pass 1 starts from `start` (a subset of allowed; default all of
+    it), and pass 2 may bring back any allowed edge."""
+    cost: dict = {}
+
+    def note(edge, drop):
+        cost[edge] = max(cost.get(edge, 0.0), drop)
+
+    current = frozenset(allowed if start is None else start)
+    value = f([current])[0]
+    for receiver in reversed(f.graph.inputs):          # pass 1: ACDC order, joint effect
+        candidates = [e for e in f.graph.into(receiver) if e in current]
+        while candidates:
+            current, value, candidates = remove_into(f, current, value, candidates, threshold, note)
+    while value < target and len(current) < len(allowed):   # pass 2: forward selection
+        candidates = in_graph_order(f.graph, allowed - current)
+        gains = f([current | {edge} for edge in candidates])
+        best = max(range(len(candidates)), key=lambda i: gains[i])
+        note(candidates[best], gains[best] - value)
+        current, value = current | {candidates[best]}, gains[best]
+    while len(current) > 1:                                 # pass 3: backward pruning
+        kept = in_graph_order(f.graph, current)
+        without = f([current - {edge} for edge in kept])
+        for edge, trial in zip(kept, without):
+            note(edge, value - trial)
+        cheapest = max(range(len(kept)), key=lambda i: without[i])
+        if value - without[cheapest] >= threshold or without[cheapest] < target:
+            break
+        current, value = current - {kept[cheapest]}, without[cheapest]
+    return Pruned(current, value, cost)
+
+
+def remove_into(f: SetFaithfulness, current: frozenset, value: float, candidates: list, threshold: float, note):
+    """One round of ACDC's sequential removal over one receiver's edges, batched: the edges are
+    tried cheapest first (each one's cost alone given `current`, one batched call), and every
+    prefix of that order is measured at once (a second call), which is exactly what trying them
+    one after another measures up to the first edge that must stay. Returns the new circuit, its
+    f, and the edges after that first kept one (untried: they are tried again from the new circuit)."""
+    alone = f([current - {e} for e in candidates])
+    order = sorted(range(len(candidates)), key=lambda i: value - alone[i])
+    ordered = [candidates[i] for i in order]
+    prefixes = f([current - frozenset(ordered[:j + 1]) for j in range(len(ordered))])
+    before = value
+    for j, edge in enumerate(ordered):
+        note(edge, before - prefixes[j])
+        if before - prefixes[j] >= threshold:
+            return current - frozenset(ordered[:j]), before, ordered[j + 1:]
+        before = prefixes[j]
+    return current - frozenset(ordered), before, []
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """Edges of the first circuit the model can do without, and the edges that carry the answer
+    when they are gone: each set suffices (with the rest of the circuit), neither is necessary."""
+
+    replaced: frozenset
+    replacement: frozenset
+    faithfulness: float     # of the circuit found without the replaced edges
+
+
+@dataclass(frozen=True)
+class JointCircuit:
+    circuit: frozenset                  # the first circuit and every alternative's replacement
+    first: Pruned                       # the circuit pass 1-3 found from the whole graph
+    alternatives: tuple[Alternative, ...]
+    faithfulness: float                 # of `circuit`
+    scores: EdgeScores                  # per edge: the largest cost of dropping it measured
+    sets_measured: int                  # faithfulness evaluations (the search's cost)
+
+
+def with_alternatives(find, graph: Graph, first: Pruned, alone: dict, threshold: float, target: float,
+                      limit: int = MAX_ALTERNATIVES):
+    """The first circuit and, for every kept edge not necessary alone (`alone[e]` < threshold; the
+    first `limit` of them in graph order), the circuit `find(allowed)` reaches without it:
+    (union, alternatives, every edge's largest score)."""
+    scores, circuit, alternatives = dict(first.cost), set(first.circuit), []
+    everything = frozenset(graph.edges)
+    unsure = [e for e in in_graph_order(graph, first.circuit) if alone[e] < threshold]
+    for _ in range(limit):
+        if not unsure:
+            break
+        edge = unsure.pop(0)
+        other = find(everything - {edge})
+        for e, c in other.cost.items():
+            scores[e] = max(scores.get(e, 0.0), c)
+        if other.faithfulness < target:
+            continue
+        replaced, replacement = first.circuit - other.circuit, other.circuit - first.circuit
+        alternatives.append(Alternative(frozenset(replaced), frozenset(replacement), other.faithfulness))
+        circuit |= other.circuit
+        unsure = [e for e in unsure if e not in replaced]
+    return frozenset(circuit), tuple(alternatives), scores
+
+
+def single_shares(model, batch: Batch, graph: Graph, runs: Runs, single: torch.Tensor | None) -> dict:
+    """Edge -> |share of the gap| knocking it out alone costs (the oracle's, measured when not given)."""
+    from probes.circuits.oracle import edge_effects
+
+    if single is None:
+        single = edge_effects(model, batch, graph, runs=runs).normalised()
+    return dict(zip(graph.edges, single.abs().tolist()))
+
+
+def joint_search(model, batch: Batch, graph: Graph, runs: Runs | None = None, single: torch.Tensor | None = None,
+                 threshold: float = THRESHOLD, target: float = TARGET, alternatives: int = MAX_ALTERNATIVES,
+                 start: frozenset | None = None) -> JointCircuit:
+    """`single`: each edge's normalised effect knocked out alone (the oracle's; measured when not
+    given) decides which kept edges may have a backup; `alternatives`: how many stand-in searches
+    at most (0 stops at the first circuit, one `prune`, without stand-ins); `start`: where the
+    first pruning begins (default the whole graph; pass 2 may still add any edge)."""
+    began = time.perf_counter()
+    runs = runs or record_runs(model, batch, graph, "noise")
+    f = SetFaithfulness(model, batch, graph, runs)
+    first = prune(f, frozenset(graph.edges), threshold, target, start)
+    circuit, found, costs = first.circuit, (), first.cost
+    if alternatives:
+        alone = single_shares(model, batch, graph, runs, single)
+        circuit, found, costs = with_alternatives(lambda allowed: prune(f, allowed, threshold, target),
+                                                  graph, first, alone, threshold, target, alternatives)
+    value = f([circuit])[0]
+    score = torch.tensor([costs.get(e, 0.0) for e in graph.edges], device="cpu") * (f.empty - f.full)
+    scores = EdgeScores(f"joint search (threshold {threshold:g})", graph.edges, score,
+                        time.perf_counter() - began, circuit)
+    return JointCircuit(circuit, first, found, value, scores, f.measured)

@@ -1,0 +1,253 @@
+"""The field's ground truth: RASP programs compiled by Tracr into transformer weights, run as
+TransformerLens bridges, with their true edges derived from the compiled weights.
+
+Compiling needs the optional extra `[tracr]` (tracr-pypi, jax, dm-haiku) and runs only in
+`compile_program` (benchmarks/make_tracr_fixtures.py stores the result); everything else reads the
+stored fixture (safetensors + JSON), so the methods run on the compiled models without jax.
+The conversion is TransformerLens's (`transformer_lens.utilities.tracr`: the boot_native config and
+state dict); a numerical output (frac_prevs) has no categorical unembedding there, so its one
+output dimension is read as logit 0 against a zero logit 1 (`numerical_unembed`).
+
+True edges: Tracr names every residual dimension `variable:value` (or `variable` for a numerical
+one) in `residual_labels`; a component writes a variable when its output weights have a nonzero
+row in one of the variable's dimensions, and a receiver input reads it when its input weights
+(W_Q, W_K, W_V, the MLP's W_in, the unembedding) have one. An edge sender -> input is true when the
+sender writes a variable the input reads: read off the weights, not typed in.
+
+Pairs: inputs are `BOS x1 .. xN` at the full length N the program was compiled for (Tracr's models
+are not causal, so padding would be read), the counterfactual an independent random input
+(ACDC's random ablation). A position is scored where the two outputs differ; the metric is the
+clean output's logit minus the counterfactual's (categorical), or +-the output value signed so the
+clean run scores higher (numerical).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from common.cli import UsageError
+from models import ModelSpec
+from models.graph import MLP, Embed, Graph, Head, Input, Logits, graph_of
+from tasks.data import Batch
+
+FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "tracr"
+WEIGHT_ZERO = 1e-6      # |weight| below this is no read or write (Tracr's weights are exact 0 or O(1))
+
+
+@dataclass(frozen=True)
+class Program:
+    name: str
+    maker: str                  # the function in tracr.compiler.lib
+    vocab: tuple
+    max_seq_len: int
+    paper: dict | None          # ACDC's AUC (Conmy et al. 2023, Tracr table), where it reports one
+    distinct: bool = False      # inputs are permutations of the vocabulary (sort_unique's premise)
+
+
+PROGRAMS = {
+    "reverse": Program("reverse", "make_reverse", ("a", "b", "c"), 5, {"counterfactual": 0.200, "zero": 1.000}),
+    "frac_prevs": Program("frac_prevs", "make_frac_prevs", ("x", "y"), 5, {"counterfactual": 0.600, "zero": 1.000}),
+    "sort": Program("sort", "make_sort_unique", (1, 2, 3, 4, 5, 6), 4, None, distinct=True),
+    "hist": Program("hist", "make_hist", ("a", "b", "c"), 5, None),
+}
+
+
+def rasp_program(program: Program):
+    from tracr.compiler import lib
+    from tracr.rasp import rasp
+
+    if program.name == "frac_prevs":
+        return lib.make_frac_prevs(rasp.tokens == "x")
+    if program.name == "sort":
+        return lib.make_sort_unique(rasp.tokens, rasp.tokens)
+    if program.name == "hist":
+        return lib.make_hist()
+    return getattr(lib, program.maker)(rasp.tokens)
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """What a fixture holds: the bridge config and state dict, and Tracr's encodings."""
+
+    name: str
+    config: dict                # TransformerBridgeConfig fields
+    state: dict                 # native state dict (tensors)
+    residual_labels: tuple[str, ...]
+    input_map: dict             # input value (as str) -> token id
+    output_map: dict | None     # categorical output value (as str) -> logit index; None: numerical
+    output_label: str
+
+
+class NumericalOutput:
+    """Duck-typed stand-in for a numerical output encoder: one "value" column, so TL's categorical
+    unembedding puts the output dimension in logit 0 (logit 1 is appended as zero)."""
+
+    encoding_map = {"value": 0}
+
+
+def compile_program(program: Program) -> Compiled:
+    """Compile with Tracr (needs the `[tracr]` extra) and convert with TransformerLens's helpers."""
+    import types
+
+    from tracr.compiler import compiling
+    from transformer_lens.utilities.tracr import (infer_tracr_output_label, make_tracr_transformer_bridge_config,
+                                                  make_tracr_transformer_bridge_state_dict)
+
+    model = compiling.compile_rasp_to_model(rasp_program(program), vocab=set(program.vocab),
+                                            max_seq_len=program.max_seq_len, compiler_bos="BOS")
+    labels = tuple(str(label) for label in model.residual_labels)
+    categorical = getattr(model.output_encoder, "encoding_map", None) is not None
+    view = model
+    if not categorical:
+        output_label = next(label for label in labels if ":" not in label and label.startswith(program.name))
+        view = types.SimpleNamespace(params=model.params, model_config=model.model_config, output_encoder=NumericalOutput(),
+                                     residual_labels=[f"{l}:value" if l == output_label else l for l in labels])
+    else:
+        output_label = infer_tracr_output_label(model)
+    config = make_tracr_transformer_bridge_config(view)
+    state = make_tracr_transformer_bridge_state_dict(view, output_label)
+    fields = {name: getattr(config, name) for name in ("n_layers", "d_model", "d_head", "n_ctx", "d_vocab", "d_vocab_out",
+                                                       "d_mlp", "n_heads", "act_fn", "normalization_type")}
+    fields["attention_dir"] = "causal" if model.model_config.causal else "bidirectional"
+    if not categorical:
+        state["head.weight"] = torch.cat([state["head.weight"], torch.zeros_like(state["head.weight"])])
+        fields["d_vocab_out"] = 2
+    return Compiled(program.name, fields, state, labels, {str(k): int(v) for k, v in model.input_encoder.encoding_map.items()},
+                    {str(k): int(v) for k, v in model.output_encoder.encoding_map.items()} if categorical else None,
+                    output_label)
+
+
+def save(compiled: Compiled, folder: Path) -> None:
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in compiled.state.items()}, str(folder / f"{compiled.name}.safetensors"))
+    meta = {"name": compiled.name, "config": compiled.config, "residual_labels": list(compiled.residual_labels),
+            "input_map": compiled.input_map, "output_map": compiled.output_map, "output_label": compiled.output_label}
+    (folder / f"{compiled.name}.json").write_text(json.dumps(meta, indent=1) + "\n")
+
+
+def load(name: str, folder: Path = FIXTURES) -> Compiled:
+    from safetensors.torch import load_file
+
+    weights, meta_path = folder / f"{name}.safetensors", folder / f"{name}.json"
+    if not weights.is_file() or not meta_path.is_file():
+        raise UsageError(f"no Tracr fixture {name!r} in {folder}; make it with "
+                         "`python benchmarks/make_tracr_fixtures.py` (needs `pip install -e .[tracr]`)")
+    try:
+        meta = json.loads(meta_path.read_text())
+        return Compiled(meta["name"], dict(meta["config"]), load_file(str(weights)), tuple(meta["residual_labels"]),
+                        dict(meta["input_map"]), meta["output_map"], str(meta["output_label"]))
+    except (ValueError, KeyError, TypeError) as error:
+        raise UsageError(f"{meta_path} is not a Tracr fixture toylens wrote ({error}); remake it with "
+                         "`python benchmarks/make_tracr_fixtures.py`") from None
+
+
+def bridge(compiled: Compiled):
+    from transformer_lens import TransformerBridge, TransformerBridgeConfig
+
+    model = TransformerBridge.boot_native(TransformerBridgeConfig(**compiled.config))
+    model.load_state_dict(compiled.state, strict=False)
+    return model.eval()
+
+
+def shape_graph(compiled: Compiled) -> Graph:
+    """The edge graph of the compiled shape (graph_of reads only layers, heads, MLP and attention)."""
+    c = compiled.config
+    return graph_of(ModelSpec(n_layers=c["n_layers"], d_model=c["d_model"], n_heads=c["n_heads"], mlp=True))
+
+
+def variables(dims: torch.Tensor, labels: tuple[str, ...]) -> frozenset:
+    return frozenset(labels[i].split(":")[0] for i in torch.nonzero(dims).flatten().tolist())
+
+
+def reads_and_writes(model, compiled: Compiled) -> tuple[dict, dict]:
+    """(sender -> variables written, receiver input -> variables read) from the bridge's weights."""
+    labels, nz = compiled.residual_labels, lambda w, dim: (w.abs() > WEIGHT_ZERO).any(dim)  # noqa: E731
+    writes = {Embed(): variables(nz(model.W_E, 0) | nz(model.W_pos, 0), labels)}
+    reads = {Input(Logits()): variables(nz(model.W_U, 1), labels)}
+    for layer in range(model.cfg.n_layers):
+        for head in range(model.cfg.n_heads):
+            writes[Head(layer, head)] = variables(nz(model.W_O[layer, head], 0), labels)
+            for port, weight in (("q", model.W_Q), ("k", model.W_K), ("v", model.W_V)):
+                reads[Input(Head(layer, head), port)] = variables(nz(weight[layer, head], 1), labels)
+        writes[MLP(layer)] = variables(nz(model.blocks[layer].mlp.W_out, 0), labels)
+        reads[Input(MLP(layer))] = variables(nz(model.blocks[layer].mlp.W_in, 1), labels)
+    return writes, reads
+
+
+def true_edges(model, compiled: Compiled, graph: Graph) -> frozenset:
+    writes, reads = reads_and_writes(model, compiled)
+    return frozenset(e for e in graph.edges if writes[e.sender] & reads[e.receiver])
+
+
+def outputs(model, tokens: torch.Tensor, compiled: Compiled) -> torch.Tensor:
+    """[n, pos] the categorical output index, or the numerical output value."""
+    with torch.no_grad():
+        logits = model(tokens)
+    return logits.argmax(-1) if compiled.output_map is not None else logits[..., 0]
+
+
+def pairs(model, compiled: Compiled, n: int = 64, seed: int = 0) -> Batch:
+    """`n` random inputs and independent random counterfactuals, scored where their outputs differ."""
+    generator = torch.Generator().manual_seed(seed)
+    values = [v for v in compiled.input_map if v not in ("BOS", "compiler_pad")]
+    ids = torch.tensor([compiled.input_map[v] for v in values])
+    length = compiled.config["n_ctx"] - 1
+    distinct = PROGRAMS[compiled.name].distinct
+
+    def draw():
+        if distinct:
+            body = torch.stack([ids[torch.randperm(len(ids), generator=generator)[:length]] for _ in range(n)])
+        else:
+            body = ids[torch.randint(0, len(ids), (n, length), generator=generator)]
+        return torch.cat([torch.full((n, 1), compiled.input_map["BOS"]), body, torch.zeros(n, 1, dtype=torch.long)], 1)
+    clean, counterfactual = draw(), draw()
+    a, b = outputs(model, clean[:, :-1], compiled), outputs(model, counterfactual[:, :-1], compiled)
+    differ = (a != b) if compiled.output_map is not None else (a - b).abs() > WEIGHT_ZERO
+    differ[:, 0] = False                                       # BOS carries no output
+    rows, positions = torch.nonzero(differ, as_tuple=True)
+    if compiled.output_map is not None:
+        answers, foils = a[rows, positions], b[rows, positions]
+    else:
+        higher = a[rows, positions] > b[rows, positions]
+        answers, foils = torch.where(higher, 0, 1), torch.where(higher, 1, 0)
+    return Batch(tokens=clean, lengths=torch.full((n,), clean.shape[1]), example_index=rows, positions=positions,
+                 answers=answers, foils=foils, groups=[compiled.name] * n, counterfactual=counterfactual)
+
+
+@dataclass(frozen=True)
+class TracrRow:
+    program: str
+    ablation: object            # probes.circuits.ablations.Ablation
+    edges: int
+    true_edges: int
+    scored: int                 # scored positions (where the clean and counterfactual outputs differ)
+    auroc: dict                 # method -> AUROC of recovering the true edges by |score|
+    seconds: dict               # method -> seconds
+
+
+def tracr_table(names=tuple(PROGRAMS), ablations=None, n: int = 64, folder: Path = FIXTURES) -> list[TracrRow]:
+    """Every method under every ablation on each stored program: AUROC against its true edges."""
+    from probes.circuits.ablations import Ablation, ablated_runs
+    from probes.circuits.compare import every_method
+    from probes.circuits.scores import auroc
+
+    rows = []
+    for name in names:
+        compiled = load(name, folder)
+        model, graph = bridge(compiled), shape_graph(compiled)
+        truth = true_edges(model, compiled, graph)
+        positive = torch.tensor([e in truth for e in graph.edges])
+        batch = pairs(model, compiled, n)
+        for ablation in ablations or tuple(Ablation):
+            runs = ablated_runs(model, batch, graph, ablation)
+            methods = every_method(model, batch, graph, runs)
+            rows.append(TracrRow(name, ablation, len(graph.edges), len(truth), len(batch.positions),
+                                 {m.method: auroc(m.score.abs(), positive) for m in methods},
+                                 {m.method: m.seconds for m in methods}))
+    return rows
