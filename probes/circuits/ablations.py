@@ -33,7 +33,7 @@ def ablated_runs(model, batch: Batch, graph: Graph, ablation: Ablation) -> Runs:
         writes = {s: w.mean(0, keepdim=True).expand_as(w) for s, w in clean.writes.items()}
     else:
         writes = {s: torch.zeros_like(w) for s, w in clean.writes.items()}
-    other = Writes(clean.outcome, writes, {0: writes[Embed()]})
+    other = Writes(clean.outcome, writes, {0: writes[Embed()]}, {})
     placeholder = Runs("noise", clean, other)
     empty = patched_outcomes(model, batch, graph, [frozenset(graph.edges)], placeholder)[0]
     return Runs("noise", clean, dataclasses.replace(other, outcome=empty))
