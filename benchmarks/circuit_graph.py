@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/circuit_graph.py [--pairs 64] [--rounds 3] [--max-layers 4] [--max-heads 8]
 
-Prints: (0) the planted circuits (probes.circuits.planted): each method's AUROC against the planted edges
+Prints: (0) the planted circuits (probes.circuits.truth.planted): each method's AUROC against the planted edges
 (the oracle, EAP, EAP-IG, ACDC, the joint search and learned masks), and each method's seconds on
 block-2, the backup-pair planted model and Tracr reverse (from its stored fixture);
 (1) for the Winograd family's two-layer shapes: edges, oracle time, EAP and EAP-IG time and
@@ -27,8 +27,8 @@ import torch
 
 from models import ModelSpec, build_model
 from models.graph import Graph, Head, graph_of
-from probes.circuits.methods import eap, eap_ig
-from probes.circuits.scores import spearman
+from probes.circuits.methods.attribution import eap, eap_ig
+from probes.circuits.methods.scores import spearman
 from probes.circuits.oracle import edge_effects
 from probes.patching import corrupt_inputs, scored_metric
 from tasks.data import spread_subset, task_dataset, to_batch
@@ -52,7 +52,7 @@ def scaled(spec: ModelSpec):
 
 def planted_table(pairs: int) -> None:
     from probes.circuits.named import edge_circuit
-    from probes.circuits.planted import planted_models
+    from probes.circuits.truth.planted import planted_models
 
     print(f"(0) planted circuits ({pairs} pairs each): AUROC of recovering the planted edges by |score| "
           "(1 = every planted edge ranked first, 0.5 = chance), Spearman with the oracle, CPR / CMD:")
@@ -65,10 +65,10 @@ def planted_table(pairs: int) -> None:
 
 
 def method_times(task, pairs) -> None:
-    from probes.circuits import tracr
-    from probes.circuits.compare import every_method
+    from probes.circuits.truth import tracr
+    from probes.circuits.methods.compare import every_method
     from probes.circuits.oracle import record_runs
-    from probes.circuits.planted import backup_pair
+    from probes.circuits.truth.planted import backup_pair
 
     spec = winograd_spec(task, pairs, n_layers=2, n_heads=4)
     planted = backup_pair(len(pairs))

@@ -11,7 +11,7 @@ import argparse
 import time
 from pathlib import Path
 
-from probes.circuits.tracr import FIXTURES, PROGRAMS, compile_program, save
+from probes.circuits.truth.tracr import FIXTURES, PROGRAMS, compile_program, save
 
 
 def main() -> None:

@@ -3,7 +3,7 @@ paper's numbers (Conmy et al. 2023), from the stored fixtures (no jax needed).
 
     .venv/bin/python benchmarks/tracr_table.py [--pairs 64] [--programs reverse,frac_prevs,sort,hist]
 
-Per program: edges in the graph, true edges (read off the compiled weights: probes.circuits.tracr),
+Per program: edges in the graph, true edges (read off the compiled weights: probes.circuits.truth.tracr),
 scored positions; then one row per ablation (counterfactual = an independent random input, ACDC's
 "random"; mean over the batch; zero) with each method's AUROC by |score| (1 = every true edge ranked
 above every other, 0.5 = chance or all tied) and the seconds each took. One torch thread.
@@ -18,7 +18,7 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 
 import torch
 
-from probes.circuits.tracr import PROGRAMS, tracr_table
+from probes.circuits.truth.tracr import PROGRAMS, tracr_table
 
 SHORT = {"oracle": "oracle", "EAP-IG": "EAP-IG", "EAP": "EAP", "ACDC": "ACDC", "joint": "joint", "learned": "masks"}
 

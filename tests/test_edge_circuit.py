@@ -12,7 +12,7 @@ from models.graph import graph_of
 @pytest.fixture(scope="module")
 def planted_result():
     from probes.circuits.named import edge_circuit
-    from probes.circuits.planted import mlp_xor
+    from probes.circuits.truth.planted import mlp_xor
 
     p = mlp_xor(n=16)
     return p, edge_circuit(p.model, p.batch, graph_of(p.spec), ig_steps=3, expected=p.edges)
@@ -45,7 +45,7 @@ def test_report_lines_figure_and_mib_export(planted_result, tmp_path):
 def test_acdc_can_be_skipped():
     from probes.circuits.named import edge_circuit
     from probes.report.edge_render import markdown_lines
-    from probes.circuits.planted import two_hop
+    from probes.circuits.truth.planted import two_hop
 
     p = two_hop(n=8)
     result = edge_circuit(p.model, p.batch, graph_of(p.spec), ig_steps=2, acdc_threshold=None)
@@ -77,7 +77,7 @@ def test_the_edges_command_writes_report_figures_and_mib_files(tiny_runs, tmp_pa
 
 def test_a_task_that_declares_its_circuit_gets_every_method_scored_against_it(tiny_runs, monkeypatch):
     from probes.circuits.named import run_edge_circuit
-    from probes.circuits.scores import without_float_noise
+    from probes.circuits.methods.scores import without_float_noise
     from tasks.runs import find_runs
 
     run = next(r for r in find_runs(tiny_runs) if r.model_name == "attn-only-2x1")
@@ -121,7 +121,7 @@ def test_the_edges_command_shares_no_gap_too_small_to_mean_anything(tmp_path, mo
     from types import SimpleNamespace
 
     from probes.circuits.named import edge_circuit
-    from probes.circuits.planted import two_hop
+    from probes.circuits.truth.planted import two_hop
     from toylens.edges import edges_command
 
     p = two_hop(n=8)

@@ -33,7 +33,7 @@ def test_eap_edges_out_of_a_sender_sum_to_transformer_lens_node_attribution():
     readers' input gradients, so denoising EAP edges out of a sender must sum to that node score."""
     from transformer_lens.tools.analysis.attribution_patching import EdgeAttributionConfig, attribution_patch
 
-    from probes.circuits.methods import eap
+    from probes.circuits.methods.attribution import eap
     from probes.patching import corrupt_inputs
 
     model, batch, graph = scaled_model(SPEC), fixed_answer_batch(), graph_of(SPEC)
@@ -59,7 +59,7 @@ def test_eap_edges_out_of_a_sender_sum_to_transformer_lens_node_attribution():
 def test_eap_equals_the_oracle_where_the_metric_is_linear_in_the_edge():
     """Without a norm the answer - foil logit is linear in the logits' input: EAP's edges into the
     logits are exact there, and wrong sign or direction would show."""
-    from probes.circuits.methods import eap
+    from probes.circuits.methods.attribution import eap
     from probes.circuits.oracle import edge_effects
 
     spec = dataclasses.replace(SPEC, norm=None)
@@ -71,7 +71,7 @@ def test_eap_equals_the_oracle_where_the_metric_is_linear_in_the_edge():
 
 
 def test_eap_ig_with_one_step_is_eap_and_more_steps_move_towards_the_oracle():
-    from probes.circuits.methods import eap, eap_ig
+    from probes.circuits.methods.attribution import eap, eap_ig
     from probes.circuits.oracle import edge_effects
 
     model, batch, graph = scaled_model(SPEC), fixed_answer_batch(), graph_of(SPEC)
@@ -83,14 +83,14 @@ def test_eap_ig_with_one_step_is_eap_and_more_steps_move_towards_the_oracle():
 
 @pytest.fixture(scope="module")
 def planted():
-    from probes.circuits.planted import planted_models
+    from probes.circuits.truth.planted import planted_models
 
     return planted_models(n=16)
 
 
 def test_pruning_keeps_exactly_the_planted_circuit_or_one_of_two_alternative_branches(planted):
-    from probes.circuits.methods import acdc
-    from probes.circuits.planted import Structure
+    from probes.circuits.methods.attribution import acdc
+    from probes.circuits.truth.planted import Structure
 
     for p in planted:
         kept = acdc(p.model, p.batch, graph_of(p.spec), threshold=0.05).circuit
@@ -103,8 +103,8 @@ def test_pruning_keeps_exactly_the_planted_circuit_or_one_of_two_alternative_bra
 def test_eap_misses_edges_through_saturated_attention_and_eap_ig_finds_them(planted):
     """The known failure of plain attribution (Hanna et al. 2024), reproduced by construction: a
     sharp softmax has ~zero gradient with respect to its query or key input."""
-    from probes.circuits.methods import eap, eap_ig
-    from probes.circuits.scores import auroc
+    from probes.circuits.methods.attribution import eap, eap_ig
+    from probes.circuits.methods.scores import auroc
 
     two_hop = planted[0]
     graph = graph_of(two_hop.spec)

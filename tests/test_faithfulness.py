@@ -21,7 +21,7 @@ def test_area_arithmetic():
 def test_the_oracle_ranking_of_a_planted_model_reaches_full_faithfulness_with_the_planted_edges():
     from probes.circuits.oracle import edge_effects
     from probes.circuits.faithfulness import curve, smallest_circuit
-    from probes.circuits.planted import two_hop
+    from probes.circuits.truth.planted import two_hop
 
     p = two_hop(n=16)
     graph = graph_of(p.spec)

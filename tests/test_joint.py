@@ -11,7 +11,7 @@ from models.graph import Head, graph_of
 
 @pytest.fixture(scope="module")
 def planted():
-    from probes.circuits.planted import planted_models
+    from probes.circuits.truth.planted import planted_models
 
     return {p.name: p for p in planted_models(n=16)}
 
@@ -21,8 +21,8 @@ def truth(p, graph):
 
 
 def test_joint_search_recovers_every_planted_circuit(planted):
-    from probes.circuits.joint import joint_search
-    from probes.circuits.scores import auroc
+    from probes.circuits.methods.joint import joint_search
+    from probes.circuits.methods.scores import auroc
 
     for p in planted.values():
         graph = graph_of(p.spec)
@@ -36,9 +36,9 @@ def test_an_or_pair_is_found_as_a_pair_not_by_single_edge_effects(planted):
     """Each branch edge of the backup pair costs nothing knocked out alone, so a ranking by single
     effects cannot find them: the search's first circuit keeps one branch because the SET suffices,
     and the alternative is the other branch."""
-    from probes.circuits.joint import joint_search
+    from probes.circuits.methods.joint import joint_search
     from probes.circuits.oracle import edge_effects
-    from probes.circuits.scores import auroc
+    from probes.circuits.methods.scores import auroc
 
     p = planted["backup-pair"]
     graph = graph_of(p.spec)
@@ -54,7 +54,7 @@ def test_an_or_pair_is_found_as_a_pair_not_by_single_edge_effects(planted):
 
 
 def test_gates_at_zero_and_one_are_the_oracles_circuits(planted):
-    from probes.circuits.masks import GatedEdges
+    from probes.circuits.methods.masks import GatedEdges
     from probes.circuits.oracle import circuit_outcomes, record_runs
     from probes.patching import replica_scored, scored_metric
 
@@ -72,8 +72,8 @@ def test_gates_at_zero_and_one_are_the_oracles_circuits(planted):
 
 @pytest.mark.parametrize("name", ["backup-pair", "saturated-mlp"])
 def test_learned_masks_recover_the_planted_circuit(planted, name):
-    from probes.circuits.masks import learned_masks
-    from probes.circuits.scores import auroc
+    from probes.circuits.methods.masks import learned_masks
+    from probes.circuits.methods.scores import auroc
 
     p = planted[name]
     graph = graph_of(p.spec)
@@ -103,9 +103,9 @@ def test_redundancy_reaches_each_planted_verdict(planted):
 
 
 def test_eap_misses_the_saturated_mlp_inputs_the_oracle_finds(planted):
-    from probes.circuits.methods import eap
+    from probes.circuits.methods.attribution import eap
     from probes.circuits.oracle import edge_effects
-    from probes.circuits.scores import auroc
+    from probes.circuits.methods.scores import auroc
 
     p = planted["saturated-mlp"]
     graph = graph_of(p.spec)
@@ -114,7 +114,7 @@ def test_eap_misses_the_saturated_mlp_inputs_the_oracle_finds(planted):
 
 
 def test_the_reference_set_leaves_out_edges_below_the_noise_threshold():
-    from probes.circuits.scores import REFERENCE_NOISE, auroc, top_edges
+    from probes.circuits.methods.scores import REFERENCE_NOISE, auroc, top_edges
 
     effect = torch.zeros(30)
     effect[:2] = torch.tensor([1.0, 0.5])      # a chain-like model: two edges matter, 28 do nothing

@@ -11,7 +11,7 @@ from models.graph import Head, graph_of
 
 @pytest.fixture(scope="module")
 def planted():
-    from probes.circuits.planted import planted_models
+    from probes.circuits.truth.planted import planted_models
 
     return planted_models(n=32)
 
@@ -26,9 +26,9 @@ def test_each_planted_model_answers_and_its_counterfactual_flips(planted):
 
 def test_the_oracle_ranks_every_planted_edge_first_unless_branches_are_alternatives(planted):
     """Knocked out alone, an edge of one of two alternative branches costs nothing: the single-edge
-    oracle cannot rank it (probes.circuits.joint finds it)."""
-    from probes.circuits.planted import Structure
-    from probes.circuits.scores import auroc
+    oracle cannot rank it (probes.circuits.methods.joint finds it)."""
+    from probes.circuits.truth.planted import Structure
+    from probes.circuits.methods.scores import auroc
     from probes.circuits.oracle import edge_effects
 
     for p in planted:

@@ -10,7 +10,7 @@ import torch
 from models.graph import Edge, graph_of
 from probes.circuits.named import edge_circuit
 from probes.circuits.oracle import edge_effects
-from probes.circuits.planted import two_hop
+from probes.circuits.truth.planted import two_hop
 from probes.circuits.positional import fixed_layout, positional_circuit
 from probes.patching import live_positions
 

@@ -369,7 +369,7 @@ def test_edge_circuits_name_their_scale_and_the_oracle_is_not_scored_against_its
     from probes.circuits.named import edge_circuit
     from probes.report.edge_part import EdgeRun, render_edge_circuits, summary_line
     from probes.report.edge_render import markdown_lines
-    from probes.circuits.planted import two_hop
+    from probes.circuits.truth.planted import two_hop
 
     p = two_hop(n=8)
     result = edge_circuit(p.model, p.batch, graph_of(p.spec), compare_methods=False)
@@ -418,7 +418,7 @@ def test_the_circuit_search_target_is_named_from_the_settings(tmp_path):
 def test_a_model_that_answers_backwards_is_traced_by_both_views(tmp_path):
     from models.graph import graph_of
     from probes.circuits.named import edge_circuit
-    from probes.circuits.planted import two_hop
+    from probes.circuits.truth.planted import two_hop
     from probes.report.edge_part import EdgeRun, summary_line
 
     batch = mirror_batch()

@@ -18,7 +18,8 @@ import pytest
 from common.cli import UsageError
 from tasks.winograd import WinogradTask
 from toylens.executors import LocalExecutor, Outcome, RayExecutor
-from toylens.sweep import FAILED, parse_grid, parse_seeds, plan_sweep
+from toylens.sweep import FAILED, parse_grid, plan_sweep
+from toylens.arguments import parse_seeds
 from toylens.sweep_jobs import SweepJob, run_job, run_sweep
 
 TINY = {"max_steps": 20, "eval_every": 10, "batch_size": 32}

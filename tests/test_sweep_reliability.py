@@ -30,7 +30,8 @@ TINY_ARGS = ["--models", "attn-only-2x1", "--steps", "20", "--eval-every", "10",
 
 def plan(out: Path, seeds="0,1", grid=()):
     from tasks.winograd import WinogradTask
-    from toylens.sweep import parse_grid, parse_seeds, plan_sweep
+    from toylens.sweep import parse_grid, plan_sweep
+    from toylens.arguments import parse_seeds
 
     return plan_sweep(WinogradTask, PARAMS, TINY, ["attn-only-2x1"], parse_seeds(seeds),
                       parse_grid(list(grid), WinogradTask), out)

@@ -7,7 +7,7 @@ import torch
 
 from models.graph import graph_of
 from probes.circuits.named import edge_circuit
-from probes.circuits.planted import two_hop
+from probes.circuits.truth.planted import two_hop
 from probes.circuits.timeline import circuit_timeline
 
 

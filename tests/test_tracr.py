@@ -9,7 +9,7 @@ import re
 import pytest
 import torch
 
-from probes.circuits import tracr
+from probes.circuits.truth import tracr
 
 
 @pytest.fixture(scope="module")

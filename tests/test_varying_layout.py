@@ -273,7 +273,7 @@ def test_a_plugins_own_entry_names_itself_in_its_usage():
 
 
 def test_seeds_take_the_sweep_form_and_the_old_count_says_what_to_write(capsys, monkeypatch):
-    from toylens.cli import seeds_option
+    from toylens.arguments import seeds_option
 
     assert seeds_option("0-2") == [0, 1, 2] and seeds_option("0,3,7") == [0, 3, 7]
     assert seeds_option("3") == [0, 1, 2] and capsys.readouterr().err == ""   # a script's stderr: no extra line
@@ -296,7 +296,7 @@ def test_every_training_setting_is_a_flag_and_model_settings_apply():
     from dataclasses import fields
 
     from tasks.settings import StopMetric, TrainSettings, model_settings
-    from toylens.cli import training_overrides
+    from toylens.arguments import training_overrides
 
     shown = run_python("-m", "tasks", "train", "markcopy", "--help").stdout
     for field in fields(TrainSettings):
@@ -324,7 +324,7 @@ def test_punctuation_tokens_are_quoted_in_position_labels():
 def test_expected_circuit_recall_is_reported_beside_auroc(markcopy_analyses):
     import dataclasses
 
-    from probes.circuits.scores import expected_recall
+    from probes.circuits.methods.scores import expected_recall
     from probes.report.edge_render import markdown_lines
 
     ranked, truth = torch.tensor([0.9, 0.1, 0.8, 0.0, 0.5]), torch.tensor([True, True, False, False, True])

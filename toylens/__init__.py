@@ -29,7 +29,7 @@ _SOURCES = {
     "path_patch": "probes.circuits.path_patching", "PathPatch": "probes.circuits.path_patching",
     "scored_attention": "probes.attention", "ScoredAttention": "probes.attention",
     "example_attention": "probes.attention", "ExampleAttention": "probes.attention",
-    "role_view": "probes.roles", "RoleView": "probes.roles",
+    "role_view": "probes.attention", "RoleView": "probes.attention",
     "shuffle_test": "probes.shuffle", "ShuffleResult": "probes.shuffle",
     "composition_scores": "probes.composition", "Composition": "probes.composition",
     "run_accuracy": "probes.accuracy", "RunAccuracy": "probes.accuracy",
@@ -38,7 +38,7 @@ _SOURCES = {
     # the circuit as a graph of edges: exact oracle, fast methods, planted ground truth
     "graph_of": "models.graph", "edge_effects": "probes.circuits.oracle", "EdgeEffects": "probes.circuits.oracle",
     "edge_circuit": "probes.circuits.named", "run_edge_circuit": "probes.circuits.named",
-    "EdgeCircuit": "probes.circuits.named", "planted_models": "probes.circuits.planted",
+    "EdgeCircuit": "probes.circuits.named", "planted_models": "probes.circuits.truth.planted",
     "circuit_label": "probes.circuits.labels", "CircuitSummary": "probes.circuits.labels",
     "take_census": "probes.census",
     # figures (matplotlib Figures; a notebook shows them)

@@ -3,17 +3,15 @@
 
 from __future__ import annotations
 
-import dataclasses
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from common.atomic import staging
-from common.cli import Parser, UsageError, folder_path, positive_int, run_cli
-from tasks.registry import build_task, get_task_class, param_type, task_classes
+from common.cli import Parser, UsageError, positive_int, run_cli
+from tasks.registry import get_task_class, task_classes
 from tasks.validate import validate_family
-from toylens.workers import default_jobs
-
-MAX_SEEDS = 1000
+from toylens.arguments import (add_jobs_arguments, add_settings_arguments, add_task_params, model_list,
+                               settings_from_args, task_from_args)
 
 
 def add_train_arguments(parser: Parser, task_cls: type) -> None:
@@ -33,110 +31,6 @@ def add_train_arguments(parser: Parser, task_cls: type) -> None:
                         help="then trace the circuits of these runs in the same worker processes and write "
                              "OUT/report (as `python -m probes.circuit report OUT` does, without its start-up)")
     add_task_params(parser, task_cls)
-
-
-def seeds_option(text: str) -> list[int]:
-    """--seeds as sweep takes it, a range 0-99 (inclusive) or a list 0,3,7; or the older count form N
-    (seeds 0..N-1), still read as before; at a terminal one line says what to write instead (in the
-    list form a bare number would be one seed, as in sweep). Scripts, whose stderr is parsed, get
-    no extra line."""
-    import argparse
-    import sys
-
-    from toylens.sweep import parse_seeds
-
-    if text.strip().isdigit():
-        count = positive_int(text)
-        if count > MAX_SEEDS:
-            raise argparse.ArgumentTypeError(f"--seeds {count} is absurd; use at most {MAX_SEEDS}")
-        if sys.stderr.isatty():
-            print(f"note: --seeds {count} is read as a count (seeds 0-{count - 1}), as before; write --seeds "
-                  f"0-{count - 1} (a range, or a list like 0,3,7: the form sweep takes)", file=sys.stderr)
-        return list(range(count))
-    try:
-        return parse_seeds(text)
-    except UsageError as error:
-        raise argparse.ArgumentTypeError(str(error).removeprefix(f"--seeds {text!r}: ")) from None
-
-
-def add_settings_arguments(parser: Parser, default_out: str) -> None:
-    """Seeds, runs folder and the training settings a command may override."""
-    parser.add_argument("--seeds", type=seeds_option, default="0-2",
-                        help="seeds: a range 0-99 (inclusive) or a list 0,3,7, as sweep takes them (default 0-2; "
-                             "a bare N is the older count form, seeds 0..N-1)")
-    parser.add_argument("--out", type=folder_path, help=f"runs folder (default {default_out})")
-    add_training_flags(parser)
-
-
-# Flags whose names differ from their TrainSettings field (the short forms documented since the start).
-FLAG_NAMES = {"max_steps": "--steps"}
-POSITIVE = {"max_steps", "batch_size", "eval_every", "stop_evals", "plateau_steps"}
-
-
-def add_training_flags(parser: Parser) -> None:
-    """One flag per TrainSettings field (default: the task's own setting, then toylens's)."""
-    from enum import Enum
-    from dataclasses import fields
-
-    from tasks.settings import TrainSettings
-
-    group = parser.add_argument_group("training settings (default: the task's, else toylens's)")
-    for field in fields(TrainSettings):
-        flag = FLAG_NAMES.get(field.name, "--" + field.name.replace("_", "-"))
-        default = getattr(TrainSettings, field.name)
-        if isinstance(default, Enum):
-            group.add_argument(flag, dest=field.name, choices=[k.value for k in type(default)],
-                               help=f"toylens default {default.value}")
-        else:
-            kind = positive_int if field.name in POSITIVE else type(default)
-            group.add_argument(flag, dest=field.name, type=kind, help=f"toylens default {default}")
-
-
-def training_overrides(args) -> dict:
-    """The training settings given on the command line."""
-    from dataclasses import fields
-
-    from tasks.settings import TrainSettings
-
-    return {f.name: getattr(args, f.name) for f in fields(TrainSettings) if getattr(args, f.name, None) is not None}
-
-
-def add_jobs_arguments(parser: Parser) -> None:
-    parser.add_argument("--jobs", type=positive_int, default=default_jobs(),
-                        help="runs trained at a time, one process and one thread each (default: CPU cores)")
-    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
-
-
-def add_task_params(parser: Parser, task_cls: type, defaults: dict | None = None) -> None:
-    """One flag per field of the task's Params; `defaults` replaces some of the Params defaults."""
-    params = parser.add_argument_group(f"{task_cls.name} task parameters")
-    taken = {option for action in parser._actions for option in action.option_strings}
-    dests = {action.dest for action in parser._actions} | {"command"}
-    for field in dataclasses.fields(task_cls.Params):
-        flag = "--" + field.name.replace("_", "-")
-        if flag in taken or field.name in dests:
-            raise UsageError(f"task plugin {task_cls.name!r}: Params field {field.name!r} would be the flag "
-                             f"{flag}, which is already a train option; rename the field")
-        kind = param_type(task_cls, field)
-        default = (defaults or {}).get(field.name, field.default)
-        if kind is bool:
-            params.add_argument(flag, action="store_true", default=default)
-        else:
-            params.add_argument(flag, type=kind, default=default, help=f"default {default}")
-
-
-def task_from_args(task_cls: type, args):
-    if len(args.seeds) > MAX_SEEDS:
-        raise UsageError(f"--seeds asks for {len(args.seeds)} seeds, which is absurd; use at most {MAX_SEEDS}")
-    return build_task(task_cls, {f.name: getattr(args, f.name) for f in dataclasses.fields(task_cls.Params)})
-
-
-def settings_from_args(task, args, model_name: str | None = None, **fixed):
-    """The task's training settings, then its settings for `model_name` (when given), then `fixed`,
-    then what the command line overrides."""
-    from tasks.settings import model_settings
-
-    return model_settings(task, model_name, {**fixed, **training_overrides(args)})
 
 
 def train_command(task_cls: type, args) -> None:
@@ -178,18 +72,6 @@ def check_not_a_sweep(out: Path) -> None:
                          f"into one of its grid points ({Path(out) / 'default'}, ...) to replace the sweep's runs there")
 
 
-def model_list(text: str | None, flag: str = "--models") -> list[str] | None:
-    """--models (or another list of names, e.g. --rungs) as names; absent means all of them, but an
-    empty value is refused (it would silently mean all of them too)."""
-    if text is None:
-        return None
-    names = [name.strip() for name in text.split(",")]
-    if not all(names):
-        raise UsageError(f"{flag} {text!r} has an empty name; list names separated by commas, or "
-                         f"leave {flag} out for all of them")
-    return names
-
-
 @contextmanager
 def writing_runs(out: Path, report: Path | None):
     """Hold the runs folder's lock, after refusing files in the way that toylens did not write."""
@@ -221,7 +103,7 @@ def task_parser(task_cls: type, prog: str) -> Parser:
 
 def run_command(task_cls: type, args) -> None:
     if args.command == "sweep":
-        from toylens.sweep import sweep_command
+        from toylens.sweep_jobs import sweep_command
 
         return sweep_command(task_cls, args)
     return train_command(task_cls, args)
@@ -259,7 +141,8 @@ def main(argv=None) -> None:
             task_cls = get_task_class(argv[1])
             parser = Parser(prog=f"python -m tasks {argv[0]} {argv[1]}", description=task_cls.__doc__)
             if argv[0] == "sweep":
-                from toylens.sweep import add_sweep_arguments, sweep_command
+                from toylens.sweep import add_sweep_arguments
+                from toylens.sweep_jobs import sweep_command
 
                 add_sweep_arguments(parser, task_cls)
                 return sweep_command(task_cls, parser.parse_args(argv[2:]))

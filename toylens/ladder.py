@@ -25,7 +25,7 @@ def ladder_plans(task, seeds: list[int], settings, out: Path, d_model: int = 128
 def ladder_command(args) -> None:
     from probes.report.figures import save
     from probes.chapter.ladder import ladder_figure, ladder_table, measure_ladder
-    from toylens.cli import model_list, settings_from_args, task_from_args
+    from toylens.arguments import model_list, settings_from_args, task_from_args
     from toylens.family import train_family
 
     task = task_from_args(args.task_cls, args)
@@ -50,7 +50,7 @@ def main(argv=None) -> None:
     import sys
 
     from tasks.registry import get_task_class
-    from toylens.cli import add_jobs_arguments, add_settings_arguments, add_task_params
+    from toylens.arguments import add_jobs_arguments, add_settings_arguments, add_task_params
 
     argv = list(sys.argv[1:] if argv is None else argv)
 

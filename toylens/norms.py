@@ -36,7 +36,7 @@ def norm_plans(task, seeds: list[int], settings, warmup_steps: int, out: Path, n
 def norms_command(args) -> None:
     from probes.chapter.norms import measure_norms, norms_figure, norms_table
     from probes.report.figures import save
-    from toylens.cli import model_list, settings_from_args, task_from_args
+    from toylens.arguments import model_list, settings_from_args, task_from_args
     from toylens.family import train_family
 
     task = task_from_args(args.task_cls, args)
@@ -67,7 +67,7 @@ def main(argv=None) -> None:
     import sys
 
     from tasks.registry import get_task_class
-    from toylens.cli import add_jobs_arguments, add_settings_arguments, add_task_params
+    from toylens.arguments import add_jobs_arguments, add_settings_arguments, add_task_params
 
     argv = list(sys.argv[1:] if argv is None else argv)
 

@@ -39,7 +39,7 @@ def positions_command(args) -> None:
     from probes.report.figures import save
     from probes.chapter.positions import measure_positions, positions_figure, positions_table
     from tasks.induction import InductionTask
-    from toylens.cli import model_list, settings_from_args, task_from_args
+    from toylens.arguments import model_list, settings_from_args, task_from_args
     from toylens.family import train_family
 
     task = task_from_args(InductionTask, args)
@@ -66,7 +66,7 @@ def positions_command(args) -> None:
 
 def main(argv=None) -> None:
     from tasks.induction import InductionTask
-    from toylens.cli import add_jobs_arguments, add_settings_arguments, add_task_params
+    from toylens.arguments import add_jobs_arguments, add_settings_arguments, add_task_params
 
     def body():
         parser = Parser(prog="python -m probes.chapter.positions",

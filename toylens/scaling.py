@@ -9,7 +9,7 @@ from pathlib import Path
 from common.cli import Parser, UsageError, positive_int, run_cli
 from probes.chapter.scaling import (KEYS, PAIRS, REPLAY_ROWS, ROWS, SATURATED, TrainedCurve, init_figure, init_table,
                             measure_init, replay, trained_figure, trained_table)
-from toylens.cli import MAX_SEEDS
+from toylens.arguments import MAX_SEEDS
 
 OUT = Path("runs/chapter/scaling")
 WIDTHS = (32, 64, 256)

@@ -18,34 +18,15 @@ from pathlib import Path
 
 from common.cli import UsageError, folder_path
 from models import ModelSpec
-from tasks.runs import MAX_SEED
 from tasks.settings import TrainSettings
-from tasks.sweeps import FAILED, POINT, PlannedGroup, SweepManifest, identity_of
+from tasks.sweeps import POINT, PlannedGroup, SweepManifest, identity_of
+from toylens.arguments import MAX_RUNS
 
-MAX_RUNS = 100_000
 CONFIRM_RUNS = 1000   # a sweep larger than this starts only with --yes, after its time estimate
 # One measurement to size a sweep before it starts (README, "Sizing"): an attn-only-2x1 Winograd run
 # (1000-step budget, step_cost 2) took 36.7 s to train and trace in its worker on 2 loaded cores.
 REFERENCE_RUN_SECONDS, REFERENCE_COST, REFERENCE_STEPS = 36.7, 2.0, 1000
 SPEC_KEYS = ("n_layers", "d_model", "n_heads", "mlp", "attention", "positions", "norm", "scale_scores", "residual")
-
-
-def parse_seeds(text: str) -> list[int]:
-    """'0-99' (inclusive), '0,3,7' or '5' -> sorted distinct seeds."""
-    seeds = set()
-    for part in (p.strip() for p in str(text).split(",")):
-        low, dash, high = part.partition("-")
-        try:
-            first, last = int(low), int(high if dash else low)
-        except ValueError:
-            raise UsageError(f"--seeds {text!r}: expected a range like 0-99 or a list like 0,3,7") from None
-        if first < 0 or last < first or last > MAX_SEED:
-            raise UsageError(f"--seeds {text!r}: a range needs 0 <= first <= last <= {MAX_SEED}, e.g. 0-99")
-        # Counted range by range, so an absurd range is refused before it fills memory.
-        if len(seeds) + last - first >= MAX_RUNS:
-            raise UsageError(f"--seeds {text!r} asks for more than {MAX_RUNS} seeds; use at most {MAX_RUNS}")
-        seeds.update(range(first, last + 1))
-    return sorted(seeds)
 
 
 def grid_fields(task_cls: type) -> dict[str, tuple[str, object]]:
@@ -211,7 +192,7 @@ def write_records(runs: list[SweepRun], out: Path, overwrite: bool) -> None:
 
 
 def add_sweep_arguments(parser, task_cls: type) -> None:
-    from toylens.cli import add_task_params, add_training_flags
+    from toylens.arguments import add_task_params, add_training_flags
     from toylens.workers import default_jobs
     from common.cli import positive_int
 
@@ -241,46 +222,3 @@ def add_sweep_arguments(parser, task_cls: type) -> None:
     add_task_params(parser, task_cls)
 
 
-def check_gpus_per_run(gpus: float, executor: str) -> None:
-    """Ray's rules for a task's GPUs, checked before anything runs; the local pool reserves none."""
-    if not 0 <= gpus < float("inf"):   # NaN fails too
-        raise UsageError(f"--gpus-per-run must be a finite number >= 0, got {gpus}")
-    if gpus > 1 and not gpus.is_integer():
-        raise UsageError(f"--gpus-per-run {gpus:g}: above 1 it must be a whole number of GPUs (Ray's rule)")
-    if gpus and executor != "ray":
-        raise UsageError("--gpus-per-run reserves GPUs for Ray tasks: add --executor ray (the local pool needs no "
-                         "flag: its runs train on a GPU whenever torch sees one)")
-
-
-def sweep_command(task_cls: type, args) -> None:
-    """`python -m tasks sweep TASK ...`: plan, check, run on the chosen executor, write the census."""
-    from tasks.runs import command_line
-    from toylens.executors import make_executor
-    from toylens.sweep_jobs import run_sweep
-
-    check_gpus_per_run(args.gpus_per_run, args.executor)
-    params = {f.name: getattr(args, f.name) for f in dataclasses.fields(task_cls.Params)}
-    from toylens.cli import model_list, training_overrides
-
-    training = training_overrides(args)
-
-    models = model_list(args.models)
-    out = args.out or Path("runs") / "sweeps" / task_cls.name
-    seeds, grid = parse_seeds(args.seeds), parse_grid(args.grid, task_cls)
-    total = count_runs(task_cls, params, models, seeds, grid)
-    if total > CONFIRM_RUNS:
-        print(f"planning {total} runs (checking each point's settings) ...", flush=True)
-    runs = plan_sweep(task_cls, params, training, models, seeds, grid, out)
-    print(f"sweep: {check_size(runs, args.jobs, args.yes)}", flush=True)
-    executor = make_executor(args.executor, args.jobs, args.address, args.gpus_per_run)
-    outcome = run_sweep(runs, out, executor, command_line(), resume=args.resume, overwrite=args.overwrite,
-                        progress=not args.no_progress)
-    per_run = f", {outcome.worker_seconds / outcome.done:.1f} s per run in its worker" if outcome.done else ""
-    print(f"sweep: {outcome.done} runs done, {outcome.failed} failed, {outcome.kept} kept, "
-          f"in {outcome.seconds:.1f} s{per_run}")
-    if outcome.done + outcome.kept == 0:
-        print(f"no finished runs in {out}: no census (see each run's {FAILED})")
-        return
-    from probes.census import census_command
-
-    census_command(out)

@@ -8,6 +8,8 @@ have none), and a run folder only ever holds a complete run or an interrupted dr
 
 from __future__ import annotations
 
+import dataclasses
+
 import tempfile
 import time
 from dataclasses import dataclass, replace
@@ -20,7 +22,8 @@ from models.checkpoint import CONFIG
 from tasks.runs import METRICS
 from tasks.sweeps import FAILED, failed_record, is_sweep
 
-from toylens.sweep import SweepRun, write_records
+from toylens.arguments import parse_seeds
+from toylens.sweep import CONFIRM_RUNS, SweepRun, check_size, count_runs, parse_grid, plan_sweep, write_records
 
 
 @dataclass(frozen=True)
@@ -175,3 +178,48 @@ def sweep_locked(runs: list[SweepRun], out: Path, executor, command: str, resume
         bar.close()
     return SweepOutcome(len(runs), len(runs) - len(todo), counts["done"], counts["failed"],
                         time.perf_counter() - started, counts["worker_seconds"])
+
+
+def check_gpus_per_run(gpus: float, executor: str) -> None:
+    """Ray's rules for a task's GPUs, checked before anything runs; the local pool reserves none."""
+    if not 0 <= gpus < float("inf"):   # NaN fails too
+        raise UsageError(f"--gpus-per-run must be a finite number >= 0, got {gpus}")
+    if gpus > 1 and not gpus.is_integer():
+        raise UsageError(f"--gpus-per-run {gpus:g}: above 1 it must be a whole number of GPUs (Ray's rule)")
+    if gpus and executor != "ray":
+        raise UsageError("--gpus-per-run reserves GPUs for Ray tasks: add --executor ray (the local pool needs no "
+                         "flag: its runs train on a GPU whenever torch sees one)")
+
+
+def sweep_command(task_cls: type, args) -> None:
+    """`python -m tasks sweep TASK ...`: plan, check, run on the chosen executor, write the census."""
+    from tasks.runs import command_line
+    from toylens.executors import make_executor
+    from toylens.sweep_jobs import run_sweep
+
+    check_gpus_per_run(args.gpus_per_run, args.executor)
+    params = {f.name: getattr(args, f.name) for f in dataclasses.fields(task_cls.Params)}
+    from toylens.arguments import model_list, training_overrides
+
+    training = training_overrides(args)
+
+    models = model_list(args.models)
+    out = args.out or Path("runs") / "sweeps" / task_cls.name
+    seeds, grid = parse_seeds(args.seeds), parse_grid(args.grid, task_cls)
+    total = count_runs(task_cls, params, models, seeds, grid)
+    if total > CONFIRM_RUNS:
+        print(f"planning {total} runs (checking each point's settings) ...", flush=True)
+    runs = plan_sweep(task_cls, params, training, models, seeds, grid, out)
+    print(f"sweep: {check_size(runs, args.jobs, args.yes)}", flush=True)
+    executor = make_executor(args.executor, args.jobs, args.address, args.gpus_per_run)
+    outcome = run_sweep(runs, out, executor, command_line(), resume=args.resume, overwrite=args.overwrite,
+                        progress=not args.no_progress)
+    per_run = f", {outcome.worker_seconds / outcome.done:.1f} s per run in its worker" if outcome.done else ""
+    print(f"sweep: {outcome.done} runs done, {outcome.failed} failed, {outcome.kept} kept, "
+          f"in {outcome.seconds:.1f} s{per_run}")
+    if outcome.done + outcome.kept == 0:
+        print(f"no finished runs in {out}: no census (see each run's {FAILED})")
+        return
+    from probes.census import census_command
+
+    census_command(out)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from models.graph import Edge, Graph
-from probes.circuits.scores import without_float_noise
+from probes.circuits.methods.scores import without_float_noise
 from probes.circuits.oracle import Runs, circuit_outcomes, record_runs
 from probes.settings import DEFAULT
 from tasks.data import Batch

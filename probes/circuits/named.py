@@ -10,10 +10,10 @@ from dataclasses import dataclass
 import torch
 
 from models.graph import Edge, Graph
-from probes.circuits.joint import joint_search
-from probes.circuits.masks import learned_masks
-from probes.circuits.methods import EdgeScores, acdc, eap, eap_ig
-from probes.circuits.scores import REFERENCE_NOISE, auroc, spearman, top_edges
+from probes.circuits.methods.joint import joint_search
+from probes.circuits.methods.masks import learned_masks
+from probes.circuits.methods.attribution import EdgeScores, acdc, eap, eap_ig
+from probes.circuits.methods.scores import REFERENCE_NOISE, auroc, spearman, top_edges
 from probes.circuits.oracle import EdgeEffects, circuit_outcomes, edge_effects, record_runs
 from probes.circuits.faithfulness import Curve, SmallestCircuit, curve, normalised, smallest_circuit
 from probes.patching import metric_name
@@ -63,7 +63,7 @@ def edge_circuit(model, batch: Batch, graph: Graph, ig_steps: int = 5, acdc_thre
     counterfactual = its partners; edges outside a circuit get their counterfactual writes).
     acdc_threshold None skips the pruning (one forward per edge, in sequence: the slowest method);
     compare_methods False measures the oracle alone (the circuit report's cheap path); joint_methods
-    adds the joint search and learned masks (probes.circuits.joint, .masks: several times ACDC's cost)."""
+    adds the joint search and learned masks (probes.circuits.methods.joint, .masks: several times ACDC's cost)."""
     began = time.perf_counter()
     runs = record_runs(model, batch, graph, "noise")
     oracle = edge_effects(model, batch, graph, runs=runs)

@@ -23,7 +23,7 @@ from enum import Enum
 import torch
 
 from models.graph import MLP, Embed, Graph, Head
-from probes.circuits.joint import JointCircuit, SetFaithfulness, joint_search
+from probes.circuits.methods.joint import JointCircuit, SetFaithfulness, joint_search
 from probes.circuits.oracle import Runs, record_runs
 from tasks.data import Batch
 

@@ -12,8 +12,8 @@ from matplotlib.figure import Figure
 from common.cli import UsageError
 from models.graph import MLP, Edge, Embed, Head, Logits
 from probes.circuits.named import ORACLE, EdgeCircuit
-from probes.circuits.methods import EdgeScores
-from probes.circuits.scores import circuit_recall, expected_recall
+from probes.circuits.methods.attribution import EdgeScores
+from probes.circuits.methods.scores import circuit_recall, expected_recall
 
 PORT_COLOUR = {"q": "tab:blue", "k": "tab:orange", "v": "tab:green", "in": "dimgray"}
 PORT_OFFSET = {"q": -0.1, "k": 0.0, "v": 0.1, "in": 0.0}

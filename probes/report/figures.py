@@ -96,7 +96,7 @@ def draw_attention_groups(ax, result, labels) -> None:
 
 
 def draw_roles(ax, view) -> None:
-    """By role (probes.roles.RoleView): per head, the attention mass from the scored position to each
+    """By role (probes.attention.RoleView): per head, the attention mass from the scored position to each
     role's key, and the share of the gap restored by patching its output at each role's position."""
     import torch
 

@@ -55,7 +55,7 @@ class RunAnalysis:
     node_views: list = None               # NodeView per circuit node
     labels: list = None                   # key position labels
     vocabulary: list = None               # token strings, for naming predictions
-    roles: object = None                  # probes.roles.RoleView, for a task that names positions by role
+    roles: object = None                  # probes.attention.RoleView, for a task that names positions by role
     figure: str | None = None             # its figure, relative to the report folder
 
 
@@ -112,7 +112,7 @@ def analyse_run(context) -> RunAnalysis:
     from probes.ablation import ABLATION_METHODS, clean_run, head_ablation_sweep
     from probes.attention import pair_attention, position_labels, scored_attention
     from probes.patching import activation_patching
-    from probes.roles import role_view
+    from probes.attention import role_view
 
     run, settings = context.run, context.settings
     base = dict(model_name=run.model_name, seed=run.seed, path=str(run.path), spec=context.spec,

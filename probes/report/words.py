@@ -120,7 +120,7 @@ def unmatched_words(node, analysis, settings: ReportSettings) -> str:
 
 
 def role_clause(analysis, settings: ReportSettings) -> str | None:
-    """Each circuit head by role (probes.roles.RoleView), for a task that names its positions: where
+    """Each circuit head by role (probes.attention.RoleView), for a task that names its positions: where
     patching its output at each pair's own role position matters, and where it attends from the role
     where it matters most. None for a task without roles."""
     view = analysis.roles

@@ -5,9 +5,9 @@ exact oracle (each edge alone), EAP, EAP-IG, ACDC, the joint search and learned 
 from __future__ import annotations
 
 from models.graph import Graph
-from probes.circuits.joint import joint_search
-from probes.circuits.masks import MaskSettings, learned_masks
-from probes.circuits.methods import EdgeScores, acdc, eap, eap_ig
+from probes.circuits.methods.joint import joint_search
+from probes.circuits.methods.masks import MaskSettings, learned_masks
+from probes.circuits.methods.attribution import EdgeScores, acdc, eap, eap_ig
 from probes.circuits.named import ORACLE
 from probes.circuits.oracle import Runs, edge_effects
 from tasks.data import Batch

@@ -27,9 +27,9 @@ import torch
 from models.bridge import device_of
 from models.graph import Graph
 from models.resume import forward_from
-from probes.circuits.joint import (TARGET, THRESHOLD, JointCircuit, Pruned, SetFaithfulness, single_shares,
+from probes.circuits.methods.joint import (TARGET, THRESHOLD, JointCircuit, Pruned, SetFaithfulness, single_shares,
                                    with_alternatives)
-from probes.circuits.methods import EdgeScores
+from probes.circuits.methods.attribution import EdgeScores
 from probes.circuits.oracle import EdgeHooks, Runs, record_runs
 from probes.patching import replica_scored, scored_metric
 from tasks.data import Batch

@@ -37,7 +37,7 @@ import torch
 
 from common.stats import share
 from models.graph import Edge, Graph
-from probes.circuits.methods import EdgeScores
+from probes.circuits.methods.attribution import EdgeScores
 from probes.circuits.oracle import Runs, circuit_outcomes, record_runs
 from tasks.data import Batch
 

@@ -34,7 +34,7 @@ from models import ModelSpec
 from models.graph import MLP, Embed, Graph, Head, Input, Logits, graph_of
 from tasks.data import Batch
 
-FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "tracr"
+FIXTURES = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "tracr"
 WEIGHT_ZERO = 1e-6      # |weight| below this is no read or write (Tracr's weights are exact 0 or O(1))
 
 
@@ -234,8 +234,8 @@ class TracrRow:
 def tracr_table(names=tuple(PROGRAMS), ablations=None, n: int = 64, folder: Path = FIXTURES) -> list[TracrRow]:
     """Every method under every ablation on each stored program: AUROC against its true edges."""
     from probes.circuits.ablations import Ablation, ablated_runs
-    from probes.circuits.compare import every_method
-    from probes.circuits.scores import auroc
+    from probes.circuits.methods.compare import every_method
+    from probes.circuits.methods.scores import auroc
 
     rows = []
     for name in names:

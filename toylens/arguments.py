@@ -1,0 +1,150 @@
+"""The command-line arguments the commands share (seeds, training settings, task parameters, jobs,
+models) and how they become a task and its training settings."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from common.cli import Parser, UsageError, folder_path, positive_int
+from tasks.registry import build_task, param_type
+from tasks.runs import MAX_SEED
+from toylens.workers import default_jobs
+
+MAX_RUNS = 100_000
+
+
+def parse_seeds(text: str) -> list[int]:
+    """'0-99' (inclusive), '0,3,7' or '5' -> sorted distinct seeds."""
+    seeds = set()
+    for part in (p.strip() for p in str(text).split(",")):
+        low, dash, high = part.partition("-")
+        try:
+            first, last = int(low), int(high if dash else low)
+        except ValueError:
+            raise UsageError(f"--seeds {text!r}: expected a range like 0-99 or a list like 0,3,7") from None
+        if first < 0 or last < first or last > MAX_SEED:
+            raise UsageError(f"--seeds {text!r}: a range needs 0 <= first <= last <= {MAX_SEED}, e.g. 0-99")
+        # Counted range by range, so an absurd range is refused before it fills memory.
+        if len(seeds) + last - first >= MAX_RUNS:
+            raise UsageError(f"--seeds {text!r} asks for more than {MAX_RUNS} seeds; use at most {MAX_RUNS}")
+        seeds.update(range(first, last + 1))
+    return sorted(seeds)
+
+
+MAX_SEEDS = 1000
+
+
+def seeds_option(text: str) -> list[int]:
+    """--seeds as sweep takes it, a range 0-99 (inclusive) or a list 0,3,7; or the older count form N
+    (seeds 0..N-1), still read as before; at a terminal one line says what to write instead (in the
+    list form a bare number would be one seed, as in sweep). Scripts, whose stderr is parsed, get
+    no extra line."""
+    import argparse
+    import sys
+
+    if text.strip().isdigit():
+        count = positive_int(text)
+        if count > MAX_SEEDS:
+            raise argparse.ArgumentTypeError(f"--seeds {count} is absurd; use at most {MAX_SEEDS}")
+        if sys.stderr.isatty():
+            print(f"note: --seeds {count} is read as a count (seeds 0-{count - 1}), as before; write --seeds "
+                  f"0-{count - 1} (a range, or a list like 0,3,7: the form sweep takes)", file=sys.stderr)
+        return list(range(count))
+    try:
+        return parse_seeds(text)
+    except UsageError as error:
+        raise argparse.ArgumentTypeError(str(error).removeprefix(f"--seeds {text!r}: ")) from None
+
+
+def add_settings_arguments(parser: Parser, default_out: str) -> None:
+    """Seeds, runs folder and the training settings a command may override."""
+    parser.add_argument("--seeds", type=seeds_option, default="0-2",
+                        help="seeds: a range 0-99 (inclusive) or a list 0,3,7, as sweep takes them (default 0-2; "
+                             "a bare N is the older count form, seeds 0..N-1)")
+    parser.add_argument("--out", type=folder_path, help=f"runs folder (default {default_out})")
+    add_training_flags(parser)
+
+
+# Flags whose names differ from their TrainSettings field (the short forms documented since the start).
+FLAG_NAMES = {"max_steps": "--steps"}
+
+
+POSITIVE = {"max_steps", "batch_size", "eval_every", "stop_evals", "plateau_steps"}
+
+
+def add_training_flags(parser: Parser) -> None:
+    """One flag per TrainSettings field (default: the task's own setting, then toylens's)."""
+    from enum import Enum
+    from dataclasses import fields
+
+    from tasks.settings import TrainSettings
+
+    group = parser.add_argument_group("training settings (default: the task's, else toylens's)")
+    for field in fields(TrainSettings):
+        flag = FLAG_NAMES.get(field.name, "--" + field.name.replace("_", "-"))
+        default = getattr(TrainSettings, field.name)
+        if isinstance(default, Enum):
+            group.add_argument(flag, dest=field.name, choices=[k.value for k in type(default)],
+                               help=f"toylens default {default.value}")
+        else:
+            kind = positive_int if field.name in POSITIVE else type(default)
+            group.add_argument(flag, dest=field.name, type=kind, help=f"toylens default {default}")
+
+
+def training_overrides(args) -> dict:
+    """The training settings given on the command line."""
+    from dataclasses import fields
+
+    from tasks.settings import TrainSettings
+
+    return {f.name: getattr(args, f.name) for f in fields(TrainSettings) if getattr(args, f.name, None) is not None}
+
+
+def add_jobs_arguments(parser: Parser) -> None:
+    parser.add_argument("--jobs", type=positive_int, default=default_jobs(),
+                        help="runs trained at a time, one process and one thread each (default: CPU cores)")
+    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+
+def add_task_params(parser: Parser, task_cls: type, defaults: dict | None = None) -> None:
+    """One flag per field of the task's Params; `defaults` replaces some of the Params defaults."""
+    params = parser.add_argument_group(f"{task_cls.name} task parameters")
+    taken = {option for action in parser._actions for option in action.option_strings}
+    dests = {action.dest for action in parser._actions} | {"command"}
+    for field in dataclasses.fields(task_cls.Params):
+        flag = "--" + field.name.replace("_", "-")
+        if flag in taken or field.name in dests:
+            raise UsageError(f"task plugin {task_cls.name!r}: Params field {field.name!r} would be the flag "
+                             f"{flag}, which is already a train option; rename the field")
+        kind = param_type(task_cls, field)
+        default = (defaults or {}).get(field.name, field.default)
+        if kind is bool:
+            params.add_argument(flag, action="store_true", default=default)
+        else:
+            params.add_argument(flag, type=kind, default=default, help=f"default {default}")
+
+
+def task_from_args(task_cls: type, args):
+    if len(args.seeds) > MAX_SEEDS:
+        raise UsageError(f"--seeds asks for {len(args.seeds)} seeds, which is absurd; use at most {MAX_SEEDS}")
+    return build_task(task_cls, {f.name: getattr(args, f.name) for f in dataclasses.fields(task_cls.Params)})
+
+
+def settings_from_args(task, args, model_name: str | None = None, **fixed):
+    """The task's training settings, then its settings for `model_name` (when given), then `fixed`,
+    then what the command line overrides."""
+    from tasks.settings import model_settings
+
+    return model_settings(task, model_name, {**fixed, **training_overrides(args)})
+
+
+def model_list(text: str | None, flag: str = "--models") -> list[str] | None:
+    """--models (or another list of names, e.g. --rungs) as names; absent means all of them, but an
+    empty value is refused (it would silently mean all of them too)."""
+    if text is None:
+        return None
+    names = [name.strip() for name in text.split(",")]
+    if not all(names):
+        raise UsageError(f"{flag} {text!r} has an empty name; list names separated by commas, or "
+                         f"leave {flag} out for all of them")
+    return names
