@@ -91,8 +91,13 @@ def patch_pairs(heldout, settings: ReportSettings = DEFAULT) -> int:
 class Section:
     title: str
     markdown: str
-    summary: list[str]      # lines for the printed and the markdown summary
+    summary: list[str]      # the part's sentences (report.json; printed with --verbose)
     data: object            # JSON-able numbers behind the markdown
+    # What the part adds to the summary tables (probes.report.summary): per run, short cells by
+    # column; per model, one short line across its seeds; family-wide short notes.
+    cells: dict = field(default_factory=dict)           # (model_name, seed) -> {column: text}
+    across_seeds: dict = field(default_factory=dict)    # model_name -> text
+    notes: list = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -111,7 +116,7 @@ class MeasuredRun:
 
 def parts() -> list[Part]:
     """The report's parts, in the order report.md shows them."""
-    from probes.report import document as report, edge_part, run_analysis, sections
+    from probes.report import document as report, edge_part, example_part, run_analysis, sections
 
     return [
         Part("accuracy", report.measure_accuracy_part, report.render_accuracy),
@@ -119,12 +124,13 @@ def parts() -> list[Part]:
         Part("edge_circuits", edge_part.measure_edge_circuit, edge_part.render_edge_circuits),
         Part("head_roles", sections.measure_head_roles, sections.head_roles_section),
         Part("dynamics", sections.measure_dynamics, sections.dynamics_section),
+        Part("examples", example_part.measure_examples, example_part.render_examples),
     ]
 
 
-def measure_run(run, out: Path, settings: ReportSettings = DEFAULT, device: str | None = None) -> MeasuredRun:
+def measure_run(run, out: Path | None, settings: ReportSettings = DEFAULT, device: str | None = None) -> MeasuredRun:
     """Every part's measurement of one run, sharing one model load (run in the report's workers)."""
-    context = RunContext(run, Path(out), settings, device)
+    context = RunContext(run, None if out is None else Path(out), settings, device)
     return MeasuredRun(run.model_name, run.seed, {part.key: part.measure(context) for part in parts()})
 
 

@@ -122,7 +122,14 @@ def head_roles_section(measured: list[RunRoles], out: Path, settings) -> Section
                   "(no sender position patched):", "",
                   md_table(["model", "seed", "path", "heads", "input", "recovered", "attention recovered"],
                            path_rows)]
-    return Section("Head roles", "\n".join(parts), summary, jsonable(data))
+    parts += ["", *(f"- {line}" for line in summary)]
+    cells = {(run.model_name, run.seed): {"roles": role_cell(run)} for run in measured if run.heads is not None}
+    return Section("Head roles", "\n".join(parts), summary, jsonable(data), cells=cells)
+
+
+def role_cell(run: RunRoles) -> str:
+    heads = run.heads
+    return f"prev {'+'.join(heads.previous) or 'none'}, ind {'+'.join(heads.induction) or 'none'}"
 
 
 def measure_dynamics(context):
@@ -155,5 +162,8 @@ def dynamics_section(results: list, out: Path, settings) -> Section | None:
              md_table(["model", "seed", "phase change", "interval", "fall /100 steps", "scored loss",
                        "final scored acc", "final other loss"], rows), ""]
     parts += [f"![dynamics {name}](figures/{path.name})" for name, path in figures.items()]
+    parts += ["", *(f"- {line}" for line in summary)]
+    cells = {(d.model_name, d.seed): {"phase change": "none" if d.phase_change_step is None
+                                      else f"step ~{d.phase_change_step}"} for d in results}
     return Section("Training dynamics", "\n".join(parts), summary,
-                   jsonable({"runs": [asdict(d) for d in results]}))
+                   jsonable({"runs": [asdict(d) for d in results]}), cells=cells)
