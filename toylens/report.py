@@ -64,6 +64,7 @@ def publish_report(measured: list, out: Path, task: str, staged: Path | None = N
     part's sentences."""
     from common.io import publish_folder
     from probes.report.document import write_report
+    from probes.report.exports import write_report_mib
     from probes.report.html import write_html
     from probes.report.parts import render_parts
     from probes.report.summary import summary_of, terminal_lines
@@ -73,6 +74,7 @@ def publish_report(measured: list, out: Path, task: str, staged: Path | None = N
     sections = render_parts(measured, folder, DEFAULT)
     written = [write_report(measured, sections, folder, task, DEFAULT),
                write_html(measured, sections, folder, task, DEFAULT)]
+    write_report_mib(measured, folder, DEFAULT)
     if staged is not None:
         publish_folder(staged, out)
         written = [Path(out) / path.relative_to(folder) for path in written]

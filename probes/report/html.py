@@ -20,6 +20,7 @@ from importlib import resources
 from pathlib import Path
 
 from common.html import escape, image_uri, json_script, page, table
+from probes.report.exports import slug
 from probes.settings import ReportSettings
 
 DECIMALS = 3    # attention weights and shares in the page's data: enough for any view of them
@@ -33,10 +34,6 @@ def rounded(values, digits: int = DECIMALS):
     if isinstance(values, (list, tuple)):
         return [rounded(v, digits) for v in values]
     return round(float(values), digits)
-
-
-def slug(text: str) -> str:
-    return "".join(c if c.isalnum() else "-" for c in text)
 
 
 def run_id(model_name: str, seed: int) -> str:
