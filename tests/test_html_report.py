@@ -27,25 +27,44 @@ def report(tiny_runs, tmp_path_factory):
     return measured, render_parts(measured, out, DEFAULT), out
 
 
-@pytest.fixture(scope="module")
-def with_circuits(report, tmp_path_factory):
-    """The tiny runs (too briefly trained to trace) and two hand-built runs whose circuits are known:
-    a one-head mirror (one block) and the planted two-hop model (Q-composition, a named path)."""
-    from probes.report.parts import measure_run, render_parts
-    from probes.settings import ReportSettings
+def hand_measured(out, settings):
+    """Two hand-built runs whose circuits are known: a one-head mirror (one block) and the planted
+    two-hop model (Q-composition, a named path)."""
     from probes.circuits.planted import two_hop
+    from probes.report.parts import measure_run
     from test_report_claims import HandRun, mirror_run
 
-    out = tmp_path_factory.mktemp("hand")
     planted = two_hop(n=48)
     batch = planted.batch
     composing = HandRun(planted.model, {"train": batch, "validation": batch, "heldout": batch}, "two-hop")
     composing.config["spec"] = dataclasses.asdict(planted.spec)
     composing.task = SimpleNamespace(vocabulary=lambda: [f"t{i}" for i in range(planted.spec.d_vocab)],
                                      expected_circuit=lambda name, spec: None)
-    hand = [mirror_run(), composing]
+    return [measure_run(run, out, settings) for run in (mirror_run(), composing)]
+
+
+def planted_measured(tiny_runs, out):
+    """report.html of the tiny runs and the hand-built ones; (its path, the planted run's id)."""
+    from probes.report.parts import measure_run
+    from probes.settings import ReportSettings
+    from tasks.runs import find_runs
+    from toylens.report import publish_report
+
+    settings = ReportSettings(min_gap=0.0)
+    measured = [measure_run(run, out, settings) for run in find_runs(tiny_runs)] + hand_measured(out, settings)
+    publish_report(measured, out, task="winograd")
+    return out / "report.html", "two-hop-seed0"
+
+
+@pytest.fixture(scope="module")
+def with_circuits(report, tmp_path_factory):
+    """The tiny runs (too briefly trained to trace) and the hand-built runs."""
+    from probes.report.parts import render_parts
+    from probes.settings import ReportSettings
+
+    out = tmp_path_factory.mktemp("hand")
     settings = ReportSettings(min_gap=0.0)     # the mirror's gap is 4, the planted one's below 1
-    measured = report[0] + [measure_run(run, out, settings) for run in hand]
+    measured = report[0] + hand_measured(out, settings)
     return measured, render_parts(measured, out, settings), settings
 
 
