@@ -143,16 +143,19 @@ def summary_lines(groups: list[GroupCensus]) -> list[str]:
     return lines
 
 
-def markdown(groups: list[GroupCensus], figure: str | None) -> str:
+def intro() -> str:
     from probes.settings import DEFAULT
 
-    out = ["# Circuit census", "",
-           "Per model and grid point, over the runs that finished: each share is count / finished runs with a "
-           "95% Wilson interval. A circuit is named as a path only as the report names it: its best "
-           f"single-position path patch recovers at least {DEFAULT.path_claim:.0%} of the clean - counterfactual gap "
-           "(0 = the path alone restores nothing, 1 = all of it); other runs are labelled by what was found. "
-           "Unsolved: validation never solved (stopped stalled or out of budget). Held-out accuracy: the "
-           "task's held-out split.", ""]
+    return ("Per model and grid point, over the runs that finished: each share is count / finished runs with a "
+            "95% Wilson interval. A circuit is named as a path only as the report names it: its best "
+            f"single-position path patch recovers at least {DEFAULT.path_claim:.0%} of the clean - counterfactual gap "
+            "(0 = the path alone restores nothing, 1 = all of it); other runs are labelled by what was found. "
+            "Unsolved: validation never solved (stopped stalled or out of budget). Held-out accuracy: the "
+            "task's held-out split.")
+
+
+def markdown(groups: list[GroupCensus], figure: str | None) -> str:
+    out = ["# Circuit census", "", intro(), ""]
     if figure:
         out += [f"![mechanism share per grid point]({figure})", ""]
     for g in groups:
@@ -197,6 +200,28 @@ def draw(groups: list[GroupCensus], path: Path) -> None:
     plt.close(fig)
 
 
+def census_html(groups: list[GroupCensus], figure: Path | None) -> str:
+    """census.md's tables as one self-contained page (sortable tables, the figure inline)."""
+    from common.html import escape, image_uri, page, table
+
+    body = [f'<p class="note">{escape(intro())}</p>']
+    if figure is not None:
+        body.append(f'<img alt="circuit share per model and grid point" src="{image_uri(figure)}">')
+    for g in groups:
+        h = g.heldout
+        body.append(f"<h2>{escape(g.model_name)} @ {escape(g.point)}</h2>"
+                    f'<p class="note">grid values: {escape(json.dumps(g.values) if g.values else "(none)")}; '
+                    f"{g.finished} finished runs, {g.failed} failed twice (not counted); held-out accuracy over seeds: "
+                    f"mean {h['mean']['value']:.1%} [{h['mean']['low']:.1%}, {h['mean']['high']:.1%}] (t 95%), "
+                    f"min {h['min']:.1%}, median {h['median']:.1%}, max {h['max']:.1%}</p>")
+        rows = [[s.label, s.count, s.share.n, f"{s.share.value:.1%}", f"[{s.share.low:.1%}, {s.share.high:.1%}]",
+                 " / ".join(f"{v:.0%}" for v in g.path_recovered.get(s.label, [])) or "-",
+                 ", ".join(map(str, g.seeds.get(s.label, []))) or "-"] for s in (*g.circuits, g.named, g.unsolved)]
+        body.append(table(["circuit", "runs", "of", "share", "95% CI", "best path recovers (min / median / max)",
+                           "seeds"], rows))
+    return page("Circuit census", "".join(body))
+
+
 def write_census(groups: list[GroupCensus], out: Path) -> Path:
     from common.io import atomic_write, write_json
 
@@ -206,6 +231,8 @@ def write_census(groups: list[GroupCensus], out: Path) -> Path:
     atomic_write(out / figure, lambda temp: draw(groups, Path(temp)))
     write_json(out / "census.json", {"groups": [asdict(g) for g in groups]})
     atomic_write(out / "census.md", lambda temp: Path(temp).write_text(markdown(groups, figure) + "\n"))
+    text = census_html(groups, out / figure)
+    atomic_write(out / "census.html", lambda temp: Path(temp).write_text(text))
     return out / "census.md"
 
 
@@ -216,7 +243,7 @@ def census_command(runs_dir: Path, out: Path | None = None) -> None:
     failed = sum(1 for _ in Path(runs_dir).rglob(FAILED))
     if failed > sum(g.failed for g in groups):
         print(f"{failed} runs failed twice in all, some in groups with no finished run (see their {FAILED})")
-    print(f"\nwrote {written}")
+    print(f"\nwrote {written} and {written.with_suffix('.html').name}")
 
 
 def main(argv=None) -> None:

@@ -127,3 +127,20 @@ def test_report_html_is_one_file_with_nothing_outside_it(report):
     assert runs["bag-of-words", 0]["graph"] is None and runs["bag-of-words", 0]["examples"] == []
     pair = runs["attn-only-2x1", 0]["examples"][0]
     assert all(abs(sum(row) - 1) < 0.05 for head in pair["clean"] for row in head)   # attention rows sum to 1
+
+
+def test_the_census_is_written_as_a_self_contained_page_too(tmp_path):
+    from probes.census import group_census, write_census
+
+    def member(seed, stop_reason, heldout, label):
+        run = SimpleNamespace(seed=seed, metrics={"stop_reason": stop_reason, "accuracy": {"heldout": heldout}})
+        return run, "path", label, 0.8
+
+    group = group_census("attn-only-2x1", "default", {}, [member(0, "validation solved", 1.0, "Q-composition a"),
+                                                           member(3, "validation solved", 0.9, "K-composition b")], 0)
+    write_census([group], tmp_path)
+    text = (tmp_path / "census.html").read_text()
+    assert 'class="sortable"' in text and "Q-composition a" in text and "K-composition b" in text
+    assert "1/2" not in text and "<td>1</td><td>2</td><td>50.0%</td>" in text
+    for attribute in re.findall(r'(?:src|href)="([^"]*)"', text):
+        assert attribute.startswith("data:image/png;base64,")
