@@ -16,6 +16,7 @@ scored position, a counterfactual partner or Q/K/V inputs, which are what these 
 
 from __future__ import annotations
 
+import math
 from importlib import resources
 from pathlib import Path
 
@@ -31,9 +32,10 @@ def asset(name: str) -> str:
 
 
 def rounded(values, digits: int = DECIMALS):
+    """Rounded for the page; a share of a zero gap (NaN) becomes null, shown as n/a."""
     if isinstance(values, (list, tuple)):
         return [rounded(v, digits) for v in values]
-    return round(float(values), digits)
+    return round(float(values), digits) if math.isfinite(values) else None
 
 
 def run_id(model_name: str, seed: int) -> str:
@@ -72,11 +74,10 @@ def graph_data(edge_run) -> dict | None:
                       "effect": rounded(oracle.effect[i].item(), 4), "alone": rounded(alone[i]),
                       "in": e in circuit, "ranks": {method: order[e] for method, order in orders.items()},
                       "before": rounded(every[k - 1]), "after": rounded(every[k])})
-    traced = abs(oracle.gap) >= 1e-12
     return {"nodes": nodes, "edges": edges, "n_layers": graph.n_layers, "pairs": result.pairs,
             "metric": result.metric, "clean": rounded(oracle.base.metric), "counterfactual": rounded(oracle.other.metric),
             "target": smallest.target, "size": len(smallest.edges) if smallest.edges else None,
-            "faithfulness": rounded(smallest.faithfulness), "every_k": rounded(list(every)) if traced else [],
+            "faithfulness": rounded(smallest.faithfulness), "every_k": rounded(list(every)),
             "curves": [{"method": m.scores.method, "sizes": list(m.curve.sizes),
                         "faithfulness": rounded(list(m.curve.faithfulness)), "cpr": rounded(m.curve.cpr),
                         "cmd": rounded(m.curve.cmd)} for m in result.methods]}

@@ -18,7 +18,8 @@ function svg(tag, attrs, parent) {
   if (parent) parent.appendChild(node);
   return node;
 }
-function signedPct(x) { return (x >= 0 ? '+' : '') + (100 * x).toFixed(1) + '%'; }
+function signedPct(x) { return x === null ? 'n/a' : (x >= 0 ? '+' : '') + (100 * x).toFixed(1) + '%'; }
+function fixed(x, digits) { return x === null ? 'n/a' : x.toFixed(digits); }
 function heat(w) { const c = Math.round(255 * (1 - Math.min(1, Math.max(0, w)))); return `rgb(${c},${c},255)`; }
 function table(headers, rows) {
   const t = el('table', {class: 'sortable'});
@@ -70,7 +71,7 @@ function showRun(run) {
   panel.append(el('h3', {}, 'Edge graph'), layout);
   if (run.graph) drawGraph(left, run); else left.append(el('p', {class: 'note'}, 'No edge graph: edges are traced for runs of two or more softmax-attention blocks whose pairs differ by the report\'s minimum gap.'));
   if (run.examples.length) { panel.append(el('h3', {}, 'Attention per head on the example pairs')); drawAttention(panel, run); }
-  if (run.graph && run.graph.every_k.length) { panel.append(el('h3', {}, 'Faithfulness against circuit size')); drawCurves(panel, run.graph); }
+  if (run.graph && run.graph.every_k.every(f => f !== null)) { panel.append(el('h3', {}, 'Faithfulness against circuit size')); drawCurves(panel, run.graph); }
   if (run.graph) {
     const more = el('details', {}, el('summary', {}, `Every edge (${run.graph.edges.length}; click a column to sort)`));
     panel.append(more);
@@ -111,13 +112,13 @@ function drawGraph(box, run) {
     const m = svg('marker', {id: 'arrow-' + port, viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 5, markerHeight: 5, orient: 'auto-start-reverse'}, defs);
     svg('path', {d: 'M0,0 L10,5 L0,10 z', fill: colour}, m);
   }
-  const largest = Math.max(1e-9, ...graph.edges.filter(e => e.in).map(e => Math.abs(e.alone)));
+  const largest = Math.max(1e-9, ...graph.edges.filter(e => e.in).map(e => Math.abs(e.alone || 0)));
   const used = new Set(graph.edges.filter(e => e.in).flatMap(e => [e.s, e.r]));
   const ordered = [...graph.edges.filter(e => !e.in), ...graph.edges.filter(e => e.in)];   // circuit edges on top
   const edgeLayer = svg('g', {class: 'edges'}, root), hitLayer = svg('g', {class: 'hits'}, root);
   for (const e of ordered) {
     const d = edgePath(place[e.s], place[e.r], e.port);
-    const width = e.in ? 1 + 5 * Math.abs(e.alone) / largest : 1;
+    const width = e.in ? 1 + 5 * Math.abs(e.alone || 0) / largest : 1;
     svg('path', {d, class: 'edge' + (e.in ? ' in-circuit' : ''), 'data-edge': e.id, stroke: e.in ? PORT_COLOUR[e.port] : '#bbb',
       'stroke-width': width, 'marker-end': e.in ? `url(#arrow-${e.port})` : '', fill: 'none'}, edgeLayer);
     const hit = svg('path', {d, class: 'hit', 'data-hit': e.id, fill: 'none', stroke: 'transparent', 'stroke-width': 7}, hitLayer);
@@ -141,7 +142,7 @@ function drawGraph(box, run) {
     svg('text', {x: 26, y: 14 + 16 * i, class: 'legend'}, root).textContent = port === 'in' ? 'MLP / logits input' : port + ' input';
   }
   svg('text', {x: width - 8, y: 14, 'text-anchor': 'end', class: 'legend'}, root).textContent =
-    graph.size ? `circuit: ${graph.size} of ${graph.edges.length} edges, faithfulness ${signedPct(graph.faithfulness).slice(1)} (gap scale)`
+    graph.size ? `circuit: ${graph.size} of ${graph.edges.length} edges, faithfulness ${graph.faithfulness === null ? 'n/a' : (100 * graph.faithfulness).toFixed(1) + '%'} (gap scale)`
                : `no circuit below the whole graph reaches ${100 * graph.target}%`;
   box.append(el('p', {class: 'note'}, `Coloured: the smallest oracle-ranked circuit reaching ${100 * graph.target}% (width: |effect alone|); grey: the other edges. ` +
     `Bold border: the head circuit. ${graph.pairs} held-out pairs; metric: ${graph.metric}, clean ${graph.clean}, counterfactual ${graph.counterfactual}.`));
@@ -155,9 +156,9 @@ function showEdge(ev, e, graph) {
   const rank = e.ranks[graph.curves[0].method];
   t.replaceChildren(
     el('b', {}, e.id),
-    el('div', {}, `effect alone: ${signedPct(e.alone)} of the gap (metric change ${e.effect >= 0 ? '+' : ''}${e.effect.toFixed(3)})`),
-    el('div', {}, e.in ? `in the circuit: yes; adding it to the top ${rank - 1} edges moves faithfulness ${e.before.toFixed(2)} -> ${e.after.toFixed(2)}`
-                        : `in the circuit: no (oracle rank ${rank}; the top ${rank} edges: faithfulness ${e.after.toFixed(2)})`),
+    el('div', {}, `effect alone: ${signedPct(e.alone)} of the gap (metric change ${e.effect >= 0 ? '+' : ''}${fixed(e.effect, 3)})`),
+    el('div', {}, e.in ? `in the circuit: yes; adding it to the top ${rank - 1} edges moves faithfulness ${fixed(e.before, 2)} -> ${fixed(e.after, 2)}`
+                        : `in the circuit: no (oracle rank ${rank}; the top ${rank} edges: faithfulness ${fixed(e.after, 2)})`),
     el('div', {}, `rank by |score| (of ${graph.edges.length}): ${ranks}`));
   t.hidden = false;
   moveTip(ev);
@@ -199,7 +200,7 @@ function drawAttention(panel, run) {
   const variant = el('select', {'aria-label': 'clean or counterfactual'}, el('option', {value: 'clean'}, 'clean'), el('option', {value: 'corrupt'}, 'counterfactual'));
   controls.append(pairSelect, ' ', variant);
   const thumbs = el('div', {class: 'thumbs'}), big = el('div', {class: 'big-head'});
-  panel.append(controls, thumbs, big);
+  panel.append(el('div', {class: 'attention-box'}, controls, thumbs, big));
   let chosen = 0;
   const redraw = () => {
     const pair = run.examples[+pairSelect.value], which = variant.value;
@@ -250,17 +251,17 @@ function drawCurves(panel, graph) {
     const colour = METHOD_COLOUR[i % METHOD_COLOUR.length];
     svg('polyline', {points: c.sizes.map((k, j) => `${x(k)},${y(c.faithfulness[j])}`).join(' '), stroke: colour, fill: 'none', 'stroke-width': 1.5, 'data-method': c.method}, root);
     c.sizes.forEach((k, j) => svg('circle', {cx: x(k), cy: y(c.faithfulness[j]), r: 2.5, fill: colour}, root));
-    svg('text', {x: W - 145, y: 20 + 14 * i, fill: colour, class: 'tick'}, root).textContent = `${c.method} (CPR ${c.cpr.toFixed(2)}, CMD ${c.cmd.toFixed(2)})`;
+    svg('text', {x: W - 145, y: 20 + 14 * i, fill: colour, class: 'tick'}, root).textContent = `${c.method} (CPR ${fixed(c.cpr, 2)}, CMD ${fixed(c.cmd, 2)})`;
   });
   svg('text', {x: W - 145, y: 20 + 14 * graph.curves.length, class: 'tick'}, root).textContent = 'thin: oracle, every k';
   panel.append(root, el('p', {class: 'note'}, `Faithfulness: 0 = empty circuit (the counterfactual run), 1 = the full model; dotted: the ${100 * graph.target}% target. ` +
     'MIB\'s smallest fractions (.001-.005) round to 0 edges of a graph this small, hence the edge-count axis; CPR and CMD are areas over the share of edges.'));
-  panel.append(table(['method', 'CPR (higher is better)', 'CMD (lower is better)', 'sizes measured'], graph.curves.map(c => [c.method, c.cpr.toFixed(3), c.cmd.toFixed(3), c.sizes.join(', ')])));
+  panel.append(table(['method', 'CPR (higher is better)', 'CMD (lower is better)', 'sizes measured'], graph.curves.map(c => [c.method, fixed(c.cpr, 3), fixed(c.cmd, 3), c.sizes.join(', ')])));
 }
 function edgeTable(panel, graph) {
   const methods = graph.curves.map(c => c.method);
   panel.append(table(['edge', 'input', 'effect alone (share of gap)', 'metric change', 'in circuit', ...methods.map(m => m + ' rank')],
-    [...graph.edges].sort((a, b) => a.ranks[methods[0]] - b.ranks[methods[0]]).map(e => [e.id, e.port, signedPct(e.alone), e.effect.toFixed(3), e.in ? 'yes' : 'no', ...methods.map(m => e.ranks[m])])));
+    [...graph.edges].sort((a, b) => a.ranks[methods[0]] - b.ranks[methods[0]]).map(e => [e.id, e.port, signedPct(e.alone), fixed(e.effect, 3), e.in ? 'yes' : 'no', ...methods.map(m => e.ranks[m])])));
 }
 
 buildNav();
