@@ -109,7 +109,7 @@ function drawGraph(box, run) {
   box.append(root);
   const defs = svg('defs', {}, root);
   for (const [port, colour] of Object.entries(PORT_COLOUR)) {
-    const m = svg('marker', {id: 'arrow-' + port, viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 5, markerHeight: 5, orient: 'auto-start-reverse'}, defs);
+    const m = svg('marker', {id: 'arrow-' + port, viewBox: '0 0 10 10', refX: 9, refY: 5, markerUnits: 'userSpaceOnUse', markerWidth: 9, markerHeight: 9, orient: 'auto-start-reverse'}, defs);
     svg('path', {d: 'M0,0 L10,5 L0,10 z', fill: colour}, m);
   }
   const largest = Math.max(1e-9, ...graph.edges.filter(e => e.in).map(e => Math.abs(e.alone || 0)));
@@ -134,7 +134,13 @@ function drawGraph(box, run) {
     svg('rect', {width: 60, height: 24, rx: 6}, g);
     const label = svg('text', {x: 30, y: 16, 'text-anchor': 'middle'}, g);
     label.textContent = n.id;
-    if (n.kind === 'head') g.addEventListener('click', () => showHead(run, n.id));
+    if (n.kind === 'head') {
+      g.addEventListener('click', () => showHead(run, n.id));
+      for (const port of ['q', 'k', 'v']) {   // where each input's edges land, under the box
+        const letter = svg('text', {x: 30 + PORT_OFFSET[port], y: 34, 'text-anchor': 'middle', class: 'port', fill: PORT_COLOUR[port]}, g);
+        letter.textContent = port;
+      }
+    }
   }
   for (const [port, colour] of Object.entries(PORT_COLOUR)) {
     const i = Object.keys(PORT_COLOUR).indexOf(port);
@@ -222,7 +228,7 @@ function drawAttention(panel, run) {
 }
 function patternSvg(rows, tokens, scored, size, labelled) {
   const n = rows.length, margin = labelled ? 90 : 0, cell = size / n;
-  const root = svg('svg', {width: size + margin, height: size + margin, class: 'pattern'});
+  const root = svg('svg', {width: size + margin + (labelled ? 40 : 0), height: size + margin, class: 'pattern'});
   rows.forEach((row, q) => row.forEach((w, k) => {
     const r = svg('rect', {x: margin + k * cell, y: q * cell, width: cell, height: cell, fill: heat(w)}, root);
     if (labelled) svg('title', {}, r).textContent = `${tokens[q]} -> ${tokens[k]}: ${w.toFixed(2)}`;
