@@ -6,7 +6,6 @@ clicking a head shows its attention. Skips, saying why, without chromium or play
 from __future__ import annotations
 
 import json
-import re
 import shutil
 
 import pytest

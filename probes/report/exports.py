@@ -74,7 +74,7 @@ def mib_json(result, scores, d_model: int, circuit=None) -> dict:
     unknown = set(score) - set(edge_names)
     if unknown:
         raise UsageError(f"edges {sorted(unknown)[:3]} are not in MIB's graph of this model")
-    used = {n for e in kept for n in e.split("<")[0].split("->")}
+    used = {mib_node(node) for e in circuit for node in (e.sender, e.receiver.node)}
     return {"cfg": {"n_layers": graph.n_layers, "n_heads": n_heads, "parallel_attn_mlp": False, "d_model": d_model},
             "nodes": {n: {"in_graph": n in used or n == "logits"} for n in names},
             "edges": {e: {"score": score.get(e, 0.0), "in_graph": e in kept} for e in edge_names}}
