@@ -5,8 +5,9 @@ What it shows per run: the summary row and the run's sentences; the edge graph a
 rows, q/k/v inputs by colour and letter; hover an edge for its exact effect alone, what adding it to
 the circuit does and each method's rank; click a head for its attention at the scored positions of
 the example pairs); every head's attention on the example pairs; faithfulness against circuit size
-(edge count, since MIB's smallest fractions round to 0 edges of a tiny graph) per method. The
-summary tables, census and dynamics figures (PNG data URIs) and every table are sortable.
+(edge count, since MIB's smallest fractions round to 0 edges of a tiny graph) per method. Also the
+summary tables and the training-dynamics figures (PNG data URIs); every table is sortable. (The
+census page, census.html, is probes.census's, on the same common.html page.)
 
 The views are drawn by hand (assets/report.js, plain SVG) rather than with CircuitsVis: its
 `attention_heads` needs its 1.3 MB React bundle per page, its notebook display first probes the
