@@ -28,7 +28,7 @@ from tasks.sweeps import (FAILED, FIX, POINT, PlannedGroup, SweepManifest, check
 
 SOLVED = "validation solved"   # a run stopped otherwise (stalled, out of budget) counts as unsolved
 NOT_TRACED = "not traced (no circuit.json)"
-CENSUS_FILES = ("census.md", "census.png")   # census.json records their checksums
+CENSUS_FILES = ("census.md", "census.png", "census.html")   # census.json records their checksums
 CIRCUIT_FIX = "rerun the sweep: it trains and traces that run again"
 
 
@@ -276,20 +276,23 @@ def summary_lines(census: Census) -> list[str]:
     return lines + [f"also found: {line}" for line in census.others]
 
 
-def markdown(census: Census, figure: str | None) -> str:
+def intro() -> str:
     from probes.settings import DEFAULT
 
-    out = ["# Circuit census", "",
-           "Per model and grid point, over the runs of the sweep that finished: each share is count / finished runs "
-           "with a 95% Wilson interval. A circuit is named as a path only as the report names it: a path patch, the "
-           f"sender's write at every position or at one position, recovers at least {DEFAULT.path_claim:.0%} of the clean - counterfactual gap "
-           "(0 = the path alone restores nothing, 1 = all of it); other runs are labelled by what was found. "
-           "Unsolved: validation never solved (stopped stalled or out of budget); of those, never learned: held-out "
-           f"accuracy within {DEFAULT.chance_margin:.0%} of the 50% of picking the answer or the foil at random (tasks "
-           "that name foils), partly learned: the rest. A label names a mechanism (its paths' components and heads), "
-           "never positions or tokens, so one mechanism over seeds is one row. Held-out accuracy: the "
-           "task's held-out split. Unreadable: a run whose files fail a check (listed with the reason, not "
-           "counted).", ""]
+    return ("Per model and grid point, over the runs of the sweep that finished: each share is count / finished runs "
+            "with a 95% Wilson interval. A circuit is named as a path only as the report names it: a path patch, the "
+            f"sender's write at every position or at one position, recovers at least {DEFAULT.path_claim:.0%} of the clean - counterfactual gap "
+            "(0 = the path alone restores nothing, 1 = all of it); other runs are labelled by what was found. "
+            "Unsolved: validation never solved (stopped stalled or out of budget); of those, never learned: held-out "
+            f"accuracy within {DEFAULT.chance_margin:.0%} of the 50% of picking the answer or the foil at random (tasks "
+            "that name foils), partly learned: the rest. A label names a mechanism (its paths' components and heads), "
+            "never positions or tokens, so one mechanism over seeds is one row. Held-out accuracy: the "
+            "task's held-out split. Unreadable: a run whose files fail a check (listed with the reason, not "
+            "counted).")
+
+
+def markdown(census: Census, figure: str | None) -> str:
+    out = ["# Circuit census", "", intro(), ""]
     if figure:
         out += [f"![mechanism share per grid point]({figure})", ""]
     for g in census.groups:
@@ -342,6 +345,28 @@ def draw(census: Census, path: Path) -> None:
     plt.close(fig)
 
 
+def census_html(census: Census, figure: Path | None) -> str:
+    """census.md's tables as one self-contained page (sortable tables, the figure inline)."""
+    from common.html import escape, image_uri, page, table
+
+    body = [f'<p class="note">{escape(intro())}</p>']
+    if figure is not None:
+        body.append(f'<img alt="circuit share per model and grid point" src="{image_uri(figure)}">')
+    for g in census.groups:
+        h = g.heldout
+        body.append(f"<h2>{escape(g.model_name)} @ {escape(g.point)}</h2>"
+                    f'<p class="note">grid values: {escape(json.dumps(g.values) if g.values else "(none)")}; '
+                    f"{g.finished} finished runs, {g.failed} failed twice (not counted); held-out accuracy over seeds: "
+                    f"mean {h['mean']['value']:.1%} [{h['mean']['low']:.1%}, {h['mean']['high']:.1%}] (t 95%), "
+                    f"min {h['min']:.1%}, median {h['median']:.1%}, max {h['max']:.1%}</p>")
+        rows = [[s.label, s.count, s.share.n, f"{s.share.value:.1%}", f"[{s.share.low:.1%}, {s.share.high:.1%}]",
+                 " / ".join(f"{v:.0%}" for v in g.path_recovered.get(s.label, [])) or "-",
+                 ", ".join(map(str, g.seeds.get(s.label, []))) or "-"] for s in (*g.circuits, g.named, g.unsolved)]
+        body.append(table(["circuit", "runs", "of", "share", "95% CI", "best path recovers (min / median / max)",
+                           "seeds"], rows))
+    return page("Circuit census", "".join(body))
+
+
 # ---- the census folder: written whole, replaced only while unchanged ---------------------------
 
 CENSUS_JSON = "census.json"
@@ -379,6 +404,8 @@ def write_census(census: Census, out: Path) -> Path:
         atomic_write(staged / "census.png", lambda temp: draw(census, Path(temp)))
         text = markdown(census, "census.png") + "\n"
         atomic_write(staged / "census.md", lambda temp: Path(temp).write_text(text))
+        page = census_html(census, staged / "census.png")
+        atomic_write(staged / "census.html", lambda temp: Path(temp).write_text(page))
         files = {name: sha256_file(staged / name) for name in CENSUS_FILES}
         write_json(staged / CENSUS_JSON, signed({"groups": [asdict(g) for g in census.groups],
                                                  "others": list(census.others), "files": files}))
@@ -409,7 +436,7 @@ def census_command(runs_dir: Path, out: Path | None = None) -> None:
         census = take_census(runs_dir)
         written = write_census(census, out)
     print("\n".join(summary_lines(census)))
-    print(f"\nwrote {written}")
+    print(f"\nwrote {written} and {written.with_suffix('.html').name}")
 
 
 def main(argv=None) -> None:

@@ -59,7 +59,7 @@ def test_search_keeps_both_heads_of_a_two_hop_circuit():
 def test_report_command_writes_markdown_json_and_figures(tiny_runs, capsys):
     from toylens.report import main
 
-    main(["report", str(tiny_runs)])
+    main(["report", str(tiny_runs), "--verbose"])
     stdout = capsys.readouterr().out
     assert "attn-only-2x1 seed 0:" in stdout and "bag-of-words seed 0:" in stdout
     report = json.loads((tiny_runs / "report" / "report.json").read_text())
@@ -77,7 +77,8 @@ def test_report_command_writes_markdown_json_and_figures(tiny_runs, capsys):
         assert traced["circuit"]["nodes"]
     else:
         assert traced["circuit"] is None and "barely tells the pairs apart" in traced["note"]
-    assert traced["summary"] in stdout
+    assert traced["summary"] in stdout            # --verbose: the sentences above the tables
+    assert traced["summary"] in (tiny_runs / "report" / "report.md").read_text()   # and in the run's section
     # The edge part: multi-block softmax runs only, its circuit reaching the target it states.
     edges = {(r["model_name"], r["seed"]): r for r in report["edge_circuits"]}
     assert set(edges) == {("attn-only-2x1", 0)}

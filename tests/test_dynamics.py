@@ -93,7 +93,7 @@ def test_induction_report_adds_head_roles_and_dynamics_sections(snapshot_run, tm
 
     from toylens.report import report_command
 
-    report_command(snapshot_run, tmp_path / "report", jobs=1)
+    report_command(snapshot_run, tmp_path / "report", jobs=1, verbose=True)
     markdown = (tmp_path / "report" / "report.md").read_text()
     assert "Head roles" in markdown and "Training dynamics" in markdown
     data = json.dumps(json.loads((tmp_path / "report" / "report.json").read_text()))
@@ -105,6 +105,7 @@ def test_induction_report_adds_head_roles_and_dynamics_sections(snapshot_run, tm
     alone = run_dynamics(find_runs(snapshot_run)[0])
     summary = capsys.readouterr().out
     if alone.phase_change_step is None:
-        assert "attn-only-2x2 seed 0: no phase change" in summary
+        assert "attn-only-2x2 seed 0: no phase change" in summary and "no phase change" in markdown
     else:
         assert f"attn-only-2x2 seed 0: phase change at step ~{alone.phase_change_step} " in summary
+        assert f"step ~{alone.phase_change_step}" in summary.split("attn-only-2x2  ")[-1]   # the table's cell

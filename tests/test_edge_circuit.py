@@ -28,7 +28,8 @@ def test_every_method_is_judged_and_the_oracle_finds_the_planted_circuit(planted
 
 
 def test_report_lines_figure_and_mib_export(planted_result, tmp_path):
-    from probes.report.edge_render import circuit_figure, markdown_lines, mib_json
+    from probes.report.edge_render import circuit_figure, markdown_lines
+    from probes.report.exports import mib_graph, mib_json, mib_problems
 
     p, result = planted_result
     lines = markdown_lines(result, "mlp-xor", "figures/x.png")
@@ -36,8 +37,8 @@ def test_report_lines_figure_and_mib_export(planted_result, tmp_path):
     assert "- MLP0 -> logits (+100%)" in lines and "![mlp-xor](figures/x.png)" in lines
     circuit_figure(result, "mlp-xor").savefig(tmp_path / "x.png")
     assert (tmp_path / "x.png").stat().st_size > 10_000
-    exported = json.loads(json.dumps(mib_json(result, result.methods[1].scores)))
-    assert len(exported["edges"]) == len(result.graph.edges)
+    exported = json.loads(json.dumps(mib_json(result, result.methods[1].scores, p.spec.d_model)))
+    assert mib_problems(exported) == [] and len(exported["edges"]) == len(mib_graph(p.spec.n_layers, p.spec.n_heads)[1])
     assert exported["edges"]["m0->logits"]["in_graph"] and not exported["edges"]["a0.h2->m0"]["in_graph"]
     assert "input->a0.h0<v>" in exported["edges"] and exported["nodes"]["a0.h2"] == {"in_graph": False}
 
@@ -72,7 +73,8 @@ def test_the_edges_command_writes_report_figures_and_mib_files(tiny_runs, tmp_pa
     assert "#### attn-only-2x1 seed 0" in text and "bag-of-words" not in text
     assert (tmp_path / "figures" / "edges-attn-only-2x1-seed0.png").is_file()   # the report's own name
     exported = json.loads((tmp_path / "mib_attn-only-2x1_seed0_eap.json").read_text())
-    assert set(exported) == {"cfg", "nodes", "edges"} and len(exported["edges"]) == 12
+    # MIB's graph of 2 layers x 1 head has MLP nodes though the model has none: 23 edges, not our 12.
+    assert set(exported) == {"cfg", "nodes", "edges"} and len(exported["edges"]) == 23
 
 
 def test_a_task_that_declares_its_circuit_gets_every_method_scored_against_it(tiny_runs, monkeypatch):

@@ -50,9 +50,12 @@ def executed(tmp_path, monkeypatch, **environment) -> tuple[str, list]:
 
 def test_notebook_takes_any_run_and_ablates_heads_it_has(tiny_runs, tmp_path, monkeypatch):
     run = tiny_runs / "attn-only-2x1" / "seed0"        # two layers of one head: no L0H1 to ablate
-    text, _ = executed(tmp_path, monkeypatch, TOYLENS_RUN=str(run))
+    text, outputs = executed(tmp_path, monkeypatch, TOYLENS_RUN=str(run))
     assert f"{run}: 2 layer(s) x 1 head(s)" in text and "heads: L0H0, L1H0" in text
     assert "L1H0" in text.split("heads ablated")[1]   # the default ablation: the last layer's first head
+    # The report's views inline: the page of report.html for this run, its edge graph's data in it.
+    (views,) = [o["data"]["text/html"] for o in outputs if "report-data" in o.get("data", {}).get("text/html", "")]
+    assert views.startswith("<iframe srcdoc=") and "L0H0 -&gt; L1H0.q" in views
 
 
 def test_ablate_heads_notebook_runs_clean(tmp_path, monkeypatch):

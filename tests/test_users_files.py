@@ -124,8 +124,17 @@ def fake_report(monkeypatch, fail: bool):
         atomic_write(Path(out) / "report.md", lambda t: Path(t).write_text("new report"))
         return Path(out) / "report.md"
 
+    def page(measured, sections, out, task, settings):
+        atomic_write(Path(out) / "report.html", lambda t: Path(t).write_text("new page"))
+        return Path(out) / "report.html"
+
+    import probes.report.exports
+    import probes.report.html
+
     monkeypatch.setattr(toylens.report, "measure_for_report", measure)
     monkeypatch.setattr(probes.report.document, "write_report", write)
+    monkeypatch.setattr(probes.report.html, "write_html", page)
+    monkeypatch.setattr(probes.report.exports, "write_report_mib", lambda measured, out, settings: [])
     monkeypatch.setattr(probes.report.measure, "render_parts", lambda measured, out, settings: {})
 
 
@@ -148,7 +157,7 @@ def test_a_report_is_published_whole_or_not_at_all(tiny_runs, tmp_path, monkeypa
     else:
         report_command(out, None, jobs=1)
         files = {k: v for k, v in contents(out / "report").items() if not k.endswith(".toylens.json")}
-        assert files == {"report.json": b'{\n  "new": true\n}\n', "report.md": b"new report",
+        assert files == {"report.json": b'{\n  "new": true\n}\n', "report.md": b"new report", "report.html": b"new page",
                          "figures/attn-only-2x1.png": b"new figure", "figures/bag-of-words.png": b"new figure"}
     assert [p.name for p in out.iterdir() if p.name.startswith((".report", ".toylens-tmp."))] == []   # no staging left
 

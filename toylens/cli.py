@@ -30,6 +30,8 @@ def add_train_arguments(parser: Parser, task_cls: type) -> None:
     parser.add_argument("--report", action="store_true",
                         help="then trace the circuits of these runs in the same worker processes and write "
                              "OUT/report (as `python -m probes.circuit report OUT` does, without its start-up)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="with --report: print every part's sentences above the summary tables")
     add_task_params(parser, task_cls)
 
 
@@ -56,7 +58,7 @@ def train_command(task_cls: type, args) -> None:
             from toylens.report import publish_report
 
             print()
-            publish_report(measured, report, task=task.name, staged=staged)
+            publish_report(measured, report, task=task.name, staged=staged, verbose=args.verbose)
     if args.strict:
         from probes.health import strict_exit
 

@@ -23,17 +23,14 @@ FILES = """files written to DIR:
                                             MIB's evaluation scripts or EAP-IG's Graph.from_json"""
 
 
-def slug(text: str) -> str:
-    return "".join(c if c.isalnum() else "-" for c in text).strip("-").lower()
-
-
 def edges_command(runs_dir: Path, out: Path | None) -> None:
     import torch
     from tqdm import tqdm
 
     from probes.circuits.named import run_edge_circuit
     from probes.report.edge_part import EdgeRun, summary_line
-    from probes.report.edge_render import circuit_figure, figure_name, markdown_lines, mib_json
+    from probes.report.edge_render import circuit_figure, figure_name, markdown_lines
+    from probes.report.exports import mib_json, slug
     from probes.report.figures import save
     from probes.settings import DEFAULT
     from tasks.runs import find_runs
@@ -61,7 +58,7 @@ def edges_command(runs_dir: Path, out: Path | None) -> None:
         lines += markdown_lines(result, name, figure) + [f"({result.seconds:.1f} s)", ""]
         for method in result.methods:
             write_json(out / f"mib_{slug(run.model_name)}_seed{run.seed}_{slug(method.scores.method)}.json",
-                       mib_json(result, method.scores))
+                       mib_json(result, method.scores, run.config["spec"]["d_model"]))
     text = "\n".join(lines)
     atomic_write(out / "edges.md", lambda temp: Path(temp).write_text(text))
     print(f"wrote {out / 'edges.md'}: {figures} of {len(runs)} runs traced, with a figure and MIB edge scores each"

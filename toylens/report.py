@@ -22,7 +22,8 @@ def measure_for_report(run, out: Path, device: str | None = None):
     return measure_run(run, out, device=device)
 
 
-def report_command(runs_dir: Path, out: Path | None, jobs: int = 1, device: str | None = None) -> None:
+def report_command(runs_dir: Path, out: Path | None, jobs: int = 1, device: str | None = None,
+                   verbose: bool = False) -> None:
     from contextlib import ExitStack
     from functools import partial
 
@@ -55,26 +56,36 @@ def report_command(runs_dir: Path, out: Path | None, jobs: int = 1, device: str 
         with staging(out) as staged:
             measured = map_jobs(partial(measure_for_report, out=staged, device=device), runs, jobs,
                                 f"analysing {len(runs)} runs, {min(jobs, len(runs))} at a time", cost=analysis_cost)
-            publish_report(measured, out, task=runs[0].task.name, staged=staged)
+            publish_report(measured, out, task=runs[0].task.name, staged=staged, verbose=verbose)
 
 
-def publish_report(measured: list, out: Path, task: str, staged: Path | None = None) -> None:
-    """Write and summarise the report from each run's `measure_for_report` result (in report order).
-    With `staged` (the folder the runs' figures were drawn into), the report is completed there and
-    then swapped in for `out` as a whole, so no reader sees a half-written or mixed report."""
+def publish_report(measured: list, out: Path, task: str, staged: Path | None = None, verbose: bool = False) -> None:
+    """Write and summarise the report from each run's `measure_for_report` result (in report order):
+    report.md, report.json and report.html. With `staged` (the folder the runs' figures were drawn
+    into), the report is completed there and then swapped in for `out` as a whole, so no reader sees
+    a half-written or mixed report. The terminal gets the summary tables; `verbose` adds every
+    part's sentences."""
     from common.atomic import publish_folder
     from probes.report.measure import render_parts
     from probes.report.document import write_report
+    from probes.report.exports import write_report_mib
+    from probes.report.html import write_html
+    from probes.report.summary import summary_of, terminal_lines
     from probes.settings import DEFAULT
 
     folder = Path(staged or out)
     sections = render_parts(measured, folder, DEFAULT)
-    written = write_report(measured, sections, folder, task, DEFAULT)
+    written = [write_report(measured, sections, folder, task, DEFAULT),
+               write_html(measured, sections, folder, task, DEFAULT)]
+    write_report_mib(measured, folder, DEFAULT)
     if staged is not None:
         publish_folder(staged, out)
-        written = Path(out) / written.relative_to(folder)
-    print("\n".join(line for section in sections.values() for line in section.summary))
-    print(f"\nwrote {written}")
+        written = [Path(out) / path.relative_to(folder) for path in written]
+    if verbose:
+        print("\n".join(line for section in sections.values() for line in section.summary) + "\n")
+    print("\n".join(terminal_lines(summary_of(sections))))
+    markdown, html = written
+    print(f"\nwrote {markdown} and {html.name} ({html.stat().st_size / 1024:.0f} KiB, self-contained)")
 
 
 def main(argv=None) -> None:
@@ -94,5 +105,6 @@ def main(argv=None) -> None:
     report.add_argument("--device", type=device_name, default=None,
                         help="where the models run: cpu (default), cuda, cuda:N or mps; the numbers are "
                              "the same up to float rounding")
+    report.add_argument("--verbose", action="store_true", help="print every part's sentences above the tables")
     args = parser.parse_args(argv)
-    run_cli(report_command, args.runs_dir, args.out, args.jobs, args.device)
+    run_cli(report_command, args.runs_dir, args.out, args.jobs, args.device, args.verbose)

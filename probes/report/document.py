@@ -50,7 +50,10 @@ def render_accuracy(entries: list[AccuracyEntry], out: Path, settings: ReportSet
             + md_table(["model", "seed", "held-out (Wilson 95%)", "n", "wrong answer (foil)", "train",
                         "shuffle max abs dlogit", "health"], rows)
             + "".join(f"\n\n{line}" for line in health))
-    return Section("Accuracy, shuffle test and run health", text, health, jsonable(models))
+    from probes.report.summary import accuracy_cells
+
+    return Section("Accuracy, shuffle test and run health", text, health, jsonable(models),
+                   cells=accuracy_cells(models), notes=health)
 
 
 # ---- the circuit part ----------------------------------------------------------------------
@@ -133,10 +136,11 @@ def circuit_section(analysis, settings: ReportSettings) -> str:
 
 def run_section(analysis, settings: ReportSettings) -> str:
     title = f"### {analysis.model_name} seed {analysis.seed}"
+    words = describe(analysis, settings, analysis.vocabulary)
     if analysis.patching is None:
-        return f"{title}\n\n{analysis.note}"
+        return f"{title}\n\n{words}"
     b, p = analysis.basis, analysis.patching
-    parts = [title, ""]
+    parts = [title, "", words, ""]
     if analysis.figure:
         parts += [f"![{analysis.model_name} seed {analysis.seed}]({analysis.figure})", ""]
     parts += [f"Head ablation on {b.ablation} of {b.heldout} held-out examples (mean and resample over "
@@ -172,9 +176,14 @@ def run_json(analysis, settings: ReportSettings) -> dict:
 
 
 def render_circuits(analyses: list, out: Path, settings: ReportSettings) -> Section:
-    summary = [describe(a, settings, a.vocabulary) for a in analyses] + seed_agreement(analyses, settings)
-    text = "\n\n".join(run_section(a, settings) for a in analyses)
-    return Section("Runs", text, summary, [run_json(a, settings) for a in analyses])
+    from probes.report.summary import circuit_across_seeds, circuit_cells
+
+    agreement = seed_agreement(analyses, settings)
+    summary = [describe(a, settings, a.vocabulary) for a in analyses] + agreement
+    text = "\n\n".join([*(run_section(a, settings) for a in analyses), *agreement])
+    return Section("Runs", text, summary, [run_json(a, settings) for a in analyses],
+                   cells={(a.model_name, a.seed): circuit_cells(a, settings) for a in analyses},
+                   across_seeds=circuit_across_seeds(analyses, settings))
 
 
 # ---- the report as a whole -----------------------------------------------------------------
@@ -223,9 +232,11 @@ def header(analysis, settings: ReportSettings) -> str:
 
 
 def markdown(task: str, sections: dict, analysis, settings: ReportSettings) -> str:
-    summary = [line for section in sections.values() for line in section.summary]
-    text = [f"# Circuit report: {task}", "", header(analysis, settings), "", "## Summary", "",
-            *[f"- {line}" for line in summary], ""]
+    from probes.report.summary import markdown_lines, summary_of
+
+    text = [f"# Circuit report: {task}", "", "## Summary", "",
+            "One table per model, a row per seed (each run's sentences are in its section below).", "",
+            *markdown_lines(summary_of(sections)), "", "## Bases and scales", "", header(analysis, settings), ""]
     for section in sections.values():
         text += [f"## {section.title}", "", section.markdown, ""]
     return "\n".join(text)

@@ -227,7 +227,11 @@ def render_edge_circuits(runs: list[EdgeRun], out: Path, settings: ReportSetting
         if not settings.traces(run.result.oracle.gap):
             blocks += [f"#### {run.model_name} seed {run.seed}", "", summary_line(run, settings), ""]
         else:
-            blocks += markdown_lines(run.result, f"{run.model_name} seed {run.seed}", run.figure)
+            title, *rest = markdown_lines(run.result, f"{run.model_name} seed {run.seed}", run.figure)
+            blocks += [title, "", summary_line(run, settings), *rest]
             blocks += positional_lines(run.positional) if run.positional is not None else []
+    from probes.report.summary import edge_cells
+
     return Section("Edge circuits (exact oracle)", "\n".join(blocks),
-                   [summary_line(run, settings) for run in runs], [run_json(run) for run in runs])
+                   [summary_line(run, settings) for run in runs], [run_json(run) for run in runs],
+                   cells={key: row for run in runs for key, row in edge_cells(run, settings).items()})

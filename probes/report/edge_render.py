@@ -1,18 +1,15 @@
 """Drawing and writing an EdgeCircuit: the circuit as a graph figure (layers as rows, nodes as boxes,
 edge width = |oracle effect|, q/k/v marked by colour and by where the edge lands on the box), the
-faithfulness-vs-size curves, markdown lines for a report, and edge scores in MIB's submission format. Figures are made without pyplot (as probes.report.figures)
-(the EAP-IG library's Graph JSON: nodes `input`, `a{l}.h{h}`, `m{l}`, `logits`; edges
-`a0.h1->a1.h0<q>`; our position-free edges only)."""
+faithfulness-vs-size curves and markdown lines for a report (MIB's format: probes.report.exports).
+Figures are made without pyplot (as probes.report.figures)."""
 
 from __future__ import annotations
 
 import torch
 from matplotlib.figure import Figure
 
-from common.cli import UsageError
 from models.graph import MLP, Edge, Embed, Head, Logits
 from probes.circuits.named import ORACLE, EdgeCircuit
-from probes.circuits.methods.attribution import EdgeScores
 from probes.circuits.methods.scores import circuit_recall, expected_recall
 
 PORT_COLOUR = {"q": "tab:blue", "k": "tab:orange", "v": "tab:green", "in": "dimgray"}
@@ -184,30 +181,3 @@ def expected_lines(result: EdgeCircuit) -> list[str]:
             "and stays high for a circuit that shares some expected edges but uses another mechanism; read it with "
             "the recall."]
 
-
-def mib_node(node) -> str:
-    if isinstance(node, Embed):
-        return "input"
-    if isinstance(node, Head):
-        return f"a{node.layer}.h{node.head}"
-    return f"m{node.layer}" if isinstance(node, MLP) else "logits"
-
-
-def mib_edge(edge: Edge) -> str:
-    port = f"<{edge.receiver.port}>" if isinstance(edge.receiver.node, Head) else ""
-    return f"{mib_node(edge.sender)}->{mib_node(edge.receiver.node)}{port}"
-
-
-def mib_json(result: EdgeCircuit, scores: EdgeScores, circuit=None) -> dict:
-    """`scores` in MIB's submission format; in_graph marks `circuit` (default: the smallest 90%
-    oracle circuit, or every edge when none reaches it)."""
-    circuit = set(circuit if circuit is not None else result.circuit.edges or result.graph.edges)
-    if any(e.position is not None for e in result.graph.edges):
-        raise UsageError("MIB's format has no per-position edges; export a position-free graph")
-    heads = [s for s in result.graph.senders if isinstance(s, Head)]
-    nodes = [*result.graph.senders, Logits()]
-    used = {e.sender for e in circuit} | {e.receiver.node for e in circuit}
-    return {"cfg": {"n_layers": result.graph.n_layers, "n_heads": max(h.head for h in heads) + 1,
-                    "parallel_attn_mlp": False, "method": scores.method},
-            "nodes": {mib_node(n): {"in_graph": n in used or isinstance(n, Logits)} for n in nodes},
-            "edges": {mib_edge(e): {"score": float(s), "in_graph": e in circuit} for e, s in zip(scores.edges, scores.score)}}

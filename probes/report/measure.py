@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from probes.report import document, edge_part, run_analysis, sections
+from probes.report import document, edge_part, example_part, run_analysis, sections
 from probes.report.parts import MeasuredRun, Part, RunContext, Section
 from probes.settings import DEFAULT, ReportSettings
 
@@ -19,12 +19,13 @@ def parts() -> list[Part]:
         Part("edge_circuits", edge_part.measure_edge_circuit, edge_part.render_edge_circuits),
         Part("head_roles", sections.measure_head_roles, sections.head_roles_section),
         Part("dynamics", sections.measure_dynamics, sections.dynamics_section),
+        Part("examples", example_part.measure_examples, example_part.render_examples),
     ]
 
 
-def measure_run(run, out: Path, settings: ReportSettings = DEFAULT, device: str | None = None) -> MeasuredRun:
+def measure_run(run, out: Path | None, settings: ReportSettings = DEFAULT, device: str | None = None) -> MeasuredRun:
     """Every part's measurement of one run, sharing one model load (run in the report's workers)."""
-    context = RunContext(run, Path(out), settings, device)
+    context = RunContext(run, None if out is None else Path(out), settings, device)
     return MeasuredRun(run.model_name, run.seed, {part.key: part.measure(context) for part in parts()})
 
 

@@ -83,8 +83,13 @@ class RunContext:
 class Section:
     title: str
     markdown: str
-    summary: list[str]      # lines for the printed and the markdown summary
+    summary: list[str]      # the part's sentences (report.json; printed with --verbose)
     data: object            # JSON-able numbers behind the markdown
+    # What the part adds to the summary tables (probes.report.summary): per run, short cells by
+    # column; per model, one short line across its seeds; family-wide short notes.
+    cells: dict = field(default_factory=dict)           # (model_name, seed) -> {column: text}
+    across_seeds: dict = field(default_factory=dict)    # model_name -> text
+    notes: list = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -174,7 +174,14 @@ def head_roles_section(measured: list[RunRoles], out: Path, settings) -> Section
                   "(no sender position patched):", "",
                   md_table(["model", "seed", "path", "heads", "input", "recovered", "attention recovered"],
                            path_rows)]
-    return Section("Head roles", "\n".join(parts), summary, jsonable(data))
+    parts += ["", *(f"- {line}" for line in summary)]
+    cells = {(run.model_name, run.seed): {"roles": role_cell(run)} for run in measured if run.heads is not None}
+    return Section("Head roles", "\n".join(parts), summary, jsonable(data), cells=cells)
+
+
+def role_cell(run: RunRoles) -> str:
+    heads = run.heads
+    return f"prev {'+'.join(heads.previous) or 'none'}, ind {'+'.join(heads.induction) or 'none'}"
 
 
 @dataclass(frozen=True)
@@ -259,6 +266,7 @@ def dynamics_section(measured: list[RunDynamics], out: Path, settings) -> Sectio
              md_table(["model", "seed", "phase change", "interval", "fall /100 steps", "scored loss",
                        "final scored acc", "final other loss"], rows), ""]
     parts += [f"![dynamics {name}](figures/{path.name})" for name, path in figures.items()]
+    parts += ["", *(f"- {line}" for line in summary)]
     timed = [run for run in measured if run.timeline is not None]
     if timed:
         parts += ["", timeline_intro(settings), ""]
@@ -268,9 +276,10 @@ def dynamics_section(measured: list[RunDynamics], out: Path, settings) -> Sectio
             figure = timeline_figure(run.timeline, run.dynamics, Path(out) / "figures")
             parts += [f"- {line}", "", f"![circuit timeline {run.dynamics.model_name} seed {run.dynamics.seed}]"
                       f"(figures/{figure.name})", ""]
-    data = {"runs": [asdict(d) for d in results],
-            "timelines": [timeline_json(run) for run in timed]}
-    return Section("Training dynamics", "\n".join(parts), summary, jsonable(data))
+    data = {"runs": [asdict(d) for d in results], "timelines": [timeline_json(run) for run in timed]}
+    cells = {(d.model_name, d.seed): {"phase change": "none" if d.phase_change_step is None
+                                      else f"step ~{d.phase_change_step}"} for d in results}
+    return Section("Training dynamics", "\n".join(parts), summary, jsonable(data), cells=cells)
 
 
 def timeline_intro(settings) -> str:

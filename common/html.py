@@ -1,0 +1,87 @@
+"""Self-contained HTML pages: styles, scripts, data and images inline, so a page opens from file://
+and makes no network request. Sortable tables (click a column's header) come with every page.
+
+Written by hand: the kept libraries draw static figures (matplotlib, seaborn); the field's HTML
+views load their scripts from CDNs (probes.report.html says which and why not)."""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from pathlib import Path
+
+STYLE = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 0; color: #222; }
+header { background: #1f2d3d; color: #fff; padding: 8px 16px; }
+header h1 { font-size: 18px; margin: 0 0 4px; }
+main { padding: 8px 16px 40px; }
+table { border-collapse: collapse; margin: 6px 0 12px; font-size: 13px; }
+th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: left; vertical-align: top; }
+th { background: #eef1f5; }
+table.sortable th { cursor: pointer; user-select: none; }
+table.sortable th[data-order="asc"]::after { content: " \\25B2"; }
+table.sortable th[data-order="desc"]::after { content: " \\25BC"; }
+img { max-width: 100%; }
+.note { color: #555; font-size: 12px; }
+"""
+
+SORT_SCRIPT = """
+function sortTable(th) {
+  const table = th.closest('table'), body = table.tBodies[0], column = th.cellIndex;
+  const order = th.dataset.order === 'asc' ? 'desc' : 'asc';
+  table.querySelectorAll('th').forEach(h => delete h.dataset.order);
+  th.dataset.order = order;
+  const key = cell => {
+    const text = cell.dataset.sort !== undefined ? cell.dataset.sort : cell.textContent.trim();
+    const number = parseFloat(text.replace(/[%,]/g, ''));
+    return isNaN(number) ? text.toLowerCase() : number;
+  };
+  const rows = Array.from(body.rows);
+  rows.sort((a, b) => {
+    const x = key(a.cells[column]), y = key(b.cells[column]);
+    const c = (typeof x === typeof y) ? (x < y ? -1 : x > y ? 1 : 0) : (typeof x === 'number' ? -1 : 1);
+    return order === 'asc' ? c : -c;
+  });
+  rows.forEach(r => body.appendChild(r));
+}
+document.addEventListener('click', e => {
+  const th = e.target.closest('table.sortable th');
+  if (th) sortTable(th);
+});
+"""
+
+
+def escape(text) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def table(headers: list[str], rows: list[list], sortable: bool = True, attributes: str = "") -> str:
+    """An HTML table of text cells (escaped); sortable by any column."""
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+    kind = ' class="sortable"' if sortable else ""
+    return f"<table{kind}{attributes}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def image_uri(path: Path) -> str:
+    """A PNG as a data URI (inline: no request for it)."""
+    return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode("ascii")
+
+
+def json_script(element_id: str, data) -> str:
+    """`data` as an inline JSON script element; '</' is escaped so no string can close the element."""
+    text = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    return f'<script type="application/json" id="{escape(element_id)}">{text}</script>'
+
+
+def page(title: str, body: str, style: str = "", script: str = "", heading: str = "") -> str:
+    """A whole page. A Content-Security-Policy forbids every request but inline ones and data:
+    images, so a page that tried to load anything would fail in the browser, not fetch it."""
+    policy = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'")
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<meta http-equiv="Content-Security-Policy" content="{policy}">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>{escape(title)}</title><style>{STYLE}{style}</style></head>"
+            f"<body><header><h1>{escape(title)}</h1>{heading}</header><main>{body}</main>"
+            f"<script>{SORT_SCRIPT}</script><script>{script}</script></body></html>\n")

@@ -1,0 +1,201 @@
+"""The report's summary as tables: one per model (a row per seed, a column per fact the parts
+contribute: probes.report.parts.Section.cells), one short line per model across its seeds, and the
+family's short notes (run health). The terminal and report.md open with it; each part's sentences
+stay in its section (and `--verbose`)."""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass
+
+WIDTH = 120     # a terminal line, at most
+
+
+@dataclass(frozen=True)
+class ModelTable:
+    model_name: str
+    columns: tuple[str, ...]            # after "seed"
+    rows: tuple[tuple[str, ...], ...]   # seed first
+    across_seeds: tuple[str, ...]       # each part's line for the model
+
+
+@dataclass(frozen=True)
+class Summary:
+    legend: tuple[str, ...]             # what every column measures, its basis and scale
+    tables: tuple[ModelTable, ...]
+    notes: tuple[str, ...]
+
+
+LEGEND = (
+    "held-out: accuracy on the held-out split's scored positions; health: collapsed (one constant answer, or train "
+    "far below peers) or ok",
+    "circuit / kind: the head circuit (heads @ the positions they are kept at; a named path as sender ->q/k/v "
+    "receiver @ sender position) and what it is, from held-out counterfactual pairs",
+    "faith.: the head circuit's faithfulness, null scale (0 = every head mean-ablated, 1 = full model)",
+    "blocks: block 1/2/... verdict with all its heads mean-ablated (needed, partly used, unused)",
+    "edges (gap): the smallest oracle edge circuit, edges kept / graph, and its faithfulness on the gap scale "
+    "(0 = counterfactual run, 1 = clean run)",
+)
+TERMINAL_LEGEND = (
+    "faith.: head circuit, null scale (0 = all heads mean-ablated, 1 = full model); blocks: verdict with a block's "
+    "heads mean-ablated; edges (gap): oracle edge circuit, kept/graph and faithfulness (0 = counterfactual, 1 = clean)",
+)
+
+
+def summary_of(sections: dict) -> Summary:
+    """The tables from the rendered parts (probes.report.parts.render_parts), models in report order."""
+    cells, across, notes, order = {}, {}, [], []
+    for section in sections.values():
+        for (model, seed), row in section.cells.items():
+            if model not in order:
+                order.append(model)
+            cells.setdefault((model, seed), {}).update(row)
+        for model, line in section.across_seeds.items():
+            across.setdefault(model, []).append(line)
+        notes += section.notes
+    tables = []
+    for model in order:
+        seeds = sorted(seed for m, seed in cells if m == model)
+        columns = tuple(dict.fromkeys(c for seed in seeds for c in cells[model, seed]))
+        rows = tuple((str(seed), *(cells[model, seed].get(c, "-") for c in columns)) for seed in seeds)
+        tables.append(ModelTable(model, columns, rows, tuple(across.get(model, ()))))
+    return Summary(LEGEND, tuple(tables), tuple(notes))
+
+
+def wrapped(line: str, indent: str = "") -> list[str]:
+    return textwrap.wrap(line, WIDTH, subsequent_indent=indent + "  ", initial_indent=indent) or [""]
+
+
+def table_rows(t: ModelTable) -> tuple[list[str], list[list[str]]]:
+    """The model's name heads its seed column."""
+    return [t.model_name, *t.columns], [[f"seed {row[0]}", *row[1:]] for row in t.rows]
+
+
+def terminal_lines(summary: Summary) -> list[str]:
+    """Aligned plain-text tables (a table wider than WIDTH is the caller's to see: tests check it)."""
+    from probes.report.render import table
+
+    lines = [line for text in TERMINAL_LEGEND for line in wrapped(text)]
+    for t in summary.tables:
+        text = table(*table_rows(t)).splitlines()
+        lines += [row.rstrip() for i, row in enumerate(text) if i != 1]   # no dashes: one screen
+        for line in t.across_seeds:
+            lines += wrapped(line, "  ")
+    for note in summary.notes:
+        lines += wrapped(note)
+    return lines
+
+
+def markdown_lines(summary: Summary) -> list[str]:
+    from probes.report.document import md_table
+
+    lines = [f"- {line}" for line in summary.legend] + [""]
+    for t in summary.tables:
+        lines += [md_table(*table_rows(t)), ""]
+        lines += [f"- {line}" for line in t.across_seeds] + ([""] if t.across_seeds else [])
+    return lines + [f"- {note}" for note in summary.notes]
+
+
+# ---- each part's cells ----------------------------------------------------------------------
+
+def accuracy_cells(models) -> dict:
+    """(model, seed) -> held-out accuracy and run health; `models`: probes.accuracy.ModelAccuracy."""
+    return {(m.model_name, r.seed): {"held-out": f"{r.splits['heldout'].accuracy.value:.1%}",
+                                     "health": "collapsed" if r.seed in m.collapsed else "ok"}
+            for m in models for r in m.runs}
+
+
+def compact_circuit(analysis, settings) -> str:
+    """'L0H0 ->q L1H0 @p14' (+ the other heads) when a path is named, else the heads at their kept
+    positions ('L0H1+L1H0@p14'; a head kept at every position has none)."""
+    from probes.report.words import claimed_edge
+
+    def kept(node):
+        return node.name if node.positions is None else f"{node.name}@" + "/".join(f"p{p}" for p in node.positions)
+
+    nodes = analysis.circuit.nodes
+    edge = claimed_edge(analysis, settings)
+    if edge is None:
+        return "+".join(kept(n) for n in nodes)
+    others = [kept(n) for n in nodes if n.name not in (edge.sender, edge.receiver)]
+    return "+".join([f"{edge.sender} ->{edge.component} {edge.receiver} @p{edge.positions[0]}", *others])
+
+
+def circuit_kind(analysis, settings) -> str:
+    """The named path's composition, or what was found instead."""
+    from probes.report.words import best_edges, claimed_edge
+
+    edge = claimed_edge(analysis, settings)
+    if edge is not None:
+        return f"{edge.component.upper()}-composition"
+    return "no path" if best_edges(analysis) else "one block"
+
+
+def untraced_reason(analysis, settings) -> str:
+    """Why no circuit was traced, in a few words (the sentence: analysis.note)."""
+    spec = analysis.spec
+    if analysis.patching is not None:
+        gap = analysis.patching.clean.metric - analysis.patching.corrupt.metric
+        return f"none: gap {gap:+.2f} < {settings.min_gap:g}"
+    if spec.get("attention") in ("uniform", "none"):
+        return f"none: {spec['attention']} attention"
+    if spec.get("residual") is False:
+        return "none: no residual stream"
+    return "none: no counterfactual pairs"
+
+
+def block_verdicts(analysis, settings) -> str:
+    from probes.report.words import intact, verdict, whole_layers
+
+    return "/".join(verdict(intact(analysis), result, settings)[0].removesuffix(" used")
+                    for _, result in whole_layers(analysis))
+
+
+def circuit_cells(analysis, settings) -> dict:
+    if analysis.circuit is None:
+        return {"circuit / kind": untraced_reason(analysis, settings), "faith.": "-", "blocks": "-"}
+    c = analysis.circuit
+    faith = "1 (constr.)" if c.upstream else f"{c.faithfulness.normalised:.2f}"
+    return {"circuit / kind": f"{compact_circuit(analysis, settings)} / {circuit_kind(analysis, settings)}",
+            "faith.": faith, "blocks": block_verdicts(analysis, settings)}
+
+
+def circuit_across_seeds(analyses, settings) -> dict:
+    """model -> which seeds share a circuit (nodes, kept positions and named path:
+    probes.report.words.signature), and which were not traced."""
+    from probes.report.words import signature
+
+    out = {}
+    for model in dict.fromkeys(a.model_name for a in analyses):
+        runs = [a for a in analyses if a.model_name == model]
+        traced = [a for a in runs if a.circuit is not None]
+        untraced = [str(a.seed) for a in runs if a.circuit is None]
+        groups = {}
+        for a in traced:
+            groups.setdefault(signature(a, settings), []).append(str(a.seed))
+        if len(groups) == 1 and len(traced) > 1:
+            text = f"seeds {', '.join(next(iter(groups.values())))} agree on one circuit"
+        elif len(traced) == 1:
+            text = f"one seed traced (seed {traced[0].seed})"
+        elif groups:
+            text = (f"{len(groups)} circuits in {len(traced)} seeds: "
+                    + " | ".join(("seeds " if len(seeds) > 1 else "seed ") + ", ".join(seeds) for seeds in groups.values()))
+        else:
+            text = "no circuit traced"
+        if untraced and groups:
+            text += f"; not traced: seed {', '.join(untraced)}"
+        out[model] = text
+    return out
+
+
+def edge_cells(run, settings) -> dict:
+    """(model, seed) -> the edge circuit's size and faithfulness; `run`: probes.report.edge_part.EdgeRun."""
+    result = run.result
+    total = len(result.graph.edges)
+    if abs(result.oracle.gap) < settings.min_gap:
+        text = "not traced"
+    elif result.circuit.edges is None:
+        text = f"none < {total}"
+    else:
+        text = f"{len(result.circuit.edges)}/{total}, {result.circuit.faithfulness:.0%}"
+    return {(run.model_name, run.seed): {"edges (gap)": text}}

@@ -1,0 +1,125 @@
+"""MIB and attribution-graph exports: each validator catches each rule it checks, the MIB file of
+a planted model round-trips with the right sign, and the exports command writes valid files."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from models.graph import graph_of
+from probes.report.exports import (attribution_problems, mib_graph, mib_json, mib_problems, mib_scores)
+
+
+def test_mib_graph_is_from_models_edge_set():
+    nodes, edges = mib_graph(2, 4)
+    assert len(edges) == 110 and len(set(edges)) == 110          # FIELD_NOTES: 2 layers x 4 heads
+    assert nodes == ["input", *[f"a0.h{h}" for h in range(4)], "m0", *[f"a1.h{h}" for h in range(4)], "m1", "logits"]
+    assert "a0.h1->a1.h0<q>" in edges and "a0.h1->m0" in edges and "m1->logits" in edges
+    assert "a1.h0->m0" not in edges and "a0.h0->a0.h1<q>" not in edges
+    # parallel attention and MLP: an MLP no longer reads its own layer's heads.
+    assert len(mib_graph(2, 4, parallel_attn_mlp=True)[1]) == 110 - 8
+
+
+@pytest.fixture(scope="module")
+def planted():
+    from probes.circuits.named import edge_circuit
+    from probes.circuits.truth.planted import two_hop
+
+    p = two_hop(n=8)
+    return p, edge_circuit(p.model, p.batch, graph_of(p.spec), ig_steps=2, acdc_threshold=None)
+
+
+def test_mib_export_passes_and_round_trips_with_the_sign_mib_uses(planted):
+    p, result = planted
+    oracle = result.methods[0].scores
+    data = json.loads(json.dumps(mib_json(result, oracle, p.spec.d_model)))
+    assert mib_problems(data) == []
+    assert len(data["edges"]) == len(mib_graph(p.spec.n_layers, p.spec.n_heads)[1])
+    from probes.report.exports import mib_edge
+
+    read = mib_scores(data)
+    for edge, effect in zip(oracle.edges, oracle.score.tolist()):
+        assert read[mib_edge(edge)] == pytest.approx(-effect)      # every score back, sign flipped
+    # The planted circuit's edges carry the signal: corrupting each lowers the metric, so MIB's
+    # score is positive, and they are the ones marked in_graph.
+    kept = {mib_edge(e) for e in result.circuit.edges}
+    assert all(read[name] > 0 for name in kept if name.startswith("a"))
+    assert {n for n, e in data["edges"].items() if e["in_graph"]} == kept
+
+
+def broken(data, change):
+    data = copy.deepcopy(data)
+    change(data)
+    return mib_problems(data)
+
+
+def test_the_mib_validator_catches_each_rule(planted):
+    p, result = planted
+    data = json.loads(json.dumps(mib_json(result, result.methods[0].scores, p.spec.d_model)))
+    edge = next(iter(data["edges"]))
+    cases = {
+        "top level": lambda d: d.update(extra=1),
+        "cfg must hold": lambda d: d["cfg"].pop("d_model"),
+        "cfg.n_heads": lambda d: d["cfg"].update(n_heads=True),
+        "unknown node": lambda d: d["nodes"].update({"a9.h0": {"in_graph": False}}),
+        "unknown edge": lambda d: d["edges"].update({"a0.h0->a1.h0": {"score": 0.0, "in_graph": False}}),
+        "missing edge": lambda d: d["edges"].pop(edge),
+        "bool in_graph": lambda d: d["edges"][edge].pop("in_graph"),
+        "finite number score": lambda d: d["edges"][edge].update(score=float("nan")),
+    }
+    for fragment, change in cases.items():
+        problems = broken(data, change)
+        assert problems and any(fragment in problem for problem in problems), (fragment, problems)
+
+
+def test_attribution_graph_of_one_prompt_passes_and_its_validator_catches_breaks(planted):
+    from probes.report.exports import attribution_graph
+    from tasks.data import select_rows
+    import dataclasses
+
+    p, _ = planted
+    prompt = select_rows(p.batch, [0])
+    prompt = dataclasses.replace(prompt, example_index=prompt.example_index[:1], positions=prompt.positions[:1],
+                                 answers=prompt.answers[:1], foils=prompt.foils[:1], groups=prompt.groups[:1])
+    words = [f"t{i}" for i in range(p.spec.d_vocab)]
+    data = json.loads(json.dumps(attribution_graph(p.model, prompt, p.spec, words, "planted", "toylens planted")))
+    assert attribution_problems(data) == []
+    kinds = {n["feature_type"] for n in data["nodes"]}
+    assert {"embedding", "logit"} <= kinds and data["links"]
+    assert any("(q)" in n["clerp"] or "(k)" in n["clerp"] or "(v)" in n["clerp"] for n in data["nodes"])
+    ids = [n["node_id"] for n in data["nodes"]]
+    cases = {
+        "metadata.prompt": lambda d: d["metadata"].pop("prompt"),
+        "appears twice": lambda d: d["nodes"].append(dict(d["nodes"][0])),
+        "feature_type": lambda d: d["nodes"][0].update(feature_type="neuron"),
+        "join two known": lambda d: d["links"][0].update(target="nowhere"),
+        "finite number": lambda d: d["links"][0].update(weight=float("inf")),
+        "no logit node": lambda d: d.update(nodes=[n for n in d["nodes"] if n["feature_type"] != "logit"],
+                                            links=[]),
+    }
+    for fragment, change in cases.items():
+        copied = copy.deepcopy(data)
+        change(copied)
+        problems = attribution_problems(copied)
+        assert any(fragment in problem for problem in problems), (fragment, problems)
+    assert len(set(ids)) == len(ids)
+
+
+def test_the_export_commands_write_valid_files(tiny_runs, tmp_path, monkeypatch):
+    from probes.settings import ReportSettings
+    from toylens.export import main
+
+    # A 150-step run barely tells its pairs apart: below the report's min_gap it is not exported.
+    monkeypatch.setattr("probes.settings.DEFAULT", ReportSettings(min_gap=0.0))
+    main(["mib", str(tiny_runs), "--out", str(tmp_path)])
+    files = sorted(f for f in (tmp_path / "mib").glob("*.json") if not f.name.startswith("."))
+    assert [f.name for f in files] == ["attn-only-2x1_seed0_eap-ig--5-steps.json", "attn-only-2x1_seed0_eap.json",
+                                       "attn-only-2x1_seed0_oracle.json"]
+    for f in files:
+        data = json.loads(f.read_text())
+        assert mib_problems(data) == [] and len(data["edges"]) == 23   # 2 layers x 1 head, MLP nodes included
+    main(["attribution", str(tiny_runs), "--out", str(tmp_path), "--pairs", "1"])
+    (graph,) = [f for f in (tmp_path / "attribution").glob("*.json") if not f.name.startswith(".")]
+    assert attribution_problems(json.loads(graph.read_text())) == []

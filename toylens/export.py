@@ -1,0 +1,106 @@
+"""`python -m toylens.export mib|attribution RUNS_DIR [--out DIR]`: every trained attention run's
+edges in the formats the field's tools read (probes.report.exports; docs/exports.md).
+
+- mib: per run, the oracle's, EAP's and EAP-IG's edge scores as MIB edge-score JSON (position-free
+  edges, on the circuit report's counterfactual pairs), OUT/mib/<model>_seed<k>_<method>.json.
+- attribution: per run, `--pairs` held-out prompts (clean example and counterfactual partner), each
+  an attribution-graph JSON of position-resolved edges measured exactly on that prompt,
+  OUT/attribution/<model>_seed<k>_pair<i>.json.
+Every file is checked against its format's rules before it is written. Default OUT: RUNS_DIR/exports.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from common.cli import Parser, UsageError, positive_int, run_cli
+
+
+def attention_runs(runs_dir: Path) -> list:
+    from tasks.runs import find_runs
+
+    runs = [run for run in find_runs(runs_dir) if run.config.get("spec", {}).get("attention") == "softmax"
+            and run.config["spec"].get("residual", True)]
+    if not runs:
+        raise UsageError(f"{runs_dir} holds no trained softmax-attention runs; train some first")
+    return runs
+
+
+def export_mib(runs_dir: Path, out: Path) -> list[Path]:
+    from tqdm import tqdm
+
+    from probes.circuits.named import run_edge_circuit
+    from probes.report.exports import slug, write_mib
+    from probes.settings import DEFAULT
+
+    written = []
+    for run in tqdm(attention_runs(runs_dir), desc="MIB edge scores", unit="run"):
+        if run.config["spec"].get("n_layers", 1) < 2:
+            continue    # as the report: one block has no edge between heads to score
+        result = run_edge_circuit(run, acdc_threshold=None)
+        if abs(result.oracle.gap) < DEFAULT.min_gap:
+            continue    # shares of a gap this small are noise (the report does not trace it either)
+        for method in result.methods:
+            path = out / "mib" / f"{slug(run.model_name)}_seed{run.seed}_{slug(method.scores.method)}.json"
+            write_mib(path, result, method.scores, run.config["spec"]["d_model"])
+            written.append(path)
+    return written
+
+
+def export_attribution(runs_dir: Path, out: Path, pairs: int) -> list[Path]:
+    import dataclasses
+
+    from tqdm import tqdm
+
+    from models import ModelSpec
+    from probes.report.exports import attribution_graph, slug, write_attribution
+    from tasks.data import select_rows, spread_subset
+
+    written = []
+    for run in tqdm(attention_runs(runs_dir), desc="attribution graphs", unit="run"):
+        heldout = run.batches()["heldout"]
+        if heldout.counterfactual is None:
+            continue
+        model, spec, words = run.load_model(), ModelSpec.from_dict(run.config["spec"]), run.task.vocabulary()
+        chosen = spread_subset(heldout, pairs)
+        for i in range(len(chosen)):
+            prompt = select_rows(chosen, [i])
+            # One scored position per graph: the first (the viewer shows one output).
+            prompt = dataclasses.replace(prompt, example_index=prompt.example_index[:1], positions=prompt.positions[:1],
+                                         answers=prompt.answers[:1], foils=prompt.foils[:1], groups=prompt.groups[:1])
+            name = f"{slug(run.model_name)}_seed{run.seed}_pair{i}"
+            data = attribution_graph(model, prompt, spec, words, name, f"toylens {run.model_name} seed {run.seed}")
+            path = out / "attribution" / f"{name}.json"
+            write_attribution(path, data)
+            written.append(path)
+    return written
+
+
+def export_command(kind: str, runs_dir: Path, out: Path | None, pairs: int) -> None:
+    import torch
+
+    from common.ownership import check_replaceable
+
+    torch.set_num_threads(1)    # as the report's workers: small forwards lose to thread hand-offs
+    out = out or Path(runs_dir) / "exports"
+    check_replaceable(out / kind, f"{kind} export folder")
+    written = export_mib(runs_dir, out) if kind == "mib" else export_attribution(runs_dir, out, pairs)
+    print(f"wrote {len(written)} {kind} files under {out / kind} (each checked against the format's rules)")
+
+
+def main(argv=None) -> None:
+    from common.cli import folder_path
+
+    parser = Parser(prog="python -m toylens.export", description=__doc__.splitlines()[0])
+    parser.add_argument("kind", choices=("mib", "attribution"))
+    parser.add_argument("runs_dir", type=folder_path)
+    parser.add_argument("--out", type=folder_path, default=None, help="default RUNS_DIR/exports")
+    parser.add_argument("--pairs", type=positive_int, default=2, help="attribution: prompts per run (default 2)")
+    args = parser.parse_args(argv)
+    if not args.runs_dir.is_dir():
+        parser.error(f"{args.runs_dir} is not a folder of runs")
+    run_cli(export_command, args.kind, args.runs_dir, args.out, args.pairs)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""`python -m toylens.screenshots REPORT_HTML [--out DIR]`: PNGs of report.html's views, taken in the
+system's Chromium (Playwright's Python package, the dev extra): per run named with --graph, its edge
+graph; per run named with --attention, its attention per head. Default: block-2 seed 1's graph and
+attn-only-2x1 seed 2's attention, into docs/figures."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from common.cli import Parser, UsageError, run_cli
+
+
+def screenshots(report: Path, out: Path, graphs: list[str], attention: list[str]) -> list[Path]:
+    from probes.report.html import run_id
+
+    browser_path = shutil.which("chromium") or shutil.which("chromium-browser")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        raise UsageError("playwright is not installed: pip install -e '.[dev]'") from None
+    if browser_path is None:
+        raise UsageError("no chromium on PATH: apt-get install chromium")
+    out.mkdir(parents=True, exist_ok=True)
+    wanted = [(name, ".graph-box", "graph") for name in graphs] + [(name, ".attention-box", "attention")
+                                                                     for name in attention]
+    written = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=browser_path, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1300, "height": 1000})
+        for name, selector, kind in wanted:
+            model, _, seed = name.rpartition(":")
+            page.goto(Path(report).resolve().as_uri() + f"#run={run_id(model, int(seed))}")
+            element = page.locator(selector)
+            if element.count() != 1:
+                raise UsageError(f"{report} shows no {kind} for {model} seed {seed}")
+            path = out / f"report-{kind}-{run_id(model, int(seed))}.png"
+            element.screenshot(path=str(path))
+            written.append(path)
+        browser.close()
+    return written
+
+
+def main(argv=None) -> None:
+    from common.cli import folder_path
+
+    parser = Parser(prog="python -m toylens.screenshots", description=__doc__.splitlines()[0])
+    parser.add_argument("report", type=folder_path)
+    parser.add_argument("--out", type=folder_path, default=Path("docs/figures"))
+    parser.add_argument("--graph", action="append", help="MODEL:SEED (default block-2:1)")
+    parser.add_argument("--attention", action="append", help="MODEL:SEED (default attn-only-2x1:2)")
+    args = parser.parse_args(argv)
+    if not args.report.is_file():
+        parser.error(f"{args.report} is not a report.html")
+    run_cli(lambda: print("\n".join(f"wrote {p}" for p in screenshots(
+        args.report, args.out, args.graph or ["block-2:1"], args.attention or ["attn-only-2x1:2"]))))
+
+
+if __name__ == "__main__":
+    main()
