@@ -2,7 +2,7 @@
 and makes no network request. Sortable tables (click a column's header) come with every page.
 
 Written by hand: the kept libraries draw static figures (matplotlib, seaborn); the field's HTML
-views load their scripts from CDNs (probes.report.html says which and why not)."""
+views load their scripts from CDNs (probes.report.outputs.html says which and why not)."""
 
 from __future__ import annotations
 

@@ -101,7 +101,7 @@ def documented_modules() -> list[str]:
 
 
 def test_the_docs_name_python_m_forms():
-    assert {"tasks.winograd", "probes.circuit", "probes.report.results", "pytest"} <= set(documented_modules())
+    assert {"tasks.winograd", "probes.circuit", "probes.report.outputs.results", "pytest"} <= set(documented_modules())
 
 
 @pytest.mark.parametrize("name", documented_modules())

@@ -29,7 +29,7 @@ def test_every_method_is_judged_and_the_oracle_finds_the_planted_circuit(planted
 
 def test_report_lines_figure_and_mib_export(planted_result, tmp_path):
     from probes.report.edge_render import circuit_figure, markdown_lines
-    from probes.report.exports import mib_graph, mib_json, mib_problems
+    from probes.report.outputs.exports import mib_graph, mib_json, mib_problems
 
     p, result = planted_result
     lines = markdown_lines(result, "mlp-xor", "figures/x.png")

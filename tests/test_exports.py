@@ -9,7 +9,7 @@ import json
 import pytest
 
 from models.graph import graph_of
-from probes.report.exports import (attribution_problems, mib_graph, mib_json, mib_problems, mib_scores)
+from probes.report.outputs.exports import (attribution_problems, mib_graph, mib_json, mib_problems, mib_scores)
 
 
 def test_mib_graph_is_from_models_edge_set():
@@ -37,7 +37,7 @@ def test_mib_export_passes_and_round_trips_with_the_sign_mib_uses(planted):
     data = json.loads(json.dumps(mib_json(result, oracle, p.spec.d_model)))
     assert mib_problems(data) == []
     assert len(data["edges"]) == len(mib_graph(p.spec.n_layers, p.spec.n_heads)[1])
-    from probes.report.exports import mib_edge
+    from probes.report.outputs.exports import mib_edge
 
     read = mib_scores(data)
     for edge, effect in zip(oracle.edges, oracle.score.tolist()):
@@ -75,7 +75,7 @@ def test_the_mib_validator_catches_each_rule(planted):
 
 
 def test_attribution_graph_of_one_prompt_passes_and_its_validator_catches_breaks(planted):
-    from probes.report.exports import attribution_graph
+    from probes.report.outputs.exports import attribution_graph
     from tasks.data import select_rows
     import dataclasses
 

@@ -1,4 +1,4 @@
-"""The results pages (`python -m probes.report.results`) are made from what the runs stored: every
+"""The results pages (`python -m probes.report.outputs.results`) are made from what the runs stored: every
 number on a page is one a run's metrics.json or the report's report.json holds, regenerating gives
 the same page, and bad or mismatched input is one line."""
 
@@ -27,9 +27,9 @@ def reported(tiny_runs, tmp_path_factory) -> Path:
 
 
 def page_of(runs: Path, out: Path) -> str:
-    from probes.report.results import results_command
+    from probes.report.outputs.results import results_command
 
-    results_command([runs], out, "python -m probes.report.results (test)")
+    results_command([runs], out, "python -m probes.report.outputs.results (test)")
     return (out / "winograd.md").read_text()
 
 
@@ -38,7 +38,7 @@ def test_the_page_shows_what_the_runs_and_the_report_stored(reported, tmp_path):
 
     text = page_of(reported, tmp_path)
     report = json.loads((reported / "report" / "report.json").read_text())
-    assert "Made by `python -m probes.report.results (test)`" in text and f"the 2 runs in `{reported}`" in text
+    assert "Made by `python -m probes.report.outputs.results (test)`" in text and f"the 2 runs in `{reported}`" in text
     for line in report["summary"]:
         assert line in text
     accuracy = text.split("## Accuracy")[1].split("\n## ")[0]
@@ -63,9 +63,9 @@ def test_a_sweep_folder_gives_its_census_page(reported, tmp_path):
     sweep = tmp_path / "sweep"
     shutil.copytree(reported / "attn-only-2x1", sweep / "default" / "attn-only-2x1")
     (sweep / "default" / "point.json").write_text(json.dumps({"point": "default", "values": {}}))
-    from probes.report.results import results_command
+    from probes.report.outputs.results import results_command
 
-    results_command([sweep], tmp_path / "out", "python -m probes.report.results (test)")
+    results_command([sweep], tmp_path / "out", "python -m probes.report.outputs.results (test)")
     text = (tmp_path / "out" / "census-sweep.md").read_text()
     assert text.startswith("# Circuit census: winograd") and "(1 finished runs)" in text
     assert "| not traced (no circuit.json) | 1/1 |" in text
@@ -103,7 +103,7 @@ def test_a_users_page_is_never_replaced(reported, tmp_path):
 def test_runs_without_a_report_are_one_line(tiny_runs, tmp_path):
     runs = tmp_path / "winograd"
     shutil.copytree(tiny_runs, runs, ignore=shutil.ignore_patterns("report", ".toylens.lock"))
-    done = subprocess.run([sys.executable, "-m", "probes.report.results", str(runs), "--out", str(tmp_path / "out")],
+    done = subprocess.run([sys.executable, "-m", "probes.report.outputs.results", str(runs), "--out", str(tmp_path / "out")],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "report.json does not exist; write it with python -m probes.circuit report" in done.stderr

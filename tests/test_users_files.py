@@ -128,13 +128,13 @@ def fake_report(monkeypatch, fail: bool):
         atomic_write(Path(out) / "report.html", lambda t: Path(t).write_text("new page"))
         return Path(out) / "report.html"
 
-    import probes.report.exports
-    import probes.report.html
+    import probes.report.outputs.exports
+    import probes.report.outputs.html
 
     monkeypatch.setattr(toylens.report, "measure_for_report", measure)
     monkeypatch.setattr(probes.report.document, "write_report", write)
-    monkeypatch.setattr(probes.report.html, "write_html", page)
-    monkeypatch.setattr(probes.report.exports, "write_report_mib", lambda measured, out, settings: [])
+    monkeypatch.setattr(probes.report.outputs.html, "write_html", page)
+    monkeypatch.setattr(probes.report.outputs.exports, "write_report_mib", lambda measured, out, settings: [])
     monkeypatch.setattr(probes.report.measure, "render_parts", lambda measured, out, settings: {})
 
 

@@ -30,7 +30,7 @@ def edges_command(runs_dir: Path, out: Path | None) -> None:
     from probes.circuits.named import run_edge_circuit
     from probes.report.edge_part import EdgeRun, summary_line
     from probes.report.edge_render import circuit_figure, figure_name, markdown_lines
-    from probes.report.exports import mib_json, slug
+    from probes.report.outputs.exports import mib_json, slug
     from probes.report.figures import save
     from probes.settings import DEFAULT
     from tasks.runs import find_runs

@@ -1,5 +1,5 @@
 """`python -m toylens.export mib|attribution RUNS_DIR [--out DIR]`: every trained attention run's
-edges in the formats the field's tools read (probes.report.exports; docs/exports.md).
+edges in the formats the field's tools read (probes.report.outputs.exports; docs/exports.md).
 
 - mib: per run, the oracle's, EAP's and EAP-IG's edge scores as MIB edge-score JSON (position-free
   edges, on the circuit report's counterfactual pairs), OUT/mib/<model>_seed<k>_<method>.json.
@@ -30,7 +30,7 @@ def export_mib(runs_dir: Path, out: Path) -> list[Path]:
     from tqdm import tqdm
 
     from probes.circuits.named import run_edge_circuit
-    from probes.report.exports import slug, write_mib
+    from probes.report.outputs.exports import slug, write_mib
     from probes.settings import DEFAULT
 
     written = []
@@ -53,7 +53,7 @@ def export_attribution(runs_dir: Path, out: Path, pairs: int) -> list[Path]:
     from tqdm import tqdm
 
     from models import ModelSpec
-    from probes.report.exports import attribution_graph, slug, write_attribution
+    from probes.report.outputs.exports import attribution_graph, slug, write_attribution
     from tasks.data import select_rows, spread_subset
 
     written = []

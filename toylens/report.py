@@ -68,8 +68,8 @@ def publish_report(measured: list, out: Path, task: str, staged: Path | None = N
     from common.atomic import publish_folder
     from probes.report.measure import render_parts
     from probes.report.document import write_report
-    from probes.report.exports import write_report_mib
-    from probes.report.html import write_html
+    from probes.report.outputs.exports import write_report_mib
+    from probes.report.outputs.html import write_html
     from probes.report.summary import summary_of, terminal_lines
     from probes.settings import DEFAULT
 

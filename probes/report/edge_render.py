@@ -1,6 +1,6 @@
 """Drawing and writing an EdgeCircuit: the circuit as a graph figure (layers as rows, nodes as boxes,
 edge width = |oracle effect|, q/k/v marked by colour and by where the edge lands on the box), the
-faithfulness-vs-size curves and markdown lines for a report (MIB's format: probes.report.exports).
+faithfulness-vs-size curves and markdown lines for a report (MIB's format: probes.report.outputs.exports).
 Figures are made without pyplot (as probes.report.figures)."""
 
 from __future__ import annotations

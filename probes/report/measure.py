@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from probes.report import document, edge_part, example_part, run_analysis, sections
+from probes.report import document, edge_part, run_analysis, sections
+from probes.report.outputs import examples as example_part
 from probes.report.parts import MeasuredRun, Part, RunContext, Section
 from probes.settings import DEFAULT, ReportSettings
 

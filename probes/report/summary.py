@@ -87,7 +87,7 @@ def terminal_lines(summary: Summary) -> list[str]:
 
 
 def markdown_lines(summary: Summary) -> list[str]:
-    from probes.report.document import md_table
+    from probes.report.render import md_table
 
     lines = [f"- {line}" for line in summary.legend] + [""]
     for t in summary.tables:

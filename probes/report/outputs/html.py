@@ -22,14 +22,14 @@ from importlib import resources
 from pathlib import Path
 
 from common.html import escape, image_uri, json_script, page, table
-from probes.report.exports import slug
+from probes.report.outputs.exports import slug
 from probes.settings import ReportSettings
 
 DECIMALS = 3    # attention weights and shares in the page's data: enough for any view of them
 
 
 def asset(name: str) -> str:
-    return resources.files("probes.report").joinpath("assets", name).read_text()
+    return resources.files("probes.report.outputs").joinpath("assets", name).read_text()
 
 
 def rounded(values, digits: int = DECIMALS):

@@ -1,4 +1,4 @@
-"""`python -m probes.report.results RUNS_DIR [RUNS_DIR ...] --out docs/results`: the results pages.
+"""`python -m probes.report.outputs.results RUNS_DIR [RUNS_DIR ...] --out docs/results`: the results pages.
 
 Every number on a page is read from what the runs stored, never typed, so a page cannot drift from
 the code that measured it: regenerate it rather than edit it. A family's runs folder (trained by
@@ -315,13 +315,13 @@ def main(argv=None) -> None:
     from common.cli import folder_path
 
     argv = sys.argv[1:] if argv is None else argv
-    parser = Parser(prog="python -m probes.report.results",
+    parser = Parser(prog="python -m probes.report.outputs.results",
                     description="Write results pages (markdown + figures) from trained runs and their reports.")
     parser.add_argument("runs_dirs", type=folder_path, nargs="+",
                         help="a family's runs folder (with its report) or a sweep's folder")
     parser.add_argument("--out", type=folder_path, default=Path("docs/results"), help="default docs/results")
     args = parser.parse_args(argv)
-    made_by = shlex.join(["python", "-m", "probes.report.results", *argv])
+    made_by = shlex.join(["python", "-m", "probes.report.outputs.results", *argv])
     run_cli(results_command, args.runs_dirs, args.out, made_by)
 
 
