@@ -1,4 +1,4 @@
-"""Training steps per second: toylens (the exact step `tasks.training.train` runs) vs the same
+"""Training steps per second: toylens (the exact step `tasks.training.loop.train` runs) vs the same
 architecture in plain PyTorch, at equal shapes, measured in the same process, interleaved.
 
     .venv/bin/python benchmarks/train_speed.py [--rounds 10] [--seconds 1.0]
@@ -25,7 +25,7 @@ from plain_gpt import PlainGPT  # noqa: E402
 from common.stats import mean_interval  # noqa: E402
 from models import ModelSpec, build_model  # noqa: E402
 from models.fused import training_forward  # noqa: E402
-from tasks.training import lm_loss  # noqa: E402
+from tasks.training.loop import lm_loss  # noqa: E402
 
 SHAPES = {
     "1 block, 4 heads, 17 tokens": ModelSpec(n_layers=1, d_vocab=40, n_ctx=17),
@@ -40,7 +40,7 @@ class Stepper:
     """One side of the comparison: a forward and its AdamW, stepping on fixed random tokens."""
 
     def __init__(self, forward, parameters, spec: ModelSpec):
-        # foreach=True as in tasks.training, for both: the comparison is of the models, not the optimizers.
+        # foreach=True as in tasks.training.loop, for both: the comparison is of the models, not the optimizers.
         self.forward = forward
         self.optimizer = torch.optim.AdamW([p for p in parameters if p.requires_grad], lr=1e-3,
                                            weight_decay=0.01, foreach=True)

@@ -87,7 +87,7 @@ def forward_refusal(model, forward) -> str | None:
 
 
 def training_forward(model):
-    """What `tasks.training.train` runs: `hook_free_forward(model)` with fused attention in every
+    """What `tasks.training.loop.train` runs: `hook_free_forward(model)` with fused attention in every
     block when `model_refusal` finds nothing against it, else that forward unchanged (with a
     warning naming the reason). The choice depends only on the model's modules, so a resumed run
     takes the same path as the run it continues."""

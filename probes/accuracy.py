@@ -218,7 +218,7 @@ def family_order(runs) -> list[str]:
 
 
 def compare_runs(runs_dir: Path) -> list[ModelAccuracy]:
-    from tasks.runs import find_runs
+    from tasks.training.runs import find_runs
 
     runs = find_runs(runs_dir)
     check_once(runs)

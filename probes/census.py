@@ -23,7 +23,7 @@ from common.cli import UsageError
 from common.jsonfiles import read_json
 from common.stats import Interval, mean_interval, wilson
 from probes.circuits.labels import CIRCUIT, PATHS, SUMMARY_FIELDS, CircuitSummary, circuit_label
-from tasks.sweeps import (FAILED, FIX, POINT, PlannedGroup, SweepManifest, check_signed, differences,
+from tasks.training.sweeps import (FAILED, FIX, POINT, PlannedGroup, SweepManifest, check_signed, differences,
                           identity_of, read_failed, read_manifest, read_point, signed)
 
 SOLVED = "validation solved"   # a run stopped otherwise (stalled, out of budget) counts as unsolved
@@ -119,7 +119,7 @@ def heldout_distribution(values: list[float]) -> dict:
 def checked_run(run_dir: Path, group: PlannedGroup, seed: int):
     """The finished run at `run_dir` with its label, after every check; UsageError naming the first
     that fails."""
-    from tasks.runs import Run
+    from tasks.training.runs import Run
 
     run = Run(run_dir)
     run.check()
@@ -133,7 +133,7 @@ def checked_run(run_dir: Path, group: PlannedGroup, seed: int):
 
 def group_members(root: Path, group: PlannedGroup, point_error: str | None, others: list):
     """(finished members, failed count, unreadable (seed, why), not finished seeds) of a planned group."""
-    from tasks.runs import METRICS
+    from tasks.training.runs import METRICS
 
     members, failed, unreadable, not_finished = [], 0, [], []
     for seed in group.seeds:

@@ -45,7 +45,7 @@ class Dynamics:
 
 
 def snapshot_files(run_dir: Path) -> list[tuple[int, Path]]:
-    from tasks.training import SNAPSHOTS
+    from tasks.training.loop import SNAPSHOTS
 
     folder = Path(run_dir) / SNAPSHOTS
     found = [(int(m[1]), path) for path in folder.glob("step*.safetensors")
@@ -137,6 +137,6 @@ def run_dynamics(run, rows: int = ROWS, model=None) -> Dynamics:
 
 
 def runs_dynamics(runs_dir: Path) -> list[Dynamics]:
-    from tasks.runs import find_runs
+    from tasks.training.runs import find_runs
 
     return [run_dynamics(run) for run in find_runs(runs_dir) if has_snapshots(run)]

@@ -158,7 +158,7 @@ class Task(ABC):
         """Named model family trained by default; n_ctx and d_vocab are filled in by the toolkit."""
 
     def default_training(self) -> dict:
-        """Overrides of `tasks.training.TrainSettings` fields for this task."""
+        """Overrides of `tasks.settings.TrainSettings` fields for this task."""
         return {}
 
     def model_training(self, model_name: str) -> dict:

@@ -50,7 +50,7 @@ def small_winograd() -> WinogradTask:
 
 def tiny_plans(task, out: Path, specs: dict, seeds=(0,), steps: int = 150) -> list:
     from toylens.family import RunPlan
-    from tasks.training import TrainSettings
+    from tasks.training.loop import TrainSettings
 
     settings = TrainSettings(max_steps=steps, batch_size=32, eval_every=50)
     return [RunPlan(task, name, spec, seed, settings, out / name / f"seed{seed}")

@@ -48,7 +48,7 @@ def copy_runs(tiny_runs: Path, tmp_path: Path) -> Path:
 
 
 def edit_json(path: Path, edit, sign: bool = False) -> None:
-    from tasks.runs import run_sha256
+    from tasks.training.runs import run_sha256
 
     config = json.loads(path.read_text())
     edit(config)

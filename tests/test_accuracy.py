@@ -49,7 +49,7 @@ def test_comparison_summary_holds_every_number(tiny_runs):
 
 
 def tiny_runs_task(runs_dir):
-    from tasks.runs import find_runs
+    from tasks.training.runs import find_runs
 
     return find_runs(runs_dir)[0].task
 

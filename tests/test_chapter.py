@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import tasks.evaluate as evaluate
-import tasks.training as training
+import tasks.training.loop as training
 from models import ModelSpec, UsageError, build_model
 from tasks.data import task_dataset, to_batch
 from tasks.settings import TrainSettings
@@ -71,7 +71,7 @@ def test_training_steps_at_the_warmed_up_rate(small_winograd, monkeypatch):
 
 
 def test_a_run_written_before_warmup_existed_is_kept(small_winograd, tmp_path):
-    from tasks.runs import run_sha256
+    from tasks.training.runs import run_sha256
     from tests.conftest import tiny_plans
     from toylens.family import existing_status
 
@@ -138,7 +138,7 @@ def test_the_command_line_exits_2_on_a_missing_corpus(tmp_path):
 
 def test_text_trains_and_reports_heldout_perplexity(corpus, tmp_path):
     from probes.accuracy import run_accuracy
-    from tasks.runs import Run
+    from tasks.training.runs import Run
 
     task = tiny_text(corpus)
     out = train_tiny(task, tmp_path / "runs", {"tiny": ModelSpec(n_layers=1, d_model=16, n_heads=2)}, steps=5)
@@ -188,7 +188,7 @@ def test_the_head_and_the_average_equal_their_library_forms():
 
 def test_block_gradient_norms_match_the_bridge(corpus):
     from probes.chapter.norms import block_gradient_norms
-    from tasks.training import lm_loss
+    from tasks.training.loop import lm_loss
 
     task = tiny_text(corpus)
     batch = to_batch(task_dataset(task, 0)["train"])

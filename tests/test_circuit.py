@@ -69,7 +69,7 @@ def test_report_command_writes_markdown_json_and_figures(tiny_runs, capsys):
     assert traced["patching"]["head_out_recovered"] and traced["ablations"]["mean"]
     # Traced exactly when the model tells its pairs apart by the stated margin (measured here anew).
     from probes.report.parts import RunContext
-    from tasks.runs import find_runs
+    from tasks.training.runs import find_runs
 
     context = RunContext(next(r for r in find_runs(tiny_runs) if r.model_name == "attn-only-2x1"), None)
     patching = activation_patching(context.model, context.pairs)

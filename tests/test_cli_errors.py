@@ -120,7 +120,7 @@ def edit_config(out: Path, edit, sign: bool = True) -> None:
     """Edit a run's config.json. `sign` recomputes run_sha256, as a deliberate forger would, so the
     checks behind the checksum are tested too; unsigned edits of what defines a run are refused
     by the checksum (test_run_defining_edit_without_checksum)."""
-    from tasks.runs import run_sha256
+    from tasks.training.runs import run_sha256
 
     path = out / BAD_RUN / "config.json"
     config = json.loads(path.read_text())
@@ -243,7 +243,7 @@ def test_sequences_longer_than_the_context(tiny_runs, tmp_path, capsys):
     from toylens.accuracy import main
 
     out = copy_runs(tiny_runs, tmp_path)
-    from tasks.runs import run_sha256
+    from tasks.training.runs import run_sha256
 
     config = json.loads((out / BAD_RUN / "config.json").read_text())
     spec = replace(ModelSpec.from_dict(config["spec"]), n_ctx=10)

@@ -60,7 +60,7 @@ def setting(small_winograd, tmp_path_factory):
     ~5.6 logits; an untrained model's is float noise, so its shares of that gap differ between
     devices by more than rounding), 16 held-out pairs and 32 reference rows."""
     from conftest import train_tiny
-    from tasks.runs import Run
+    from tasks.training.runs import Run
 
     run = Run(train_tiny(small_winograd, tmp_path_factory.mktemp("device"), {"block-2": SPEC}, steps=800)
               / "block-2" / "seed0")
@@ -163,7 +163,7 @@ def test_probes_on_a_cuda_model_match_the_cpu(setting, on_cpu):
 
 def test_the_report_measures_the_same_under_another_default_device(tiny_runs, tmp_path):
     from probes.report.measure import measure_run
-    from tasks.runs import Run
+    from tasks.training.runs import Run
 
     run = Run(tiny_runs / "attn-only-2x1" / "seed0")
     plain = measure_run(run, tmp_path / "plain")

@@ -46,7 +46,7 @@ def test_training_writes_weight_snapshots(snapshot_run):
 def test_replay_scores_every_snapshot_and_the_last_matches_the_final_model(snapshot_run):
     from probes.dynamics import run_dynamics
     from tasks.evaluate import score_model
-    from tasks.runs import find_runs
+    from tasks.training.runs import find_runs
 
     run = find_runs(snapshot_run)[0]
     result = run_dynamics(run)
@@ -100,7 +100,7 @@ def test_induction_report_adds_head_roles_and_dynamics_sections(snapshot_run, tm
     assert "induction_share" in data and "phase_change_step" in data
     # The dynamics section replays the run's own snapshots: the same numbers as the probe alone.
     from probes.dynamics import run_dynamics
-    from tasks.runs import find_runs
+    from tasks.training.runs import find_runs
 
     alone = run_dynamics(find_runs(snapshot_run)[0])
     summary = capsys.readouterr().out

@@ -80,7 +80,7 @@ def test_the_edges_command_writes_report_figures_and_mib_files(tiny_runs, tmp_pa
 def test_a_task_that_declares_its_circuit_gets_every_method_scored_against_it(tiny_runs, monkeypatch):
     from probes.circuits.named import run_edge_circuit
     from probes.circuits.methods.scores import without_float_noise
-    from tasks.runs import find_runs
+    from tasks.training.runs import find_runs
 
     run = next(r for r in find_runs(tiny_runs) if r.model_name == "attn-only-2x1")
     declared = frozenset(list(graph_of(run.task.default_models()["attn-only-2x1"]).edges)[:3])
@@ -130,7 +130,7 @@ def test_the_edges_command_shares_no_gap_too_small_to_mean_anything(tmp_path, mo
     same = dataclasses.replace(p.batch, counterfactual=p.batch.tokens)      # counterfactual = clean: gap 0
     result = edge_circuit(p.model, same, graph_of(p.spec), compare_methods=False)
     run = SimpleNamespace(config={"spec": {"attention": "softmax"}}, model_name="attn-only-1x1", seed=2)
-    monkeypatch.setattr("tasks.runs.find_runs", lambda _: [run])
+    monkeypatch.setattr("tasks.training.runs.find_runs", lambda _: [run])
     monkeypatch.setattr("probes.circuits.named.run_edge_circuit", lambda _: result)
     edges_command(tmp_path, tmp_path / "edges")
     text = (tmp_path / "edges" / "edges.md").read_text()

@@ -119,9 +119,9 @@ def test_a_padding_mask_or_pattern_edit_takes_the_native_path_exactly():
 
 def test_training_runs_fused_and_a_resumed_run_ends_bitwise_where_a_straight_one_does(small_winograd, tmp_path,
                                                                                      monkeypatch):
-    import tasks.training as training
+    import tasks.training.loop as training
     from tasks.data import task_dataset, to_batch
-    from tasks.resume import STATE
+    from tasks.training.resume import STATE
     from tasks.settings import TrainSettings
 
     batches = {name: to_batch(split) for name, split in task_dataset(small_winograd, 0).items()}

@@ -17,7 +17,7 @@ def report(tiny_runs, tmp_path_factory):
     """The tiny runs' report, with the typed results it was written from."""
     from probes.report.measure import measure_run, render_parts
     from probes.settings import DEFAULT
-    from tasks.runs import find_runs
+    from tasks.training.runs import find_runs
     from toylens.report import publish_report
 
     out = tmp_path_factory.mktemp("report") / "report"
@@ -47,7 +47,7 @@ def planted_measured(tiny_runs, out):
     """report.html of the tiny runs and the hand-built ones; (its path, the planted run's id)."""
     from probes.report.measure import measure_run
     from probes.settings import ReportSettings
-    from tasks.runs import find_runs
+    from tasks.training.runs import find_runs
     from toylens.report import publish_report
 
     settings = ReportSettings(min_gap=0.0)

@@ -129,7 +129,7 @@ def forge(out: Path, change) -> None:
     from safetensors.torch import load_file, save_file
 
     from common.jsonfiles import sha256_file
-    from tasks.runs import metrics_sha256
+    from tasks.training.runs import metrics_sha256
 
     weights = out / RUN / "model.safetensors"
     save_file({name: change(tensor) for name, tensor in load_file(str(weights)).items()}, str(weights))

@@ -57,7 +57,7 @@ def test_spec_from_key_values():
 
 def test_spec_from_run_folder(tmp_path):
     from common.atomic import write_json
-    from tasks.runs import run_sha256
+    from tasks.training.runs import run_sha256
 
     spec = SPECS[1]
     config = {"format": FORMAT, "spec": spec.to_dict(), "vocabulary": ["a"], "model_name": "m", "seed": 0,

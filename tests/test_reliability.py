@@ -173,7 +173,7 @@ def test_same_command_and_seed_give_bitwise_identical_runs(tmp_path, small_winog
 def test_run_from_another_toylens_version_with_the_same_format_loads(tiny_runs, tmp_path):
     import shutil
 
-    from tasks.runs import find_runs
+    from tasks.training.runs import find_runs
 
     copy = tmp_path / "winograd"
     shutil.copytree(tiny_runs, copy)
@@ -236,7 +236,7 @@ def test_a_run_written_before_a_spec_field_existed_loads_with_that_fields_defaul
     (signed by the version that wrote them) lack it, and they load as the same models."""
     import shutil
 
-    from tasks.runs import find_runs, run_sha256
+    from tasks.training.runs import find_runs, run_sha256
 
     copy = tmp_path / "winograd"
     shutil.copytree(tiny_runs, copy)

@@ -34,7 +34,7 @@ def page_of(runs: Path, out: Path) -> str:
 
 
 def test_the_page_shows_what_the_runs_and_the_report_stored(reported, tmp_path):
-    from tasks.runs import find_runs
+    from tasks.training.runs import find_runs
 
     text = page_of(reported, tmp_path)
     report = json.loads((reported / "report" / "report.json").read_text())

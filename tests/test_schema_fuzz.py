@@ -80,14 +80,14 @@ def write(path: Path, document) -> None:
 
 
 def identity(config: dict) -> dict:
-    from tasks.runs import RUN_IDENTITY
+    from tasks.training.runs import RUN_IDENTITY
 
     return {key: config.get(key) for key in RUN_IDENTITY}
 
 
 def open_run(run_dir: Path):
     """Everything a probe reads of a run before it loads the model."""
-    from tasks.runs import Run
+    from tasks.training.runs import Run
 
     run = Run(run_dir)
     run.check()
@@ -104,7 +104,7 @@ def test_config_edits(fuzz_run):
     @FUZZ
     @given(edits(original), st.booleans())
     def check(edit, sign):
-        from tasks.runs import run_sha256
+        from tasks.training.runs import run_sha256
 
         mutated, _ = edit
         if sign and isinstance(mutated, dict):
@@ -128,7 +128,7 @@ def test_config_edits(fuzz_run):
 
 def test_metrics_edits(fuzz_run, monkeypatch):
     import probes.accuracy as accuracy
-    from tasks.runs import Run, metrics_sha256
+    from tasks.training.runs import Run, metrics_sha256
 
     original = read(fuzz_run / "metrics.json")
     monkeypatch.setattr(accuracy, "measure_accuracy", lambda *args: "measured again")
@@ -164,7 +164,7 @@ def saved_state(small_winograd, tmp_path_factory):
     """A real train state (step 40 of 50), and what a loader needs to read it back."""
     from models import build_model
     from tasks.data import task_dataset, to_batch
-    from tasks.training import train
+    from tasks.training.loop import train
     from tasks.settings import TrainSettings
     from tests.conftest import TINY_SPECS
     from toylens.family import sized_spec
@@ -182,7 +182,7 @@ def load_state(path: Path, spec, settings_):
     import torch
 
     from models import build_model
-    from tasks.resume import load_train_state
+    from tasks.training.resume import load_train_state
 
     model = build_model(spec, seed=0)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=settings_.lr)
@@ -196,7 +196,7 @@ def test_train_state_edits(saved_state, tmp_path):
     import torch
 
     from models.checkpoint import load_tensors, save_tensors
-    from tasks.resume import state_sha256
+    from tasks.training.resume import state_sha256
 
     path, spec, settings_ = saved_state
     tensors, metadata = load_tensors(path, "")
@@ -243,7 +243,7 @@ def test_train_state_edits(saved_state, tmp_path):
 @pytest.mark.parametrize("edit", [lambda c: c.update(seed=[0]), lambda c: c["spec"].update(mlp="yes"),
                                   lambda c: c.update(task=["winograd"])])
 def test_config_edits_through_the_cli(tiny_runs, tmp_path, edit):
-    from tasks.runs import run_sha256
+    from tasks.training.runs import run_sha256
 
     out = tmp_path / "winograd"
     shutil.copytree(tiny_runs, out)
@@ -267,7 +267,7 @@ SWEEP_FILES = {"circuit": SWEEP_RUN / "seed0" / "circuit.json", "point": Path("d
 def fuzz_sweep(finished_sweep, tmp_path_factory) -> Path:
     """The module's sweep with seed 1 recorded as failed, and a census written."""
     from probes.census import census_command
-    from tasks.sweeps import failed_record
+    from tasks.training.sweeps import failed_record
 
     out = tmp_path_factory.mktemp("fuzz-sweep") / "sweep"
     shutil.copytree(finished_sweep, out)
@@ -327,7 +327,7 @@ def test_sweep_file_edits(fuzz_sweep, kind):
 def test_unfinished_run_state_edits(fuzz_sweep, tmp_path):
     """An unfinished run's config.json, edited (with and without its run_sha256 recomputed): a
     sweep or `train --resume` either resumes it as the same run or refuses in one line."""
-    from tasks.runs import run_sha256
+    from tasks.training.runs import run_sha256
     from toylens.family import existing_status
 
     out = tmp_path / "sweep"

@@ -203,8 +203,8 @@ def census_runs(tiny_runs: Path, tmp_path: Path) -> Path:
     attn-only-2x1), the grid point's point.json and a traced circuit.json, each signed."""
     from probes.census import circuit_record
     from probes.circuits.labels import CircuitSummary, PathFacts
-    from tasks.runs import Run
-    from tasks.sweeps import PlannedGroup, SweepManifest, identity_of, point_record
+    from tasks.training.runs import Run
+    from tasks.training.sweeps import PlannedGroup, SweepManifest, identity_of, point_record
 
     root = tmp_path / "sweep"
     out = copy_runs(tiny_runs, root)
@@ -224,7 +224,7 @@ def census_runs(tiny_runs: Path, tmp_path: Path) -> Path:
 
 def edit_circuit(change):
     """As a forger would: the change, then the checksum recomputed (so the type checks are what refuses)."""
-    from tasks.sweeps import signed
+    from tasks.training.sweeps import signed
 
     def edit(root: Path) -> None:
         data = json.loads((root / "default" / RUN / "circuit.json").read_text())

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from common.cli import UsageError
-from tasks.sweeps import FAILED, POINT, SWEEP, signed
+from tasks.training.sweeps import FAILED, POINT, SWEEP, signed
 from tests.refusals import cli, contents, one_line
 from tests.test_sweep import PARAMS, TINY
 from toylens.executors import LocalExecutor
@@ -118,7 +118,7 @@ def test_a_point_json_claiming_other_values_makes_its_runs_unreadable(copied):
 
 def test_a_stale_failed_json_beside_a_finished_run_is_not_counted_as_a_failure(copied):
     from probes.census import take_census
-    from tasks.sweeps import failed_record
+    from tasks.training.sweeps import failed_record
 
     write(copied / RUN / "seed0" / FAILED, failed_record("default", "attn-only-2x1", 0, "RuntimeError: old"))
     census = take_census(copied)
@@ -219,7 +219,7 @@ def test_a_sweep_and_a_training_started_at_once_into_one_folder_one_proceeds(tmp
     lr = read(run / "config.json")["training"]["lr"]
     if results[0][0] == 0:     # the sweep's run: its circuit describes exactly these weights and settings
         from probes.census import read_circuit
-        from tasks.runs import Run
+        from tasks.training.runs import Run
 
         assert lr == 0.001 and read_circuit(Run(run)).seed == 0
     else:
@@ -309,7 +309,7 @@ def test_ctrl_c_pressed_twice_during_generate_or_training_is_one_line(tmp_path, 
 # ---- stored fields of the wrong shape: one line -------------------------------------------------
 
 def test_a_renamed_model_name_is_one_line_or_a_correct_comparison(tiny_runs, tmp_path):
-    from tasks.runs import run_sha256
+    from tasks.training.runs import run_sha256
 
     runs = tmp_path / "winograd"
     shutil.copytree(tiny_runs, runs)
@@ -323,7 +323,7 @@ def test_a_renamed_model_name_is_one_line_or_a_correct_comparison(tiny_runs, tmp
 
 
 def test_an_unfinished_run_whose_spec_is_a_list_is_one_line(copied):
-    from tasks.runs import run_sha256
+    from tasks.training.runs import run_sha256
 
     out = copied
     run = out / RUN / "seed0"

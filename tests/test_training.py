@@ -8,11 +8,11 @@ import json
 import pytest
 import torch
 
-import tasks.training as training
+import tasks.training.loop as training
 from models import UsageError, build_model
 from models.bridge import hook_free_forward
 from tasks.data import task_dataset, to_batch
-from tasks.resume import STATE
+from tasks.training.resume import STATE
 from tasks.settings import TrainSettings
 from tests.conftest import TINY_SPECS
 

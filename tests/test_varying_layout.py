@@ -57,7 +57,7 @@ def markcopy_analyses(markcopy_runs):
     from probes.report.edge_part import measure_edge_circuit
     from probes.report.parts import RunContext
     from probes.report.run_analysis import analyse_run
-    from tasks.runs import find_runs
+    from tasks.training.runs import find_runs
 
     out = []
     for run in find_runs(markcopy_runs):
@@ -232,7 +232,7 @@ def test_examples_of_a_split_name_the_same_roles():
 
 def test_roles_survive_the_cache_and_batches(markcopy_runs):
     from tasks.data import select_rows
-    from tasks.runs import find_runs
+    from tasks.training.runs import find_runs
 
     run = find_runs(markcopy_runs)[0]
     heldout = run.batches()["heldout"]
@@ -246,7 +246,7 @@ def test_roles_survive_the_cache_and_batches(markcopy_runs):
 def test_the_per_example_attention_view(markcopy_runs):
     from probes.attention import example_attention
     from probes.report.figures import example_attention_figure
-    from tasks.runs import find_runs
+    from tasks.training.runs import find_runs
 
     run = next(r for r in find_runs(markcopy_runs) if r.model_name == "attn-only-2x1")
     heldout, vocabulary = run.batches()["heldout"], run.task.vocabulary()

@@ -20,7 +20,7 @@ _SOURCES = {
     # models
     "ModelSpec": "models.spec", "build_model": "models.spec", "Head": "models.components",
     # runs and data
-    "Run": "tasks.runs", "find_runs": "tasks.runs", "Batch": "tasks.data", "task_dataset": "tasks.data",
+    "Run": "tasks.training.runs", "find_runs": "tasks.training.runs", "Batch": "tasks.data", "task_dataset": "tasks.data",
     "get_task_class": "tasks.registry", "TrainSettings": "tasks.settings",
     # probes and their results
     "ablate": "probes.ablation", "head_ablation_sweep": "probes.ablation", "AblationResult": "probes.ablation",
@@ -52,7 +52,7 @@ __all__ = sorted([*_SOURCES, "load_run"])
 def load_run(path):
     """A trained run folder (`runs/<task>/<model>/seed<k>`), checked before anything loads:
     `.load_model()`, `.batches()` (train / validation / heldout), `.task`, `.config`."""
-    from tasks.runs import Run
+    from tasks.training.runs import Run
 
     run = Run(Path(path))
     run.check()

@@ -39,7 +39,7 @@ def locked_compare(runs_dir: Path, strict: bool = False) -> None:
 
 def main(argv=None) -> None:
     from common.cli import folder_path
-    from tasks.sweeps import runs_folder
+    from tasks.training.sweeps import runs_folder
 
     parser = Parser(prog="python -m probes.accuracy",
                     description="Compare held-out accuracy of trained runs, with CIs over seeds.")

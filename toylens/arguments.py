@@ -7,7 +7,7 @@ import dataclasses
 
 from common.cli import Parser, UsageError, folder_path, positive_int
 from tasks.registry import build_task, param_type
-from tasks.runs import MAX_SEED
+from tasks.training.runs import MAX_SEED
 from toylens.workers import default_jobs
 
 MAX_RUNS = 100_000

@@ -67,7 +67,7 @@ def train_command(task_cls: type, args) -> None:
 
 def check_not_a_sweep(out: Path) -> None:
     """Training into a sweep's root would put runs beside its grid points that it never planned."""
-    from tasks.sweeps import SWEEP, is_sweep
+    from tasks.training.sweeps import SWEEP, is_sweep
 
     if is_sweep(out):
         raise UsageError(f"--out {out} is a sweep folder (it holds {SWEEP}); train into a folder of its own, or "

@@ -33,8 +33,8 @@ def edges_command(runs_dir: Path, out: Path | None) -> None:
     from probes.report.outputs.exports import mib_json, slug
     from probes.report.figures import save
     from probes.settings import DEFAULT
-    from tasks.runs import find_runs
-    from tasks.sweeps import runs_folder
+    from tasks.training.runs import find_runs
+    from tasks.training.sweeps import runs_folder
 
     runs_dir = runs_folder(runs_dir)   # a sweep's only grid point, or refused in one line
     runs = [run for run in find_runs(runs_dir) if run.config.get("spec", {}).get("attention") == "softmax"]

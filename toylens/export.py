@@ -17,7 +17,7 @@ from common.cli import Parser, UsageError, positive_int, run_cli
 
 
 def attention_runs(runs_dir: Path) -> list:
-    from tasks.runs import find_runs
+    from tasks.training.runs import find_runs
 
     runs = [run for run in find_runs(runs_dir) if run.config.get("spec", {}).get("attention") == "softmax"
             and run.config["spec"].get("residual", True)]

@@ -17,10 +17,10 @@ from common.cli import check_not_too_broad
 from common.jsonfiles import read_json
 from common.ownership import check_replaceable, clean_leftovers, remove, remove_tree
 from tasks.base import Task
-from tasks.runs import (LOG, METRICS, command_argv, command_line, metrics_sha256, package_versions,
+from tasks.training.runs import (LOG, METRICS, command_argv, command_line, metrics_sha256, package_versions,
                         read_run_config, run_sha256)
 from tasks.settings import TrainSettings, recorded_training, settings_dict
-from tasks.sweeps import differences
+from tasks.training.sweeps import differences
 from tasks.validate import validate_family
 from toylens.workers import WorkerDied, map_jobs
 
@@ -134,9 +134,9 @@ def start_run(plan: RunPlan, spec: ModelSpec, command: str | None = None) -> dic
     """Clear what an earlier attempt left and record the run's identity before the first step.
     `command`: the command that asked for the run, when this process is a remote worker."""
     from probes.circuits.labels import CIRCUIT
-    from tasks.resume import STATE
-    from tasks.sweeps import FAILED
-    from tasks.training import SNAPSHOTS
+    from tasks.training.resume import STATE
+    from tasks.training.sweeps import FAILED
+    from tasks.training.loop import SNAPSHOTS
 
     plan.run_dir.mkdir(parents=True, exist_ok=True)
     # What described an earlier run here (a sweep's circuit summary, its failure record) goes too.
@@ -165,8 +165,8 @@ def execute(plan: RunPlan, progress: bool = True, resume: bool = False,
     from models import build_model
     from tasks.data import task_dataset, to_batch
     from probes.accuracy import EVALUATION, measure_accuracy
-    from tasks.resume import STATE
-    from tasks.training import SNAPSHOTS, train
+    from tasks.training.resume import STATE
+    from tasks.training.loop import SNAPSHOTS, train
 
     data = task_dataset(plan.task, plan.seed)
     batches = {name: to_batch(split) for name, split in data.items()}
@@ -286,6 +286,6 @@ def train_job(job: TrainJob) -> tuple:
         return metrics, None
     # Here, in the worker that trained the run: TransformerLens is already imported.
     from toylens.report import measure_for_report
-    from tasks.runs import Run
+    from tasks.training.runs import Run
 
     return metrics, measure_for_report(Run(job.plan.run_dir), job.report_out)

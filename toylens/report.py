@@ -33,8 +33,8 @@ def report_command(runs_dir: Path, out: Path | None, jobs: int = 1, device: str 
     from common.lock import folder_lock
     from models.checkpoint import CONFIG
     from probes.accuracy import family_order
-    from tasks.runs import find_runs
-    from tasks.sweeps import runs_folder
+    from tasks.training.runs import find_runs
+    from tasks.training.sweeps import runs_folder
     from toylens.workers import map_jobs
 
     runs_dir = runs_folder(runs_dir)   # a sweep's only grid point, or refused in one line

@@ -44,7 +44,7 @@ def plan_runs(task, widths, seeds, steps: int, every: int, out: Path):
 
 def measure_trained(task, widths, seeds, steps: int, every: int, out: Path, jobs: int,
                     overwrite: bool = False, progress: bool = True) -> list[TrainedCurve]:
-    from tasks.runs import Run
+    from tasks.training.runs import Run
     from toylens.family import train_family
 
     plans = plan_runs(task, widths, seeds, steps, every, out)

@@ -19,7 +19,7 @@ from pathlib import Path
 from common.cli import UsageError, folder_path
 from models import ModelSpec
 from tasks.settings import TrainSettings
-from tasks.sweeps import POINT, PlannedGroup, SweepManifest, identity_of
+from tasks.training.sweeps import POINT, PlannedGroup, SweepManifest, identity_of
 from toylens.arguments import MAX_RUNS
 
 CONFIRM_RUNS = 1000   # a sweep larger than this starts only with --yes, after its time estimate
@@ -179,7 +179,7 @@ def planned_manifest(runs: list[SweepRun]) -> SweepManifest:
 def write_records(runs: list[SweepRun], out: Path, overwrite: bool) -> None:
     """sweep.json (this sweep's runs joined to those planned before) and each point's point.json."""
     from common.atomic import write_json
-    from tasks.sweeps import SWEEP, is_sweep, merged, point_record, read_manifest, read_point
+    from tasks.training.sweeps import SWEEP, is_sweep, merged, point_record, read_manifest, read_point
 
     manifest = merged(read_manifest(out) if is_sweep(out) else None, planned_manifest(runs), overwrite)
     for point, values in {run.point: run.values for run in runs}.items():

@@ -19,8 +19,8 @@ from common.cli import UsageError
 from common.atomic import atomic_write, write_json
 from common.ownership import LOCK, MANIFEST, check_replaceable, owned, remove
 from models.checkpoint import CONFIG
-from tasks.runs import METRICS
-from tasks.sweeps import FAILED, failed_record, is_sweep
+from tasks.training.runs import METRICS
+from tasks.training.sweeps import FAILED, failed_record, is_sweep
 
 from toylens.arguments import parse_seeds
 from toylens.sweep import CONFIRM_RUNS, SweepRun, check_size, count_runs, parse_grid, plan_sweep, write_records
@@ -46,7 +46,7 @@ def run_job(job: SweepJob) -> RunFiles:
     from probes.report.parts import RunContext
     from probes.report.run_analysis import analyse_run
     from toylens.family import execute
-    from tasks.runs import Run
+    from tasks.training.runs import Run
 
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="toylens-sweep-") as temp:
@@ -121,7 +121,7 @@ def check_not_a_runs_folder(out: Path) -> None:
 def needs_retrace(run: SweepRun) -> str | None:
     """Why a finished run's circuit.json cannot be counted (None: it can), so the sweep redoes it."""
     from probes.census import read_circuit
-    from tasks.runs import Run
+    from tasks.training.runs import Run
 
     try:
         read_circuit(Run(run.plan.run_dir))
@@ -193,7 +193,7 @@ def check_gpus_per_run(gpus: float, executor: str) -> None:
 
 def sweep_command(task_cls: type, args) -> None:
     """`python -m tasks sweep TASK ...`: plan, check, run on the chosen executor, write the census."""
-    from tasks.runs import command_line
+    from tasks.training.runs import command_line
     from toylens.executors import make_executor
     from toylens.sweep_jobs import run_sweep
 

@@ -152,7 +152,7 @@ def position_bands(runs: list) -> list[PositionBand]:
 
 def measure_ladder(plans: list) -> LadderResult:
     """Held-out accuracy and loss of the trained plans, per rung over seeds."""
-    from tasks.runs import Run
+    from tasks.training.runs import Run
 
     by_rung: dict[str, list] = {}
     for plan in plans:

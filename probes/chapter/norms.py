@@ -94,7 +94,7 @@ def block_gradient_norms(model, batch, rows: int, seed: int) -> list[float]:
     import torch
 
     from models.bridge import hook_free_forward
-    from tasks.training import lm_loss
+    from tasks.training.loop import lm_loss
 
     picked = torch.randperm(len(batch), generator=torch.Generator().manual_seed(seed))[:rows]
     tokens, lengths = batch.tokens[picked], batch.lengths[picked]
@@ -113,7 +113,7 @@ def init_gradients(plans: list, rows: int) -> list[GradientNorms]:
     """Gradient norms per block of each norm place's model as training built it (the run's recorded
     spec and seed: `build_model` is deterministic in both), before its first step."""
     from models import build_model
-    from tasks.runs import Run
+    from tasks.training.runs import Run
 
     per_place: dict[str, list[list[float]]] = {}
     for plan in plans:
@@ -136,7 +136,7 @@ def seed_score(run) -> SeedScore:
 
 
 def measure_variants(plans: list) -> list[VariantResult]:
-    from tasks.runs import Run
+    from tasks.training.runs import Run
 
     by_variant: dict[str, list] = {}
     for plan in plans:
@@ -153,7 +153,7 @@ def measure_variants(plans: list) -> list[VariantResult]:
 
 
 def measure_norms(plans: list, rows: int) -> NormsResult:
-    from tasks.runs import Run
+    from tasks.training.runs import Run
 
     first = Run(plans[0].run_dir)
     plain = next(plan for plan in plans if not warmed(plan.model_name))

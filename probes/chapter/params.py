@@ -119,7 +119,7 @@ def spec_from_args(items: list[str]):
         if not Path(items[0]).is_dir():
             raise UsageError(f"{items[0]!r} is neither gpt2, a run folder nor key=value; "
                              "e.g. n_layers=2 d_model=128 d_vocab=64 n_ctx=32")
-        from tasks.runs import read_run_config
+        from tasks.training.runs import read_run_config
 
         return ModelSpec.from_dict(read_run_config(Path(items[0]))["spec"])
     fields = {f.name: f for f in dataclasses.fields(ModelSpec)}

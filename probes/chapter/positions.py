@@ -108,7 +108,7 @@ def length_batches(run, factors, sequences: int) -> dict:
 
 
 def measure_positions(plans: list, factors, sequences: int) -> PositionsResult:
-    from tasks.runs import Run
+    from tasks.training.runs import Run
 
     by_kind: dict[str, list] = {}
     for plan in plans:

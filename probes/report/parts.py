@@ -24,7 +24,7 @@ from probes.settings import DEFAULT, ReportSettings
 class RunContext:
     """One run as the report's parts see it. Parts read it and never modify what it holds."""
 
-    run: object                     # tasks.runs.Run
+    run: object                     # tasks.training.runs.Run
     out: Path | None                # the report folder (figures go under it); None: draw none
     settings: ReportSettings = DEFAULT
     device: str | None = None       # where the model runs (None: the CPU); results come back to the CPU

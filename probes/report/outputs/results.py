@@ -164,7 +164,7 @@ def setup_section(runs, order: list[str]) -> str:
 
 def family_page(runs_dir: Path, made_by: str) -> Page:
     from probes.accuracy import compare_runs
-    from tasks.runs import find_runs
+    from tasks.training.runs import find_runs
 
     runs_dir = Path(runs_dir)
     runs = find_runs(runs_dir)
@@ -249,7 +249,7 @@ def read_text(path: Path, fix: str) -> str:
 
 def census_page(runs_dir: Path, made_by: str) -> Page:
     from probes.census import draw, markdown, take_census
-    from tasks.runs import find_runs
+    from tasks.training.runs import find_runs
 
     runs_dir = Path(runs_dir)
     groups = take_census(runs_dir)

@@ -5,7 +5,7 @@ those runs), `OUT/<point>/point.json` (the point's grid values) and, for a run t
 `OUT/<point>/<model>/seed<k>/failed.json`. Each record carries the SHA-256 of its content (an
 edit is refused) and is checked against where it lies and what it describes (a record copied into
 another folder, or one describing other settings than its runs were trained with, is refused):
-the same rule a run's own files follow (`tasks.runs`). Checksums catch edits, not forgery; a forged
+the same rule a run's own files follow (`tasks.training.runs`). Checksums catch edits, not forgery; a forged
 record must still agree with the runs it describes.
 """
 
@@ -167,7 +167,7 @@ def values_disagree(values: dict, identity: dict) -> list[str]:
 def read_manifest(root: Path) -> SweepManifest:
     """`root/sweep.json` after its checks (types, checksum, each group's grid values as its identity
     has them, no (point, model) twice); a folder without one is not a sweep folder."""
-    from tasks.runs import MAX_SEED
+    from tasks.training.runs import MAX_SEED
 
     path = Path(root) / SWEEP
     if not path.is_file():

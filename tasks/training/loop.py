@@ -19,7 +19,7 @@ from common.atomic import atomic_write
 from tasks.data import Batch, real_positions
 from tasks.evaluate import logits_at_scored, score_logits
 from models.fused import training_forward
-from tasks.resume import FRESH, load_train_state, save_train_state
+from tasks.training.resume import FRESH, load_train_state, save_train_state
 from tasks.settings import LossPositions, StopMetric, TrainSettings
 
 SNAPSHOTS = "snapshots"   # run_dir/snapshots/step{N}.safetensors
