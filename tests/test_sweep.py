@@ -18,7 +18,8 @@ import pytest
 from common.cli import UsageError
 from tasks.winograd import WinogradTask
 from toylens.executors import LocalExecutor, Outcome, RayExecutor
-from toylens.sweep import FAILED, parse_grid, plan_sweep
+from tasks.training.sweeps import FAILED
+from toylens.sweep import parse_grid, plan_sweep
 from toylens.arguments import parse_seeds
 from toylens.sweep_jobs import SweepJob, run_job, run_sweep
 
