@@ -21,8 +21,8 @@ from pathlib import Path
 
 def timed_sweep(executor, out: Path, args) -> tuple[float, object]:
     from tasks.winograd import WinogradTask
-    from toylens.sweep import Grid, plan_sweep
-    from toylens.sweep_jobs import run_sweep
+    from toylens.sweeps.plan import Grid, plan_sweep
+    from toylens.sweeps.driver import run_sweep
 
     runs = plan_sweep(WinogradTask, {}, {"max_steps": args.steps}, ["attn-only-2x1"], list(range(args.seeds)),
                       Grid(), out)
@@ -40,7 +40,7 @@ def main() -> None:
 
     from tasks.data import task_dataset
     from tasks.winograd import WinogradTask
-    from toylens.executors import LocalExecutor, RayExecutor
+    from toylens.sweeps.executors import LocalExecutor, RayExecutor
 
     for seed in range(args.seeds):
         task_dataset(WinogradTask(), seed)

@@ -205,7 +205,7 @@ def test_block_gradient_norms_match_the_bridge(corpus):
 
 
 def test_the_norms_command_on_tiny_settings(corpus, tmp_path, capsys):
-    from toylens.norms import main
+    from toylens.chapter.norms import main
 
     out = tmp_path / "norms"
     main(["text", "--corpus", str(corpus), "--vocab", "300", "--context", "8", "--layers", "2", "--d-model", "8",
@@ -221,12 +221,12 @@ def test_the_norms_command_on_tiny_settings(corpus, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("module, argv, fragment", [
-    ("toylens.norms", [], "required: task"),
-    ("toylens.norms", ["text", "--steps", "10", "--warmup-steps", "11"], "must lie in 1..10"),
-    ("toylens.norms", ["text", "--variants", "middle"], "unknown variant(s) ['middle']"),
-    ("toylens.norms", ["text", "--variants", "post+warmup"], "needs pre or post"),
-    ("toylens.norms", ["text", "--vocab", "100"], "vocab must be an integer from 257"),
-    ("toylens.norms", ["text", "--context", "1"], "context must be an integer from 2"),
+    ("toylens.chapter.norms", [], "required: task"),
+    ("toylens.chapter.norms", ["text", "--steps", "10", "--warmup-steps", "11"], "must lie in 1..10"),
+    ("toylens.chapter.norms", ["text", "--variants", "middle"], "unknown variant(s) ['middle']"),
+    ("toylens.chapter.norms", ["text", "--variants", "post+warmup"], "needs pre or post"),
+    ("toylens.chapter.norms", ["text", "--vocab", "100"], "vocab must be an integer from 257"),
+    ("toylens.chapter.norms", ["text", "--context", "1"], "context must be an integer from 2"),
     ("probes.chapter.equalities", ["--d-model", "30", "--heads", "4"], "must be a multiple of --heads"),
 ])
 def test_bad_arguments_are_one_line(module, argv, fragment, tmp_path, capsys):

@@ -97,7 +97,7 @@ def test_a_non_finite_float_parameter_is_refused_by_train_and_sweep(tmp_path):
     from dataclasses import make_dataclass
 
     from tasks.registry import build_task
-    from toylens.sweep import parse_grid, plan_sweep
+    from toylens.sweeps.plan import parse_grid, plan_sweep
 
     task_cls = plugin(Params=make_dataclass("Params", [("noise", float, 0.0)], frozen=True))
     with pytest.raises(UsageError, match="task 'fake' parameter noise must be a finite number, got nan"):

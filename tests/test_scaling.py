@@ -11,7 +11,7 @@ import torch
 from models import ModelSpec, build_model
 from models.bridge import native_attention
 from probes.chapter.scaling import attention_inputs, attention_scores, init_point, row_stats
-from toylens.scaling import measure_trained
+from toylens.chapter.scaling import measure_trained
 
 
 def test_row_stats_known_answers():

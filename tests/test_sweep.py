@@ -17,11 +17,11 @@ import pytest
 
 from common.cli import UsageError
 from tasks.winograd import WinogradTask
-from toylens.executors import LocalExecutor, Outcome, RayExecutor
+from toylens.sweeps.executors import LocalExecutor, Outcome, RayExecutor
 from tasks.training.sweeps import FAILED
-from toylens.sweep import parse_grid, plan_sweep
+from toylens.sweeps.plan import parse_grid, plan_sweep
 from toylens.arguments import parse_seeds
-from toylens.sweep_jobs import SweepJob, run_job, run_sweep
+from toylens.sweeps.driver import SweepJob, run_job, run_sweep
 
 TINY = {"max_steps": 20, "eval_every": 10, "batch_size": 32}
 PARAMS = {"nouns": 8, "heldout_fraction": 0.5, "validation_fraction": 0.1, "leaky": False}
@@ -110,7 +110,7 @@ def test_bad_points_are_refused_before_anything_runs(tmp_path, grid, fragment):
 
 
 def test_a_grid_value_cannot_name_a_folder_outside_the_sweep():
-    from toylens.sweep import point_id
+    from toylens.sweeps.plan import point_id
 
     assert point_id({"d_model": 64, "lr": 0.001}) == "d_model=64_lr=0.001"
     with pytest.raises(UsageError, match="names a folder"):
@@ -129,7 +129,7 @@ def test_bad_grid_on_the_command_line_is_one_line(capsys):
 def test_ray_stays_optional(monkeypatch):
     import subprocess
 
-    code = "import sys, toylens.cli, toylens.family, toylens.sweep, toylens.executors; print('ray' in sys.modules)"
+    code = "import sys, toylens.cli, toylens.family, toylens.sweeps.plan, toylens.sweeps.executors; print('ray' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
     monkeypatch.setitem(sys.modules, "ray", None)     # as if Ray were not installed
     with pytest.raises(UsageError, match=r"pip install -e '.\[ray\]'"):
@@ -191,14 +191,14 @@ def test_local_pool_retries_a_killed_worker_and_records_a_run_that_keeps_killing
     """Both runs at once, in two workers: d_model=16's worker is killed once, d_model=32's on every
     attempt. The first is run again whole (bitwise the clean run's weights), untouched by the second's
     deaths; the second is recorded as failed with how its worker ended, and the sweep finishes."""
-    import toylens.executors
+    import toylens.sweeps.executors
     from toylens.cli import main_for_task
 
     local, _ = local_sweep
     out, markers = tmp_path / "sweep", tmp_path / "markers"
     markers.mkdir()
-    make = toylens.executors.make_executor
-    monkeypatch.setattr(toylens.executors, "make_executor", lambda *args: Killing(
+    make = toylens.sweeps.executors.make_executor
+    monkeypatch.setattr(toylens.sweeps.executors, "make_executor", lambda *args: Killing(
         make(*args), {"d_model=16": 1, "d_model=32": 2}, str(markers)))
     main_for_task("winograd", [*SWEEP_ARGS, "--jobs", "2", "--out", str(out)])    # exits 0: no SystemExit
     printed = capsys.readouterr().out

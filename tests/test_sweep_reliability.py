@@ -21,7 +21,7 @@ from common.cli import UsageError
 from tasks.training.sweeps import FAILED, POINT, SWEEP, signed
 from tests.refusals import cli, contents, one_line
 from tests.test_sweep import PARAMS, TINY
-from toylens.executors import LocalExecutor
+from toylens.sweeps.executors import LocalExecutor
 
 RUN = Path("default") / "attn-only-2x1"
 TINY_ARGS = ["--models", "attn-only-2x1", "--steps", "20", "--eval-every", "10", "--batch-size", "32", "--nouns", "8",
@@ -30,7 +30,7 @@ TINY_ARGS = ["--models", "attn-only-2x1", "--steps", "20", "--eval-every", "10",
 
 def plan(out: Path, seeds="0,1", grid=()):
     from tasks.winograd import WinogradTask
-    from toylens.sweep import parse_grid, plan_sweep
+    from toylens.sweeps.plan import parse_grid, plan_sweep
     from toylens.arguments import parse_seeds
 
     return plan_sweep(WinogradTask, PARAMS, TINY, ["attn-only-2x1"], parse_seeds(seeds),
@@ -38,7 +38,7 @@ def plan(out: Path, seeds="0,1", grid=()):
 
 
 def sweep(out: Path, **options):
-    from toylens.sweep_jobs import run_sweep
+    from toylens.sweeps.driver import run_sweep
 
     return run_sweep(plan(out), out, LocalExecutor(jobs=1), "python -m tasks.winograd sweep (test)", progress=False,
                      write=lambda line: None, **options)

@@ -1,5 +1,5 @@
 """`python -m tasks list|train|sweep NAME` and `python -m tasks.<name> train|sweep`: thin layers over
-`toylens.family` and `toylens.sweep`. Heavy imports (torch, TransformerLens) happen only on the paths that train."""
+`toylens.family` and `toylens.sweeps.plan`. Heavy imports (torch, TransformerLens) happen only on the paths that train."""
 
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def task_parser(task_cls: type, prog: str) -> Parser:
     parser = Parser(prog=prog, description=task_cls.__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     add_train_arguments(commands.add_parser("train", help=f"train the {task_cls.name} model family"), task_cls)
-    from toylens.sweep import add_sweep_arguments
+    from toylens.sweeps.plan import add_sweep_arguments
 
     add_sweep_arguments(commands.add_parser("sweep", help=f"train and trace {task_cls.name} runs over seeds and a "
                                             "grid of settings, locally or on Ray, then count their circuits"), task_cls)
@@ -105,7 +105,7 @@ def task_parser(task_cls: type, prog: str) -> Parser:
 
 def run_command(task_cls: type, args) -> None:
     if args.command == "sweep":
-        from toylens.sweep_jobs import sweep_command
+        from toylens.sweeps.driver import sweep_command
 
         return sweep_command(task_cls, args)
     return train_command(task_cls, args)
@@ -143,8 +143,8 @@ def main(argv=None) -> None:
             task_cls = get_task_class(argv[1])
             parser = Parser(prog=f"python -m tasks {argv[0]} {argv[1]}", description=task_cls.__doc__)
             if argv[0] == "sweep":
-                from toylens.sweep import add_sweep_arguments
-                from toylens.sweep_jobs import sweep_command
+                from toylens.sweeps.plan import add_sweep_arguments
+                from toylens.sweeps.driver import sweep_command
 
                 add_sweep_arguments(parser, task_cls)
                 return sweep_command(task_cls, parser.parse_args(argv[2:]))

@@ -10,7 +10,7 @@ every position). The gradient norm per block is measured on each freshly built m
 step): the L2 norm of the gradient of the training loss on one batch of training sequences
 with respect to all of a block's parameters.
 
-This module measures and draws; `python -m probes.chapter.norms TASK` (served by `toylens.norms`)
+This module measures and draws; `python -m probes.chapter.norms TASK` (served by `toylens.chapter.norms`)
 trains into runs/norms/TASK/<variant>/seed<k>, prints both tables and writes norms.json and
 norms.png there.
 """
@@ -231,6 +231,6 @@ def norms_figure(result: NormsResult):
 
 
 if __name__ == "__main__":
-    from toylens.norms import main  # the command trains, so it lives in the command layer
+    from toylens.chapter.norms import main  # the command trains, so it lives in the command layer
 
     main()

@@ -7,7 +7,7 @@ learned position rows past the training length keep their initial random values,
 sinusoid table, rotary angles and ALiBi's bias simply continue. The 1x evaluation uses the run's
 own held-out split (never in training); the longer ones are fresh induction sequences.
 
-This module measures and draws; `python -m probes.chapter.positions` (served by `toylens.positions`) trains
+This module measures and draws; `python -m probes.chapter.positions` (served by `toylens.chapter.positions`) trains
 into runs/positions/<kind>/seed<k> (kept when already trained with the same settings),
 prints accuracy and loss per length, and writes positions.json and positions.png there.
 """
@@ -173,6 +173,6 @@ def positions_figure(result: PositionsResult):
 
 
 if __name__ == "__main__":
-    from toylens.positions import main  # the command trains, so it lives in the command layer
+    from toylens.chapter.positions import main  # the command trains, so it lives in the command layer
 
     main()

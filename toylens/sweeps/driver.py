@@ -23,7 +23,7 @@ from tasks.training.runs import METRICS
 from tasks.training.sweeps import FAILED, failed_record, is_sweep
 
 from toylens.arguments import parse_seeds
-from toylens.sweep import CONFIRM_RUNS, SweepRun, check_size, count_runs, parse_grid, plan_sweep, write_records
+from toylens.sweeps.plan import CONFIRM_RUNS, SweepRun, check_size, count_runs, parse_grid, plan_sweep, write_records
 
 
 @dataclass(frozen=True)
@@ -194,8 +194,8 @@ def check_gpus_per_run(gpus: float, executor: str) -> None:
 def sweep_command(task_cls: type, args) -> None:
     """`python -m tasks sweep TASK ...`: plan, check, run on the chosen executor, write the census."""
     from tasks.training.runs import command_line
-    from toylens.executors import make_executor
-    from toylens.sweep_jobs import run_sweep
+    from toylens.sweeps.executors import make_executor
+    from toylens.sweeps.driver import run_sweep
 
     check_gpus_per_run(args.gpus_per_run, args.executor)
     params = {f.name: getattr(args, f.name) for f in dataclasses.fields(task_cls.Params)}
