@@ -70,11 +70,11 @@ def with_circuits(report, tmp_path_factory):
 
 def test_terminal_tables_fit_one_screen_and_say_each_runs_facts(with_circuits):
     from probes.report.summary import WIDTH, summary_of, terminal_lines
-    from probes.report.words import claimed_edge, intact, verdict, whole_layers
+    from probes.report.words import intact, named, verdict, whole_layers
 
     measured, sections, DEFAULT = with_circuits
     assert sum(m.results["runs"].circuit is not None for m in measured) >= 2
-    assert any(claimed_edge(m.results["runs"], DEFAULT) for m in measured if m.results["runs"].circuit)
+    assert any(named(m.results["runs"], DEFAULT) for m in measured if m.results["runs"].circuit)
     summary = summary_of(sections)
     lines = terminal_lines(summary)
     assert len(lines) <= 40 and max(map(len, lines)) <= WIDTH
@@ -91,9 +91,9 @@ def test_terminal_tables_fit_one_screen_and_say_each_runs_facts(with_circuits):
             assert row["circuit / kind"].startswith("none:")
             continue
         assert all(node.name in row["circuit / kind"] for node in a.circuit.nodes)
-        edge = claimed_edge(a, DEFAULT)
-        if edge is not None:
-            assert f"{edge.sender} ->{edge.component} {edge.receiver} @p{edge.positions[0]}" in row["circuit / kind"]
+        for path in named(a, DEFAULT):
+            where = f" @p{path.position}" if path.position >= 0 else ""
+            assert f"{path.sender} ->{path.component} {path.receiver}{where}" in row["circuit / kind"]
         assert row["faith."] == ("1 (constr.)" if a.circuit.upstream else f"{a.circuit.faithfulness.normalised:.2f}")
         assert row["blocks"] == "/".join(verdict(intact(a), r, DEFAULT)[0].removesuffix(" used")
                                          for _, r in whole_layers(a))
@@ -130,7 +130,7 @@ def test_report_html_is_one_file_with_nothing_outside_it(report):
 
 
 def test_the_census_is_written_as_a_self_contained_page_too(tmp_path):
-    from probes.census import group_census, write_census
+    from probes.census import Census, group_census, write_census
 
     def member(seed, stop_reason, heldout, label):
         run = SimpleNamespace(seed=seed, metrics={"stop_reason": stop_reason, "accuracy": {"heldout": heldout}})
@@ -138,7 +138,8 @@ def test_the_census_is_written_as_a_self_contained_page_too(tmp_path):
 
     group = group_census("attn-only-2x1", "default", {}, [member(0, "validation solved", 1.0, "Q-composition a"),
                                                            member(3, "validation solved", 0.9, "K-composition b")], 0)
-    write_census([group], tmp_path)
+    write_census(Census((group,), ()), tmp_path / "census")
+    tmp_path = tmp_path / "census"
     text = (tmp_path / "census.html").read_text()
     assert 'class="sortable"' in text and "Q-composition a" in text and "K-composition b" in text
     assert "1/2" not in text and "<td>1</td><td>2</td><td>50.0%</td>" in text

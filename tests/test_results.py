@@ -59,16 +59,19 @@ def test_the_page_shows_what_the_runs_and_the_report_stored(reported, tmp_path):
     assert not (tmp_path / "figures" / "winograd" / "gone.png").exists()   # ... and drops figures it no longer shows
 
 
-def test_a_sweep_folder_gives_its_census_page(reported, tmp_path):
-    sweep = tmp_path / "sweep"
-    shutil.copytree(reported / "attn-only-2x1", sweep / "default" / "attn-only-2x1")
-    (sweep / "default" / "point.json").write_text(json.dumps({"point": "default", "values": {}}))
+def test_a_sweep_folder_gives_its_census_page(finished_sweep, tmp_path):
+    from probes.census import take_census
     from probes.report.outputs.results import results_command
 
+    sweep = tmp_path / "sweep"
+    shutil.copytree(finished_sweep, sweep)
+    census = take_census(sweep)
     results_command([sweep], tmp_path / "out", "python -m probes.report.outputs.results (test)")
     text = (tmp_path / "out" / "census-sweep.md").read_text()
-    assert text.startswith("# Circuit census: winograd") and "(1 finished runs)" in text
-    assert "| not traced (no circuit.json) | 1/1 |" in text
+    finished = sum(g.finished for g in census.groups)
+    assert text.startswith("# Circuit census: winograd") and f"({finished} finished runs)" in text and finished == 2
+    for share in census.groups[0].circuits:
+        assert f"| {share.label} | {share.count}/{share.share.n} |" in text
     assert (tmp_path / "out" / "figures" / "census-sweep" / "census.png").stat().st_size > 1000
     assert "](figures/census-sweep/census.png)" in text
 
@@ -122,7 +125,9 @@ def test_the_edges_commands_page_comes_with_its_figures(reported, tmp_path, monk
     page_of(runs, tmp_path / "out")
     text = (tmp_path / "out" / "winograd-edges.md").read_text()
     assert written.split("\n", 1)[1].replace("](figures/", "](figures/winograd-edges/") in text
-    figure = runs / "edges" / "figures" / "edges_attn-only-2x1_seed0.png"
+    from probes.report.edge_render import figure_name
+
+    figure = runs / "edges" / "figures" / figure_name("attn-only-2x1", 0)
     assert (tmp_path / "out" / "figures" / "winograd-edges" / figure.name).read_bytes() == figure.read_bytes()
     (runs / "edges" / "edges.md").write_text(written + "\n![x](figures/../../attn-only-2x1/seed0/config.json)\n")
     with pytest.raises(UsageError, match="is not a figures/NAME.png"):

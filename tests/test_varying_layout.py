@@ -10,6 +10,8 @@ sender at every position, measured). binding-early is binding scored one token e
 
 from __future__ import annotations
 
+import json
+
 import subprocess
 import sys
 from pathlib import Path
@@ -123,14 +125,18 @@ def test_roles_give_the_mechanism_where_positions_vary(markcopy_analyses):
 # position or the tokens there. Catches: "K-composition L0H0->L1H0 at p2 (M, g, ...)" and "... at
 # p4 (M, f, ...)" counted as two circuits, and seeds read as "no single path".
 def test_the_census_counts_one_mechanism_once_across_seeds(markcopy_runs, markcopy_analyses):
-    from common.atomic import write_json
-    from probes.census import take_census
-    from probes.circuits.labels import CIRCUIT
+    """The labels the census counts (from each run's circuit.json facts) and its grouping of them;
+    the signed files around them are tests/test_sweep_reliability.py's."""
+    from probes.census import group_census
+    from probes.circuits.labels import CircuitSummary, circuit_label
     from probes.report.words import circuit_summary
 
+    members = []
     for run, analysis, _ in markcopy_analyses:
-        write_json(run.path / CIRCUIT, circuit_summary(analysis).to_dict())
-    group = next(g for g in take_census(markcopy_runs) if g.model_name == "attn-only-2x1")
+        stored = CircuitSummary.from_dict(json.loads(json.dumps(circuit_summary(analysis).to_dict())))   # as stored
+        label = circuit_label(stored)
+        members.append((run, label.kind, label.text, None))
+    group = group_census("attn-only-2x1", "default", {}, members, 0)
     assert [(s.label, s.count) for s in group.circuits] == [("K-composition L0H0->L1H0", 3)]
     assert group.named.count == 3
 

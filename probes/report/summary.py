@@ -106,29 +106,31 @@ def accuracy_cells(models) -> dict:
 
 
 def compact_circuit(analysis, settings) -> str:
-    """'L0H0 ->q L1H0 @p14' (+ the other heads) when a path is named, else the heads at their kept
-    positions ('L0H1+L1H0@p14'; a head kept at every position has none)."""
-    from probes.report.words import claimed_edge
+    """'L0H0 ->q L1H0 @p14' for each named path (no position when only the sender at every position
+    names it), + the other heads; else the heads at their kept positions ('L0H1+L1H0@p14'; a head
+    kept at every position has none)."""
+    from probes.report.words import named
 
     def kept(node):
         return node.name if node.positions is None else f"{node.name}@" + "/".join(f"p{p}" for p in node.positions)
 
-    nodes = analysis.circuit.nodes
-    edge = claimed_edge(analysis, settings)
-    if edge is None:
+    nodes, paths = analysis.circuit.nodes, named(analysis, settings)
+    if not paths:
         return "+".join(kept(n) for n in nodes)
-    others = [kept(n) for n in nodes if n.name not in (edge.sender, edge.receiver)]
-    return "+".join([f"{edge.sender} ->{edge.component} {edge.receiver} @p{edge.positions[0]}", *others])
+    in_paths = {head for path in paths for head in (path.sender, path.receiver)}
+    others = [kept(n) for n in nodes if n.name not in in_paths]
+    shown = [f"{p.sender} ->{p.component} {p.receiver}" + (f" @p{p.position}" if p.position >= 0 else "") for p in paths]
+    return "+".join([", ".join(shown), *others])
 
 
 def circuit_kind(analysis, settings) -> str:
-    """The named path's composition, or what was found instead."""
-    from probes.report.words import best_edges, claimed_edge
+    """The named paths' compositions, or what was found instead."""
+    from probes.report.words import named, paths_of
 
-    edge = claimed_edge(analysis, settings)
-    if edge is not None:
-        return f"{edge.component.upper()}-composition"
-    return "no path" if best_edges(analysis) else "one block"
+    paths = named(analysis, settings)
+    if paths:
+        return " + ".join(dict.fromkeys(f"{p.component.upper()}-composition" for p in paths))
+    return "no path" if paths_of(analysis) else "one block"
 
 
 def untraced_reason(analysis, settings) -> str:

@@ -252,18 +252,19 @@ def census_page(runs_dir: Path, made_by: str) -> Page:
     from tasks.training.runs import find_runs
 
     runs_dir = Path(runs_dir)
-    groups = take_census(runs_dir)
+    census = take_census(runs_dir)
+    groups = census.groups
     runs = find_runs(runs_dir)
     task = runs[0].task.name
     name = f"census-{path_name(runs_dir.resolve().name, 'sweep folder')}"   # one page per sweep, named by its folder
     figure = "census.png"
-    title, body = markdown(groups, f"{FIGURES}/{name}/{figure}").split("\n", 1)
+    title, body = markdown(census, f"{FIGURES}/{name}/{figure}").split("\n", 1)
     text = "\n".join([f"{title}: {task}", "",
                       f"Made by `{made_by}` from the sweep in `{runs_dir}` ({sum(g.finished for g in groups)} "
                       "finished runs); every number below is read from its runs' stored files. Regenerate "
                       "this page rather than edit it.", "",
                       trained_with(runs), body])
-    return Page(f"{name}.md", text, ((figure, lambda temp: draw(groups, Path(temp))),))
+    return Page(f"{name}.md", text, ((figure, lambda temp: draw(census, Path(temp))),))
 
 
 def is_sweep(runs_dir: Path) -> bool:
