@@ -354,6 +354,10 @@ def census_html(census: Census, figure: Path | None) -> str:
         body.append(f'<img alt="circuit share per model and grid point" src="{image_uri(figure)}">')
     for g in census.groups:
         h = g.heldout
+        if not g.finished:
+            body.append(f"<h2>{escape(g.model_name)} @ {escape(g.point)}</h2>"
+                        f'<p class="note">no finished runs ({escape(not_counted(g))})</p>')
+            continue
         body.append(f"<h2>{escape(g.model_name)} @ {escape(g.point)}</h2>"
                     f'<p class="note">grid values: {escape(json.dumps(g.values) if g.values else "(none)")}; '
                     f"{g.finished} finished runs, {g.failed} failed twice (not counted); held-out accuracy over seeds: "

@@ -94,4 +94,5 @@ def test_circuit_report_on_plugin_runs(plugin_runs):
     assert result.returncode == 0, result.stderr
     assert (plugin_runs / "report" / "report.md").is_file()
     summary = result.stdout
-    assert "bag-of-words seed 0" in summary and "attn-only-2x1 seed 0" in summary and "faithfulness" in summary
+    # One table per model, a row per seed, the scales named above them.
+    assert "bag-of-words" in summary and "attn-only-2x1" in summary and "seed 0" in summary and "faith." in summary
