@@ -7,7 +7,6 @@ SIGKILLs itself at the chosen moment of the chosen write."""
 
 from __future__ import annotations
 
-
 import json
 import os
 import signal

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, replace
 from common.cli import UsageError
 from common.stats import Interval, mean_interval
 from models import ModelSpec
+from probes.chapter.ladder import steps_text
 
 # (folder, label, norm_place, warmup, the source's held-out perplexity)
 VARIANTS = (
@@ -176,7 +177,7 @@ def norms_table(result: NormsResult) -> str:
     spec, training = result.spec, result.training
     rows = [[v.label, v.warmup_steps or "-", len(v.seeds), interval_text(v.perplexity, 2),
              ", ".join(f"{s.perplexity:.2f}" for s in v.seeds), f"{v.source_perplexity:.2f}",
-             steps_span(v.seeds)] for v in result.variants]
+             steps_text(v.seeds)] for v in result.variants]
     head = (f"{result.task}: {spec['n_layers']} blocks, d_model {spec['d_model']}, {spec['n_heads']} heads, context "
             f"{spec['n_ctx']}, vocabulary {result.vocabulary}; AdamW lr {training['lr']}, batch {training['batch_size']}, "
             f"at most {training['max_steps']} steps. Held-out perplexity exp(mean next-token loss), n = "
@@ -192,13 +193,6 @@ def norms_table(result: NormsResult) -> str:
 
 def mean_per_block(per_seed: list[list[float]]) -> list[float]:
     return [sum(values) / len(values) for values in zip(*per_seed)]
-
-
-def steps_span(seeds: list[SeedScore]) -> str:
-    steps = sorted(s.steps for s in seeds)
-    reasons = sorted({s.stop_reason.replace("validation ", "") for s in seeds})
-    span = f"{steps[0]}" if steps[0] == steps[-1] else f"{steps[0]}-{steps[-1]}"
-    return f"{span} ({', '.join(reasons)})"
 
 
 def norms_figure(result: NormsResult):
