@@ -127,7 +127,7 @@ class ModelSpec:
     @classmethod
     def from_dict(cls, fields: dict) -> "ModelSpec":
         if not isinstance(fields, dict):
-            raise UsageError(f"model spec must be a JSON object, got {type(fields).__name__}")
+            raise UsageError(f"model spec must be an object of ModelSpec fields, got {type(fields).__name__}")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(fields) - known)
         if unknown:
