@@ -43,7 +43,7 @@ SUFFICES = 0.9      # a group alone among its peers keeps at least this share of
 
 @dataclass(frozen=True)
 class Group:
-    sender: object              # Head or MLP
+    sender: Head | MLP
     edges: frozenset
     necessity: float
     sufficiency: float | None   # None: the group has no peer in the circuit
