@@ -101,9 +101,9 @@ def existing_status(plan: RunPlan, overwrite: bool, resume: bool = False) -> str
     recorded = {key: config.get(key) for key in plan.identity()}
     recorded["training"] = recorded_training(recorded["training"])   # settings added since: what it ran with
     # The data decides n_ctx and d_vocab, except a context asked for explicitly.
-    recorded_spec = ModelSpec.from_dict(config["spec"]).to_dict()   # fields added since: their defaults
+    recorded_spec = ModelSpec.from_dict(config["spec"])   # fields added since: their defaults
     recorded["training"] = {**settings_dict(TrainSettings()), **(config.get("training") or {})}
-    recorded["spec"] = {**recorded_spec, "n_ctx": recorded_spec["n_ctx"] if plan.context else 0, "d_vocab": 0}
+    recorded["spec"] = {**recorded_spec.to_dict(), "n_ctx": recorded_spec.n_ctx if plan.context else 0, "d_vocab": 0}
     wanted = {**plan.identity(), "spec": {**plan.spec.to_dict(), "n_ctx": plan.context, "d_vocab": 0}}
     differing = sorted(differences(recorded, wanted))
     if differing:
