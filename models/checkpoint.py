@@ -19,7 +19,7 @@ from pathlib import Path
 from common.cli import UsageError
 from common.atomic import atomic_write, write_json
 from common.jsonfiles import read_json, sha256_file
-from models.spec import ModelSpec, build_model
+from models.spec import ModelSpec, build_model, stored_spec
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
@@ -119,12 +119,7 @@ def inspect_checkpoint(run_dir: Path) -> tuple[dict, ModelSpec]:
                              f"safetensors ({WEIGHTS}) and never unpickles a file")
         raise UsageError(f"{weights} not found; retrain the run (or resume it if it is unfinished)")
     config = read_config(run_dir)
-    if not isinstance(config["spec"], dict):
-        raise UsageError(f"{run_dir / CONFIG}: spec must be a JSON object; retrain the run")
-    try:
-        spec = ModelSpec.from_dict(config["spec"])
-    except UsageError as error:
-        raise UsageError(f"{run_dir / CONFIG}: {error}") from None
+    spec = stored_spec(config["spec"], run_dir / CONFIG)
     vocabulary = config["vocabulary"]
     if not isinstance(vocabulary, list) or len(vocabulary) != spec.d_vocab:
         size = len(vocabulary) if isinstance(vocabulary, list) else "no list of"

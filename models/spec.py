@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Literal, Optional
 
 from common.cli import UsageError
+from common.jsonfiles import short
 from models.bridge import native, native_attention, use_fused_layer_norm
 
 Attention = Literal["softmax", "uniform", "none"]
@@ -68,28 +69,28 @@ class ModelSpec:
         for field, value in {"n_layers": self.n_layers, "d_model": self.d_model, "n_heads": self.n_heads,
                              "n_ctx": self.n_ctx, "d_vocab": self.d_vocab}.items():
             if type(value) is not int or not 0 < value <= LIMITS[field]:
-                raise UsageError(f"model {field} must be an integer from 1 to {LIMITS[field]}, got {value!r}")
+                raise UsageError(f"model {field} must be an integer from 1 to {LIMITS[field]}, got {short(value)}")
         for field in ("mlp", "scale_scores"):
             if type(getattr(self, field)) is not bool:
-                raise UsageError(f"model {field} must be true or false, got {getattr(self, field)!r}")
+                raise UsageError(f"model {field} must be true or false, got {short(getattr(self, field))}")
         if self.d_model % self.n_heads:
             raise UsageError(f"n_heads={self.n_heads} does not divide d_model={self.d_model}; "
                              "pick a head count that divides the width")
         if self.attention not in ATTENTIONS:
-            raise UsageError(f"attention must be one of {', '.join(ATTENTIONS)}, got {self.attention!r}")
+            raise UsageError(f"attention must be one of {', '.join(ATTENTIONS)}, got {short(self.attention)}")
         if self.positions not in POSITIONS:
-            raise UsageError(f"positions must be one of {', '.join(POSITIONS)}, got {self.positions!r}")
+            raise UsageError(f"positions must be one of {', '.join(POSITIONS)}, got {short(self.positions)}")
         if not isinstance(self.residual, bool):
-            raise UsageError(f"residual must be true or false, got {self.residual!r}")
+            raise UsageError(f"residual must be true or false, got {short(self.residual)}")
         if self.attention == "uniform" and self.positions == "alibi":
             raise UsageError("uniform attention cannot take ALiBi positions (the bias would re-weight the "
                              "average); use positions learned, sinusoidal or none")
         if self.attention == "none" and not self.residual:
             raise UsageError("attention 'none' with residual off leaves nothing of the input; keep residual on")
         if self.norm not in ("LN", None):
-            raise UsageError(f"norm must be 'LN' or null, got {self.norm!r}")
+            raise UsageError(f"norm must be 'LN' or null, got {short(self.norm)}")
         if self.norm_place not in NORM_PLACES:
-            raise UsageError(f"norm_place must be one of {', '.join(NORM_PLACES)}, got {self.norm_place!r}")
+            raise UsageError(f"norm_place must be one of {', '.join(NORM_PLACES)}, got {short(self.norm_place)}")
         if self.norm_place == "post" and (self.norm is None or not self.residual):
             raise UsageError("norm_place 'post' normalises after each residual add: it needs norm 'LN' and "
                              "residual on")
@@ -126,15 +127,24 @@ class ModelSpec:
     @classmethod
     def from_dict(cls, fields: dict) -> "ModelSpec":
         if not isinstance(fields, dict):
-            raise UsageError(f"model spec must be a JSON object, got {type(fields).__name__}")
+            raise UsageError(f"model spec must be an object of ModelSpec fields, got {type(fields).__name__}")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(fields) - known)
         if unknown:
-            raise UsageError(f"model spec has unknown field(s) {unknown}; "
+            raise UsageError(f"model spec has unknown field(s) {short(unknown)}; "
                              "it was written by another toylens version or edited by hand")
         # A field absent from `fields` was added after the run was written: its default is the
         # behaviour that run was trained with, so old runs load unchanged.
         return cls(**fields).validate()
+
+
+def stored_spec(fields, where) -> ModelSpec:
+    """The spec a stored file records (a run's config.json): untrusted, so any refusal is one
+    line naming the file, the field and the fix."""
+    try:
+        return ModelSpec.from_dict(fields)
+    except UsageError as error:
+        raise UsageError(f"{where}: spec: {error}; restore the file or retrain the run") from None
 
 
 def build_model(spec: ModelSpec, seed: int = 0):

@@ -151,7 +151,7 @@ def run_accuracy(run, load_model=None) -> RunAccuracy:
     model = (load_model or run.load_model)()
     record = run.metrics.get(EVALUATION)
     if isinstance(record, dict) and record.get("weights_sha256") == run.config.get("weights_sha256") \
-            and record.get("spec") == run.config.get("spec") and record.get("model_name") == run.model_name \
+            and record.get("spec") == run.spec.to_dict() and record.get("model_name") == run.model_name \
             and record.get("seed") == run.seed:
         try:
             stored = stored_accuracy(record, run.path)

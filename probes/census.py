@@ -22,11 +22,11 @@ from pathlib import Path
 from common.cli import UsageError
 from common.jsonfiles import read_json
 from common.stats import Interval, mean_interval, wilson
-from probes.circuits.labels import CIRCUIT, PATHS, SUMMARY_FIELDS, CircuitSummary, circuit_label
+from probes.circuits.labels import CIRCUIT, PATHS, SUMMARY_FIELDS, CircuitSummary, LabelKind, circuit_label
+from tasks.settings import StopReason
 from tasks.training.sweeps import (FAILED, FIX, POINT, PlannedGroup, SweepManifest, check_signed, differences,
                           identity_of, read_failed, read_manifest, read_point, signed)
 
-SOLVED = "validation solved"   # a run stopped otherwise (stalled, out of budget) counts as unsolved
 NOT_TRACED = "not traced (no circuit.json)"
 CENSUS_FILES = ("census.md", "census.png", "census.html")   # census.json records their checksums
 CIRCUIT_FIX = "rerun the sweep: it trains and traces that run again"
@@ -85,7 +85,7 @@ def read_circuit(run) -> CircuitSummary:
     recorded = {"run_sha256": data["run_sha256"], "weights_sha256": data["weights_sha256"], "model_name":
                 data["model_name"], "seed": data["seed"], "n_layers": data["n_layers"], "heldout": data["heldout"]}
     actual = {"run_sha256": run.config["run_sha256"], "weights_sha256": run.config.get("weights_sha256"),
-              "model_name": run.model_name, "seed": run.seed, "n_layers": run.config["spec"].get("n_layers", 1),
+              "model_name": run.model_name, "seed": run.seed, "n_layers": run.spec.n_layers,
               "heldout": run.metrics["accuracy"]["heldout"]}
     differing = [key for key in recorded if recorded[key] != actual[key]]
     if differing:
@@ -97,10 +97,10 @@ def read_circuit(run) -> CircuitSummary:
         raise UsageError(f"{path}: edge lacks a field; {CIRCUIT_FIX}") from None
 
 
-def read_label(run) -> tuple[str, str, float | None]:
+def read_label(run) -> tuple[LabelKind, str, float | None]:
     """(kind, label, share of the gap its best single path recovers, or None)."""
     if not (run.path / CIRCUIT).exists():
-        return "untraced", NOT_TRACED, None
+        return LabelKind.UNTRACED, NOT_TRACED, None
     summary = read_circuit(run)
     label = circuit_label(summary)
     return label.kind, label.text, summary.edge.strength if summary.edge else None
@@ -206,10 +206,10 @@ def group_census(model: str, point: str, values: dict, members: list, failed: in
         seeds[label].append(run.seed)
         if path_share is not None:
             recovered[label].append(path_share)
-    unsolved = [run for run, _, _, _ in members if run.metrics.get("stop_reason") != SOLVED]
+    unsolved = [run for run, _, _, _ in members if run.metrics["stop_reason"] != StopReason.SOLVED]
     never = [run for run in unsolved if near_chance(run)]
     partly = [run for run in unsolved if run not in never]
-    named = sum(kind == "path" for _, kind, _, _ in members)
+    named = sum(kind == LabelKind.PATH for _, kind, _, _ in members)
     return GroupCensus(
         model_name=model, point=point, values=values, finished=n, failed=failed,
         heldout=heldout_distribution([float(run.metrics["accuracy"]["heldout"]) for run, _, _, _ in members]),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields
-from enum import Enum
+from enum import Enum, StrEnum
 
 from models import UsageError
 
@@ -24,6 +24,15 @@ class StopMetric(str, Enum):
     ACCURACY = "accuracy"         # accuracy at the scored positions (improvement in absolute points)
     LOSS = "loss"                 # next-token loss at every position: keeps falling while a model that
                                   # cannot do the task learns the rest of the sequence
+
+
+class StopReason(StrEnum):
+    """Why training stopped, as metrics.json records it (a StrEnum: stored files and sentences
+    show its value). Decided by tasks.training.loop.stop_reason, or the budget running out."""
+
+    SOLVED = "validation solved"     # validation accuracy >= stop_accuracy for stop_evals evaluations
+    STALLED = "validation stalled"   # the watched stop_metric did not improve for plateau_steps steps
+    BUDGET = "step budget"           # max_steps reached first
 
 
 # What a run recorded before a setting existed was trained with; a stored config that lacks the

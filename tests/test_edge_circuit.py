@@ -129,7 +129,7 @@ def test_the_edges_command_shares_no_gap_too_small_to_mean_anything(tmp_path, mo
     p = two_hop(n=8)
     same = dataclasses.replace(p.batch, counterfactual=p.batch.tokens)      # counterfactual = clean: gap 0
     result = edge_circuit(p.model, same, graph_of(p.spec), compare_methods=False)
-    run = SimpleNamespace(config={"spec": {"attention": "softmax"}}, model_name="attn-only-1x1", seed=2)
+    run = SimpleNamespace(spec=p.spec, model_name="attn-only-1x1", seed=2)
     monkeypatch.setattr("tasks.training.runs.find_runs", lambda _: [run])
     monkeypatch.setattr("probes.circuits.named.run_edge_circuit", lambda _: result)
     edges_command(tmp_path, tmp_path / "edges")

@@ -34,10 +34,11 @@ def test_eap_edges_out_of_a_sender_sum_to_transformer_lens_node_attribution():
     from transformer_lens.tools.analysis.attribution_patching import EdgeAttributionConfig, attribution_patch
 
     from probes.circuits.methods.attribution import eap
+    from probes.circuits.oracle import Direction
     from probes.patching import corrupt_inputs
 
     model, batch, graph = scaled_model(SPEC), fixed_answer_batch(), graph_of(SPEC)
-    ours = eap(model, batch, graph, direction="denoise")
+    ours = eap(model, batch, graph, direction=Direction.DENOISE)
     theirs = attribution_patch(model, batch.inputs, corrupt_inputs(batch), lambda logits: logits[0, 3, 0] - logits[0, 3, 1],
                                EdgeAttributionConfig(granularity="node")).node_scores
     summed = {}

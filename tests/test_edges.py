@@ -44,13 +44,13 @@ def direct_path_inputs(reference, batch):
 def test_every_head_to_head_edge_equals_transformer_lens_direct_path(twins, component):
     from transformer_lens.patching import get_act_patch_direct_path_all_sources
 
-    from probes.circuits.oracle import edge_effects
+    from probes.circuits.oracle import Direction, edge_effects
 
     reference, native, batch = twins
     corrupt, clean_cache, corrupt_cache, metric = direct_path_inputs(reference, batch)
     theirs = get_act_patch_direct_path_all_sources(reference, corrupt, clean_cache, corrupt_cache, metric,
                                                    component=component, verbose=False)
-    effects = edge_effects(native, batch, graph_of(TWIN), direction="denoise")
+    effects = edge_effects(native, batch, graph_of(TWIN), direction=Direction.DENOISE)
     compared = [(theirs[e.sender.layer, e.sender.head, e.receiver.node.layer, e.receiver.node.head],
                  effects.base.metric + float(v)) for e, v in zip(effects.edges, effects.effect)
                 if isinstance(e.sender, Head) and e.receiver.port == component]
@@ -69,13 +69,13 @@ def test_every_head_to_head_edge_equals_transformer_lens_direct_path(twins, comp
 def test_all_edges_out_of_a_sender_equal_patching_its_whole_output(spec):
     """A sender patched on every edge it has is its output patched (every reader sees the other
     run's write): an independent check of the MLP, logits and embedding edges TL does not cover."""
-    from probes.circuits.oracle import Runs, circuit_outcomes, patched_outcomes, record_runs
+    from probes.circuits.oracle import Direction, Runs, circuit_outcomes, patched_outcomes, record_runs
     from probes.patching import corrupt_inputs, run_outcome
 
     model = build_model(spec, seed=3)
     model.load_state_dict({name: 3 * value for name, value in model.state_dict().items()})
     batch, graph = hand_batch(), graph_of(spec)
-    runs: Runs = record_runs(model, batch, graph, "noise")
+    runs: Runs = record_runs(model, batch, graph, Direction.NOISE)
     senders = [Embed(), Head(0, 1), Head(1, 0)] + ([MLP(0)] if spec.mlp else [])
     sets = [frozenset(e for e in graph.edges if e.sender == s) for s in senders]
     ours = [o.metric for o in patched_outcomes(model, batch, graph, sets, runs)]
@@ -132,7 +132,7 @@ def test_the_comparison_with_transformer_lens_catches_a_dropped_norm_or_input(tw
     def gap(component):
         theirs = get_act_patch_direct_path(reference, corrupt, clean_cache, corrupt_cache, metric, 0, 1,
                                            component=component, verbose=False)
-        ours = edges.edge_effects(native_model, batch, graph_of(TWIN), direction="denoise")
+        ours = edges.edge_effects(native_model, batch, graph_of(TWIN), direction=edges.Direction.DENOISE)
         return max(abs(float(theirs[1, e.receiver.node.head]) - (ours.base.metric + float(v)))
                    for e, v in zip(ours.edges, ours.effect) if e.sender == Head(0, 1) and e.receiver.port == component)
 

@@ -4,7 +4,6 @@ with no reference outside it. The browser checks: tests/test_browser.py."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from types import SimpleNamespace
@@ -37,7 +36,7 @@ def hand_measured(out, settings):
     planted = two_hop(n=48)
     batch = planted.batch
     composing = HandRun(planted.model, {"train": batch, "validation": batch, "heldout": batch}, "two-hop")
-    composing.config["spec"] = dataclasses.asdict(planted.spec)
+    composing.spec = planted.spec
     composing.task = SimpleNamespace(vocabulary=lambda: [f"t{i}" for i in range(planted.spec.d_vocab)],
                                      expected_circuit=lambda name, spec: None)
     return [measure_run(run, out, settings) for run in (mirror_run(), composing)]

@@ -68,7 +68,8 @@ class HandRun:
     def __init__(self, model, batches: dict, name: str = "hand", seed: int = 0):
         self.model, self.loaded = model, 0
         self.model_name, self.seed, self.path = name, seed, Path("hand-run-not-on-disk")
-        self.config = {"spec": {"n_layers": model.cfg.n_layers, "n_heads": model.cfg.n_heads, "attention": "softmax"}}
+        self.spec = ModelSpec(n_layers=model.cfg.n_layers, d_model=model.cfg.d_model, n_heads=model.cfg.n_heads,
+                              mlp=not model.cfg.attn_only, n_ctx=model.cfg.n_ctx, d_vocab=model.cfg.d_vocab)
         self.metrics = {"steps": 0}
         self.task = SimpleNamespace(vocabulary=lambda: WORDS)
         self._batches = batches
@@ -355,7 +356,7 @@ def test_a_head_that_matters_nowhere_under_patching_is_not_said_to_matter_across
 def test_a_circuit_within_one_block_claims_no_more_than_that():
     from probes.report.words import path_clause
 
-    analysis = SimpleNamespace(path_positions=[], paths=[], spec={"n_layers": 2},
+    analysis = SimpleNamespace(path_positions=[], paths=[], spec=ModelSpec(n_layers=2),
                                circuit=SimpleNamespace(nodes=(Node(0, 0, (14,)), Node(0, 2, (14,)))))
     assert path_clause(analysis, DEFAULT) == "no composition between circuit heads: all of them are in block 1"
 

@@ -37,7 +37,7 @@ def edges_command(runs_dir: Path, out: Path | None) -> None:
     from tasks.training.sweeps import runs_folder
 
     runs_dir = runs_folder(runs_dir)   # a sweep's only grid point, or refused in one line
-    runs = [run for run in find_runs(runs_dir) if run.config.get("spec", {}).get("attention") == "softmax"]
+    runs = [run for run in find_runs(runs_dir) if run.spec.attention == "softmax"]
     if not runs:
         raise UsageError(f"{runs_dir} holds no trained attention runs; train some first")
     torch.set_num_threads(1)    # as the report's workers: small forwards lose to thread hand-offs
@@ -58,7 +58,7 @@ def edges_command(runs_dir: Path, out: Path | None) -> None:
         lines += markdown_lines(result, name, figure) + [f"({result.seconds:.1f} s)", ""]
         for method in result.methods:
             write_json(out / f"mib_{slug(run.model_name)}_seed{run.seed}_{slug(method.scores.method)}.json",
-                       mib_json(result, method.scores, run.config["spec"]["d_model"]))
+                       mib_json(result, method.scores, run.spec.d_model))
     text = "\n".join(lines)
     atomic_write(out / "edges.md", lambda temp: Path(temp).write_text(text))
     print(f"wrote {out / 'edges.md'}: {figures} of {len(runs)} runs traced, with a figure and MIB edge scores each"

@@ -19,8 +19,7 @@ from common.cli import Parser, UsageError, positive_int, run_cli
 def attention_runs(runs_dir: Path) -> list:
     from tasks.training.runs import find_runs
 
-    runs = [run for run in find_runs(runs_dir) if run.config.get("spec", {}).get("attention") == "softmax"
-            and run.config["spec"].get("residual", True)]
+    runs = [run for run in find_runs(runs_dir) if run.spec.attention == "softmax" and run.spec.residual]
     if not runs:
         raise UsageError(f"{runs_dir} holds no trained softmax-attention runs; train some first")
     return runs
@@ -35,14 +34,14 @@ def export_mib(runs_dir: Path, out: Path) -> list[Path]:
 
     written = []
     for run in tqdm(attention_runs(runs_dir), desc="MIB edge scores", unit="run"):
-        if run.config["spec"].get("n_layers", 1) < 2:
+        if run.spec.n_layers < 2:
             continue    # as the report: one block has no edge between heads to score
         result = run_edge_circuit(run, acdc_threshold=None)
         if abs(result.oracle.gap) < DEFAULT.min_gap:
             continue    # shares of a gap this small are noise (the report does not trace it either)
         for method in result.methods:
             path = out / "mib" / f"{slug(run.model_name)}_seed{run.seed}_{slug(method.scores.method)}.json"
-            write_mib(path, result, method.scores, run.config["spec"]["d_model"])
+            write_mib(path, result, method.scores, run.spec.d_model)
             written.append(path)
     return written
 
@@ -52,7 +51,6 @@ def export_attribution(runs_dir: Path, out: Path, pairs: int) -> list[Path]:
 
     from tqdm import tqdm
 
-    from models import ModelSpec
     from probes.report.outputs.exports import attribution_graph, slug, write_attribution
     from tasks.data import select_rows, spread_subset
 
@@ -61,7 +59,7 @@ def export_attribution(runs_dir: Path, out: Path, pairs: int) -> list[Path]:
         heldout = run.batches()["heldout"]
         if heldout.counterfactual is None:
             continue
-        model, spec, words = run.load_model(), ModelSpec.from_dict(run.config["spec"]), run.task.vocabulary()
+        model, spec, words = run.load_model(), run.spec, run.task.vocabulary()
         chosen = spread_subset(heldout, pairs)
         for i in range(len(chosen)):
             prompt = select_rows(chosen, [i])

@@ -19,7 +19,7 @@ from common.ownership import check_replaceable, clean_leftovers, remove, remove_
 from tasks.base import Task
 from tasks.training.runs import (LOG, METRICS, command_argv, command_line, metrics_sha256, package_versions,
                         read_run_config, run_sha256)
-from tasks.settings import TrainSettings, recorded_training, settings_dict
+from tasks.settings import StopReason, TrainSettings, recorded_training, settings_dict
 from tasks.training.sweeps import differences
 from tasks.validate import validate_family
 from toylens.workers import WorkerDied, map_jobs
@@ -101,9 +101,9 @@ def existing_status(plan: RunPlan, overwrite: bool, resume: bool = False) -> str
     recorded = {key: config.get(key) for key in plan.identity()}
     recorded["training"] = recorded_training(recorded["training"])   # settings added since: what it ran with
     # The data decides n_ctx and d_vocab, except a context asked for explicitly.
-    recorded_spec = {**ModelSpec().to_dict(), **(config.get("spec") or {})}   # fields added since: defaults
+    recorded_spec = ModelSpec.from_dict(config["spec"])   # fields added since: their defaults
     recorded["training"] = {**settings_dict(TrainSettings()), **(config.get("training") or {})}
-    recorded["spec"] = {**recorded_spec, "n_ctx": recorded_spec.get("n_ctx") if plan.context else 0, "d_vocab": 0}
+    recorded["spec"] = {**recorded_spec.to_dict(), "n_ctx": recorded_spec.n_ctx if plan.context else 0, "d_vocab": 0}
     wanted = {**plan.identity(), "spec": {**plan.spec.to_dict(), "n_ctx": plan.context, "d_vocab": 0}}
     differing = sorted(differences(recorded, wanted))
     if differing:
@@ -251,7 +251,7 @@ def report_run(job: "TrainJob", result: tuple, write=print) -> None:
     if metrics is None:
         return
     heldout = metrics["accuracy"]["heldout"]
-    watched = f" on {job.plan.settings.stop_metric.value}" if metrics["stop_reason"] == "validation stalled" else ""
+    watched = f" on {job.plan.settings.stop_metric.value}" if metrics["stop_reason"] == StopReason.STALLED else ""
     write(f"{job.plan.model_name:>16} seed {job.plan.seed}: {metrics['steps']:>5} steps "
           f"({metrics['stop_reason']}{watched}, {metrics['train_seconds']:.1f} s), held-out {heldout:.1%}")
 

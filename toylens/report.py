@@ -8,10 +8,10 @@ from pathlib import Path
 
 def analysis_cost(run) -> int:
     """Rough relative cost of analysing a run: patching grows with heads x layers (and MLPs)."""
-    spec = run.config.get("spec", {})
-    if spec.get("attention") == "uniform":
+    spec = run.spec
+    if spec.attention == "uniform":
         return 1
-    return spec.get("n_layers", 1) ** 2 * spec.get("n_heads", 1) * (2 if spec.get("mlp", True) else 1)
+    return spec.n_layers ** 2 * spec.n_heads * (2 if spec.mlp else 1)
 
 
 def measure_for_report(run, out: Path, device: str | None = None):

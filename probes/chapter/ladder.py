@@ -25,6 +25,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 
 from models import ModelSpec
+from tasks.settings import StopReason
 from common.cli import UsageError
 from common.stats import Interval, mean_interval
 
@@ -73,7 +74,7 @@ class SeedResult:
     accuracy: Interval          # held-out, Wilson over scored positions
     loss: float                 # held-out, mean cross-entropy of the answers (nats)
     steps: int
-    stop_reason: str
+    stop_reason: StopReason
     shuffle_max_logit_change: float
 
 
@@ -91,7 +92,7 @@ class PositionBand:
 class RungResult:
     rung: str
     label: str
-    spec: dict
+    spec: ModelSpec
     accuracy: Interval          # mean over seeds, t interval
     loss: Interval              # mean over seeds, t interval (bounded below by 0 only)
     perplexity: Interval        # mean over seeds of exp(held-out loss), t interval (bounded below by 1)
@@ -116,7 +117,7 @@ def seed_result(run) -> SeedResult:
     measured = run_accuracy(run)
     heldout = measured.splits["heldout"]
     return SeedResult(run.seed, heldout.accuracy, heldout.loss, int(run.metrics.get("steps", 0)),
-                      str(run.metrics.get("stop_reason", "?")), measured.shuffle_max_logit_change)
+                      run.metrics["stop_reason"], measured.shuffle_max_logit_change)
 
 
 BANDS = 4             # equal bands of positions, first to last scored position
@@ -161,7 +162,7 @@ def measure_ladder(plans: list) -> LadderResult:
     for name, runs in by_rung.items():
         seeds = [seed_result(run) for run in runs]
         rungs.append(RungResult(
-            rung=name, label=LABELS.get(name, name), spec=runs[0].config["spec"],
+            rung=name, label=LABELS.get(name, name), spec=runs[0].spec,
             accuracy=mean_interval([s.accuracy.value for s in seeds]),
             loss=mean_interval([s.loss for s in seeds], bounds=(0.0, math.inf)),
             perplexity=mean_interval([math.exp(s.loss) for s in seeds], bounds=(1.0, math.inf)),

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, replace
 from common.cli import UsageError
 from common.stats import Interval, mean_interval
 from models import ModelSpec
+from tasks.settings import StopReason
 from probes.chapter.ladder import steps_text
 
 # (folder, label, norm_place, warmup, the source's held-out perplexity)
@@ -53,7 +54,7 @@ class SeedScore:
     loss: float          # held-out mean next-token cross-entropy (nats)
     perplexity: float    # exp(loss)
     steps: int
-    stop_reason: str
+    stop_reason: StopReason
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ class NormsResult:
     task: str
     task_params: dict
     training: dict                  # of the runs without warmup (the others differ in warmup_steps only)
-    spec: dict
+    spec: ModelSpec
     heldout_n: int                  # scored held-out positions per seed
     vocabulary: int
     variants: list[VariantResult]
@@ -121,7 +122,7 @@ def init_gradients(plans: list, rows: int) -> list[GradientNorms]:
         if warmed(plan.model_name):   # warmup changes training, not the model at initialisation
             continue
         run = Run(plan.run_dir)
-        model = build_model(ModelSpec.from_dict(run.config["spec"]), seed=run.seed)
+        model = build_model(run.spec, seed=run.seed)
         per_place.setdefault(plan.spec.norm_place, []).append(
             block_gradient_norms(model, run.batches()["train"], rows, run.seed))
     return [GradientNorms(place, norms, mean_interval([n[-1] / n[0] for n in norms], bounds=(0.0, math.inf)),
@@ -133,7 +134,7 @@ def seed_score(run) -> SeedScore:
 
     heldout = run_accuracy(run).splits["heldout"]
     return SeedScore(run.seed, heldout.loss, math.exp(heldout.loss), int(run.metrics.get("steps", 0)),
-                     str(run.metrics.get("stop_reason", "?")))
+                     run.metrics["stop_reason"])
 
 
 def measure_variants(plans: list) -> list[VariantResult]:
@@ -160,7 +161,7 @@ def measure_norms(plans: list, rows: int) -> NormsResult:
     plain = next(plan for plan in plans if not warmed(plan.model_name))
     variants = measure_variants(plans)
     task = plans[0].task
-    return NormsResult(task.name, task.params_dict(), asdict(plain.settings), first.config["spec"],
+    return NormsResult(task.name, task.params_dict(), asdict(plain.settings), first.spec,
                        run_heldout_n(first), len(task.vocabulary()), variants, init_gradients(plans, rows))
 
 
@@ -178,8 +179,8 @@ def norms_table(result: NormsResult) -> str:
     rows = [[v.label, v.warmup_steps or "-", len(v.seeds), interval_text(v.perplexity, 2),
              ", ".join(f"{s.perplexity:.2f}" for s in v.seeds), f"{v.source_perplexity:.2f}",
              steps_text(v.seeds)] for v in result.variants]
-    head = (f"{result.task}: {spec['n_layers']} blocks, d_model {spec['d_model']}, {spec['n_heads']} heads, context "
-            f"{spec['n_ctx']}, vocabulary {result.vocabulary}; AdamW lr {training['lr']}, batch {training['batch_size']}, "
+    head = (f"{result.task}: {spec.n_layers} blocks, d_model {spec.d_model}, {spec.n_heads} heads, context "
+            f"{spec.n_ctx}, vocabulary {result.vocabulary}; AdamW lr {training['lr']}, batch {training['batch_size']}, "
             f"at most {training['max_steps']} steps. Held-out perplexity exp(mean next-token loss), n = "
             f"{result.heldout_n} scored positions per seed; mean [95% t interval over seeds]; 1 = always right, "
             f"{result.vocabulary} = uniform guessing. Source: 12 blocks, 1000 steps, lr 3e-3, its own text.\n")
@@ -219,7 +220,7 @@ def norms_figure(result: NormsResult):
     right.set_xlabel("block")
     right.set_ylabel("gradient norm at initialisation")
     right.legend()
-    fig.suptitle(f"{result.task}: pre- vs post-norm, {result.spec['n_layers']} blocks "
+    fig.suptitle(f"{result.task}: pre- vs post-norm, {result.spec.n_layers} blocks "
                  f"({len(result.variants[0].seeds)} seeds)")
     return fig
 

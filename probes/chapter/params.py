@@ -15,8 +15,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from common.cli import Parser, UsageError, run_cli
+
+if TYPE_CHECKING:
+    from models.spec import ModelSpec
 
 OUT = Path("runs/chapter/params")
 GPT2_SMALL = dict(n_layers=12, d_model=768, n_heads=12, d_vocab=50257, n_ctx=1024)
@@ -27,7 +31,7 @@ MODEL_PARTS = ("embed", "pos_embed", "ln_final", "unembed")
 
 @dataclass(frozen=True)
 class ParamCount:
-    spec: dict
+    spec: ModelSpec
     counted: dict[str, int]        # component -> parameters of the built model (blocks summed)
     formula: dict[str, int]        # component -> the chapter's formula for this spec
     frozen: int                    # parameters the variant freezes (W_Q of uniform attention, W_pos of "none")
@@ -84,7 +88,7 @@ def count_parameters(spec) -> ParamCount:
     buffers = {f"unembed.{name.rsplit('.', 1)[-1]}": tensor.numel()
                for name, tensor in model.unembed.named_buffers()}
     return ParamCount(
-        spec=spec.to_dict(), counted=counted, formula=formula_counts(spec),
+        spec=spec, counted=counted, formula=formula_counts(spec),
         frozen=sum(p.numel() for p in model.parameters() if not p.requires_grad),
         per_block_counted=per_block, per_block_formula=sum(formula_counts(dataclasses.replace(spec, n_layers=1))[p]
                                                            for p in BLOCK_PARTS),
@@ -119,9 +123,9 @@ def spec_from_args(items: list[str]):
         if not Path(items[0]).is_dir():
             raise UsageError(f"{items[0]!r} is neither gpt2, a run folder nor key=value; "
                              "e.g. n_layers=2 d_model=128 d_vocab=64 n_ctx=32")
-        from tasks.training.runs import read_run_config
+        from tasks.training.runs import Run
 
-        return ModelSpec.from_dict(read_run_config(Path(items[0]))["spec"])
+        return Run(Path(items[0])).spec
     fields = {f.name: f for f in dataclasses.fields(ModelSpec)}
     values = {}
     for item in items:
@@ -145,7 +149,7 @@ def params_table(result: ParamCount) -> str:
              "" if result.counted[name] == result.formula[name] else "differs",
              f"{result.counted[name] / result.total:.1%}"] for name in result.counted]
     rows.append(["total", f"{result.total:,}", f"{result.formula_total:,}", "", "100%"])
-    d = result.spec["d_model"]
+    d = result.spec.d_model
     lines = [table(["component", "counted (built model)", "formula", "", "share"], rows), "",
              f"one block: {result.per_block_counted:,} counted, {result.per_block_formula:,} by formula "
              f"(12d^2+13d = {12 * d * d + 13 * d:,} for a full block at d={d}); "
@@ -170,7 +174,7 @@ def params_figure(result: ParamCount):
     ax.barh([i + 0.2 for i in y], [result.formula[n] for n in names], height=0.4, label="formula")
     ax.set_yticks(list(y), names)
     ax.set_xlabel("parameters")
-    ax.set_title(f"parameters per component: d_model {result.spec['d_model']}, {result.spec['n_layers']} block(s)")
+    ax.set_title(f"parameters per component: d_model {result.spec.d_model}, {result.spec.n_layers} block(s)")
     ax.legend()
     return fig
 

@@ -18,6 +18,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from models import ModelSpec
+from tasks.settings import StopReason
 from common.cli import UsageError
 from common.stats import Interval, mean_interval, wilson
 
@@ -46,7 +47,7 @@ class LengthResult:
 class KindResult:
     kind: str
     steps: list[int]
-    stop_reasons: list[str]
+    stop_reasons: list[StopReason]
     lengths: list[LengthResult]
 
 
@@ -125,9 +126,9 @@ def measure_positions(plans: list, factors, sequences: int) -> PositionsResult:
                                         mean_interval([s.accuracy.value for s in seeds]),
                                         mean_interval([s.loss for s in seeds], bounds=(0.0, math.inf)), seeds))
         kinds.append(KindResult(kind, [int(r.metrics.get("steps", 0)) for r, _ in measured],
-                                [str(r.metrics.get("stop_reason", "?")) for r, _ in measured], lengths))
+                                [r.metrics["stop_reason"] for r, _ in measured], lengths))
     first = Run(plans[0].run_dir)
-    return PositionsResult((task.params.min_repeat, task.params.max_repeat), first.config["spec"]["n_ctx"],
+    return PositionsResult((task.params.min_repeat, task.params.max_repeat), first.spec.n_ctx,
                            task.params_dict(), asdict(plans[0].settings), sequences, len(task.vocabulary()), kinds)
 
 

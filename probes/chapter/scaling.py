@@ -22,6 +22,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from tasks.settings import StopReason
+
 
 DIMS = (4, 8, 16, 32, 64, 128, 256, 512, 1024)
 PAIRS = 20_000       # q.k pairs for the variance (the source's count)
@@ -62,7 +64,7 @@ class TrainedCurve:
     d_k: int
     scaled: bool
     seed: int
-    stop_reason: str
+    stop_reason: StopReason
     points: list[TrainedPoint]
 
 

@@ -14,7 +14,7 @@ from enum import Enum
 import torch
 
 from models.graph import Embed, Graph
-from probes.circuits.oracle import Runs, Writes, patched_outcomes, record_runs
+from probes.circuits.oracle import Direction, Runs, Writes, patched_outcomes, record_runs
 from tasks.data import Batch
 
 
@@ -25,7 +25,7 @@ class Ablation(Enum):
 
 
 def ablated_runs(model, batch: Batch, graph: Graph, ablation: Ablation) -> Runs:
-    runs = record_runs(model, batch, graph, "noise")
+    runs = record_runs(model, batch, graph, Direction.NOISE)
     if ablation is Ablation.COUNTERFACTUAL:
         return runs
     clean = runs.base
@@ -34,6 +34,6 @@ def ablated_runs(model, batch: Batch, graph: Graph, ablation: Ablation) -> Runs:
     else:
         writes = {s: torch.zeros_like(w) for s, w in clean.writes.items()}
     other = Writes(clean.outcome, writes, {0: writes[Embed()]}, {})
-    placeholder = Runs("noise", clean, other)
+    placeholder = Runs(Direction.NOISE, clean, other)
     empty = patched_outcomes(model, batch, graph, [frozenset(graph.edges)], placeholder)[0]
-    return Runs("noise", clean, dataclasses.replace(other, outcome=empty))
+    return Runs(Direction.NOISE, clean, dataclasses.replace(other, outcome=empty))

@@ -18,7 +18,7 @@ import torch
 
 from models.graph import Edge, Graph
 from probes.circuits.methods.scores import without_float_noise
-from probes.circuits.oracle import Runs, circuit_outcomes, record_runs
+from probes.circuits.oracle import Direction, Runs, circuit_outcomes, record_runs
 from probes.settings import DEFAULT
 from tasks.data import Batch
 
@@ -65,7 +65,7 @@ def normalised(metrics: list[float], empty: float, full: float) -> list[float]:
 def curve(model, batch: Batch, graph: Graph, method: str, score: torch.Tensor, runs: Runs | None = None,
           ladder=LADDER) -> Curve:
     """Faithfulness of the top-k circuits at each ladder share (k = ceil(share * edges), at least 1)."""
-    runs = runs or record_runs(model, batch, graph, "noise")
+    runs = runs or record_runs(model, batch, graph, Direction.NOISE)
     order, total = ranked(graph.edges, score), len(graph.edges)
     sizes = sorted({0, total, *(max(1, math.ceil(share * total)) for share in ladder)})
     outcomes = circuit_outcomes(model, batch, graph, [order[:k] for k in sizes], runs)
@@ -87,7 +87,7 @@ class SmallestCircuit:
 
 def smallest_circuit(model, batch: Batch, graph: Graph, method: str, score: torch.Tensor,
                      runs: Runs | None = None, target: float = DEFAULT.circuit_target) -> SmallestCircuit:
-    runs = runs or record_runs(model, batch, graph, "noise")
+    runs = runs or record_runs(model, batch, graph, Direction.NOISE)
     order = ranked(graph.edges, score)
     outcomes = circuit_outcomes(model, batch, graph, [order[:k] for k in range(len(order) + 1)], runs)
     metrics = [o.metric for o in outcomes]

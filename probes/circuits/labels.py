@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass
+from enum import StrEnum
 
 from common.cli import UsageError
 from common.jsonfiles import check_fields
@@ -126,7 +127,7 @@ def stored_edge(data, where: str, fix: str) -> PathFacts:
 def summarise(analysis, summary: str) -> CircuitSummary:
     """The facts of a probes.report.run_analysis.RunAnalysis that name its circuit; `summary` the
     report's sentence for it (probes.report.words.describe)."""
-    base = dict(model_name=analysis.model_name, seed=analysis.seed, n_layers=analysis.spec.get("n_layers", 1),
+    base = dict(model_name=analysis.model_name, seed=analysis.seed, n_layers=analysis.spec.n_layers,
                 heldout=analysis.accuracy.splits["heldout"].accuracy.value, summary=summary)
     if analysis.circuit is None:
         return CircuitSummary(**base, note=analysis.note)
@@ -141,14 +142,23 @@ def run_paths(analysis) -> list[PathFacts]:
     return circuit_paths(analysis.paths or [], analysis.path_positions or [], lambda p: analysis.labels[p])
 
 
+class LabelKind(StrEnum):
+    """What a circuit label says was found (a StrEnum: files and tables show its value)."""
+
+    PATH = "path"                       # one or more named paths: the label is their mechanism
+    NO_SINGLE_PATH = "no single path"   # paths measured, none recovers the claim
+    ONE_BLOCK = "one block"             # no path measured: the circuit's heads do not compose
+    UNTRACED = "untraced"               # no circuit traced
+
+
 @dataclass(frozen=True)
 class CircuitLabel:
-    kind: str    # 'path' | 'no single path' | 'one block' | 'untraced'
+    kind: LabelKind
     text: str    # what a census counts, e.g. 'K-composition L0H0->L1H0 + Q-composition L1H0->L2H0'
 
     @property
     def named(self) -> bool:
-        return self.kind == "path"
+        return self.kind == LabelKind.PATH
 
 
 def mechanism_text(paths) -> str:
@@ -173,11 +183,11 @@ def circuit_label(summary: CircuitSummary) -> CircuitLabel:
     # Heads only: where the search pinned them is a position, which varies with the layout.
     heads = "+".join(dict.fromkeys(node.split("@")[0] for node in summary.nodes))
     if not summary.nodes:
-        return CircuitLabel("untraced", "no circuit traced")
+        return CircuitLabel(LabelKind.UNTRACED, "no circuit traced")
     paths = summary.paths or ((summary.edge,) if summary.edge is not None else ())
     named = named_paths(paths, DEFAULT.path_claim)
     if named:
-        return CircuitLabel("path", mechanism_text(named))
+        return CircuitLabel(LabelKind.PATH, mechanism_text(named))
     if paths:
-        return CircuitLabel("no single path", f"no path carries it ({heads})")
-    return CircuitLabel("one block", f"{'one block' if summary.n_layers == 1 else 'within one block'} ({heads})")
+        return CircuitLabel(LabelKind.NO_SINGLE_PATH, f"no path carries it ({heads})")
+    return CircuitLabel(LabelKind.ONE_BLOCK, f"{'one block' if summary.n_layers == 1 else 'within one block'} ({heads})")

@@ -14,7 +14,7 @@ from probes.circuits.methods.joint import joint_search
 from probes.circuits.methods.masks import learned_masks
 from probes.circuits.methods.attribution import EdgeScores, acdc, eap, eap_ig
 from probes.circuits.methods.scores import REFERENCE_NOISE, auroc, spearman, top_edges
-from probes.circuits.oracle import EdgeEffects, circuit_outcomes, edge_effects, record_runs
+from probes.circuits.oracle import Direction, EdgeEffects, circuit_outcomes, edge_effects, record_runs
 from probes.circuits.faithfulness import Curve, SmallestCircuit, curve, normalised, smallest_circuit
 from probes.patching import metric_name
 from tasks.data import Batch
@@ -65,7 +65,7 @@ def edge_circuit(model, batch: Batch, graph: Graph, ig_steps: int = 5, acdc_thre
     compare_methods False measures the oracle alone (the circuit report's cheap path); joint_methods
     adds the joint search and learned masks (probes.circuits.methods.joint, .masks: several times ACDC's cost)."""
     began = time.perf_counter()
-    runs = record_runs(model, batch, graph, "noise")
+    runs = record_runs(model, batch, graph, Direction.NOISE)
     oracle = edge_effects(model, batch, graph, runs=runs)
     as_scores = EdgeScores(ORACLE, graph.edges, oracle.effect, oracle.seconds)
     pruned = None if acdc_threshold is None or not compare_methods else acdc(model, batch, graph, acdc_threshold)
@@ -87,13 +87,11 @@ def run_edge_circuit(run, device=None, **options) -> EdgeCircuit:
     """edge_circuit on a trained run: its model (on `device`, default the CPU) and graph (from the
     run's spec), on the counterfactual pairs the circuit report patches (ReportSettings.pair_count
     evenly spread held-out pairs)."""
-    from models import ModelSpec
     from models.graph import graph_of
     from probes.settings import DEFAULT
     from tasks.data import spread_subset
 
     heldout = run.batches()["heldout"]
     pairs = spread_subset(heldout, DEFAULT.pair_count(heldout))
-    spec = ModelSpec.from_dict(run.config["spec"])
-    options.setdefault("expected", run.task.expected_circuit(run.model_name, spec))
-    return edge_circuit(run.load_model(device), pairs, graph_of(spec), **options)
+    options.setdefault("expected", run.task.expected_circuit(run.model_name, run.spec))
+    return edge_circuit(run.load_model(device), pairs, graph_of(run.spec), **options)

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Iterable, Literal
+from enum import StrEnum
+from typing import Iterable
 
 import torch
 from transformer_lens.utilities import get_act_name
@@ -40,7 +41,11 @@ from models.resume import forward_from
 from probes.patching import Outcome, corrupt_inputs, outcome, replica_scored, replicas_per_forward
 from tasks.data import Batch
 
-Direction = Literal["noise", "denoise"]
+class Direction(StrEnum):
+    """Which run is the base and which supplies the patched writes (the module docstring)."""
+
+    NOISE = "noise"       # base = clean, other = the counterfactual
+    DENOISE = "denoise"   # base = the counterfactual, other = clean
 
 
 def mlp_out_name(layer: int) -> str:
@@ -215,14 +220,14 @@ class Runs:
     other: Writes
 
 
-def record_runs(model, batch: Batch, graph: Graph, direction: Direction = "noise",
+def record_runs(model, batch: Batch, graph: Graph, direction: Direction = Direction.NOISE,
                 observe: tuple[str, ...] = ()) -> Runs:
     batch = batch.to(device_of(model))
-    if direction not in ("noise", "denoise"):
-        raise UsageError(f"direction must be 'noise' or 'denoise', got {direction!r}")
+    if not isinstance(direction, Direction):
+        raise TypeError(f"direction must be a Direction (NOISE or DENOISE), got {direction!r}")
     clean = record(model, batch, batch.inputs, graph, observe)
     corrupt = record(model, batch, corrupt_inputs(batch), graph, observe)
-    return Runs(direction, *((clean, corrupt) if direction == "noise" else (corrupt, clean)))
+    return Runs(direction, *((clean, corrupt) if direction is Direction.NOISE else (corrupt, clean)))
 
 
 @dataclass(frozen=True)
@@ -289,7 +294,7 @@ class EdgeEffects:
         return [(self.edges[i], float(self.effect[i])) for i in order]
 
 
-def edge_effects(model, batch: Batch, graph: Graph, direction: Direction = "noise",
+def edge_effects(model, batch: Batch, graph: Graph, direction: Direction = Direction.NOISE,
                  runs: Runs | None = None) -> EdgeEffects:
     """Every edge of `graph` patched alone (see the module docstring for the directions); `runs`:
     the two recorded runs when the caller already has them (their direction wins)."""
@@ -304,8 +309,8 @@ def edge_effects(model, batch: Batch, graph: Graph, direction: Direction = "nois
 def circuit_outcomes(model, batch: Batch, graph: Graph, circuits: list[Iterable[Edge]],
                      runs: Runs | None = None) -> list[Outcome]:
     """The clean run with every edge outside each circuit given its counterfactual value."""
-    runs = runs or record_runs(model, batch, graph, "noise")
-    if runs.direction != "noise":
+    runs = runs or record_runs(model, batch, graph, Direction.NOISE)
+    if runs.direction is not Direction.NOISE:
         raise UsageError("a circuit keeps its edges clean: pass runs recorded with direction 'noise'")
     everything = frozenset(graph.edges)
     return patched_outcomes(model, batch, graph, [everything - frozenset(c) for c in circuits], runs)

@@ -22,7 +22,7 @@ from common.stats import share
 from models.bridge import device_of
 from models.components import Head, HeadSet
 from models.graph import HEAD_PORTS, MLP, Edge, Embed, Graph, Input, stage
-from probes.circuits.oracle import Runs, patched_runs, record_runs
+from probes.circuits.oracle import Direction, Runs, patched_runs, record_runs
 from tasks.data import Batch
 
 COMPONENTS = HEAD_PORTS
@@ -123,7 +123,7 @@ def path_patch_many(model, batch: Batch, targets: list[PathTarget]) -> list[Path
     batch = batch.to(device_of(model))
     graph = model_graph(model)
     patterns = tuple(get_act_name("pattern", l) for l in sorted({t.layer for t in targets}))
-    runs = record_runs(model, batch, graph, "denoise", observe=patterns)
+    runs = record_runs(model, batch, graph, Direction.DENOISE, observe=patterns)
     patched = patched_runs(model, batch, graph, [t.edges(graph) for t in targets], runs, observe=patterns)
     return [path_result(t, p, runs, batch) for t, p in zip(targets, patched)]
 

@@ -23,7 +23,7 @@ import torch
 from models.graph import Edge, Graph, graph_of
 from models.spec import ModelSpec
 from probes.circuits.faithfulness import normalised, ranked
-from probes.circuits.oracle import EdgeEffects, circuit_outcomes, edge_effects, record_runs
+from probes.circuits.oracle import Direction, EdgeEffects, circuit_outcomes, edge_effects, record_runs
 from probes.patching import live_positions
 from probes.settings import DEFAULT
 from tasks.data import Batch
@@ -80,7 +80,7 @@ def positional_circuit(model, batch: Batch, spec: ModelSpec, oracle: EdgeEffects
     """`oracle`: the aggregated graph's edge effects on `batch`; `aggregated`: its circuit."""
     positions = tuple(live_positions(batch))
     graph = positional_graph(spec, positions, oracle)
-    runs = record_runs(model, batch, graph, "noise")
+    runs = record_runs(model, batch, graph, Direction.NOISE)
     effects = edge_effects(model, batch, graph, runs=runs)
     order = ranked(graph.edges, effects.effect)
     empty, full = circuit_outcomes(model, batch, graph, [[], graph.edges], runs)

@@ -24,7 +24,7 @@ import torch
 
 from models.graph import MLP, Embed, Graph, Head
 from probes.circuits.methods.joint import JointCircuit, SetFaithfulness, joint_search
-from probes.circuits.oracle import Runs, record_runs
+from probes.circuits.oracle import Direction, Runs, record_runs
 from tasks.data import Batch
 
 class Structure(Enum):
@@ -43,7 +43,7 @@ SUFFICES = 0.9      # a group alone among its peers keeps at least this share of
 
 @dataclass(frozen=True)
 class Group:
-    sender: object              # Head or MLP
+    sender: Head | MLP
     edges: frozenset
     necessity: float
     sufficiency: float | None   # None: the group has no peer in the circuit
@@ -117,7 +117,7 @@ def redundancy(model, batch: Batch, graph: Graph, circuit: frozenset, single: to
                runs: Runs | None = None) -> Redundancy:
     """`single`: every edge's effect knocked out alone as a share of the gap (the oracle's
     EdgeEffects.normalised()). Costs 2 x groups + layers + edges + 1 faithfulness measurements, batched."""
-    runs = runs or record_runs(model, batch, graph, "noise")
+    runs = runs or record_runs(model, batch, graph, Direction.NOISE)
     f = SetFaithfulness(model, batch, graph, runs)
     circuit = frozenset(circuit)
     out_of: dict = {}
@@ -164,7 +164,7 @@ class CircuitStructure:
 
 def circuit_structure(model, batch: Batch, graph: Graph, circuit: frozenset, single: torch.Tensor,
                       runs: Runs | None = None) -> CircuitStructure:
-    runs = runs or record_runs(model, batch, graph, "noise")
+    runs = runs or record_runs(model, batch, graph, Direction.NOISE)
     named = redundancy(model, batch, graph, circuit, single, runs)
     if not named.redundant:
         return CircuitStructure(named, None, None)

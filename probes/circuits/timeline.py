@@ -19,7 +19,7 @@ import torch
 
 from models.graph import Edge, Graph
 from probes.circuits.faithfulness import normalised
-from probes.circuits.oracle import circuit_outcomes, edge_effects, record_runs
+from probes.circuits.oracle import Direction, circuit_outcomes, edge_effects, record_runs
 from probes.settings import DEFAULT, ReportSettings
 from tasks.data import Batch
 
@@ -60,7 +60,7 @@ def circuit_timeline(model, batch: Batch, graph: Graph, circuit: tuple[Edge, ...
     for step, load in snapshots:
         load(model)
         model.eval()
-        runs = record_runs(model, batch, graph, "noise")
+        runs = record_runs(model, batch, graph, Direction.NOISE)
         alone = edge_effects(model, batch, only, runs=runs)
         empty, found, full = circuit_outcomes(model, batch, graph, [[], circuit, graph.edges], runs)
         gap = full.metric - empty.metric

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from common.atomic import atomic_write, write_json
 from probes.report.parts import Section, jsonable
@@ -15,12 +16,15 @@ from probes.report.render import md_table
 from probes.settings import ReportSettings
 from probes.report.words import describe, pct, seed_agreement, token_share
 
+if TYPE_CHECKING:
+    from probes.accuracy import RunAccuracy
+
 
 # ---- the accuracy part ---------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class AccuracyEntry:
-    accuracy: object            # probes.accuracy.RunAccuracy
+    accuracy: RunAccuracy
     vocabulary: list[str]
 
 
@@ -99,7 +103,7 @@ def path_table(patches, patching, top: int = 10) -> str:
 
 def composition_table(analysis) -> str:
     c = analysis.composition
-    n_layers, n_heads = analysis.spec["n_layers"], analysis.spec["n_heads"]
+    n_layers, n_heads = analysis.spec.n_layers, analysis.spec.n_heads
     rows = []
     for sl in range(n_layers):
         for sh in range(n_heads):

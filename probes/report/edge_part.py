@@ -17,6 +17,7 @@ from probes.report.parts import RunContext, Section
 from probes.settings import ReportSettings
 
 if TYPE_CHECKING:
+    from models.spec import ModelSpec
     from probes.circuits.named import EdgeCircuit
     from probes.circuits.positional import PositionalCircuit
     from probes.circuits.redundancy import CircuitStructure
@@ -34,20 +35,18 @@ class EdgeRun:
     structure: CircuitStructure | None = None   # the named circuit's redundancy
 
 
-def traceable(spec: dict) -> bool:
-    return (spec.get("n_layers", 1) >= 2 and spec.get("attention", "softmax") == "softmax"
-            and spec.get("residual", True) and spec.get("norm_place", "pre") == "pre")
+def traceable(spec: ModelSpec) -> bool:
+    return spec.n_layers >= 2 and spec.attention == "softmax" and spec.residual and spec.norm_place == "pre"
 
 
 def measure_edge_circuit(context: RunContext) -> EdgeRun | None:
-    from models import ModelSpec
     from models.graph import graph_of
     from probes.circuits.named import edge_circuit
     from probes.circuits.positional import fixed_layout, positional_circuit
 
     if not traceable(context.spec) or context.heldout.counterfactual is None:
         return None
-    spec = ModelSpec.from_dict(context.spec)
+    spec = context.spec
     result = edge_circuit(context.model, context.pairs, graph_of(spec), compare_methods=False,
                           expected=context.run.task.expected_circuit(context.run.model_name, spec))
     if not context.settings.traces(result.oracle.gap):

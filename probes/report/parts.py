@@ -15,16 +15,20 @@ import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from probes.settings import DEFAULT, ReportSettings
+
+if TYPE_CHECKING:
+    from models.spec import ModelSpec
+    from tasks.training.runs import Run
 
 
 @dataclass
 class RunContext:
     """One run as the report's parts see it. Parts read it and never modify what it holds."""
 
-    run: object                     # tasks.training.runs.Run
+    run: Run
     out: Path | None                # the report folder (figures go under it); None: draw none
     settings: ReportSettings = DEFAULT
     device: str | None = None       # where the model runs (None: the CPU); results come back to the CPU
@@ -42,8 +46,8 @@ class RunContext:
         return self.batches["heldout"]
 
     @property
-    def spec(self) -> dict:
-        return self.run.config.get("spec", {})
+    def spec(self) -> ModelSpec:
+        return self.run.spec
 
     @cached_property
     def vocabulary(self) -> list[str]:

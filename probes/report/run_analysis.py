@@ -6,9 +6,18 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from models.components import Head
 from probes.circuits.search import Circuit, Node, search_circuit
+
+if TYPE_CHECKING:
+    from models.spec import ModelSpec
+    from probes.ablation import AblationResult
+    from probes.accuracy import RunAccuracy
+    from probes.attention import PairAttention, RoleView, ScoredAttention
+    from probes.composition import Composition
+    from probes.patching import ActivationPatching
 
 
 @dataclass(frozen=True)
@@ -39,23 +48,23 @@ class RunAnalysis:
     model_name: str
     seed: int
     path: str
-    spec: dict
-    accuracy: object                      # probes.accuracy.RunAccuracy
+    spec: ModelSpec
+    accuracy: RunAccuracy
     basis: Basis
     note: str = ""                        # why no circuit was traced, if none was
-    attention: object = None              # probes.attention.ScoredAttention (ablation rows)
-    pair: object = None                   # probes.attention.PairAttention
+    attention: ScoredAttention | None = None   # ablation rows
+    pair: PairAttention | None = None
     ablations: dict = None                # method -> list[AblationResult] (head sweep, ablation rows)
-    patching: object = None               # probes.patching.ActivationPatching (pairs)
+    patching: ActivationPatching | None = None   # pairs
     paths: list = None                    # PathPatch, every head pair, all positions
     path_positions: list = None           # PathPatch, circuit head pairs, one position at a time
-    composition: object = None            # probes.composition.Composition
+    composition: Composition | None = None
     circuit: Circuit = None
-    circuit_ablation: object = None       # AblationResult: the circuit's heads mean-ablated (ablation rows)
+    circuit_ablation: AblationResult | None = None   # the circuit's heads mean-ablated (ablation rows)
     node_views: list = None               # NodeView per circuit node
     labels: list = None                   # key position labels
     vocabulary: list = None               # token strings, for naming predictions
-    roles: object = None                  # probes.attention.RoleView, for a task that names positions by role
+    roles: RoleView | None = None         # for a task that names positions by role
     figure: str | None = None             # its figure, relative to the report folder
 
 
@@ -117,15 +126,15 @@ def analyse_run(context) -> RunAnalysis:
     run, settings = context.run, context.settings
     base = dict(model_name=run.model_name, seed=run.seed, path=str(run.path), spec=context.spec,
                 accuracy=context.accuracy, basis=basis(context))
-    if context.spec.get("attention") == "uniform":
+    if context.spec.attention == "uniform":
         return RunAnalysis(**base, note="uniform attention: a bag of words has no circuit to trace")
-    if context.spec.get("attention") == "none":
+    if context.spec.attention == "none":
         return RunAnalysis(**base, note="no attention: each position reads only its own token, no circuit to trace")
-    if context.spec.get("norm_place") == "post":
+    if context.spec.norm_place == "post":
         # Path patching and the edge oracle recompute a receiver's input as its block's pre-norm
         # LayerNorm of the residual; a post-norm block reads the raw residual instead.
         return RunAnalysis(**base, note="post-norm blocks: not traced (the tracer assumes pre-norm blocks)")
-    if context.spec.get("residual") is False:
+    if not context.spec.residual:
         # Path patching and the circuit search send a head's write to later layers through the
         # residual stream; without it a write reaches the next block only.
         return RunAnalysis(**base, note="attention replaces the residual stream: not traced (the tracer assumes one)")

@@ -15,8 +15,9 @@ from probes.report.render import md_table
 from probes.report.words import pct as percent
 
 if TYPE_CHECKING:
+    from probes.circuits.path_patching import PathPatch
     from probes.circuits.timeline import CircuitTimeline
-    from probes.dynamics import Dynamics
+    from probes.dynamics import Dynamics, SnapshotPoint
     from probes.heads import HeadReport
 
 INDUCTION_SHARE = 0.5   # head roles are ranked when at least this share of answers is induction-predictable
@@ -40,8 +41,8 @@ class RunHeads:
     # The joint K path with the induction heads' values from the clean run, and the same with no
     # sender position patched (clean values alone): what the K path adds once the copied tokens
     # are the clean ones (induction's counterfactual changes them, so K alone cannot restore them).
-    k_with_clean_values: object = None
-    clean_values_alone: object = None
+    k_with_clean_values: PathPatch | None = None
+    clean_values_alone: PathPatch | None = None
 
 
 def run_heads(context) -> RunHeads:
@@ -73,8 +74,8 @@ class RunRoles:
     model_name: str
     seed: int
     induction_share: float
-    final: object                    # probes.dynamics.SnapshotPoint of the final weights
-    heads: object = None             # probes.heads.RunHeads; None for uniform attention
+    final: SnapshotPoint             # of the final weights
+    heads: RunHeads | None = None    # None for uniform attention
     basis: str = ""                  # the examples the ablations and path patches were measured on
 
 
@@ -87,7 +88,7 @@ def measure_head_roles(context) -> RunRoles | None:
     if share < INDUCTION_SHARE:
         return None
     final = snapshot_point(context.model, context.sample, int(run.metrics.get("steps", 0)))
-    softmax = context.spec.get("attention") == "softmax"
+    softmax = context.spec.attention == "softmax"
     basis = (f"{len(context.sample)} of {len(context.heldout)} held-out sequences, means over "
              f"{len(context.reference)} of {len(context.batches['train'])} training sequences; path patches on "
              f"{min(context.settings.role_path_pairs, len(context.heldout))} held-out pairs")
@@ -202,7 +203,6 @@ def measure_dynamics(context) -> RunDynamics | None:
 def measure_timeline(context) -> CircuitTimeline | None:
     """The final model's edge circuit (the edge part's oracle, recomputed here: parts measure
     independently) replayed at every snapshot, then the final weights."""
-    from models import ModelSpec
     from models.checkpoint import load_weights
     from models.graph import graph_of
     from probes.circuits.named import edge_circuit
@@ -212,7 +212,7 @@ def measure_timeline(context) -> CircuitTimeline | None:
 
     if not traceable(context.spec) or context.heldout.counterfactual is None:
         return None
-    model, graph = context.model, graph_of(ModelSpec.from_dict(context.spec))
+    model, graph = context.model, graph_of(context.spec)
     final = edge_circuit(model, context.pairs, graph, compare_methods=False)
     if not context.settings.traces(final.oracle.gap) or final.circuit.edges is None:
         return None

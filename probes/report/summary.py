@@ -139,9 +139,9 @@ def untraced_reason(analysis, settings) -> str:
     if analysis.patching is not None:
         gap = analysis.patching.clean.metric - analysis.patching.corrupt.metric
         return f"none: gap {gap:+.2f} < {settings.min_gap:g}"
-    if spec.get("attention") in ("uniform", "none"):
-        return f"none: {spec['attention']} attention"
-    if spec.get("residual") is False:
+    if spec.attention in ("uniform", "none"):
+        return f"none: {spec.attention} attention"
+    if not spec.residual:
         return "none: no residual stream"
     return "none: no counterfactual pairs"
 

@@ -60,7 +60,7 @@ def whole_layers(analysis, method: str = "mean") -> list[tuple[int, object]]:
     """(layer, AblationResult with every head of that layer ablated), from the sweep."""
     from probes.ablation import parse_heads
 
-    n_heads = analysis.spec["n_heads"]
+    n_heads = analysis.spec.n_heads
     found = {}
     for result in analysis.ablations[method]:
         layers = {layer for layer, _ in parse_heads(result.heads)}
@@ -186,7 +186,7 @@ def path_clause(analysis, settings: ReportSettings) -> str | None:
         return (f"no head-to-head path recovers {pct(settings.path_claim)} of the gap, with the sender patched "
                 f"at every position or at any single one (the strongest, {paths[0].oracle_name}, recovers "
                 f"{views_words(paths[0], analysis)})")
-    if analysis.spec["n_layers"] > 1:
+    if analysis.spec.n_layers > 1:
         # Heads of one block cannot compose; whether later blocks' MLPs carry the decision on is
         # not measured here (MLPs are never ablated; the edge-circuit section shows their edges).
         layer = analysis.circuit.nodes[0].layer

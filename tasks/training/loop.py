@@ -20,7 +20,7 @@ from tasks.data import Batch, real_positions
 from tasks.evaluate import logits_at_scored, score_logits
 from models.fused import training_forward
 from tasks.training.resume import FRESH, load_train_state, save_train_state
-from tasks.settings import LossPositions, StopMetric, TrainSettings
+from tasks.settings import LossPositions, StopMetric, StopReason, TrainSettings
 
 SNAPSHOTS = "snapshots"   # run_dir/snapshots/step{N}.safetensors
 # The train state (weights and AdamW moments) is ~20 ms to write for a 2-block model: at every
@@ -31,7 +31,7 @@ CHECKPOINT_EVALS = 4
 @dataclass(frozen=True)
 class TrainResult:
     steps: int
-    stop_reason: str
+    stop_reason: StopReason
     seconds: float
     history: list[dict]
 
@@ -67,11 +67,11 @@ def evaluate(model, batch: Batch) -> dict:
 WATCHED = {StopMetric.SCORED_LOSS: "val_scored_loss", StopMetric.ACCURACY: "val_accuracy", StopMetric.LOSS: "val_loss"}
 
 
-def stop_reason(history: list[dict], settings: TrainSettings) -> str | None:
+def stop_reason(history: list[dict], settings: TrainSettings) -> StopReason | None:
     """Why training should stop after the last evaluation, or None. Validation only, never held-out."""
     recent = history[-settings.stop_evals:]
     if len(recent) == settings.stop_evals and all(h["val_accuracy"] >= settings.stop_accuracy for h in recent):
-        return "validation solved"
+        return StopReason.SOLVED
     key, tolerance = WATCHED[settings.stop_metric], settings.plateau_tolerance
     # A loss must fall by a share of itself; accuracy rise by points (a share of ~0 would be nothing).
     better = ((lambda value, best: value > best + tolerance) if settings.stop_metric is StopMetric.ACCURACY
@@ -81,7 +81,7 @@ def stop_reason(history: list[dict], settings: TrainSettings) -> str | None:
         if best is None or better(entry[key], best):
             best, best_step = entry[key], entry["step"]
     if history and history[-1]["step"] - best_step >= settings.plateau_steps:
-        return "validation stalled"
+        return StopReason.STALLED
     return None
 
 
@@ -148,7 +148,7 @@ def train(model, train_batch: Batch, validation_batch: Batch, settings: TrainSet
         model.eval()
         if device != "cpu":
             model.to("cpu", print_details=False)
-    return TrainResult(steps=history[-1]["step"] if history else 0, stop_reason=stop or "step budget",
+    return TrainResult(steps=history[-1]["step"] if history else 0, stop_reason=stop or StopReason.BUDGET,
                        seconds=time.perf_counter() - start, history=history)
 
 

@@ -18,7 +18,9 @@ from common.cli import path_name
 from common.jsonfiles import canonical_sha256, read_json, short
 from models import UsageError
 from models.checkpoint import CONFIG, inspect_checkpoint, load_checkpoint, read_config, writer
+from models.spec import ModelSpec, stored_spec
 from tasks.registry import build_task, get_task_class
+from tasks.settings import StopReason, TrainSettings
 from tasks.validate import is_int
 
 METRICS = "metrics.json"
@@ -99,10 +101,7 @@ def check_config_types(config: dict, where: Path) -> None:
         raise bad("vocabulary", f"a list of 1 to {MAX_VOCABULARY} strings")
     if not isinstance(config["training"], dict):
         raise bad("training", "an object of training settings")
-    if not isinstance(config.get("spec"), dict):
-        raise bad("spec", "an object of model-spec fields")
-    from tasks.settings import TrainSettings
-
+    stored_spec(config["spec"], where)
     try:
         TrainSettings.from_dict(config["training"])
     except UsageError as error:
@@ -126,12 +125,10 @@ def metrics_sha256(metrics: dict) -> str:
 
 def check_metrics(metrics, path: Path, config: dict) -> dict:
     """metrics.json's one schema check: exact types, and unchanged since toylens wrote it (an edited
-    accuracy is refused, never printed)."""
+    accuracy is refused, never printed); returned with its stop_reason as a StopReason."""
     fix = "retrain the run (or restore the file)"
     if not isinstance(metrics, dict):
         raise UsageError(f"{path} must hold a JSON object; {fix}")
-    from tasks.settings import TrainSettings
-
     steps, accuracy = metrics.get("steps"), metrics.get("accuracy")
     if not (is_int(steps) and 0 <= steps <= TrainSettings.from_dict(config["training"]).max_steps):
         raise UsageError(f"{path}: steps must be an integer from 0 to the run's max_steps, got {short(steps)}; {fix}")
@@ -140,12 +137,15 @@ def check_metrics(metrics, path: Path, config: dict) -> dict:
             for v in accuracy.values())):
         raise UsageError(f"{path}: accuracy must map train, validation and heldout to numbers in [0, 1], "
                          f"got {short(accuracy)}; {fix}")
-    if not isinstance(metrics.get("stop_reason"), str) or not isinstance(metrics.get("evaluation"), dict):
-        raise UsageError(f"{path}: stop_reason (a string) or evaluation (an object) is missing or wrong; {fix}")
+    reasons = [reason.value for reason in StopReason]
+    if metrics.get("stop_reason") not in reasons:
+        raise UsageError(f"{path}: stop_reason must be one of {reasons}, got {short(metrics.get('stop_reason'))}; {fix}")
+    if not isinstance(metrics.get("evaluation"), dict):
+        raise UsageError(f"{path}: evaluation must be an object, got {short(metrics.get('evaluation'))}; {fix}")
     if metrics.get("sha256") != metrics_sha256(metrics):
         raise UsageError(f"{path} was changed after toylens wrote it (its sha256 differs), so its numbers "
                          f"cannot be believed; {fix}")
-    return metrics
+    return {**metrics, "stop_reason": StopReason(metrics["stop_reason"])}
 
 
 def task_from_config(config: dict, where: Path):
@@ -167,6 +167,11 @@ class Run:
     @cached_property
     def config(self) -> dict:
         return read_run_config(self.path)
+
+    @cached_property
+    def spec(self) -> ModelSpec:
+        """The model's spec, parsed from config.json (read_run_config has refused a malformed one)."""
+        return ModelSpec.from_dict(self.config["spec"])
 
     @property
     def model_name(self) -> str:
@@ -211,7 +216,7 @@ class Run:
 
         data = task_dataset(self.task, self.config.get("data_seed", self.seed))
         batches = {name: to_batch(split) for name, split in data.items()}
-        n_ctx = self.config["spec"]["n_ctx"]
+        n_ctx = self.spec.n_ctx
         longest = max(batch.inputs.shape[1] for batch in batches.values())
         if longest > n_ctx:
             raise UsageError(f"{self.path}: the task's sequences need {longest} positions but the model's "

@@ -53,7 +53,7 @@ def measure_trained(task, widths, seeds, steps: int, every: int, out: Path, jobs
     for plan in plans:
         run = Run(plan.run_dir)
         curves.append(TrainedCurve(plan.spec.d_model, plan.spec.scale_scores, plan.seed,
-                                   run.metrics.get("stop_reason", "?"), replay(run)))
+                                   run.metrics["stop_reason"], replay(run)))
     return curves
 
 

@@ -14,6 +14,7 @@ import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from common.cli import UsageError
 from common.atomic import atomic_write, write_json
@@ -25,10 +26,13 @@ from tasks.training.sweeps import FAILED, failed_record, is_sweep
 from toylens.arguments import parse_seeds
 from toylens.sweeps.plan import CONFIRM_RUNS, SweepRun, check_size, count_runs, parse_grid, plan_sweep, write_records
 
+if TYPE_CHECKING:
+    from toylens.family import RunPlan
+
 
 @dataclass(frozen=True)
 class SweepJob:
-    plan: object          # toylens.family.RunPlan; its run_dir is where the driver will write
+    plan: RunPlan         # its run_dir is where the driver will write
     command: str          # the driver's command, recorded in the run's config.json
 
 

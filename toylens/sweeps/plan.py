@@ -15,12 +15,16 @@ import re
 import typing
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from common.cli import UsageError, folder_path
 from models import ModelSpec
 from tasks.settings import TrainSettings
 from tasks.training.sweeps import POINT, PlannedGroup, SweepManifest, identity_of
 from toylens.arguments import MAX_RUNS
+
+if TYPE_CHECKING:
+    from toylens.family import RunPlan
 
 CONFIRM_RUNS = 1000   # a sweep larger than this starts only with --yes, after its time estimate
 # One measurement to size a sweep before it starts (README, "Sizing"): an attn-only-2x1 Winograd run
@@ -102,7 +106,7 @@ def point_id(point: dict) -> str:
 
 @dataclass(frozen=True)
 class SweepRun:
-    plan: object          # toylens.family.RunPlan
+    plan: RunPlan
     point: str            # its grid point's id
     values: dict          # its grid point's values
 

@@ -76,7 +76,7 @@ def input_gradients(model, batch: Batch, graph: Graph, runs: Runs, steps: int = 
 
 
 def gradient_scores(model, batch: Batch, graph: Graph, steps: int, name: str,
-                    direction: Direction = "noise", runs: Runs | None = None) -> EdgeScores:
+                    direction: Direction = Direction.NOISE, runs: Runs | None = None) -> EdgeScores:
     """`runs`: the two recorded runs when the caller has them (a mean or zero ablation's,
     probes.circuits.ablations); their direction wins."""
     began = time.perf_counter()
@@ -89,7 +89,7 @@ def gradient_scores(model, batch: Batch, graph: Graph, steps: int, name: str,
     return EdgeScores(name, graph.edges, torch.tensor(score, device="cpu"), time.perf_counter() - began)
 
 
-def eap(model, batch: Batch, graph: Graph, direction: Direction = "noise", runs: Runs | None = None) -> EdgeScores:
+def eap(model, batch: Batch, graph: Graph, direction: Direction = Direction.NOISE, runs: Runs | None = None) -> EdgeScores:
     return gradient_scores(model, batch, graph, 1, "EAP", direction, runs)
 
 
@@ -100,7 +100,7 @@ def eap_ig(model, batch: Batch, graph: Graph, steps: int = 5, runs: Runs | None 
 def acdc(model, batch: Batch, graph: Graph, threshold: float = 0.01, runs: Runs | None = None) -> EdgeScores:
     """Greedy pruning; `threshold` in units of the clean - counterfactual gap."""
     began = time.perf_counter()
-    runs = runs or record_runs(model, batch, graph, "noise")
+    runs = runs or record_runs(model, batch, graph, Direction.NOISE)
     gap = runs.other.outcome.metric - runs.base.outcome.metric
     removed, current = frozenset(), runs.base.outcome.metric
     score = {}

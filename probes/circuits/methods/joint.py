@@ -38,7 +38,7 @@ import torch
 from common.stats import share
 from models.graph import Edge, Graph
 from probes.circuits.methods.attribution import EdgeScores
-from probes.circuits.oracle import Runs, circuit_outcomes, record_runs
+from probes.circuits.oracle import Direction, Runs, circuit_outcomes, record_runs
 from tasks.data import Batch
 
 THRESHOLD = 0.01    # of the gap: a drop costing less adds nothing
@@ -185,7 +185,7 @@ def joint_search(model, batch: Batch, graph: Graph, runs: Runs | None = None, si
     at most (0 stops at the first circuit, one `prune`, without stand-ins); `start`: where the
     first pruning begins (default the whole graph; pass 2 may still add any edge)."""
     began = time.perf_counter()
-    runs = runs or record_runs(model, batch, graph, "noise")
+    runs = runs or record_runs(model, batch, graph, Direction.NOISE)
     f = SetFaithfulness(model, batch, graph, runs)
     first = prune(f, frozenset(graph.edges), threshold, target, start)
     circuit, found, costs = first.circuit, (), first.cost

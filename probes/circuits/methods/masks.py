@@ -30,7 +30,7 @@ from models.resume import forward_from
 from probes.circuits.methods.joint import (TARGET, THRESHOLD, JointCircuit, Pruned, SetFaithfulness, single_shares,
                                    with_alternatives)
 from probes.circuits.methods.attribution import EdgeScores
-from probes.circuits.oracle import EdgeHooks, Runs, record_runs
+from probes.circuits.oracle import Direction, EdgeHooks, Runs, record_runs
 from probes.patching import replica_scored, scored_metric
 from tasks.data import Batch
 
@@ -118,7 +118,7 @@ def learned_masks(model, batch: Batch, graph: Graph, runs: Runs | None = None, s
                   settings: MaskSettings = MaskSettings(), threshold: float = THRESHOLD,
                   target: float = TARGET) -> JointCircuit:
     began = time.perf_counter()
-    runs = runs or record_runs(model, batch, graph, "noise")
+    runs = runs or record_runs(model, batch, graph, Direction.NOISE)
     f = SetFaithfulness(model, batch, graph, runs)
     alone = single_shares(model, batch, graph, runs, single)
     first = learn(f, frozenset(graph.edges), settings)

@@ -13,6 +13,7 @@ sharp with SHARP.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -20,6 +21,9 @@ from models import ModelSpec, build_model
 from models.graph import MLP, Edge, Embed, Head, Input, Logits
 from probes.circuits.redundancy import Structure
 from tasks.data import Batch
+
+if TYPE_CHECKING:
+    from transformer_lens import TransformerBridge
 
 SHARP = 30.0    # attention score gap: softmax leaks e^-30 to the keys it should ignore
 LOUD = 10.0     # scale of the distractors' writes
@@ -30,7 +34,7 @@ class Planted:
     name: str
     story: str
     spec: ModelSpec
-    model: object                 # TransformerBridge with the planted weights, eval mode
+    model: TransformerBridge      # with the planted weights, eval mode
     batch: Batch
     edges: frozenset              # the planted circuit, as graph edges
     structure: Structure = Structure.SERIES   # the verdict a redundancy analysis must reach

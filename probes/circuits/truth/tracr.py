@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -33,6 +34,9 @@ from common.cli import UsageError
 from models import ModelSpec
 from models.graph import MLP, Embed, Graph, Head, Input, Logits, graph_of
 from tasks.data import Batch
+
+if TYPE_CHECKING:
+    from probes.circuits.ablations import Ablation
 
 FIXTURES = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "tracr"
 WEIGHT_ZERO = 1e-6      # |weight| below this is no read or write (Tracr's weights are exact 0 or O(1))
@@ -223,7 +227,7 @@ def pairs(model, compiled: Compiled, n: int = 64, seed: int = 0) -> Batch:
 @dataclass(frozen=True)
 class TracrRow:
     program: str
-    ablation: object            # probes.circuits.ablations.Ablation
+    ablation: Ablation
     edges: int
     true_edges: int
     scored: int                 # scored positions (where the clean and counterfactual outputs differ)

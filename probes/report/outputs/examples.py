@@ -40,7 +40,7 @@ def measure_examples(context: RunContext) -> RunExamples | None:
     from tasks.base import NO_FOIL
     from tasks.data import spread_subset
 
-    if context.spec.get("attention", "softmax") != "softmax" or context.heldout.counterfactual is None:
+    if context.spec.attention != "softmax" or context.heldout.counterfactual is None:
         return None
     batch = spread_subset(context.pairs, EXAMPLE_PAIRS).to("cpu")
     words = context.vocabulary

@@ -276,7 +276,7 @@ def write_report_mib(measured: list, folder, settings) -> list:
             continue
         oracle = next(r.scores for r in edge_run.result.methods if r.scores.method == ORACLE)
         path = Path(folder) / "mib" / f"{slug(m.model_name)}_seed{m.seed}.json"
-        write_mib(path, edge_run.result, oracle, analysis.spec["d_model"])
+        write_mib(path, edge_run.result, oracle, analysis.spec.d_model)
         written.append(path)
     return written
 

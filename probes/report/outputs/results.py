@@ -156,8 +156,8 @@ def setup_section(runs, order: list[str]) -> str:
                                                sort_keys=True) for run in runs))
         return "; ".join(", ".join(f"{k}={v}" for k, v in json.loads(text).items()) or "(none)" for text in values)
 
-    specs = {run.model_name: run.config["spec"] for run in runs}
-    rows = [[name] + [specs[name].get(key, "-") for key in SPEC_SHOWN] for name in order]
+    specs = {run.model_name: run.spec for run in runs}
+    rows = [[name] + [getattr(specs[name], key) for key in SPEC_SHOWN] for name in order]
     return (f"Task parameters: {settings('task')}.\n\nTraining settings: {settings('training')}.\n\n"
             + md_table(["model", *SPEC_SHOWN], rows))
 

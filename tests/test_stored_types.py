@@ -1,0 +1,62 @@
+"""Typed values at the run folder's boundary: config.json's spec is read as a ModelSpec, metrics.json's
+stop reason as a StopReason, and a stored value that is neither is refused in one line by the
+command that reads it. The enums are written as their plain strings, so stored files and
+report.json hold what they held before the enums existed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from common.jsonfiles import json_text
+from models import ModelSpec
+from probes.circuits.labels import LabelKind
+from probes.circuits.oracle import Direction
+from tasks.settings import StopReason
+from tests.refusals import RUN, cli, copy_runs, edit_json, one_line
+
+
+@pytest.mark.parametrize("edit, fragments", [
+    (lambda spec: spec.update(n_layers="two"), ("spec: model n_layers must be an integer", "'two'")),
+    (lambda spec: spec.update(attention="linear"), ("spec: attention must be one of", "'linear'")),
+    (lambda spec: spec.update(width=64), ("spec: model spec has unknown field(s) ['width']",)),
+])
+def test_a_malformed_stored_spec_is_refused_in_one_line_by_the_report(tiny_runs, tmp_path, edit, fragments):
+    out = copy_runs(tiny_runs, tmp_path)
+    config = out / RUN / "config.json"
+    edit_json(config, lambda c: edit(c["spec"]), sign=True)   # re-signed: only the spec check can refuse it
+    line = one_line(cli("probes.circuit", "report", str(out), "--jobs", "1"), str(config), *fragments)
+    assert "retrain the run" in line
+
+
+def test_an_unknown_stop_reason_is_refused_in_one_line_by_the_report(tiny_runs, tmp_path):
+    from tasks.training.runs import metrics_sha256
+
+    out = copy_runs(tiny_runs, tmp_path)
+    path = out / RUN / "metrics.json"
+    metrics = json.loads(path.read_text())
+    metrics["stop_reason"] = "validation bored"
+    metrics["sha256"] = metrics_sha256(metrics)   # re-signed: only the stop-reason check can refuse it
+    path.write_text(json.dumps(metrics))
+    one_line(cli("probes.circuit", "report", str(out), "--jobs", "1"), str(path), "stop_reason must be one of",
+             "'validation bored'")
+
+
+def test_a_run_written_by_this_toylens_reads_back_typed(tiny_runs):
+    from tasks.training.runs import find_runs
+
+    for run in find_runs(tiny_runs):
+        stored = json.loads((run.path / "config.json").read_text())
+        assert isinstance(run.spec, ModelSpec) and run.spec.to_dict() == stored["spec"]
+        assert isinstance(run.metrics["stop_reason"], StopReason)
+        assert run.metrics["stop_reason"].value == json.loads((run.path / "metrics.json").read_text())["stop_reason"]
+
+
+@pytest.mark.parametrize("kind", [StopReason, LabelKind, Direction])
+def test_the_enums_round_trip_through_json_as_their_strings(kind):
+    for member in kind:
+        text = json_text({"value": member, member: 1})   # as a value and as a key
+        assert json.loads(text) == {"value": member.value, member.value: 1}
+        assert kind(json.loads(text)["value"]) is member
+        assert f"{member}" == str(member) == member.value   # sentences show the stored string
