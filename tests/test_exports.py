@@ -90,7 +90,8 @@ def test_attribution_graph_of_one_prompt_passes_and_its_validator_catches_breaks
 
     p, _ = planted
     words = [f"t{i}" for i in range(p.spec.d_vocab)]
-    data = json.loads(json.dumps(attribution_graph(p.model, one_prompt(p.batch), p.spec, words, "planted", "toylens planted")))
+    graph = attribution_graph(p.model, one_prompt(p.batch), p.spec, words, "planted", "toylens planted")
+    data = json.loads(json.dumps(graph))
     assert attribution_problems(data) == []
     kinds = {n["feature_type"] for n in data["nodes"]}
     assert {"embedding", "logit"} <= kinds and data["links"]
@@ -122,7 +123,7 @@ def test_attribution_graph_of_one_prompt_passes_and_its_validator_catches_breaks
 def test_attribution_graph_passes_neuronpedias_own_schema(planted):
     """tests/fixtures/neuronpedia/graph-schema.json is Neuronpedia's schema (its README says from
     where), checked as its upload route does (draft-07); the break shows the check can fail."""
-    jsonschema = pytest.importorskip("jsonschema", reason="jsonschema (installed with the dev extra's nbformat) is absent")
+    jsonschema = pytest.importorskip("jsonschema", reason="no jsonschema (the dev extra's nbformat brings it)")
     from pathlib import Path
 
     from probes.report.outputs.exports import attribution_graph
@@ -130,8 +131,9 @@ def test_attribution_graph_passes_neuronpedias_own_schema(planted):
     p, _ = planted
     schema = json.loads((Path(__file__).parent / "fixtures" / "neuronpedia" / "graph-schema.json").read_text())
     validator = jsonschema.Draft7Validator(schema)
-    data = json.loads(json.dumps(attribution_graph(p.model, one_prompt(p.batch), p.spec,
-                                                   [f"t{i}" for i in range(p.spec.d_vocab)], "planted", "toylens planted")))
+    words = [f"t{i}" for i in range(p.spec.d_vocab)]
+    graph = attribution_graph(p.model, one_prompt(p.batch), p.spec, words, "planted", "toylens planted")
+    data = json.loads(json.dumps(graph))
     assert [e.message for e in validator.iter_errors(data)] == []
     data["metadata"]["info"]["generator"] = "toylens"
     assert [list(e.absolute_path) for e in validator.iter_errors(data)] == [["metadata", "info", "generator"]]
