@@ -74,17 +74,24 @@ def test_the_mib_validator_catches_each_rule(planted):
         assert problems and any(fragment in problem for problem in problems), (fragment, problems)
 
 
-def test_attribution_graph_of_one_prompt_passes_and_its_validator_catches_breaks(planted):
-    from probes.report.outputs.exports import attribution_graph
-    from tasks.data import select_rows
+def one_prompt(batch):
+    """The batch's first example scored at its first position only: one attribution graph."""
     import dataclasses
 
+    from tasks.data import select_rows
+
+    prompt = select_rows(batch, [0])
+    return dataclasses.replace(prompt, example_index=prompt.example_index[:1], positions=prompt.positions[:1],
+                               answers=prompt.answers[:1], foils=prompt.foils[:1], groups=prompt.groups[:1])
+
+
+def test_attribution_graph_of_one_prompt_passes_and_its_validator_catches_breaks(planted):
+    from probes.report.outputs.exports import attribution_graph
+
     p, _ = planted
-    prompt = select_rows(p.batch, [0])
-    prompt = dataclasses.replace(prompt, example_index=prompt.example_index[:1], positions=prompt.positions[:1],
-                                 answers=prompt.answers[:1], foils=prompt.foils[:1], groups=prompt.groups[:1])
     words = [f"t{i}" for i in range(p.spec.d_vocab)]
-    data = json.loads(json.dumps(attribution_graph(p.model, prompt, p.spec, words, "planted", "toylens planted")))
+    graph = attribution_graph(p.model, one_prompt(p.batch), p.spec, words, "planted", "toylens planted")
+    data = json.loads(json.dumps(graph))
     assert attribution_problems(data) == []
     kinds = {n["feature_type"] for n in data["nodes"]}
     assert {"embedding", "logit"} <= kinds and data["links"]
@@ -98,6 +105,12 @@ def test_attribution_graph_of_one_prompt_passes_and_its_validator_catches_breaks
         "finite number": lambda d: d["links"][0].update(weight=float("inf")),
         "no logit node": lambda d: d.update(nodes=[n for n in d["nodes"] if n["feature_type"] != "logit"],
                                             links=[]),
+        # Neuronpedia's schema types info.generator as an object (a string failed its Ajv check).
+        "metadata.info.generator must be an object": lambda d: d["metadata"]["info"].update(generator="toylens"),
+        "generator.name must be a string": lambda d: d["metadata"]["info"]["generator"].update(name=1),
+        # circuit-tracer's graph Model requires these.
+        "metadata.transcoder_list": lambda d: d["metadata"].pop("transcoder_list"),
+        "qParams.clickedId": lambda d: d["qParams"].pop("clickedId"),
     }
     for fragment, change in cases.items():
         copied = copy.deepcopy(data)
@@ -105,6 +118,25 @@ def test_attribution_graph_of_one_prompt_passes_and_its_validator_catches_breaks
         problems = attribution_problems(copied)
         assert any(fragment in problem for problem in problems), (fragment, problems)
     assert len(set(ids)) == len(ids)
+
+
+def test_attribution_graph_passes_neuronpedias_own_schema(planted):
+    """tests/fixtures/neuronpedia/graph-schema.json is Neuronpedia's schema (its README says from
+    where), checked as its upload route does (draft-07); the break shows the check can fail."""
+    jsonschema = pytest.importorskip("jsonschema", reason="no jsonschema (the dev extra's nbformat brings it)")
+    from pathlib import Path
+
+    from probes.report.outputs.exports import attribution_graph
+
+    p, _ = planted
+    schema = json.loads((Path(__file__).parent / "fixtures" / "neuronpedia" / "graph-schema.json").read_text())
+    validator = jsonschema.Draft7Validator(schema)
+    words = [f"t{i}" for i in range(p.spec.d_vocab)]
+    graph = attribution_graph(p.model, one_prompt(p.batch), p.spec, words, "planted", "toylens planted")
+    data = json.loads(json.dumps(graph))
+    assert [e.message for e in validator.iter_errors(data)] == []
+    data["metadata"]["info"]["generator"] = "toylens"
+    assert [list(e.absolute_path) for e in validator.iter_errors(data)] == [["metadata", "info", "generator"]]
 
 
 def test_the_export_commands_write_valid_files(tiny_runs, tmp_path, monkeypatch):

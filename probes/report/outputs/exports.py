@@ -14,8 +14,9 @@ rules (docs/exports.md).
   links weighted by the exact effect of each position-resolved edge on that prompt. Attention is
   frozen in those graphs, so a head's query input is its own node at the query position and its key
   and value inputs are reader nodes at the key position, the input named in each node's label.
-  The validator checks the structure written here from the format's description; it was not run
-  against Neuronpedia's own graph-schema.json (no network here).
+  The validator checks the structure written here from Neuronpedia's graph-schema.json (what its
+  upload and /graph/validator check, with Ajv) and the required fields of circuit-tracer's own graph
+  model (its frontend/graph_models.py); benchmarks/check_exports_with_readers.py runs both readers.
 """
 
 from __future__ import annotations
@@ -128,8 +129,15 @@ def mib_scores(data) -> dict[str, float]:
 FEATURE_TYPES = ("embedding", "logit", "cross layer transcoder", "mlp reconstruction error")
 NODE_FIELDS = {"node_id": str, "feature": int, "layer": str, "ctx_idx": int, "feature_type": str,
                "jsNodeId": str, "clerp": str}
-METADATA_FIELDS = {"slug": str, "scan": str, "prompt_tokens": list, "prompt": str}
-QPARAMS_FIELDS = {"pinnedIds": list, "supernodes": list, "linkType": str}
+# Neuronpedia's schema requires the first four metadata fields and no qParams field; circuit-tracer's
+# graph model also requires transcoder_list, clickedId and sg_pos, so they are written (empty) too.
+METADATA_FIELDS = {"slug": str, "scan": str, "prompt_tokens": list, "prompt": str, "transcoder_list": list}
+QPARAMS_FIELDS = {"pinnedIds": list, "supernodes": list, "linkType": str, "clickedId": str, "sg_pos": str}
+# The optional metadata.info fields the schema types (the others are free), and its generator's.
+INFO_FIELDS = {"description": (str, "a string"), "creator_name": (str, "a string"), "creator_url": (str, "a string"),
+               "source_urls": (list, "an array"), "generator": (dict, "an object"),
+               "create_time_ms": ((int, float), "a number")}
+GENERATOR_FIELDS = ("name", "version", "url", "email")
 LINK_FLOOR = 0.01   # links whose |effect| is below this share of the prompt's clean - counterfactual gap are left out
 PORT_FEATURE = {"q": 0, "k": 1, "v": 2}
 
@@ -203,8 +211,9 @@ def attribution_graph(model, pair, spec, vocabulary: list[str], slug: str, scan:
                                   "link_weight": "exact change in the metric when the edge alone is given its "
                                                  "counterfactual write, negated (positive: the edge supports the answer)",
                                   "link_floor": f"links below {LINK_FLOOR:.0%} of |clean - counterfactual| left out",
-                                  "generator": "toylens"}},
-            "qParams": {"pinnedIds": [], "supernodes": [], "linkType": "both"},
+                                  "generator": {"name": "toylens"}},
+                         "transcoder_list": []},
+            "qParams": {"pinnedIds": [], "supernodes": [], "linkType": "both", "clickedId": "", "sg_pos": ""},
             "nodes": list(nodes.values()), "links": links}
 
 
@@ -219,6 +228,7 @@ def attribution_problems(data) -> list[str]:
     if not isinstance(data, dict) or not {"metadata", "qParams", "nodes", "links"} <= set(data):
         return ["top level must hold metadata, qParams, nodes and links"]
     problems = typed(data["metadata"], METADATA_FIELDS, "metadata") + typed(data["qParams"], QPARAMS_FIELDS, "qParams")
+    problems += info_problems(data["metadata"].get("info", {}) if isinstance(data["metadata"], dict) else {})
     if not isinstance(data["nodes"], list) or not isinstance(data["links"], list):
         return problems + ["nodes and links must be lists"]
     ids = set()
@@ -248,6 +258,18 @@ def attribution_problems(data) -> list[str]:
             problems.append(f"links[{i}] must join two known node ids")
         elif not isinstance(link.get("weight"), (int, float)) or not math.isfinite(link["weight"]):
             problems.append(f"links[{i}].weight must be a finite number")
+    return problems
+
+
+def info_problems(info) -> list[str]:
+    if not isinstance(info, dict):
+        return ["metadata.info must be an object"]
+    problems = [f"metadata.info.{k} must be {what}" for k, (kind, what) in INFO_FIELDS.items()
+                if k in info and (not isinstance(info[k], kind) or isinstance(info[k], bool))]
+    generator = info.get("generator", {})
+    if isinstance(generator, dict):
+        problems += [f"metadata.info.generator.{k} must be a string" for k in GENERATOR_FIELDS
+                     if k in generator and not isinstance(generator[k], str)]
     return problems
 
 
