@@ -72,7 +72,8 @@ def test_summary_round_trips_through_json():
 def test_a_stalled_run_is_counted_unsolved_not_collapsed():
     from types import SimpleNamespace
 
-    from probes.census import Census, group_census, markdown, summary_lines
+    from probes.census import Census, group_census
+    from probes.report.census import markdown, summary_lines
 
     def member(seed, stop_reason, heldout):
         run = SimpleNamespace(seed=seed, metrics={"stop_reason": stop_reason, "accuracy": {"heldout": heldout}})

@@ -294,7 +294,8 @@ def test_sweep_file_edits(fuzz_sweep, kind):
     its run counted as unreadable, or (edited by hand, checksum untouched) nothing believed that
     the file did not say before. With the checksum recomputed (a forgery), still one line or a
     census of well-typed counts."""
-    from probes.census import check_census_folder, take_census
+    from probes.census import take_census
+    from probes.report.census import check_census_folder
 
     path = fuzz_sweep / SWEEP_FILES[kind]
     original = read(path)
