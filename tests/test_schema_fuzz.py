@@ -266,7 +266,7 @@ SWEEP_FILES = {"circuit": SWEEP_RUN / "seed0" / "circuit.json", "point": Path("d
 @pytest.fixture(scope="module")
 def fuzz_sweep(finished_sweep, tmp_path_factory) -> Path:
     """The module's sweep with seed 1 recorded as failed, and a census written."""
-    from probes.census import census_command
+    from toylens.census import census_command
     from tasks.training.sweeps import failed_record
 
     out = tmp_path_factory.mktemp("fuzz-sweep") / "sweep"

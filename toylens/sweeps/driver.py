@@ -280,6 +280,6 @@ def sweep_command(task_cls: type, args) -> None:
     if outcome.done + outcome.kept == 0:
         print(f"no finished runs in {out}: no census (see each run's {FAILED})")
         return
-    from probes.census import census_command
+    from toylens.census import census_command
 
     census_command(out)
