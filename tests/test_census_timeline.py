@@ -47,6 +47,8 @@ def test_predictable_from_the_step_where_nine_in_ten_seeds_name_their_final_mech
     assert t.predictable_from == 75 and t.predictable_while_training == 75
     assert t.at(75).agree.low == pytest.approx(0.5958, abs=1e-3)   # Wilson 95% for 9/10
     assert t.settled == {**{seed: 75 for seed in range(9)}, 9: 150}
+    assert t.first_traced == {**{seed: 75 for seed in range(9)}, 9: 25}   # seed 9 first traced K, then Q
+    assert (t.first_traced_final.value, t.first_traced_final.n) == (0.9, 10)
     # one more seed that disagrees at 100 pulls the lasting agreement below 90% there: told from 125
     timelines[8] = entries(8, [None, None, None, Q, K, Q, Q, Q])
     assert mechanism_timeline(timelines, 25).predictable_from == 125
@@ -153,9 +155,9 @@ def test_a_timeline_disagreeing_with_circuit_json_is_refused(stored):
         read_timeline(run, circuit_label(summary(3, K)))
 
 
-def test_the_census_pages_state_the_step_and_its_interval():
+def test_the_census_pages_state_the_step_and_its_interval(tmp_path):
     from probes.census import Census, group_census
-    from probes.report.census import markdown, summary_lines
+    from probes.report.census import TIMELINE_FIGURE, markdown, summary_lines, write_census
 
     timelines = {seed: entries(seed, [None, None, Q, Q]) for seed in range(10)}
     members = [(SimpleNamespace(seed=seed, metrics={"stop_reason": "validation solved", "accuracy": {"heldout": 1.0}}),
@@ -165,6 +167,13 @@ def test_the_census_pages_state_the_step_and_its_interval():
     text = markdown(census, None, "census-timeline.png") + "\n".join(summary_lines(census))
     assert "told from step 50: 10/10 = 100% name their final mechanism there (95% CI [72%, 100%]" in text
     assert "| 25 | 0/10 | 0% [0%, 28%] | 0 |" in text
+    assert "10/10 = 100% of the seeds named their final mechanism (95% CI [72%, 100%]); that step came a median 25 " \
+           "steps before" in text
+    # census.json records the timeline (seeds as keys) and is signed as read back: a second census
+    # replaces the first rather than calling it changed by hand
+    write_census(census, tmp_path / "census")
+    write_census(census, tmp_path / "census")
+    assert (tmp_path / "census" / TIMELINE_FIGURE).stat().st_size > 0
     never = {seed: entries(seed, [None, K, Q]) for seed in range(4)}
     group = replace(group, timeline=mechanism_timeline(never, 25))
     assert "not predictable before the end" in "\n".join(summary_lines(Census((group,), ())))

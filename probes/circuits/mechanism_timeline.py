@@ -137,6 +137,8 @@ class MechanismTimeline:
     predictable_while_training: int | None  # the same on the seeds still training (steps with none skipped)
     settled: dict                           # seed -> step from which its mechanism stays its final one
     final_steps: dict                       # seed -> its last training step
+    first_traced: dict                      # seed -> first step whose gap was large enough to trace a circuit
+    first_traced_final: Interval            # seeds whose circuit at that first step is their final one
     snapshot_steps: int                     # steps between snapshots (the runs' snapshot_every)
     unreadable: tuple = ()                  # (seed, why): timeline.json fails a check, not counted
     missing: tuple = ()                     # seeds trained with snapshots whose timeline.json is absent
@@ -177,8 +179,10 @@ def mechanism_timeline(timelines: dict, snapshot_steps: int, unreadable: tuple =
     """`timelines`: seed -> its checked entries (read_timeline). None when no seed has one."""
     if not timelines:
         return None if not (unreadable or missing) else MechanismTimeline(
-            0, (), None, None, {}, {}, snapshot_steps, tuple(unreadable), tuple(missing))
+            0, (), None, None, {}, {}, {}, wilson(0, 0), snapshot_steps, tuple(unreadable), tuple(missing))
     grid = sorted({entry.step for entries in timelines.values() for entry in entries})
+    # At the latest the final entry: a run keeps a timeline only when its final circuit was traced.
+    first = {seed: next((e for e in entries if e.summary.nodes), entries[-1]) for seed, entries in timelines.items()}
     rows = []
     for step in grid:
         agree = {seed: label_at(entries, step) == entries[-1].label for seed, entries in timelines.items()}
@@ -193,4 +197,7 @@ def mechanism_timeline(timelines: dict, snapshot_steps: int, unreadable: tuple =
         predictable_while_training=first_lasting(grid, [r.training.value for r in rows]),
         settled={seed: settled_step(entries) for seed, entries in sorted(timelines.items())},
         final_steps={seed: entries[-1].step for seed, entries in sorted(timelines.items())},
+        first_traced={seed: entry.step for seed, entry in sorted(first.items())},
+        first_traced_final=wilson(sum(entry.label == timelines[seed][-1].label for seed, entry in first.items()),
+                                  len(first)),
         snapshot_steps=snapshot_steps, unreadable=tuple(unreadable), missing=tuple(missing))

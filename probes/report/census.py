@@ -9,7 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from common.cli import UsageError
-from common.jsonfiles import read_json
+from common.jsonfiles import read_json, strict
 from probes.census import Census, GroupCensus, Share
 from probes.circuits.mechanism_timeline import PREDICTABLE, MechanismTimeline
 from tasks.training.sweeps import FAILED, check_signed, signed
@@ -179,13 +179,23 @@ def timeline_sentence(t: MechanismTimeline) -> str:
     if not t.runs:
         return (f"no timeline could be counted ({len(t.unreadable)} unreadable, {len(t.missing)} missing: "
                 "rerun the sweep to trace their snapshots)")
-    settled = sorted(t.settled.values())
-    ended = sorted(t.final_steps.values())
+    settled, ended = sorted(t.settled.values()), sorted(t.final_steps.values())
+    lead = sorted(t.final_steps[seed] - step for seed, step in t.first_traced.items())
+    i = t.first_traced_final
     missing = f"; {len(t.missing)} run(s) trained with snapshots have no timeline.json" if t.missing else ""
     return (f"{told_text(t, t.predictable_from, False)}; {told_text(t, t.predictable_while_training, True)}. "
-            f"Each seed's label settles (stays its final one) at median step {settled[len(settled) // 2]} "
-            f"(range {settled[0]}-{settled[-1]}); training ended at median step {ended[len(ended) // 2]} "
-            f"(range {ended[0]}-{ended[-1]}){missing}")
+            f"At the first step whose gap was large enough to trace a circuit, {round(i.value * i.n)}/{i.n} = "
+            f"{i.value:.0%} of the seeds named their final mechanism (95% CI [{i.low:.0%}, {i.high:.0%}]); that step "
+            f"came a median {median(lead)} steps before the seed's training ended (range {lead[0]}-{lead[-1]}). "
+            f"Each seed's label settles (stays its final one) at median step {median(settled)} (range "
+            f"{settled[0]}-{settled[-1]}); training ended at median step {median(ended)} (range "
+            f"{ended[0]}-{ended[-1]}){missing}")
+
+
+def median(values: list[int]) -> str:
+    from statistics import median as middle
+
+    return f"{middle(values):g}"
 
 
 def timeline_rows(t: MechanismTimeline) -> list[list]:
@@ -228,7 +238,8 @@ def timeline_html(t: MechanismTimeline, figure: Path | None) -> str:
 
 def draw_timeline(census: Census, path: Path) -> None:
     """Per group with a timeline: agreement with the final mechanism against the step, with its
-    95% Wilson band, over all seeds and over the seeds still training."""
+    95% Wilson band, over all seeds and over the seeds still training, beside the share of seeds
+    that had stopped (whose agreement is by construction)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -245,6 +256,8 @@ def draw_timeline(census: Census, path: Path) -> None:
         live = [r for r in t.steps if r.training.n]
         ax.plot([r.step for r in live], [r.training.value for r in live], linestyle="--", color=line.get_color(),
                 label=f"{g.model_name} @ {g.point}: seeds still training")
+        ax.plot(steps, [r.stopped / t.runs for r in t.steps], color=line.get_color(), alpha=0.45, linewidth=3,
+                label=f"{g.model_name} @ {g.point}: share of seeds stopped (they agree by construction)")
         if t.predictable_from is not None:
             ax.axvline(t.predictable_from, color=line.get_color(), linestyle=":", linewidth=1)
     ax.axhline(PREDICTABLE, color="grey", linewidth=0.8, linestyle=":")
@@ -253,7 +266,7 @@ def draw_timeline(census: Census, path: Path) -> None:
     ax.set_ylabel("share of seeds naming their final mechanism\n(0 = none, 1 = all; band: 95% Wilson)")
     ax.set_title(f"when the final mechanism can be told (dotted: {PREDICTABLE:.0%}, and the step it is told from)",
                  fontsize=9)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="center right")
     fig.savefig(path, dpi=110, format="png", bbox_inches="tight")
     plt.close(fig)
 
@@ -301,8 +314,10 @@ def write_census(census: Census, out: Path) -> Path:
         page = census_html(census, staged / "census.png", staged / TIMELINE_FIGURE if timeline else None)
         atomic_write(staged / "census.html", lambda temp: Path(temp).write_text(page))
         files = {name: sha256_file(staged / name) for name in CENSUS_FILES if (staged / name).exists()}
-        write_json(staged / CENSUS_JSON, signed({"groups": [asdict(g) for g in census.groups],
-                                                 "others": list(census.others), "files": files}))
+        # Signed as it will be read back: JSON turns a dict's int keys (seeds) into strings, which sort otherwise.
+        record = json.loads(json.dumps(strict({"groups": [asdict(g) for g in census.groups],
+                                               "others": list(census.others), "files": files})))
+        write_json(staged / CENSUS_JSON, signed(record))
         publish_folder(staged, out)
     return out / "census.md"
 
