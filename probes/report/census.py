@@ -177,13 +177,14 @@ def told_text(t: MechanismTimeline, step: int | None, training: bool) -> str:
 
 def timeline_sentence(t: MechanismTimeline) -> str:
     if not t.runs:
-        return (f"no timeline could be counted ({len(t.unreadable)} unreadable, {len(t.missing)} missing: "
+        return (f"No timeline could be counted ({len(t.unreadable)} unreadable, {len(t.missing)} missing: "
                 "rerun the sweep to trace their snapshots)")
     settled, ended = sorted(t.settled.values()), sorted(t.final_steps.values())
     lead = sorted(t.final_steps[seed] - step for seed, step in t.first_traced.items())
     i = t.first_traced_final
     missing = f"; {len(t.missing)} run(s) trained with snapshots have no timeline.json" if t.missing else ""
-    return (f"{told_text(t, t.predictable_from, False)}; {told_text(t, t.predictable_while_training, True)}. "
+    told = told_text(t, t.predictable_from, False)
+    return (f"{told[0].upper()}{told[1:]}; {told_text(t, t.predictable_while_training, True)}. "
             f"At the first step whose gap was large enough to trace a circuit, {round(i.value * i.n)}/{i.n} = "
             f"{i.value:.0%} of the seeds named their final mechanism (95% CI [{i.low:.0%}, {i.high:.0%}]); that step "
             f"came a median {median(lead)} steps before the seed's training ended (range {lead[0]}-{lead[-1]}). "
