@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import statistics
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from common.cli import UsageError
@@ -27,7 +27,7 @@ from common.jsonfiles import read_json
 from common.stats import Interval, mean_interval, wilson
 from probes.circuits.labels import CIRCUIT, PATHS, SUMMARY_FIELDS, CircuitSummary, circuit_label
 from probes.circuits.mechanism_timeline import (TIMELINE, MechanismTimeline, mechanism_timeline, read_timeline,
-                                                wants_timeline)
+                                                require_list, wants_timeline)
 from tasks.training.sweeps import (FAILED, FIX, POINT, PlannedGroup, SweepManifest, check_signed, differences,
                           identity_of, read_failed, read_manifest, read_point, signed)
 
@@ -72,7 +72,7 @@ class Census:
 
 # ---- circuit.json: a run's circuit, tied to the run it describes ------------------------------
 
-# paths: a list of objects, each checked by CircuitSummary.from_dict (`list` would mean strings)
+# paths: a list of objects (require_list), each checked by CircuitSummary.from_dict (`list` would mean strings)
 CIRCUIT_FIELDS = {**SUMMARY_FIELDS, PATHS: object, "run_sha256": str, "weights_sha256": str}
 
 
@@ -86,8 +86,8 @@ def read_circuit(run) -> CircuitSummary:
     path = run.path / CIRCUIT
     if not path.is_file():
         raise UsageError(f"{path} is not a file; {CIRCUIT_FIX}")
-    data = check_signed(read_json(path, CIRCUIT_FIX), CIRCUIT_FIELDS, str(path), CIRCUIT_FIX,
-                        nullable=("edge", "faithfulness"))
+    data = check_signed(require_list(read_json(path, CIRCUIT_FIX), PATHS, str(path), CIRCUIT_FIX), CIRCUIT_FIELDS,
+                        str(path), CIRCUIT_FIX, nullable=("edge", "faithfulness"))
     recorded = {"run_sha256": data["run_sha256"], "weights_sha256": data["weights_sha256"], "model_name":
                 data["model_name"], "seed": data["seed"], "n_layers": data["n_layers"], "heldout": data["heldout"]}
     actual = {"run_sha256": run.config["run_sha256"], "weights_sha256": run.config.get("weights_sha256"),

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -227,3 +226,46 @@ def test_a_sweep_with_snapshots_writes_the_timeline_and_a_rerun_traces_only_the_
     assert any("tracing them (no retraining)" in line for line in said)
     assert (run_dir / "model.safetensors").stat().st_mtime_ns == weights and (run_dir / TIMELINE).is_file()
     assert take_census(out).groups[0].timeline.runs == 1
+
+
+def json_values():
+    from hypothesis import strategies as st
+
+    scalars = st.one_of(st.none(), st.booleans(), st.integers(-3, 10**6), st.floats(allow_nan=True), st.text(max_size=8))
+    return st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                         st.dictionaries(st.text(max_size=6), inner, max_size=3)),
+                        max_leaves=6)
+
+
+def test_any_field_of_timeline_json_replaced_is_one_line_or_read(tmp_path_factory):
+    """Every field, top-level, per step and in a step's circuit, replaced by any JSON value, with
+    and without a recomputed checksum: read_timeline refuses in one line or reads it (never another
+    exception: a field's wrong type must not reach the code as a KeyError or TypeError)."""
+    from hypothesis import HealthCheck, example, given, settings
+    from hypothesis import strategies as st
+
+    fields = [("run_sha256",), ("seed",), ("snapshots",), ("snapshots", 1), ("snapshots", 1, "step"),
+              ("snapshots", 1, "file"), ("snapshots", 1, "gap"), ("snapshots", 2, "circuit"),
+              ("snapshots", 2, "circuit", "paths"), ("snapshots", 2, "circuit", "nodes"),
+              ("snapshots", 2, "circuit", "edge"), ("snapshots", 2, "circuit", "paths", 0, "component")]
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(where=st.sampled_from(fields), value=json_values(), resign=st.booleans())
+    @example(where=("snapshots",), value=False, resign=False)   # a list field given a boolean
+    @example(where=("snapshots",), value=1, resign=True)
+    @example(where=("snapshots", 2, "circuit", "paths"), value=True, resign=True)
+    def check(where, value, resign):
+        run, final = stored.__wrapped__(tmp_path_factory.mktemp("fuzz"))
+
+        def edit(data):
+            for key in where[:-1]:
+                data = data[key]
+            data[where[-1]] = value
+
+        rewrite(run, edit, resign)
+        try:
+            read_timeline(run, final)
+        except UsageError as error:
+            assert "\n" not in str(error)
+
+    check()

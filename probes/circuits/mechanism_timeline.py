@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from common.cli import UsageError
-from common.jsonfiles import check_fields, read_json, sha256_file
+from common.jsonfiles import check_fields, read_json, sha256_file, short
 from common.stats import Interval, wilson
 from probes.circuits.labels import CIRCUIT, CircuitLabel, CircuitSummary, circuit_label
 
@@ -27,7 +27,16 @@ TIMELINE = "timeline.json"
 TIMELINE_FIX = "rerun the sweep: it traces that run's snapshots again"
 PREDICTABLE = 0.9    # agreement with the final mechanism from which it counts as told
 ENTRY_FIELDS = {"step": int, "file": str, "weights_sha256": str, "gap": float, "circuit": dict}
+# snapshots: a list of ENTRY_FIELDS objects, checked by require_list then one by one (`list` would mean strings)
 TIMELINE_FIELDS = {"run_sha256": str, "weights_sha256": str, "model_name": str, "seed": int, "snapshots": object}
+
+
+def require_list(data, name: str, where: str, fix: str):
+    """`data`, after refusing a `name` field that is not a list (before check_fields, whose `object`
+    type only says "known field")."""
+    if isinstance(data, dict) and name in data and not isinstance(data[name], list):
+        raise UsageError(f"{where}: {name} must be a list of objects, got {short(data[name])}; {fix}")
+    return data
 
 
 @dataclass(frozen=True)
@@ -71,7 +80,8 @@ def read_timeline(run, final: CircuitLabel) -> tuple[SnapshotCircuit, ...]:
 
     path = run.path / TIMELINE
     where = str(path)
-    data = check_signed(read_json(path, TIMELINE_FIX), TIMELINE_FIELDS, where, TIMELINE_FIX)
+    data = check_signed(require_list(read_json(path, TIMELINE_FIX), "snapshots", where, TIMELINE_FIX), TIMELINE_FIELDS,
+                        where, TIMELINE_FIX)
     recorded = {key: data[key] for key in ("run_sha256", "weights_sha256", "model_name", "seed")}
     actual = {"run_sha256": run.config["run_sha256"], "weights_sha256": run.config.get("weights_sha256"),
               "model_name": run.model_name, "seed": run.seed}
@@ -79,8 +89,8 @@ def read_timeline(run, final: CircuitLabel) -> tuple[SnapshotCircuit, ...]:
     if differing:
         raise UsageError(f"{where} describes another run (different {', '.join(differing)}: copied from elsewhere, "
                          f"or left from before the run was retrained); {TIMELINE_FIX}")
-    if not isinstance(data["snapshots"], list) or not data["snapshots"]:
-        raise UsageError(f"{where}: snapshots must be a non-empty list of objects; {TIMELINE_FIX}")
+    if not data["snapshots"]:
+        raise UsageError(f"{where}: snapshots is empty; {TIMELINE_FIX}")
     entries = tuple(stored_entry(entry, run, f"{where}: snapshot {i}") for i, entry in enumerate(data["snapshots"]))
     steps = [entry.step for entry in entries]
     if steps[0] != 0 or steps != sorted(set(steps)) or steps[-1] != run.metrics.get("steps"):

@@ -252,8 +252,10 @@ def draw_timeline(census: Census, path: Path) -> None:
         if t is None or not t.runs:
             continue
         steps = [r.step for r in t.steps]
-        line, = ax.plot(steps, [r.agree.value for r in t.steps], marker=".", label=f"{g.model_name} @ {g.point}: all {t.runs} seeds")
-        ax.fill_between(steps, [r.agree.low for r in t.steps], [r.agree.high for r in t.steps], color=line.get_color(), alpha=0.2)
+        line, = ax.plot(steps, [r.agree.value for r in t.steps], marker=".",
+                        label=f"{g.model_name} @ {g.point}: all {t.runs} seeds")
+        ax.fill_between(steps, [r.agree.low for r in t.steps], [r.agree.high for r in t.steps],
+                        color=line.get_color(), alpha=0.2)
         live = [r for r in t.steps if r.training.n]
         ax.plot([r.step for r in live], [r.training.value for r in live], linestyle="--", color=line.get_color(),
                 label=f"{g.model_name} @ {g.point}: seeds still training")

@@ -46,7 +46,8 @@ def snapshot_circuits(context, progress: bool = False) -> list[SnapshotCircuit]:
                 load_weights(model, path, fix=SNAPSHOT_FIX)
             model.eval()
             gap, summary = snapshot_summary(context, step)
-            entries.append(SnapshotCircuit(step, path.relative_to(run.path).as_posix(), sha256_file(path), gap, summary))
+            name = path.relative_to(run.path).as_posix()
+            entries.append(SnapshotCircuit(step, name, sha256_file(path), gap, summary))
     finally:
         model.load_state_dict(own)
     return entries
