@@ -8,7 +8,10 @@ weights, model, seed, depth and held-out accuracy). A run that fails a check is 
 (model, point) that finished, with a 95% Wilson interval. A run whose circuit was not named as a
 path keeps its own label (what was found instead) and is counted, never dropped; a run with no
 circuit.json (trained outside a sweep) is counted as "not traced". Runs under the folder that the
-sweep did not plan are not counted: the census says how many it found and where. Needs no torch.
+sweep did not plan are not counted: the census says how many it found and where. Runs trained
+with weight snapshots also count, per step, how many seeds already name their final mechanism
+(probes.circuits.mechanism_timeline). Needs no torch. This module reads and counts (typed results);
+probes.report.census renders them and writes the census folder.
 """
 
 from __future__ import annotations
@@ -16,19 +19,20 @@ from __future__ import annotations
 import json
 import statistics
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from common.cli import UsageError
 from common.jsonfiles import read_json
 from common.stats import Interval, mean_interval, wilson
 from probes.circuits.labels import CIRCUIT, PATHS, SUMMARY_FIELDS, CircuitSummary, LabelKind, circuit_label
+from probes.circuits.mechanism_timeline import (TIMELINE, MechanismTimeline, mechanism_timeline, read_timeline,
+                                                require_list, wants_timeline)
 from tasks.settings import StopReason
 from tasks.training.sweeps import (FAILED, FIX, POINT, PlannedGroup, SweepManifest, check_signed, differences,
                           identity_of, read_failed, read_manifest, read_point, signed)
 
 NOT_TRACED = "not traced (no circuit.json)"
-CENSUS_FILES = ("census.md", "census.png", "census.html")   # census.json records their checksums
 CIRCUIT_FIX = "rerun the sweep: it trains and traces that run again"
 
 
@@ -57,6 +61,7 @@ class GroupCensus:
     path_recovered: dict       # label -> [min, median, max] share of the gap its runs' best path recovers
     unreadable: tuple = ()     # (seed, why) of planned runs whose files fail a check: not in any share
     not_finished: tuple = ()   # seeds planned but not finished (never run, or interrupted: rerun the sweep)
+    timeline: MechanismTimeline | None = None   # runs trained with weight snapshots: when the mechanism is told
 
 
 @dataclass(frozen=True)
@@ -67,7 +72,8 @@ class Census:
 
 # ---- circuit.json: a run's circuit, tied to the run it describes ------------------------------
 
-CIRCUIT_FIELDS = {**SUMMARY_FIELDS, PATHS: list, "run_sha256": str, "weights_sha256": str}
+# paths: a list of objects (require_list), each checked by CircuitSummary.from_dict (`list` would mean strings)
+CIRCUIT_FIELDS = {**SUMMARY_FIELDS, PATHS: object, "run_sha256": str, "weights_sha256": str}
 
 
 def circuit_record(summary: CircuitSummary, config: dict) -> dict:
@@ -80,8 +86,8 @@ def read_circuit(run) -> CircuitSummary:
     path = run.path / CIRCUIT
     if not path.is_file():
         raise UsageError(f"{path} is not a file; {CIRCUIT_FIX}")
-    data = check_signed(read_json(path, CIRCUIT_FIX), CIRCUIT_FIELDS, str(path), CIRCUIT_FIX,
-                        nullable=("edge", "faithfulness"))
+    data = check_signed(require_list(read_json(path, CIRCUIT_FIX), PATHS, str(path), CIRCUIT_FIX), CIRCUIT_FIELDS,
+                        str(path), CIRCUIT_FIX, nullable=("edge", "faithfulness"))
     recorded = {"run_sha256": data["run_sha256"], "weights_sha256": data["weights_sha256"], "model_name":
                 data["model_name"], "seed": data["seed"], "n_layers": data["n_layers"], "heldout": data["heldout"]}
     actual = {"run_sha256": run.config["run_sha256"], "weights_sha256": run.config.get("weights_sha256"),
@@ -190,7 +196,7 @@ def take_census(runs_dir: Path) -> Census:
     for group in manifest.groups:
         members, failed, unreadable, not_finished = group_members(root, group, points[group.point], others)
         groups.append(group_census(group.model_name, group.point, group.values, members, failed, unreadable,
-                                   not_finished))
+                                   not_finished, group_timeline(members)))
     if not any(g.finished or g.unreadable for g in groups):
         raise UsageError(f"{root} holds no finished runs of its sweep yet; run the sweep (see each run's "
                          f"{FAILED} for runs that failed)")
@@ -198,7 +204,7 @@ def take_census(runs_dir: Path) -> Census:
 
 
 def group_census(model: str, point: str, values: dict, members: list, failed: int, unreadable: tuple = (),
-                 not_finished: tuple = ()) -> GroupCensus:
+                 not_finished: tuple = (), timeline: MechanismTimeline | None = None) -> GroupCensus:
     n = len(members)
     counts = Counter(label for _, _, label, _ in members)
     seeds, recovered = defaultdict(list), defaultdict(list)
@@ -222,7 +228,28 @@ def group_census(model: str, point: str, values: dict, members: list, failed: in
         circuits=tuple(Share(label, count, wilson(count, n)) for label, count in counts.most_common()),
         seeds={label: sorted(s) for label, s in seeds.items()},
         path_recovered={label: [min(v), statistics.median(v), max(v)] for label, v in recovered.items()},
-        unreadable=unreadable, not_finished=not_finished)
+        unreadable=unreadable, not_finished=not_finished, timeline=timeline)
+
+
+def group_timeline(members: list) -> MechanismTimeline | None:
+    """The mechanism timeline of a group's finished runs that were trained with snapshots and whose
+    final circuit was traced; a timeline.json that fails a check is listed, not counted."""
+    timelines, unreadable, missing, every = {}, [], [], 0
+    for run, *_ in members:
+        if not (run.path / CIRCUIT).exists():
+            continue
+        summary = read_circuit(run)
+        if not wants_timeline(run.config, summary):
+            continue
+        every = run.config["training"]["snapshot_every"]
+        if not (run.path / TIMELINE).exists():
+            missing.append(run.seed)
+            continue
+        try:
+            timelines[run.seed] = read_timeline(run, circuit_label(summary))
+        except UsageError as error:
+            unreadable.append((run.seed, str(error)))
+    return mechanism_timeline(timelines, every, tuple(unreadable), tuple(missing))
 
 
 def near_chance(run) -> bool:
@@ -247,214 +274,7 @@ def accuracy_range(runs: list) -> str:
     return f": held-out {values[0]:.0%}" + (f"-{values[-1]:.0%}" if values[-1] != values[0] else "")
 
 
-# ---- rendering -----------------------------------------------------------------------------
+if __name__ == "__main__":   # `python -m probes.census`: the command is toylens.census's
+    from toylens.census import main
 
-def share_text(share: Share) -> str:
-    i = share.share
-    return f"{share.count}/{i.n} = {i.value:.0%} [{i.low:.0%}, {i.high:.0%}]"
-
-
-def not_counted(g: GroupCensus) -> str:
-    parts = [f"{g.failed} failed twice"] + ([f"{len(g.unreadable)} unreadable"] if g.unreadable else []) + \
-            ([f"{len(g.not_finished)} not finished"] if g.not_finished else [])
-    return ", ".join(parts)
-
-
-def summary_lines(census: Census) -> list[str]:
-    lines = []
-    for g in census.groups:
-        h = g.heldout
-        if not g.finished:
-            lines.append(f"{g.model_name} @ {g.point}: no finished runs ({not_counted(g)})")
-        else:
-            lines.append(f"{g.model_name} @ {g.point}: {g.finished} runs ({not_counted(g)}); held-out median "
-                         f"{h['median']:.1%} (min {h['min']:.1%}); {share_text(g.unsolved)} unsolved "
-                         f"({g.never_learned.count} never learned, {g.partly_learned.count} partly); "
-                         f"{share_text(g.named)} named as a path")
-        lines += [f"  {share_text(s)}  {s.label}" for s in g.circuits]
-        lines += [f"  unreadable, not counted: seed {seed}: {why}" for seed, why in g.unreadable]
-    return lines + [f"also found: {line}" for line in census.others]
-
-
-def intro() -> str:
-    from probes.settings import DEFAULT
-
-    return ("Per model and grid point, over the runs of the sweep that finished: each share is count / finished runs "
-            "with a 95% Wilson interval. A circuit is named as a path only as the report names it: a path patch, the "
-            f"sender's write at every position or at one position, recovers at least {DEFAULT.path_claim:.0%} of the clean - counterfactual gap "
-            "(0 = the path alone restores nothing, 1 = all of it); other runs are labelled by what was found. "
-            "Unsolved: validation never solved (stopped stalled or out of budget); of those, never learned: held-out "
-            f"accuracy within {DEFAULT.chance_margin:.0%} of the 50% of picking the answer or the foil at random (tasks "
-            "that name foils), partly learned: the rest. A label names a mechanism (its paths' components and heads), "
-            "never positions or tokens, so one mechanism over seeds is one row. Held-out accuracy: the "
-            "task's held-out split. Unreadable: a run whose files fail a check (listed with the reason, not "
-            "counted).")
-
-
-def markdown(census: Census, figure: str | None) -> str:
-    out = ["# Circuit census", "", intro(), ""]
-    if figure:
-        out += [f"![mechanism share per grid point]({figure})", ""]
-    for g in census.groups:
-        h = g.heldout
-        out += [f"## {g.model_name} @ {g.point}", "",
-                f"grid values: {json.dumps(g.values) if g.values else '(none)'}; {g.finished} finished runs, "
-                f"{not_counted(g)} (not counted)", ""]
-        out += [f"- unreadable, seed {seed}: {why}" for seed, why in g.unreadable] + ([""] if g.unreadable else [])
-        if not g.finished:
-            continue
-        out += [f"held-out accuracy over seeds: mean {h['mean']['value']:.1%} [{h['mean']['low']:.1%}, "
-                f"{h['mean']['high']:.1%}] (t 95%), min {h['min']:.1%}, quartiles {h['q1']:.1%} / "
-                f"{h['median']:.1%} / {h['q3']:.1%}, max {h['max']:.1%}", "",
-                "| circuit | runs | share [95% CI] | best path recovers (min / median / max) | seeds |",
-                "|---|---|---|---|---|"]
-        for s in (*g.circuits, g.named, g.unsolved, g.never_learned, g.partly_learned):
-            seeds = ", ".join(map(str, g.seeds.get(s.label, []))) or "-"
-            path = " / ".join(f"{v:.0%}" for v in g.path_recovered.get(s.label, [])) or "-"
-            i = s.share
-            out.append(f"| {s.label} | {s.count}/{i.n} | {i.value:.1%} [{i.low:.1%}, {i.high:.1%}] | {path} | {seeds} |")
-        out.append("")
-    if census.others:
-        out += ["## Found but not counted", ""] + [f"- {line}" for line in census.others] + [""]
-    return "\n".join(out)
-
-
-def draw(census: Census, path: Path) -> None:
-    """Stacked bars: per (point, model), each circuit label's share of the finished runs."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import pandas as pd
-
-    rows = [{"group": f"{g.model_name}\n{g.point}", "label": s.label, "share": s.share.value}
-            for g in census.groups for s in g.circuits]
-    fig, ax = plt.subplots(figsize=(1.2 * len({row["group"] for row in rows}) + 3, 4.5))
-    if rows:
-        wide = pd.DataFrame(rows).pivot_table(index="group", columns="label", values="share", fill_value=0, sort=False)
-        wide.plot(kind="bar", stacked=True, ax=ax, width=0.7, colormap="tab20")
-        ax.legend(title="circuit", fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
-    else:
-        ax.text(0.5, 0.5, "no finished run could be counted (see census.md)", ha="center", transform=ax.transAxes)
-    ax.set_ylabel("share of finished runs (0 = none, 1 = all)")
-    ax.set_ylim(0, 1)
-    ax.set_xlabel("")
-    ax.tick_params(axis="x", rotation=0)
-    ax.set_title("circuit share per model and grid point", fontsize=10)
-    fig.savefig(path, dpi=110, format="png", bbox_inches="tight")
-    plt.close(fig)
-
-
-def census_html(census: Census, figure: Path | None) -> str:
-    """census.md's tables as one self-contained page (sortable tables, the figure inline)."""
-    from common.html import escape, image_uri, page, table
-
-    body = [f'<p class="note">{escape(intro())}</p>']
-    if figure is not None:
-        body.append(f'<img alt="circuit share per model and grid point" src="{image_uri(figure)}">')
-    for g in census.groups:
-        h = g.heldout
-        if not g.finished:
-            body.append(f"<h2>{escape(g.model_name)} @ {escape(g.point)}</h2>"
-                        f'<p class="note">no finished runs ({escape(not_counted(g))})</p>')
-            continue
-        body.append(f"<h2>{escape(g.model_name)} @ {escape(g.point)}</h2>"
-                    f'<p class="note">grid values: {escape(json.dumps(g.values) if g.values else "(none)")}; '
-                    f"{g.finished} finished runs, {g.failed} failed twice (not counted); held-out accuracy over seeds: "
-                    f"mean {h['mean']['value']:.1%} [{h['mean']['low']:.1%}, {h['mean']['high']:.1%}] (t 95%), "
-                    f"min {h['min']:.1%}, median {h['median']:.1%}, max {h['max']:.1%}</p>")
-        rows = [[s.label, s.count, s.share.n, f"{s.share.value:.1%}", f"[{s.share.low:.1%}, {s.share.high:.1%}]",
-                 " / ".join(f"{v:.0%}" for v in g.path_recovered.get(s.label, [])) or "-",
-                 ", ".join(map(str, g.seeds.get(s.label, []))) or "-"] for s in (*g.circuits, g.named, g.unsolved)]
-        body.append(table(["circuit", "runs", "of", "share", "95% CI", "best path recovers (min / median / max)",
-                           "seeds"], rows))
-    return page("Circuit census", "".join(body))
-
-
-# ---- the census folder: written whole, replaced only while unchanged ---------------------------
-
-CENSUS_JSON = "census.json"
-CENSUS_FIX = "move the census folder away (toylens never replaces a file it cannot prove it wrote unchanged)"
-
-
-def check_census_folder(out: Path) -> None:
-    """Refuse, before any work, to replace a census folder unless each of its files is the one the
-    last census wrote (census.json records their SHA-256 and its own): a file recreated or edited
-    since is the user's now."""
-    from common.jsonfiles import sha256_file
-
-    out = Path(out)
-    present = [name for name in (CENSUS_JSON, *CENSUS_FILES) if (out / name).exists()]
-    if not present:
-        return
-    if CENSUS_JSON not in present:
-        raise UsageError(f"{out} holds {present[0]} but no {CENSUS_JSON} recording what toylens wrote; {CENSUS_FIX}")
-    data = check_signed(read_json(out / CENSUS_JSON, CENSUS_FIX), {"groups": object, "others": list, "files": dict},
-                        str(out / CENSUS_JSON), CENSUS_FIX)
-    for name in present[1:]:
-        if not (out / name).is_file() or sha256_file(out / name) != data["files"].get(name):
-            raise UsageError(f"{out / name} was changed or replaced after the census wrote it; {CENSUS_FIX}")
-
-
-def write_census(census: Census, out: Path) -> Path:
-    from common.atomic import atomic_write, publish_folder, staging, write_json
-    from common.jsonfiles import sha256_file
-    from common.ownership import check_publishable
-
-    out = Path(out)
-    check_census_folder(out)
-    check_publishable(out, "census folder")
-    with staging(out) as staged:
-        atomic_write(staged / "census.png", lambda temp: draw(census, Path(temp)))
-        text = markdown(census, "census.png") + "\n"
-        atomic_write(staged / "census.md", lambda temp: Path(temp).write_text(text))
-        page = census_html(census, staged / "census.png")
-        atomic_write(staged / "census.html", lambda temp: Path(temp).write_text(page))
-        files = {name: sha256_file(staged / name) for name in CENSUS_FILES}
-        write_json(staged / CENSUS_JSON, signed({"groups": [asdict(g) for g in census.groups],
-                                                 "others": list(census.others), "files": files}))
-        publish_folder(staged, out)
-    return out / "census.md"
-
-
-def check_census_files(runs_dir: Path, out: Path | None = None) -> None:
-    """Refuse, before any work (a sweep checks before training), a record the census would count
-    that is malformed or that toylens did not write (a user's failed.json), or a census file it
-    would replace that is the user's (a census.md toylens wrote, deleted, and saved again by hand)."""
-    from common.ownership import not_ours, owned
-
-    check_census_folder(Path(out or Path(runs_dir) / "census"))
-    for path in sorted(Path(runs_dir).rglob(FAILED)) if Path(runs_dir).is_dir() else []:
-        if not owned(path):
-            raise not_ours(path)
-
-
-def census_command(runs_dir: Path, out: Path | None = None) -> None:
-    from common.lock import folder_lock
-
-    if not Path(runs_dir).is_dir():
-        raise UsageError(f"sweep folder {runs_dir} does not exist; run a sweep first, e.g. "
-                         "python -m tasks.winograd sweep --out runs/sweeps/winograd")
-    out = Path(out or Path(runs_dir) / "census")
-    with folder_lock(runs_dir, "sweep folder"), folder_lock(out.parent, "census's parent folder"):
-        census = take_census(runs_dir)
-        written = write_census(census, out)
-    print("\n".join(summary_lines(census)))
-    print(f"\nwrote {written} and {written.with_suffix('.html').name}")
-
-
-def main(argv=None) -> None:
-    from common.cli import folder_path
-
-    from common.cli import Parser, run_cli
-
-    parser = Parser(prog="python -m probes.census",
-                    description="Count the circuits of a sweep's runs per model and grid point, with 95% intervals.")
-    parser.add_argument("runs_dir", type=folder_path, help="a sweep folder (e.g. runs/sweeps/winograd)")
-    parser.add_argument("--out", type=folder_path, default=None, help="where census.md/json/png go (default RUNS_DIR/census)")
-    args = parser.parse_args(argv)
-    run_cli(census_command, args.runs_dir, args.out)
-
-
-if __name__ == "__main__":
     main()

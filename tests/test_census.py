@@ -72,7 +72,8 @@ def test_summary_round_trips_through_json():
 def test_a_stalled_run_is_counted_unsolved_not_collapsed():
     from types import SimpleNamespace
 
-    from probes.census import Census, group_census, markdown, summary_lines
+    from probes.census import Census, group_census
+    from probes.report.census import markdown, summary_lines
 
     def member(seed, stop_reason, heldout):
         run = SimpleNamespace(seed=seed, metrics={"stop_reason": stop_reason, "accuracy": {"heldout": heldout}})
@@ -84,3 +85,23 @@ def test_a_stalled_run_is_counted_unsolved_not_collapsed():
     census = Census((group,), ())
     text = markdown(census, None) + "\n".join(summary_lines(census))
     assert "collapsed" not in text.lower() and "1/2 = 50% [9%, 91%] unsolved" in text
+
+
+# A traced two-block run's circuit.json holds its paths as objects: the census must read them
+# (a schema typing them as a list of strings refused every such run as unreadable). Catches: every
+# real 2-layer run counted as unreadable.
+def test_a_circuit_json_with_paths_is_read_back(tmp_path):
+    import json
+    from types import SimpleNamespace
+
+    from probes.census import circuit_record, read_circuit
+    from probes.circuits.labels import CircuitSummary, PathFacts, circuit_label
+
+    path = PathFacts("L0H0", "L1H0", "q", 14, "p14", 0.9, 1.0, 0.95)
+    summary = CircuitSummary("attn-only-2x1", 3, 2, 1.0, nodes=("L0H0@p14", "L1H0@p14"), edge=path, paths=(path,),
+                             faithfulness=0.97)
+    config = {"run_sha256": "r" * 64, "weights_sha256": "w" * 64, "spec": {"n_layers": 2}}
+    (tmp_path / "circuit.json").write_text(json.dumps(circuit_record(summary, config)))
+    run = SimpleNamespace(path=tmp_path, config=config, model_name="attn-only-2x1", seed=3,
+                          metrics={"accuracy": {"heldout": 1.0}})
+    assert circuit_label(read_circuit(run)).text == "Q-composition L0H0->L1H0"

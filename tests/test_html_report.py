@@ -129,7 +129,8 @@ def test_report_html_is_one_file_with_nothing_outside_it(report):
 
 
 def test_the_census_is_written_as_a_self_contained_page_too(tmp_path):
-    from probes.census import Census, group_census, write_census
+    from probes.census import Census, group_census
+    from probes.report.census import write_census
 
     def member(seed, stop_reason, heldout, label):
         run = SimpleNamespace(seed=seed, metrics={"stop_reason": stop_reason, "accuracy": {"heldout": heldout}})

@@ -27,7 +27,7 @@ def accuracy_main(argv):
 
 
 def census_main(argv):
-    from probes.census import main
+    from toylens.census import main
 
     main(argv)
 

@@ -266,7 +266,7 @@ SWEEP_FILES = {"circuit": SWEEP_RUN / "seed0" / "circuit.json", "point": Path("d
 @pytest.fixture(scope="module")
 def fuzz_sweep(finished_sweep, tmp_path_factory) -> Path:
     """The module's sweep with seed 1 recorded as failed, and a census written."""
-    from probes.census import census_command
+    from toylens.census import census_command
     from tasks.training.sweeps import failed_record
 
     out = tmp_path_factory.mktemp("fuzz-sweep") / "sweep"
@@ -294,7 +294,8 @@ def test_sweep_file_edits(fuzz_sweep, kind):
     its run counted as unreadable, or (edited by hand, checksum untouched) nothing believed that
     the file did not say before. With the checksum recomputed (a forgery), still one line or a
     census of well-typed counts."""
-    from probes.census import check_census_folder, take_census
+    from probes.census import take_census
+    from probes.report.census import check_census_folder
 
     path = fuzz_sweep / SWEEP_FILES[kind]
     original = read(path)

@@ -267,7 +267,8 @@ SWEEP_RECORDS = {   # damage, fragment of the reason its run(s) are unreadable
 @pytest.mark.parametrize("damage", SWEEP_RECORDS)
 def test_sweep_records_of_the_wrong_shape_make_their_runs_unreadable_in_one_line(tiny_runs, tmp_path, capsys,
                                                                                  damage):
-    from probes.census import main, take_census
+    from probes.census import take_census
+    from toylens.census import main
 
     change, fragment = SWEEP_RECORDS[damage]
     root = census_runs(tiny_runs, tmp_path)
@@ -280,7 +281,7 @@ def test_sweep_records_of_the_wrong_shape_make_their_runs_unreadable_in_one_line
 
 
 def test_a_damaged_sweep_json_is_one_line(tiny_runs, tmp_path, capsys):
-    from probes.census import main
+    from toylens.census import main
 
     root = census_runs(tiny_runs, tmp_path)
     (root / "sweep.json").write_text(json.dumps({**json.loads((root / "sweep.json").read_text()), "task": "induction"}))

@@ -145,7 +145,8 @@ def local_sweep(tmp_path_factory):
 
 
 def test_local_sweep_writes_each_point_and_the_census(local_sweep):
-    from probes.census import census_command, take_census
+    from probes.census import take_census
+    from toylens.census import census_command
 
     out, outcome = local_sweep
     assert (outcome.done, outcome.failed, outcome.kept) == (2, 0, 0)

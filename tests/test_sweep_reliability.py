@@ -171,7 +171,7 @@ def test_a_comparison_counts_each_seed_once(tiny_runs, tmp_path):
 
 
 def test_a_census_file_the_user_recreated_is_never_replaced(copied):
-    from probes.census import census_command
+    from toylens.census import census_command
 
     census_command(copied)
     (copied / "census" / "census.md").write_text("my notes\n")

@@ -134,13 +134,14 @@ def start_run(plan: RunPlan, spec: ModelSpec, command: str | None = None) -> dic
     """Clear what an earlier attempt left and record the run's identity before the first step.
     `command`: the command that asked for the run, when this process is a remote worker."""
     from probes.circuits.labels import CIRCUIT
+    from probes.circuits.mechanism_timeline import TIMELINE
     from tasks.training.resume import STATE
     from tasks.training.sweeps import FAILED
     from tasks.training.loop import SNAPSHOTS
 
     plan.run_dir.mkdir(parents=True, exist_ok=True)
     # What described an earlier run here (a sweep's circuit summary, its failure record) goes too.
-    for name in (METRICS, WEIGHTS, STATE, LOG, CIRCUIT, FAILED):
+    for name in (METRICS, WEIGHTS, STATE, LOG, CIRCUIT, TIMELINE, FAILED):
         remove(plan.run_dir / name)   # only files toylens wrote; train_family checked there are no others
     if (plan.run_dir / SNAPSHOTS).is_dir():
         remove_tree(plan.run_dir / SNAPSHOTS)

@@ -1,6 +1,8 @@
 """Running a sweep: each run trains and is traced in a worker that returns the run's files; the
 driver (this process) writes them atomically into the runs folder, skips finished runs, records
-failed ones, shows done / failed / time left, and ends with the census.
+failed ones, shows done / failed / time left, and ends with the census. A run trained with weight
+snapshots (`--snapshot-every N`) is also traced at each snapshot (its timeline.json); a finished
+run whose timeline.json is missing or fails a check has only its snapshots traced again.
 
 Workers never write into the runs folder, so they need no shared filesystem (a Ray cluster's nodes
 have none), and a run folder only ever holds a complete run or an interrupted driver write.
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
 class SweepJob:
     plan: RunPlan         # its run_dir is where the driver will write
     command: str          # the driver's command, recorded in the run's config.json
+    finished: dict | None = None   # a finished run's files (path -> bytes): trace its snapshots only
 
 
 @dataclass(frozen=True)
@@ -43,22 +46,33 @@ class RunFiles:
 
 
 def run_job(job: SweepJob) -> RunFiles:
-    """Train and trace one run in a private temp folder; return every file it wrote."""
-    from probes.census import circuit_record
+    """Train and trace one run in a private temp folder; return every file it wrote. A job for a
+    finished run traces its snapshots only and returns its timeline.json alone."""
+    from probes.census import circuit_record, read_circuit
     from probes.circuits.labels import CIRCUIT
+    from probes.circuits.mechanism_timeline import TIMELINE, timeline_record, wants_timeline
     from probes.report.words import circuit_summary
     from probes.report.parts import RunContext
     from probes.report.run_analysis import analyse_run
+    from probes.report.snapshot_circuits import snapshot_circuits
     from toylens.family import execute
     from tasks.training.runs import Run
 
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="toylens-sweep-") as temp:
         run_dir = Path(temp) / job.plan.model_name / f"seed{job.plan.seed}"
-        execute(replace(job.plan, run_dir=run_dir), progress=False, command=job.command)
+        if job.finished is None:
+            execute(replace(job.plan, run_dir=run_dir), progress=False, command=job.command)
+        else:
+            write_run(run_dir, job.finished)
         run = Run(run_dir)
-        write_json(run_dir / CIRCUIT, circuit_record(circuit_summary(analyse_run(RunContext(run, out=None))), run.config))
-        files = {p.relative_to(run_dir).as_posix(): p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
+        context = RunContext(run, out=None)
+        if job.finished is None:
+            write_json(run_dir / CIRCUIT, circuit_record(circuit_summary(analyse_run(context)), run.config))
+        if wants_timeline(run.config, read_circuit(run)):
+            write_json(run_dir / TIMELINE, timeline_record(snapshot_circuits(context), run.config))
+        files = {p.relative_to(run_dir).as_posix(): p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()
+                 if job.finished is None or p.name == TIMELINE}
     return RunFiles(files, time.perf_counter() - started)
 
 
@@ -86,11 +100,12 @@ def write_run(run_dir: Path, files: dict) -> None:
 @dataclass(frozen=True)
 class SweepOutcome:
     runs: int
-    kept: int             # finished before this command: skipped
+    kept: int             # finished before this command: skipped (their snapshots may have been traced)
     done: int
     failed: int
     seconds: float        # wall time of the runs this command executed
     worker_seconds: float  # summed over the runs done (train + trace in the worker)
+    snapshots_traced: int = 0   # kept runs whose snapshots alone were traced
 
 
 def run_sweep(runs: list[SweepRun], out: Path, executor, command: str, resume: bool = False,
@@ -98,7 +113,7 @@ def run_sweep(runs: list[SweepRun], out: Path, executor, command: str, resume: b
     from common.lock import folder_lock, folder_locks
     from toylens.family import check_out_folder
 
-    from probes.census import check_census_files
+    from probes.report.census import check_census_files
 
     check_out_folder(out, runs[0].plan.task)
     check_census_files(out)   # the census after training reads and writes these
@@ -120,6 +135,34 @@ def check_not_a_runs_folder(out: Path) -> None:
         raise UsageError(f"--out {out} holds runs that no sweep planned ({found.parent}: a train's runs folder, or "
                          "a sweep from before toylens recorded sweep.json); a sweep needs a folder of its own: "
                          "choose another --out")
+
+
+def needs_timeline(run: SweepRun) -> str | None:
+    """Why a finished, counted run trained with snapshots needs its snapshots traced (None: it
+    does not): its timeline.json is missing or fails a check."""
+    from probes.census import read_circuit
+    from probes.circuits.labels import circuit_label
+    from probes.circuits.mechanism_timeline import TIMELINE, read_timeline, wants_timeline
+    from tasks.training.runs import Run
+
+    finished = Run(run.plan.run_dir)
+    summary = read_circuit(finished)
+    if not wants_timeline(finished.config, summary):
+        return None
+    if not (finished.path / TIMELINE).exists():
+        return f"no {TIMELINE}"
+    try:
+        read_timeline(finished, circuit_label(summary))
+    except UsageError as error:
+        return str(error)
+    return None
+
+
+def finished_files(run_dir: Path) -> dict:
+    """A finished run's files for a worker (which needs no shared filesystem), without toylens's
+    ownership records."""
+    return {p.relative_to(run_dir).as_posix(): p.read_bytes() for p in sorted(Path(run_dir).rglob("*"))
+            if p.is_file() and p.name not in (MANIFEST, LOCK)}
 
 
 def needs_retrace(run: SweepRun) -> str | None:
@@ -146,19 +189,25 @@ def sweep_locked(runs: list[SweepRun], out: Path, executor, command: str, resume
         if why is not None:
             write(f"{run.plan.run_dir}: trained, but not traced for this sweep ({why}); trained and traced again")
             statuses[index] = "redo"
+        elif statuses[index] == "done" and (why := needs_timeline(run)) is not None:
+            write(f"{run.plan.run_dir}: its snapshots are not traced ({why}); tracing them (no retraining)")
+            statuses[index] = "snapshots"
     for run, status in zip(runs, statuses):
         if status != "done":   # this run folder will be written: nothing of the user's may be in it
             check_replaceable(run.plan.run_dir, "run folder", within=out)
-    todo = [SweepJob(run.plan, command) for run, status in zip(runs, statuses) if status != "done"]
+    todo = [SweepJob(run.plan, command, finished_files(run.plan.run_dir) if status == "snapshots" else None)
+            for run, status in zip(runs, statuses) if status != "done"]
     write_records(runs, out, overwrite)
-    counts = {"done": 0, "failed": 0, "worker_seconds": 0.0}
+    counts = {"done": 0, "failed": 0, "snapshots": 0, "worker_seconds": 0.0}
     if len(todo) < len(runs):
         write(f"{len(runs) - len(todo)} of {len(runs)} runs already finished with these settings: kept")
     bar = tqdm(total=len(todo), desc=f"sweep ({executor.name})", unit="run", disable=not progress,
                dynamic_ncols=True)
 
     def on_outcome(job: SweepJob, outcome) -> None:
-        if outcome.error is None:
+        if job.finished is not None:   # a finished run: only its timeline.json comes back, nothing else changes
+            traced(job, outcome)
+        elif outcome.error is None:
             write_run(job.plan.run_dir, outcome.result.files)
             counts["done"] += 1
             counts["worker_seconds"] += outcome.result.seconds
@@ -168,6 +217,16 @@ def sweep_locked(runs: list[SweepRun], out: Path, executor, command: str, resume
             counts["failed"] += 1
             bar.write(f"{job.plan.run_dir}: failed twice ({outcome.error}); recorded in {FAILED}")
         bar.set_postfix(done=counts["done"], failed=counts["failed"], refresh=False)
+        bar.update()
+
+    def traced(job: SweepJob, outcome) -> None:
+        if outcome.error is None:
+            for name, data in outcome.result.files.items():
+                atomic_write(job.plan.run_dir / name, lambda temp, data=data: Path(temp).write_bytes(data))
+            counts["snapshots"] += 1
+        else:   # the run itself stays finished and counted: no failed.json beside it
+            bar.write(f"{job.plan.run_dir}: tracing its snapshots failed twice ({outcome.error}); its circuit is "
+                      "counted, its timeline is not")
         bar.update()
 
     started = time.perf_counter()
@@ -180,8 +239,8 @@ def sweep_locked(runs: list[SweepRun], out: Path, executor, command: str, resume
         raise KeyboardInterrupt(f"finished runs are kept; continue the sweep with: {resume_command()}") from None
     finally:
         bar.close()
-    return SweepOutcome(len(runs), len(runs) - len(todo), counts["done"], counts["failed"],
-                        time.perf_counter() - started, counts["worker_seconds"])
+    return SweepOutcome(len(runs), len(runs) - len(todo) + counts["snapshots"], counts["done"], counts["failed"],
+                        time.perf_counter() - started, counts["worker_seconds"], counts["snapshots"])
 
 
 def check_gpus_per_run(gpus: float, executor: str) -> None:
@@ -219,11 +278,12 @@ def sweep_command(task_cls: type, args) -> None:
     outcome = run_sweep(runs, out, executor, command_line(), resume=args.resume, overwrite=args.overwrite,
                         progress=not args.no_progress)
     per_run = f", {outcome.worker_seconds / outcome.done:.1f} s per run in its worker" if outcome.done else ""
-    print(f"sweep: {outcome.done} runs done, {outcome.failed} failed, {outcome.kept} kept, "
+    traced = f" ({outcome.snapshots_traced} of them had their snapshots traced)" if outcome.snapshots_traced else ""
+    print(f"sweep: {outcome.done} runs done, {outcome.failed} failed, {outcome.kept} kept{traced}, "
           f"in {outcome.seconds:.1f} s{per_run}")
     if outcome.done + outcome.kept == 0:
         print(f"no finished runs in {out}: no census (see each run's {FAILED})")
         return
-    from probes.census import census_command
+    from toylens.census import census_command
 
     census_command(out)

@@ -248,7 +248,8 @@ def read_text(path: Path, fix: str) -> str:
 # ---- a sweep's page ---------------------------------------------------------------------------
 
 def census_page(runs_dir: Path, made_by: str) -> Page:
-    from probes.census import draw, markdown, take_census
+    from probes.census import take_census
+    from probes.report.census import TIMELINE_FIGURE, draw, draw_timeline, markdown
     from tasks.training.runs import find_runs
 
     runs_dir = Path(runs_dir)
@@ -258,13 +259,17 @@ def census_page(runs_dir: Path, made_by: str) -> Page:
     task = runs[0].task.name
     name = f"census-{path_name(runs_dir.resolve().name, 'sweep folder')}"   # one page per sweep, named by its folder
     figure = "census.png"
-    title, body = markdown(census, f"{FIGURES}/{name}/{figure}").split("\n", 1)
+    timeline = any(g.timeline is not None and g.timeline.runs for g in groups)
+    title, body = markdown(census, f"{FIGURES}/{name}/{figure}",
+                           f"{FIGURES}/{name}/{TIMELINE_FIGURE}" if timeline else None).split("\n", 1)
     text = "\n".join([f"{title}: {task}", "",
                       f"Made by `{made_by}` from the sweep in `{runs_dir}` ({sum(g.finished for g in groups)} "
                       "finished runs); every number below is read from its runs' stored files. Regenerate "
                       "this page rather than edit it.", "",
                       trained_with(runs), body])
-    return Page(f"{name}.md", text, ((figure, lambda temp: draw(census, Path(temp))),))
+    figures = ((figure, lambda temp: draw(census, Path(temp))),) + \
+        (((TIMELINE_FIGURE, lambda temp: draw_timeline(census, Path(temp))),) if timeline else ())
+    return Page(f"{name}.md", text, figures)
 
 
 def is_sweep(runs_dir: Path) -> bool:
