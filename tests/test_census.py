@@ -94,6 +94,7 @@ def test_a_circuit_json_with_paths_is_read_back(tmp_path):
     import json
     from types import SimpleNamespace
 
+    from models.spec import ModelSpec
     from probes.census import circuit_record, read_circuit
     from probes.circuits.labels import CircuitSummary, PathFacts, circuit_label
 
@@ -103,5 +104,5 @@ def test_a_circuit_json_with_paths_is_read_back(tmp_path):
     config = {"run_sha256": "r" * 64, "weights_sha256": "w" * 64, "spec": {"n_layers": 2}}
     (tmp_path / "circuit.json").write_text(json.dumps(circuit_record(summary, config)))
     run = SimpleNamespace(path=tmp_path, config=config, model_name="attn-only-2x1", seed=3,
-                          metrics={"accuracy": {"heldout": 1.0}})
+                          spec=ModelSpec(n_layers=2), metrics={"accuracy": {"heldout": 1.0}})
     assert circuit_label(read_circuit(run)).text == "Q-composition L0H0->L1H0"
