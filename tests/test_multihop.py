@@ -23,7 +23,7 @@ from probes.settings import ReportSettings
 
 PLUGINS = Path(__file__).parent / "plugins"
 SMALL = ReportSettings(ablation_rows=128, reference_rows=128, patch_pairs=32)
-SEEDS = (0, 1)
+SEEDS = (1, 2)   # seeds 0-2 all learn the chain (measured); 1 and 2 are the quicker (900, 1,300 steps)
 
 
 @pytest.fixture(scope="module", autouse=True)
