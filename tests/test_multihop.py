@@ -3,11 +3,13 @@
 source before its alias; the partner swaps the sources' names). The edge oracle's circuit is a
 multi-hop chain, and the summary, the census and the role view must say what it says.
 
-The chain the task is built for (measured, seed 0): L0H0 copies each statement's lhs onto its rhs;
-L1H0, at the alias's rhs, finds the source whose lhs is that name (reading L0H0 through its keys) and
-copies the value; L2H0, at the query, finds the alias whose lhs is the query (L0H0 through its keys)
-and reads L1H0's copy through its values: oracle edges embed -> L0H0.v, L0H0 -> L1H0.k,
-L1H0 -> L2H0.v, L2H0 -> logits at 94-96% of the gap each.
+The chain the task is built for (measured, seeds 0-2): L0H0 copies each statement's lhs onto its
+rhs; L1H0, at the alias's rhs, finds the source whose lhs is that name (reading L0H0 through its
+keys) and copies the value; L2H0, at the query, finds the alias whose lhs is the query (L0H0 through
+its keys) and reads L1H0's copy through its values: oracle edges embed -> L0H0.v, L0H0 -> L1H0.k,
+L1H0 -> L2H0.v, L2H0 -> logits at 91-103% of the gap each. With one head per block the architecture
+leaves no other way, so every seed shares the mechanism: the census case "two mechanisms, two rows"
+is checked only in the sense that rows must follow the oracle's partition of the seeds.
 """
 
 from __future__ import annotations

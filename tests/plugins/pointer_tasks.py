@@ -1,16 +1,17 @@
 """A test plugin whose answer needs three attention heads in series, its layout varying per example.
 
-twohop: two-hop variable binding written as two-token statements `lhs rhs`, shuffled per example:
+twohop: two-hop variable binding written as two-token statements `lhs rhs`, shuffled per example
+(each source before its alias):
 
-    a 3 d a c 7 b c ? d  ->  3        (d = a, a = 3)
+    a 3 d a c 7 b c ? d  ->  3        (d is a, a is 3)
 
-Two chains (a source `a 3` binding a variable to a value, an alias `d a` binding a variable to the
-source's variable); the query names an alias. Its partner swaps the two aliases' names (`b a ... d c`),
-so the same tokens in the same places answer 7: an order-blind model cannot tell the pair apart,
-and what differs between them, the alias names, reaches the answer only through three hops in
-series in a 3-layer attention-only model: a head copies each statement's lhs onto its rhs, a second
-finds (from the query) the alias statement whose lhs is the query and copies its rhs, a third finds
-the source statement whose lhs that is and copies its value.
+Two chains, each a source (`a 3`: a variable bound to a value) and an alias (`d a`: a variable bound
+to the source's variable); held-out queries name an alias. The partner trades the sources' names
+(`c 3 ... a 7 ... d a ... b c ? d` -> 7): the same tokens in the same places, so an order-blind model
+cannot tell the pair apart, and what differs, the sources' names, reaches the answer of a 3-layer
+attention-only model only through three heads in series: one copies each statement's lhs onto its
+rhs, one (at the alias's rhs) finds the source whose lhs that is and copies its value, one (at the
+query) finds the alias whose lhs is the query and reads that copy.
 
 Roles name the positions of the asked chain (they move with the shuffle) and the query.
 """
@@ -34,20 +35,22 @@ class TwoHopParams:
 
 
 def order_of(order, chain, alias):
+    """Chain `chain`'s source (alias False) or alias statement in `order`."""
     return next(statement for statement in order if statement[2] == chain and statement[3] == alias)
 
 
 class TwoHopTask(Task):
-    """Two-hop binding `a 3 d a c 7 b c ? d` -> 3, statements shuffled; pairs swap the alias names."""
+    """Two-hop binding `a 3 d a c 7 b c ? d` -> 3, statements shuffled; pairs trade the sources' names."""
 
     name, Params, version = "twohop", TwoHopParams, 3
 
     def __init__(self, params=None):
         super().__init__(params)
         p = self.params
-        if not 2 <= p.chains <= 3 or not 2 * p.chains <= p.variables <= len(VARIABLES) or not p.chains <= p.values <= len(VALUES):
+        if (not 2 <= p.chains <= 3 or not 2 * p.chains <= p.variables <= len(VARIABLES)
+                or not p.chains <= p.values <= len(VALUES) or not 0 <= p.one_hop <= 1):
             raise UsageError(f"twohop: chains must be 2..3, variables 2*chains..{len(VARIABLES)}, "
-                             f"values chains..{len(VALUES)}; got {p}")
+                             f"values chains..{len(VALUES)}, one_hop 0..1; got {p}")
 
     def vocabulary(self) -> list[str]:
         return [*VARIABLES[:self.params.variables], *VALUES[:self.params.values], "?"]
@@ -70,7 +73,8 @@ class TwoHopTask(Task):
             order += [(aliases[c], sources[c], c, True) for c in range(p.chains)]
             while True:
                 rng.shuffle(order)
-                if all(order.index(order_of(order, c, False)) < order.index(order_of(order, c, True)) for c in range(p.chains)):
+                if all(order.index(order_of(order, c, False)) < order.index(order_of(order, c, True))
+                       for c in range(p.chains)):
                     break
             asked, other = rng.sample(range(p.chains), 2)
             swap = {asked: sources[other], other: sources[asked]}   # the partner's sources trade names
@@ -87,7 +91,7 @@ class TwoHopTask(Task):
                 continue
             seen.add(tokens)
             roles["query"] = len(tokens) - 2
-            # Only the two-hop split is patched: a one-hop query's answer does not depend on the alias names.
+            # Only held-out pairs are patched: training and validation carry no partners.
             partner = () if one_hop else tuple(index[w] for w in [*partner, "?", query, values[other]])
             examples.append(Example(tokens, positions=(len(tokens) - 2,), foils=(index[values[other]],),
                                     counterfactual=partner, roles=roles))
@@ -99,8 +103,8 @@ class TwoHopTask(Task):
 
     def default_training(self) -> dict:
         # Measured (seeds 0-2): the scored loss sits near ln 2 for 600-1,100 steps before the chain forms,
-        # then validation is solved by step 900-1,400 (held-out 99.4-99.7%); at lr 2e-3 or 3e-3 seed 0
-        # formed nothing in 1,500-3,000 steps. "Stalled" waits longer than that plateau.
+        # then validation is solved by step 900-1,400 (held-out 99.4-99.7%); at lr 2e-3 seed 0 had formed
+        # nothing by step 1,450. "Stalled" waits longer than that plateau.
         return {"max_steps": 3000, "lr": 1e-3, "batch_size": 64, "eval_every": 50, "loss_positions": "scored",
                 "plateau_steps": 1500}
 
