@@ -87,6 +87,18 @@ def named_paths(paths, claim: float) -> list[PathFacts]:
     return [path for path in paths if path.strength >= claim]
 
 
+def path_chain(paths) -> list[PathFacts]:
+    """The longest run of `paths` in series (each path's receiver the next one's sender), in the
+    order the signal flows: the hops of a multi-hop circuit. Heads only send to later layers, so the
+    search ends."""
+    def longest(head: str, left: list) -> list:
+        runs = [[path, *longest(path.receiver, [p for p in left if p is not path])]
+                for path in left if path.sender == head]
+        return max(runs, key=len, default=[])
+
+    return max((longest(path.sender, list(paths)) for path in paths), key=len, default=[])
+
+
 @dataclass(frozen=True)
 class CircuitSummary:
     model_name: str

@@ -175,13 +175,24 @@ def edge_words(path, analysis) -> str:
             f"{COMPONENT_WORDS[path.component]}) recovers {views_words(path, analysis)}{restored}")
 
 
+def chain_words(paths) -> str:
+    """'; in series: L0H0 -> L1H0.k, then L1H0 -> L2H0.v (3 heads, one hop each)' where named paths
+    chain (probes.circuits.labels.path_chain), so a multi-hop circuit reads as one, not as separate paths."""
+    from probes.circuits.labels import path_chain
+
+    chain = path_chain(paths)
+    if len(chain) < 2:
+        return ""
+    return f"; in series: {', then '.join(p.oracle_name for p in chain)} ({len(chain) + 1} heads, one hop each)"
+
+
 def path_clause(analysis, settings: ReportSettings) -> str | None:
     paths = paths_of(analysis)
     chosen = named(analysis, settings)
     if chosen:
         return (f"{'path' if len(chosen) == 1 else f'{len(chosen)} paths'} (named where the sender's write "
                 f"patched at every position or at one position recovers {pct(settings.path_claim)} of the gap): "
-                + ", and ".join(edge_words(path, analysis) for path in chosen))
+                + ", and ".join(edge_words(path, analysis) for path in chosen) + chain_words(chosen))
     if paths:
         return (f"no head-to-head path recovers {pct(settings.path_claim)} of the gap, with the sender patched "
                 f"at every position or at any single one (the strongest, {paths[0].oracle_name}, recovers "
