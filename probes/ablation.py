@@ -56,7 +56,7 @@ def fit_width(values: torch.Tensor, width: int, fill: torch.Tensor) -> torch.Ten
     """Cut or extend dim 1 (positions) to `width`, extending with `fill`."""
     if values.shape[1] >= width:
         return values[:, :width]
-    extra = fill.expand(values.shape[0], width - values.shape[1], *fill.shape[-2:])
+    extra = fill.expand(values.shape[0], width - values.shape[1], *values.shape[2:])
     return torch.cat([values, extra], dim=1)
 
 
@@ -108,23 +108,27 @@ def replacement_z(model, batch: Batch, layers, method: str, seed: int, reference
     else:
         reference = reference.to(device_of(model))
         z = cached_z(model, reference.inputs, layers)
+    if method == "mean":
+        return {layer: position_mean(z[layer], reference, width).expand(len(batch), -1, -1, -1) for layer in layers}
     valid = reference.real_positions().float()[:, :, None, None]
     out = {}
-    if method == "mean":
-        for layer in layers:
-            total = (z[layer] * valid).sum(0)
-            # Positions no reference row reaches fall back to the mean over all real positions.
-            overall = total.sum(0) / valid.sum()
-            per_position = total / valid.sum(0).clamp(min=1)
-            per_position = torch.where(valid.sum(0) > 0, per_position, overall)
-            out[layer] = fit_width(per_position[None], width, overall[None, None])[0].expand(
-                len(batch), -1, -1, -1)
-        return out
     rows = resample_rows(batch, reference, seed)
     for layer in layers:
         overall = (z[layer] * valid).sum((0, 1)) / valid.sum()
         out[layer] = fit_width(z[layer][rows], width, overall[None, None])
     return out
+
+
+def position_mean(values: torch.Tensor, reference: Batch, width: int) -> torch.Tensor:
+    """[width, ...]: `values` ([reference rows, pos, ...]) averaged at each position over the
+    reference's real positions."""
+    valid = reference.real_positions().float().view(*values.shape[:2], *[1] * (values.dim() - 2))
+    total = (values * valid).sum(0)
+    # Positions no reference row reaches fall back to the mean over all real positions.
+    overall = total.sum(0) / valid.sum()
+    per_position = total / valid.sum(0).clamp(min=1)
+    per_position = torch.where(valid.sum(0) > 0, per_position, overall)
+    return fit_width(per_position[None], width, overall[None, None])[0]
 
 
 def resample_rows(batch: Batch, reference: Batch, seed: int) -> torch.Tensor:

@@ -90,7 +90,7 @@ def test_terminal_tables_fit_one_screen_and_say_each_runs_facts(with_circuits):
         if a.circuit is None:
             assert row["circuit / kind"].startswith("none:")
             continue
-        assert all(node.name in row["circuit / kind"] for node in a.circuit.nodes)
+        assert all(head in row["circuit / kind"] for head in a.circuit.heads)
         for path in named(a, DEFAULT):
             where = f" @p{path.position}" if path.position >= 0 else ""
             assert f"{path.sender} ->{path.component} {path.receiver}{where}" in row["circuit / kind"]

@@ -35,7 +35,7 @@ from transformer_lens.utilities import get_act_name
 
 from common.cli import UsageError
 from models.bridge import device_of, native
-from models.graph import MLP, Edge, Embed, Graph, Head, Input, Logits
+from models.graph import HEAD_PORTS, MLP, Edge, Embed, Graph, Head, Input, Logits, stage
 from models.resume import forward_from
 from probes.patching import Outcome, corrupt_inputs, outcome, replica_scored, replicas_per_forward
 from tasks.data import Batch
@@ -67,6 +67,21 @@ def receiver_input(model, layer: int, port: str, residual: torch.Tensor) -> torc
     block = model.blocks[layer]
     out = native(getattr(block.attn, port))(native(block.ln1)(residual))
     return out.view(*out.shape[:2], model.cfg.n_heads, model.cfg.d_head)
+
+
+def model_graph(model) -> Graph:
+    """models.graph.graph_of's graph, built from the bridge's config, so the oracle takes any
+    model, not only a ModelSpec's."""
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    heads = [Head(l, h) for l in range(n_layers) for h in range(n_heads)]
+    mlps = [] if model.cfg.attn_only else [MLP(l) for l in range(n_layers)]
+    senders = tuple(sorted([Embed(), *heads, *mlps], key=lambda node: (stage(node, n_layers), node)))
+    receivers = sorted([*heads, *mlps, Logits()], key=lambda node: (stage(node, n_layers), node))
+    inputs = tuple(Input(node, port) for node in receivers
+                   for port in (HEAD_PORTS if isinstance(node, Head) else ("in",)))
+    edges = tuple(Edge(sender, receiver) for receiver in inputs for sender in senders
+                  if stage(sender, n_layers) < stage(receiver.node, n_layers))
+    return Graph(n_layers, senders, inputs, edges)
 
 
 @dataclass(frozen=True)
@@ -128,22 +143,29 @@ class EdgeHooks:
         return self.writes[sender]
 
     def delta(self, receiver: Input):
-        """(replicas whose set touches this input, [those, n, pos, d] added to its residual), or None."""
+        """(replicas whose set touches this input, [those, n, pos, d] added to its residual), or None.
+        Summed per sender over a [replicas, pos] mask of where it is patched, so an edge resolved
+        by position costs no more than a whole one."""
         pending = self.by_receiver.get(receiver)
         if not pending:
             return None
         rows = sorted({replica for replica, _ in pending})
-        like = self.other.writes[pending[0][1].sender]
-        out = torch.zeros(len(rows), *like.shape, device=like.device)
+        row_of = {replica: i for i, replica in enumerate(rows)}
+        where = {}      # sender -> ([row, position] of its positional edges, [row] of its whole ones)
         for replica, edge in pending:
-            actual = self.actual(edge.sender)
-            change = self.other.writes[edge.sender] - actual[replica if len(actual) > 1 else 0]
-            row = rows.index(replica)
-            if edge.position is None:
-                out[row] += change
-            else:
-                out[row, :, edge.position] += change[:, edge.position]
-        return torch.tensor(rows, device=out.device), out
+            cells, whole = where.setdefault(edge.sender, ([], []))
+            (whole.append(row_of[replica]) if edge.position is None else cells.append((row_of[replica], edge.position)))
+        index = torch.tensor(rows, device=self.other.writes[pending[0][1].sender].device)
+        out = None
+        for sender, (cells, whole) in where.items():
+            other, actual = self.other.writes[sender], self.actual(sender)
+            mask = torch.zeros(len(rows), other.shape[1], device=other.device)
+            mask[whole] = 1.0
+            if cells:
+                mask[tuple(torch.tensor(cells, device=other.device).T)] = 1.0
+            change = mask[:, None, :, None] * (other - (actual[index] if len(actual) > 1 else actual))
+            out = change if out is None else out + change
+        return index, out
 
     def residual(self, name: str, rows: torch.Tensor) -> torch.Tensor:
         value = self.seen[name]

@@ -21,8 +21,8 @@ from common.cli import UsageError
 from common.stats import share
 from models.bridge import device_of
 from models.components import Head, HeadSet
-from models.graph import HEAD_PORTS, MLP, Edge, Embed, Graph, Input, stage
-from probes.circuits.oracle import Runs, patched_runs, record_runs
+from models.graph import HEAD_PORTS, Edge, Graph, Input
+from probes.circuits.oracle import Runs, model_graph, patched_runs, record_runs
 from tasks.data import Batch
 
 COMPONENTS = HEAD_PORTS
@@ -94,19 +94,6 @@ class PathTarget:
         if self.clean_values:
             edges |= {edge for receiver in self.receiver for edge in graph.into(Input(receiver, "v"))}
         return frozenset(edges)
-
-
-def model_graph(model) -> Graph:
-    """Every sender and receiver input of the model's blocks, as the oracle's hooks need them
-    (built from the bridge's config, so path patching takes any model, not only a ModelSpec's)."""
-    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
-    heads = [Head(l, h) for l in range(n_layers) for h in range(n_heads)]
-    mlps = [] if model.cfg.attn_only else [MLP(l) for l in range(n_layers)]
-    senders = tuple(sorted([Embed(), *heads, *mlps], key=lambda node: (stage(node, n_layers), node)))
-    inputs = tuple(Input(head, port) for head in heads for port in HEAD_PORTS)
-    edges = tuple(Edge(sender, receiver) for receiver in inputs for sender in senders
-                  if stage(sender, n_layers) < stage(receiver.node, n_layers))
-    return Graph(n_layers, senders, inputs, edges)
 
 
 def receiver_rows(pattern: torch.Tensor, batch: Batch, head: int) -> torch.Tensor:

@@ -107,7 +107,7 @@ def head_data(analysis) -> dict:
     mean = analysis.attention.mean["all"]
     n_layers, n_heads, _ = mean.shape
     nodes = [] if analysis.circuit is None else [
-        {"head": n.name, "positions": None if n.positions is None else list(n.positions)} for n in analysis.circuit.nodes]
+        {"head": str(head), "positions": None if kept is None else list(kept)} for head, kept in analysis.circuit.kept.items()]
     return {"n_layers": n_layers, "n_heads": n_heads, "labels": list(analysis.labels or analysis.attention.labels),
             "mean_rows": analysis.attention.rows["all"],
             "mean": {f"L{l}H{h}": rounded(mean[l, h].tolist()) for l in range(n_layers) for h in range(n_heads)},
