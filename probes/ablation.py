@@ -9,7 +9,7 @@ activations), which they require: the report uses the run's training rows
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from transformer_lens.utilities import get_act_name
@@ -84,10 +84,14 @@ def cached_z(model, tokens: torch.Tensor, layers) -> dict[int, torch.Tensor]:
 @dataclass(frozen=True)
 class Reference:
     """Reference examples with every layer's z from one forward: a report ablates with the same
-    reference many times (three sweeps, the circuit search, the circuit itself, head roles)."""
+    reference many times (three sweeps, the circuit search, the circuit itself, head roles). From
+    the same forward, the other residual writes (hook name -> activation: the embeddings'
+    resid_pre 0, each MLP's mlp_out) that the edge graph's mean ablation averages
+    (probes.circuits.ablations)."""
 
     batch: Batch
     z: dict[int, torch.Tensor]
+    writes: dict = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.batch)
@@ -95,7 +99,10 @@ class Reference:
 
 def reference_activations(model, batch: Batch) -> Reference:
     batch = batch.to(device_of(model))
-    return Reference(batch, cached_z(model, batch.inputs, range(model.cfg.n_layers)))
+    layers = range(model.cfg.n_layers)
+    writes = [get_act_name("resid_pre", 0)] + ([] if model.cfg.attn_only else [get_act_name("mlp_out", l) for l in layers])
+    _, cache = chunked_cache(model, batch.inputs, [get_act_name("z", l) for l in layers] + writes)
+    return Reference(batch, {l: cache[get_act_name("z", l)] for l in layers}, {name: cache[name] for name in writes})
 
 
 def replacement_z(model, batch: Batch, layers, method: str, seed: int, reference: "Batch | Reference") -> dict:

@@ -28,27 +28,27 @@ class Ablation(Enum):
 
 def reference_writes(model, batch: Batch, graph: Graph, reference) -> dict:
     """Each sender's write at each position averaged over `reference` (a Batch, or a
-    probes.ablation.Reference holding its z), real positions only, shaped for `batch`. A head's
+    probes.ablation.Reference holding its activations), real positions only, shaped for `batch`. A head's
     mean write is its mean z through W_O, the mean probes.ablation's mean ablation replaces z with."""
     from transformer_lens.utilities import get_act_name
 
     from probes.ablation import Reference, chunked_cache, position_mean
 
-    if isinstance(reference, Reference):
-        z, reference = reference.z, reference.batch
-    else:
-        z = None
-    reference = reference.to(device_of(model))
-    width, n = batch.inputs.shape[1], len(batch)
     names = [get_act_name("resid_pre", 0)] + [mlp_out_name(s.layer) for s in graph.senders if isinstance(s, MLP)]
-    names += [] if z is not None else [get_act_name("z", l) for l in range(graph.n_layers)]
-    with torch.no_grad():
-        _, cache = chunked_cache(model, reference.inputs, names)
-    z = z if z is not None else {l: cache[get_act_name("z", l)] for l in range(graph.n_layers)}
+    names += [get_act_name("z", l) for l in range(graph.n_layers)]
+    if isinstance(reference, Reference):
+        cache = {**reference.writes, **{get_act_name("z", l): z for l, z in reference.z.items()}}
+        reference = reference.batch
+    else:
+        reference = reference.to(device_of(model))
+        with torch.no_grad():
+            _, cache = chunked_cache(model, reference.inputs, names)
+    width, n = batch.inputs.shape[1], len(batch)
     W_O, out = model.W_O, {}
+    z = {l: position_mean(cache[get_act_name("z", l)], reference, width) for l in range(graph.n_layers)}
     for sender in graph.senders:
         if isinstance(sender, Head):
-            mean = position_mean(z[sender.layer], reference, width)[:, sender.head] @ W_O[sender.layer, sender.head]
+            mean = z[sender.layer][:, sender.head] @ W_O[sender.layer, sender.head]
         else:
             name = get_act_name("resid_pre", 0) if isinstance(sender, Embed) else mlp_out_name(sender.layer)
             mean = position_mean(cache[name], reference, width)

@@ -142,30 +142,41 @@ class EdgeHooks:
                 self.writes[sender] = self.base.writes[sender][None]
         return self.writes[sender]
 
-    def delta(self, receiver: Input):
-        """(replicas whose set touches this input, [those, n, pos, d] added to its residual), or None.
-        Summed per sender over a [replicas, pos] mask of where it is patched, so an edge resolved
-        by position costs no more than a whole one."""
+    def patches(self, receiver: Input):
+        """What this input receives, canonically ordered (None: nothing): per sender, by name, the
+        replicas patching it and their positions (None: every position). Inputs with equal patches
+        get equal deltas."""
         pending = self.by_receiver.get(receiver)
         if not pending:
             return None
-        rows = sorted({replica for replica, _ in pending})
-        row_of = {replica: i for i, replica in enumerate(rows)}
-        where = {}      # sender -> ([row, position] of its positional edges, [row] of its whole ones)
+        where = {}
         for replica, edge in pending:
-            cells, whole = where.setdefault(edge.sender, ([], []))
-            (whole.append(row_of[replica]) if edge.position is None else cells.append((row_of[replica], edge.position)))
-        index = torch.tensor(rows, device=self.other.writes[pending[0][1].sender].device)
-        out = None
-        for sender, (cells, whole) in where.items():
-            other, actual = self.other.writes[sender], self.actual(sender)
-            mask = torch.zeros(len(rows), other.shape[1], device=other.device)
-            mask[whole] = 1.0
-            if cells:
-                mask[tuple(torch.tensor(cells, device=other.device).T)] = 1.0
-            change = mask[:, None, :, None] * (other - (actual[index] if len(actual) > 1 else actual))
-            out = change if out is None else out + change
-        return index, out
+            patched = where.setdefault(edge.sender, {})
+            whole = edge.position is None or (replica in patched and patched[replica] is None)
+            patched[replica] = None if whole else tuple(sorted((*patched.get(replica, ()), edge.position)))
+        return tuple((sender, tuple(sorted(where[sender].items())))
+                     for sender in sorted(where, key=str))
+
+    def delta(self, patches):
+        """(replicas these patches touch, [those, n, pos, d] added to the input's residual): one
+        change per sender and replica patching it, masked to the positions patched, so an edge
+        resolved by position costs no more than a whole one."""
+        rows = sorted({replica for _, patched in patches for replica, _ in patched})
+        row_of = {replica: i for i, replica in enumerate(rows)}
+        like = self.other.writes[patches[0][0]]
+        out = torch.zeros(len(rows), *like.shape, device=like.device)
+        for sender, patched in patches:
+            replicas = [replica for replica, _ in patched]
+            actual = self.actual(sender)
+            change = self.other.writes[sender] - (actual[replicas] if len(actual) > 1 else actual)
+            if any(positions is not None for _, positions in patched):
+                mask = torch.zeros(len(replicas), like.shape[1], device=like.device)
+                for i, (_, positions) in enumerate(patched):
+                    mask[i, slice(None) if positions is None else list(positions)] = 1.0
+                change = mask[:, None, :, None] * change
+            out.index_add_(0, torch.tensor([row_of[r] for r in replicas], device=like.device),
+                           change.expand(len(replicas), *like.shape))
+        return torch.tensor(rows, device=like.device), out
 
     def residual(self, name: str, rows: torch.Tensor) -> torch.Tensor:
         value = self.seen[name]
@@ -175,22 +186,26 @@ class EdgeHooks:
         def hook(act, hook):
             act = act.clone()
             view = act.view(len(self.sets), self.n, *act.shape[1:])
+            computed = {}     # patches -> (rows, every head's input from the patched residual)
             for head in heads:
-                touched = self.delta(Input(head, port))
-                if touched is not None:
-                    rows, delta = touched
+                patches = self.patches(Input(head, port))
+                if patches is None:
+                    continue
+                if patches not in computed:
+                    rows, delta = self.delta(patches)
                     residual = self.residual(get_act_name("resid_pre", layer), rows) + delta
-                    value = receiver_input(self.model, layer, port, residual.flatten(0, 1))
-                    view[rows, :, :, head.head] = value.view(len(rows), *view.shape[1:])[:, :, :, head.head]
+                    computed[patches] = rows, receiver_input(self.model, layer, port, residual.flatten(0, 1))
+                rows, value = computed[patches]
+                view[rows, :, :, head.head] = value.view(len(rows), *view.shape[1:])[:, :, :, head.head]
             return act
         return hook
 
     def single_input(self, receiver: Input, residual_name: str, norm):
         def hook(act, hook):
-            touched = self.delta(receiver)
-            if touched is None:
+            patches = self.patches(receiver)
+            if patches is None:
                 return act
-            rows, delta = touched
+            rows, delta = self.delta(patches)
             act = act.clone()
             view = act.view(len(self.sets), self.n, *act.shape[1:])
             view[rows] = norm(self.residual(residual_name, rows) + delta)

@@ -17,9 +17,11 @@ model at those logits: its faithfulness is 1 by construction (`upstream_complete
 
 Search: rank heads by how much knocking each one out of the full model loses, add them in that
 order until the circuit recovers `target` of the gap, drop any it can do without, then try to pin
-each head to its few most important positions (from activation patching). Each step measures all
-its candidate circuits in one batched oracle call. Edges between circuit heads are measured by
-exact path patching (probes.circuits.path_patching).
+each head to its few most important positions (from activation patching). Each step measures its
+candidate circuits in batched oracle calls (the knock-outs in one; added heads and pinned positions
+a few at a time, since measuring past the first that reaches the target costs forwards), and no
+circuit is measured twice. Edges between circuit heads are measured by exact path patching
+(probes.circuits.path_patching).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from probes.patching import Outcome, corrupt_inputs, live_positions, run_outcome
 from tasks.data import Batch
 
 MAX_POSITIONS = 3
+PREFIXES_PER_CALL = 2   # rank-order prefixes measured a call while adding heads
 
 Kept = dict   # Head -> the positions its writes are kept at (a sorted tuple; None: every position)
 
@@ -78,11 +81,17 @@ class HeadCircuits:
         self.runs = ablated_runs(model, self.batch, self.graph, Ablation.MEAN, reference)
         self.clean = clean or run_outcome(model, self.batch, self.batch.inputs)
         self.corrupt = corrupt or run_outcome(model, self.batch, corrupt_inputs(self.batch))
+        self.measured: dict[tuple, Outcome] = {}
         self.empty = self.outcomes([{}])[0]
 
     def outcomes(self, circuits: list[Kept]) -> list[Outcome]:
-        return circuit_outcomes(self.model, self.batch, self.graph,
-                                [circuit_edges(self.graph, kept) for kept in circuits], self.runs)
+        """Each circuit's Outcome; circuits measured before are not measured again."""
+        keys = [tuple(sorted(kept.items())) for kept in circuits]
+        new = list({key: kept for key, kept in zip(keys, circuits) if key not in self.measured}.items())
+        found = circuit_outcomes(self.model, self.batch, self.graph,
+                                 [circuit_edges(self.graph, kept) for _, kept in new], self.runs) if new else []
+        self.measured.update(zip([key for key, _ in new], found))
+        return [self.measured[key] for key in keys]
 
     def __call__(self, circuits: list[Kept]) -> list[Faithfulness]:
         return [scaled(o, self.clean, self.corrupt, self.empty) for o in self.outcomes(circuits)]
@@ -153,17 +162,36 @@ def search_circuit(model, batch: Batch, reference, patching, target: float = 0.9
     knockout = dict(zip(heads, measure([every_position(g for g in heads if g != h) for h in heads])))
     restore = {h: abs(float(patching.recovered(patching.head_all[h]))) for h in heads}
     ranked = sorted(heads, key=lambda h: (-(1 - knockout[h].recovered), -restore[h]))
-    # Adding heads in rank order: every prefix at once; the circuit is the first to reach target.
-    prefixes = measure([every_position(ranked[:k]) for k in range(1, len(ranked) + 1)])
-    k = next((i for i, r in enumerate(prefixes) if r.recovered >= target), len(ranked) - 1)
-    trace = [(names(ranked[:i + 1]), r.recovered, r.normalised) for i, r in enumerate(prefixes[:k + 1])]
-    chosen = drop_unneeded(measure, ranked[:k + 1], target, trace)
+    trace = []
+    chosen = drop_unneeded(measure, add_in_order(measure, ranked, target, trace), target, trace)
     kept = pin_positions(measure, every_position(sorted(chosen)), patching, target)
     found, whole = measure([kept, every_position(sorted(chosen))])
     graph = measure.graph
     return Circuit(kept, found, whole, {str(h): result for h, result in knockout.items()}, trace,
                    upstream_complete(graph, circuit_edges(graph, kept), measure.batch),
                    upstream_complete(graph, circuit_edges(graph, every_position(chosen)), measure.batch))
+
+
+def first_reaching(measure: HeadCircuits, trials: list[Kept], target: float, per_call: int):
+    """(index, Faithfulness) of the first trial recovering `target` (None, None if none does),
+    measuring `per_call` trials a call: a batch costs one forward per replica on a CPU, so trials
+    after the first hit are not worth measuring."""
+    for first in range(0, len(trials), per_call):
+        results = measure(trials[first:first + per_call])
+        hit = next((i for i, r in enumerate(results) if r.recovered >= target), None)
+        if hit is not None:
+            return first + hit, results[hit]
+    return None, None
+
+
+def add_in_order(measure: HeadCircuits, ranked: list[Head], target: float, trace: list) -> list[Head]:
+    """The shortest prefix of `ranked` reaching `target` (all of it when none does)."""
+    prefixes = [every_position(ranked[:k]) for k in range(1, len(ranked) + 1)]
+    hit, _ = first_reaching(measure, prefixes, target, PREFIXES_PER_CALL)
+    chosen = ranked if hit is None else ranked[:hit + 1]
+    for k, result in enumerate(measure(prefixes[:len(chosen)]), 1):
+        trace.append((names(ranked[:k]), result.recovered, result.normalised))
+    return list(chosen)
 
 
 def drop_unneeded(measure: HeadCircuits, chosen: list[Head], target: float, trace: list) -> list[Head]:
@@ -185,15 +213,14 @@ def drop_unneeded(measure: HeadCircuits, chosen: list[Head], target: float, trac
 def pin_positions(measure: HeadCircuits, kept: Kept, patching, target: float) -> Kept:
     """Restrict each head, in turn, to its 1..MAX_POSITIONS most important live positions while the
     circuit still recovers `target` (the fewest that do); a head that needs more keeps every
-    position. A head's trials are measured in one call."""
+    position."""
     live = live_positions(measure.batch)
     for head in list(kept):
         effect = patching.recovered(patching.head_out[head.layer, :, head.head]).abs()
         ranked = sorted(live, key=lambda p: -float(effect[p]))
         trials = [{**kept, head: tuple(sorted(ranked[:count]))}
                   for count in range(1, min(MAX_POSITIONS, len(ranked)) + 1)]
-        results = measure(trials) if trials else []
-        hit = next((i for i, r in enumerate(results) if r.recovered >= target), None)
+        hit, _ = first_reaching(measure, trials, target, 1)
         if hit is not None:
             kept = trials[hit]
     return kept
