@@ -105,12 +105,22 @@ def total_variation(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(0.5 * (a - b).abs().sum(-1).mean(-1))
 
 
+def path_runs(model, batch: Batch, layers=None) -> Runs:
+    """The two runs path patching moves between, with the attention patterns of `layers` (default
+    every block after the first: any receiver's), for several path_patch_many calls to share."""
+    layers = range(1, model.cfg.n_layers) if layers is None else sorted(layers)
+    return record_runs(model, batch, model_graph(model), "denoise",
+                       observe=tuple(get_act_name("pattern", l) for l in layers))
+
+
 @torch.no_grad()
-def path_patch_many(model, batch: Batch, targets: list[PathTarget]) -> list[PathPatch]:
+def path_patch_many(model, batch: Batch, targets: list[PathTarget], runs: Runs | None = None) -> list[PathPatch]:
+    """`runs`: path_runs of `batch`, when the caller already recorded them."""
     batch = batch.to(device_of(model))
     graph = model_graph(model)
-    patterns = tuple(get_act_name("pattern", l) for l in sorted({t.layer for t in targets}))
-    runs = record_runs(model, batch, graph, "denoise", observe=patterns)
+    layers = {t.layer for t in targets}
+    runs = runs or path_runs(model, batch, layers)
+    patterns = tuple(get_act_name("pattern", l) for l in sorted(layers))
     patched = patched_runs(model, batch, graph, [t.edges(graph) for t in targets], runs, observe=patterns)
     return [path_result(t, p, runs, batch) for t, p in zip(targets, patched)]
 
@@ -146,9 +156,10 @@ def path_patch(model, batch: Batch, sender, receiver, component: str, positions=
     return joint_path_patch(model, batch, [sender], [receiver], component, positions)
 
 
-def path_sweep(model, batch: Batch) -> list[PathPatch]:
-    """Every sender -> later receiver head, Q, K and V, sender patched at all positions."""
+def path_sweep(model, batch: Batch, runs: Runs | None = None) -> list[PathPatch]:
+    """Every sender -> later receiver head, Q, K and V, sender patched at all positions (`runs`:
+    path_runs of `batch`, when already recorded)."""
     heads = [Head(l, h) for l in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]
     targets = [PathTarget(HeadSet([s]), None, HeadSet([r]), c)
                for s in heads for r in heads if r.layer > s.layer for c in COMPONENTS]
-    return path_patch_many(model, batch, targets)
+    return path_patch_many(model, batch, targets, runs)

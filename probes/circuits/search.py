@@ -78,7 +78,9 @@ class HeadCircuits:
                  corrupt: Outcome | None = None):
         self.model, self.batch = model, batch.to(device_of(model))
         self.graph = head_graph(model, self.batch.inputs.shape[1])
-        self.runs = ablated_runs(model, self.batch, self.graph, Ablation.MEAN, reference)
+        # Recorded on the whole-edge graph: the writes are per sender, and its empty circuit (every
+        # edge ablated at every position) is this graph's, in fewer edges.
+        self.runs = ablated_runs(model, self.batch, model_graph(model), Ablation.MEAN, reference)
         self.clean = clean or run_outcome(model, self.batch, self.batch.inputs)
         self.corrupt = corrupt or run_outcome(model, self.batch, corrupt_inputs(self.batch))
         self.measured: dict[tuple, Outcome] = {}

@@ -155,17 +155,18 @@ def trace_circuit(context, patching) -> dict:
     matter, composition, and the circuit's heads mean-ablated on the ablation rows."""
     from probes.ablation import ablate
     from probes.composition import composition_scores
-    from probes.circuits.path_patching import PathTarget, path_patch_many, path_sweep
+    from probes.circuits.path_patching import PathTarget, path_patch_many, path_runs, path_sweep
 
     model, pairs, settings, seed = context.model, context.pairs, context.settings, context.run.seed
     circuit = search_circuit(model, pairs, context.reference, patching, settings.circuit_target)
-    paths = path_sweep(model, pairs) if model.cfg.n_layers > 1 else []
+    runs = path_runs(model, pairs) if model.cfg.n_layers > 1 else None       # both path patchings share them
+    paths = path_sweep(model, pairs, runs) if runs else []
     targets = [PathTarget(p.sender, (position,), p.receiver, p.component)
                for p in routes(paths, circuit, settings.route_floor)
                for position in route_positions(patching, p.sender[0], pairs, settings.route_positions)]
     return dict(
         circuit=circuit, paths=paths,
-        path_positions=path_patch_many(model, pairs, targets) if targets else [],
+        path_positions=path_patch_many(model, pairs, targets, runs) if targets else [],
         composition=composition_scores(model, seed=seed) if model.cfg.n_layers > 1 else None,
         circuit_ablation=ablate(model, context.sample, circuit.heads, "mean", seed, context.reference),
         node_views=[node_view(model, pairs, patching, head, kept, settings.matters)
