@@ -100,7 +100,7 @@ def test_terminal_tables_fit_one_screen_and_say_each_runs_facts(with_circuits):
         e = m.results.get("edge_circuits")
         if e is not None and e.result.circuit.edges is not None and abs(e.result.oracle.gap) >= DEFAULT.min_gap:
             assert row["edges (gap)"] == f"{len(e.result.circuit.edges)}/{len(e.result.graph.edges)}, " \
-                                         f"{e.result.circuit.faithfulness:.0%}"
+                                         f"{e.result.circuit.faithfulness.normalised:.0%}"
 
 
 def test_report_md_opens_with_the_tables_and_keeps_each_sentence_in_its_run(report):

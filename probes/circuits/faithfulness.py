@@ -115,8 +115,9 @@ class SmallestCircuit:
     method: str
     target: float
     edges: tuple[Edge, ...] | None
-    faithfulness: float             # of that circuit (of the full graph when none reaches target)
-    every_k: tuple[float, ...]      # faithfulness of the top-k circuit for k = 0 .. edges
+    faithfulness: Faithfulness      # of that circuit (of the full graph when none reaches target); clean =
+                                    # the full circuit, empty = no edge, as measured
+    every_k: tuple[float, ...]      # null-scale faithfulness of the top-k circuit for k = 0 .. edges
 
 
 def smallest_circuit(model, batch: Batch, graph: Graph, method: str, score: torch.Tensor,
@@ -127,5 +128,5 @@ def smallest_circuit(model, batch: Batch, graph: Graph, method: str, score: torc
     metrics = [o.metric for o in outcomes]
     every = normalised(metrics, metrics[0], metrics[-1])
     k = next((k for k, f in enumerate(every) if f >= target), None)
-    return SmallestCircuit(method, target, None if k is None else tuple(order[:k]),
-                           every[-1] if k is None else every[k], tuple(every))
+    found = scaled(outcomes[-1 if k is None else k], outcomes[-1], runs.other.outcome, outcomes[0])
+    return SmallestCircuit(method, target, None if k is None else tuple(order[:k]), found, tuple(every))

@@ -199,5 +199,5 @@ def edge_cells(run, settings) -> dict:
     elif result.circuit.edges is None:
         text = f"none < {total}"
     else:
-        text = f"{len(result.circuit.edges)}/{total}, {result.circuit.faithfulness:.0%}"
+        text = f"{len(result.circuit.edges)}/{total}, {result.circuit.faithfulness.normalised:.0%}"
     return {(run.model_name, run.seed): {"edges (gap)": text}}

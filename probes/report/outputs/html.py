@@ -78,7 +78,7 @@ def graph_data(edge_run) -> dict | None:
     return {"nodes": nodes, "edges": edges, "n_layers": graph.n_layers, "pairs": result.pairs,
             "metric": result.metric, "clean": rounded(oracle.base.metric), "counterfactual": rounded(oracle.other.metric),
             "target": smallest.target, "size": len(smallest.edges) if smallest.edges else None,
-            "faithfulness": rounded(smallest.faithfulness), "every_k": rounded(list(every)),
+            "faithfulness": rounded(smallest.faithfulness.normalised), "every_k": rounded(list(every)),
             "curves": [{"method": m.scores.method, "sizes": list(m.curve.sizes),
                         "faithfulness": rounded(list(m.curve.faithfulness)), "cpr": rounded(m.curve.cpr),
                         "cmd": rounded(m.curve.cmd)} for m in result.methods]}
