@@ -9,7 +9,7 @@ activations), which they require: the report uses the run's training rows
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from transformer_lens.utilities import get_act_name
@@ -56,7 +56,7 @@ def fit_width(values: torch.Tensor, width: int, fill: torch.Tensor) -> torch.Ten
     """Cut or extend dim 1 (positions) to `width`, extending with `fill`."""
     if values.shape[1] >= width:
         return values[:, :width]
-    extra = fill.expand(values.shape[0], width - values.shape[1], *fill.shape[-2:])
+    extra = fill.expand(values.shape[0], width - values.shape[1], *values.shape[2:])
     return torch.cat([values, extra], dim=1)
 
 
@@ -84,10 +84,14 @@ def cached_z(model, tokens: torch.Tensor, layers) -> dict[int, torch.Tensor]:
 @dataclass(frozen=True)
 class Reference:
     """Reference examples with every layer's z from one forward: a report ablates with the same
-    reference many times (three sweeps, the circuit search, the circuit itself, head roles)."""
+    reference many times (three sweeps, the circuit search, the circuit itself, head roles). From
+    the same forward, the other residual writes (hook name -> activation: the embeddings'
+    resid_pre 0, each MLP's mlp_out) that the edge graph's mean ablation averages
+    (probes.circuits.ablations)."""
 
     batch: Batch
     z: dict[int, torch.Tensor]
+    writes: dict = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.batch)
@@ -95,7 +99,10 @@ class Reference:
 
 def reference_activations(model, batch: Batch) -> Reference:
     batch = batch.to(device_of(model))
-    return Reference(batch, cached_z(model, batch.inputs, range(model.cfg.n_layers)))
+    layers = range(model.cfg.n_layers)
+    writes = [get_act_name("resid_pre", 0)] + ([] if model.cfg.attn_only else [get_act_name("mlp_out", l) for l in layers])
+    _, cache = chunked_cache(model, batch.inputs, [get_act_name("z", l) for l in layers] + writes)
+    return Reference(batch, {l: cache[get_act_name("z", l)] for l in layers}, {name: cache[name] for name in writes})
 
 
 def replacement_z(model, batch: Batch, layers, method: str, seed: int, reference: "Batch | Reference") -> dict:
@@ -108,23 +115,27 @@ def replacement_z(model, batch: Batch, layers, method: str, seed: int, reference
     else:
         reference = reference.to(device_of(model))
         z = cached_z(model, reference.inputs, layers)
+    if method == "mean":
+        return {layer: position_mean(z[layer], reference, width).expand(len(batch), -1, -1, -1) for layer in layers}
     valid = reference.real_positions().float()[:, :, None, None]
     out = {}
-    if method == "mean":
-        for layer in layers:
-            total = (z[layer] * valid).sum(0)
-            # Positions no reference row reaches fall back to the mean over all real positions.
-            overall = total.sum(0) / valid.sum()
-            per_position = total / valid.sum(0).clamp(min=1)
-            per_position = torch.where(valid.sum(0) > 0, per_position, overall)
-            out[layer] = fit_width(per_position[None], width, overall[None, None])[0].expand(
-                len(batch), -1, -1, -1)
-        return out
     rows = resample_rows(batch, reference, seed)
     for layer in layers:
         overall = (z[layer] * valid).sum((0, 1)) / valid.sum()
         out[layer] = fit_width(z[layer][rows], width, overall[None, None])
     return out
+
+
+def position_mean(values: torch.Tensor, reference: Batch, width: int) -> torch.Tensor:
+    """[width, ...]: `values` ([reference rows, pos, ...]) averaged at each position over the
+    reference's real positions."""
+    valid = reference.real_positions().float().view(*values.shape[:2], *[1] * (values.dim() - 2))
+    total = (values * valid).sum(0)
+    # Positions no reference row reaches fall back to the mean over all real positions.
+    overall = total.sum(0) / valid.sum()
+    per_position = total / valid.sum(0).clamp(min=1)
+    per_position = torch.where(valid.sum(0) > 0, per_position, overall)
+    return fit_width(per_position[None], width, overall[None, None])[0]
 
 
 def resample_rows(batch: Batch, reference: Batch, seed: int) -> torch.Tensor:

@@ -10,25 +10,31 @@ import pytest
 import torch
 
 from models import ModelSpec, build_model
-from probes.circuits.search import Node, faithfulness, keep_masks, search_circuit
+from models.components import Head
+from probes.circuits.search import (HeadCircuits, all_heads, circuit_edges, every_position, faithfulness,
+                                      head_graph, search_circuit)
 from probes.patching import activation_patching, scored_metric
 from tasks.data import spread_subset
 from tasks.data import task_dataset, to_batch
 from test_patching import hand_batch, hand_built
 
 
-def test_faithfulness_of_everything_and_of_nothing(small_winograd):
+def small_model(small_winograd, **spec):
     data = task_dataset(small_winograd, 0)
     pairs, train = spread_subset(to_batch(data["heldout"]), 16), to_batch(data["train"])
-    spec = ModelSpec(n_layers=2, d_model=16, n_heads=2, mlp=False, norm=None, n_ctx=pairs.inputs.shape[1],
-                     d_vocab=len(small_winograd.vocabulary()))
-    model = build_model(spec, seed=4)
-    every = [Node(l, h) for l in range(2) for h in range(2)]
+    spec = ModelSpec(**{**dict(n_layers=2, d_model=16, n_heads=2, mlp=False, norm=None, n_ctx=pairs.inputs.shape[1],
+                               d_vocab=len(small_winograd.vocabulary())), **spec})
+    return build_model(spec, seed=4), pairs, train
+
+
+def test_faithfulness_of_everything_and_of_nothing(small_winograd):
+    model, pairs, train = small_model(small_winograd)
+    every = every_position(all_heads(model))
     assert faithfulness(model, pairs, every, train).recovered == pytest.approx(1.0, abs=1e-5)
 
     # Nothing kept: an attention-only, norm-free model then computes embeddings + mean head writes,
     # which the weights give directly (TL's definition: (ablated - corrupt) / (clean - corrupt)).
-    result = faithfulness(model, pairs, [], train)
+    result = faithfulness(model, pairs, {}, train)
     _, cache = model.run_with_cache(train.inputs)
     width = pairs.inputs.shape[1]
     residual = model.W_E[pairs.inputs] + model.W_pos[:width]
@@ -39,13 +45,68 @@ def test_faithfulness_of_everything_and_of_nothing(small_winograd):
     ablated = scored_metric(logits[pairs.example_index, pairs.positions], pairs).mean().item()
     assert result.metric == pytest.approx(ablated, abs=1e-4)
     assert result.recovered == pytest.approx((ablated - result.corrupt) / (result.clean - result.corrupt), abs=1e-4)
+    assert result.normalised == pytest.approx(0.0, abs=1e-6)      # the empty circuit is the null
 
 
-def test_keep_masks_pin_heads_to_positions():
+def node_ablated_metric(model, pairs, reference, kept) -> float:
+    """The metric with every head output outside `kept` replaced by its per-position mean z over
+    `reference` (TL hooks on hook_z), computed without the oracle."""
+    width = pairs.inputs.shape[1]
+    valid = reference.real_positions()[:, :width].float()
+    assert bool((valid.sum(0) > 0).all())
+    _, cache = model.run_with_cache(reference.inputs)
+
+    def hook(layer):
+        mean = (cache[f"blocks.{layer}.attn.hook_z"][:, :width] * valid[:, :, None, None]).sum(0) / valid.sum(0)[:, None, None]
+
+        def ablate(z, hook):
+            z = z.clone()
+            for head in range(model.cfg.n_heads):
+                positions = kept.get(Head(layer, head), ())
+                for p in range(width):
+                    if positions is not None and p not in positions:
+                        z[:, p, head] = mean[p, head]
+            return z
+        return ablate
+
+    hooks = [(f"blocks.{layer}.attn.hook_z", hook(layer)) for layer in range(model.cfg.n_layers)]
+    with torch.no_grad():
+        logits = model.run_with_hooks(pairs.inputs, fwd_hooks=hooks)
+    return scored_metric(logits[pairs.example_index, pairs.positions], pairs).mean().item()
+
+
+def test_a_head_circuit_is_its_edges(small_winograd):
+    """The oracle run on the head circuit's edges (every out-edge of a dropped head, and a pinned
+    head's out-edges off its positions, given the mean write) equals mean-ablating those heads' z."""
+    model, pairs, train = small_model(small_winograd, mlp=True, norm="LN")
+    last = int(pairs.positions.max())
+    circuits = [{}, every_position(all_heads(model)), {Head(0, 1): None},
+                {Head(0, 0): (last - 2, last), Head(1, 1): None}, {Head(0, 1): (3,), Head(1, 0): (last,)}]
+    measured = HeadCircuits(model, pairs, train)(circuits)
+    for kept, result in zip(circuits, measured):
+        assert result.metric == pytest.approx(node_ablated_metric(model, pairs, train, kept), abs=1e-4), kept
+    assert len({round(r.metric, 3) for r in measured}) == len(circuits)     # the circuits do differ
+
+
+def test_batched_knockouts_equal_one_at_a_time(small_winograd):
+    model, pairs, train = small_model(small_winograd, mlp=True, norm="LN")
+    heads = all_heads(model)
+    knockouts = [every_position(g for g in heads if g != h) for h in heads]
+    measure = HeadCircuits(model, pairs, train)
+    together = measure(knockouts)
+    for kept, result in zip(knockouts, together):
+        alone = measure([kept])[0]
+        assert result.metric == pytest.approx(alone.metric, abs=1e-5) and result.accuracy == alone.accuracy
+
+
+def test_a_pinned_head_keeps_its_out_edges_at_its_positions_only():
     model = hand_built("q")
-    masks = keep_masks(model, [Node(0, 0, (2,)), Node(1, 0)], width=4)
-    assert masks[0][:, 0].tolist() == [False, False, True, False]
-    assert masks[1][:, 0].all()
+    graph = head_graph(model, 4)
+    kept = {Head(0, 0): (2,), Head(1, 0): None}
+    edges = circuit_edges(graph, kept)
+    assert {e.position for e in edges if e.sender == Head(0, 0)} == {2}
+    assert {e.position for e in edges if e.sender == Head(1, 0)} == {0, 1, 2, 3}
+    assert all(e in edges for e in graph.edges if not isinstance(e.sender, Head))
 
 
 def test_search_keeps_both_heads_of_a_two_hop_circuit():

@@ -95,7 +95,7 @@ def probe_calls(model, batch: Batch, reference: Batch, graph) -> dict:
         "path_sweep": lambda: path_patching.path_sweep(model, batch),
         "joint_path_patch": lambda: path_patching.joint_path_patch(model, batch, ["L0H0", "L0H1"], ["L1H0"], "k", [1]),
         "head_report": lambda: heads.head_report(model, batch, "mean", reference),
-        "faithfulness": lambda: circuit.faithfulness(model, batch, circuit.as_nodes([(0, 0), (1, 1)]), reference),
+        "faithfulness": lambda: circuit.faithfulness(model, batch, [(0, 0), (1, 1)], reference),
         "search_circuit": search,
         "edge_circuit": lambda: edge_circuit.edge_circuit(model, batch, graph, ig_steps=2, acdc_threshold=0.05),
         "snapshot_point": lambda: snapshot_point(model, batch, 0),

@@ -144,7 +144,7 @@ def test_the_comparison_with_transformer_lens_catches_a_dropped_norm_or_input(tw
     with monkeypatch.context() as patch:
         patch.setattr(edges, "receiver_input", unnormed)
         assert gap("k") > 1e-3
-    original = edges.EdgeHooks.delta
+    original = edges.EdgeHooks.patches
     with monkeypatch.context() as patch:
-        patch.setattr(edges.EdgeHooks, "delta", lambda self, r: None if r.port == "v" else original(self, r))
+        patch.setattr(edges.EdgeHooks, "patches", lambda self, r: None if r.port == "v" else original(self, r))
         assert gap("v") > 1e-3

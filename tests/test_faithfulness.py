@@ -27,7 +27,7 @@ def test_the_oracle_ranking_of_a_planted_model_reaches_full_faithfulness_with_th
     graph = graph_of(p.spec)
     effects = edge_effects(p.model, p.batch, graph)
     found = smallest_circuit(p.model, p.batch, graph, "oracle", effects.effect)
-    assert set(found.edges) == set(p.edges) and found.faithfulness == pytest.approx(1.0)
+    assert set(found.edges) == set(p.edges) and found.faithfulness.normalised == pytest.approx(1.0)
     assert found.every_k[0] == 0.0 and found.every_k[-1] == 1.0
     assert all(f < 0.9 for f in found.every_k[:len(p.edges)])
     ladder = curve(p.model, p.batch, graph, "oracle", effects.effect)

@@ -89,7 +89,7 @@ def test_terminal_tables_fit_one_screen_and_say_each_runs_facts(with_circuits):
         if a.circuit is None:
             assert row["circuit / kind"].startswith("none:")
             continue
-        assert all(node.name in row["circuit / kind"] for node in a.circuit.nodes)
+        assert all(head in row["circuit / kind"] for head in a.circuit.heads)
         for path in named(a, DEFAULT):
             where = f" @p{path.position}" if path.position >= 0 else ""
             assert f"{path.sender} ->{path.component} {path.receiver}{where}" in row["circuit / kind"]
@@ -99,7 +99,7 @@ def test_terminal_tables_fit_one_screen_and_say_each_runs_facts(with_circuits):
         e = m.results.get("edge_circuits")
         if e is not None and e.result.circuit.edges is not None and abs(e.result.oracle.gap) >= DEFAULT.min_gap:
             assert row["edges (gap)"] == f"{len(e.result.circuit.edges)}/{len(e.result.graph.edges)}, " \
-                                         f"{e.result.circuit.faithfulness:.0%}"
+                                         f"{e.result.circuit.faithfulness.normalised:.0%}"
 
 
 def test_report_md_opens_with_the_tables_and_keeps_each_sentence_in_its_run(report):

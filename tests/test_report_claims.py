@@ -17,7 +17,8 @@ import torch
 from models import ModelSpec, UsageError, build_model
 from probes.ablation import AblationResult, ablate, training_reference
 from probes.accuracy import RunAccuracy, SplitAccuracy, model_accuracy
-from probes.circuits.search import Circuit, Node, faithfulness, upstream_complete
+from models.components import Head
+from probes.circuits.search import Circuit, circuit_edges, faithfulness, head_graph, upstream_complete
 from probes.report.measure import measure_run
 from probes.report.parts import RunContext
 from probes.patching import activation_patching
@@ -141,13 +142,18 @@ def test_share_is_guarded_against_a_zero_gap():
 # holding every head output upstream of the scored logits.
 def test_a_circuit_keeping_everything_upstream_says_faithfulness_is_1_by_construction():
     model, batch = hand_built("q"), hand_batch(32)       # 2 layers x 1 head, scored at p3
-    upstream = [Node(0, 0), Node(1, 0, (3,))]
-    assert upstream_complete(model, upstream, batch)
-    assert not upstream_complete(model, [Node(0, 0, (1, 2, 3)), Node(1, 0, (3,))], batch)   # p0 ablated
-    assert not upstream_complete(model, [Node(0, 0), Node(1, 0, (2,))], batch)
-    assert faithfulness(model, batch, upstream, batch).normalised == pytest.approx(1.0, abs=1e-5)
+    graph = head_graph(model, batch.inputs.shape[1])
+
+    def complete(kept):
+        return upstream_complete(graph, circuit_edges(graph, kept), batch)
+
+    upstream = {Head(0, 0): None, Head(1, 0): (3,)}
+    assert complete(upstream)
+    assert not complete({Head(0, 0): (1, 2, 3), Head(1, 0): (3,)})   # p0 ablated
+    assert not complete({Head(0, 0): None, Head(1, 0): (2,)})
     result = faithfulness(model, batch, upstream, batch)
-    circuit = Circuit(tuple(upstream), result, result, {}, [], upstream=True, head_upstream=True)
+    assert result.normalised == pytest.approx(1.0, abs=1e-5)
+    circuit = Circuit(upstream, result, result, {}, [], upstream=True, head_upstream=True)
     words = faithfulness_clause(circuit)
     assert "1 by construction" in words and "faithfulness 1.00" not in words and "%" not in words
     partial = dataclasses.replace(circuit, upstream=False, head_upstream=False)
@@ -157,7 +163,7 @@ def test_a_circuit_keeping_everything_upstream_says_faithfulness_is_1_by_constru
 def test_the_search_marks_a_one_head_circuit_at_its_scored_position_as_everything(mirror_measured):
     _, measured = mirror_measured
     analysis = measured.results["runs"]
-    assert analysis.circuit.nodes == (Node(0, 0, (3,)),) and analysis.circuit.upstream
+    assert analysis.circuit.kept == {Head(0, 0): (3,)} and analysis.circuit.upstream
     assert "1 by construction" in describe(analysis, DEFAULT, WORDS)
 
 
@@ -171,7 +177,7 @@ def path(recovered: float):
 
 
 def seed_run(seed: int, recovered: float):
-    circuit = SimpleNamespace(nodes=(Node(0, 3), Node(1, 3, (14,))))
+    circuit = SimpleNamespace(heads=("L0H3", "L1H3"))
     return SimpleNamespace(model_name="block-2", seed=seed, circuit=circuit, path_positions=[path(recovered)],
                            paths=[], labels={14: "p14"})
 
@@ -197,10 +203,10 @@ def test_a_head_is_described_where_patching_shows_it_matters():
     head_out[0, :, 0] = patching.corrupt.metric
     head_out[0, 2, 0] = patching.corrupt.metric + 0.73 * gap      # L0H0 matters at p2 only
     patching = dataclasses.replace(patching, head_out=head_out)
-    view = node_view(model, pairs, patching, Node(0, 0), DEFAULT.matters)
+    view = node_view(model, pairs, patching, Head(0, 0), None, DEFAULT.matters)
     assert [p for p, _ in view.matters] == [2] and view.matters[0][1] == pytest.approx(0.73, abs=1e-4)
     analysis = SimpleNamespace(labels=[f"p{i}" for i in range(4)])
-    words = node_words(Node(0, 0), view, analysis, DEFAULT)
+    words = node_words(Head(0, 0), None, view, analysis, DEFAULT)
     assert "matters at p2 (73% of the gap)" in words and "p3 (" not in words.split("attends")[0]
 
 
@@ -342,13 +348,13 @@ def test_a_head_that_matters_nowhere_under_patching_is_not_said_to_matter_across
     from probes.report.words import node_words
 
     analysis, view = unmatched_analysis(everywhere=0.0)
-    words = node_words(Node(0, 0, (3,)), view, analysis, DEFAULT)
+    words = node_words(Head(0, 0), (3,), view, analysis, DEFAULT)
     assert "across positions" not in words
     assert "less than 10% of the gap at any one position and 0% at every position at once" in words
     assert "the full model without it keeps 0.88 on the null scale" in words
     analysis, view = unmatched_analysis(everywhere=0.6)
     assert "and 60% at every position at once: it matters only across positions" in node_words(
-        Node(0, 0), view, analysis, DEFAULT)
+        Head(0, 0), None, view, analysis, DEFAULT)
 
 
 # 11. Heads of one block cannot compose, and that is all it shows. Catches: "the decision happens
@@ -357,7 +363,7 @@ def test_a_circuit_within_one_block_claims_no_more_than_that():
     from probes.report.words import path_clause
 
     analysis = SimpleNamespace(path_positions=[], paths=[], spec=ModelSpec(n_layers=2),
-                               circuit=SimpleNamespace(nodes=(Node(0, 0, (14,)), Node(0, 2, (14,)))))
+                               circuit=SimpleNamespace(kept={Head(0, 0): (14,), Head(0, 2): (14,)}))
     assert path_clause(analysis, DEFAULT) == "no composition between circuit heads: all of them are in block 1"
 
 

@@ -28,7 +28,7 @@ def test_the_last_snapshot_is_the_final_models_oracle(replay):
     final, timeline = replay
     share = dict(zip(final.oracle.edges, final.oracle.normalised().tolist()))
     assert timeline.effect[-1].tolist() == pytest.approx([share[e] for e in timeline.edges], abs=1e-5)
-    assert timeline.faithfulness[-1] == pytest.approx(final.circuit.faithfulness, abs=1e-5)
+    assert timeline.faithfulness[-1] == pytest.approx(final.circuit.faithfulness.normalised, abs=1e-5)
 
 
 def test_an_edge_enters_and_stabilises_when_its_effect_arrives(replay):

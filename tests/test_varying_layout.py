@@ -115,7 +115,7 @@ def test_roles_give_the_mechanism_where_positions_vary(markcopy_analyses):
     run, analysis, _ = markcopy_analyses[0]
     view = analysis.roles
     assert view is not None and set(view.roles) == {"marker", "value", "query"}
-    reader = max(analysis.circuit.nodes, key=lambda n: n.layer)
+    reader = max(analysis.circuit.kept, key=lambda head: head.layer)
     assert float(view.attention["query"]["value"][reader.layer, reader.head]) > 0.5
     assert float(view.recovered["query"][reader.layer, reader.head]) > 0.5
     assert "from query attends value" in role_clause(analysis, SMALL)

@@ -34,6 +34,7 @@ _SOURCES = {
     "composition_scores": "probes.composition", "Composition": "probes.composition",
     "run_accuracy": "probes.accuracy", "RunAccuracy": "probes.accuracy",
     "faithfulness": "probes.circuits.search", "search_circuit": "probes.circuits.search",
+    "Faithfulness": "probes.circuits.faithfulness",
     "training_reference": "probes.ablation", "ReportSettings": "probes.settings",
     # the circuit as a graph of edges: exact oracle, fast methods, planted ground truth
     "graph_of": "models.graph", "edge_effects": "probes.circuits.oracle", "EdgeEffects": "probes.circuits.oracle",

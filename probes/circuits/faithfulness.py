@@ -1,5 +1,6 @@
-"""Circuits from edge scores, judged like MIB (Mueller et al. 2025): the top-k edges of a ranking as
-a circuit, at a ladder of sizes; each circuit's faithfulness on the null-normalised scale
+"""A circuit's faithfulness (one result type for the head view and the edge view), and circuits from
+edge scores, judged like MIB (Mueller et al. 2025): the top-k edges of a ranking as a circuit, at a
+ladder of sizes; each circuit's faithfulness on the null-normalised scale
     f(C) = (m(C) - m(empty)) / (m(full) - m(empty))      0 = empty circuit, 1 = full model,
 where m(C) is the metric (mean answer - foil logit over the pairs) of the clean run with every edge
 outside C given its counterfactual value (probes.circuits.oracle.circuit_outcomes; the empty circuit is then
@@ -12,7 +13,7 @@ area of |1 - f| over the same points (lower is better).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -23,6 +24,39 @@ from probes.settings import DEFAULT
 from tasks.data import Batch
 
 LADDER = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
+
+
+@dataclass(frozen=True)
+class Faithfulness:
+    """A circuit's metric m(C) (the clean input, every edge outside C given its ablated write) on
+    both scales:
+        recovered  = (m(C) - m(corrupt)) / (m(clean) - m(corrupt))   the counterfactual scale (TL's
+                     attribution_patching.faithfulness): 0 = the counterfactual run, 1 = the clean run
+        normalised = (m(C) - m(empty)) / (m(clean) - m(empty))       the null scale (MIB's): 0 = the
+                     empty circuit (every edge the circuit may drop ablated), 1 = the full model
+    Under counterfactual ablation the empty circuit is the counterfactual run and the two coincide;
+    under mean ablation the first reads ~0.5 for "nothing left" when the counterfactual mirrors the
+    clean input (its metric is minus the clean one), so the second is the one a verdict uses."""
+
+    metric: float
+    accuracy: float            # share of scored positions where the answer still wins
+    clean: float
+    corrupt: float
+    empty: float
+    recovered: float = field(init=False)
+    normalised: float = field(init=False)
+
+    def __post_init__(self):
+        from common.stats import share
+
+        object.__setattr__(self, "recovered", share(self.metric, self.corrupt, self.clean))
+        object.__setattr__(self, "normalised", share(self.metric, self.empty, self.clean))
+
+
+def scaled(outcome, clean, corrupt, empty) -> Faithfulness:
+    """The Faithfulness of a circuit's probes.patching.Outcome, given the clean, counterfactual
+    and empty-circuit Outcomes."""
+    return Faithfulness(outcome.metric, outcome.restored, clean.metric, corrupt.metric, empty.metric)
 
 
 @dataclass(frozen=True)
@@ -81,8 +115,9 @@ class SmallestCircuit:
     method: str
     target: float
     edges: tuple[Edge, ...] | None
-    faithfulness: float             # of that circuit (of the full graph when none reaches target)
-    every_k: tuple[float, ...]      # faithfulness of the top-k circuit for k = 0 .. edges
+    faithfulness: Faithfulness      # of that circuit (of the full graph when none reaches target); clean =
+                                    # the full circuit, empty = no edge, as measured
+    every_k: tuple[float, ...]      # null-scale faithfulness of the top-k circuit for k = 0 .. edges
 
 
 def smallest_circuit(model, batch: Batch, graph: Graph, method: str, score: torch.Tensor,
@@ -93,5 +128,5 @@ def smallest_circuit(model, batch: Batch, graph: Graph, method: str, score: torc
     metrics = [o.metric for o in outcomes]
     every = normalised(metrics, metrics[0], metrics[-1])
     k = next((k for k, f in enumerate(every) if f >= target), None)
-    return SmallestCircuit(method, target, None if k is None else tuple(order[:k]),
-                           every[-1] if k is None else every[k], tuple(every))
+    found = scaled(outcomes[-1 if k is None else k], outcomes[-1], runs.other.outcome, outcomes[0])
+    return SmallestCircuit(method, target, None if k is None else tuple(order[:k]), found, tuple(every))

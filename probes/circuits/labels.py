@@ -144,7 +144,7 @@ def summarise(analysis, summary: str) -> CircuitSummary:
     if analysis.circuit is None:
         return CircuitSummary(**base, note=analysis.note)
     paths = run_paths(analysis)
-    return CircuitSummary(**base, nodes=tuple(n.describe() for n in analysis.circuit.nodes),
+    return CircuitSummary(**base, nodes=analysis.circuit.describe(),
                           edge=paths[0] if paths else None, paths=tuple(paths),
                           faithfulness=analysis.circuit.faithfulness.recovered)
 

@@ -36,7 +36,7 @@ from transformer_lens.utilities import get_act_name
 
 from common.cli import UsageError
 from models.bridge import device_of, native
-from models.graph import MLP, Edge, Embed, Graph, Head, Input, Logits
+from models.graph import HEAD_PORTS, MLP, Edge, Embed, Graph, Head, Input, Logits, stage
 from models.resume import forward_from
 from probes.patching import Outcome, corrupt_inputs, outcome, replica_scored, replicas_per_forward
 from tasks.data import Batch
@@ -72,6 +72,21 @@ def receiver_input(model, layer: int, port: str, residual: torch.Tensor) -> torc
     block = model.blocks[layer]
     out = native(getattr(block.attn, port))(native(block.ln1)(residual))
     return out.view(*out.shape[:2], model.cfg.n_heads, model.cfg.d_head)
+
+
+def model_graph(model) -> Graph:
+    """models.graph.graph_of's graph, built from the bridge's config, so the oracle takes any
+    model, not only a ModelSpec's."""
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    heads = [Head(l, h) for l in range(n_layers) for h in range(n_heads)]
+    mlps = [] if model.cfg.attn_only else [MLP(l) for l in range(n_layers)]
+    senders = tuple(sorted([Embed(), *heads, *mlps], key=lambda node: (stage(node, n_layers), node)))
+    receivers = sorted([*heads, *mlps, Logits()], key=lambda node: (stage(node, n_layers), node))
+    inputs = tuple(Input(node, port) for node in receivers
+                   for port in (HEAD_PORTS if isinstance(node, Head) else ("in",)))
+    edges = tuple(Edge(sender, receiver) for receiver in inputs for sender in senders
+                  if stage(sender, n_layers) < stage(receiver.node, n_layers))
+    return Graph(n_layers, senders, inputs, edges)
 
 
 @dataclass(frozen=True)
@@ -132,23 +147,41 @@ class EdgeHooks:
                 self.writes[sender] = self.base.writes[sender][None]
         return self.writes[sender]
 
-    def delta(self, receiver: Input):
-        """(replicas whose set touches this input, [those, n, pos, d] added to its residual), or None."""
+    def patches(self, receiver: Input):
+        """What this input receives, canonically ordered (None: nothing): per sender, by name, the
+        replicas patching it and their positions (None: every position). Inputs with equal patches
+        get equal deltas."""
         pending = self.by_receiver.get(receiver)
         if not pending:
             return None
-        rows = sorted({replica for replica, _ in pending})
-        like = self.other.writes[pending[0][1].sender]
-        out = torch.zeros(len(rows), *like.shape, device=like.device)
+        where = {}
         for replica, edge in pending:
-            actual = self.actual(edge.sender)
-            change = self.other.writes[edge.sender] - actual[replica if len(actual) > 1 else 0]
-            row = rows.index(replica)
-            if edge.position is None:
-                out[row] += change
-            else:
-                out[row, :, edge.position] += change[:, edge.position]
-        return torch.tensor(rows, device=out.device), out
+            patched = where.setdefault(edge.sender, {})
+            whole = edge.position is None or (replica in patched and patched[replica] is None)
+            patched[replica] = None if whole else tuple(sorted((*patched.get(replica, ()), edge.position)))
+        return tuple((sender, tuple(sorted(where[sender].items())))
+                     for sender in sorted(where, key=str))
+
+    def delta(self, patches):
+        """(replicas these patches touch, [those, n, pos, d] added to the input's residual): one
+        change per sender and replica patching it, masked to the positions patched, so an edge
+        resolved by position costs no more than a whole one."""
+        rows = sorted({replica for _, patched in patches for replica, _ in patched})
+        row_of = {replica: i for i, replica in enumerate(rows)}
+        like = self.other.writes[patches[0][0]]
+        out = torch.zeros(len(rows), *like.shape, device=like.device)
+        for sender, patched in patches:
+            replicas = [replica for replica, _ in patched]
+            actual = self.actual(sender)
+            change = self.other.writes[sender] - (actual[replicas] if len(actual) > 1 else actual)
+            if any(positions is not None for _, positions in patched):
+                mask = torch.zeros(len(replicas), like.shape[1], device=like.device)
+                for i, (_, positions) in enumerate(patched):
+                    mask[i, slice(None) if positions is None else list(positions)] = 1.0
+                change = mask[:, None, :, None] * change
+            out.index_add_(0, torch.tensor([row_of[r] for r in replicas], device=like.device),
+                           change.expand(len(replicas), *like.shape))
+        return torch.tensor(rows, device=like.device), out
 
     def residual(self, name: str, rows: torch.Tensor) -> torch.Tensor:
         value = self.seen[name]
@@ -158,22 +191,26 @@ class EdgeHooks:
         def hook(act, hook):
             act = act.clone()
             view = act.view(len(self.sets), self.n, *act.shape[1:])
+            computed = {}     # patches -> (rows, every head's input from the patched residual)
             for head in heads:
-                touched = self.delta(Input(head, port))
-                if touched is not None:
-                    rows, delta = touched
+                patches = self.patches(Input(head, port))
+                if patches is None:
+                    continue
+                if patches not in computed:
+                    rows, delta = self.delta(patches)
                     residual = self.residual(get_act_name("resid_pre", layer), rows) + delta
-                    value = receiver_input(self.model, layer, port, residual.flatten(0, 1))
-                    view[rows, :, :, head.head] = value.view(len(rows), *view.shape[1:])[:, :, :, head.head]
+                    computed[patches] = rows, receiver_input(self.model, layer, port, residual.flatten(0, 1))
+                rows, value = computed[patches]
+                view[rows, :, :, head.head] = value.view(len(rows), *view.shape[1:])[:, :, :, head.head]
             return act
         return hook
 
     def single_input(self, receiver: Input, residual_name: str, norm):
         def hook(act, hook):
-            touched = self.delta(receiver)
-            if touched is None:
+            patches = self.patches(receiver)
+            if patches is None:
                 return act
-            rows, delta = touched
+            rows, delta = self.delta(patches)
             act = act.clone()
             view = act.view(len(self.sets), self.n, *act.shape[1:])
             view[rows] = norm(self.residual(residual_name, rows) + delta)

@@ -21,8 +21,8 @@ from common.cli import UsageError
 from common.stats import share
 from models.bridge import device_of
 from models.components import Head, HeadSet
-from models.graph import HEAD_PORTS, MLP, Edge, Embed, Graph, Input, stage
-from probes.circuits.oracle import Direction, Runs, patched_runs, record_runs
+from models.graph import HEAD_PORTS, Edge, Graph, Input
+from probes.circuits.oracle import Direction, Runs, model_graph, patched_runs, record_runs
 from tasks.data import Batch
 
 COMPONENTS = HEAD_PORTS
@@ -96,19 +96,6 @@ class PathTarget:
         return frozenset(edges)
 
 
-def model_graph(model) -> Graph:
-    """Every sender and receiver input of the model's blocks, as the oracle's hooks need them
-    (built from the bridge's config, so path patching takes any model, not only a ModelSpec's)."""
-    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
-    heads = [Head(l, h) for l in range(n_layers) for h in range(n_heads)]
-    mlps = [] if model.cfg.attn_only else [MLP(l) for l in range(n_layers)]
-    senders = tuple(sorted([Embed(), *heads, *mlps], key=lambda node: (stage(node, n_layers), node)))
-    inputs = tuple(Input(head, port) for head in heads for port in HEAD_PORTS)
-    edges = tuple(Edge(sender, receiver) for receiver in inputs for sender in senders
-                  if stage(sender, n_layers) < stage(receiver.node, n_layers))
-    return Graph(n_layers, senders, inputs, edges)
-
-
 def receiver_rows(pattern: torch.Tensor, batch: Batch, head: int) -> torch.Tensor:
     """[k, key] a head's attention rows at the scored positions, from [n, head, query, key]."""
     return pattern[batch.example_index, head, batch.positions]
@@ -118,12 +105,22 @@ def total_variation(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(0.5 * (a - b).abs().sum(-1).mean(-1))
 
 
+def path_runs(model, batch: Batch, layers=None) -> Runs:
+    """The two runs path patching moves between, with the attention patterns of `layers` (default
+    every block after the first: any receiver's), for several path_patch_many calls to share."""
+    layers = range(1, model.cfg.n_layers) if layers is None else sorted(layers)
+    return record_runs(model, batch, model_graph(model), Direction.DENOISE,
+                       observe=tuple(get_act_name("pattern", l) for l in layers))
+
+
 @torch.no_grad()
-def path_patch_many(model, batch: Batch, targets: list[PathTarget]) -> list[PathPatch]:
+def path_patch_many(model, batch: Batch, targets: list[PathTarget], runs: Runs | None = None) -> list[PathPatch]:
+    """`runs`: path_runs of `batch`, when the caller already recorded them."""
     batch = batch.to(device_of(model))
     graph = model_graph(model)
-    patterns = tuple(get_act_name("pattern", l) for l in sorted({t.layer for t in targets}))
-    runs = record_runs(model, batch, graph, Direction.DENOISE, observe=patterns)
+    layers = {t.layer for t in targets}
+    runs = runs or path_runs(model, batch, layers)
+    patterns = tuple(get_act_name("pattern", l) for l in sorted(layers))
     patched = patched_runs(model, batch, graph, [t.edges(graph) for t in targets], runs, observe=patterns)
     return [path_result(t, p, runs, batch) for t, p in zip(targets, patched)]
 
@@ -159,9 +156,10 @@ def path_patch(model, batch: Batch, sender, receiver, component: str, positions=
     return joint_path_patch(model, batch, [sender], [receiver], component, positions)
 
 
-def path_sweep(model, batch: Batch) -> list[PathPatch]:
-    """Every sender -> later receiver head, Q, K and V, sender patched at all positions."""
+def path_sweep(model, batch: Batch, runs: Runs | None = None) -> list[PathPatch]:
+    """Every sender -> later receiver head, Q, K and V, sender patched at all positions (`runs`:
+    path_runs of `batch`, when already recorded)."""
     heads = [Head(l, h) for l in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]
     targets = [PathTarget(HeadSet([s]), None, HeadSet([r]), c)
                for s in heads for r in heads if r.layer > s.layer for c in COMPONENTS]
-    return path_patch_many(model, batch, targets)
+    return path_patch_many(model, batch, targets, runs)

@@ -1,217 +1,228 @@
-"""Circuit search and faithfulness (the report's measuring is probes.report.run_analysis, its command
-toylens.report).
+"""The head view of a circuit and its search (the report's measuring is probes.report.run_analysis,
+its command toylens.report).
 
-A circuit is a set of nodes: a head, kept at some positions (or all). Faithfulness runs the clean
-input with every head output outside the circuit mean-ablated (per-position mean over a reference
-batch) and puts the metric on two scales: TransformerLens's (`attribution_patching.faithfulness`),
-(m(C) - m(corrupt)) / (m(clean) - m(corrupt)), and the null-normalised one of the MIB benchmark,
-(m(C) - m(empty)) / (m(clean) - m(empty)), where the empty circuit mean-ablates every head: 0 = the
-signal is gone, 1 = the full model. The first reads ~0.5 for "nothing left" when the counterfactual
-is the clean input's mirror image (its metric is minus the clean one), so the second is the one a
-verdict uses. A circuit holding every head output that can reach the scored logits is the full
-model at those logits: its faithfulness is 1 by construction (`upstream_complete`). Written here because TL's
-version ablates edges through the split-QKV fork the native bridge refuses, one pair at a time;
-node ablation over a whole batch is what we need. MLPs and embeddings are always kept.
+A head circuit names heads, each kept at every position or pinned to a few. As a circuit it is a
+set of edges of the model's graph (models.graph), in `head_graph`, where every head's out-edges are
+resolved by position: every edge out of the embeddings, the MLPs and its heads (a pinned head's at
+its positions only). Every other edge, each out of a head the circuit drops, carries that head's
+mean write at that position over a reference batch (probes.circuits.ablations, Ablation.MEAN), and
+the exact oracle (probes.circuits.oracle) runs the clean input so. Every reader of a dropped head
+then reads its mean output: node ablation, equal to mean-ablating the head's z (tested). Edges
+INTO a dropped head are kept: every write of that head is replaced, so they cannot move the metric,
+and leaving them saves recomputing its inputs. MLPs and embeddings are always kept.
+
+Faithfulness (probes.circuits.faithfulness.Faithfulness) is on both scales; the empty circuit
+mean-ablates every head. A circuit whose dropped edges cannot reach a scored logit is the full
+model at those logits: its faithfulness is 1 by construction (`upstream_complete`).
 
 Search: rank heads by how much knocking each one out of the full model loses, add them in that
 order until the circuit recovers `target` of the gap, drop any it can do without, then try to pin
-each head to its few most important positions (from activation patching). Edges between circuit
-heads are measured by exact path patching (Q, K, V; all positions, then each position).
+each head to its few most important positions (from activation patching). Each step measures its
+candidate circuits in batched oracle calls (the knock-outs in one; added heads and pinned positions
+a few at a time, since measuring past the first that reaches the target costs forwards), and no
+circuit is measured twice. Edges between circuit heads are measured by exact path patching
+(probes.circuits.path_patching).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable, Optional
 
 from models.bridge import device_of
 from models.components import Head
-
-# torch and TransformerLens load inside the functions, so `--help` answers at once.
+from models.graph import MLP, Edge, Graph, Logits
+from probes.circuits.ablations import Ablation, ablated_runs
+from probes.circuits.faithfulness import Faithfulness, scaled
+from probes.circuits.oracle import circuit_outcomes, model_graph
+from probes.patching import Outcome, corrupt_inputs, live_positions, run_outcome
+from tasks.data import Batch
 
 MAX_POSITIONS = 3
+PREFIXES_PER_CALL = 2   # rank-order prefixes measured a call while adding heads
+
+Kept = dict   # Head -> the positions its writes are kept at (a sorted tuple; None: every position)
 
 
-@dataclass(frozen=True)
-class Node:
-    layer: int
-    head: int
-    positions: tuple[int, ...] | None = None   # None: every position
-
-    @property
-    def name(self) -> str:
-        return f"L{self.layer}H{self.head}"
-
-    def describe(self) -> str:
-        where = "all positions" if self.positions is None else "/".join(f"p{p}" for p in self.positions)
-        return f"{self.name}@{where}"
+def where(head: Head, positions: Optional[tuple[int, ...]]) -> str:
+    """'L0H1@all positions', 'L1H0@p14'."""
+    return f"{head}@" + ("all positions" if positions is None else "/".join(f"p{p}" for p in positions))
 
 
-@dataclass(frozen=True)
-class Faithfulness:
-    nodes: tuple[str, ...]
-    recovered: float           # (ablated - corrupt) / (clean - corrupt): counterfactual scale
-    normalised: float          # (ablated - empty) / (clean - empty): null scale, 0 = signal gone
-    metric: float              # clean input, everything outside mean-ablated
-    accuracy: float            # share of scored positions still predicting the answer
-    clean: float
-    corrupt: float
-    empty: float               # clean input, every head mean-ablated
+def every_position(heads: Iterable) -> Kept:
+    """Heads (Heads, (layer, head) pairs or names) kept at every position."""
+    return {Head.of(head): None for head in heads}
 
 
-def keep_masks(model, nodes: list[Node], width: int) -> dict:
-    """Per layer, [pos, head] True where a head's output is kept."""
-    import torch
-
-    masks = {layer: torch.zeros(width, model.cfg.n_heads, dtype=torch.bool, device=device_of(model))
-             for layer in range(model.cfg.n_layers)}
-    for node in nodes:
-        masks[node.layer][slice(None) if node.positions is None else list(node.positions), node.head] = True
-    return masks
+def head_graph(model, width: int) -> Graph:
+    """The model's graph with every head's out-edges resolved by position (0 .. width - 1)."""
+    graph = model_graph(model)
+    edges = tuple(Edge(e.sender, e.receiver, p) for e in graph.edges
+                  for p in (range(width) if isinstance(e.sender, Head) else (None,)))
+    return Graph(graph.n_layers, graph.senders, graph.inputs, edges)
 
 
-def mean_outputs(model, batch, reference) -> dict:
-    """Per layer, every head's per-position mean output over `reference`, shaped for `batch`."""
-    from probes.ablation import replacement_z
-
-    return replacement_z(model, batch, list(range(model.cfg.n_layers)), "mean", 0, reference)
-
-
-def outside_ablated_hooks(model, nodes: list[Node], means: dict, width: int) -> list:
-    import torch
-
-    from transformer_lens.utilities import get_act_name
-
-    from probes.ablation import check_heads
-
-    check_heads(model, [(n.layer, n.head) for n in nodes])
-    masks = keep_masks(model, nodes, width)
-
-    def hook(layer):
-        def ablate(z, hook):
-            keep = masks[layer][None, :z.shape[1], :, None]
-            return torch.where(keep, z, means[layer][:z.shape[0], :z.shape[1]])
-        return ablate
-
-    return [(get_act_name("z", layer), hook(layer)) for layer in range(model.cfg.n_layers)]
+def circuit_edges(graph: Graph, kept: Kept) -> list[Edge]:
+    """The edges of `graph` (a head_graph) the head circuit keeps: every edge whose sender is not a
+    head, or is a kept head at one of its kept positions."""
+    return [e for e in graph.edges if not isinstance(e.sender, Head)
+            or (e.sender in kept and (kept[e.sender] is None or e.position in kept[e.sender]))]
 
 
-def faithfulness(model, batch, nodes: list[Node], reference=None, *, means: dict | None = None,
-                 clean=None, corrupt=None, empty=None) -> Faithfulness:
-    """Mean-ablate every head output outside `nodes` (means over `reference`, or precomputed
-    `means`) on the clean input, and place the metric left between the counterfactual and the
-    clean run, and between the empty circuit and the clean run. `clean`, `corrupt` and `empty` are
+class HeadCircuits:
+    """Faithfulness of head circuits on `batch` (many per oracle call), outside heads given their
+    mean write over `reference` (a Batch, or a probes.ablation.Reference). `clean` and `corrupt`:
     those runs' Outcomes, when already measured."""
-    from probes.patching import corrupt_inputs, run_outcome
-    from common.stats import share
 
-    batch = batch.to(device_of(model))
-    means = means if means is not None else mean_outputs(model, batch, reference or batch)
-    width = batch.inputs.shape[1]
-    clean = clean or run_outcome(model, batch, batch.inputs)
-    corrupt = corrupt or run_outcome(model, batch, corrupt_inputs(batch))
-    empty = empty or run_outcome(model, batch, batch.inputs, outside_ablated_hooks(model, [], means, width))
-    ablated = run_outcome(model, batch, batch.inputs, outside_ablated_hooks(model, nodes, means, width))
-    return Faithfulness(
-        nodes=tuple(n.describe() for n in nodes),
-        recovered=share(ablated.metric, corrupt.metric, clean.metric),
-        normalised=share(ablated.metric, empty.metric, clean.metric),
-        metric=ablated.metric,
-        accuracy=ablated.restored,
-        clean=clean.metric,
-        corrupt=corrupt.metric,
-        empty=empty.metric,
-    )
+    def __init__(self, model, batch: Batch, reference, clean: Outcome | None = None,
+                 corrupt: Outcome | None = None):
+        self.model, self.batch = model, batch.to(device_of(model))
+        self.graph = head_graph(model, self.batch.inputs.shape[1])
+        # Recorded on the whole-edge graph: the writes are per sender, and its empty circuit (every
+        # edge ablated at every position) is this graph's, in fewer edges.
+        self.runs = ablated_runs(model, self.batch, model_graph(model), Ablation.MEAN, reference)
+        self.clean = clean or run_outcome(model, self.batch, self.batch.inputs)
+        self.corrupt = corrupt or run_outcome(model, self.batch, corrupt_inputs(self.batch))
+        self.measured: dict[tuple, Outcome] = {}
+        self.empty = self.outcomes([{}])[0]
+
+    def outcomes(self, circuits: list[Kept]) -> list[Outcome]:
+        """Each circuit's Outcome; circuits measured before are not measured again."""
+        keys = [tuple(sorted(kept.items())) for kept in circuits]
+        new = list({key: kept for key, kept in zip(keys, circuits) if key not in self.measured}.items())
+        found = circuit_outcomes(self.model, self.batch, self.graph,
+                                 [circuit_edges(self.graph, kept) for _, kept in new], self.runs) if new else []
+        self.measured.update(zip([key for key, _ in new], found))
+        return [self.measured[key] for key in keys]
+
+    def __call__(self, circuits: list[Kept]) -> list[Faithfulness]:
+        return [scaled(o, self.clean, self.corrupt, self.empty) for o in self.outcomes(circuits)]
 
 
-def upstream_complete(model, nodes: list[Node], batch) -> bool:
-    """Whether `nodes` keep every head output that can reach a scored logit: every head before the
-    last layer at every position up to the last scored one, every last-layer head at the scored
-    positions (after the last attention each position is computed on its own). Mean-ablating
-    outside such a circuit changes no scored logit, so its faithfulness is 1 by construction."""
-    width = batch.inputs.shape[1]
-    masks = keep_masks(model, nodes, width)
-    scored = sorted(set(batch.positions.tolist()))
-    last = model.cfg.n_layers - 1
-    return all(bool(masks[layer][scored if layer == last else slice(0, scored[-1] + 1)].all())
-               for layer in range(model.cfg.n_layers))
+def faithfulness(model, batch: Batch, kept, reference) -> Faithfulness:
+    """One head circuit's Faithfulness on `batch`: `kept` a Kept mapping, or heads kept at every
+    position; means over `reference` (a notebook passes probes.ablation.training_reference(run)
+    for the report's numbers)."""
+    kept = kept if isinstance(kept, dict) else every_position(kept)
+    return HeadCircuits(model, batch, reference)([kept])[0]
+
+
+def reaches_scored(edge: Edge, scored: set[int], n_layers: int) -> bool:
+    """Whether an edge's write can change a scored logit: a write at position p reaches positions >=
+    p only, and p alone where its receiver works position by position up to the logits (the logits,
+    the last block's MLP, a last-block head's query)."""
+    if edge.position is None:
+        return True
+    if edge.position > max(scored):
+        return False
+    node, last = edge.receiver.node, n_layers - 1
+    position_wise = (isinstance(node, Logits) or (isinstance(node, MLP) and node.layer == last)
+                     or (isinstance(node, Head) and node.layer == last and edge.receiver.port == "q"))
+    return edge.position in scored or not position_wise
+
+
+def upstream_complete(graph: Graph, edges: Iterable[Edge], batch: Batch) -> bool:
+    """Whether the circuit `edges` keeps every edge of `graph` whose write can reach a scored logit.
+    Ablating outside such a circuit changes no scored logit, so its faithfulness is 1 by
+    construction."""
+    scored, kept = set(batch.positions.tolist()), set(edges)
+    return not any(reaches_scored(e, scored, graph.n_layers) for e in graph.edges if e not in kept)
 
 
 @dataclass(frozen=True)
 class Circuit:
-    nodes: tuple[Node, ...]
-    faithfulness: Faithfulness          # the nodes as found (heads pinned to positions where possible)
+    kept: Kept                          # the heads in order, and the positions each is kept at
+    faithfulness: Faithfulness          # the heads as found (pinned to positions where possible)
     head_faithfulness: Faithfulness     # the same heads at every position
     knockout: dict[str, Faithfulness]   # head -> the full model with only that head mean-ablated
     trace: list[tuple[tuple[str, ...], float, float]]  # the search step by step: heads, recovered, normalised
-    upstream: bool = False              # the nodes hold every head output that can reach the scored logits
-    head_upstream: bool = False         # ... the heads at every position do
+    upstream: bool = False              # the circuit keeps every edge that can reach the scored logits
+    head_upstream: bool = False         # ... its heads at every position do
 
     @property
     def heads(self) -> tuple[str, ...]:
-        return tuple(n.name for n in self.nodes)
+        return tuple(str(head) for head in self.kept)
+
+    def describe(self) -> tuple[str, ...]:
+        return tuple(where(head, positions) for head, positions in self.kept.items())
 
 
-def all_heads(model) -> list[tuple[int, int]]:
-    return [(l, h) for l in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]
+def all_heads(model) -> list[Head]:
+    return [Head(l, h) for l in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]
 
 
-def as_nodes(heads) -> list[Node]:
-    return [Node(l, h) for l, h in heads]
+def names(heads) -> tuple[str, ...]:
+    return tuple(str(head) for head in heads)
 
 
-def search_circuit(model, batch, reference, patching, target: float = 0.9) -> Circuit:
+def search_circuit(model, batch: Batch, reference, patching, target: float = 0.9) -> Circuit:
     """The fewest heads (then positions) whose circuit keeps `target` of the clean - counterfactual
     gap. `batch` holds counterfactual pairs, `reference` the examples mean ablation averages over,
     `patching` the batch's probes.patching.ActivationPatching."""
-    from probes.patching import run_outcome
-
-    batch = batch.to(device_of(model))
-    means = mean_outputs(model, batch, reference)
-    empty = run_outcome(model, batch, batch.inputs, outside_ablated_hooks(model, [], means, batch.inputs.shape[1]))
-
-    def measure(nodes):
-        return faithfulness(model, batch, nodes, means=means, clean=patching.clean, corrupt=patching.corrupt,
-                            empty=empty)
-
-    def step(heads):
-        result = measure(as_nodes(heads))
-        trace.append((tuple(str(Head(*h)) for h in heads), result.recovered, result.normalised))
-        return result.recovered
-
+    measure = HeadCircuits(model, batch, reference, patching.clean, patching.corrupt)
     heads = all_heads(model)
-    knockout = {h: measure(as_nodes([g for g in heads if g != h])) for h in heads}
+    knockout = dict(zip(heads, measure([every_position(g for g in heads if g != h) for h in heads])))
     restore = {h: abs(float(patching.recovered(patching.head_all[h]))) for h in heads}
     ranked = sorted(heads, key=lambda h: (-(1 - knockout[h].recovered), -restore[h]))
-    chosen, trace = [], []
-    for head in ranked:
-        chosen.append(head)
-        if step(chosen) >= target:
+    trace = []
+    chosen = drop_unneeded(measure, add_in_order(measure, ranked, target, trace), target, trace)
+    kept = pin_positions(measure, every_position(sorted(chosen)), patching, target)
+    found, whole = measure([kept, every_position(sorted(chosen))])
+    graph = measure.graph
+    return Circuit(kept, found, whole, {str(h): result for h, result in knockout.items()}, trace,
+                   upstream_complete(graph, circuit_edges(graph, kept), measure.batch),
+                   upstream_complete(graph, circuit_edges(graph, every_position(chosen)), measure.batch))
+
+
+def first_reaching(measure: HeadCircuits, trials: list[Kept], target: float, per_call: int):
+    """(index, Faithfulness) of the first trial recovering `target` (None, None if none does),
+    measuring `per_call` trials a call: a batch costs one forward per replica on a CPU, so trials
+    after the first hit are not worth measuring."""
+    for first in range(0, len(trials), per_call):
+        results = measure(trials[first:first + per_call])
+        hit = next((i for i, r in enumerate(results) if r.recovered >= target), None)
+        if hit is not None:
+            return first + hit, results[hit]
+    return None, None
+
+
+def add_in_order(measure: HeadCircuits, ranked: list[Head], target: float, trace: list) -> list[Head]:
+    """The shortest prefix of `ranked` reaching `target` (all of it when none does)."""
+    prefixes = [every_position(ranked[:k]) for k in range(1, len(ranked) + 1)]
+    hit, _ = first_reaching(measure, prefixes, target, PREFIXES_PER_CALL)
+    chosen = ranked if hit is None else ranked[:hit + 1]
+    for k, result in enumerate(measure(prefixes[:len(chosen)]), 1):
+        trace.append((names(ranked[:k]), result.recovered, result.normalised))
+    return list(chosen)
+
+
+def drop_unneeded(measure: HeadCircuits, chosen: list[Head], target: float, trace: list) -> list[Head]:
+    """Last added first, drop each head the circuit still reaches `target` without. Every remaining
+    candidate is measured against the current circuit in one call, which is what trying them one
+    after another measures up to the first that can go; the search goes on after that one."""
+    pending = list(reversed(chosen))
+    while pending and len(chosen) > 1:
+        fewer = [[h for h in chosen if h != head] for head in pending]
+        results = measure([every_position(f) for f in fewer])
+        hit = next((i for i, r in enumerate(results) if r.recovered >= target), None)
+        if hit is None:
             break
-    for head in reversed(list(chosen)):
-        fewer = [h for h in chosen if h != head]
-        if fewer and measure(as_nodes(fewer)).recovered >= target:
-            chosen = fewer
-            step(chosen)
-    chosen.sort()
-    nodes = pin_positions(as_nodes(chosen), patching, measure, target, batch)
-    return Circuit(tuple(nodes), measure(nodes), measure(as_nodes(chosen)),
-                   {str(Head(*h)): result for h, result in knockout.items()}, trace,
-                   upstream_complete(model, nodes, batch), upstream_complete(model, as_nodes(chosen), batch))
+        chosen, pending = fewer[hit], pending[hit + 1:]
+        trace.append((names(chosen), results[hit].recovered, results[hit].normalised))
+    return chosen
 
 
-def pin_positions(nodes: list[Node], patching, measure, target: float, batch) -> list[Node]:
+def pin_positions(measure: HeadCircuits, kept: Kept, patching, target: float) -> Kept:
     """Restrict each head, in turn, to its 1..MAX_POSITIONS most important live positions while the
-    circuit still recovers `target`; a head that needs more keeps every position."""
-    from probes.patching import live_positions
-
-    live = live_positions(batch)
-    for index, node in enumerate(nodes):
-        effect = patching.recovered(patching.head_out[node.layer, :, node.head]).abs()
+    circuit still recovers `target` (the fewest that do); a head that needs more keeps every
+    position."""
+    live = live_positions(measure.batch)
+    for head in list(kept):
+        effect = patching.recovered(patching.head_out[head.layer, :, head.head]).abs()
         ranked = sorted(live, key=lambda p: -float(effect[p]))
-        for count in range(1, min(MAX_POSITIONS, len(ranked)) + 1):
-            trial = list(nodes)
-            trial[index] = Node(node.layer, node.head, tuple(sorted(ranked[:count])))
-            if measure(trial).recovered >= target:
-                nodes = trial
-                break
-    return nodes
+        trials = [{**kept, head: tuple(sorted(ranked[:count]))}
+                  for count in range(1, min(MAX_POSITIONS, len(ranked)) + 1)]
+        hit, _ = first_reaching(measure, trials, target, 1)
+        if hit is not None:
+            kept = trials[hit]
+    return kept

@@ -124,7 +124,7 @@ def circuit_section(analysis, settings: ReportSettings) -> str:
     ablated = analysis.circuit_ablation
     groups = ", ".join(f"{g} {pct(v['accuracy'])}" for g, v in ablated.by_group.items())
     return "\n".join([
-        f"- nodes: {', '.join(n.describe() for n in c.nodes)}"
+        f"- nodes: {', '.join(c.describe())}"
         + (" (every head output that can reach the scored logits)" if c.upstream else ""),
         f"- faithfulness (outside mean-ablated, clean input): {f.normalised:.2f} null scale "
         f"({pct(f.recovered)} of the gap; metric {f.metric:+.2f}, empty circuit {f.empty:+.2f}, clean {f.clean:+.2f}, "

@@ -137,7 +137,7 @@ def summary_line(run: EdgeRun, settings: ReportSettings) -> str:
         f"; by position, {len(run.positional.edges)} positional edges keep {run.positional.faithfulness:.0%} and "
         f"ignoring positions changes {run.positional.changed_share:.0%} of the circuit's edges")
     line = (f"{where}: edge circuit of {len(found.edges)} of {len(result.graph.edges)} edges keeps "
-            f"{found.faithfulness:.0%} of the gap on {result.pairs} pairs (every other edge given its counterfactual "
+            f"{found.faithfulness.normalised:.0%} of the gap on {result.pairs} pairs (every other edge given its counterfactual "
             "write): "
             + ", ".join(f"{e} ({share[e]:+.0%} alone)" for e in strongest) + more + by_position)
     return line if run.structure is None else f"{line}. {structure_sentence(run.structure)}"
@@ -152,7 +152,7 @@ def run_json(run: EdgeRun) -> dict:
             "counterfactual_metric": result.oracle.other.metric, "target": result.circuit.target,
             "circuit": None if result.circuit.edges is None else
             [{"edge": str(e), "alone": share[e]} for e in result.circuit.edges],
-            "faithfulness": result.circuit.faithfulness, "cpr": curve.cpr, "cmd": curve.cmd,
+            "faithfulness": result.circuit.faithfulness.normalised, "cpr": curve.cpr, "cmd": curve.cmd,
             "oracle_seconds": result.oracle.seconds, "figure": run.figure,
             "positional": None if run.positional is None else positional_json(run.positional),
             "redundancy": None if run.structure is None else structure_json(run.structure)}

@@ -109,7 +109,7 @@ def circuit_figure(result: EdgeCircuit, title: str):
     figure = Figure(figsize=(graph_width + 6.5, 1.6 + 1.1 * result.graph.n_layers), layout="constrained")
     left, right = figure.subplots(1, 2, gridspec_kw={"width_ratios": [graph_width, 6.5]})
     edges = result.circuit.edges or tuple(e for e, _ in result.oracle.ranked()[:10])
-    reached = f"{len(edges)} edges, faithfulness {result.circuit.faithfulness:.0%}"
+    reached = f"{len(edges)} edges, faithfulness {result.circuit.faithfulness.normalised:.0%}"
     draw_circuit(left, result, edges, f"{title}:\nsmallest oracle circuit reaching "
                  f"{result.circuit.target:.0%}\n({reached})" if result.circuit.edges else
                  f"{title}:\ntop 10 oracle edges (no circuit below the full graph reaches {result.circuit.target:.0%})")
@@ -143,7 +143,7 @@ def markdown_lines(result: EdgeCircuit, title: str, figure_path: str | None = No
     found = result.circuit
     if found.edges is not None:
         lines.append(f"Smallest oracle-ranked circuit reaching {found.target:.0%}: **{len(found.edges)} edges**, "
-                     f"faithfulness {found.faithfulness:.1%}:")
+                     f"faithfulness {found.faithfulness.normalised:.1%}:")
         lines += [f"- {edge_label(e, result)}" for e in found.edges]
     else:
         lines.append(f"No oracle-ranked circuit smaller than the full graph reaches {found.target:.0%}.")

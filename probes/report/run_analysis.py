@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from models.components import Head
-from probes.circuits.search import Circuit, Node, search_circuit
+from probes.circuits.search import Circuit, search_circuit, where
 
 if TYPE_CHECKING:
     from models.spec import ModelSpec
@@ -35,7 +35,7 @@ class Basis:
 class NodeView:
     """Where patching shows a circuit head matters, and where it attends from there."""
 
-    node: str                               # Node.describe()
+    node: str                               # the head and its kept positions (probes.circuits.search.where)
     matters: list[tuple[int, float]]        # (position, share of the gap its output restores there), strongest first
     attention: dict[int, dict[str, list]]   # position -> group (and "all") -> attention row over keys
 
@@ -71,7 +71,7 @@ class RunAnalysis:
 def routes(paths: list, circuit: Circuit, floor: float) -> list:
     """Path patches (sender at all positions) worth resolving by position: between circuit heads,
     recovering at least `floor` of the gap, or the best input of each circuit pair otherwise."""
-    heads = {Head(node.layer, node.head) for node in circuit.nodes}
+    heads = set(circuit.kept)
     inside = [p for p in paths if set(p.sender) <= heads and set(p.receiver) <= heads]
     best = {}
     for p in inside:
@@ -96,19 +96,19 @@ def route_positions(patching, sender: Head, batch, count: int) -> list[int]:
     return sorted(p for p, _ in head_effect(patching, layer, head, live_positions(batch))[:count])
 
 
-def node_view(model, pairs, patching, node: Node, threshold: float) -> NodeView:
-    """The node's positions (its pinned ones, else every live one) where patching its output
+def node_view(model, pairs, patching, head: Head, kept: tuple[int, ...] | None, threshold: float) -> NodeView:
+    """The circuit head's positions (its `kept` ones, else every live one) where patching its output
     restores at least `threshold` of the gap, at most three; the attention rows there."""
     from probes.attention import attention_from
     from probes.patching import live_positions
 
-    positions = node.positions if node.positions is not None else live_positions(pairs)
-    matters = [(p, r) for p, r in head_effect(patching, node.layer, node.head, positions) if abs(r) >= threshold][:3]
+    positions = kept if kept is not None else live_positions(pairs)
+    matters = [(p, r) for p, r in head_effect(patching, head.layer, head.head, positions) if abs(r) >= threshold][:3]
     attention = {}
     for position, _ in matters:
         rows = attention_from(model, pairs, position)
-        attention[position] = {g: rows[g][node.layer, node.head].tolist() for g in rows}
-    return NodeView(node.describe(), matters, attention)
+        attention[position] = {g: rows[g][head.layer, head.head].tolist() for g in rows}
+    return NodeView(where(head, kept), matters, attention)
 
 
 def basis(context) -> Basis:
@@ -172,7 +172,8 @@ def trace_circuit(context, patching) -> dict:
         **measured,
         composition=composition_scores(model, seed=seed) if model.cfg.n_layers > 1 else None,
         circuit_ablation=ablate(model, context.sample, circuit.heads, "mean", seed, context.reference),
-        node_views=[node_view(model, pairs, patching, node, settings.matters) for node in circuit.nodes],
+        node_views=[node_view(model, pairs, patching, head, kept, settings.matters)
+                    for head, kept in circuit.kept.items()],
     )
 
 
@@ -180,14 +181,16 @@ def circuit_paths_measured(model, pairs, reference, patching, settings) -> dict:
     """The RunAnalysis fields a circuit's label is named from (probes.circuits.labels): the search,
     every head pair's path patch with the sender at all positions, and the routes among them
     resolved one sender position at a time."""
-    from probes.circuits.path_patching import PathTarget, path_patch_many, path_sweep
+    from probes.circuits.path_patching import PathTarget, path_patch_many, path_runs, path_sweep
 
     circuit = search_circuit(model, pairs, reference, patching, settings.circuit_target)
-    paths = path_sweep(model, pairs) if model.cfg.n_layers > 1 else []
+    runs = path_runs(model, pairs) if model.cfg.n_layers > 1 else None       # both path patchings share them
+    paths = path_sweep(model, pairs, runs) if runs else []
     targets = [PathTarget(p.sender, (position,), p.receiver, p.component)
                for p in routes(paths, circuit, settings.route_floor)
                for position in route_positions(patching, p.sender[0], pairs, settings.route_positions)]
-    return dict(circuit=circuit, paths=paths, path_positions=path_patch_many(model, pairs, targets) if targets else [])
+    return dict(circuit=circuit, paths=paths,
+                path_positions=path_patch_many(model, pairs, targets, runs) if targets else [])
 
 
 def draw_figure(analysis: RunAnalysis, out) -> str | None:

@@ -111,14 +111,14 @@ def compact_circuit(analysis, settings) -> str:
     kept at every position has none)."""
     from probes.report.words import named
 
-    def kept(node):
-        return node.name if node.positions is None else f"{node.name}@" + "/".join(f"p{p}" for p in node.positions)
+    def kept(head, positions):
+        return str(head) if positions is None else f"{head}@" + "/".join(f"p{p}" for p in positions)
 
-    nodes, paths = analysis.circuit.nodes, named(analysis, settings)
+    nodes, paths = analysis.circuit.kept, named(analysis, settings)
     if not paths:
-        return "+".join(kept(n) for n in nodes)
+        return "+".join(kept(*n) for n in nodes.items())
     in_paths = {head for path in paths for head in (path.sender, path.receiver)}
-    others = [kept(n) for n in nodes if n.name not in in_paths]
+    others = [kept(*n) for n in nodes.items() if str(n[0]) not in in_paths]
     shown = [f"{p.sender} ->{p.component} {p.receiver}" + (f" @p{p.position}" if p.position >= 0 else "") for p in paths]
     return "+".join([", ".join(shown), *others])
 
@@ -199,5 +199,5 @@ def edge_cells(run, settings) -> dict:
     elif result.circuit.edges is None:
         text = f"none < {total}"
     else:
-        text = f"{len(result.circuit.edges)}/{total}, {result.circuit.faithfulness:.0%}"
+        text = f"{len(result.circuit.edges)}/{total}, {result.circuit.faithfulness.normalised:.0%}"
     return {(run.model_name, run.seed): {"edges (gap)": text}}

@@ -92,29 +92,30 @@ def attention_words(rows: dict, labels: list[str], settings: ReportSettings) -> 
     return "attends " + "; ".join(f"{keys(rows[g])} for {g}" for g in groups)
 
 
-def node_words(node, view, analysis, settings: ReportSettings) -> str:
-    """'L0H0 (kept at every position; matters at p11 adj (73%), where it attends ...)'."""
+def node_words(head, positions, view, analysis, settings: ReportSettings) -> str:
+    """'L0H0 (kept at every position; matters at p11 adj (73%), where it attends ...)' for a circuit
+    head kept at `positions` (None: every position)."""
     labels = analysis.labels
-    kept = ("kept at every position" if node.positions is None
-            else "kept at " + " + ".join(labels[p] for p in node.positions))
+    kept = ("kept at every position" if positions is None
+            else "kept at " + " + ".join(labels[p] for p in positions))
     if not view.matters:
-        return f"{node.name} ({kept}; {unmatched_words(node, analysis, settings)})"
+        return f"{head} ({kept}; {unmatched_words(head, analysis, settings)})"
     where = "; ".join(f"{labels[p]} ({pct(r)} of the gap), where it {attention_words(view.attention[p], labels, settings)}"
                       for p, r in view.matters)
-    return f"{node.name} ({kept}; patching its output matters at {where})"
+    return f"{head} ({kept}; patching its output matters at {where})"
 
 
-def unmatched_words(node, analysis, settings: ReportSettings) -> str:
+def unmatched_words(head, analysis, settings: ReportSettings) -> str:
     """A circuit head whose patched output restores little at any one position: 'it matters only
     across positions' only when patching it at every position at once shows it; otherwise what
     it writes barely differs between the pairs, and the search kept it for what mean-ablating it
     costs (its knockout)."""
-    everywhere = float(analysis.patching.recovered(analysis.patching.head_all[node.layer, node.head]))
+    everywhere = float(analysis.patching.recovered(analysis.patching.head_all[head.layer, head.head]))
     text = (f"patching its output restores less than {pct(settings.matters)} of the gap at any one position "
             f"and {pct(everywhere)} at every position at once")
     if abs(everywhere) >= settings.matters:
         return text + ": it matters only across positions"
-    knockout = analysis.circuit.knockout[node.name].normalised
+    knockout = analysis.circuit.knockout[str(head)].normalised
     return (text + f": it matters when mean-ablated (the full model without it keeps {knockout:.2f} on the null "
             "scale), not through what differs between the pairs")
 
@@ -127,17 +128,17 @@ def role_clause(analysis, settings: ReportSettings) -> str | None:
     if view is None or not view.recovered:
         return None
     heads = []
-    for node in analysis.circuit.nodes:
-        effect = sorted(((float(r[node.layer, node.head]), role) for role, r in view.recovered.items()),
+    for head in analysis.circuit.kept:
+        effect = sorted(((float(r[head.layer, head.head]), role) for role, r in view.recovered.items()),
                         key=lambda item: -abs(item[0]))
         where = [(share_, role) for share_, role in effect if abs(share_) >= settings.matters]
         if not where:
-            heads.append(f"{node.name} matters at no role alone (best {effect[0][1]}, {pct(effect[0][0])})")
+            heads.append(f"{head} matters at no role alone (best {effect[0][1]}, {pct(effect[0][0])})")
             continue
         rows = view.attention.get(where[0][1], {})
-        looked = sorted(((float(m[node.layer, node.head]), role) for role, m in rows.items()), key=lambda x: -x[0])
+        looked = sorted(((float(m[head.layer, head.head]), role) for role, m in rows.items()), key=lambda x: -x[0])
         shown = [f"{role} ({mass:.2f})" for mass, role in looked if mass >= settings.attention_shown]
-        heads.append(f"{node.name} matters at " + " and ".join(f"{role} ({pct(share_)} of the gap)" for share_, role in where)
+        heads.append(f"{head} matters at " + " and ".join(f"{role} ({pct(share_)} of the gap)" for share_, role in where)
                      + (f" and from {where[0][1]} attends " + " and ".join(shown) if shown else ""))
     return (f"by role (each pair patched at its own role positions, {view.pairs} pairs; attention over "
             f"{view.rows} examples): " + ", ".join(heads))
@@ -200,7 +201,7 @@ def path_clause(analysis, settings: ReportSettings) -> str | None:
     if analysis.spec.n_layers > 1:
         # Heads of one block cannot compose; whether later blocks' MLPs carry the decision on is
         # not measured here (MLPs are never ablated; the edge-circuit section shows their edges).
-        layer = analysis.circuit.nodes[0].layer
+        layer = next(iter(analysis.circuit.kept)).layer
         return f"no composition between circuit heads: all of them are in block {layer + 1}"
     return None
 
@@ -224,7 +225,8 @@ def describe(analysis, settings: ReportSettings, vocabulary=None) -> str:
         return (f"{head}, shuffle max|dlogit| {analysis.accuracy.shuffle_max_logit_change:.1e}; "
                 f"no circuit ({analysis.note})")
     b, circuit = analysis.basis, analysis.circuit
-    nodes = "; ".join(node_words(n, v, analysis, settings) for n, v in zip(circuit.nodes, analysis.node_views))
+    nodes = "; ".join(node_words(head, positions, view, analysis, settings)
+                      for (head, positions), view in zip(circuit.kept.items(), analysis.node_views))
     parts = [head, f"circuit on {b.pairs} held-out pairs: {nodes}"]
     parts += [clause for clause in (role_clause(analysis, settings), path_clause(analysis, settings)) if clause]
     parts.append(faithfulness_clause(circuit))
@@ -246,7 +248,7 @@ def signature(analysis, settings: ReportSettings) -> tuple:
     if analysis.circuit is None:
         return ()
     chosen = named(analysis, settings)
-    return tuple(dict.fromkeys(n.name for n in analysis.circuit.nodes)), mechanism_text(chosen) if chosen else ""
+    return analysis.circuit.heads, mechanism_text(chosen) if chosen else ""
 
 
 def describe_signature(sig: tuple, settings: ReportSettings) -> str:

@@ -54,6 +54,9 @@ class InputOffsets(EdgeHooks):
         self.offsets = {receiver: torch.zeros(like.shape, device=like.device, requires_grad=True)
                         for receiver in graph.inputs}
 
+    def patches(self, receiver):
+        return receiver         # every input gets its own offset
+
     def delta(self, receiver):
         offset = self.offsets[receiver]
         return torch.tensor([0], device=offset.device), offset[None]

@@ -72,9 +72,10 @@ class GatedEdges(EdgeHooks):
         with self.model.hooks(fwd_hooks=self.hooks(graph)):
             return forward_from(self.model, self.base.resid_pre[0], 0)
 
+    def patches(self, receiver):
+        return receiver if receiver in self.incoming else None      # every input gates its own edges
+
     def delta(self, receiver):
-        if receiver not in self.incoming:
-            return None
         edges, index, where = self.incoming[receiver]
         changes = torch.stack([self.other.writes[e.sender] - self.actual(e.sender)[0] for e in edges])
         total = torch.einsum("kp,knpd->npd", (1 - self.gates[index])[:, None] * where, changes)

@@ -78,7 +78,7 @@ def graph_data(edge_run) -> dict | None:
     return {"nodes": nodes, "edges": edges, "n_layers": graph.n_layers, "pairs": result.pairs,
             "metric": result.metric, "clean": rounded(oracle.base.metric), "counterfactual": rounded(oracle.other.metric),
             "target": smallest.target, "size": len(smallest.edges) if smallest.edges else None,
-            "faithfulness": rounded(smallest.faithfulness), "every_k": rounded(list(every)),
+            "faithfulness": rounded(smallest.faithfulness.normalised), "every_k": rounded(list(every)),
             "curves": [{"method": m.scores.method, "sizes": list(m.curve.sizes),
                         "faithfulness": rounded(list(m.curve.faithfulness)), "cpr": rounded(m.curve.cpr),
                         "cmd": rounded(m.curve.cmd)} for m in result.methods]}
@@ -107,7 +107,7 @@ def head_data(analysis) -> dict:
     mean = analysis.attention.mean["all"]
     n_layers, n_heads, _ = mean.shape
     nodes = [] if analysis.circuit is None else [
-        {"head": n.name, "positions": None if n.positions is None else list(n.positions)} for n in analysis.circuit.nodes]
+        {"head": str(head), "positions": None if kept is None else list(kept)} for head, kept in analysis.circuit.kept.items()]
     return {"n_layers": n_layers, "n_heads": n_heads, "labels": list(analysis.labels or analysis.attention.labels),
             "mean_rows": analysis.attention.rows["all"],
             "mean": {f"L{l}H{h}": rounded(mean[l, h].tolist()) for l in range(n_layers) for h in range(n_heads)},
