@@ -136,9 +136,10 @@ def test_the_comparison_with_transformer_lens_catches_a_dropped_norm_or_input(tw
         return max(abs(float(theirs[1, e.receiver.node.head]) - (ours.base.metric + float(v)))
                    for e, v in zip(ours.edges, ours.effect) if e.sender == Head(0, 1) and e.receiver.port == component)
 
-    def unnormed(model, layer, component, residual):
+    def unnormed(model, layer, component, residual, head=None):
         out = native(getattr(model.blocks[layer].attn, component))(residual)
-        return out.view(*out.shape[:2], model.cfg.n_heads, model.cfg.d_head)
+        out = out.view(*out.shape[:2], model.cfg.n_heads, model.cfg.d_head)
+        return out if head is None else out[:, :, head]
 
     assert gap("k") < 1e-4
     with monkeypatch.context() as patch:

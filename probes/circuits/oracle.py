@@ -61,12 +61,19 @@ def keeper(store: dict, name: str):
     return keep
 
 
-def receiver_input(model, layer: int, port: str, residual: torch.Tensor) -> torch.Tensor:
-    """[n, pos, head, d_head]: block `layer`'s own LayerNorm and Q/K/V projection of `residual`.
-    The raw torch modules are called so no hook fires inside a hook."""
+def receiver_input(model, layer: int, port: str, residual: torch.Tensor, head: int | None = None) -> torch.Tensor:
+    """[n, pos, head, d_head]: block `layer`'s own LayerNorm and Q/K/V projection of `residual`;
+    with `head`, that head's rows of the projection alone ([n, pos, d_head]: a patched
+    receiver needs no other head's, and projecting every head cost n_heads times the work). The
+    raw torch modules are called so no hook fires inside a hook."""
     block = model.blocks[layer]
-    out = native(getattr(block.attn, port))(native(block.ln1)(residual))
-    return out.view(*out.shape[:2], model.cfg.n_heads, model.cfg.d_head)
+    linear, d_head = native(getattr(block.attn, port)), model.cfg.d_head
+    normed = native(block.ln1)(residual)
+    if head is None:
+        out = linear(normed)
+        return out.view(*out.shape[:2], model.cfg.n_heads, d_head)
+    rows = slice(head * d_head, (head + 1) * d_head)
+    return torch.nn.functional.linear(normed, linear.weight[rows], None if linear.bias is None else linear.bias[rows])
 
 
 @dataclass(frozen=True)
@@ -158,8 +165,8 @@ class EdgeHooks:
                 if touched is not None:
                     rows, delta = touched
                     residual = self.residual(get_act_name("resid_pre", layer), rows) + delta
-                    value = receiver_input(self.model, layer, port, residual.flatten(0, 1))
-                    view[rows, :, :, head.head] = value.view(len(rows), *view.shape[1:])[:, :, :, head.head]
+                    value = receiver_input(self.model, layer, port, residual.flatten(0, 1), head.head)
+                    view[rows, :, :, head.head] = value.view(len(rows), *view.shape[1:3], -1)
             return act
         return hook
 
