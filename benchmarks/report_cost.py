@@ -96,11 +96,11 @@ def steps_timed(costs: Costs, current: list):
         module = importlib.import_module(module_name)
         function = getattr(module, name)
 
-        def wrapper(*args, _function=function, _step=f"  in parts: {name}", **kwargs):
+        def wrapper(*args, _function=function, _step=f"in parts: {name}", **kwargs):
             with timed(costs, _step, current[0]):
                 return _function(*args, **kwargs)
 
-        costs.nested.add(f"  in parts: {name}")
+        costs.nested.add(f"in parts: {name}")
         holders = [m for m in list(sys.modules.values()) if getattr(m, name, None) is function]
         for holder in holders:
             originals.append((holder, name, function))
@@ -155,7 +155,9 @@ def whole_report(runs_dir: Path, out: Path) -> tuple[float, float, float]:
 def table(costs: Costs, whole: float | None) -> str:
     measured = sum(cpu for step, cpu in costs.cpu.items() if step not in costs.nested)
     reference = whole if whole is not None else measured
-    rows = [(step, costs.cpu[step], costs.wall[step], *costs.worst[step]) for step in costs.cpu]
+    # The steps inside the parts after the steps themselves, the costliest first.
+    steps = [s for s in costs.cpu if s not in costs.nested] + sorted(costs.nested & set(costs.cpu), key=lambda s: -costs.cpu[s])
+    rows = [(step, costs.cpu[step], costs.wall[step], *costs.worst[step]) for step in steps]
     lines = ["| step | CPU s | wall s | share of the report | costliest run (CPU s) |", "|---|---|---|---|---|"]
     lines += [f"| {step} | {cpu:.2f} | {wall:.2f} | {cpu / reference:.1%} | {run} ({worst:.2f}) |"
               for step, cpu, wall, worst, run in rows]
