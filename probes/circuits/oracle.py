@@ -122,7 +122,7 @@ class EdgeHooks:
         for replica, edges in enumerate(sets):
             for edge in edges:
                 self.by_receiver.setdefault(edge.receiver, []).append((replica, edge))
-        self.seen, self.writes, self.W_O = {}, {}, model.W_O
+        self.seen, self.writes, self.changes, self.W_O = {}, {}, {}, model.W_O
 
     def actual(self, sender) -> torch.Tensor:
         """The sender's write in this forward, [replicas, n, pos, d] ([1, ...] below `start`)."""
@@ -134,6 +134,13 @@ class EdgeHooks:
                 self.writes[sender] = self.base.writes[sender][None]
         return self.writes[sender]
 
+    def change(self, sender) -> torch.Tensor:
+        """The other run's write minus this forward's, [replicas or 1, n, pos, d]: once per sender
+        and forward, though every receiver the sender reaches adds it."""
+        if sender not in self.changes:
+            self.changes[sender] = self.other.writes[sender][None] - self.actual(sender)
+        return self.changes[sender]
+
     def delta(self, receiver: Input):
         """(replicas whose set touches this input, [those, n, pos, d] added to its residual), or None."""
         pending = self.by_receiver.get(receiver)
@@ -143,8 +150,8 @@ class EdgeHooks:
         like = self.other.writes[pending[0][1].sender]
         out = torch.zeros(len(rows), *like.shape, device=like.device)
         for replica, edge in pending:
-            actual = self.actual(edge.sender)
-            change = self.other.writes[edge.sender] - actual[replica if len(actual) > 1 else 0]
+            changes = self.change(edge.sender)
+            change = changes[replica if len(changes) > 1 else 0]
             row = rows.index(replica)
             if edge.position is None:
                 out[row] += change
