@@ -71,3 +71,35 @@ def test_a_layout_that_varies_is_not_resolved_by_position(planted):
     assert fixed_layout(p.batch)
     shifted = dataclasses.replace(p.batch, positions=p.batch.positions - (p.batch.example_index % 2))
     assert not fixed_layout(shifted)
+
+
+
+def test_reused_effects_and_the_chunked_search_equal_measuring_everything():
+    """Whole edges read their effect from the aggregated oracle and the search measures sizes in
+    growing chunks: the same effects as running every edge of the positional graph, and the same
+    circuit as measuring every size k and keeping the first that reaches the target. On the planted
+    model with its weights moved, so that the edges kept whole move the metric too."""
+    import copy
+
+    from probes.circuits.faithfulness import normalised, ranked
+    from probes.circuits.oracle import circuit_outcomes, record_runs
+
+    p = two_hop(n=8)
+    model = copy.deepcopy(p.model)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter += 0.3 * torch.randn(parameter.shape, generator=generator)
+    whole = edge_circuit(model, p.batch, graph_of(p.spec), compare_methods=False)
+    result = positional_circuit(model, p.batch, p.spec, whole.oracle, whole.circuit.edges)
+    runs = record_runs(model, p.batch, result.graph, "noise")
+    fresh = edge_effects(model, p.batch, result.graph, runs=runs)
+    kept_whole = [abs(v) for e, v in zip(fresh.edges, fresh.effect.tolist()) if e.position is None]
+    assert result.effects.edges == fresh.edges and max(kept_whole) > 1e-3
+    assert result.effects.effect.tolist() == pytest.approx(fresh.effect.tolist(), abs=1e-6)
+    order = ranked(result.graph.edges, fresh.effect)
+    outcomes = circuit_outcomes(model, p.batch, result.graph, [order[:k] for k in range(len(order) + 1)], runs)
+    every = normalised([o.metric for o in outcomes], outcomes[0].metric, outcomes[-1].metric)
+    first = next(k for k in range(1, len(order) + 1) if every[k] >= result.target)
+    assert first > 1 and result.edges == tuple(order[:first])
+    assert result.faithfulness == pytest.approx(every[first], abs=1e-6)

@@ -14,7 +14,7 @@ from probes.circuits.methods.joint import joint_search
 from probes.circuits.methods.masks import learned_masks
 from probes.circuits.methods.attribution import EdgeScores, acdc, eap, eap_ig
 from probes.circuits.methods.scores import REFERENCE_NOISE, auroc, spearman, top_edges
-from probes.circuits.oracle import Direction, EdgeEffects, circuit_outcomes, edge_effects, record_runs
+from probes.circuits.oracle import Direction, EdgeEffects, Runs, circuit_outcomes, edge_effects, record_runs
 from probes.circuits.faithfulness import Curve, SmallestCircuit, curve, normalised, smallest_circuit
 from probes.patching import metric_name
 from tasks.data import Batch
@@ -58,14 +58,15 @@ def judged(model, batch: Batch, graph: Graph, oracle: EdgeEffects, scores: EdgeS
 
 def edge_circuit(model, batch: Batch, graph: Graph, ig_steps: int = 5, acdc_threshold: float | None = 0.01,
                  expected: frozenset[Edge] | None = None, compare_methods: bool = True,
-                 joint_methods: bool = False) -> EdgeCircuit:
+                 joint_methods: bool = False, runs: Runs | None = None) -> EdgeCircuit:
     """Everything about `model`'s edges on `batch`'s counterfactual pairs (clean = the batch,
     counterfactual = its partners; edges outside a circuit get their counterfactual writes).
     acdc_threshold None skips the pruning (one forward per edge, in sequence: the slowest method);
     compare_methods False measures the oracle alone (the circuit report's cheap path); joint_methods
-    adds the joint search and learned masks (probes.circuits.methods.joint, .masks: several times ACDC's cost)."""
+    adds the joint search and learned masks (probes.circuits.methods.joint, .masks: several times ACDC's cost);
+    `runs`: record_runs(model, batch, graph, Direction.NOISE) when the caller already has them."""
     began = time.perf_counter()
-    runs = record_runs(model, batch, graph, Direction.NOISE)
+    runs = runs or record_runs(model, batch, graph, Direction.NOISE)
     oracle = edge_effects(model, batch, graph, runs=runs)
     as_scores = EdgeScores(ORACLE, graph.edges, oracle.effect, oracle.seconds)
     pruned = None if acdc_threshold is None or not compare_methods else acdc(model, batch, graph, acdc_threshold)

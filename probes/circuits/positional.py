@@ -11,11 +11,13 @@ by construction, and leaving them unpatched inside or outside a circuit changes 
 
 Cost: one forward per positional edge. Edges whose aggregated effect alone is below REFINE of the
 gap stay whole (one edge at every position) in the same graph, so every circuit is still judged
-with every other write given its counterfactual value; only the resolution is coarser there.
+with every other write given its counterfactual value; only the resolution is coarser there, and
+their effects alone are the aggregated oracle's.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
@@ -23,12 +25,12 @@ import torch
 from models.graph import Edge, Graph, graph_of
 from models.spec import ModelSpec
 from probes.circuits.faithfulness import normalised, ranked
-from probes.circuits.oracle import Direction, EdgeEffects, circuit_outcomes, edge_effects, record_runs
+from probes.circuits.oracle import Direction, EdgeEffects, Runs, circuit_outcomes, edge_effects, record_runs
 from probes.patching import live_positions
 from probes.settings import DEFAULT
 from tasks.data import Batch
 
-SEARCH_CHUNK = 32   # circuit sizes measured per forward batch while looking for the smallest one
+FIRST_CHUNK = 8     # circuit sizes measured first while looking for the smallest one (then 16, 32, ...)
 REFINE = 0.01       # aggregated edges moving at least this share of the gap alone are resolved by position
 
 
@@ -75,24 +77,45 @@ def positional_graph(spec: ModelSpec, positions: tuple[int, ...], oracle: EdgeEf
     return Graph(whole.n_layers, whole.senders, whole.inputs, edges)
 
 
-def positional_circuit(model, batch: Batch, spec: ModelSpec, oracle: EdgeEffects, aggregated: tuple[Edge, ...],
-                       target: float = DEFAULT.circuit_target) -> PositionalCircuit:
-    """`oracle`: the aggregated graph's edge effects on `batch`; `aggregated`: its circuit."""
-    positions = tuple(live_positions(batch))
-    graph = positional_graph(spec, positions, oracle)
-    runs = record_runs(model, batch, graph, Direction.NOISE)
-    effects = edge_effects(model, batch, graph, runs=runs)
-    order = ranked(graph.edges, effects.effect)
+def positional_effects(model, batch: Batch, graph: Graph, oracle: EdgeEffects, runs: Runs) -> EdgeEffects:
+    """Every edge of the positional graph alone. A whole edge is the same patch as in the
+    aggregated graph, so its effect is the oracle's (read, not run again); only the positional
+    edges take a forward each."""
+    began = time.perf_counter()
+    resolved = Graph(graph.n_layers, graph.senders, graph.inputs, tuple(e for e in graph.edges if e.position is not None))
+    measured = dict(zip(resolved.edges, edge_effects(model, batch, resolved, runs=runs).effect.tolist()))
+    whole = set(graph.edges) - set(resolved.edges)
+    measured.update((e, v) for e, v in zip(oracle.edges, oracle.effect.tolist()) if e in whole)
+    return EdgeEffects(runs.direction, graph.edges, torch.tensor([measured[e] for e in graph.edges]),
+                       runs.base.outcome, runs.other.outcome, len(batch), time.perf_counter() - began)
+
+
+def smallest(model, batch: Batch, graph: Graph, order: list[Edge], runs: Runs, target: float):
+    """(the smallest top-k circuit of `order` reaching `target`, its faithfulness), or (None, 1.0).
+    Sizes are measured in growing chunks from k = 1: the circuit is usually about the aggregated
+    one's size, so a first chunk much larger than that would measure sizes never needed."""
     empty, full = circuit_outcomes(model, batch, graph, [[], graph.edges], runs)
-    found, kept = None, 1.0
-    for first in range(1, len(order) + 1, SEARCH_CHUNK):
-        sizes = range(first, min(first + SEARCH_CHUNK, len(order) + 1))
+    first, chunk = 1, FIRST_CHUNK
+    while first <= len(order):
+        sizes = range(first, min(first + chunk, len(order) + 1))
         outcomes = circuit_outcomes(model, batch, graph, [order[:k] for k in sizes], runs)
         shares = normalised([o.metric for o in outcomes], empty.metric, full.metric)
         hit = next(((k, f) for k, f in zip(sizes, shares) if f >= target), None)
         if hit is not None:
-            found, kept = tuple(order[:hit[0]]), hit[1]
-            break
+            return tuple(order[:hit[0]]), hit[1]
+        first, chunk = first + chunk, 2 * chunk
+    return None, 1.0
+
+
+def positional_circuit(model, batch: Batch, spec: ModelSpec, oracle: EdgeEffects, aggregated: tuple[Edge, ...],
+                       target: float = DEFAULT.circuit_target, runs: Runs | None = None) -> PositionalCircuit:
+    """`oracle`: the aggregated graph's edge effects on `batch`; `aggregated`: its circuit; `runs`:
+    the oracle's recorded runs (record_runs on the aggregated graph, whose senders this graph shares)."""
+    positions = tuple(live_positions(batch))
+    graph = positional_graph(spec, positions, oracle)
+    runs = runs or record_runs(model, batch, graph, Direction.NOISE)
+    effects = positional_effects(model, batch, graph, oracle, runs)
+    found, kept = smallest(model, batch, graph, ranked(graph.edges, effects.effect), runs, target)
     return PositionalCircuit(positions, graph, effects, found, kept, target, tuple(aggregated))
 
 

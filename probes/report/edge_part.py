@@ -40,15 +40,11 @@ def traceable(spec: ModelSpec) -> bool:
 
 
 def measure_edge_circuit(context: RunContext) -> EdgeRun | None:
-    from models.graph import graph_of
-    from probes.circuits.named import edge_circuit
     from probes.circuits.positional import fixed_layout, positional_circuit
 
     if not traceable(context.spec) or context.heldout.counterfactual is None:
         return None
-    spec = context.spec
-    result = edge_circuit(context.model, context.pairs, graph_of(spec), compare_methods=False,
-                          expected=context.run.task.expected_circuit(context.run.model_name, spec))
+    result = context.edge_circuit
     if not context.settings.traces(result.oracle.gap):
         return EdgeRun(context.run.model_name, context.run.seed, result, None)
     positional = structure = None
@@ -56,10 +52,11 @@ def measure_edge_circuit(context: RunContext) -> EdgeRun | None:
         from probes.circuits.redundancy import circuit_structure
 
         structure = circuit_structure(context.model, context.pairs, result.graph, frozenset(result.circuit.edges),
-                                      result.oracle.normalised())
+                                      result.oracle.normalised(), context.edge_runs)
         if fixed_layout(context.pairs):
-            positional = positional_circuit(context.model, context.pairs, spec, result.oracle, result.circuit.edges,
-                                            context.settings.circuit_target)
+            positional = positional_circuit(context.model, context.pairs, context.spec,
+                                            result.oracle, result.circuit.edges, context.settings.circuit_target,
+                                            context.edge_runs)
     return EdgeRun(context.run.model_name, context.run.seed, result, draw(result, context), positional, structure)
 
 

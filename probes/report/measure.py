@@ -27,20 +27,27 @@ def parts() -> list[Part]:
 def measure_run(run, out: Path | None, settings: ReportSettings = DEFAULT, device: str | None = None) -> MeasuredRun:
     """Every part's measurement of one run, sharing one model load (run in the report's workers)."""
     context = RunContext(run, None if out is None else Path(out), settings, device)
-    return MeasuredRun(run.model_name, run.seed, {part.key: part.measure(context) for part in parts()})
+    return MeasuredRun(run.model_name, run.seed, dict(measure_each(context)))
+
+
+def measure_each(context: RunContext):
+    """(part key, its measure's result) for each part in turn, computed as it is asked for (so a
+    caller can time each part: benchmarks/report_cost.py)."""
+    for part in parts():
+        yield part.key, part.measure(context)
 
 
 def render_parts(measured: list[MeasuredRun], out: Path, settings: ReportSettings = DEFAULT) -> dict[str, Section]:
     """Part key -> its Section, for the parts some run measured something for (in PARTS order)."""
-    rendered = {}
+    return {key: section for key, section in render_each(measured, out, settings) if section is not None}
+
+
+def render_each(measured: list[MeasuredRun], out: Path, settings: ReportSettings = DEFAULT):
+    """(key, Section or None) for each part and then the views section, rendered as it is asked for."""
     for part in parts():
         results = [m.results[part.key] for m in measured if m.results.get(part.key) is not None]
-        if results and (section := part.render(results, Path(out), settings)) is not None:
-            rendered[part.key] = section
-    views = views_section(measured, settings)
-    if views is not None:
-        rendered["views"] = views
-    return rendered
+        yield part.key, part.render(results, Path(out), settings) if results else None
+    yield "views", views_section(measured, settings)
 
 
 def views_section(measured: list[MeasuredRun], settings: ReportSettings) -> Section | None:

@@ -82,6 +82,32 @@ class RunContext:
 
         return spread_subset(self.heldout, self.settings.pair_count(self.heldout))
 
+    @cached_property
+    def edge_graph(self):
+        """models.graph.Graph of the run's spec (the edge circuit's graph)."""
+        from models.graph import graph_of
+
+        return graph_of(self.spec)
+
+    @cached_property
+    def edge_runs(self):
+        """The clean and counterfactual runs of `pairs` every edge patch of the run moves between
+        (probes.circuits.oracle.Runs, Direction.NOISE): recorded once for the oracle, the
+        circuit's redundancy and its positional refinement, whose graphs share these senders."""
+        from probes.circuits.oracle import Direction, record_runs
+
+        return record_runs(self.model, self.pairs, self.edge_graph, Direction.NOISE)
+
+    @cached_property
+    def edge_circuit(self):
+        """probes.circuits.named.EdgeCircuit by the oracle alone on `pairs` (the edge part's, which
+        the circuit timeline replays): computed once per run."""
+        from probes.circuits.named import edge_circuit
+
+        expected = self.run.task.expected_circuit(self.run.model_name, self.spec)
+        return edge_circuit(self.model, self.pairs, self.edge_graph, compare_methods=False, expected=expected,
+                            runs=self.edge_runs)
+
 
 @dataclass(frozen=True)
 class Section:

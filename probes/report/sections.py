@@ -201,19 +201,16 @@ def measure_dynamics(context) -> RunDynamics | None:
 
 
 def measure_timeline(context) -> CircuitTimeline | None:
-    """The final model's edge circuit (the edge part's oracle, recomputed here: parts measure
-    independently) replayed at every snapshot, then the final weights."""
+    """The final model's edge circuit (the edge part's, RunContext.edge_circuit) replayed at every
+    snapshot, then the final weights."""
     from models.checkpoint import load_weights
-    from models.graph import graph_of
-    from probes.circuits.named import edge_circuit
     from probes.circuits.timeline import circuit_timeline
     from probes.dynamics import snapshot_files
     from probes.report.edge_part import traceable
 
     if not traceable(context.spec) or context.heldout.counterfactual is None:
         return None
-    model, graph = context.model, graph_of(context.spec)
-    final = edge_circuit(model, context.pairs, graph, compare_methods=False)
+    model, graph, final = context.model, context.edge_graph, context.edge_circuit
     if not context.settings.traces(final.oracle.gap) or final.circuit.edges is None:
         return None
     own = {name: value.clone() for name, value in model.state_dict().items()}
