@@ -82,7 +82,7 @@ def test_reused_effects_and_the_chunked_search_equal_measuring_everything():
     import copy
 
     from probes.circuits.faithfulness import normalised, ranked
-    from probes.circuits.oracle import circuit_outcomes, record_runs
+    from probes.circuits.oracle import Direction, circuit_outcomes, record_runs
 
     p = two_hop(n=8)
     model = copy.deepcopy(p.model)
@@ -92,7 +92,7 @@ def test_reused_effects_and_the_chunked_search_equal_measuring_everything():
             parameter += 0.3 * torch.randn(parameter.shape, generator=generator)
     whole = edge_circuit(model, p.batch, graph_of(p.spec), compare_methods=False)
     result = positional_circuit(model, p.batch, p.spec, whole.oracle, whole.circuit.edges)
-    runs = record_runs(model, p.batch, result.graph, "noise")
+    runs = record_runs(model, p.batch, result.graph, Direction.NOISE)
     fresh = edge_effects(model, p.batch, result.graph, runs=runs)
     kept_whole = [abs(v) for e, v in zip(fresh.edges, fresh.effect.tolist()) if e.position is None]
     assert result.effects.edges == fresh.edges and max(kept_whole) > 1e-3
