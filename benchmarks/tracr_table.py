@@ -25,7 +25,6 @@ from common.cli import EXIT_USAGE, Parser, UsageError, positive_int
 from probes.circuits.truth import tracr
 
 SHORT = {"oracle": "oracle", "EAP-IG": "EAP-IG", "EAP": "EAP", "ACDC": "ACDC", "joint": "joint", "learned": "masks"}
-BEGIN, END = "<!-- tracr_table.py -->", "<!-- end tracr_table.py -->"
 EXACT = 1e-9        # a change this small is float rounding of an unchanged value
 
 
@@ -93,12 +92,14 @@ def trace_lines(pairs: int) -> list[str]:
     return lines
 
 
-def write_docs(path: Path, lines: list[str]) -> None:
+def write_docs(path: Path, script: str, lines: list[str]) -> None:
+    """Replace what lies between the `<!-- SCRIPT -->` and `<!-- end SCRIPT -->` lines of `path`."""
+    begin, end = f"<!-- {script} -->", f"<!-- end {script} -->"
     text = path.read_text() if path.is_file() else ""
-    if BEGIN not in text or END not in text:
-        raise UsageError(f"{path} has no {BEGIN} ... {END} block to write the table into; add the two lines")
-    head, rest = text.split(BEGIN, 1)
-    path.write_text(head + BEGIN + "\n" + "\n".join(lines) + "\n" + END + rest.split(END, 1)[1])
+    if begin not in text or end not in text:
+        raise UsageError(f"{path} has no {begin} ... {end} block to write into; add the two lines")
+    head, rest = text.split(begin, 1)
+    path.write_text(head + begin + "\n" + "\n".join(lines) + "\n" + end + rest.split(end, 1)[1])
 
 
 def main() -> None:
@@ -116,7 +117,7 @@ def main() -> None:
     print("\n".join(lines))
     if args.docs:
         try:
-            write_docs(args.docs, lines)
+            write_docs(args.docs, "tracr_table.py", lines)
         except UsageError as error:
             parser.exit(EXIT_USAGE, f"error: {error}\n")
 
