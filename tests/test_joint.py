@@ -158,3 +158,7 @@ def test_the_report_names_the_alternatives_in_one_sentence(planted):
     sentence = structure_sentence(structure)
     assert "L0H0 and L0H1 each suffice" in sentence and "none is necessary" in sentence
     assert f"{len(p.edges)} edges keep 100%" in sentence
+    # at the oracle ranking's faithfulness the pair needs one branch only: MLP0 -> logits and one head's 2 edges
+    tight = structure.joint.at_target
+    assert len(tight.circuit) == 3 and tight.circuit < p.edges and tight.faithfulness >= 0.9
+    assert f"has 3 edges keeping {tight.faithfulness:.0%}, fewer than the oracle ranking's {len(named.edges)}" in sentence

@@ -107,7 +107,27 @@ def structure_sentence(structure) -> str:
             sentence += (f", counting {sum(len(a.replacement) for a in joint.alternatives)} edges of "
                          f"{len(joint.alternatives)} stand-in set(s) that each keep "
                          f"{shares(a.faithfulness for a in joint.alternatives)} without the edges they replace")
+        if joint.at_target is not None:
+            sentence += at_target_clause(joint.at_target, named, found)
     return sentence
+
+
+def at_target_clause(tight, named, found) -> str:
+    """The joint circuit and the oracle-ranked one at the same faithfulness, and, where the joint one
+    is no smaller, the shared heads that keep it so."""
+    from probes.circuits.methods.joint import TARGET
+
+    smaller = len(tight.circuit) < len(named.circuit)
+    clause = (f"; pruned with no threshold until one more edge would take it below {TARGET:.0%}, the joint circuit "
+              f"has {len(tight.circuit)} edges keeping {tight.faithfulness:.0%}, "
+              f"{'fewer than' if smaller else 'no fewer than'} the oracle ranking's {len(named.circuit)}")
+    if smaller or not found.shared_sets:
+        return clause
+    peers = max(found.shared_sets, key=lambda p: len(p.groups))
+    kept = [g for g in peers.groups if any(e.sender == g.sender for e in tight.circuit)]
+    return clause + (f": {named_heads(peers.groups)} share the answer (single knock-outs add up to "
+                     f"{peers.overlap:.0%} of knocking all out, none keeps {peers.suffices:.0%} alone), so a "
+                     f"{TARGET:.0%} circuit still needs {len(kept)} of the {len(peers.groups)} heads and their edges")
 
 
 def draw(result, context: RunContext) -> str | None:
@@ -207,7 +227,10 @@ def structure_json(structure) -> dict:
                 "seconds": joint.scores.seconds,
                 "alternatives": [{"replaced": sorted(map(str, a.replaced)), "replacement": sorted(map(str, a.replacement)),
                                   "faithfulness": a.faithfulness} for a in joint.alternatives],
-                "redundancy": redundancy_json(structure.joint_redundancy)}}
+                "redundancy": redundancy_json(structure.joint_redundancy),
+                "at_target": None if joint.at_target is None else {
+                    "circuit": [str(e) for e in joint.scores.edges if e in joint.at_target.circuit],
+                    "faithfulness": joint.at_target.faithfulness}}}
 
 
 def render_edge_circuits(runs: list[EdgeRun], out: Path, settings: ReportSettings) -> Section:
