@@ -108,26 +108,21 @@ def structure_sentence(structure) -> str:
                          f"{len(joint.alternatives)} stand-in set(s) that each keep "
                          f"{shares(a.faithfulness for a in joint.alternatives)} without the edges they replace")
         if joint.at_target is not None:
-            sentence += at_target_clause(joint.at_target, named, found)
+            sentence += at_target_clause(joint.at_target, named)
     return sentence
 
 
-def at_target_clause(tight, named, found) -> str:
-    """The joint circuit and the oracle-ranked one at the same faithfulness, and, where the joint one
-    is no smaller, the shared heads that keep it so."""
-    from probes.circuits.methods.joint import TARGET
+def at_target_clause(tight, named) -> str:
+    """The joint circuit and the oracle-ranked one at the same faithfulness: the search itself keeps
+    every edge worth THRESHOLD of the gap and adds its stand-in sets, so it stops above the target."""
+    from probes.circuits.methods.joint import TARGET, THRESHOLD
 
     smaller = len(tight.circuit) < len(named.circuit)
-    clause = (f"; pruned with no threshold until one more edge would take it below {TARGET:.0%}, the joint circuit "
-              f"has {len(tight.circuit)} edges keeping {tight.faithfulness:.0%}, "
-              f"{'fewer than' if smaller else 'no fewer than'} the oracle ranking's {len(named.circuit)}")
-    if smaller or not found.shared_sets:
-        return clause
-    peers = max(found.shared_sets, key=lambda p: len(p.groups))
-    kept = [g for g in peers.groups if any(e.sender == g.sender for e in tight.circuit)]
-    return clause + (f": {named_heads(peers.groups)} share the answer (single knock-outs add up to "
-                     f"{peers.overlap:.0%} of knocking all out, none keeps {peers.suffices:.0%} alone), so a "
-                     f"{TARGET:.0%} circuit still needs {len(kept)} of the {len(peers.groups)} heads and their edges")
+    return (f"; at the same faithfulness it is {'smaller' if smaller else 'no smaller'}: the search keeps every "
+            f"edge worth {THRESHOLD:.0%} of the gap and counts the stand-in sets, and pruned with no threshold "
+            f"until one more edge would take it below {TARGET:.0%} the joint circuit has {len(tight.circuit)} "
+            f"edges keeping {tight.faithfulness:.0%}, {'fewer than' if smaller else 'no fewer than'} the oracle "
+            f"ranking's {len(named.circuit)}")
 
 
 def draw(result, context: RunContext) -> str | None:

@@ -18,8 +18,9 @@ input of the domain, every length: e.g. a query term every key scores alike); th
 read and not inert, are the reference the AUROC is scored against.
 
 Pairs: inputs are `BOS x1 .. xN` at the full length N the program was compiled for (Tracr's models
-are not causal, so padding would be read), the counterfactual an independent random input
-(ACDC's random ablation). A position is scored where the two outputs differ; the metric is the
+are not causal, so padding would be read; a batch has one length), the counterfactual an
+independent random input (ACDC's random ablation); `acdc_pairs` draws ACDC's inputs instead
+(reverse: permutations of the 3 tokens, length 3), where the length sub-circuit is not constant. A position is scored where the two outputs differ; the metric is the
 clean output's logit minus the counterfactual's (categorical), or +-the output value signed so the
 clean run scores higher (numerical).
 """
