@@ -1,10 +1,12 @@
 """The edge oracle's cost, and the fast methods against it, in one run.
 
     .venv/bin/python benchmarks/circuit_graph.py [--pairs 64] [--rounds 3] [--max-layers 4] [--max-heads 8]
+                                                 [--times-only] [--docs docs/joint.md]
 
 Prints: (0) the planted circuits (probes.circuits.truth.planted): each method's AUROC against the planted edges
-(the oracle, EAP, EAP-IG, ACDC, the joint search and learned masks), and each method's seconds on
-block-2, the backup-pair planted model and Tracr reverse (from its stored fixture);
+(the oracle, EAP, EAP-IG, ACDC, the joint search and learned masks); (0b) each method's seconds on
+block-2, the backup-pair planted model and Tracr reverse (from its stored fixture), as a table that
+`--docs FILE` also writes into FILE's marked block (`--times-only`: only this part);
 (1) for the Winograd family's two-layer shapes: edges, oracle time, EAP and EAP-IG time and
 their Spearman rank correlation with the oracle (freshly initialised weights, scaled up so edges
 matter: timings do not depend on weights, correlations on a trained model come from the report);
@@ -20,11 +22,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+from pathlib import Path
 
 os.environ.setdefault("TQDM_DISABLE", "1")
 
 import torch
 
+from common.cli import EXIT_USAGE, UsageError
 from models import ModelSpec, build_model
 from models.graph import Graph, Head, graph_of
 from probes.circuits.methods.attribution import eap, eap_ig
@@ -35,8 +39,10 @@ from tasks.data import spread_subset, task_dataset, to_batch
 from tasks.evaluate import logits_at_scored
 from tasks.winograd import WinogradTask
 from timing import best_time
+from tracr_table import write_docs
 
 TARGET_SECONDS = 10.0
+METHODS = ("oracle", "EAP", "EAP-IG", "ACDC", "joint", "masks")   # probes.circuits.methods.compare.every_method's order
 
 
 def winograd_spec(task, pairs, **fields) -> ModelSpec:
@@ -64,10 +70,11 @@ def planted_table(pairs: int) -> None:
                   f"{m.curve.cpr:>6.3f} {m.curve.cmd:>6.3f} {m.scores.seconds:>6.2f}")
 
 
-def method_times(task, pairs) -> None:
-    from probes.circuits.truth import tracr
+def method_times(task, pairs) -> list[str]:
+    """Part (0b): each method's seconds on block-2, the backup pair and Tracr reverse, as table lines."""
     from probes.circuits.methods.compare import every_method
     from probes.circuits.oracle import record_runs
+    from probes.circuits.truth import tracr
     from probes.circuits.truth.planted import backup_pair
 
     spec = winograd_spec(task, pairs, n_layers=2, n_heads=4)
@@ -77,10 +84,14 @@ def method_times(task, pairs) -> None:
     cases = (("block-2 (fresh weights x3)", scaled(spec), pairs, graph_of(spec)),
              ("backup-pair (planted)", planted.model, planted.batch, graph_of(planted.spec)),
              ("Tracr reverse", reverse, tracr.pairs(reverse, compiled, len(pairs)), tracr.shape_graph(compiled)))
-    print(f"(0b) seconds per method ({len(pairs)} pairs, counterfactual ablation, one run each):")
+    lines = [f"(0b) seconds per method, {len(pairs)} pairs, counterfactual ablation, one run each, one torch thread "
+             "(from the recorded runs on; the machine's load makes them ratios only):", "",
+             "| model | edges | " + " | ".join(METHODS) + " |", "|---|---|" + "---|" * len(METHODS)]
     for name, model, batch, graph in cases:
         scores = every_method(model, batch, graph, record_runs(model, batch, graph))
-        print(f"  {name:<28} {len(graph.edges):>3} edges  " + "  ".join(f"{m.method} {m.seconds:.2f}" for m in scores))
+        lines.append(f"| {name} | {len(graph.edges)} | " + " | ".join(f"{m.seconds:.2f}" for m in scores) + " |")
+        print(lines[-1], flush=True)
+    return lines
 
 
 def methods_table(task, pairs, rounds: int) -> None:
@@ -161,12 +172,24 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="repeats of the timed comparisons; best kept")
     parser.add_argument("--max-layers", type=int, default=4)
     parser.add_argument("--max-heads", type=int, default=8)
+    parser.add_argument("--times-only", action="store_true", help="only part (0b), the methods' seconds")
+    parser.add_argument("--docs", type=Path, help="also write part (0b) into this file's "
+                        "<!-- circuit_graph.py --> ... <!-- end circuit_graph.py --> block")
     args = parser.parse_args()
     torch.set_num_threads(1)
     task = WinogradTask()
     pairs = spread_subset(to_batch(task_dataset(task, 0)["heldout"]), args.pairs)
-    planted_table(args.pairs)
-    method_times(task, pairs)
+    if not args.times_only:
+        planted_table(args.pairs)
+    times = method_times(task, pairs)
+    print("\n".join(times))
+    if args.docs:
+        try:
+            write_docs(args.docs, "circuit_graph.py", times)
+        except UsageError as error:
+            parser.exit(EXIT_USAGE, f"error: {error}\n")
+    if args.times_only:
+        return
     methods_table(task, pairs, args.rounds)
     against_transformer_lens(task, pairs, args.rounds)
     scaling(task, pairs, args.max_layers, args.max_heads)

@@ -70,7 +70,8 @@ def test_gates_at_zero_and_one_are_the_oracles_circuits(planted):
         assert metric == pytest.approx(circuit_outcomes(p.model, p.batch, graph, [circuit], runs)[0].metric, abs=1e-4)
 
 
-@pytest.mark.parametrize("name", ["backup-pair", "saturated-mlp"])
+@pytest.mark.parametrize("name", ["two-hop", "induction", "mlp-xor", "three-hop", "backup-pair", "partial-pair",
+                                  "saturated-mlp"])
 def test_learned_masks_recover_the_planted_circuit(planted, name):
     from probes.circuits.methods.masks import learned_masks
     from probes.circuits.methods.scores import auroc
@@ -80,6 +81,21 @@ def test_learned_masks_recover_the_planted_circuit(planted, name):
     found = learned_masks(p.model, p.batch, graph)
     assert found.circuit == p.edges, name
     assert auroc(found.scores.score.abs(), truth(p, graph)) >= 0.95, name
+
+
+def test_masks_stop_learning_once_the_circuit_settles(planted, monkeypatch):
+    """On a chain the deterministic circuit settles by step 30 (every edge's gate starts open), so a
+    learn stops at the first look after that where it is unchanged, not at the step limit."""
+    from probes.circuits.methods import masks
+
+    calls = []
+    forward = masks.GatedEdges.forward
+    monkeypatch.setattr(masks.GatedEdges, "forward", lambda self, graph, gates: calls.append(1) or forward(self, graph, gates))
+    p = planted["three-hop"]
+    settings = masks.MaskSettings()
+    found = masks.learned_masks(p.model, p.batch, graph_of(p.spec), settings=settings)
+    assert found.circuit == p.edges and not found.alternatives
+    assert len(calls) < settings.steps
 
 
 def test_redundancy_reaches_each_planted_verdict(planted):
@@ -142,3 +158,7 @@ def test_the_report_names_the_alternatives_in_one_sentence(planted):
     sentence = structure_sentence(structure)
     assert "L0H0 and L0H1 each suffice" in sentence and "none is necessary" in sentence
     assert f"{len(p.edges)} edges keep 100%" in sentence
+    # at the oracle ranking's faithfulness the pair needs one branch only: MLP0 -> logits and one head's 2 edges
+    tight = structure.joint.at_target
+    assert len(tight.circuit) == 3 and tight.circuit < p.edges and tight.faithfulness >= 0.9
+    assert f"has 3 edges keeping {tight.faithfulness:.0%}, fewer than the oracle ranking's {len(named.edges)}" in sentence

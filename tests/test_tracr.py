@@ -37,22 +37,22 @@ def test_the_converted_models_compute_their_programs(programs):
 
 
 def test_the_true_edges_alone_are_the_full_model_under_every_ablation(programs):
-    """Every edge left out of the true set carries nothing its receiver reads: keeping only the
-    true edges reproduces the full model whatever the others are given; the true set is a strict,
-    non-empty part of the graph."""
+    """Every edge left out of the true set carries nothing its receiver reads, and an inert edge
+    nothing an output uses: keeping only the true edges, or only the used ones, reproduces the full
+    model whatever the others are given; the true set is a strict, non-empty part of the graph."""
     from probes.circuits.ablations import Ablation, ablated_runs
     from probes.circuits.oracle import circuit_outcomes
 
     for name, (compiled, model) in programs.items():
         graph = tracr.shape_graph(compiled)
-        truth = tracr.true_edges(model, compiled, graph)
-        assert 0 < len(truth) < len(graph.edges), name
+        truth, used = tracr.true_edges(model, compiled, graph), tracr.used_edges(model, compiled, graph)
+        assert 0 < len(used) <= len(truth) < len(graph.edges), name
         batch = tracr.pairs(model, compiled, 16)
         assert len(batch.positions) > 0, name
         for ablation in Ablation:
             runs = ablated_runs(model, batch, graph, ablation)
-            kept = circuit_outcomes(model, batch, graph, [truth], runs)[0]
-            assert kept.metric == pytest.approx(runs.base.outcome.metric, abs=1e-3), (name, ablation)
+            for kept in circuit_outcomes(model, batch, graph, [truth, used], runs):
+                assert kept.metric == pytest.approx(runs.base.outcome.metric, abs=1e-3), (name, ablation)
 
 
 def test_reverse_true_edges_follow_the_program(programs):
@@ -65,10 +65,37 @@ def test_reverse_true_edges_follow_the_program(programs):
     assert not any(e.sender == Head(1, 0) for e in truth)          # an empty attention layer writes nothing
 
 
+def test_reverse_used_edges_are_acdcs_reference_circuit(programs):
+    """Three of reverse's 13 weight reads are inert (the selector-width head scores every key alike
+    at a scored query; the last head's BOS default never fires); the other 10 are ACDC's reference
+    circuit, two of them (the length) moving nothing at the full length but all of it on shorter
+    inputs, which the inert test must try."""
+    compiled, model = programs["reverse"]
+    graph = tracr.shape_graph(compiled)
+    truth = tracr.true_edges(model, compiled, graph)
+    assert len(truth) == 13
+    assert {str(e) for e in tracr.inert_edges(model, compiled, graph, truth)} == {
+        "embed -> L0H0.q", "embed -> L0H0.k", "embed -> L3H0.q"}
+    assert {str(e) for e in tracr.used_edges(model, compiled, graph)} == set(tracr.ACDC_REVERSE)
+
+
+def test_the_trace_says_why_zero_ablation_misses_reverses_length(programs):
+    compiled, model = programs["reverse"]
+    traces = {str(t.edge): t for t in tracr.trace_zero_edges(model, compiled, tracr.shape_graph(compiled), 16)}
+    assert set(traces) == {"embed -> L0H0.q", "embed -> L0H0.k", "embed -> L0H0.v", "L0H0 -> MLP0", "embed -> L3H0.q"}
+    width = traces["L0H0 -> MLP0"]
+    # the selector width 1/(length + 1): the same on every full-length input, 1/4 on 3 tokens
+    assert width.write == pytest.approx((1 / 6, 0.0), abs=1e-6) and width.write_acdc[0] == pytest.approx(1 / 4)
+    assert width.change == 0.0 and width.effect == pytest.approx(0.0, abs=1e-6) and width.effect_acdc > 0.5
+    query = traces["embed -> L0H0.q"]
+    assert query.observed == "attention pattern" and query.change == 0.0 and query.change_bos > 0.5 and query.inert
+
+
 def test_every_method_runs_under_every_ablation_on_hist():
     from probes.circuits.ablations import Ablation
 
     (row_cf, row_mean, row_zero) = tracr.tracr_table(("hist",), n=8)
+    assert row_zero.read_edges == row_zero.used_edges == 6 and row_zero.oracle_read == row_zero.auroc["oracle"]
     assert [r.ablation for r in (row_cf, row_mean, row_zero)] == list(Ablation)
     assert len(row_zero.auroc) == 6
     assert all(0.0 <= v <= 1.0 for v in row_zero.auroc.values())

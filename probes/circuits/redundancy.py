@@ -169,5 +169,5 @@ def circuit_structure(model, batch: Batch, graph: Graph, circuit: frozenset, sin
     if not named.redundant:
         return CircuitStructure(named, None, None)
     joint = joint_search(model, batch, graph, runs, single, start=circuit,
-                         alternatives=REPORT_ALTERNATIVES if named.backed_up else 0)
+                         alternatives=REPORT_ALTERNATIVES if named.backed_up else 0, tighten=True)
     return CircuitStructure(named, joint, redundancy(model, batch, graph, joint.circuit, single, runs))

@@ -103,7 +103,22 @@ def structure_sentence(structure) -> str:
             sentence += (f", counting {sum(len(a.replacement) for a in joint.alternatives)} edges of "
                          f"{len(joint.alternatives)} stand-in set(s) that each keep "
                          f"{shares(a.faithfulness for a in joint.alternatives)} without the edges they replace")
+        if joint.at_target is not None:
+            sentence += at_target_clause(joint.at_target, named)
     return sentence
+
+
+def at_target_clause(tight, named) -> str:
+    """The joint circuit and the oracle-ranked one at the same faithfulness: the search itself keeps
+    every edge worth THRESHOLD of the gap and adds its stand-in sets, so it stops above the target."""
+    from probes.circuits.methods.joint import TARGET, THRESHOLD
+
+    smaller = len(tight.circuit) < len(named.circuit)
+    return (f"; at the same faithfulness it is {'smaller' if smaller else 'no smaller'}: the search keeps every "
+            f"edge worth {THRESHOLD:.0%} of the gap and counts the stand-in sets, and pruned with no threshold "
+            f"until one more edge would take it below {TARGET:.0%} the joint circuit has {len(tight.circuit)} "
+            f"edges keeping {tight.faithfulness:.0%}, {'fewer than' if smaller else 'no fewer than'} the oracle "
+            f"ranking's {len(named.circuit)}")
 
 
 def draw(result, context: RunContext) -> str | None:
@@ -203,7 +218,10 @@ def structure_json(structure) -> dict:
                 "seconds": joint.scores.seconds,
                 "alternatives": [{"replaced": sorted(map(str, a.replaced)), "replacement": sorted(map(str, a.replacement)),
                                   "faithfulness": a.faithfulness} for a in joint.alternatives],
-                "redundancy": redundancy_json(structure.joint_redundancy)}}
+                "redundancy": redundancy_json(structure.joint_redundancy),
+                "at_target": None if joint.at_target is None else {
+                    "circuit": [str(e) for e in joint.scores.edges if e in joint.at_target.circuit],
+                    "faithfulness": joint.at_target.faithfulness}}}
 
 
 def render_edge_circuits(runs: list[EdgeRun], out: Path, settings: ReportSettings) -> Section:

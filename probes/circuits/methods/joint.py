@@ -93,7 +93,14 @@ def prune(f: SetFaithfulness, allowed: frozenset, threshold: float = THRESHOLD, 
         best = max(range(len(candidates)), key=lambda i: gains[i])
         note(candidates[best], gains[best] - value)
         current, value = current | {candidates[best]}, gains[best]
-    while len(current) > 1:                                 # pass 3: backward pruning
+    current, value = backward(f, current, value, threshold, target, note)   # pass 3
+    return Pruned(current, value, cost)
+
+
+def backward(f: SetFaithfulness, current: frozenset, value: float, threshold: float, target: float, note):
+    """Pass 3: while the cheapest kept edge costs less than `threshold` and dropping it keeps f >=
+    target, drop it (all kept edges measured in one batched call per step)."""
+    while len(current) > 1:
         kept = in_graph_order(f.graph, current)
         without = f([current - {edge} for edge in kept])
         for edge, trial in zip(kept, without):
@@ -102,6 +109,18 @@ def prune(f: SetFaithfulness, allowed: frozenset, threshold: float = THRESHOLD, 
         if value - without[cheapest] >= threshold or without[cheapest] < target:
             break
         current, value = current - {kept[cheapest]}, without[cheapest]
+    return current, value
+
+
+def at_target(f: SetFaithfulness, circuit: frozenset, target: float = TARGET) -> Pruned:
+    """`circuit` pruned backwards with no threshold: the cheapest edge goes while f stays >= target,
+    so the result keeps about the target, as the oracle-ranked cut does (the same faithfulness to
+    compare sizes at); cost: the drop of f measured for each edge on the way."""
+    cost: dict = {}
+
+    def note(edge, drop):
+        cost[edge] = max(cost.get(edge, 0.0), drop)
+    current, value = backward(f, frozenset(circuit), f([frozenset(circuit)])[0], float("inf"), target, note)
     return Pruned(current, value, cost)
 
 
@@ -142,6 +161,7 @@ class JointCircuit:
     faithfulness: float                 # of `circuit`
     scores: EdgeScores                  # per edge: the largest cost of dropping it measured
     sets_measured: int                  # faithfulness evaluations (the search's cost)
+    at_target: Pruned | None = None     # `circuit` pruned down to the target (joint_search's tighten)
 
 
 def with_alternatives(find, graph: Graph, first: Pruned, alone: dict, threshold: float, target: float,
@@ -179,11 +199,13 @@ def single_shares(model, batch: Batch, graph: Graph, runs: Runs, single: torch.T
 
 def joint_search(model, batch: Batch, graph: Graph, runs: Runs | None = None, single: torch.Tensor | None = None,
                  threshold: float = THRESHOLD, target: float = TARGET, alternatives: int = MAX_ALTERNATIVES,
-                 start: frozenset | None = None) -> JointCircuit:
+                 start: frozenset | None = None, tighten: bool = False) -> JointCircuit:
     """`single`: each edge's normalised effect knocked out alone (the oracle's; measured when not
     given) decides which kept edges may have a backup; `alternatives`: how many stand-in searches
     at most (0 stops at the first circuit, one `prune`, without stand-ins); `start`: where the
-    first pruning begins (default the whole graph; pass 2 may still add any edge)."""
+    first pruning begins (default the whole graph; pass 2 may still add any edge); `tighten`: also
+    prune the circuit down to the target (`at_target`: its size at the oracle-ranked cut's
+    faithfulness, where the search itself stops at edges costing >= threshold each)."""
     began = time.perf_counter()
     runs = runs or record_runs(model, batch, graph, Direction.NOISE)
     f = SetFaithfulness(model, batch, graph, runs)
@@ -197,4 +219,4 @@ def joint_search(model, batch: Batch, graph: Graph, runs: Runs | None = None, si
     score = torch.tensor([costs.get(e, 0.0) for e in graph.edges], device="cpu") * (f.empty - f.full)
     scores = EdgeScores(f"joint search (threshold {threshold:g})", graph.edges, score,
                         time.perf_counter() - began, circuit)
-    return JointCircuit(circuit, first, found, value, scores, f.measured)
+    return JointCircuit(circuit, first, found, value, scores, f.measured, at_target(f, circuit, target) if tighten else None)

@@ -11,12 +11,16 @@ output dimension is read as logit 0 against a zero logit 1 (`numerical_unembed`)
 True edges: Tracr names every residual dimension `variable:value` (or `variable` for a numerical
 one) in `residual_labels`; a component writes a variable when its output weights have a nonzero
 row in one of the variable's dimensions, and a receiver input reads it when its input weights
-(W_Q, W_K, W_V, the MLP's W_in, the unembedding) have one. An edge sender -> input is true when the
-sender writes a variable the input reads: read off the weights, not typed in.
+(W_Q, W_K, W_V, the MLP's W_in, the unembedding) have one. An edge sender -> input is true (read)
+when the sender writes a variable the input reads: read off the weights, not typed in. A read the
+outputs never depend on is inert (zero-ablating the edge alone moves no logit after BOS on any
+input of the domain, every length: e.g. a query term every key scores alike); the used edges,
+read and not inert, are the reference the AUROC is scored against.
 
 Pairs: inputs are `BOS x1 .. xN` at the full length N the program was compiled for (Tracr's models
-are not causal, so padding would be read), the counterfactual an independent random input
-(ACDC's random ablation). A position is scored where the two outputs differ; the metric is the
+are not causal, so padding would be read; a batch has one length), the counterfactual an
+independent random input (ACDC's random ablation); `acdc_pairs` draws ACDC's inputs instead
+(reverse: permutations of the 3 tokens, length 3), where the length sub-circuit is not constant. A position is scored where the two outputs differ; the metric is the
 clean output's logit minus the counterfactual's (categorical), or +-the output value signed so the
 clean run scores higher (numerical).
 """
@@ -33,6 +37,7 @@ import torch
 from common.cli import UsageError
 from models import ModelSpec
 from models.graph import MLP, Embed, Graph, Head, Input, Logits, graph_of
+from tasks.base import NO_FOIL
 from tasks.data import Batch
 
 if TYPE_CHECKING:
@@ -40,6 +45,7 @@ if TYPE_CHECKING:
 
 FIXTURES = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "tracr"
 WEIGHT_ZERO = 1e-6      # |weight| below this is no read or write (Tracr's weights are exact 0 or O(1))
+OUTPUT_NOISE = 1e-4     # a logit moving less than this has not moved (Tracr's logits are O(1))
 
 
 @dataclass(frozen=True)
@@ -50,10 +56,18 @@ class Program:
     max_seq_len: int
     paper: dict | None          # ACDC's AUC (Conmy et al. 2023, Tracr table), where it reports one
     distinct: bool = False      # inputs are permutations of the vocabulary (sort_unique's premise)
+    acdc_length: int | None = None  # ACDC's inputs: permutations of the vocabulary at this length
 
+
+# ACDC's reference circuit for reverse (acdc/tracr_task/utils.py, get_tracr_reverse_edges: "edges
+# generated from ACDC run with threshold epsilon, metric l2 and zero ablation"), in this graph's
+# names: its token and position embeddings are our one embed, its head-internal q/k/v edges dropped.
+ACDC_REVERSE = ("embed -> L0H0.v", "embed -> MLP0", "L0H0 -> MLP0", "embed -> MLP1", "MLP0 -> MLP1", "MLP1 -> MLP2",
+                "MLP2 -> L3H0.q", "embed -> L3H0.k", "embed -> L3H0.v", "L3H0 -> logits")
 
 PROGRAMS = {
-    "reverse": Program("reverse", "make_reverse", ("a", "b", "c"), 5, {"counterfactual": 0.200, "zero": 1.000}),
+    "reverse": Program("reverse", "make_reverse", ("a", "b", "c"), 5, {"counterfactual": 0.200, "zero": 1.000},
+                       acdc_length=3),
     "frac_prevs": Program("frac_prevs", "make_frac_prevs", ("x", "y"), 5, {"counterfactual": 0.600, "zero": 1.000}),
     "sort": Program("sort", "make_sort_unique", (1, 2, 3, 4, 5, 6), 4, None, distinct=True),
     "hist": Program("hist", "make_hist", ("a", "b", "c"), 5, None),
@@ -169,19 +183,26 @@ def variables(dims: torch.Tensor, labels: tuple[str, ...]) -> frozenset:
     return frozenset(labels[i].split(":")[0] for i in torch.nonzero(dims).flatten().tolist())
 
 
-def reads_and_writes(model, compiled: Compiled) -> tuple[dict, dict]:
-    """(sender -> variables written, receiver input -> variables read) from the bridge's weights."""
-    labels, nz = compiled.residual_labels, lambda w, dim: (w.abs() > WEIGHT_ZERO).any(dim)  # noqa: E731
-    writes = {Embed(): variables(nz(model.W_E, 0) | nz(model.W_pos, 0), labels)}
-    reads = {Input(Logits()): variables(nz(model.W_U, 1), labels)}
+def read_write_dims(model) -> tuple[dict, dict]:
+    """(sender -> [d_model] bool: the residual dimensions it writes, receiver input -> those it reads)."""
+    nz = lambda w, dim: (w.detach().abs() > WEIGHT_ZERO).any(dim)  # noqa: E731
+    writes = {Embed(): nz(model.W_E, 0) | nz(model.W_pos, 0)}
+    reads = {Input(Logits()): nz(model.W_U, 1)}
     for layer in range(model.cfg.n_layers):
         for head in range(model.cfg.n_heads):
-            writes[Head(layer, head)] = variables(nz(model.W_O[layer, head], 0), labels)
+            writes[Head(layer, head)] = nz(model.W_O[layer, head], 0)
             for port, weight in (("q", model.W_Q), ("k", model.W_K), ("v", model.W_V)):
-                reads[Input(Head(layer, head), port)] = variables(nz(weight[layer, head], 1), labels)
-        writes[MLP(layer)] = variables(nz(model.blocks[layer].mlp.W_out, 0), labels)
-        reads[Input(MLP(layer))] = variables(nz(model.blocks[layer].mlp.W_in, 1), labels)
+                reads[Input(Head(layer, head), port)] = nz(weight[layer, head], 1)
+        writes[MLP(layer)] = nz(model.blocks[layer].mlp.W_out, 0)
+        reads[Input(MLP(layer))] = nz(model.blocks[layer].mlp.W_in, 1)
     return writes, reads
+
+
+def reads_and_writes(model, compiled: Compiled) -> tuple[dict, dict]:
+    """(sender -> variables written, receiver input -> variables read) from the bridge's weights."""
+    writes, reads = read_write_dims(model)
+    labels = compiled.residual_labels
+    return ({s: variables(d, labels) for s, d in writes.items()}, {r: variables(d, labels) for r, d in reads.items()})
 
 
 def true_edges(model, compiled: Compiled, graph: Graph) -> frozenset:
@@ -196,20 +217,33 @@ def outputs(model, tokens: torch.Tensor, compiled: Compiled) -> torch.Tensor:
     return logits.argmax(-1) if compiled.output_map is not None else logits[..., 0]
 
 
-def pairs(model, compiled: Compiled, n: int = 64, seed: int = 0) -> Batch:
-    """`n` random inputs and independent random counterfactuals, scored where their outputs differ."""
+def body_values(compiled: Compiled) -> torch.Tensor:
+    """The input token ids a position after BOS may hold."""
+    return torch.tensor([i for v, i in compiled.input_map.items() if v not in ("BOS", "compiler_pad")])
+
+
+def with_bos(compiled: Compiled, body: torch.Tensor) -> torch.Tensor:
+    """[n, length + 2]: BOS, the body, and a last column the model never reads (Batch.inputs drops it)."""
+    n = body.shape[0]
+    return torch.cat([torch.full((n, 1), compiled.input_map["BOS"]), body, torch.zeros(n, 1, dtype=torch.long)], 1)
+
+
+def pairs(model, compiled: Compiled, n: int = 64, seed: int = 0, length: int | None = None,
+          distinct: bool | None = None) -> Batch:
+    """`n` random inputs of `length` tokens after BOS (default: the full compiled length; `distinct`:
+    no token twice, default the program's premise) and independent random counterfactuals of the
+    same length, scored where their outputs differ."""
     generator = torch.Generator().manual_seed(seed)
-    values = [v for v in compiled.input_map if v not in ("BOS", "compiler_pad")]
-    ids = torch.tensor([compiled.input_map[v] for v in values])
-    length = compiled.config["n_ctx"] - 1
-    distinct = PROGRAMS[compiled.name].distinct
+    ids = body_values(compiled)
+    length = compiled.config["n_ctx"] - 1 if length is None else length
+    distinct = PROGRAMS[compiled.name].distinct if distinct is None else distinct
 
     def draw():
         if distinct:
             body = torch.stack([ids[torch.randperm(len(ids), generator=generator)[:length]] for _ in range(n)])
         else:
             body = ids[torch.randint(0, len(ids), (n, length), generator=generator)]
-        return torch.cat([torch.full((n, 1), compiled.input_map["BOS"]), body, torch.zeros(n, 1, dtype=torch.long)], 1)
+        return with_bos(compiled, body)
     clean, counterfactual = draw(), draw()
     a, b = outputs(model, clean[:, :-1], compiled), outputs(model, counterfactual[:, :-1], compiled)
     differ = (a != b) if compiled.output_map is not None else (a - b).abs() > WEIGHT_ZERO
@@ -224,19 +258,171 @@ def pairs(model, compiled: Compiled, n: int = 64, seed: int = 0) -> Batch:
                  answers=answers, foils=foils, groups=[compiled.name] * n, counterfactual=counterfactual)
 
 
+def domain(compiled: Compiled, length: int) -> torch.Tensor:
+    """Every input of the program's domain with `length` tokens after BOS, as with_bos rows."""
+    import itertools
+
+    ids = body_values(compiled).tolist()
+    bodies = itertools.permutations(ids, length) if PROGRAMS[compiled.name].distinct else itertools.product(ids, repeat=length)
+    return with_bos(compiled, torch.tensor(list(bodies)))
+
+
+def every_position(compiled: Compiled, tokens: torch.Tensor) -> Batch:
+    """`tokens` with every position after BOS scored (the metric is not read: the answer and foil are
+    placeholders) and themselves as counterfactual (zero ablation reads no other input)."""
+    n, width = tokens.shape[0], tokens.shape[1] - 1
+    rows, positions = torch.meshgrid(torch.arange(n), torch.arange(1, width), indexing="ij")
+    rows, positions = rows.flatten(), positions.flatten()
+    return Batch(tokens=tokens, lengths=torch.full((n,), tokens.shape[1]), example_index=rows, positions=positions,
+                 answers=torch.zeros_like(rows), foils=torch.full_like(rows, NO_FOIL), groups=[compiled.name] * n,
+                 counterfactual=tokens)
+
+
+def zero_logit_moves(model, compiled: Compiled, graph: Graph, edges: list, length: int) -> list[float]:
+    """Per edge: the largest |logit change| at any position after BOS, over every input of the
+    domain with `length` tokens, when that edge alone is zero-ablated."""
+    from probes.circuits.ablations import Ablation, ablated_runs
+    from probes.circuits.oracle import LOGITS_IN, patched_runs
+
+    batch = every_position(compiled, domain(compiled, length))
+    runs = ablated_runs(model, batch, graph, Ablation.ZERO)
+    with torch.no_grad():
+        clean = model(batch.inputs)[:, 1:]
+    patched = patched_runs(model, batch, graph, [frozenset([e]) for e in edges], runs, observe=(LOGITS_IN,))
+    W_U, b_U = model.W_U.detach(), model.b_U.detach()
+    return [float((p.observed[LOGITS_IN][:, 1:] @ W_U + b_U - clean).abs().max()) for p in patched]
+
+
+def inert_edges(model, compiled: Compiled, graph: Graph, truth: frozenset) -> frozenset:
+    """True edges (read off the weights) that no output uses: zero-ablating one alone moves no logit
+    after BOS by OUTPUT_NOISE on any input of the domain at any length 1..N (exhaustive: at most
+    516 inputs per length here). The rest of the true edges is what zero ablation can find at all
+    (ACDC's own Tracr reference sets are ACDC's zero-ablation circuits: acdc/tracr_task/utils.py)."""
+    edges, moved = sorted(truth, key=graph.edges.index), {}
+    for length in range(1, compiled.config["n_ctx"]):
+        for edge, move in zip(edges, zero_logit_moves(model, compiled, graph, edges, length)):
+            moved[edge] = max(moved.get(edge, 0.0), move)
+    return frozenset(e for e in edges if moved[e] < OUTPUT_NOISE)
+
+
+@dataclass(frozen=True)
+class ZeroTrace:
+    """One true edge zero ablation cannot see on the full-length pairs, traced: what its sender
+    writes in the dimensions its receiver reads, what the receiver computes with that write
+    zeroed, and the edge's effect at the full length and on ACDC's shorter inputs."""
+
+    edge: object                # models.graph.Edge
+    variables: tuple            # the variables the sender writes and the receiver reads
+    write: tuple                # (mean, largest std across inputs) of the write there (write_stats)
+    write_acdc: tuple           # the same on ACDC's inputs
+    observed: str               # what the receiver computes: "attention pattern", "head output", ...
+    change: float               # max |zeroed - clean| of it at the scored positions
+    change_bos: float           # the same at BOS (never scored)
+    effect: float               # zero-ablation effect / gap, full length
+    effect_acdc: float          # the same on ACDC's inputs
+    inert: bool                 # in inert_edges: no logit moves on any input of the domain
+
+
+def receiver_output(edge) -> tuple[str, str]:
+    """(what, hook name) of what the edge's receiver computes from its input."""
+    from transformer_lens.utilities import get_act_name
+
+    from probes.circuits.oracle import LOGITS_IN, mlp_out_name
+
+    node = edge.receiver.node
+    if isinstance(node, Head):
+        qk = edge.receiver.port in ("q", "k")
+        return ("attention pattern", get_act_name("pattern", node.layer)) if qk else ("head output", get_act_name("z", node.layer))
+    if isinstance(node, MLP):
+        return "MLP output", mlp_out_name(node.layer)
+    return "logits", LOGITS_IN
+
+
+def acdc_pairs(model, compiled: Compiled, n: int) -> Batch:
+    """Pairs as ACDC's experiment draws them (permutations of the vocabulary at its length)."""
+    return pairs(model, compiled, n, length=PROGRAMS[compiled.name].acdc_length, distinct=True)
+
+
+def trace_zero_edges(model, compiled: Compiled, graph: Graph, n: int = 64) -> list[ZeroTrace]:
+    """Every true edge whose zero-ablation effect on the full-length pairs is below the AUROC's
+    float noise, traced (the program must name ACDC's input length)."""
+    from probes.circuits.ablations import Ablation, ablated_runs
+    from probes.circuits.methods.scores import FLOAT_NOISE
+    from probes.circuits.oracle import edge_effects, patched_runs
+
+    truth = true_edges(model, compiled, graph)
+    write_dims, read_dims = read_write_dims(model)
+    inert = inert_edges(model, compiled, graph, truth)
+    measured = []
+    for batch in (pairs(model, compiled, n), acdc_pairs(model, compiled, n)):
+        runs = ablated_runs(model, batch, graph, Ablation.ZERO)
+        measured.append((batch, runs, edge_effects(model, batch, graph, runs=runs).normalised()))
+    (batch, runs, effect), (acdc_batch, acdc_runs, acdc_effect) = measured
+    floor = FLOAT_NOISE * float(effect.abs().max())
+    traces = []
+    for index, edge in enumerate(graph.edges):
+        if edge not in truth or abs(float(effect[index])) >= floor:
+            continue
+        dims = write_dims[edge.sender] & read_dims[edge.receiver]
+        what, name = receiver_output(edge)
+        with torch.no_grad():
+            _, cache = model.run_with_cache(batch.inputs, names_filter=[name])
+        zeroed = patched_runs(model, batch, graph, [frozenset([edge])], runs, observe=(name,))[0].observed[name]
+        scored, bos = at_positions(cache[name] - zeroed, what, edge, batch)
+        traces.append(ZeroTrace(edge, tuple(sorted(variables(dims, compiled.residual_labels))),
+                                write_stats(runs.base.writes[edge.sender], dims, edge, batch),
+                                write_stats(acdc_runs.base.writes[edge.sender], dims, edge, acdc_batch),
+                                what, scored, bos, float(effect[index]), float(acdc_effect[index]), edge in inert))
+    return traces
+
+
+def write_stats(write: torch.Tensor, dims: torch.Tensor, edge, batch: Batch) -> tuple[float, float]:
+    """(mean, largest std across inputs at one position) of a sender's write in `dims` where the
+    receiver reads it: at the scored positions for a query, MLP or the logits, at every position
+    for a key or value (every key position is read)."""
+    if edge.receiver.port in ("k", "v"):
+        values = write[..., dims]                                 # [n, pos, dims]
+        return float(values.mean()), float(values.std(0).max())
+    values = write[batch.example_index, batch.positions][:, dims]
+    return float(values.mean()), float(values.std(0).max())
+
+
+def at_positions(difference: torch.Tensor, what: str, edge, batch: Batch) -> tuple[float, float]:
+    """max |difference| at the scored positions and at BOS (a pattern's query positions)."""
+    if what == "attention pattern":
+        head = difference[:, edge.receiver.node.head]             # [n, query, key]
+    elif what == "head output":
+        head = difference[:, :, edge.receiver.node.head]          # [n, pos, d_head]
+    else:
+        head = difference
+    return float(head[batch.example_index, batch.positions].abs().max()), float(head[:, 0].abs().max())
+
+
+def used_edges(model, compiled: Compiled, graph: Graph) -> frozenset:
+    """The true edges read off the weights, less the inert ones (inert_edges): the reference set the
+    AUROC table scores against. On reverse it is exactly ACDC's reference edges (tested)."""
+    truth = true_edges(model, compiled, graph)
+    return truth - inert_edges(model, compiled, graph, truth)
+
+
 @dataclass(frozen=True)
 class TracrRow:
     program: str
+    inputs: str                 # "full" (every input at the compiled length) or "ACDC's" (acdc_pairs)
+    length: int                 # tokens after BOS
     ablation: Ablation
     edges: int
-    true_edges: int
+    read_edges: int             # true_edges: read off the weights
+    used_edges: int             # used_edges: read and not inert
     scored: int                 # scored positions (where the clean and counterfactual outputs differ)
-    auroc: dict                 # method -> AUROC of recovering the true edges by |score|
+    auroc: dict                 # method -> AUROC of recovering the used edges by |score|
+    oracle_read: float          # the oracle's AUROC against the read edges
     seconds: dict               # method -> seconds
 
 
 def tracr_table(names=tuple(PROGRAMS), ablations=None, n: int = 64, folder: Path = FIXTURES) -> list[TracrRow]:
-    """Every method under every ablation on each stored program: AUROC against its true edges."""
+    """Every method under every ablation on each stored program, on full-length pairs and, where
+    the program names one, on ACDC's inputs: AUROC against its used edges."""
     from probes.circuits.ablations import Ablation, ablated_runs
     from probes.circuits.methods.compare import every_method
     from probes.circuits.methods.scores import auroc
@@ -245,13 +431,18 @@ def tracr_table(names=tuple(PROGRAMS), ablations=None, n: int = 64, folder: Path
     for name in names:
         compiled = load(name, folder)
         model, graph = bridge(compiled), shape_graph(compiled)
-        truth = true_edges(model, compiled, graph)
-        positive = torch.tensor([e in truth for e in graph.edges])
-        batch = pairs(model, compiled, n)
-        for ablation in ablations or tuple(Ablation):
-            runs = ablated_runs(model, batch, graph, ablation)
-            methods = every_method(model, batch, graph, runs)
-            rows.append(TracrRow(name, ablation, len(graph.edges), len(truth), len(batch.positions),
-                                 {m.method: auroc(m.score.abs(), positive) for m in methods},
-                                 {m.method: m.seconds for m in methods}))
+        read, used = true_edges(model, compiled, graph), used_edges(model, compiled, graph)
+        positive = torch.tensor([e in used for e in graph.edges])
+        read_positive = torch.tensor([e in read for e in graph.edges])
+        batches = [("full", pairs(model, compiled, n))]
+        if PROGRAMS[name].acdc_length:
+            batches.append(("ACDC's", acdc_pairs(model, compiled, n)))
+        for inputs, batch in batches:
+            for ablation in ablations or tuple(Ablation):
+                runs = ablated_runs(model, batch, graph, ablation)
+                methods = every_method(model, batch, graph, runs)
+                rows.append(TracrRow(name, inputs, batch.inputs.shape[1] - 1, ablation, len(graph.edges), len(read),
+                                     len(used), len(batch.positions),
+                                     {m.method: auroc(m.score.abs(), positive) for m in methods},
+                                     auroc(methods[0].score.abs(), read_positive), {m.method: m.seconds for m in methods}))
     return rows
