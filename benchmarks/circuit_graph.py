@@ -33,7 +33,7 @@ from models import ModelSpec, build_model
 from models.graph import Graph, Head, graph_of
 from probes.circuits.methods.attribution import eap, eap_ig
 from probes.circuits.methods.scores import spearman
-from probes.circuits.oracle import edge_effects
+from probes.circuits.oracle import Direction, edge_effects
 from probes.patching import corrupt_inputs, scored_metric
 from tasks.data import spread_subset, task_dataset, to_batch
 from tasks.evaluate import logits_at_scored
@@ -132,7 +132,7 @@ def against_transformer_lens(task, pairs, rounds: int) -> None:
                                                          component=c, verbose=False) for c in "qkv"}
     with torch.no_grad():
         their_time, their_result = best_time(theirs, rounds)
-    our_time, ours = best_time(lambda: edge_effects(native, pairs, graph, direction="denoise"), rounds)
+    our_time, ours = best_time(lambda: edge_effects(native, pairs, graph, direction=Direction.DENOISE), rounds)
     worst = max(abs(float(their_result[e.receiver.port][e.sender.layer, e.sender.head, e.receiver.node.layer,
                                                         e.receiver.node.head]) - (ours.base.metric + float(v)))
                 for e, v in zip(ours.edges, ours.effect))
