@@ -4,14 +4,17 @@ sum done by torch's fused `scaled_dot_product_attention`.
 
 TL 4.3's `NativeAttention` materialises the scores, masks them, runs a separate softmax and masks
 again; on CPU a training step ran at 0.86 of plain PyTorch's rate at 61 tokens and 0.32 at 256,
-and 0.95-0.99 fused (benchmarks/train_speed.py, docs/performance.md). TL has no fused path, so `FusedAttention` is written here: a subclass
-of `NativeAttention` whose forward is the native one with those four steps replaced by the fused
-call, installed (by swapping the class) on the shallow copies `hook_free_forward` makes, so the
+and 0.99-1.00 fused (benchmarks/train_speed.py, docs/performance.md). TL has no fused path, so
+`FusedAttention` is written here: a subclass of `NativeAttention` whose forward is the native one
+with those four steps replaced by the fused call (and q, k, v projected in one matmul), installed (by swapping the class) on the shallow copies `hook_free_forward` makes, so the
 bridge, its module tree and the parameter objects are untouched and every probe still runs the
 bridge. The projections, the rotary slot (rotary tables, or `models.variants.AlibiBias`), the
 spec's score divisor (`scale`) and the frozen weights of the uniform and "none" variants are the
 native module's own, so the fused forward computes the same function; it differs from the bridge
 only by float rounding (tests/test_fused.py states the tolerance and prints the differences).
+`FusedModel` (the model's class on the same copy) hands the blocks one row of positions.
+`attention_at`, the same fused call with queries at a few positions only, serves resumed forwards
+that score only those (`models.resume`).
 
 The swap is a whitelist: a block is fused only when every part of it is one this module was
 checked against (`refusal` says which part is not); anything else, such as a block class added
