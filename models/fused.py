@@ -4,15 +4,14 @@ sum done by torch's fused `scaled_dot_product_attention`.
 
 TL 4.3's `NativeAttention` materialises the scores, masks them, runs a separate softmax and masks
 again; on CPU a training step ran at 0.86 of plain PyTorch's rate at 61 tokens and 0.32 at 256,
-and 0.99-1.00 fused (benchmarks/train_speed.py, docs/performance.md). TL has no fused path, so
-`FusedAttention` is written here: a subclass of `NativeAttention` whose forward is the native one
-with those four steps replaced by the fused call (and q, k, v projected in one matmul), installed (by swapping the class) on the shallow copies `hook_free_forward` makes, so the
+and 0.95-0.99 fused (benchmarks/train_speed.py, docs/performance.md). TL has no fused path, so `FusedAttention` is written here: a subclass
+of `NativeAttention` whose forward is the native one with those four steps replaced by the fused
+call, installed (by swapping the class) on the shallow copies `hook_free_forward` makes, so the
 bridge, its module tree and the parameter objects are untouched and every probe still runs the
 bridge. The projections, the rotary slot (rotary tables, or `models.variants.AlibiBias`), the
 spec's score divisor (`scale`) and the frozen weights of the uniform and "none" variants are the
 native module's own, so the fused forward computes the same function; it differs from the bridge
 only by float rounding (tests/test_fused.py states the tolerance and prints the differences).
-`FusedModel` (the model's class on the same copy) hands the blocks one row of positions.
 `attention_at`, the same fused call with queries at a few positions only, serves resumed forwards
 that score only those (`models.resume`).
 
@@ -48,34 +47,14 @@ class FusedAttention(NativeAttention):
             # A padding mask or an edited pattern: the native path computes those exactly.
             return super().forward(hidden_states, attention_mask, position_ids, pattern_fn, **kwargs)
         batch, seq, _ = hidden_states.shape
-        # One matmul for q, k and v (their weights concatenated each call, so the parameters stay
-        # TL's three): three thin ones ran ~1% slower a step, in the matmuls and in summing their
-        # three input gradients (benchmarks/train_speed.py; docs/performance.md).
-        weight = torch.cat([self.q.weight, self.k.weight, self.v.weight])
-        bias = torch.cat([self.q.bias, self.k.bias, self.v.bias])
-        q, k, v = (part.view(batch, seq, self.n_heads, self.d_head).transpose(1, 2)
-                   for part in F.linear(hidden_states, weight, bias).split(self.n_heads * self.d_head, dim=-1))
+        q = self.q(hidden_states).view(batch, seq, self.n_heads, self.d_head).transpose(1, 2)
+        k = self.k(hidden_states).view(batch, seq, self.n_heads, self.d_head).transpose(1, 2)
+        v = self.v(hidden_states).view(batch, seq, self.n_heads, self.d_head).transpose(1, 2)
         if self.rotary is not None:
-            # FusedModel passes one row of positions; the rotary slot reads one per batch row.
-            positions = None if position_ids is None else position_ids.expand(batch, -1)
-            q, k = self.rotary.apply_rope(q, k, position_ids=positions)
+            q, k = self.rotary.apply_rope(q, k, position_ids=position_ids)
         # scale multiplies q.k; the native module divides by self.scale (sqrt(d_head), or 1 unscaled).
         attended = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0 / self.scale)
         return self.o(attended.transpose(1, 2).reshape(batch, seq, -1)), None
-
-
-class FusedModel(NativeModel):
-    """`NativeModel` that hands its blocks one row of positions ([1, seq]) instead of TL's default
-    of one per batch row: the position embedding then gathers seq rows and broadcasts them over the
-    batch (and its backward sums the batch first), where the default gathered, and scattered back,
-    batch x seq rows (~1% of a training step at 61 tokens, measured). Only ever installed by
-    `training_forward`, with FusedAttention in every block."""
-
-    def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, **kwargs):
-        if position_ids is None:
-            given = input_ids if input_ids is not None else inputs_embeds
-            position_ids = torch.arange(given.shape[1], device=given.device)[None]
-        return super().forward(input_ids, attention_mask, position_ids, inputs_embeds, **kwargs)
 
 
 def attention_at(attention, hidden_states, at):
@@ -145,8 +124,6 @@ def training_forward(model):
     if reason:
         warnings.warn(f"training without fused attention: {reason}", stacklevel=2)
         return forward
-    # Shallow copies (hook_free_forward): the bridge's own modules stay native.
-    forward.__class__ = FusedModel
     for block in forward.layers:
-        block.attn.__class__ = FusedAttention
+        block.attn.__class__ = FusedAttention   # a shallow copy (hook_free_forward): the bridge's own stays native
     return forward

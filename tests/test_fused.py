@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformer_lens.model_bridge.sources.native.model import NativeAttention, NativeBlock, NativeModel
+from transformer_lens.model_bridge.sources.native.model import NativeAttention, NativeBlock
 
 from models import ModelSpec, build_model
 from models.bridge import hook_free_forward, native, native_attention
-from models.fused import FusedAttention, FusedModel, attention_at, model_refusal, training_forward
+from models.fused import FusedAttention, attention_at, model_refusal, training_forward
 from models.resume import forward_from
 
 # float32 rounding of a fused kernel that sums in another order: logits of these tiny models differ
@@ -55,9 +55,8 @@ def gradients(forward, model, x) -> dict:
 def test_fused_attention_computes_the_bridge_s_function(variant):
     model = model_of(**VARIANTS[variant])
     forward = training_forward(model)
-    assert type(forward) is FusedModel and all(type(block.attn) is FusedAttention for block in forward.layers)
-    assert type(model.original_model) is NativeModel   # the bridge's own
-    assert all(type(native_attention(block)) is NativeAttention for block in model.blocks)
+    assert all(type(block.attn) is FusedAttention for block in forward.layers)
+    assert all(type(native_attention(block)) is NativeAttention for block in model.blocks)  # the bridge's own
     assert {id(p) for p in forward.parameters()} == {id(p) for p in model.parameters()}
     x = tokens()
     with torch.no_grad():
