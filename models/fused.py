@@ -12,6 +12,8 @@ bridge. The projections, the rotary slot (rotary tables, or `models.variants.Ali
 spec's score divisor (`scale`) and the frozen weights of the uniform and "none" variants are the
 native module's own, so the fused forward computes the same function; it differs from the bridge
 only by float rounding (tests/test_fused.py states the tolerance and prints the differences).
+`attention_at`, the same fused call with queries at a few positions only, serves resumed forwards
+that score only those (`models.resume`).
 
 The swap is a whitelist: a block is fused only when every part of it is one this module was
 checked against (`refusal` says which part is not); anything else, such as a block class added
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import warnings
 
+import torch
 import torch.nn.functional as F
 from transformer_lens.model_bridge.sources.native.model import NativeAttention, NativeBlock, NativeModel, NativeRotary
 
@@ -52,6 +55,31 @@ class FusedAttention(NativeAttention):
         # scale multiplies q.k; the native module divides by self.scale (sqrt(d_head), or 1 unscaled).
         attended = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0 / self.scale)
         return self.o(attended.transpose(1, 2).reshape(batch, seq, -1)), None
+
+
+def attention_at(attention, hidden_states, at):
+    """The output of `attention` (a native module whose block `refusal` accepted) at `at` = (rows,
+    positions), index tensors of equal length n, alone ([n, d_model]): keys and values at every
+    position, queries only at those n, each attending its row up to its position, fused. A resumed
+    forward that scores a few positions (`models.resume`) pays the query and output projections
+    and the scores there only; equal to the full attention at those positions within float
+    rounding (tests/test_fused.py)."""
+    rows, positions = at
+    batch, seq, _ = hidden_states.shape
+
+    def heads(x, n):
+        return x.view(n, -1, attention.n_heads, attention.d_head).transpose(1, 2)
+
+    q = heads(attention.q(hidden_states[rows, positions]), len(rows))             # [n, heads, 1, d_head]
+    k, v = heads(attention.k(hidden_states), batch), heads(attention.v(hidden_states), batch)
+    if attention.rotary is not None:
+        # The rotary slot edits q and k each by its own positions; the other output is discarded.
+        q, _ = attention.rotary.apply_rope(q, q, position_ids=positions[:, None])
+        _, k = attention.rotary.apply_rope(k, k)
+    visible = torch.arange(seq, device=positions.device)[None, :] <= positions[:, None]   # causal, per query
+    attended = F.scaled_dot_product_attention(q, k[rows], v[rows], attn_mask=visible[:, None, None, :],
+                                              scale=1.0 / attention.scale)
+    return attention.o(attended.reshape(len(rows), -1))
 
 
 def refusal(block) -> str | None:

@@ -3,13 +3,41 @@
 TL 4's `forward(..., start_at_layer=k)` swaps the residual in at block k but still runs blocks
 0..k-1 and throws their output away, so it saves nothing. Probes that replay a cached run (an
 intervention that leaves the first k blocks as they were) call the same block, final-norm and
-unembedding modules here instead; hooks registered on the model fire inside them as usual. Tests
-check every caller against the full forward.
+unembedding modules here instead: the bridge's own when any hook is attached (so hooks registered
+on the model fire inside them as usual), else the native modules they wrap
+(`models.bridge.hook_free_forward`: bitwise the same, without the wrappers' per-call hook dispatch,
+which was a sixth of the ablation sweep's replay; benchmarks/sweeps.py). Tests check every caller
+against the full forward.
 """
 
 from __future__ import annotations
 
-from models.bridge import attention_adds_residual
+from dataclasses import dataclass
+
+import torch
+
+from models.bridge import attention_adds_residual, hook_free_forward
+from models.fused import attention_at, refusal
+
+
+@dataclass(frozen=True)
+class Resumable:
+    """The modules a resumed forward runs, under the bridge's names."""
+
+    blocks: tuple[torch.nn.Module, ...]
+    adds_residual: tuple[bool, ...]     # per block: False where attention replaces the stream
+    ln_final: torch.nn.Module
+    unembed: torch.nn.Module
+    attn_only: bool
+
+
+def resumable(model) -> Resumable:
+    """`model`'s bridge modules when a hook is attached, else the native modules they wrap."""
+    forward = hook_free_forward(model)
+    adds = tuple(attention_adds_residual(block) for block in model.blocks)
+    if forward is model:
+        return Resumable(tuple(model.blocks), adds, model.ln_final, model.unembed, model.cfg.attn_only)
+    return Resumable(tuple(forward.layers), adds, forward.ln_out, forward.head, model.cfg.attn_only)
 
 
 def forward_from(model, residual, start: int, at=None):
@@ -22,17 +50,25 @@ def forward_from(model, residual, start: int, at=None):
     the final norm and the unembedding run on those k positions alone. The last block is then run
     by its parts (LayerNorms, attention, MLP), so its own block-level hooks (resid_mid, resid_post)
     do not fire; its parts' hooks do."""
-    blocks = model.blocks[start:]
+    return resume(resumable(model), residual, start, at)
+
+
+def resume(modules: Resumable, residual, start: int, at=None):
+    """`forward_from` over modules already chosen (`resumable`), for callers that resume many times."""
+    blocks = modules.blocks[start:]
     if at is None or not len(blocks):
         for block in blocks:
             (residual,) = block(residual)
-        logits = model.unembed(model.ln_final(residual))
+        logits = modules.unembed(modules.ln_final(residual))
         return logits if at is None else logits[at]
     for block in blocks[:-1]:
         (residual,) = block(residual)
     last = blocks[-1]
-    attended, _pattern = last.attn(last.ln1(residual))
-    residual = ((residual if attention_adds_residual(last) else 0) + attended)[at][:, None]
-    if not model.cfg.attn_only:
+    if refusal(last) is None:   # native modules (no hook attached): queries at `at` alone
+        attended = attention_at(last.attn, last.ln1(residual), at)
+    else:
+        attended = last.attn(last.ln1(residual))[0][at]
+    residual = ((residual[at] if modules.adds_residual[-1] else 0) + attended)[:, None]
+    if not modules.attn_only:
         residual = residual + last.mlp(last.ln2(residual))
-    return model.unembed(model.ln_final(residual))[:, 0]
+    return modules.unembed(modules.ln_final(residual))[:, 0]

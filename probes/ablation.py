@@ -17,7 +17,7 @@ from transformer_lens.utilities import get_act_name
 from common.cli import UsageError
 from models.bridge import attention_adds_residual, device_of
 from models.components import Head
-from models.resume import forward_from
+from models.resume import resumable, resume
 from tasks.data import Batch
 from tasks.evaluate import TOKENS_PER_FORWARD, Scored, logits_at_scored, score_logits
 
@@ -293,6 +293,7 @@ def replayed_scores(model, batch: Batch, clean: CleanRun, targets, values: dict)
     reads them). Targets of one layer share forwards (their residuals stacked, at most
     TOKENS_PER_FORWARD tokens each). Equal to ablating each target with hooks (tested)."""
     scores = {(): score_logits(logits_at_scored(clean.logits, batch), batch)}
+    modules = resumable(model)
     for layer in range(model.cfg.n_layers):
         last = layer == model.cfg.n_layers - 1
         group = [heads for heads in targets if heads and heads[0][0] == layer]
@@ -302,14 +303,14 @@ def replayed_scores(model, batch: Batch, clean: CleanRun, targets, values: dict)
             chunk = group[start:start + per_forward]
             stacked = torch.cat([ablated_residual(model, batch, clean, heads, values) for heads in chunk])
             if not model.cfg.attn_only:
-                block = model.blocks[layer]
+                block = modules.blocks[layer]
                 stacked = stacked + block.mlp(block.ln2(stacked))
             if last:
-                logits = forward_from(model, stacked, layer + 1)[:, 0]
+                logits = resume(modules, stacked, layer + 1)[:, 0]
             else:
                 copies = torch.arange(len(chunk), device=stacked.device).repeat_interleave(len(batch.positions))
                 at = (batch.example_index.repeat(len(chunk)) + copies * len(batch), batch.positions.repeat(len(chunk)))
-                logits = forward_from(model, stacked, layer + 1, at=at)
+                logits = resume(modules, stacked, layer + 1, at=at)
             for heads, target_logits in zip(chunk, logits.split(len(batch.positions))):
                 scores[heads] = score_logits(target_logits, batch)
     return [scores[heads] for heads in targets]

@@ -11,7 +11,8 @@ from transformer_lens.model_bridge.sources.native.model import NativeAttention, 
 
 from models import ModelSpec, build_model
 from models.bridge import hook_free_forward, native, native_attention
-from models.fused import FusedAttention, model_refusal, training_forward
+from models.fused import FusedAttention, attention_at, model_refusal, training_forward
+from models.resume import forward_from
 
 # float32 rounding of a fused kernel that sums in another order: logits of these tiny models differ
 # by ~1e-6 (printed); a wrong scale, mask or bias moves them by ~1e-1.
@@ -67,6 +68,25 @@ def test_fused_attention_computes_the_bridge_s_function(variant):
           f"(largest gradient {grad_scale:.1e})")
     assert logits_diff <= ATOL
     assert grad_diff <= ATOL * max(1.0, grad_scale)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_attention_at_a_few_positions_is_the_full_attention_there(variant):
+    # What a resumed forward that scores a few positions runs (models.resume): queries there alone.
+    model = model_of(**VARIANTS[variant])
+    block = hook_free_forward(model).layers[1]
+    hidden = block.ln1(torch.randn(6, CONTEXT, 16, generator=torch.Generator().manual_seed(1)))
+    at = (torch.tensor([0, 2, 2, 5]), torch.tensor([0, 3, CONTEXT - 1, 7]))
+    with torch.no_grad():
+        full = block.attn(hidden)[0][at]
+        difference = (attention_at(block.attn, hidden, at) - full).abs().max().item()
+        _, cache = model.run_with_cache(tokens())
+        resumed = forward_from(model, cache["blocks.1.hook_resid_pre"], 1, at=at)
+        logits_difference = (resumed - model(tokens())[at]).abs().max().item()
+    print(f"{variant}: max |attention difference| {difference:.1e} (largest {full.abs().max().item():.1e}), "
+          f"max |resumed logit difference| {logits_difference:.1e}")
+    assert difference <= ATOL * max(1.0, full.abs().max().item())
+    assert logits_difference <= ATOL
 
 
 def test_the_path_does_not_depend_on_whether_the_bridge_ran_before():
