@@ -139,3 +139,12 @@ def test_reference_and_clean_forwards_are_sized_in_tokens(setup, monkeypatch):
     assert widths and max(widths) <= budget
     assert [r.logit_diff for r in chunked] == pytest.approx([r.logit_diff for r in whole], abs=1e-6)
     assert [r.top_share for r in chunked] == [r.top_share for r in whole]
+
+
+def test_one_ablation_enum_for_heads_and_edges():
+    # The edge graph has no resample ablation: refused, not run as another one.
+    from probes.circuits import ablations
+
+    assert ablations.Ablation is Ablation and Ablation.RESAMPLE not in ablations.EDGE_ABLATIONS
+    with pytest.raises(UsageError, match="edge ablation must be one of counterfactual, mean, zero, got"):
+        ablations.ablated_runs(None, None, None, Ablation.RESAMPLE)
