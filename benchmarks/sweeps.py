@@ -20,7 +20,7 @@ os.environ.setdefault("TQDM_DISABLE", "1")  # transformer_lens.patching draws a 
 import torch
 
 from models import ModelSpec, build_model
-from probes.ablation import head_ablation_sweep
+from probes.ablation import Ablation, head_ablation_sweep
 from probes.patching import activation_patching, corrupt_inputs, scored_metric
 from tasks.data import spread_subset
 from tasks.data import task_dataset, to_batch
@@ -55,7 +55,7 @@ def main() -> None:
         print("zero-ablation sweep (every head; toylens also scores each whole layer):")
         for n_layers in (1, 2):
             model = winograd_model(task, pairs, n_layers)
-            speedup, sweep, theirs = interleaved_ratio(lambda: head_ablation_sweep(model, pairs, "zero"),
+            speedup, sweep, theirs = interleaved_ratio(lambda: head_ablation_sweep(model, pairs, Ablation.ZERO),
                                                        lambda: theirs_ablation(patching, model, pairs, metric),
                                                        args.rounds)
             n_heads = model.cfg.n_layers * model.cfg.n_heads

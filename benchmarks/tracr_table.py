@@ -42,7 +42,7 @@ def table(rows, pairs: int) -> list[str]:
     for row in rows:
         program = tracr.PROGRAMS[row.program]
         beside = row.inputs == ("ACDC's" if program.acdc_length else "full")
-        paper = (program.paper or {}).get(row.ablation.value) if beside else None
+        paper = (program.paper or {}).get(row.ablation) if beside else None
         lines.append(f"| {row.program} | {row.inputs} | {row.length} | {row.edges} | {row.read_edges} | {row.used_edges} | "
                      f"{row.scored} | {row.ablation.value} | " + " | ".join(f"{v:.3f}" for v in row.auroc.values())
                      + f" | {row.oracle_read:.3f} | {'' if paper is None else f'{paper:.3f}'} |")

@@ -1,7 +1,7 @@
 """Head ablation: replace chosen heads' outputs (`hook_z`, every position) and re-score the task.
 
-Methods: "zero" (z = 0), "mean" (z = its mean over a reference batch at the same position) and
-"resample" (z from another, randomly drawn reference example at the same position). Mean and
+Methods (`Ablation`): ZERO (z = 0), MEAN (z = its mean over a reference batch at the same position) and
+RESAMPLE (z from another, randomly drawn reference example at the same position). Mean and
 resample statistics come from `reference` (a Batch, or a `Reference` holding its
 activations), which they require: the report uses the run's training rows
 (`training_reference(run)`), and a notebook that passes the same gets the report's numbers. Mean is the default method, as in `probes.heads.head_report` and the report.
@@ -10,6 +10,7 @@ activations), which they require: the report uses the run's training rows
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 import torch
 from transformer_lens.utilities import get_act_name
@@ -21,7 +22,31 @@ from models.resume import resumable, resume
 from tasks.data import Batch
 from tasks.evaluate import TOKENS_PER_FORWARD, Scored, logits_at_scored, score_logits
 
-ABLATION_METHODS = ("zero", "mean", "resample")
+
+class Ablation(StrEnum):
+    """What an ablated component carries instead of its clean output: the counterfactual run's
+    (interchange ablation), its mean over a reference batch at each position, zero, or a randomly
+    drawn reference example's (resample). Head ablation (here) takes ZERO, MEAN and RESAMPLE; the
+    edge graph (probes.circuits.ablations) COUNTERFACTUAL, MEAN and ZERO. A StrEnum, so report.json
+    and the report's tables write the plain names."""
+
+    COUNTERFACTUAL = "counterfactual"
+    MEAN = "mean"
+    ZERO = "zero"
+    RESAMPLE = "resample"
+
+
+ABLATION_METHODS = (Ablation.ZERO, Ablation.MEAN, Ablation.RESAMPLE)   # what head ablation takes
+
+
+def ablation_named(name: str, choices: tuple[Ablation, ...] = tuple(Ablation)) -> Ablation:
+    """The Ablation a CLI flag or notebook parameter names, one of `choices`."""
+    method = next((a for a in choices if a.value == name), None)
+    if method is None:
+        raise UsageError(f"ablation method must be one of {', '.join(choices)}, got {name!r}")
+    return method
+
+
 def parse_heads(heads) -> tuple[Head, ...]:
     """Distinct `Head`s, in order, from Heads, (layer, head) pairs or names like "L0H1"."""
     return tuple(dict.fromkeys(Head.of(head) for head in heads))
@@ -37,8 +62,8 @@ def check_heads(model, heads) -> None:
 
 @dataclass(frozen=True)
 class AblationResult:
-    heads: tuple[str, ...]          # () is the unablated baseline
-    method: str
+    heads: tuple[Head, ...]         # () is the unablated baseline
+    method: Ablation
     accuracy: float
     logit_diff: float               # mean answer - foil logit over scored positions with a foil
     foil_rate: float
@@ -49,7 +74,7 @@ class AblationResult:
 
     @property
     def label(self) -> str:
-        return ", ".join(self.heads) if self.heads else "none"
+        return ", ".join(map(str, self.heads)) if self.heads else "none"
 
 
 def fit_width(values: torch.Tensor, width: int, fill: torch.Tensor) -> torch.Tensor:
@@ -105,17 +130,17 @@ def reference_activations(model, batch: Batch) -> Reference:
     return Reference(batch, {l: cache[get_act_name("z", l)] for l in layers}, {name: cache[name] for name in writes})
 
 
-def replacement_z(model, batch: Batch, layers, method: str, seed: int, reference: "Batch | Reference") -> dict:
+def replacement_z(model, batch: Batch, layers, method: Ablation, seed: int, reference: "Batch | Reference") -> dict:
     """Per layer, the [n, pos, head, d_head] values the ablated heads' z is replaced with."""
     width = batch.inputs.shape[1]
-    if method == "zero" or not layers:
+    if method is Ablation.ZERO or not layers:
         return {layer: None for layer in layers}
     if isinstance(reference, Reference):
         z, reference = reference.z, reference.batch
     else:
         reference = reference.to(device_of(model))
         z = cached_z(model, reference.inputs, layers)
-    if method == "mean":
+    if method is Ablation.MEAN:
         return {layer: position_mean(z[layer], reference, width).expand(len(batch), -1, -1, -1) for layer in layers}
     valid = reference.real_positions().float()[:, :, None, None]
     out = {}
@@ -152,10 +177,11 @@ def resample_rows(batch: Batch, reference: Batch, seed: int) -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.long, device=batch.lengths.device)
 
 
-def check_method(method: str, reference) -> None:
-    if method not in ABLATION_METHODS:
-        raise UsageError(f"ablation method must be one of {', '.join(ABLATION_METHODS)}, got {method!r}")
-    if method != "zero" and reference is None:
+def check_method(method: Ablation, reference) -> None:
+    if not isinstance(method, Ablation) or method not in ABLATION_METHODS:
+        raise UsageError(f"head ablation method must be an Ablation, one of {', '.join(ABLATION_METHODS)} "
+                         f"(a name converts with probes.ablation.ablation_named), got {method!r}")
+    if method is not Ablation.ZERO and reference is None:
         raise UsageError(f"{method} ablation needs reference=, the examples whose activations replace "
                          "the heads' output: pass probes.ablation.training_reference(run) for the training "
                          "rows the report uses, or the batch itself")
@@ -170,7 +196,7 @@ def training_reference(run, rows: int | None = None) -> Batch:
     return spread_subset(run.batches()["train"], rows or DEFAULT.reference_rows)
 
 
-def ablation_hooks(model, batch: Batch, heads, method: str = "mean", seed: int = 0,
+def ablation_hooks(model, batch: Batch, heads, method: Ablation = Ablation.MEAN, seed: int = 0,
                    reference: "Batch | Reference | None" = None) -> list:
     """Forward hooks that ablate `heads` for a run over `batch.inputs` (or any tensor of its shape)."""
     heads = parse_heads(heads)
@@ -191,7 +217,7 @@ def ablation_hooks(model, batch: Batch, heads, method: str = "mean", seed: int =
 
 
 @torch.no_grad()
-def ablated_scored(model, batch: Batch, heads, method: str = "mean", seed: int = 0,
+def ablated_scored(model, batch: Batch, heads, method: Ablation = Ablation.MEAN, seed: int = 0,
                    reference: "Batch | Reference | None" = None) -> Scored:
     batch = batch.to(device_of(model))
     hooks = ablation_hooks(model, batch, heads, method, seed, reference)
@@ -199,7 +225,7 @@ def ablated_scored(model, batch: Batch, heads, method: str = "mean", seed: int =
     return score_logits(logits_at_scored(logits, batch), batch)
 
 
-def ablation_result(scored: Scored, batch: Batch, heads, method: str) -> AblationResult:
+def ablation_result(scored: Scored, batch: Batch, heads, method: Ablation) -> AblationResult:
     row_groups = [batch.groups[i] for i in scored.example_index.tolist()]
     by_group = {}
     for group in sorted(set(row_groups)):
@@ -207,7 +233,7 @@ def ablation_result(scored: Scored, batch: Batch, heads, method: str) -> Ablatio
         by_group[group] = {"n": int(mask.sum()), "accuracy": scored.correct[mask].float().mean().item(),
                            "logit_diff": nanmean(scored.logit_diff[mask])}
     return AblationResult(
-        heads=tuple(str(h) for h in parse_heads(heads)),
+        heads=parse_heads(heads),
         method=method,
         accuracy=scored.accuracy,
         logit_diff=nanmean(scored.logit_diff),
@@ -223,7 +249,7 @@ def nanmean(values: torch.Tensor) -> float:
     return values.nanmean().item() if len(values) else float("nan")
 
 
-def ablate(model, batch: Batch, heads, method: str = "mean", seed: int = 0,
+def ablate(model, batch: Batch, heads, method: Ablation = Ablation.MEAN, seed: int = 0,
            reference: "Batch | Reference | None" = None) -> AblationResult:
     """Score `batch` with `heads` ("L0H1" or (0, 1)) ablated at every position; mean and resample
     take their values from `reference` (see `training_reference`)."""
@@ -239,7 +265,7 @@ def sweep_targets(model) -> list[tuple[tuple[int, int], ...]]:
     return [()] + singles + (layers if n_heads > 1 else [])
 
 
-def head_ablation_sweep(model, batch: Batch, method: str = "mean", seed: int = 0,
+def head_ablation_sweep(model, batch: Batch, method: Ablation = Ablation.MEAN, seed: int = 0,
                         reference: "Batch | Reference | None" = None, clean: "CleanRun | None" = None) -> list[AblationResult]:
     """Every target of `sweep_targets`, scored from one clean run replayed (see `replayed_scores`)
     rather than one forward per target. Equal to ablating each target with hooks (tested). Sweeps of

@@ -20,7 +20,7 @@ import torch
 
 from models.bridge import device_of
 from models.components import Head
-from probes.ablation import ablate
+from probes.ablation import Ablation, ablate
 from probes.attention import patterns
 from tasks.data import Batch
 
@@ -122,7 +122,7 @@ class RoleEvidence:
 
 @dataclass(frozen=True)
 class HeadReport:
-    method: str
+    method: Ablation
     baseline_accuracy: float
     ablated_accuracy: dict[str, float]   # each head ablated alone
     scores: HeadScores
@@ -135,7 +135,7 @@ def ranked(scores: list[list[float]]) -> list[tuple[int, int]]:
 
 
 def role_evidence(model, batch: Batch, role: str, scores: HeadScores, baseline: float,
-                  single: dict[str, float], method: str, reference: Batch | None) -> RoleEvidence:
+                  single: dict[str, float], method: Ablation, reference: Batch | None) -> RoleEvidence:
     order = ranked(scores.of(role))
     layer = order[0][0]
     in_layer = [h for h in order if h[0] == layer]
@@ -159,7 +159,7 @@ def role_evidence(model, batch: Batch, role: str, scores: HeadScores, baseline: 
     )
 
 
-def head_report(model, batch: Batch, method: str = "mean", reference: Batch | None = None) -> HeadReport:
+def head_report(model, batch: Batch, method: Ablation = Ablation.MEAN, reference: Batch | None = None) -> HeadReport:
     """Scores of every head for every role, each ranking checked by `method` ablation (mean and
     resample over `reference`, e.g. probes.ablation.training_reference(run))."""
     scores = head_scores(model, batch)

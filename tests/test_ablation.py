@@ -6,7 +6,9 @@ import pytest
 import torch
 
 from models import ModelSpec, UsageError, build_model
-from probes.ablation import ablate, ablated_scored, head_ablation_sweep, parse_heads, resample_rows
+from models.components import Head
+from probes.ablation import (ABLATION_METHODS, Ablation, ablate, ablated_scored, ablation_named, head_ablation_sweep,
+                             parse_heads, resample_rows)
 from tasks.data import task_dataset, to_batch
 from tasks.evaluate import score_model
 
@@ -32,14 +34,14 @@ def direct_logits(model, batch, z_means):
 def test_zero_and_mean_ablation_of_every_head_match_the_weights(setup):
     model, heldout, train = setup
     every = [(l, h) for l in range(2) for h in range(2)]
-    zero = ablated_scored(model, heldout, every, "zero")
+    zero = ablated_scored(model, heldout, every, Ablation.ZERO)
     zeros = [torch.zeros(heldout.inputs.shape[1], 2, 8)] * 2
     expected = direct_logits(model, heldout, zeros)[heldout.example_index, heldout.positions]
     assert torch.equal(zero.predicted, expected.argmax(-1))
 
     _, cache = model.run_with_cache(train.inputs)
     means = [cache[f"blocks.{l}.attn.hook_z"][:, : heldout.inputs.shape[1]].mean(0) for l in range(2)]
-    mean = ablated_scored(model, heldout, every, "mean", reference=train)
+    mean = ablated_scored(model, heldout, every, Ablation.MEAN, reference=train)
     expected = direct_logits(model, heldout, means)[heldout.example_index, heldout.positions]
     scored = expected.gather(1, heldout.answers[:, None])[:, 0] - expected.gather(1, heldout.foils[:, None])[:, 0]
     torch.testing.assert_close(mean.logit_diff, scored, rtol=0, atol=1e-4)
@@ -47,7 +49,7 @@ def test_zero_and_mean_ablation_of_every_head_match_the_weights(setup):
 
 def test_sweep_covers_baseline_each_head_and_each_layer(setup):
     model, heldout, _ = setup
-    sweep = head_ablation_sweep(model, heldout, "zero")
+    sweep = head_ablation_sweep(model, heldout, Ablation.ZERO)
     assert [r.label for r in sweep] == ["none", "L0H0", "L0H1", "L1H0", "L1H1", "L0H0, L0H1", "L1H0, L1H1"]
     assert sweep[0].accuracy == pytest.approx(score_model(model, heldout).accuracy)
     assert set(sweep[0].by_group) == {"crosser", "crossed"}
@@ -63,7 +65,7 @@ SWEEP_SPECS = {
 
 
 @pytest.mark.parametrize("layout", SWEEP_SPECS)
-@pytest.mark.parametrize("method", ["zero", "mean", "resample"])
+@pytest.mark.parametrize("method", ABLATION_METHODS)
 def test_sweep_equals_ablating_each_target_on_its_own(setup, method, layout):
     _, heldout, train = setup
     fields = dict(n_layers=2, d_model=16, n_heads=2, n_ctx=heldout.inputs.shape[1], d_vocab=setup[0].cfg.d_vocab)
@@ -78,7 +80,7 @@ def test_sweep_equals_ablating_each_target_on_its_own(setup, method, layout):
             assert scores["logit_diff"] == pytest.approx(alone.by_group[group]["logit_diff"], abs=1e-5)
 
 
-@pytest.mark.parametrize("method", ["zero", "mean"])
+@pytest.mark.parametrize("method", [Ablation.ZERO, Ablation.MEAN])
 def test_sweep_replays_blocks_whose_attention_replaces_the_stream(setup, method):
     # Ablating every head of such a block leaves nothing of the tokens, so answer and foil logits
     # tie and argmax follows float noise: compare the logit differences, not the accuracies. No
@@ -96,9 +98,9 @@ def test_resample_is_seeded_and_reads_long_enough_rows(setup):
     rows = resample_rows(heldout, train, seed=1)
     assert torch.equal(rows, resample_rows(heldout, train, seed=1))
     assert bool((train.lengths[rows] >= heldout.lengths).all())
-    first = ablate(model, heldout, ["L1H0"], "resample", seed=1, reference=train)
-    assert first == ablate(model, heldout, [(1, 0)], "resample", seed=1, reference=train)
-    assert first.method == "resample" and first.heads == ("L1H0",)
+    first = ablate(model, heldout, ["L1H0"], Ablation.RESAMPLE, seed=1, reference=train)
+    assert first == ablate(model, heldout, [(1, 0)], Ablation.RESAMPLE, seed=1, reference=train)
+    assert first.method is Ablation.RESAMPLE and first.heads == (Head(1, 0),) and first.label == "L1H0"
 
 
 def test_bad_heads_and_methods_are_usage_errors(setup):
@@ -108,8 +110,18 @@ def test_bad_heads_and_methods_are_usage_errors(setup):
         parse_heads(["head1"])
     with pytest.raises(UsageError, match="does not exist"):
         ablate(model, heldout, ["L2H0"])
-    with pytest.raises(UsageError, match="method"):
-        ablate(model, heldout, ["L0H0"], method="noise")
+    for method in ("mean", Ablation.COUNTERFACTUAL):   # a name not converted; a method heads cannot take
+        with pytest.raises(UsageError, match="one of zero, mean, resample"):
+            ablate(model, heldout, ["L0H0"], method=method)
+
+
+def test_a_bad_method_name_at_the_edge_is_one_line_naming_the_choices():
+    assert ablation_named("resample", ABLATION_METHODS) is Ablation.RESAMPLE
+    assert ablation_named("counterfactual") is Ablation.COUNTERFACTUAL
+    for name in ("noise", "counterfactual"):
+        with pytest.raises(UsageError) as error:
+            ablation_named(name, ABLATION_METHODS)
+        assert str(error.value) == f"ablation method must be one of zero, mean, resample, got {name!r}"
 
 
 def test_reference_and_clean_forwards_are_sized_in_tokens(setup, monkeypatch):
@@ -127,3 +139,12 @@ def test_reference_and_clean_forwards_are_sized_in_tokens(setup, monkeypatch):
     assert widths and max(widths) <= budget
     assert [r.logit_diff for r in chunked] == pytest.approx([r.logit_diff for r in whole], abs=1e-6)
     assert [r.top_share for r in chunked] == [r.top_share for r in whole]
+
+
+def test_one_ablation_enum_for_heads_and_edges():
+    # The edge graph has no resample ablation: refused, not run as another one.
+    from probes.circuits import ablations
+
+    assert ablations.Ablation is Ablation and Ablation.RESAMPLE not in ablations.EDGE_ABLATIONS
+    with pytest.raises(UsageError, match="edge ablation must be one of counterfactual, mean, zero, got"):
+        ablations.ablated_runs(None, None, None, Ablation.RESAMPLE)

@@ -82,10 +82,10 @@ def probe_calls(model, batch: Batch, reference: Batch, graph) -> dict:
         return circuit.search_circuit(model, batch, reference, patching.activation_patching(model, batch))
 
     return {
-        "ablate zero": lambda: ablation.ablate(model, batch, ["L0H0"], "zero"),
-        "ablate mean": lambda: ablation.ablate(model, batch, ["L1H1"], "mean", reference=reference),
-        "ablate resample": lambda: ablation.ablate(model, batch, [(0, 1)], "resample", reference=reference),
-        "head_ablation_sweep": lambda: ablation.head_ablation_sweep(model, batch, "resample", reference=reference),
+        "ablate zero": lambda: ablation.ablate(model, batch, ["L0H0"], ablation.Ablation.ZERO),
+        "ablate mean": lambda: ablation.ablate(model, batch, ["L1H1"], ablation.Ablation.MEAN, reference=reference),
+        "ablate resample": lambda: ablation.ablate(model, batch, [(0, 1)], ablation.Ablation.RESAMPLE, reference=reference),
+        "head_ablation_sweep": lambda: ablation.head_ablation_sweep(model, batch, ablation.Ablation.RESAMPLE, reference=reference),
         "scored_attention": lambda: attention.scored_attention(model, batch),
         "pair_attention": lambda: attention.pair_attention(model, batch),
         "attention_from": lambda: attention.attention_from(model, batch, 2),
@@ -94,7 +94,7 @@ def probe_calls(model, batch: Batch, reference: Batch, graph) -> dict:
         "activation_patching": lambda: patching.activation_patching(model, batch),
         "path_sweep": lambda: path_patching.path_sweep(model, batch),
         "joint_path_patch": lambda: path_patching.joint_path_patch(model, batch, ["L0H0", "L0H1"], ["L1H0"], "k", [1]),
-        "head_report": lambda: heads.head_report(model, batch, "mean", reference),
+        "head_report": lambda: heads.head_report(model, batch, ablation.Ablation.MEAN, reference),
         "faithfulness": lambda: circuit.faithfulness(model, batch, [(0, 0), (1, 1)], reference),
         "search_circuit": search,
         "edge_circuit": lambda: edge_circuit.edge_circuit(model, batch, graph, ig_steps=2, acdc_threshold=0.05),

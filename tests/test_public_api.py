@@ -65,9 +65,9 @@ def test_a_plugin_built_on_the_public_api_is_probed_through_it():
                               foils=[e.foils for e in data], counterfactual=[e.counterfactual for e in data])
     assert batch.answers.tolist() == [e.tokens[4] for e in data]
 
-    ablated = toylens.ablate(model, batch, [toylens.Head(0, 1)], method="zero")
-    assert ablated.heads == ("L0H1",)
-    baseline = toylens.ablate(model, batch, [], method="zero")
+    ablated = toylens.ablate(model, batch, [toylens.Head(0, 1)], method=toylens.Ablation.ZERO)
+    assert ablated.heads == (toylens.Head(0, 1),) and ablated.label == "L0H1"
+    baseline = toylens.ablate(model, batch, [], method=toylens.Ablation.ZERO)
     assert ablated.logit_diff != pytest.approx(baseline.logit_diff)   # the head does write to the answer
 
     patching = toylens.activation_patching(model, batch)

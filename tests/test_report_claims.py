@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from models import ModelSpec, UsageError, build_model
-from probes.ablation import AblationResult, ablate, training_reference
+from probes.ablation import Ablation, AblationResult, ablate, training_reference
 from probes.accuracy import RunAccuracy, SplitAccuracy, model_accuracy
 from models.components import Head
 from probes.circuits.search import Circuit, circuit_edges, faithfulness, head_graph, upstream_complete
@@ -111,7 +111,7 @@ def test_every_ablation_number_uses_the_stated_rows(tmp_path):
 def test_with_the_whole_split_the_unablated_row_is_the_accuracy_table(mirror_measured):
     _, measured = mirror_measured
     analysis = measured.results["runs"]
-    assert analysis.ablations["mean"][0].accuracy == analysis.accuracy.splits["heldout"].accuracy.value
+    assert analysis.ablations[Ablation.MEAN][0].accuracy == analysis.accuracy.splits["heldout"].accuracy.value
 
 
 # 2. A scale with a null. Knocking out the only head leaves nothing, and the counterfactual
@@ -255,7 +255,7 @@ def test_a_run_predicting_one_token_is_flagged_in_the_report(tmp_path):
 
 def test_after_an_ablation_the_top_prediction_share_is_reported(mirror_measured):
     _, measured = mirror_measured
-    zero = measured.results["runs"].ablations["zero"][1]          # the one head zeroed: all logits 0
+    zero = measured.results["runs"].ablations[Ablation.ZERO][1]          # the one head zeroed: all logits 0
     from probes.report.document import ablation_table
     from probes.report.words import token_share
 
@@ -281,7 +281,7 @@ def test_answers_restored_starts_at_the_counterfactual_runs_own_rate(mirror_meas
 # 8. Verdicts use the logit difference too. Catches: "unused" beside a logit difference that fell
 # from 7.70 to 0.71, and "needed" at 2 points of accuracy.
 def result(accuracy: float, logit_diff: float) -> AblationResult:
-    return AblationResult((), "mean", accuracy, logit_diff, 0.0, {})
+    return AblationResult((), Ablation.MEAN, accuracy, logit_diff, 0.0, {})
 
 
 def test_verdicts_read_the_logit_difference():
@@ -296,7 +296,7 @@ def test_verdicts_read_the_logit_difference():
 # Catches: ablate averaging over the ablated batch while the report averages training rows.
 def test_ablate_with_the_training_reference_gives_the_reports_numbers(mirror_measured):
     run, measured = mirror_measured
-    report_row = measured.results["runs"].ablations["mean"][1]
+    report_row = measured.results["runs"].ablations[Ablation.MEAN][1]
     mine = ablate(run.model, run.batches()["heldout"], ["L0H0"], reference=training_reference(run))
     assert mine == report_row
     with pytest.raises(UsageError, match="training_reference"):

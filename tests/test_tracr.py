@@ -40,7 +40,7 @@ def test_the_true_edges_alone_are_the_full_model_under_every_ablation(programs):
     """Every edge left out of the true set carries nothing its receiver reads, and an inert edge
     nothing an output uses: keeping only the true edges, or only the used ones, reproduces the full
     model whatever the others are given; the true set is a strict, non-empty part of the graph."""
-    from probes.circuits.ablations import Ablation, ablated_runs
+    from probes.circuits.ablations import EDGE_ABLATIONS, ablated_runs
     from probes.circuits.oracle import circuit_outcomes
 
     for name, (compiled, model) in programs.items():
@@ -49,7 +49,7 @@ def test_the_true_edges_alone_are_the_full_model_under_every_ablation(programs):
         assert 0 < len(used) <= len(truth) < len(graph.edges), name
         batch = tracr.pairs(model, compiled, 16)
         assert len(batch.positions) > 0, name
-        for ablation in Ablation:
+        for ablation in EDGE_ABLATIONS:
             runs = ablated_runs(model, batch, graph, ablation)
             for kept in circuit_outcomes(model, batch, graph, [truth, used], runs):
                 assert kept.metric == pytest.approx(runs.base.outcome.metric, abs=1e-3), (name, ablation)
@@ -92,11 +92,11 @@ def test_the_trace_says_why_zero_ablation_misses_reverses_length(programs):
 
 
 def test_every_method_runs_under_every_ablation_on_hist():
-    from probes.circuits.ablations import Ablation
+    from probes.circuits.ablations import EDGE_ABLATIONS
 
     (row_cf, row_mean, row_zero) = tracr.tracr_table(("hist",), n=8)
     assert row_zero.read_edges == row_zero.used_edges == 6 and row_zero.oracle_read == row_zero.auroc["oracle"]
-    assert [r.ablation for r in (row_cf, row_mean, row_zero)] == list(Ablation)
+    assert [r.ablation for r in (row_cf, row_mean, row_zero)] == list(EDGE_ABLATIONS)
     assert len(row_zero.auroc) == 6
     assert all(0.0 <= v <= 1.0 for v in row_zero.auroc.values())
     # zero ablation knocks out what every input shares (BOS, "one"), so the exact methods see all of hist

@@ -24,7 +24,8 @@ _SOURCES = {
     "get_task_class": "tasks.registry", "TrainSettings": "tasks.settings",
     # probes and their results
     "ablate": "probes.ablation", "head_ablation_sweep": "probes.ablation", "AblationResult": "probes.ablation",
-    "ablation_hooks": "probes.ablation", "ABLATION_METHODS": "probes.ablation",
+    "ablation_hooks": "probes.ablation", "ABLATION_METHODS": "probes.ablation", "Ablation": "probes.ablation",
+    "ablation_named": "probes.ablation",
     "activation_patching": "probes.patching", "ActivationPatching": "probes.patching",
     "path_patch": "probes.circuits.path_patching", "PathPatch": "probes.circuits.path_patching",
     "scored_attention": "probes.attention", "ScoredAttention": "probes.attention",

@@ -10,20 +10,18 @@ faithfulness scale keeps 0 = empty circuit, 1 = full model for every ablation.
 from __future__ import annotations
 
 import dataclasses
-from enum import Enum
 
 import torch
 
+from common.cli import UsageError
 from models.bridge import device_of
 from models.graph import MLP, Embed, Graph, Head
+from probes.ablation import Ablation, Reference, chunked_cache, position_mean
 from probes.circuits.oracle import Direction, Runs, Writes, mlp_out_name, patched_outcomes, record, record_runs
 from tasks.data import Batch
 
 
-class Ablation(Enum):
-    COUNTERFACTUAL = "counterfactual"
-    MEAN = "mean"
-    ZERO = "zero"
+EDGE_ABLATIONS = (Ablation.COUNTERFACTUAL, Ablation.MEAN, Ablation.ZERO)   # what an edge can carry
 
 
 def reference_writes(model, batch: Batch, graph: Graph, reference) -> dict:
@@ -31,8 +29,6 @@ def reference_writes(model, batch: Batch, graph: Graph, reference) -> dict:
     probes.ablation.Reference holding its activations), real positions only, shaped for `batch`. A head's
     mean write is its mean z through W_O, the mean probes.ablation's mean ablation replaces z with."""
     from transformer_lens.utilities import get_act_name
-
-    from probes.ablation import Reference, chunked_cache, position_mean
 
     names = [get_act_name("resid_pre", 0)] + [mlp_out_name(s.layer) for s in graph.senders if isinstance(s, MLP)]
     names += [get_act_name("z", l) for l in range(graph.n_layers)]
@@ -59,6 +55,8 @@ def reference_writes(model, batch: Batch, graph: Graph, reference) -> dict:
 def ablated_runs(model, batch: Batch, graph: Graph, ablation: Ablation, reference=None) -> Runs:
     """`reference`: what MEAN averages over (a Batch or a probes.ablation.Reference; default the
     batch itself)."""
+    if ablation not in EDGE_ABLATIONS:
+        raise UsageError(f"edge ablation must be one of {', '.join(EDGE_ABLATIONS)}, got {ablation!r}")
     batch = batch.to(device_of(model))
     if ablation is Ablation.COUNTERFACTUAL:
         return record_runs(model, batch, graph, Direction.NOISE)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from common.atomic import atomic_write, write_json
+from probes.ablation import Ablation
 from probes.report.parts import Section, jsonable
 from probes.report.render import md_table
 from probes.settings import ReportSettings
@@ -65,15 +66,15 @@ def render_accuracy(entries: list[AccuracyEntry], out: Path, settings: ReportSet
 def ablation_table(analysis) -> str:
     methods = list(analysis.ablations)
     by_target = {method: {r.heads: r for r in analysis.ablations[method]} for method in methods}
-    targets = [r.heads for r in analysis.ablations["mean"]]
-    groups = sorted(by_target["mean"][()].by_group)
+    targets = [r.heads for r in analysis.ablations[Ablation.MEAN]]
+    groups = sorted(by_target[Ablation.MEAN][()].by_group)
     rows = []
     for heads in targets:
-        row = [by_target["mean"][heads].label]
+        row = [by_target[Ablation.MEAN][heads].label]
         for method in methods:
             r = by_target[method][heads]
             row.append(f"{pct(r.accuracy)} / {r.logit_diff:+.2f} / {pct(r.top_share)}")
-        row += [pct(by_target["mean"][heads].by_group[g]["accuracy"]) for g in groups]
+        row += [pct(by_target[Ablation.MEAN][heads].by_group[g]["accuracy"]) for g in groups]
         rows.append(row)
     headers = ["ablated"] + [f"{m}: acc / logit diff / top prediction" for m in methods] + [f"mean, {g}" for g in groups]
     return md_table(headers, rows)

@@ -54,7 +54,7 @@ class RunAnalysis:
     note: str = ""                        # why no circuit was traced, if none was
     attention: ScoredAttention | None = None   # ablation rows
     pair: PairAttention | None = None
-    ablations: dict = None                # method -> list[AblationResult] (head sweep, ablation rows)
+    ablations: dict = None                # Ablation -> list[AblationResult] (head sweep, ablation rows)
     patching: ActivationPatching | None = None   # pairs
     paths: list = None                    # PathPatch, every head pair, all positions
     path_positions: list = None           # PathPatch, circuit head pairs, one position at a time
@@ -162,7 +162,7 @@ def analyse_run(context) -> RunAnalysis:
 def trace_circuit(context, patching) -> dict:
     """The RunAnalysis fields of the circuit: search, paths between its heads, where its heads
     matter, composition, and the circuit's heads mean-ablated on the ablation rows."""
-    from probes.ablation import ablate
+    from probes.ablation import Ablation, ablate
     from probes.composition import composition_scores
 
     model, pairs, settings, seed = context.model, context.pairs, context.settings, context.run.seed
@@ -171,7 +171,7 @@ def trace_circuit(context, patching) -> dict:
     return dict(
         **measured,
         composition=composition_scores(model, seed=seed) if model.cfg.n_layers > 1 else None,
-        circuit_ablation=ablate(model, context.sample, circuit.heads, "mean", seed, context.reference),
+        circuit_ablation=ablate(model, context.sample, circuit.heads, Ablation.MEAN, seed, context.reference),
         node_views=[node_view(model, pairs, patching, head, kept, settings.matters)
                     for head, kept in circuit.kept.items()],
     )

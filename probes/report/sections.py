@@ -50,10 +50,11 @@ def run_heads(context) -> RunHeads:
     from tasks.data import spread_subset
     from models.components import Head, HeadSet
     from probes.circuits.path_patching import COMPONENTS, PathTarget, path_patch_many
+    from probes.ablation import Ablation
     from probes.heads import head_report
 
     run, model, heldout = context.run, context.model, context.heldout
-    report = head_report(model, context.sample, "mean", context.reference)
+    report = head_report(model, context.sample, Ablation.MEAN, context.reference)
     induction = report.roles["induction"]
     below = [h for h in report.roles["previous_token"].ranking if int(h[1:h.index("H")]) < induction.layer]
     chosen = [h for h in report.roles["previous_token"].heads if h in below] or below[:1]

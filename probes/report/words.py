@@ -9,8 +9,9 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 
-from probes.settings import ReportSettings
 from common.stats import share
+from probes.ablation import Ablation
+from probes.settings import ReportSettings
 
 COMPONENT_WORDS = {"q": "query", "k": "keys", "v": "values"}
 MAX_GROUP_WORDS = 3   # more groups (e.g. induction's repeat lengths) are summarised by the all-group row
@@ -51,19 +52,17 @@ def verdict(intact, ablated, settings: ReportSettings) -> tuple[str, str]:
     return "partly used", numbers
 
 
-def intact(analysis, method: str = "mean"):
+def intact(analysis, method: Ablation = Ablation.MEAN):
     """The sweep's unablated result."""
     return next(result for result in analysis.ablations[method] if not result.heads)
 
 
-def whole_layers(analysis, method: str = "mean") -> list[tuple[int, object]]:
+def whole_layers(analysis, method: Ablation = Ablation.MEAN) -> list[tuple[int, object]]:
     """(layer, AblationResult with every head of that layer ablated), from the sweep."""
-    from probes.ablation import parse_heads
-
     n_heads = analysis.spec.n_heads
     found = {}
     for result in analysis.ablations[method]:
-        layers = {layer for layer, _ in parse_heads(result.heads)}
+        layers = {head.layer for head in result.heads}
         if len(result.heads) == n_heads and len(layers) == 1:
             found[layers.pop()] = result
     return sorted(found.items())

@@ -30,18 +30,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
-
 import torch
 
 from common.cli import UsageError
 from models import ModelSpec
 from models.graph import MLP, Embed, Graph, Head, Input, Logits, graph_of
+from probes.ablation import Ablation
 from tasks.base import NO_FOIL
 from tasks.data import Batch
-
-if TYPE_CHECKING:
-    from probes.circuits.ablations import Ablation
 
 FIXTURES = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "tracr"
 WEIGHT_ZERO = 1e-6      # |weight| below this is no read or write (Tracr's weights are exact 0 or O(1))
@@ -54,7 +50,7 @@ class Program:
     maker: str                  # the function in tracr.compiler.lib
     vocab: tuple
     max_seq_len: int
-    paper: dict | None          # ACDC's AUC (Conmy et al. 2023, Tracr table), where it reports one
+    paper: dict | None          # Ablation -> ACDC's AUC (Conmy et al. 2023, Tracr table), where it reports one
     distinct: bool = False      # inputs are permutations of the vocabulary (sort_unique's premise)
     acdc_length: int | None = None  # ACDC's inputs: permutations of the vocabulary at this length
 
@@ -66,9 +62,10 @@ ACDC_REVERSE = ("embed -> L0H0.v", "embed -> MLP0", "L0H0 -> MLP0", "embed -> ML
                 "MLP2 -> L3H0.q", "embed -> L3H0.k", "embed -> L3H0.v", "L3H0 -> logits")
 
 PROGRAMS = {
-    "reverse": Program("reverse", "make_reverse", ("a", "b", "c"), 5, {"counterfactual": 0.200, "zero": 1.000},
-                       acdc_length=3),
-    "frac_prevs": Program("frac_prevs", "make_frac_prevs", ("x", "y"), 5, {"counterfactual": 0.600, "zero": 1.000}),
+    "reverse": Program("reverse", "make_reverse", ("a", "b", "c"), 5,
+                       {Ablation.COUNTERFACTUAL: 0.200, Ablation.ZERO: 1.000}, acdc_length=3),
+    "frac_prevs": Program("frac_prevs", "make_frac_prevs", ("x", "y"), 5,
+                          {Ablation.COUNTERFACTUAL: 0.600, Ablation.ZERO: 1.000}),
     "sort": Program("sort", "make_sort_unique", (1, 2, 3, 4, 5, 6), 4, None, distinct=True),
     "hist": Program("hist", "make_hist", ("a", "b", "c"), 5, None),
 }
@@ -281,7 +278,7 @@ def every_position(compiled: Compiled, tokens: torch.Tensor) -> Batch:
 def zero_logit_moves(model, compiled: Compiled, graph: Graph, edges: list, length: int) -> list[float]:
     """Per edge: the largest |logit change| at any position after BOS, over every input of the
     domain with `length` tokens, when that edge alone is zero-ablated."""
-    from probes.circuits.ablations import Ablation, ablated_runs
+    from probes.circuits.ablations import ablated_runs
     from probes.circuits.oracle import LOGITS_IN, patched_runs
 
     batch = every_position(compiled, domain(compiled, length))
@@ -346,7 +343,7 @@ def acdc_pairs(model, compiled: Compiled, n: int) -> Batch:
 def trace_zero_edges(model, compiled: Compiled, graph: Graph, n: int = 64) -> list[ZeroTrace]:
     """Every true edge whose zero-ablation effect on the full-length pairs is below the AUROC's
     float noise, traced (the program must name ACDC's input length)."""
-    from probes.circuits.ablations import Ablation, ablated_runs
+    from probes.circuits.ablations import ablated_runs
     from probes.circuits.methods.scores import FLOAT_NOISE
     from probes.circuits.oracle import edge_effects, patched_runs
 
@@ -423,7 +420,7 @@ class TracrRow:
 def tracr_table(names=tuple(PROGRAMS), ablations=None, n: int = 64, folder: Path = FIXTURES) -> list[TracrRow]:
     """Every method under every ablation on each stored program, on full-length pairs and, where
     the program names one, on ACDC's inputs: AUROC against its used edges."""
-    from probes.circuits.ablations import Ablation, ablated_runs
+    from probes.circuits.ablations import EDGE_ABLATIONS, ablated_runs
     from probes.circuits.methods.compare import every_method
     from probes.circuits.methods.scores import auroc
 
@@ -438,7 +435,7 @@ def tracr_table(names=tuple(PROGRAMS), ablations=None, n: int = 64, folder: Path
         if PROGRAMS[name].acdc_length:
             batches.append(("ACDC's", acdc_pairs(model, compiled, n)))
         for inputs, batch in batches:
-            for ablation in ablations or tuple(Ablation):
+            for ablation in ablations or EDGE_ABLATIONS:
                 runs = ablated_runs(model, batch, graph, ablation)
                 methods = every_method(model, batch, graph, runs)
                 rows.append(TracrRow(name, inputs, batch.inputs.shape[1] - 1, ablation, len(graph.edges), len(read),
