@@ -49,6 +49,7 @@ def test_workers_end_when_the_process_that_started_them_is_killed(tmp_path):
         pool.submit(write_pid_and_wait, {str(pid_file)!r})
         time.sleep(60)
         """)], cwd=ROOT)
+    worker = None
     try:
         assert wait_for(pid_file.exists, 60), "the worker never ran its job"
         worker = int(wait_for(lambda: pid_file.read_text(), 5) and pid_file.read_text())
@@ -58,3 +59,25 @@ def test_workers_end_when_the_process_that_started_them_is_killed(tmp_path):
     finally:
         parent.kill()
         parent.wait()
+        if worker and running(worker):   # this test failing leaves no orphan behind
+            os.kill(worker, signal.SIGKILL)
+
+
+def burn(seconds: float) -> float:
+    began = time.process_time()
+    while time.process_time() - began < seconds:
+        pass
+    return seconds
+
+
+# The workers' CPU time is the command's (what /usr/bin/time reports). Catches: the fork server left
+# to exit unreaped after the command, its workers' time with it (the whole report then read 5 s).
+def test_the_workers_cpu_time_counts_as_the_commands(monkeypatch):
+    import resource
+
+    import toylens.workers as workers
+
+    monkeypatch.setattr(workers, "PRELOAD", ())
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
+    assert workers.map_jobs(burn, [0.4, 0.4], jobs=2, desc="burning", progress=False) == [0.4, 0.4]
+    assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime - before >= 0.7
