@@ -157,6 +157,9 @@ def map_jobs(function: Callable, items: Iterable, jobs: int, desc: str, progress
                 for future in as_completed(futures):
                     record(futures[future], future.result())
             except BrokenProcessPool:
+                # The pool's own thread is reaping the workers; a fork server's worker reports its
+                # exit code once, so how_it_ended reads it after that thread is done.
+                pool.shutdown(wait=True)
                 raise WorkerDied(how_it_ended(processes), desc) from None
         except KeyboardInterrupt:
             stop_workers(pool)
