@@ -36,3 +36,24 @@ def test_the_oracle_ranking_of_a_planted_model_reaches_full_faithfulness_with_th
     worst = curve(p.model, p.batch, graph, "reversed", -effects.effect.abs() + effects.effect.abs().max() + 1)
     assert ladder.cpr > worst.cpr and ladder.cmd < worst.cmd
     assert not math.isnan(worst.cpr)
+
+
+# The edge circuit reads the oracle's curve off smallest_circuit's every top-k circuit instead of
+# measuring the ladder's sizes again. Catches: a curve read at the wrong k, or on another scale.
+def test_the_curve_read_off_the_smallest_circuit_is_the_measured_curve():
+    import torch
+
+    from models import ModelSpec, build_model
+    from probes.circuits.faithfulness import curve, curve_of, smallest_circuit
+    from probes.circuits.oracle import edge_effects
+    from tests.conftest import hand_batch
+
+    spec = ModelSpec(n_layers=2, d_model=16, n_heads=2, mlp=True, n_ctx=4, d_vocab=4)
+    torch.manual_seed(0)
+    model, batch, graph = build_model(spec), hand_batch(8), graph_of(spec)
+    effects = edge_effects(model, batch, graph)
+    measured = curve(model, batch, graph, "oracle", effects.effect)
+    read = curve_of(smallest_circuit(model, batch, graph, "oracle", effects.effect))
+    assert (read.method, read.total, read.sizes) == (measured.method, measured.total, measured.sizes)
+    assert len({round(f, 3) for f in measured.faithfulness}) > 3    # a curve with steps, not just 0 and 1
+    assert read.faithfulness == pytest.approx(measured.faithfulness, abs=1e-6)

@@ -96,12 +96,17 @@ def normalised(metrics: list[float], empty: float, full: float) -> list[float]:
     return [share(m, empty, full) for m in metrics]
 
 
+def ladder_sizes(total: int, ladder=LADDER) -> list[int]:
+    """The circuit sizes a curve measures: k = ceil(share * edges), at least 1, with 0 and all edges."""
+    return sorted({0, total, *(max(1, math.ceil(share * total)) for share in ladder)})
+
+
 def curve(model, batch: Batch, graph: Graph, method: str, score: torch.Tensor, runs: Runs | None = None,
           ladder=LADDER) -> Curve:
     """Faithfulness of the top-k circuits at each ladder share (k = ceil(share * edges), at least 1)."""
     runs = runs or record_runs(model, batch, graph, Direction.NOISE)
     order, total = ranked(graph.edges, score), len(graph.edges)
-    sizes = sorted({0, total, *(max(1, math.ceil(share * total)) for share in ladder)})
+    sizes = ladder_sizes(total, ladder)
     outcomes = circuit_outcomes(model, batch, graph, [order[:k] for k in sizes], runs)
     metrics = [o.metric for o in outcomes]
     return Curve(method, total, tuple(sizes), tuple(normalised(metrics, metrics[0], metrics[-1])))
@@ -130,3 +135,11 @@ def smallest_circuit(model, batch: Batch, graph: Graph, method: str, score: torc
     k = next((k for k, f in enumerate(every) if f >= target), None)
     found = scaled(outcomes[-1 if k is None else k], outcomes[-1], runs.other.outcome, outcomes[0])
     return SmallestCircuit(method, target, None if k is None else tuple(order[:k]), found, tuple(every))
+
+
+def curve_of(smallest: SmallestCircuit, ladder=LADDER) -> Curve:
+    """curve() of the ranking `smallest` was found on, read off its every_k: the same top-k circuits
+    on the same normalisation (k = 0 and all edges), so nothing is measured again."""
+    total = len(smallest.every_k) - 1
+    sizes = ladder_sizes(total, ladder)
+    return Curve(smallest.method, total, tuple(sizes), tuple(smallest.every_k[k] for k in sizes))

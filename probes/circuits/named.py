@@ -15,7 +15,7 @@ from probes.circuits.methods.masks import learned_masks
 from probes.circuits.methods.attribution import EdgeScores, acdc, eap, eap_ig
 from probes.circuits.methods.scores import REFERENCE_NOISE, auroc, spearman, top_edges
 from probes.circuits.oracle import Direction, EdgeEffects, Runs, circuit_outcomes, edge_effects, record_runs
-from probes.circuits.faithfulness import Curve, SmallestCircuit, curve, normalised, smallest_circuit
+from probes.circuits.faithfulness import Curve, SmallestCircuit, curve, curve_of, normalised, smallest_circuit
 from probes.patching import metric_name
 from tasks.data import Batch
 
@@ -48,12 +48,14 @@ class EdgeCircuit:
 
 
 def judged(model, batch: Batch, graph: Graph, oracle: EdgeEffects, scores: EdgeScores, runs,
-           expected: frozenset | None) -> MethodResult:
+           expected: frozenset | None, smallest: SmallestCircuit | None = None) -> MethodResult:
+    """`smallest`: smallest_circuit on this same ranking, whose every top-k circuit the curve reads
+    instead of measuring its sizes again."""
     top = top_edges(oracle.normalised(), TOP_SHARE, REFERENCE_NOISE)
     truth = None if expected is None else torch.tensor([e in expected for e in graph.edges], device="cpu")
     return MethodResult(scores, spearman(scores.score, oracle.effect), auroc(scores.score.abs(), top),
                         None if truth is None else auroc(scores.score.abs(), truth),
-                        curve(model, batch, graph, scores.method, scores.score, runs))
+                        curve_of(smallest) if smallest else curve(model, batch, graph, scores.method, scores.score, runs))
 
 
 def edge_circuit(model, batch: Batch, graph: Graph, ig_steps: int = 5, acdc_threshold: float | None = 0.01,
@@ -74,13 +76,14 @@ def edge_circuit(model, batch: Batch, graph: Graph, ig_steps: int = 5, acdc_thre
     joint = [joint_search(model, batch, graph, runs, oracle.normalised()).scores,
              learned_masks(model, batch, graph, runs, oracle.normalised()).scores] if compare_methods and joint_methods else []
     methods = [as_scores, *fast] + ([pruned] if pruned else []) + joint
-    results = tuple(judged(model, batch, graph, oracle, m, runs, expected) for m in methods)
+    smallest = smallest_circuit(model, batch, graph, ORACLE, oracle.effect, runs)
+    results = tuple(judged(model, batch, graph, oracle, m, runs, expected, smallest if m is as_scores else None)
+                    for m in methods)
     kept = None
     if pruned:
         empty, circuit, full = circuit_outcomes(model, batch, graph, [[], pruned.circuit, graph.edges], runs)
         kept = normalised([circuit.metric], empty.metric, full.metric)[0]
-    return EdgeCircuit(graph, len(batch), metric_name(batch), oracle, results,
-                       smallest_circuit(model, batch, graph, ORACLE, oracle.effect, runs), kept, expected,
+    return EdgeCircuit(graph, len(batch), metric_name(batch), oracle, results, smallest, kept, expected,
                        time.perf_counter() - began)
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from common.cli import UsageError
-from toylens.workers import costliest_first, how_it_ended, in_one_thread, spawn_pool, stop_workers
+from toylens.workers import costliest_first, how_it_ended, in_one_thread, spawn_pool, stop_fork_server, stop_workers
 
 ATTEMPTS = 2
 
@@ -117,6 +117,7 @@ class LocalExecutor:
         finally:
             for pool in pools:
                 pool.shutdown(wait=True, cancel_futures=True)
+            stop_fork_server()
 
 
 @dataclass

@@ -1,0 +1,83 @@
+"""The worker pool's processes end with the process that started them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write_pid_and_wait(path: str) -> None:
+    Path(path).write_text(str(os.getpid()))
+    time.sleep(60)
+
+
+def running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is gone but for its entry; /proc says so.
+    return Path(f"/proc/{pid}/stat").exists() and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+def wait_for(condition, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return condition()
+
+
+# Catches: workers watching for the wrong parent (a fork server's worker ending at once, or never),
+# or orphans running on after a SIGKILL of the command (seen: they overwrote a restarted family's runs).
+def test_workers_end_when_the_process_that_started_them_is_killed(tmp_path):
+    pid_file = tmp_path / "worker.pid"
+    parent = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import time
+        import toylens.workers as workers
+        from tests.test_workers import write_pid_and_wait
+        workers.PRELOAD = ()   # what the worker imports does not matter here, only how it ends
+        pool = workers.spawn_pool(1)
+        pool.submit(write_pid_and_wait, {str(pid_file)!r})
+        time.sleep(60)
+        """)], cwd=ROOT)
+    worker = None
+    try:
+        assert wait_for(pid_file.exists, 60), "the worker never ran its job"
+        worker = int(wait_for(lambda: pid_file.read_text(), 5) and pid_file.read_text())
+        assert running(worker)
+        parent.send_signal(signal.SIGKILL)   # and left unreaped: a zombie is no parent to work for
+        assert wait_for(lambda: not running(worker), 10), "the worker outlived the process that started it"
+    finally:
+        parent.kill()
+        parent.wait()
+        if worker and running(worker):   # this test failing leaves no orphan behind
+            os.kill(worker, signal.SIGKILL)
+
+
+def burn(seconds: float) -> float:
+    began = time.process_time()
+    while time.process_time() - began < seconds:
+        pass
+    return seconds
+
+
+# The workers' CPU time is the command's (what /usr/bin/time reports). Catches: the fork server left
+# to exit unreaped after the command, its workers' time with it (the whole report then read 5 s).
+def test_the_workers_cpu_time_counts_as_the_commands(monkeypatch):
+    import resource
+
+    import toylens.workers as workers
+
+    monkeypatch.setattr(workers, "PRELOAD", ())
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
+    assert workers.map_jobs(burn, [0.4, 0.4], jobs=2, desc="burning", progress=False) == [0.4, 0.4]
+    assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime - before >= 0.7
