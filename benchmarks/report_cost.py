@@ -19,7 +19,6 @@ Nothing is written into RUNS_DIR: the figures and reports go to a temporary fold
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib
 import resource

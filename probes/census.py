@@ -11,7 +11,7 @@ circuit.json (trained outside a sweep) is counted as "not traced". Runs under th
 sweep did not plan are not counted: the census says how many it found and where. Runs trained
 with weight snapshots also count, per step, how many seeds already name their final mechanism
 (probes.circuits.mechanism_timeline). Needs no torch. This module reads and counts (typed results);
-probes.report.census renders them and writes the census folder.
+probes.report.outputs.census renders them and writes the census folder.
 """
 
 from __future__ import annotations

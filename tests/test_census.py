@@ -73,7 +73,7 @@ def test_a_stalled_run_is_counted_unsolved_not_collapsed():
     from types import SimpleNamespace
 
     from probes.census import Census, group_census
-    from probes.report.census import markdown, summary_lines
+    from probes.report.outputs.census import markdown, summary_lines
 
     def member(seed, stop_reason, heldout):
         run = SimpleNamespace(seed=seed, metrics={"stop_reason": stop_reason, "accuracy": {"heldout": heldout}})

@@ -156,7 +156,7 @@ def test_a_timeline_disagreeing_with_circuit_json_is_refused(stored):
 
 def test_the_census_pages_state_the_step_and_its_interval(tmp_path):
     from probes.census import Census, group_census
-    from probes.report.census import TIMELINE_FIGURE, markdown, summary_lines, write_census
+    from probes.report.outputs.census import TIMELINE_FIGURE, markdown, summary_lines, write_census
 
     seeds = range(5, 15)   # past 9: as JSON keys, "10" sorts before "5"
     timelines = {seed: entries(seed, [None, None, Q, Q]) for seed in seeds}

@@ -130,7 +130,7 @@ def test_report_html_is_one_file_with_nothing_outside_it(report):
 
 def test_the_census_is_written_as_a_self_contained_page_too(tmp_path):
     from probes.census import Census, group_census
-    from probes.report.census import write_census
+    from probes.report.outputs.census import write_census
 
     def member(seed, stop_reason, heldout, label):
         run = SimpleNamespace(seed=seed, metrics={"stop_reason": stop_reason, "accuracy": {"heldout": heldout}})

@@ -295,7 +295,7 @@ def test_sweep_file_edits(fuzz_sweep, kind):
     the file did not say before. With the checksum recomputed (a forgery), still one line or a
     census of well-typed counts."""
     from probes.census import take_census
-    from probes.report.census import check_census_folder
+    from probes.report.outputs.census import check_census_folder
 
     path = fuzz_sweep / SWEEP_FILES[kind]
     original = read(path)

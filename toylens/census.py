@@ -1,5 +1,5 @@
 """`python -m probes.census SWEEP_DIR`: a sweep's circuit census counted (probes.census), printed,
-and written into its census folder (probes.report.census)."""
+and written into its census folder (probes.report.outputs.census)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from common.cli import Parser, UsageError, folder_path, run_cli
 from probes.census import take_census
-from probes.report.census import summary_lines, write_census
+from probes.report.outputs.census import summary_lines, write_census
 
 
 def census_command(runs_dir: Path, out: Path | None = None) -> None:

@@ -4,7 +4,7 @@ mechanism can be told over seeds.
 A sweep run trained with snapshots (`--snapshot-every N`) keeps `timeline.json` beside its
 `circuit.json`: at every snapshot step, then at the final weights, the same circuit facts
 `circuit.json` stores (probes.circuits.labels.CircuitSummary), measured on that step's weights by
-the same rule (probes.report.snapshot_circuits). The mechanism at a step is `circuit_label` of that
+the same rule (probes.report.run_analysis). The mechanism at a step is `circuit_label` of that
 step's facts alone: the final label never enters an early step's classification. The record is
 signed and tied to its run like `circuit.json` (docs/reliability-sweeps.md), each step to the
 SHA-256 of the weights file it was measured on, and its final entry must name the label

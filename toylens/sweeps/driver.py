@@ -54,7 +54,7 @@ def run_job(job: SweepJob) -> RunFiles:
     from probes.report.words import circuit_summary
     from probes.report.parts import RunContext
     from probes.report.run_analysis import analyse_run
-    from probes.report.snapshot_circuits import snapshot_circuits
+    from probes.report.run_analysis import snapshot_circuits
     from toylens.family import execute
     from tasks.training.runs import Run
 
@@ -113,7 +113,7 @@ def run_sweep(runs: list[SweepRun], out: Path, executor, command: str, resume: b
     from common.lock import folder_lock, folder_locks
     from toylens.family import check_out_folder
 
-    from probes.report.census import check_census_files
+    from probes.report.outputs.census import check_census_files
 
     check_out_folder(out, runs[0].plan.task)
     check_census_files(out)   # the census after training reads and writes these

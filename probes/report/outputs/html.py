@@ -7,7 +7,7 @@ the circuit does and each method's rank; click a head for its attention at the s
 the example pairs); every head's attention on the example pairs; faithfulness against circuit size
 (edge count, since MIB's smallest fractions round to 0 edges of a tiny graph) per method. Also the
 summary tables and the training-dynamics figures (PNG data URIs); every table is sortable. (The
-census page, census.html, is probes.report.census's, on the same common.html page.)
+census page, census.html, is probes.report.outputs.census's, on the same common.html page.)
 
 The views are drawn by hand (assets/report.js, plain SVG) rather than with CircuitsVis: its
 `attention_heads` needs its 1.3 MB React bundle per page, its notebook display first probes the

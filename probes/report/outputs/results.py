@@ -249,7 +249,7 @@ def read_text(path: Path, fix: str) -> str:
 
 def census_page(runs_dir: Path, made_by: str) -> Page:
     from probes.census import take_census
-    from probes.report.census import TIMELINE_FIGURE, draw, draw_timeline, markdown
+    from probes.report.outputs.census import TIMELINE_FIGURE, draw, draw_timeline, markdown
     from tasks.training.runs import find_runs
 
     runs_dir = Path(runs_dir)
