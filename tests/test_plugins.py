@@ -4,6 +4,7 @@ gets: listed, trained, compared, reported on, with no change to toylens."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
 import site
@@ -42,11 +43,9 @@ def example_plugin() -> str:
 
 
 def has_setuptools() -> bool:
-    try:
-        import setuptools  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    # Found, not imported: importing setuptools after another test imported the stdlib's distutils
+    # trips setuptools' distutils shim (an AssertionError), and only pip's subprocess needs it.
+    return importlib.util.find_spec("setuptools") is not None
 
 
 def toylens(*args, cwd=None) -> subprocess.CompletedProcess:

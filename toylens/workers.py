@@ -115,9 +115,18 @@ def spawn_pool(workers: int):
     each worker starts torch's thread pool fresh."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import forkserver
 
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(list(PRELOAD))
+    # The server ignores Ctrl-C only once its imports are done; started with SIGINT ignored (an
+    # ignored signal stays ignored across exec), a Ctrl-C during those imports prints no traceback
+    # and the command's own handler gives its one line.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGINT, previous)
     return ProcessPoolExecutor(max_workers=workers, mp_context=context,
                                initializer=exit_with_parent, initargs=(os.getpid(),))
 
@@ -162,6 +171,7 @@ def map_jobs(function: Callable, items: Iterable, jobs: int, desc: str, progress
                 pool.shutdown(wait=True)
                 raise WorkerDied(how_it_ended(processes), desc) from None
         except KeyboardInterrupt:
+            kill_fork_server()
             stop_workers(pool)
             raise
         finally:
@@ -179,6 +189,19 @@ def stop_workers(pool) -> None:
         process.terminate()
     for process in list(getattr(pool, "_processes", {}).values()):
         process.join(timeout=5)
+
+
+def kill_fork_server() -> None:
+    """On Ctrl-C: end the fork server at once (it ignores SIGINT, and may still be importing, which
+    would hold up every worker still to be forked and so the pool's shutdown)."""
+    from multiprocessing import forkserver
+
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    if pid is not None:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def stop_fork_server() -> None:
