@@ -28,7 +28,6 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 
 import torch
 
-from common.cli import EXIT_USAGE, UsageError
 from models import ModelSpec, build_model
 from models.graph import Graph, Head, graph_of
 from probes.circuits.methods.attribution import eap, eap_ig
@@ -184,10 +183,7 @@ def main() -> None:
     times = method_times(task, pairs)
     print("\n".join(times))
     if args.docs:
-        try:
-            write_docs(args.docs, "circuit_graph.py", times)
-        except UsageError as error:
-            parser.exit(EXIT_USAGE, f"error: {error}\n")
+        write_docs(parser, args.docs, "circuit_graph.py", times)
     if args.times_only:
         return
     methods_table(task, pairs, args.rounds)

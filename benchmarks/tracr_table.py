@@ -21,7 +21,7 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 
 import torch
 
-from common.cli import EXIT_USAGE, Parser, UsageError, positive_int
+from common.cli import EXIT_USAGE, Parser, positive_int
 from probes.circuits.truth import tracr
 
 SHORT = {"oracle": "oracle", "EAP-IG": "EAP-IG", "EAP": "EAP", "ACDC": "ACDC", "joint": "joint", "learned": "masks"}
@@ -92,12 +92,13 @@ def trace_lines(pairs: int) -> list[str]:
     return lines
 
 
-def write_docs(path: Path, script: str, lines: list[str]) -> None:
-    """Replace what lies between the `<!-- SCRIPT -->` and `<!-- end SCRIPT -->` lines of `path`."""
+def write_docs(parser, path: Path, script: str, lines: list[str]) -> None:
+    """Replace what lies between the `<!-- SCRIPT -->` and `<!-- end SCRIPT -->` lines of `path`;
+    a page without them is the command's one-line usage error."""
     begin, end = f"<!-- {script} -->", f"<!-- end {script} -->"
     text = path.read_text() if path.is_file() else ""
     if begin not in text or end not in text:
-        raise UsageError(f"{path} has no {begin} ... {end} block to write into; add the two lines")
+        parser.exit(EXIT_USAGE, f"error: {path} has no {begin} ... {end} block to write into; add the two lines\n")
     head, rest = text.split(begin, 1)
     path.write_text(head + begin + "\n" + "\n".join(lines) + "\n" + end + rest.split(end, 1)[1])
 
@@ -116,10 +117,7 @@ def main() -> None:
     lines = table(tracr.tracr_table(tuple(names), n=args.pairs), args.pairs) + [""] + trace_lines(args.pairs)
     print("\n".join(lines))
     if args.docs:
-        try:
-            write_docs(args.docs, "tracr_table.py", lines)
-        except UsageError as error:
-            parser.exit(EXIT_USAGE, f"error: {error}\n")
+        write_docs(parser, args.docs, "tracr_table.py", lines)
 
 
 if __name__ == "__main__":
