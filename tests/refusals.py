@@ -72,3 +72,15 @@ def limited_memory():
 
 
 QUICK = ("--seeds", "1", "--steps", "1", "--jobs", "1", "--no-progress")
+
+
+PLUGINS = Path(__file__).parent / "plugins"
+
+
+def fixture_plugins_on_path(module: str):
+    """For a module-scoped fixture: the test plugins' dist-info folders on sys.path while it runs,
+    then `module` (the plugin code) forgotten so the next module imports it afresh."""
+    sys.path.insert(0, str(PLUGINS))
+    yield
+    sys.path.remove(str(PLUGINS))
+    sys.modules.pop(module, None)

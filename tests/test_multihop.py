@@ -15,15 +15,14 @@ is checked only in the sense that rows must follow the oracle's partition of the
 from __future__ import annotations
 
 import json
-import sys
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
 from probes.settings import ReportSettings
+from tests.refusals import fixture_plugins_on_path
 
-PLUGINS = Path(__file__).parent / "plugins"
 SMALL = ReportSettings(ablation_rows=128, reference_rows=128, patch_pairs=32)
 SEEDS = (1, 2)   # seeds 0-2 all learn the chain (measured); 1 and 2 are the quicker (900, 1,300 steps)
 
@@ -31,10 +30,7 @@ SEEDS = (1, 2)   # seeds 0-2 all learn the chain (measured); 1 and 2 are the qui
 @pytest.fixture(scope="module", autouse=True)
 def pointer_plugin():
     """The fixture plugin, installed for this module only (a dist-info folder on sys.path)."""
-    sys.path.insert(0, str(PLUGINS))
-    yield
-    sys.path.remove(str(PLUGINS))
-    sys.modules.pop("pointer_tasks", None)
+    yield from fixture_plugins_on_path("pointer_tasks")
 
 
 @pytest.fixture(scope="module")

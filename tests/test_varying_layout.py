@@ -20,18 +20,15 @@ import pytest
 import torch
 
 from probes.settings import ReportSettings
+from tests.refusals import PLUGINS, fixture_plugins_on_path
 
-PLUGINS = Path(__file__).parent / "plugins"
 SMALL = ReportSettings(ablation_rows=128, reference_rows=128, patch_pairs=32)
 
 
 @pytest.fixture(scope="module", autouse=True)
 def varying_plugins():
     """The fixture plugins, installed for this module only (a dist-info folder on sys.path)."""
-    sys.path.insert(0, str(PLUGINS))
-    yield
-    sys.path.remove(str(PLUGINS))
-    sys.modules.pop("varying_tasks", None)
+    yield from fixture_plugins_on_path("varying_tasks")
 
 
 def train(task_name: str, out: Path, models: tuple[str, ...], seeds=(0,), params=None, **overrides) -> Path:
