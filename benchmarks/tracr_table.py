@@ -22,7 +22,7 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 import torch
 
 from common.cli import EXIT_USAGE, Parser, positive_int
-from probes.circuits.truth import tracr
+from probes.circuits.truth import tracr, zero_trace
 
 SHORT = {"oracle": "oracle", "EAP-IG": "EAP-IG", "EAP": "EAP", "ACDC": "ACDC", "joint": "joint", "learned": "masks"}
 EXACT = 1e-9        # a change this small is float rounding of an unchanged value
@@ -74,7 +74,7 @@ def why(trace, length: int, acdc_length: int) -> str:
 def trace_lines(pairs: int) -> list[str]:
     compiled = tracr.load("reverse")
     model, graph = tracr.bridge(compiled), tracr.shape_graph(compiled)
-    traces = tracr.trace_zero_edges(model, compiled, graph, pairs)
+    traces = zero_trace.trace_zero_edges(model, compiled, graph, pairs)
     used = tracr.used_edges(model, compiled, graph)
     length, acdc_length = compiled.config["n_ctx"] - 1, tracr.PROGRAMS["reverse"].acdc_length
     acdc = set(tracr.ACDC_REVERSE)

@@ -9,7 +9,7 @@ import re
 import pytest
 import torch
 
-from probes.circuits.truth import tracr
+from probes.circuits.truth import tracr, zero_trace
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +81,7 @@ def test_reverse_used_edges_are_acdcs_reference_circuit(programs):
 
 def test_the_trace_says_why_zero_ablation_misses_reverses_length(programs):
     compiled, model = programs["reverse"]
-    traces = {str(t.edge): t for t in tracr.trace_zero_edges(model, compiled, tracr.shape_graph(compiled), 16)}
+    traces = {str(t.edge): t for t in zero_trace.trace_zero_edges(model, compiled, tracr.shape_graph(compiled), 16)}
     assert set(traces) == {"embed -> L0H0.q", "embed -> L0H0.k", "embed -> L0H0.v", "L0H0 -> MLP0", "embed -> L3H0.q"}
     width = traces["L0H0 -> MLP0"]
     # the selector width 1/(length + 1): the same on every full-length input, 1/4 on 3 tokens
