@@ -1,7 +1,12 @@
 """Training steps per second: toylens (the exact step `tasks.training.loop.train` runs) vs the same
 architecture in plain PyTorch, at equal shapes, measured in the same process, interleaved.
 
-    .venv/bin/python benchmarks/train_speed.py [--rounds 10] [--seconds 1.0]
+    .venv/bin/python benchmarks/train_speed.py [--rounds 10] [--seconds 1.0] [--same-optimizer] [--docs PAGE]
+
+Each side steps as it would train: toylens with its AdamW over one flat buffer
+(`tasks.training.optimizer.FlatAdamW`, bitwise torch's update), plain PyTorch with
+`torch.optim.AdamW(foreach=True)`. With --same-optimizer both use the latter, which compares the
+models alone.
 
 Each round times both sides back to back (which goes first alternates), so both see the same load
 on a shared machine, in CPU seconds of this one-thread process; the ratio toylens / plain is taken per round and printed as its mean with a
@@ -10,8 +15,8 @@ on a shared machine, in CPU seconds of this one-thread process; the ratio toylen
 
 from __future__ import annotations
 
-import argparse
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -21,11 +26,15 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 
 from plain_gpt import PlainGPT  # noqa: E402
+from tracr_table import write_docs  # noqa: E402
+
+from common.cli import Parser, positive_int  # noqa: E402
 
 from common.stats import mean_interval  # noqa: E402
 from models import ModelSpec, build_model  # noqa: E402
 from models.fused import training_forward  # noqa: E402
 from tasks.training.loop import lm_loss  # noqa: E402
+from tasks.training.optimizer import FlatAdamW  # noqa: E402
 
 SHAPES = {
     "1 block, 4 heads, 17 tokens": ModelSpec(n_layers=1, d_vocab=40, n_ctx=17),
@@ -39,17 +48,17 @@ BATCH = 64
 class Stepper:
     """One side of the comparison: a forward and its AdamW, stepping on fixed random tokens."""
 
-    def __init__(self, forward, parameters, spec: ModelSpec):
-        # foreach=True as in tasks.training.loop, for both: the comparison is of the models, not the optimizers.
+    def __init__(self, forward, parameters, spec: ModelSpec, flat: bool):
         self.forward = forward
-        self.optimizer = torch.optim.AdamW([p for p in parameters if p.requires_grad], lr=1e-3,
-                                           weight_decay=0.01, foreach=True)
+        trainable = [p for p in parameters if p.requires_grad]
+        self.optimizer = (FlatAdamW(trainable, lr=1e-3, weight_decay=0.01) if flat
+                          else torch.optim.AdamW(trainable, lr=1e-3, weight_decay=0.01, foreach=True))
         self.tokens = torch.randint(spec.d_vocab, (BATCH, spec.n_ctx + 1), generator=torch.Generator().manual_seed(0))
         self.lengths = torch.full((BATCH,), spec.n_ctx + 1)
 
     def step(self) -> None:
         loss = lm_loss(self.forward(self.tokens[:, :-1]), self.tokens, self.lengths)
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad()
         loss.backward()
         self.optimizer.step()
 
@@ -62,12 +71,13 @@ class Stepper:
         return steps / (time.process_time() - start)
 
 
-def compare(spec: ModelSpec, rounds: int, seconds: float):
+def compare(spec: ModelSpec, rounds: int, seconds: float, same_optimizer: bool):
     """(toylens steps/s per round, plain steps/s per round, ratio Interval)."""
     ours, plain = build_model(spec), PlainGPT(spec)
     forward = training_forward(ours)
     forward.train(), plain.train()
-    sides = [Stepper(forward, ours.parameters(), spec), Stepper(plain, plain.parameters(), spec)]
+    sides = [Stepper(forward, ours.parameters(), spec, flat=not same_optimizer),
+             Stepper(plain, plain.parameters(), spec, flat=False)]
     for side in sides:   # warm-up, and the step count that takes about `seconds`
         side.rate(3)
     steps = max(3, math.ceil(seconds * sides[1].rate(3)))
@@ -80,18 +90,34 @@ def compare(spec: ModelSpec, rounds: int, seconds: float):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=10, help="interleaved repeats of each pair")
+    parser = Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=positive_int, default=10, help="interleaved repeats of each pair")
     parser.add_argument("--seconds", type=float, default=1.0, help="about how many CPU seconds each side steps per round")
+    parser.add_argument("--same-optimizer", action="store_true",
+                        help="both sides step torch's AdamW(foreach=True): the models alone")
+    parser.add_argument("--docs", type=Path, help="also write the table into this page's marked block "
+                        "(<!-- train_speed.py --> or, with --same-optimizer, <!-- train_speed.py --same-optimizer -->)")
     args = parser.parse_args()
+    if args.rounds < 2:
+        parser.error("--rounds must be at least 2 (an interval needs two rounds)")
+    if args.seconds <= 0:
+        parser.error("--seconds must be a positive number of CPU seconds")
     torch.set_num_threads(1)  # what training uses (toylens.workers.in_one_thread)
-    print(f"{args.rounds} interleaved rounds per shape, batch {BATCH}; steps per CPU second, medians over the "
-          "rounds; the ratio is the mean of the per-round ratios with its 95% t interval")
-    print(f"{'shape':<40} {'toylens':>9} {'plain':>9} {'ratio':>6}  95% interval")
+    optimizers = ("both torch's AdamW(foreach=True)" if args.same_optimizer
+                  else "toylens FlatAdamW, plain torch's AdamW(foreach=True)")
+    load = os.getloadavg()[0]
+    lines = [f"{args.rounds} interleaved rounds per shape, batch {BATCH}, {optimizers}, ~{args.seconds:g} CPU s per "
+             f"side per round, load average {load:.1f} at the start; steps per CPU second are medians over the rounds; "
+             "the ratio is the mean of the per-round ratios with its 95% t interval.", "",
+             "| shape | toylens steps/s | plain steps/s | toylens / plain [95% interval] |", "|---|---|---|---|"]
+    print(lines[0])
     for name, spec in SHAPES.items():
-        ours, plain, ratio = compare(spec, args.rounds, args.seconds)
-        print(f"{name:<40} {median(ours):>9.1f} {median(plain):>9.1f} {ratio.value:>6.2f}  "
-              f"[{ratio.low:.2f}, {ratio.high:.2f}]", flush=True)
+        ours, plain, ratio = compare(spec, args.rounds, args.seconds, args.same_optimizer)
+        lines.append(f"| {name} | {median(ours):.1f} | {median(plain):.1f} | "
+                     f"{ratio.value:.2f} [{ratio.low:.2f}, {ratio.high:.2f}] |")
+        print(lines[-1], flush=True)
+    if args.docs:
+        write_docs(parser, args.docs, "train_speed.py" + (" --same-optimizer" if args.same_optimizer else ""), lines)
 
 
 def median(values: list[float]) -> float:

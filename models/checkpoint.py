@@ -37,8 +37,10 @@ def save_tensors(path: Path, tensors: dict, metadata: dict) -> None:
 
 
 def cpu_tensors(tensors: dict) -> dict:
-    """What safetensors can write, wherever training ran (CPU or GPU)."""
-    return {name: tensor.detach().cpu().contiguous() for name, tensor in tensors.items()}
+    """What safetensors can write, wherever training ran (CPU or GPU): copies, because safetensors
+    refuses tensors that share storage, as the parameters do while training's optimizer holds them
+    in one buffer (tasks.training.optimizer)."""
+    return {name: tensor.detach().to("cpu", copy=True).contiguous() for name, tensor in tensors.items()}
 
 
 def load_tensors(path: Path, fix: str) -> tuple[dict, dict]:

@@ -19,6 +19,7 @@ from common.atomic import atomic_write
 from tasks.data import Batch, real_positions
 from tasks.evaluate import logits_at_scored, score_logits
 from models.fused import training_forward
+from tasks.training.optimizer import FlatAdamW
 from tasks.training.resume import FRESH, load_train_state, save_train_state
 from tasks.settings import LossPositions, StopMetric, StopReason, TrainSettings
 
@@ -122,7 +123,7 @@ def train(model, train_batch: Batch, validation_batch: Batch, settings: TrainSet
             tokens, lengths = train_batch.tokens[rows], train_batch.lengths[rows]
             logits = forward(tokens[:, :-1])
             loss = scored_loss(logits, tokens, train_scored[rows]) if scored_only else lm_loss(logits, tokens, lengths)
-            optimizer.zero_grad(set_to_none=True)
+            optimizer.zero_grad()
             loss.backward()
             for group in optimizer.param_groups:   # a function of the step alone, so a resumed run matches
                 group["lr"] = settings.lr_at(step)
@@ -145,6 +146,7 @@ def train(model, train_batch: Batch, validation_batch: Batch, settings: TrainSet
         bar.close()
         if log:
             log.close()
+        optimizer.release()
         model.eval()
         if device != "cpu":
             model.to("cpu", print_details=False)
@@ -152,10 +154,8 @@ def train(model, train_batch: Batch, validation_batch: Batch, settings: TrainSet
                        seconds=time.perf_counter() - start, history=history)
 
 
-def adamw(model, settings: TrainSettings):
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    # foreach: one multi-tensor kernel per update instead of a Python loop over ~20 parameters.
-    return torch.optim.AdamW(trainable, lr=settings.lr, weight_decay=settings.weight_decay, foreach=True)
+def adamw(model, settings: TrainSettings) -> FlatAdamW:
+    return FlatAdamW([p for p in model.parameters() if p.requires_grad], settings.lr, settings.weight_decay)
 
 
 def record(entry: dict, history: list[dict], log, bar) -> None:

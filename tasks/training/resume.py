@@ -98,7 +98,7 @@ def check_optimizer(tensors: dict, optimizer, step: int, path: Path, fix: str) -
     (which ties the recorded step to the weights the optimizer moved)."""
     import torch
 
-    parameters = [p for group in optimizer.param_groups for p in group["params"]]
+    parameters = optimizer.parameters
     state: dict[int, dict] = {}
     for name, tensor in tensors.items():
         if name.startswith("model.") or name == "generator":
