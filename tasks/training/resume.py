@@ -59,7 +59,7 @@ def load_train_state(path: Path, model, optimizer, generator, settings) -> dict:
     progress = check_progress(metadata, settings, path, fix)
     weights = {name.removeprefix("model."): t for name, t in tensors.items() if name.startswith("model.")}
     check_state(path, weights, model.state_dict())
-    optimizer_state = check_optimizer(tensors, optimizer, progress["step"], path, fix)
+    optimizer_state = check_optimizer(tensors, model, progress["step"], path, fix)
     expected = generator.get_state()
     saved = tensors.get("generator")
     if saved is None or saved.dtype != expected.dtype or saved.shape != expected.shape:
@@ -93,12 +93,12 @@ def check_progress(progress, settings, path: Path, fix: str) -> dict:
     return {"step": step, "history": history, "seconds": float(seconds)}
 
 
-def check_optimizer(tensors: dict, optimizer, step: int, path: Path, fix: str) -> dict:
+def check_optimizer(tensors: dict, model, step: int, path: Path, fix: str) -> dict:
     """AdamW's state for every trainable parameter, shaped like it, having taken exactly `step` steps
     (which ties the recorded step to the weights the optimizer moved)."""
     import torch
 
-    parameters = optimizer.parameters
+    parameters = [p for p in model.parameters() if p.requires_grad]   # what tasks.training.loop.adamw steps
     state: dict[int, dict] = {}
     for name, tensor in tensors.items():
         if name.startswith("model.") or name == "generator":
