@@ -28,7 +28,7 @@ def accuracy_table(models) -> str:
     per_seed = [[m.model_name, r.seed, percent(r.splits["heldout"].accuracy), r.steps, by_group(r.splits["heldout"]),
                  health_text(m, r.seed)] for m in models for r in m.runs]
     return "\n".join([table(headers, rows), "", *health_lines(models),
-                      "per seed (Wilson 95% CI over held-out examples):",
+                      "per seed (Wilson 95% CI over held-out scored positions, taken as independent):",
                       table(["model", "seed", "held-out", "steps", "held-out by group", "health"], per_seed)])
 
 
