@@ -81,6 +81,15 @@ def foil_blind_note(models: list, settings: ReportSettings = DEFAULT) -> str | N
             "'Build Examples'.")
 
 
+def unpermuted_note(models: list) -> str | None:
+    """Why there is no shortcut audit when no run's shuffle test had an order to permute."""
+    if not models or not all(math.isnan(m.shuffle_max_logit_change) for m in models):
+        return None
+    return ("no shortcut audit: the shuffle test has no order to permute (no held-out example has two different "
+            "tokens before its first scored position), so it shows no model order-blind and none reading order; "
+            "compare the held-out accuracies with an order-blind model's (uniform attention, no positions) instead")
+
+
 class AuditVerdict(str, Enum):
     DEFEATED = "defeated"          # the held-out split defeats the order-blind shortcut
     FAILED = "failed"              # an order-blind model comes within the margin of the best model
@@ -132,7 +141,10 @@ class ShortcutAudit:
         return (f"shortcut audit FAILED: the held-out split does not defeat the order-blind shortcut: "
                 f"{self.blind_model} reaches {self.blind_heldout:.1%}, {relation} "
                 f"{self.best_model} ({self.best_heldout:.1%}), so held-out accuracy does not show that a model "
-                f"reads word order ({basis}). See the plugin guide's 'Splits'.")
+                f"reads word order ({basis}); a model that cannot read order does "
+                f"{'as well' if self.blind_heldout >= self.best_heldout else 'nearly as well'}, so the circuits "
+                f"traced here are how each model does it, not a mechanism the task needs: a head or block called "
+                f"'needed' is needed by that model only. See the plugin guide's 'Splits'.")
 
 
 def shortcut_audit(models: list, settings: ReportSettings = DEFAULT, chance: float | None = None) -> ShortcutAudit | None:
@@ -140,7 +152,8 @@ def shortcut_audit(models: list, settings: ReportSettings = DEFAULT, chance: flo
     (candidate_chance). None when the family has no order-blind model or nothing else to compare
     it with."""
     blind = [m for m in models if m.shuffle_max_logit_change < settings.order_blind_shuffle]
-    reading = [m for m in models if m not in blind]
+    # a NaN shuffle (no order to permute) makes a model neither order-blind nor shown to read order
+    reading = [m for m in models if m not in blind and not math.isnan(m.shuffle_max_logit_change)]
     if not blind or not reading:
         return None
     top_blind = max(blind, key=lambda m: m.heldout.value)

@@ -43,6 +43,9 @@ def seeds_option(text: str) -> list[int]:
     import sys
 
     if text.strip().isdigit():
+        if int(text) == 0:   # a newcomer's "seed 0": the count form has no zero
+            raise argparse.ArgumentTypeError("0 must be a positive integer (a bare N is a count: seeds "
+                                             "0..N-1); for seed 0 alone write --seeds 0-0")
         count = positive_int(text)
         if count > MAX_SEEDS:
             raise argparse.ArgumentTypeError(f"--seeds {count} is absurd; use at most {MAX_SEEDS}")

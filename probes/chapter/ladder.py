@@ -166,7 +166,8 @@ def measure_ladder(plans: list) -> LadderResult:
             accuracy=mean_interval([s.accuracy.value for s in seeds]),
             loss=mean_interval([s.loss for s in seeds], bounds=(0.0, math.inf)),
             perplexity=mean_interval([math.exp(s.loss) for s in seeds], bounds=(1.0, math.inf)),
-            shuffle_max_logit_change=max(s.shuffle_max_logit_change for s in seeds), seeds=seeds,
+            shuffle_max_logit_change=max((s.shuffle_max_logit_change for s in seeds
+                                          if not math.isnan(s.shuffle_max_logit_change)), default=math.nan), seeds=seeds,
             bands=position_bands(runs)))
     task = plans[0].task
     return LadderResult(task.name, task.params_dict(), asdict(plans[0].settings), len(task.vocabulary()),
@@ -175,10 +176,11 @@ def measure_ladder(plans: list) -> LadderResult:
 
 def ladder_table(result: LadderResult) -> str:
     from probes.report.render import percent, table
+    from probes.report.words import shuffle_text
 
     baseline = result.rungs[0].perplexity.value
     rows = [[r.label, len(r.seeds), percent(r.accuracy), interval_text(r.loss), interval_text(r.perplexity, 2),
-             f"{r.perplexity.value / baseline:.2f}", SOURCE.get(r.rung, ""), f"{r.shuffle_max_logit_change:.1e}",
+             f"{r.perplexity.value / baseline:.2f}", SOURCE.get(r.rung, ""), shuffle_text(r.shuffle_max_logit_change),
              steps_text(r.seeds)] for r in result.rungs]
     return (f"{result.task}: held-out accuracy, loss and perplexity exp(loss) at the scored positions (n = "
             f"{result.heldout_n} per seed; mean [95% t interval over seeds]); uniform guessing: loss ln "

@@ -15,7 +15,7 @@ from probes.ablation import Ablation
 from probes.report.parts import Section, jsonable
 from probes.report.render import md_table
 from probes.settings import ReportSettings
-from probes.report.words import describe, pct, seed_agreement, token_share
+from probes.report.words import describe, pct, seed_agreement, shuffle_text, token_share
 
 if TYPE_CHECKING:
     from probes.accuracy import RunAccuracy
@@ -47,7 +47,7 @@ def render_accuracy(entries: list[AccuracyEntry], out: Path, settings: ReportSet
             split = r.splits["heldout"]
             rows.append([m.model_name, r.seed, f"{split.accuracy.value:.1%} [{split.accuracy.low:.0%}, "
                          f"{split.accuracy.high:.0%}]", split.n, pct(split.foil_rate, 1),
-                         f"{r.splits['train'].accuracy.value:.1%}", f"{r.shuffle_max_logit_change:.1e}",
+                         f"{r.splits['train'].accuracy.value:.1%}", shuffle_text(r.shuffle_max_logit_change),
                          health_text(m, r.seed)])
     health = [line.strip() for line in health_lines(models)]
     text = ("Held-out accuracy on every held-out scored position (n per run), as measured after training; "

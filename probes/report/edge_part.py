@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from probes.report.parts import RunContext, Section
+from probes.report.words import pct
 from probes.settings import ReportSettings
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ def measure_edge_circuit(context: RunContext) -> EdgeRun | None:
 
 
 def shares(values) -> str:
-    return ", ".join(f"{v:.0%}" for v in values)
+    return ", ".join(pct(v) for v in values)
 
 
 def named_heads(groups) -> str:
@@ -95,7 +96,7 @@ def structure_sentence(structure) -> str:
     sentence = f"redundancy {where}: " + "; ".join(parts) + f"; {adds}"
     if structure.joint is not None:
         joint, named = structure.joint, structure.named
-        sentence += (f". Because the oracle-ranked circuit showed overlap, the joint search ran (its edges "
+        sentence += (f". Because the oracle-ranked circuit showed overlap ({overlap_words(named)}), the joint search ran (its edges "
                      f"pruned by the effect of the set, any edge free to return: {joint.sets_measured} sets measured, "
                      f"{joint.scores.seconds:.1f} s): {len(joint.circuit)} edges keep {joint.faithfulness:.0%}, "
                      f"against {len(named.circuit)} oracle-ranked edges keeping {named.faithfulness:.0%}")
@@ -104,18 +105,33 @@ def structure_sentence(structure) -> str:
                          f"{len(joint.alternatives)} stand-in set(s) that each keep "
                          f"{shares(a.faithfulness for a in joint.alternatives)} without the edges they replace")
         if joint.at_target is not None:
-            sentence += at_target_clause(joint.at_target, named)
+            sentence += at_target_clause(joint.at_target, named, bool(joint.alternatives))
     return sentence
 
 
-def at_target_clause(tight, named) -> str:
+def overlap_words(named) -> str:
+    """What in the named circuit's redundancy made the report run the joint search (Redundancy.redundant)."""
+    from probes.circuits.redundancy import NECESSARY
+
+    signs = [f"{named_heads(p.alternatives)} each suffice" for p in named.alternative_sets]
+    signs += [f"{named_heads(p.groups)} share the answer" for p in named.shared_sets]
+    if named.backed_up:
+        signs.append(f"{len(named.backed_up)} of its edges each cost {NECESSARY:.0%} or more knocked out of it "
+                     f"but less knocked out of the full model")
+    if named.additivity < 1 - NECESSARY:
+        signs.append(f"its single-edge effects add up to {pct(named.additivity)} of its faithfulness")
+    return "; ".join(signs)
+
+
+def at_target_clause(tight, named, stand_ins: bool) -> str:
     """The joint circuit and the oracle-ranked one at the same faithfulness: the search itself keeps
     every edge worth THRESHOLD of the gap and adds its stand-in sets, so it stops above the target."""
     from probes.circuits.methods.joint import TARGET, THRESHOLD
 
     smaller = len(tight.circuit) < len(named.circuit)
+    counts = " and counts the stand-in sets" if stand_ins else ""
     return (f"; at the same faithfulness it is {'smaller' if smaller else 'no smaller'}: the search keeps every "
-            f"edge worth {THRESHOLD:.0%} of the gap and counts the stand-in sets, and pruned with no threshold "
+            f"edge worth {THRESHOLD:.0%} of the gap{counts}, and pruned with no threshold "
             f"until one more edge would take it below {TARGET:.0%} the joint circuit has {len(tight.circuit)} "
             f"edges keeping {tight.faithfulness:.0%}, {'fewer than' if smaller else 'no fewer than'} the oracle "
             f"ranking's {len(named.circuit)}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from common.stats import Interval
-from probes.report.words import pct
+from probes.report.words import pct, shuffle_text
 
 
 def percent(interval: Interval) -> str:
@@ -23,12 +23,12 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
 def accuracy_table(models) -> str:
     headers = ["model", "seeds", "held-out (95% CI)", "foil (wrong answer)", "train", "held-out n/seed", "shuffle max|dlogit|"]
     rows = [[m.model_name, len(m.seeds), percent(m.heldout), pct(m.heldout_foil_rate.value, 1),
-             percent(m.train), m.runs[0].splits["heldout"].n, f"{m.shuffle_max_logit_change:.1e}"]
+             percent(m.train), m.runs[0].splits["heldout"].n, shuffle_text(m.shuffle_max_logit_change)]
             for m in models]
     per_seed = [[m.model_name, r.seed, percent(r.splits["heldout"].accuracy), r.steps, by_group(r.splits["heldout"]),
                  health_text(m, r.seed)] for m in models for r in m.runs]
     return "\n".join([table(headers, rows), "", *health_lines(models),
-                      "per seed (Wilson 95% CI over held-out examples):",
+                      "per seed (Wilson 95% CI over held-out scored positions, taken as independent):",
                       table(["model", "seed", "held-out", "steps", "held-out by group", "health"], per_seed)])
 
 
@@ -52,7 +52,7 @@ def health_text(model, seed: int) -> str:
 def health_lines(models) -> list[str]:
     """Collapsed runs, the means without them, runs below chance, the off-by-one check and the
     shortcut audit; each line ends a paragraph."""
-    from probes.health import family_audit, foil_blind_note
+    from probes.health import family_audit, foil_blind_note, unpermuted_note
 
     lines = []
     for m in models:
@@ -70,6 +70,9 @@ def health_lines(models) -> list[str]:
     audit = family_audit(models)
     if audit is not None:
         lines.append(audit.words())
+    unpermuted = unpermuted_note(models)
+    if unpermuted is not None:
+        lines.append(unpermuted)
     return [line + "\n" for line in lines]
 
 

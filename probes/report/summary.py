@@ -28,7 +28,8 @@ class Summary:
 
 LEGEND = (
     "held-out: accuracy on the held-out split's scored positions; health: collapsed (one constant answer, or train "
-    "far below peers) or ok",
+    "far below peers), flagged (below two-candidate chance, or neither answer nor foil at half the positions: see "
+    "the notes) or ok",
     "circuit / kind: the head circuit (heads @ the positions they are kept at; a named path as sender ->q/k/v "
     "receiver @ sender position) and what it is, from held-out counterfactual pairs",
     "faith.: the head circuit's faithfulness, null scale (0 = every head mean-ablated, 1 = full model)",
@@ -101,7 +102,8 @@ def markdown_lines(summary: Summary) -> list[str]:
 def accuracy_cells(models) -> dict:
     """(model, seed) -> held-out accuracy and run health; `models`: probes.accuracy.ModelAccuracy."""
     return {(m.model_name, r.seed): {"held-out": f"{r.splits['heldout'].accuracy.value:.1%}",
-                                     "health": "collapsed" if r.seed in m.collapsed else "ok"}
+                                     "health": "collapsed" if r.seed in m.collapsed
+                                     else "flagged" if r.seed in m.suspect else "ok"}
             for m in models for r in m.runs}
 
 

@@ -24,6 +24,11 @@ def pct(value: float | None, digits: int = 0) -> str:
     return text[1:] if text.startswith("-") and text.strip("-0.%") == "" else text     # no "-0%"
 
 
+def shuffle_text(change: float) -> str:
+    """The shuffle test's largest logit change, or why it has none."""
+    return "n/a (no order to permute)" if math.isnan(change) else f"{change:.1e}"
+
+
 def foil_clause(rate: float) -> str:
     """'12% foil, ', or nothing for a task that names no foils."""
     return "" if math.isnan(rate) else f"{pct(rate)} foil, "
@@ -221,7 +226,7 @@ def describe(analysis, settings: ReportSettings, vocabulary=None) -> str:
     heldout = analysis.accuracy.splits["heldout"]
     head = f"{analysis.model_name} seed {analysis.seed}: held-out {pct(heldout.accuracy.value, 1)} (n = {heldout.n})"
     if analysis.circuit is None:
-        return (f"{head}, shuffle max|dlogit| {analysis.accuracy.shuffle_max_logit_change:.1e}; "
+        return (f"{head}, shuffle max|dlogit| {shuffle_text(analysis.accuracy.shuffle_max_logit_change)}; "
                 f"no circuit ({analysis.note})")
     b, circuit = analysis.basis, analysis.circuit
     nodes = "; ".join(node_words(head, positions, view, analysis, settings)

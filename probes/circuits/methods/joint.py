@@ -164,27 +164,38 @@ class JointCircuit:
     at_target: Pruned | None = None     # `circuit` pruned down to the target (joint_search's tighten)
 
 
-def with_alternatives(find, graph: Graph, first: Pruned, alone: dict, threshold: float, target: float,
+def with_alternatives(find, value_of, graph: Graph, first: Pruned, alone: dict, threshold: float, target: float,
                       limit: int = MAX_ALTERNATIVES):
     """The first circuit and, for every kept edge not necessary alone (`alone[e]` < threshold; the
     first `limit` of them in graph order), the circuit `find(allowed)` reaches without it:
-    (union, alternatives, every edge's largest score)."""
+    (union, alternatives, every edge's largest score). A replacement's own edges that are not
+    necessary alone are asked in turn, with what they replaced still forbidden, so a third branch
+    of an OR of three is found (each search forbids one edge only, so otherwise the second branch
+    would be every first-circuit edge's stand-in and the third never asked for). A search is run
+    only where every allowed edge together (`value_of(allowed)`, one measurement) reaches the
+    target: a prune that cannot reach it adds back every allowed edge one at a time first."""
     scores, circuit, alternatives = dict(first.cost), set(first.circuit), []
     everything = frozenset(graph.edges)
-    unsure = [e for e in in_graph_order(graph, first.circuit) if alone[e] < threshold]
-    for _ in range(limit):
-        if not unsure:
-            break
-        edge = unsure.pop(0)
-        other = find(everything - {edge})
+    # (the edge to do without, the edges already forbidden on its way, the circuit it belongs to)
+    queue = [(e, frozenset(), first.circuit) for e in in_graph_order(graph, first.circuit) if alone[e] < threshold]
+    searches = 0
+    while queue and searches < limit:
+        edge, before, base = queue.pop(0)
+        forbidden = before | {edge}
+        if value_of(everything - forbidden) < target:
+            continue
+        searches += 1
+        other = find(everything - forbidden)
         for e, c in other.cost.items():
             scores[e] = max(scores.get(e, 0.0), c)
         if other.faithfulness < target:
             continue
-        replaced, replacement = first.circuit - other.circuit, other.circuit - first.circuit
+        replaced, replacement = base - other.circuit, other.circuit - base
         alternatives.append(Alternative(frozenset(replaced), frozenset(replacement), other.faithfulness))
         circuit |= other.circuit
-        unsure = [e for e in unsure if e not in replaced]
+        queue = [entry for entry in queue if not (entry[1] == before and entry[0] in replaced)]
+        queue += [(e, before | replaced, other.circuit) for e in in_graph_order(graph, replacement)
+                  if alone[e] < threshold]
     return frozenset(circuit), tuple(alternatives), scores
 
 
@@ -214,7 +225,8 @@ def joint_search(model, batch: Batch, graph: Graph, runs: Runs | None = None, si
     if alternatives:
         alone = single_shares(model, batch, graph, runs, single)
         circuit, found, costs = with_alternatives(lambda allowed: prune(f, allowed, threshold, target),
-                                                  graph, first, alone, threshold, target, alternatives)
+                                                  lambda allowed: f([allowed])[0], graph, first, alone, threshold,
+                                                  target, alternatives)
     value = f([circuit])[0]
     score = torch.tensor([costs.get(e, 0.0) for e in graph.edges], device="cpu") * (f.empty - f.full)
     scores = EdgeScores(f"joint search (threshold {threshold:g})", graph.edges, score,

@@ -248,26 +248,30 @@ NEURONS = {
 SATURATED = ((1 / 1.5, 0.0), (-1 / 1.5, 1.5))
 
 
-def two_branches(name: str, story: str, structure: Structure, ramps, n: int, seed: int) -> Planted:
-    """`w ?` -> T if w is a positive word (0 or 1), else F. L0H0 and L0H1 at `?` both copy "w is
-    positive" (1 or 0) into their own dim; an MLP neuron reads the sum x of the two dims and writes
-    `ramps`(x) - 1/2 to the dim the logits read. Every clean word is positive and its counterfactual
-    negative (a pair flips positive to negative; the model answers every word right). Distractors
-    L0H2/L0H3 copy the word's identity, loud, into junk a third neuron reads and writes back to junk."""
-    spec = ModelSpec(n_layers=1, d_model=32, n_heads=4, mlp=True, norm=None, scale_scores=False, n_ctx=2, d_vocab=7)
+def two_branches(name: str, story: str, structure: Structure, ramps, n: int, seed: int, branches: int = 2) -> Planted:
+    """`w ?` -> T if w is a positive word (0 or 1), else F. L0H0 and L0H1 (and L0H2, ... up to
+    `branches` heads) at `?` each copy "w is positive" (1 or 0) into their own dim; an MLP neuron
+    reads the sum x of those dims and writes `ramps`(x) - 1/2 to the dim the logits read. Every clean
+    word is positive and its counterfactual negative (a pair flips positive to negative; the model
+    answers every word right). Two distractor heads after the branches copy the word's identity,
+    loud, into junk a further neuron reads and writes back to junk."""
+    heads = branches + 2
+    spec = ModelSpec(n_layers=1, d_model=8 * heads, n_heads=heads, mlp=True, norm=None, scale_scores=False, n_ctx=2,
+                     d_vocab=7)
     w = Weights(spec)
     ask, true, false = 4, 5, 6
-    position, bits, out, junk = [7, 8], [9, 10], 11, list(range(12, 16))
+    position, bits, out = [7, 8], list(range(9, 9 + branches)), 9 + branches
+    junk = list(range(out + 1, out + 5))
     w.state["embed.weight"][:, :7] = torch.eye(7)
     w.state["pos_embed.weight"][:, position] = torch.eye(2)
-    for head in range(4):
+    for head in range(heads):
         attend_position(w, 0, head, position, position[0])
-    for head in (0, 1):
+    for head in range(branches):
         w.head(0, head, "v")[0, [0, 1]] = 1.0
         w.head(0, head, "o")[bits[head], 0] = 1.0
-    for head in (2, 3):
+    for head in (branches, branches + 1):
         w.head(0, head, "v")[0, :4] = torch.tensor([1.0, 2.0, 3.0, 4.0])
-        w.head(0, head, "o")[junk[head - 2], 0] = LOUD
+        w.head(0, head, "o")[junk[head - branches], 0] = LOUD
     mlp_in, mlp_out, bias = (w.state[f"blocks.0.mlp.{part}"] for part in ("in.weight", "out.weight", "in.bias"))
     for neuron, (scale, threshold) in enumerate(ramps):
         mlp_in[neuron, bits] = RAMP
@@ -283,11 +287,12 @@ def two_branches(name: str, story: str, structure: Structure, ramps, n: int, see
     negative = torch.randint(2, 4, (n,), generator=generator)
     tokens = torch.stack([positive, torch.full((n,), ask), torch.full((n,), true)], 1)
     counterfactual = torch.stack([negative, torch.full((n,), ask), torch.full((n,), false)], 1)
-    edges = {Edge(Embed(), Input(Head(0, 0), "v")), Edge(Embed(), Input(Head(0, 1), "v")),
-             Edge(Head(0, 0), Input(MLP(0))), Edge(Head(0, 1), Input(MLP(0))), Edge(MLP(0), Input(Logits()))}
+    branch_heads = tuple(Head(0, head) for head in range(branches))
+    edges = {Edge(MLP(0), Input(Logits()))}
+    edges |= {edge for head in branch_heads for edge in (Edge(Embed(), Input(head, "v")), Edge(head, Input(MLP(0))))}
     return Planted(name, story, spec, w.load(),
                    pairs_batch(tokens, counterfactual, 1, torch.full((n,), true), torch.full((n,), false)),
-                   frozenset(edges), structure, (Head(0, 0), Head(0, 1)))
+                   frozenset(edges), structure, branch_heads)
 
 
 def backup_pair(n: int = 64, seed: int = 0) -> Planted:
@@ -303,6 +308,67 @@ def partial_pair(n: int = 64, seed: int = 0) -> Planted:
 def saturated_mlp(n: int = 64, seed: int = 0) -> Planted:
     return two_branches("saturated-mlp", "An MLP flat at the clean input: each of its two inputs moves 33% of "
                         "the gap while its gradient there is 0", Structure.SHARED, SATURATED, n, seed)
+
+
+def three_backups(n: int = 64, seed: int = 0) -> Planted:
+    return two_branches("three-backups", "Three heads each carry the answer alone (an OR of three): any one suffices",
+                        Structure.ALTERNATIVES, NEURONS[Structure.ALTERNATIVES], n, seed, branches=3)
+
+
+def and_pair(n: int = 64, seed: int = 0) -> Planted:
+    # relu(x - 1) is 0, 0, 1: one bit alone gives nothing
+    return two_branches("and-pair", "Two heads both needed (an AND): either knocked out loses the answer",
+                        Structure.SERIES, ((1.0, 1.0),), n, seed)
+
+
+def backup_chain(n: int = 64, seed: int = 0) -> Planted:
+    """`w f ?` -> T if w is a positive word (0 or 1), else F, along a chain whose middle step has a
+    backup. L0H0 copies "w is positive" from position 0 into r at every position; L1H0 and L1H1 at
+    `?` each attend position 1 (which holds w only through L0H0) and copy r into their own dim; an
+    MLP1 neuron, min(x, 1) of their sum, writes to the dim the logits read, so either layer-1 head
+    suffices. Distractors: L0H2 copies w's identity, loud, into junk; L1H2 at `?` copies that junk
+    from position 1 into more junk, which an MLP1 neuron reads and writes back to junk."""
+    spec = ModelSpec(n_layers=2, d_model=48, n_heads=3, mlp=True, norm=None, scale_scores=False, n_ctx=3, d_vocab=8)
+    w = Weights(spec)
+    filler, ask, true, false = 4, 5, 6, 7
+    position, r, bits, out, junk = [8, 9, 10], 11, [12, 13], 14, list(range(15, 19))
+    w.state["embed.weight"][:, :8] = torch.eye(8)
+    w.state["pos_embed.weight"][:, position] = torch.eye(3)
+    for head in (0, 2):
+        attend_position(w, 0, head, position, position[0])
+    w.head(0, 0, "v")[0, [0, 1]] = 1.0
+    w.head(0, 0, "o")[r, 0] = 1.0
+    w.head(0, 2, "v")[0, :4] = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    w.head(0, 2, "o")[junk[0], 0] = LOUD
+    for head in range(3):
+        attend_position(w, 1, head, position, position[1])
+    for head in (0, 1):
+        w.head(1, head, "v")[0, r] = 1.0
+        w.head(1, head, "o")[bits[head], 0] = 1.0
+    w.head(1, 2, "v")[0, junk[0]] = 1.0
+    w.head(1, 2, "o")[junk[1], 0] = LOUD
+    mlp_in, mlp_out, bias = (w.state[f"blocks.1.mlp.{part}"] for part in ("in.weight", "out.weight", "in.bias"))
+    for neuron, (scale, threshold) in enumerate(NEURONS[Structure.ALTERNATIVES]):
+        mlp_in[neuron, bits] = RAMP
+        bias[neuron] = -RAMP * threshold
+        mlp_out[out, neuron] = scale / RAMP
+    w.state["blocks.1.mlp.out.bias"][out] = -0.5
+    mlp_in[2, junk[1]] = 1.0
+    mlp_out[junk[2:], 2] = LOUD
+    w.state["unembed.weight"][true, out], w.state["unembed.weight"][false, out] = 8.0, -8.0
+    generator = torch.Generator().manual_seed(seed)
+    positive = torch.randint(0, 2, (n,), generator=generator)
+    negative = torch.randint(2, 4, (n,), generator=generator)
+
+    def sequence(word, answer):
+        return torch.stack([word, torch.full((n,), filler), torch.full((n,), ask), torch.full((n,), answer)], 1)
+    edges = {Edge(Embed(), Input(Head(0, 0), "v")), Edge(Head(0, 0), Input(Head(1, 0), "v")),
+             Edge(Head(0, 0), Input(Head(1, 1), "v")), Edge(Head(1, 0), Input(MLP(1))),
+             Edge(Head(1, 1), Input(MLP(1))), Edge(MLP(1), Input(Logits()))}
+    return Planted("backup-chain", backup_chain.__doc__.split(".")[0], spec, w.load(),
+                   pairs_batch(sequence(positive, true), sequence(negative, false), 2, torch.full((n,), true),
+                               torch.full((n,), false)), frozenset(edges), Structure.ALTERNATIVES,
+                   (Head(1, 0), Head(1, 1)))
 
 
 def planted_models(n: int = 64, seed: int = 0) -> list[Planted]:

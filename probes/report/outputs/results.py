@@ -28,7 +28,7 @@ from common.cli import path_name
 from common.jsonfiles import check_fields, read_json
 from common.ownership import remove
 from probes.report.document import md_table
-from probes.report.words import pct
+from probes.report.words import pct, shuffle_text
 
 REPORT = Path("report") / "report.json"
 POINT = "point.json"        # written by a sweep beside each grid point's runs
@@ -137,7 +137,7 @@ def accuracy_section(models, runs) -> str:
         seeds = ", ".join(pct(r.splits["heldout"].accuracy.value, 1) for r in m.runs)
         mine = [run for run in runs if run.model_name == m.model_name]
         rows.append([m.model_name, len(m.seeds), interval_text(m.heldout), seeds, pct(m.heldout_foil_rate.value, 1),
-                     pct(m.train.value, 1), f"{m.shuffle_max_logit_change:.1e}", steps_text(mine)])
+                     pct(m.train.value, 1), shuffle_text(m.shuffle_max_logit_change), steps_text(mine)])
     sizes = sorted({r.splits["heldout"].n for m in models for r in m.runs})
     n = f"{sizes[0]:,}" if len(sizes) == 1 else f"{sizes[0]:,}-{sizes[-1]:,}"
     table = md_table(["model", "seeds", "held-out, mean [95% t interval over seeds]", "per seed",
