@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from models.spec import Attention, NormPlace
 from probes.report.parts import RunContext, Section
 from probes.settings import ReportSettings
 
@@ -36,7 +37,7 @@ class EdgeRun:
 
 
 def traceable(spec: ModelSpec) -> bool:
-    return spec.n_layers >= 2 and spec.attention == "softmax" and spec.residual and spec.norm_place == "pre"
+    return spec.n_layers >= 2 and spec.attention == Attention.SOFTMAX and spec.residual and spec.norm_place == NormPlace.PRE
 
 
 def measure_edge_circuit(context: RunContext) -> EdgeRun | None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from models.components import Head
+from models.spec import Attention
 from probes.report.parts import Section, jsonable
 from probes.report.render import md_table
 from probes.report.words import pct as percent
@@ -89,7 +90,7 @@ def measure_head_roles(context) -> RunRoles | None:
     if share < INDUCTION_SHARE:
         return None
     final = snapshot_point(context.model, context.sample, int(run.metrics.get("steps", 0)))
-    softmax = context.spec.attention == "softmax"
+    softmax = context.spec.attention == Attention.SOFTMAX
     basis = (f"{len(context.sample)} of {len(context.heldout)} held-out sequences, means over "
              f"{len(context.reference)} of {len(context.batches['train'])} training sequences; path patches on "
              f"{min(context.settings.role_path_pairs, len(context.heldout))} held-out pairs")
