@@ -120,7 +120,7 @@ def test_with_the_whole_split_the_unablated_row_is_the_accuracy_table(mirror_mea
 def test_total_loss_is_zero_on_the_null_scale_though_half_the_gap(mirror_measured):
     _, measured = mirror_measured
     circuit = measured.results["runs"].circuit
-    knockout = circuit.knockout["L0H0"]
+    knockout = circuit.knockout[Head(0, 0)]
     assert knockout.clean == pytest.approx(2.0, abs=1e-3) and knockout.corrupt == pytest.approx(-2.0, abs=1e-3)
     assert knockout.recovered == pytest.approx(0.5, abs=1e-3)
     assert knockout.normalised == pytest.approx(0.0, abs=1e-3)

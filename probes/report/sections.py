@@ -35,8 +35,8 @@ class RunHeads:
     model_name: str
     seed: int
     report: HeadReport
-    previous: list[str]              # previous-token heads below the induction layer
-    induction: list[str]
+    previous: list[Head]             # previous-token heads below the induction layer
+    induction: list[Head]
     paths: list                      # probes.circuits.path_patching.PathPatch, q/k/v per sender-receiver pair
     joint_paths: list                # PathPatch, q/k/v: all `previous` heads -> all `induction` heads
     # The joint K path with the induction heads' values from the clean run, and the same with no
@@ -49,7 +49,7 @@ class RunHeads:
 def run_heads(context) -> RunHeads:
     """Head roles of one run, on the report's ablation rows and reference (a probes.report.parts.RunContext)."""
     from tasks.data import spread_subset
-    from models.components import Head, HeadSet
+    from models.components import HeadSet
     from probes.circuits.path_patching import COMPONENTS, PathTarget, path_patch_many
     from probes.ablation import Ablation
     from probes.heads import head_report
@@ -57,10 +57,10 @@ def run_heads(context) -> RunHeads:
     run, model, heldout = context.run, context.model, context.heldout
     report = head_report(model, context.sample, Ablation.MEAN, context.reference)
     induction = report.roles["induction"]
-    below = [h for h in report.roles["previous_token"].ranking if int(h[1:h.index("H")]) < induction.layer]
+    below = [h for h in report.roles["previous_token"].ranking if h.layer < induction.layer]
     chosen = [h for h in report.roles["previous_token"].heads if h in below] or below[:1]
     edges = [PathTarget(HeadSet([s]), None, HeadSet([r]), c) for s in chosen for r in induction.heads for c in COMPONENTS]
-    senders, receivers = HeadSet(sorted(map(Head.parse, chosen))), HeadSet(sorted(map(Head.parse, induction.heads)))
+    senders, receivers = HeadSet(sorted(chosen)), HeadSet(sorted(induction.heads))
     joint = [PathTarget(senders, None, receivers, c) for c in COMPONENTS] if edges else []
     with_values = [PathTarget(senders, None, receivers, "k", clean_values=True),
                    PathTarget(senders, (), receivers, "k", clean_values=True)] if edges else []
@@ -97,12 +97,16 @@ def measure_head_roles(context) -> RunRoles | None:
     return RunRoles(run.model_name, run.seed, share, final, run_heads(context) if softmax else None, basis)
 
 
+def names(heads: list[Head]) -> str:
+    return ", ".join(map(str, heads)) or "none"
+
+
 def role_line(run: RunRoles, claim: float) -> str:
     """One run's head roles and the paths between them, in a summary line; an edge is named as a
     path only when it recovers `claim` of the gap."""
     heads, report = run.heads, run.heads.report
-    line = (f"{run.model_name} seed {run.seed}: previous-token head(s) {', '.join(heads.previous) or 'none'}, "
-            f"induction head(s) {', '.join(heads.induction) or 'none'} (baseline {pct(report.baseline_accuracy)}"
+    line = (f"{run.model_name} seed {run.seed}: previous-token head(s) {names(heads.previous)}, "
+            f"induction head(s) {names(heads.induction)} (baseline {pct(report.baseline_accuracy)}"
             + "".join(f", ablating {h} -> {pct(report.ablated_accuracy[h])}"
                       for h in heads.previous + heads.induction) + ")")
     for component in ("k", "q", "v"):
@@ -142,7 +146,7 @@ def head_roles_section(measured: list[RunRoles], out: Path, settings) -> Section
                 role_rows.append([run.model_name, run.seed, role.replace("_", " "),
                                   ", ".join(f"{h} {evidence.scores[h]:.2f}" for h in evidence.ranking[:3]),
                                   f"{top}: {pct(report.ablated_accuracy[top])}",
-                                  ", ".join(evidence.heads) or "none",
+                                  names(evidence.heads),
                                   "yes" if evidence.top_is_most_harmful else "no"])
             with_values = [p for p in (heads.k_with_clean_values, heads.clean_values_alone) if p is not None]
             for kind, paths in (("edge", heads.paths), ("joint", heads.joint_paths),
