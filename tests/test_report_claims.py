@@ -338,7 +338,7 @@ def unmatched_analysis(everywhere: float):
     gap = patching.clean.metric - patching.corrupt.metric
     head_all = patching.head_all.clone()
     head_all[0, 0] = patching.corrupt.metric + everywhere * gap
-    knockout = {"L0H0": SimpleNamespace(normalised=0.88)}
+    knockout = {Head(0, 0): SimpleNamespace(normalised=0.88)}
     analysis = SimpleNamespace(labels=[f"p{i}" for i in range(4)], patching=dataclasses.replace(patching, head_all=head_all),
                                circuit=SimpleNamespace(knockout=knockout))
     return analysis, NodeView("L0H0@p3", [], {})
