@@ -129,3 +129,13 @@ def test_rankings_are_verified_by_ablation(setup):
     duplicate = report.roles["duplicate_token"]
     assert duplicate.ranking[0] == Head(0, 1) and not duplicate.top_is_most_harmful
     assert report.ablated_accuracy[Head(0, 1)] == 1.0
+
+
+def test_the_report_names_role_heads_from_their_heads():
+    from types import SimpleNamespace
+
+    from probes.report.sections import names, role_cell
+
+    run = SimpleNamespace(heads=SimpleNamespace(previous=[Head(0, 1)], induction=[Head(1, 0), Head(1, 2)]))
+    assert role_cell(run) == "prev L0H1, ind L1H0+L1H2"
+    assert names(run.heads.induction) == "L1H0, L1H2" and names([]) == "none"

@@ -9,7 +9,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from models.components import Head
+from models.components import Head, HeadSet
 from models.spec import Attention
 from probes.report.parts import Section, jsonable
 from probes.report.render import md_table
@@ -49,7 +49,6 @@ class RunHeads:
 def run_heads(context) -> RunHeads:
     """Head roles of one run, on the report's ablation rows and reference (a probes.report.parts.RunContext)."""
     from tasks.data import spread_subset
-    from models.components import HeadSet
     from probes.circuits.path_patching import COMPONENTS, PathTarget, path_patch_many
     from probes.ablation import Ablation
     from probes.heads import head_report
@@ -188,7 +187,7 @@ def head_roles_section(measured: list[RunRoles], out: Path, settings) -> Section
 
 def role_cell(run: RunRoles) -> str:
     heads = run.heads
-    return f"prev {'+'.join(heads.previous) or 'none'}, ind {'+'.join(heads.induction) or 'none'}"
+    return f"prev {HeadSet(heads.previous) or 'none'}, ind {HeadSet(heads.induction) or 'none'}"
 
 
 @dataclass(frozen=True)
