@@ -34,7 +34,6 @@ from common.jsonfiles import short
 from models.bridge import native, native_attention, use_fused_layer_norm
 
 
-
 class Attention(StrEnum):
     SOFTMAX = "softmax"      # learned query-key scores
     UNIFORM = "uniform"      # every score 0: the causal prefix average
