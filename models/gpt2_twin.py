@@ -8,7 +8,7 @@ the logits). Built from a config and an in-memory word-level tokenizer: nothing 
 
 from __future__ import annotations
 
-from models.spec import ModelSpec, build_model
+from models.spec import Attention, ModelSpec, Norm, Positions, build_model
 
 
 def gpt2_twin(spec: ModelSpec, seed: int = 0, init_range: float = 0.5):
@@ -18,7 +18,7 @@ def gpt2_twin(spec: ModelSpec, seed: int = 0, init_range: float = 0.5):
     from transformer_lens import TransformerBridge
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-    if not (spec.mlp and spec.norm == "LN" and spec.positions == "learned" and spec.attention == "softmax"
+    if not (spec.mlp and spec.norm == Norm.LN and spec.positions == Positions.LEARNED and spec.attention == Attention.SOFTMAX
             and spec.scale_scores):
         raise ValueError("a GPT-2 twin needs a softmax model with learned positions, LayerNorm, MLPs and "
                          "scaled scores (GPT-2's only shape)")

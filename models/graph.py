@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Optional, Union
 
 from models.components import Head
-from models.spec import ModelSpec
+from models.spec import Attention, ModelSpec
 
 
 @dataclass(frozen=True, order=True)
@@ -105,7 +105,7 @@ def graph_of(spec: ModelSpec, positions: Optional[tuple[int, ...]] = None) -> Gr
     heads = [Head(layer, head) for layer in range(spec.n_layers) for head in range(spec.n_heads)]
     mlps = [MLP(layer) for layer in range(spec.n_layers)] if spec.mlp else []
     senders = tuple(sorted([Embed(), *heads, *mlps], key=lambda node: (stage(node, spec.n_layers), node)))
-    ports = tuple(p for p in HEAD_PORTS if not (p == "q" and spec.attention == "uniform"))
+    ports = tuple(p for p in HEAD_PORTS if not (p == "q" and spec.attention == Attention.UNIFORM))
     receivers = [*heads, *mlps, Logits()]
     inputs = tuple(Input(node, port) for node in sorted(receivers, key=lambda n: (stage(n, spec.n_layers), n))
                    for port in (ports if isinstance(node, Head) else ("in",)))

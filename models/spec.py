@@ -27,19 +27,39 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Literal, Optional
+from enum import StrEnum
 
 from common.cli import UsageError
 from common.jsonfiles import short
 from models.bridge import native, native_attention, use_fused_layer_norm
 
-Attention = Literal["softmax", "uniform", "none"]
-Positions = Literal["learned", "rotary", "none", "sinusoidal", "alibi"]
-ATTENTIONS = ("softmax", "uniform", "none")
-POSITIONS = ("learned", "rotary", "none", "sinusoidal", "alibi")
-Norm = Optional[Literal["LN"]]
-NormPlace = Literal["pre", "post"]
-NORM_PLACES = ("pre", "post")
+
+class Attention(StrEnum):
+    SOFTMAX = "softmax"      # learned query-key scores
+    UNIFORM = "uniform"      # every score 0: the causal prefix average
+    NONE = "none"            # each position sees only its own token
+
+
+class Positions(StrEnum):
+    LEARNED = "learned"
+    ROTARY = "rotary"
+    NONE = "none"
+    SINUSOIDAL = "sinusoidal"
+    ALIBI = "alibi"
+
+
+class Norm(StrEnum):
+    LN = "LN"                # LayerNorm; a spec without normalisation has norm None
+
+
+class NormPlace(StrEnum):
+    PRE = "pre"              # x + f(LN(x))
+    POST = "post"            # LN(x + f(x))
+
+
+# The spec's enum fields. A spec is built from JSON and command lines as well as from code, so each
+# value is turned into its enum member on construction, and refused there if it names none.
+CHOICES = {"attention": Attention, "positions": Positions, "norm_place": NormPlace}
 # Far beyond a toy model, small enough that a typo (or an edited config.json) fails at once
 # instead of in the allocator.
 LIMITS = {"n_layers": 256, "d_model": 16384, "n_heads": 1024, "n_ctx": 65536, "d_vocab": 1_000_000}
@@ -52,14 +72,20 @@ class ModelSpec:
     d_model: int = 128
     n_heads: int = 4
     mlp: bool = True
-    attention: Attention = "softmax"
-    positions: Positions = "learned"
-    norm: Norm = "LN"
+    attention: Attention = Attention.SOFTMAX
+    positions: Positions = Positions.LEARNED
+    norm: Norm | None = Norm.LN
     scale_scores: bool = True
     residual: bool = True      # False: attention's output replaces the stream instead of adding to it
-    norm_place: NormPlace = "pre"   # "pre": x + f(LN(x)); "post": LN(x + f(x))
+    norm_place: NormPlace = NormPlace.PRE
     n_ctx: int = 32
     d_vocab: int = 0
+
+    def __post_init__(self):
+        for field, kind in CHOICES.items():
+            object.__setattr__(self, field, choice(kind, field, getattr(self, field)))
+        if self.norm is not None:
+            object.__setattr__(self, "norm", choice(Norm, "norm", self.norm, "must be 'LN' or null"))
 
     @property
     def d_head(self) -> int:
@@ -76,22 +102,14 @@ class ModelSpec:
         if self.d_model % self.n_heads:
             raise UsageError(f"n_heads={self.n_heads} does not divide d_model={self.d_model}; "
                              "pick a head count that divides the width")
-        if self.attention not in ATTENTIONS:
-            raise UsageError(f"attention must be one of {', '.join(ATTENTIONS)}, got {short(self.attention)}")
-        if self.positions not in POSITIONS:
-            raise UsageError(f"positions must be one of {', '.join(POSITIONS)}, got {short(self.positions)}")
         if not isinstance(self.residual, bool):
             raise UsageError(f"residual must be true or false, got {short(self.residual)}")
-        if self.attention == "uniform" and self.positions == "alibi":
+        if self.attention == Attention.UNIFORM and self.positions == Positions.ALIBI:
             raise UsageError("uniform attention cannot take ALiBi positions (the bias would re-weight the "
                              "average); use positions learned, sinusoidal or none")
-        if self.attention == "none" and not self.residual:
+        if self.attention == Attention.NONE and not self.residual:
             raise UsageError("attention 'none' with residual off leaves nothing of the input; keep residual on")
-        if self.norm not in ("LN", None):
-            raise UsageError(f"norm must be 'LN' or null, got {short(self.norm)}")
-        if self.norm_place not in NORM_PLACES:
-            raise UsageError(f"norm_place must be one of {', '.join(NORM_PLACES)}, got {short(self.norm_place)}")
-        if self.norm_place == "post" and (self.norm is None or not self.residual):
+        if self.norm_place == NormPlace.POST and (self.norm is None or not self.residual):
             raise UsageError("norm_place 'post' normalises after each residual add: it needs norm 'LN' and "
                              "residual on")
         return self
@@ -99,7 +117,7 @@ class ModelSpec:
     def parameter_count(self) -> int:
         d, layers = self.d_model, self.n_layers
         per_layer = 4 * d * d + 4 * d + (8 * d * d + 5 * d if self.mlp else 0) + 4 * d
-        positions = 0 if self.positions == "rotary" else self.n_ctx * d   # rotary has no position table
+        positions = 0 if self.positions == Positions.ROTARY else self.n_ctx * d   # rotary has no position table
         return layers * per_layer + 2 * self.d_vocab * d + positions + self.d_vocab + 2 * d
 
     def memory_bytes(self, batch: int = 64) -> int:
@@ -138,6 +156,15 @@ class ModelSpec:
         return cls(**fields).validate()
 
 
+def choice(kind: type[StrEnum], field: str, value, rule: str = "") -> StrEnum:
+    """`value` as a member of `kind`, or a UsageError naming the field and its choices."""
+    try:
+        return kind(value)
+    except (ValueError, TypeError):
+        rule = rule or f"must be one of {', '.join(kind)}"
+        raise UsageError(f"{field} {rule}, got {short(value)}") from None
+
+
 def stored_spec(fields, where) -> ModelSpec:
     """The spec a stored file records (a run's config.json): untrusted, so any refusal is one
     line naming the file, the field and the fix."""
@@ -163,7 +190,7 @@ def build_model(spec: ModelSpec, seed: int = 0):
         act_fn="gelu",
         attn_only=not spec.mlp,
         normalization_type=spec.norm,
-        positional_embedding_type="rotary" if spec.positions == "rotary" else "standard",
+        positional_embedding_type="rotary" if spec.positions == Positions.ROTARY else "standard",
         seed=seed,
     )
     model = TransformerBridge.boot_native(config)
@@ -180,27 +207,27 @@ def apply_variant(model, spec: ModelSpec) -> None:
     from models.variants import AlibiBias, PostNormBlock, ReplacingBlock, sinusoid_table
 
     with torch.no_grad():
-        if spec.positions in ("none", "alibi"):
+        if spec.positions in (Positions.NONE, Positions.ALIBI):
             freeze_at_zero(model.pos_embed.weight)
-        if spec.positions == "sinusoidal":
+        if spec.positions == Positions.SINUSOIDAL:
             model.pos_embed.weight.copy_(sinusoid_table(spec.n_ctx, spec.d_model))
             model.pos_embed.weight.requires_grad_(False)
         for block in model.blocks:
             attention = native_attention(block)
-            if spec.attention == "uniform":
+            if spec.attention == Attention.UNIFORM:
                 freeze_at_zero(block.attn.q.weight)
                 freeze_at_zero(block.attn.q.bias)
-            if spec.attention == "none":
+            if spec.attention == Attention.NONE:
                 for projection in (block.attn.q, block.attn.k, block.attn.v, block.attn.o):
                     freeze_at_zero(projection.weight)
                     freeze_at_zero(projection.bias)
             if not spec.scale_scores:
                 attention.scale = 1.0
-            if spec.positions == "alibi":
+            if spec.positions == Positions.ALIBI:
                 attention.rotary = AlibiBias(spec.n_heads, attention.scale)
             if not spec.residual:
                 native(block).__class__ = ReplacingBlock
-            if spec.norm_place == "post":
+            if spec.norm_place == NormPlace.POST:
                 native(block).__class__ = PostNormBlock
 
 

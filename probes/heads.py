@@ -111,12 +111,12 @@ class RoleEvidence:
     """A role's ranking and what ablating the ranked heads does to accuracy at the scored positions."""
 
     role: str
-    ranking: list[str]               # every head, highest score first
-    scores: dict[str, float]
+    ranking: list[Head]              # every head, highest score first
+    scores: dict[Head, float]
     layer: int                       # the top-ranked head's layer
     cumulative: list[float]          # accuracy with that layer's top-1, top-2, ... heads ablated
     layer_ablated: float             # accuracy with the whole layer ablated
-    heads: list[str]                 # fewest top-ranked heads reaching LAYER_SHARE of the layer's cost
+    heads: list[Head]                # fewest top-ranked heads reaching LAYER_SHARE of the layer's cost
     top_is_most_harmful: bool        # the top head's ablation costs the most of any head in its layer
 
 
@@ -124,21 +124,21 @@ class RoleEvidence:
 class HeadReport:
     method: Ablation
     baseline_accuracy: float
-    ablated_accuracy: dict[str, float]   # each head ablated alone
+    ablated_accuracy: dict[Head, float]  # each head ablated alone
     scores: HeadScores
     roles: dict[str, RoleEvidence]
 
 
-def ranked(scores: list[list[float]]) -> list[tuple[int, int]]:
-    heads = [(layer, head) for layer, row in enumerate(scores) for head in range(len(row))]
-    return sorted(heads, key=lambda h: -scores[h[0]][h[1]])
+def ranked(scores: list[list[float]]) -> list[Head]:
+    heads = [Head(layer, head) for layer, row in enumerate(scores) for head in range(len(row))]
+    return sorted(heads, key=lambda h: -scores[h.layer][h.head])
 
 
 def role_evidence(model, batch: Batch, role: str, scores: HeadScores, baseline: float,
-                  single: dict[str, float], method: Ablation, reference: Batch | None) -> RoleEvidence:
+                  single: dict[Head, float], method: Ablation, reference: Batch | None) -> RoleEvidence:
     order = ranked(scores.of(role))
-    layer = order[0][0]
-    in_layer = [h for h in order if h[0] == layer]
+    layer = order[0].layer
+    in_layer = [h for h in order if h.layer == layer]
     cumulative = [ablate(model, batch, in_layer[:k], method, reference=reference).accuracy
                   for k in range(1, len(in_layer))]
     layer_ablated = ablate(model, batch, in_layer, method, reference=reference).accuracy
@@ -146,16 +146,16 @@ def role_evidence(model, batch: Batch, role: str, scores: HeadScores, baseline: 
     cost = baseline - layer_ablated
     needed = next((k for k, accuracy in enumerate(cumulative, 1)
                    if cost > 0 and baseline - accuracy >= LAYER_SHARE * cost), 0)
-    harm = {str(Head(*h)): baseline - single[str(Head(*h))] for h in in_layer}
+    harm = {h: baseline - single[h] for h in in_layer}
     return RoleEvidence(
         role=role,
-        ranking=[str(Head(*h)) for h in order],
-        scores={str(Head(*h)): scores.of(role)[h[0]][h[1]] for h in order},
+        ranking=order,
+        scores={h: scores.of(role)[h.layer][h.head] for h in order},
         layer=layer,
         cumulative=cumulative,
         layer_ablated=layer_ablated,
-        heads=[str(Head(*h)) for h in in_layer[:needed]],
-        top_is_most_harmful=harm[str(Head(*order[0]))] >= max(harm.values()) and cost > 0,
+        heads=in_layer[:needed],
+        top_is_most_harmful=harm[order[0]] >= max(harm.values()) and cost > 0,
     )
 
 
@@ -165,8 +165,8 @@ def head_report(model, batch: Batch, method: Ablation = Ablation.MEAN, reference
     scores = head_scores(model, batch)
     baseline = ablate(model, batch, (), method, reference=reference).accuracy
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
-    single = {str(Head(l, h)): ablate(model, batch, [(l, h)], method, reference=reference).accuracy
-              for l in range(n_layers) for h in range(n_heads)}
+    single = {head: ablate(model, batch, [head], method, reference=reference).accuracy
+              for head in (Head(l, h) for l in range(n_layers) for h in range(n_heads))}
     roles = {role: role_evidence(model, batch, role, scores, baseline, single, method, reference) for role in ROLES}
     return HeadReport(method, baseline, single, scores, roles)
 

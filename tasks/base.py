@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from models import ModelSpec, UsageError
+from models.spec import Attention, Positions
 
 SPLITS = ("train", "validation", "heldout")
 NO_FOIL = -1
@@ -185,8 +186,8 @@ def standard_family(d_model: int = 128, n_heads: int = 4, layers: tuple[int, ...
     words (the baseline a task must defeat), attention-only models of one head per block
     (`attn-only-1x1`, `attn-only-2x1`, ... for each of `layers`), and full blocks with `n_heads`
     heads and an MLP (`block-1`, `block-2`, ...)."""
-    family = {"bag-of-words": ModelSpec(n_layers=1, d_model=d_model, n_heads=n_heads, attention="uniform",
-                                        positions="none")}
+    family = {"bag-of-words": ModelSpec(n_layers=1, d_model=d_model, n_heads=n_heads, attention=Attention.UNIFORM,
+                                        positions=Positions.NONE)}
     family.update({f"attn-only-{n}x1": ModelSpec(n_layers=n, d_model=d_model, n_heads=1, mlp=False)
                    for n in layers})
     family.update({f"block-{n}": ModelSpec(n_layers=n, d_model=d_model, n_heads=n_heads) for n in layers})

@@ -19,6 +19,7 @@ import random
 from dataclasses import dataclass
 
 from models import ModelSpec, UsageError
+from models.spec import Attention, Positions
 from tasks.base import Example, Task
 
 BOS = "<bos>"
@@ -101,7 +102,7 @@ class InductionTask(Task):
         return {
             # The bag of words is the 1-layer model with uniform attention and no positions: the
             # same architecture minus the ability to choose what to read.
-            "bag-of-words": ModelSpec(n_layers=1, n_heads=4, mlp=False, attention="uniform", positions="none"),
+            "bag-of-words": ModelSpec(n_layers=1, n_heads=4, mlp=False, attention=Attention.UNIFORM, positions=Positions.NONE),
             "attn-only-1x4": ModelSpec(n_layers=1, n_heads=4, mlp=False),
             "attn-only-2x4": ModelSpec(n_layers=2, n_heads=4, mlp=False),
         }

@@ -13,6 +13,7 @@ import random
 from dataclasses import dataclass
 
 from models import ModelSpec, UsageError
+from models.spec import Attention, Positions
 from tasks.base import Example, Task
 
 ANIMALS = ("animal", "dog", "cat", "horse", "cow", "goat", "sheep", "fox",
@@ -120,7 +121,7 @@ class WinogradTask(Task):
 
     def default_models(self) -> dict[str, ModelSpec]:
         return {
-            "bag-of-words": ModelSpec(n_layers=1, n_heads=4, attention="uniform", positions="none"),
+            "bag-of-words": ModelSpec(n_layers=1, n_heads=4, attention=Attention.UNIFORM, positions=Positions.NONE),
             # LayerNorm kept: without it 1 of 3 attn-only-2x1 seeds stalled at 32% within the budget
             # (with it, 3 of 3 reached 100%).
             "attn-only-1x1": ModelSpec(n_layers=1, n_heads=1, mlp=False),

@@ -112,7 +112,7 @@ def test_a_pinned_head_keeps_its_out_edges_at_its_positions_only():
 def test_search_keeps_both_heads_of_a_two_hop_circuit():
     model, batch = hand_built("v"), hand_batch(48)
     circuit = search_circuit(model, batch, batch, activation_patching(model, batch))
-    assert circuit.heads == ("L0H0", "L1H0")
+    assert circuit.heads == (Head(0, 0), Head(1, 0))
     assert circuit.faithfulness.recovered >= 0.9
     assert all(r.recovered < 0.9 and r.normalised < 0.9 for r in circuit.knockout.values())
 

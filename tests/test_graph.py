@@ -6,6 +6,7 @@ import pytest
 
 from models import ModelSpec
 from models.graph import MLP, Edge, Embed, Head, Input, Logits, graph_of
+from models.spec import Attention
 
 
 def test_a_two_block_four_head_model_has_every_residual_edge():
@@ -29,7 +30,7 @@ def test_a_two_block_four_head_model_has_every_residual_edge():
 def test_attention_only_rotary_and_uniform_graphs(spec, edges):
     graph = graph_of(spec)
     assert graph.counts()["edges"] == edges
-    if spec.attention == "uniform":
+    if spec.attention == Attention.UNIFORM:
         assert graph.counts()["q"] == 0
 
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from models import ModelSpec, build_model
+from models.components import Head
 from tasks.data import task_dataset, to_batch
 from tasks.induction import InductionParams, InductionTask
 
@@ -119,11 +120,22 @@ def test_rankings_are_verified_by_ablation(setup):
     report = head_report(model, batch, reference=batch)   # the mean over the batch itself, as built
     assert report.baseline_accuracy == 1.0
     previous, induction = report.roles["previous_token"], report.roles["induction"]
-    assert previous.ranking[0] == "L0H0" and previous.layer == 0
-    assert previous.heads == ["L0H0"] and previous.top_is_most_harmful
-    assert induction.heads == ["L1H0"] and induction.top_is_most_harmful
-    assert report.ablated_accuracy["L0H0"] < 0.6 and report.ablated_accuracy["L1H0"] < 0.6
+    assert previous.ranking[0] == Head(0, 0) and previous.layer == 0
+    assert all(type(h) is Head for h in previous.ranking + list(previous.scores) + list(report.ablated_accuracy))
+    assert previous.heads == [Head(0, 0)] and previous.top_is_most_harmful
+    assert induction.heads == [Head(1, 0)] and induction.top_is_most_harmful
+    assert report.ablated_accuracy[Head(0, 0)] < 0.6 and report.ablated_accuracy[Head(1, 0)] < 0.6
     # The duplicate-token head writes nothing: top-ranked, yet its ablation changes nothing.
     duplicate = report.roles["duplicate_token"]
-    assert duplicate.ranking[0] == "L0H1" and not duplicate.top_is_most_harmful
-    assert report.ablated_accuracy["L0H1"] == 1.0
+    assert duplicate.ranking[0] == Head(0, 1) and not duplicate.top_is_most_harmful
+    assert report.ablated_accuracy[Head(0, 1)] == 1.0
+
+
+def test_the_report_names_role_heads_from_their_heads():
+    from types import SimpleNamespace
+
+    from probes.report.sections import names, role_cell
+
+    run = SimpleNamespace(heads=SimpleNamespace(previous=[Head(0, 1)], induction=[Head(1, 0), Head(1, 2)]))
+    assert role_cell(run) == "prev L0H1, ind L1H0+L1H2"
+    assert names(run.heads.induction) == "L1H0, L1H2" and names([]) == "none"

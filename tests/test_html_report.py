@@ -89,7 +89,7 @@ def test_terminal_tables_fit_one_screen_and_say_each_runs_facts(with_circuits):
         if a.circuit is None:
             assert row["circuit / kind"].startswith("none:")
             continue
-        assert all(head in row["circuit / kind"] for head in a.circuit.heads)
+        assert all(str(head) in row["circuit / kind"] for head in a.circuit.heads)
         for path in named(a, DEFAULT):
             where = f" @p{path.position}" if path.position >= 0 else ""
             assert f"{path.sender} ->{path.component} {path.receiver}{where}" in row["circuit / kind"]

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from models import build_model
+from models.spec import Attention, Norm, Positions
 from probes.chapter.ladder import RUNGS, ladder_specs
 from probes.chapter.positions import context_for, position_specs, score_lengths
 
@@ -23,13 +24,13 @@ def test_rungs_run_from_no_context_to_two_blocks():
     specs = ladder_specs(16)
     assert list(specs) == [name for name, _, _ in RUNGS]
     s = list(specs.values())
-    assert (s[0].attention, s[0].positions) == ("none", "none")
-    assert (s[1].attention, s[1].positions, s[1].residual) == ("uniform", "none", False)
-    assert (s[2].attention, s[2].positions, s[2].residual) == ("uniform", "learned", False)
-    assert (s[3].attention, s[3].residual) == ("uniform", True)
-    assert (s[4].attention, s[4].n_heads, s[5].n_heads) == ("softmax", 1, 4)
-    assert [(x.mlp, x.norm, x.n_layers) for x in s[5:]] == [(False, None, 1), (True, None, 1), (True, "LN", 1),
-                                                            (True, "LN", 2)]
+    assert (s[0].attention, s[0].positions) == (Attention.NONE, Positions.NONE)
+    assert (s[1].attention, s[1].positions, s[1].residual) == (Attention.UNIFORM, Positions.NONE, False)
+    assert (s[2].attention, s[2].positions, s[2].residual) == (Attention.UNIFORM, Positions.LEARNED, False)
+    assert (s[3].attention, s[3].residual) == (Attention.UNIFORM, True)
+    assert (s[4].attention, s[4].n_heads, s[5].n_heads) == (Attention.SOFTMAX, 1, 4)
+    assert [(x.mlp, x.norm, x.n_layers) for x in s[5:]] == [(False, None, 1), (True, None, 1), (True, Norm.LN, 1),
+                                                            (True, Norm.LN, 2)]
 
 
 def test_no_context_rung_reads_only_the_current_token():

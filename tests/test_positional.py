@@ -38,7 +38,7 @@ def test_edges_outside_the_live_positions_are_zero_by_construction(planted):
 
 def test_the_positional_circuit_is_the_planted_chain_at_its_positions(planted):
     p, aggregated, result = planted
-    assert result.edges is not None and result.faithfulness >= result.target
+    assert result.edges is not None and result.faithfulness.normalised >= result.target
     assert set(result.parents) == set(aggregated) == set(p.edges)
     assert result.changed_share == 0.0
     assert all(e.position is not None for e in result.edges)
@@ -102,4 +102,6 @@ def test_reused_effects_and_the_chunked_search_equal_measuring_everything():
     every = normalised([o.metric for o in outcomes], outcomes[0].metric, outcomes[-1].metric)
     first = next(k for k in range(1, len(order) + 1) if every[k] >= result.target)
     assert first > 1 and result.edges == tuple(order[:first])
-    assert result.faithfulness == pytest.approx(every[first], abs=1e-6)
+    assert result.faithfulness.normalised == pytest.approx(every[first], abs=1e-6)
+    # Every edge outside the circuit takes its counterfactual value: the empty circuit is the counterfactual run.
+    assert result.faithfulness.recovered == pytest.approx(result.faithfulness.normalised, abs=1e-6)

@@ -120,7 +120,7 @@ def test_with_the_whole_split_the_unablated_row_is_the_accuracy_table(mirror_mea
 def test_total_loss_is_zero_on_the_null_scale_though_half_the_gap(mirror_measured):
     _, measured = mirror_measured
     circuit = measured.results["runs"].circuit
-    knockout = circuit.knockout["L0H0"]
+    knockout = circuit.knockout[Head(0, 0)]
     assert knockout.clean == pytest.approx(2.0, abs=1e-3) and knockout.corrupt == pytest.approx(-2.0, abs=1e-3)
     assert knockout.recovered == pytest.approx(0.5, abs=1e-3)
     assert knockout.normalised == pytest.approx(0.0, abs=1e-3)
@@ -338,7 +338,7 @@ def unmatched_analysis(everywhere: float):
     gap = patching.clean.metric - patching.corrupt.metric
     head_all = patching.head_all.clone()
     head_all[0, 0] = patching.corrupt.metric + everywhere * gap
-    knockout = {"L0H0": SimpleNamespace(normalised=0.88)}
+    knockout = {Head(0, 0): SimpleNamespace(normalised=0.88)}
     analysis = SimpleNamespace(labels=[f"p{i}" for i in range(4)], patching=dataclasses.replace(patching, head_all=head_all),
                                circuit=SimpleNamespace(knockout=knockout))
     return analysis, NodeView("L0H0@p3", [], {})

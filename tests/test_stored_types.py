@@ -11,6 +11,7 @@ import pytest
 
 from common.jsonfiles import json_text
 from models import ModelSpec
+from models.spec import CHOICES, Attention, Norm, NormPlace, Positions
 from probes.circuits.labels import LabelKind
 from probes.circuits.oracle import Direction
 from tasks.settings import StopReason
@@ -20,6 +21,7 @@ from tests.refusals import RUN, cli, copy_runs, edit_json, one_line
 @pytest.mark.parametrize("edit, fragments", [
     (lambda spec: spec.update(n_layers="two"), ("spec: model n_layers must be an integer", "'two'")),
     (lambda spec: spec.update(attention="linear"), ("spec: attention must be one of", "'linear'")),
+    (lambda spec: spec.update(norm_place="middle"), ("spec: norm_place must be one of pre, post", "'middle'")),
     (lambda spec: spec.update(width=64), ("spec: model spec has unknown field(s) ['width']",)),
 ])
 def test_a_malformed_stored_spec_is_refused_in_one_line_by_the_report(tiny_runs, tmp_path, edit, fragments):
@@ -49,11 +51,12 @@ def test_a_run_written_by_this_toylens_reads_back_typed(tiny_runs):
     for run in find_runs(tiny_runs):
         stored = json.loads((run.path / "config.json").read_text())
         assert isinstance(run.spec, ModelSpec) and run.spec.to_dict() == stored["spec"]
+        assert all(isinstance(getattr(run.spec, field), kind) for field, kind in CHOICES.items())
         assert isinstance(run.metrics["stop_reason"], StopReason)
         assert run.metrics["stop_reason"].value == json.loads((run.path / "metrics.json").read_text())["stop_reason"]
 
 
-@pytest.mark.parametrize("kind", [StopReason, LabelKind, Direction])
+@pytest.mark.parametrize("kind", [StopReason, LabelKind, Direction, Attention, Positions, Norm, NormPlace])
 def test_the_enums_round_trip_through_json_as_their_strings(kind):
     for member in kind:
         text = json_text({"value": member, member: 1})   # as a value and as a key

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from common.cli import UsageError
+from models.spec import Attention, Norm
 from tasks.winograd import WinogradTask
 from toylens.sweeps.executors import LocalExecutor, Outcome, RayExecutor
 from tasks.training.sweeps import FAILED
@@ -82,6 +83,8 @@ def test_grid_values_get_their_fields_types():
     assert dict(grid.axes) == {"d_model": (64, 128), "lr": (0.001, 0.003), "mlp": (False,), "norm": (None, "LN"),
                                "nouns": (8,), "residual": (False,)}
     assert len(grid.points()) == 2 * 2 * 2
+    assert dict(grid.axes)["norm"][1] is Norm.LN
+    assert dict(parse_grid(["attention=uniform,none"], WinogradTask).axes)["attention"] == (Attention.UNIFORM, Attention.NONE)
     assert parse_grid([], WinogradTask).points() == [{}]
 
 

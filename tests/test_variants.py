@@ -9,6 +9,7 @@ import torch
 
 from models import ModelSpec, UsageError, build_model
 from models.checkpoint import load_checkpoint, save_checkpoint
+from models.spec import NormPlace
 from models.variants import alibi_slopes, sinusoid_table
 
 VOCAB = 13
@@ -143,7 +144,7 @@ def test_a_config_written_before_the_new_fields_loads_with_the_old_behaviour(tmp
     loaded, _ = load_checkpoint(tmp_path)
     assert torch.equal(loaded(tokens()), model(tokens()))
     assert ModelSpec.from_dict(old_spec).residual is True
-    assert ModelSpec.from_dict(old_spec).norm_place == "pre"
+    assert ModelSpec.from_dict(old_spec).norm_place is NormPlace.PRE
 
 
 @pytest.mark.parametrize("bad", [dict(positions="alibi", attention="uniform"), dict(attention="none", residual=False),

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from models.spec import Attention
 from probes.settings import ReportSettings
 from tests.refusals import PLUGINS, fixture_plugins_on_path
 
@@ -291,7 +292,7 @@ def test_standard_family_is_public():
 
     family = toylens.standard_family(d_model=32, layers=(1, 2))
     assert list(family) == ["bag-of-words", "attn-only-1x1", "attn-only-2x1", "block-1", "block-2"]
-    assert family["bag-of-words"].attention == "uniform" and family["attn-only-2x1"].mlp is False
+    assert family["bag-of-words"].attention == Attention.UNIFORM and family["attn-only-2x1"].mlp is False
 
 
 # 8. Training: every setting is a flag, per-model settings come from the plugin, the command line wins.

@@ -11,6 +11,7 @@ from pathlib import Path
 from common.cli import Parser, UsageError, run_cli
 from common.atomic import atomic_write, write_json
 from common.ownership import check_replaceable
+from models.spec import Attention
 
 FILES = """files written to DIR:
   edges.md                                  every run's circuit, method table and figure
@@ -37,7 +38,7 @@ def edges_command(runs_dir: Path, out: Path | None) -> None:
     from tasks.training.sweeps import runs_folder
 
     runs_dir = runs_folder(runs_dir)   # a sweep's only grid point, or refused in one line
-    runs = [run for run in find_runs(runs_dir) if run.spec.attention == "softmax"]
+    runs = [run for run in find_runs(runs_dir) if run.spec.attention == Attention.SOFTMAX]
     if not runs:
         raise UsageError(f"{runs_dir} holds no trained attention runs; train some first")
     torch.set_num_threads(1)    # as the report's workers: small forwards lose to thread hand-offs

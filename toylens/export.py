@@ -14,12 +14,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from common.cli import Parser, UsageError, positive_int, run_cli
+from models.spec import Attention
 
 
 def attention_runs(runs_dir: Path) -> list:
     from tasks.training.runs import find_runs
 
-    runs = [run for run in find_runs(runs_dir) if run.spec.attention == "softmax" and run.spec.residual]
+    runs = [run for run in find_runs(runs_dir) if run.spec.attention == Attention.SOFTMAX and run.spec.residual]
     if not runs:
         raise UsageError(f"{runs_dir} holds no trained softmax-attention runs; train some first")
     return runs

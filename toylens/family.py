@@ -12,6 +12,7 @@ from pathlib import Path
 
 from models import ModelSpec, UsageError
 from models.checkpoint import CONFIG, FORMAT, WEIGHTS, save_checkpoint
+from models.spec import Attention
 from common.atomic import write_json
 from common.cli import check_not_too_broad
 from common.jsonfiles import read_json
@@ -260,7 +261,7 @@ def report_run(job: "TrainJob", result: tuple, write=print) -> None:
 def step_cost(spec: ModelSpec) -> float:
     """Rough relative cost of a training step, so the slowest runs start first and short ones fill
     the gaps at the end (an expensive run started last left a core idle for a minute, measured)."""
-    per_layer = (1.0 if spec.attention == "softmax" else 0.5) + (1.0 if spec.mlp else 0.0)
+    per_layer = (1.0 if spec.attention == Attention.SOFTMAX else 0.5) + (1.0 if spec.mlp else 0.0)
     return spec.n_layers * per_layer
 
 

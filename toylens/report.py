@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from models.spec import Attention
+
 
 def analysis_cost(run) -> int:
     """Rough relative cost of analysing a run: patching grows with heads x layers (and MLPs)."""
     spec = run.spec
-    if spec.attention == "uniform":
+    if spec.attention == Attention.UNIFORM:
         return 1
     return spec.n_layers ** 2 * spec.n_heads * (2 if spec.mlp else 1)
 

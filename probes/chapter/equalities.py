@@ -82,6 +82,7 @@ def average_equalities(d_model: int, length: int, seed: int) -> list[Equality]:
     import torch
 
     from models import ModelSpec, build_model
+    from models.spec import Attention, Positions
 
     x = torch.randn(length, d_model, generator=torch.Generator().manual_seed(seed))
     by_loop = torch.stack([x[: t + 1].mean(0) for t in range(length)])
@@ -89,7 +90,7 @@ def average_equalities(d_model: int, length: int, seed: int) -> list[Equality]:
     weights = lower / lower.sum(1, keepdim=True)
     scores = torch.zeros(length, length).masked_fill(lower == 0, float("-inf"))
     by_softmax = torch.softmax(scores, -1)
-    spec = ModelSpec(n_layers=1, d_model=d_model, n_heads=1, mlp=False, attention="uniform", positions="none",
+    spec = ModelSpec(n_layers=1, d_model=d_model, n_heads=1, mlp=False, attention=Attention.UNIFORM, positions=Positions.NONE,
                      n_ctx=length, d_vocab=64)
     tokens = torch.randint(spec.d_vocab, (1, length), generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():

@@ -25,6 +25,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 
 from models import ModelSpec
+from models.spec import Attention, Norm, Positions
 from tasks.settings import StopReason
 from common.cli import UsageError
 from common.stats import Interval, mean_interval
@@ -33,15 +34,15 @@ from common.stats import Interval, mean_interval
 # (folder name, label, spec fields beyond the shared base). Uniform heads all compute the same
 # average, so the uniform rungs use one head.
 RUNGS = (
-    ("no-context", "no context", dict(attention="none", positions="none", n_heads=1)),
-    ("uniform-average", "uniform average", dict(attention="uniform", positions="none", residual=False, n_heads=1)),
-    ("uniform+positions", "+ positions", dict(attention="uniform", residual=False, n_heads=1)),
-    ("uniform+residual", "+ residual", dict(attention="uniform", n_heads=1)),
+    ("no-context", "no context", dict(attention=Attention.NONE, positions=Positions.NONE, n_heads=1)),
+    ("uniform-average", "uniform average", dict(attention=Attention.UNIFORM, positions=Positions.NONE, residual=False, n_heads=1)),
+    ("uniform+positions", "+ positions", dict(attention=Attention.UNIFORM, residual=False, n_heads=1)),
+    ("uniform+residual", "+ residual", dict(attention=Attention.UNIFORM, n_heads=1)),
     ("attention-1-head", "attention, 1 head", dict(n_heads=1)),
     ("attention-4-heads", "4 heads", dict()),
     ("attention+mlp", "+ MLP", dict(mlp=True)),
-    ("block-1", "+ LayerNorm", dict(mlp=True, norm="LN")),
-    ("block-2", "2 blocks", dict(mlp=True, norm="LN", n_layers=2)),
+    ("block-1", "+ LayerNorm", dict(mlp=True, norm=Norm.LN)),
+    ("block-2", "2 blocks", dict(mlp=True, norm=Norm.LN, n_layers=2)),
 )
 
 

@@ -23,24 +23,25 @@ from dataclasses import asdict, dataclass, replace
 from common.cli import UsageError
 from common.stats import Interval, mean_interval
 from models import ModelSpec
+from models.spec import Norm, NormPlace
 from tasks.settings import StopReason
 from probes.chapter.ladder import steps_text
 
 # (folder, label, norm_place, warmup, the source's held-out perplexity)
 VARIANTS = (
-    ("pre", "pre-norm", "pre", False, 37.82),
-    ("pre+warmup", "pre-norm + warmup", "pre", True, 37.62),
-    ("post", "post-norm", "post", False, 308.05),
-    ("post+warmup", "post-norm + warmup", "post", True, 37.88),
+    ("pre", "pre-norm", NormPlace.PRE, False, 37.82),
+    ("pre+warmup", "pre-norm + warmup", NormPlace.PRE, True, 37.62),
+    ("post", "post-norm", NormPlace.POST, False, 308.05),
+    ("post+warmup", "post-norm + warmup", NormPlace.POST, True, 37.88),
 )
-SOURCE_GRADIENT_RATIO = {"pre": 1.32, "post": 1.65}   # last / first block at initialisation
+SOURCE_GRADIENT_RATIO = {NormPlace.PRE: 1.32, NormPlace.POST: 1.65}   # last / first block at initialisation
 
 
 def norm_specs(n_layers: int = 12, d_model: int = 128, n_heads: int = 4) -> dict[str, ModelSpec]:
     """Variant folder name -> spec; n_ctx and d_vocab are filled in from the task's data."""
     if d_model % n_heads:
         raise UsageError(f"--d-model {d_model} must be divisible by {n_heads} heads; try 128")
-    base = ModelSpec(n_layers=n_layers, d_model=d_model, n_heads=n_heads, mlp=True, norm="LN")
+    base = ModelSpec(n_layers=n_layers, d_model=d_model, n_heads=n_heads, mlp=True, norm=Norm.LN)
     return {name: replace(base, norm_place=place) for name, _, place, _, _ in VARIANTS}
 
 
@@ -61,7 +62,7 @@ class SeedScore:
 class VariantResult:
     variant: str
     label: str
-    norm_place: str
+    norm_place: NormPlace
     warmup_steps: int
     perplexity: Interval   # mean over seeds of exp(held-out loss), t interval
     source_perplexity: float
@@ -72,7 +73,7 @@ class VariantResult:
 class GradientNorms:
     """Per block at initialisation, one list per seed; the ratio is last block / first block."""
 
-    norm_place: str
+    norm_place: NormPlace
     per_block: list[list[float]]
     ratio: Interval                 # mean over seeds, t interval
     source_ratio: float
@@ -117,7 +118,7 @@ def init_gradients(plans: list, rows: int) -> list[GradientNorms]:
     from models import build_model
     from tasks.training.runs import Run
 
-    per_place: dict[str, list[list[float]]] = {}
+    per_place: dict[NormPlace, list[list[float]]] = {}
     for plan in plans:
         if warmed(plan.model_name):   # warmup changes training, not the model at initialisation
             continue

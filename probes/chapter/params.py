@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from common.cli import Parser, UsageError, run_cli
+from models.spec import Positions
 
 if TYPE_CHECKING:
     from models.spec import ModelSpec
@@ -57,7 +58,7 @@ def formula_counts(spec, tied: bool = False) -> dict[str, int]:
     ln = 2 * d if spec.norm else 0
     counts = {
         "embed": spec.d_vocab * d,
-        "pos_embed": spec.n_ctx * d if spec.positions != "rotary" else 0,
+        "pos_embed": spec.n_ctx * d if spec.positions != Positions.ROTARY else 0,
         "ln1": layers * ln,
         "attn": layers * (4 * d * d + 4 * d),
         "ln2": layers * ln if spec.mlp else 0,

@@ -18,11 +18,12 @@ import math
 from dataclasses import asdict, dataclass
 
 from models import ModelSpec
+from models.spec import Positions
 from tasks.settings import StopReason
 from common.cli import UsageError
 from common.stats import Interval, mean_interval, wilson
 
-KINDS = ("learned", "sinusoidal", "rotary", "alibi", "none")
+KINDS = (Positions.LEARNED, Positions.SINUSOIDAL, Positions.ROTARY, Positions.ALIBI, Positions.NONE)
 
 
 @dataclass(frozen=True)

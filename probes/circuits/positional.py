@@ -24,7 +24,7 @@ import torch
 
 from models.graph import Edge, Graph, graph_of
 from models.spec import ModelSpec
-from probes.circuits.faithfulness import normalised, ranked
+from probes.circuits.faithfulness import Faithfulness, normalised, ranked, scaled
 from probes.circuits.oracle import Direction, EdgeEffects, Runs, circuit_outcomes, edge_effects, record_runs
 from probes.patching import live_positions
 from probes.settings import DEFAULT
@@ -40,7 +40,8 @@ class PositionalCircuit:
     graph: Graph                        # one edge per (sender, input, live position); below REFINE, whole edges
     effects: EdgeEffects                # every positional edge alone (direction "noise")
     edges: tuple[Edge, ...] | None      # smallest top-k positional circuit reaching `target` (None: none does)
-    faithfulness: float                 # of `edges` on the gap scale (of the whole graph when None)
+    faithfulness: Faithfulness          # of `edges` (of the whole graph when None); clean = the whole graph,
+                                        # empty = no edge, as measured
     target: float
     aggregated: tuple[Edge, ...]        # the position-aggregated circuit it is compared with
 
@@ -90,8 +91,10 @@ def positional_effects(model, batch: Batch, graph: Graph, oracle: EdgeEffects, r
                        runs.base.outcome, runs.other.outcome, len(batch), time.perf_counter() - began)
 
 
-def smallest(model, batch: Batch, graph: Graph, order: list[Edge], runs: Runs, target: float):
-    """(the smallest top-k circuit of `order` reaching `target`, its faithfulness), or (None, 1.0).
+def smallest(model, batch: Batch, graph: Graph, order: list[Edge], runs: Runs,
+             target: float) -> tuple[tuple[Edge, ...] | None, Faithfulness]:
+    """(the smallest top-k circuit of `order` reaching `target`, its faithfulness), or (None, the
+    whole graph's faithfulness: 1 on the null scale by construction).
     Sizes are measured in growing chunks from k = 1: the circuit is usually about the aggregated
     one's size, so a first chunk much larger than that would measure sizes never needed."""
     empty, full = circuit_outcomes(model, batch, graph, [[], graph.edges], runs)
@@ -100,11 +103,11 @@ def smallest(model, batch: Batch, graph: Graph, order: list[Edge], runs: Runs, t
         sizes = range(first, min(first + chunk, len(order) + 1))
         outcomes = circuit_outcomes(model, batch, graph, [order[:k] for k in sizes], runs)
         shares = normalised([o.metric for o in outcomes], empty.metric, full.metric)
-        hit = next(((k, f) for k, f in zip(sizes, shares) if f >= target), None)
+        hit = next((i for i, f in enumerate(shares) if f >= target), None)
         if hit is not None:
-            return tuple(order[:hit[0]]), hit[1]
+            return tuple(order[:sizes[hit]]), scaled(outcomes[hit], full, runs.other.outcome, empty)
         first, chunk = first + chunk, 2 * chunk
-    return None, 1.0
+    return None, scaled(full, full, runs.other.outcome, empty)
 
 
 def positional_circuit(model, batch: Batch, spec: ModelSpec, oracle: EdgeEffects, aggregated: tuple[Edge, ...],

@@ -134,14 +134,14 @@ class Circuit:
     kept: Kept                          # the heads in order, and the positions each is kept at
     faithfulness: Faithfulness          # the heads as found (pinned to positions where possible)
     head_faithfulness: Faithfulness     # the same heads at every position
-    knockout: dict[str, Faithfulness]   # head -> the full model with only that head mean-ablated
-    trace: list[tuple[tuple[str, ...], float, float]]  # the search step by step: heads, recovered, normalised
+    knockout: dict[Head, Faithfulness]  # head -> the full model with only that head mean-ablated
+    trace: list[tuple[tuple[Head, ...], float, float]]  # the search step by step: heads, recovered, normalised
     upstream: bool = False              # the circuit keeps every edge that can reach the scored logits
     head_upstream: bool = False         # ... its heads at every position do
 
     @property
-    def heads(self) -> tuple[str, ...]:
-        return tuple(str(head) for head in self.kept)
+    def heads(self) -> tuple[Head, ...]:
+        return tuple(self.kept)
 
     def describe(self) -> tuple[str, ...]:
         return tuple(where(head, positions) for head, positions in self.kept.items())
@@ -149,10 +149,6 @@ class Circuit:
 
 def all_heads(model) -> list[Head]:
     return [Head(l, h) for l in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]
-
-
-def names(heads) -> tuple[str, ...]:
-    return tuple(str(head) for head in heads)
 
 
 def search_circuit(model, batch: Batch, reference, patching, target: float = 0.9) -> Circuit:
@@ -169,7 +165,7 @@ def search_circuit(model, batch: Batch, reference, patching, target: float = 0.9
     kept = pin_positions(measure, every_position(sorted(chosen)), patching, target)
     found, whole = measure([kept, every_position(sorted(chosen))])
     graph = measure.graph
-    return Circuit(kept, found, whole, {str(h): result for h, result in knockout.items()}, trace,
+    return Circuit(kept, found, whole, knockout, trace,
                    upstream_complete(graph, circuit_edges(graph, kept), measure.batch),
                    upstream_complete(graph, circuit_edges(graph, every_position(chosen)), measure.batch))
 
@@ -192,7 +188,7 @@ def add_in_order(measure: HeadCircuits, ranked: list[Head], target: float, trace
     hit, _ = first_reaching(measure, prefixes, target, PREFIXES_PER_CALL)
     chosen = ranked if hit is None else ranked[:hit + 1]
     for k, result in enumerate(measure(prefixes[:len(chosen)]), 1):
-        trace.append((names(ranked[:k]), result.recovered, result.normalised))
+        trace.append((tuple(ranked[:k]), result.recovered, result.normalised))
     return list(chosen)
 
 
@@ -208,7 +204,7 @@ def drop_unneeded(measure: HeadCircuits, chosen: list[Head], target: float, trac
         if hit is None:
             break
         chosen, pending = fewer[hit], pending[hit + 1:]
-        trace.append((names(chosen), results[hit].recovered, results[hit].normalised))
+        trace.append((tuple(chosen), results[hit].recovered, results[hit].normalised))
     return chosen
 
 

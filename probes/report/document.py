@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from common.atomic import atomic_write, write_json
+from models.components import HeadSet
 from probes.ablation import Ablation
 from probes.report.parts import Section, jsonable
 from probes.report.render import md_table
@@ -120,7 +121,7 @@ def composition_table(analysis) -> str:
 def circuit_section(analysis, settings: ReportSettings) -> str:
     c = analysis.circuit
     f = c.faithfulness
-    trace = "; ".join(f"{'+'.join(heads)} -> {normalised:.2f} ({pct(recovered)})" for heads, recovered, normalised in c.trace)
+    trace = "; ".join(f"{HeadSet(heads)} -> {normalised:.2f} ({pct(recovered)})" for heads, recovered, normalised in c.trace)
     knockout = ", ".join(f"{h} {r.normalised:.2f} ({pct(r.recovered)})" for h, r in c.knockout.items())
     ablated = analysis.circuit_ablation
     groups = ", ".join(f"{g} {pct(v['accuracy'])}" for g, v in ablated.by_group.items())

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from models.spec import Attention, NormPlace
 from probes.report.parts import RunContext, Section
 from probes.report.words import pct
 from probes.settings import ReportSettings
@@ -37,7 +38,7 @@ class EdgeRun:
 
 
 def traceable(spec: ModelSpec) -> bool:
-    return spec.n_layers >= 2 and spec.attention == "softmax" and spec.residual and spec.norm_place == "pre"
+    return spec.n_layers >= 2 and spec.attention == Attention.SOFTMAX and spec.residual and spec.norm_place == NormPlace.PRE
 
 
 def measure_edge_circuit(context: RunContext) -> EdgeRun | None:
@@ -162,7 +163,7 @@ def summary_line(run: EdgeRun, settings: ReportSettings) -> str:
     strongest = sorted(found.edges, key=lambda e: -abs(share[e]))[:SHOWN_EDGES]
     more = f" and {len(found.edges) - len(strongest)} more" if len(found.edges) > len(strongest) else ""
     by_position = "" if run.positional is None or run.positional.edges is None else (
-        f"; by position, {len(run.positional.edges)} positional edges keep {run.positional.faithfulness:.0%} and "
+        f"; by position, {len(run.positional.edges)} positional edges keep {run.positional.faithfulness.normalised:.0%} and "
         f"ignoring positions changes {run.positional.changed_share:.0%} of the circuit's edges")
     line = (f"{where}: edge circuit of {len(found.edges)} of {len(result.graph.edges)} edges keeps "
             f"{found.faithfulness.normalised:.0%} of the gap on {result.pairs} pairs (every other edge given its counterfactual "
@@ -190,7 +191,7 @@ def positional_json(result: PositionalCircuit) -> dict:
     share = dict(zip(result.graph.edges, result.effects.normalised().tolist()))
     return {"positions": list(result.positions), "edges": len(result.graph.edges), "target": result.target,
             "circuit": None if result.edges is None else [{"edge": str(e), "alone": share[e]} for e in result.edges],
-            "faithfulness": result.faithfulness, "aggregated_circuit": [str(e) for e in result.aggregated],
+            "faithfulness": result.faithfulness.normalised, "aggregated_circuit": [str(e) for e in result.aggregated],
             "changed_share": result.changed_share, "oracle_seconds": result.effects.seconds}
 
 
@@ -211,7 +212,7 @@ def positional_lines(result: PositionalCircuit, shown: int = SHOWN_EDGES) -> lis
             f"reach a scored logit; {len(result.graph.edges) - whole} positional edges of the edges moving at least "
             f"{REFINE:.0%} of the gap alone, the other {whole} kept whole): the smallest "
             f"circuit reaching {result.target:.0%} is **{len(result.edges)} positional edges**, faithfulness "
-            f"{result.faithfulness:.1%}: " + ", ".join(f"`{compact(e)}` ({s:+.0%} alone)" for e, s in top) + more
+            f"{result.faithfulness.normalised:.1%}: " + ", ".join(f"`{compact(e)}` ({s:+.0%} alone)" for e, s in top) + more
             + f". Ignoring positions changes {result.changed_share:.0%} of the circuit's edges "
             f"({len(mine & theirs)} in both, {len(theirs - mine)} only in the aggregated circuit, "
             f"{len(mine - theirs)} only in the positional one).", ""]

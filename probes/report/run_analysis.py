@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from models.components import Head
+from models.spec import Attention, NormPlace
 from probes.circuits.labels import summarise
 from probes.circuits.mechanism_timeline import SnapshotCircuit
 from probes.circuits.search import Circuit, search_circuit, where
@@ -130,11 +131,11 @@ def analyse_run(context) -> RunAnalysis:
     run, settings = context.run, context.settings
     base = dict(model_name=run.model_name, seed=run.seed, path=str(run.path), spec=context.spec,
                 accuracy=context.accuracy, basis=basis(context))
-    if context.spec.attention == "uniform":
+    if context.spec.attention == Attention.UNIFORM:
         return RunAnalysis(**base, note="uniform attention: a bag of words has no circuit to trace")
-    if context.spec.attention == "none":
+    if context.spec.attention == Attention.NONE:
         return RunAnalysis(**base, note="no attention: each position reads only its own token, no circuit to trace")
-    if context.spec.norm_place == "post":
+    if context.spec.norm_place == NormPlace.POST:
         # Path patching and the edge oracle recompute a receiver's input as its block's pre-norm
         # LayerNorm of the residual; a post-norm block reads the raw residual instead.
         return RunAnalysis(**base, note="post-norm blocks: not traced (the tracer assumes pre-norm blocks)")

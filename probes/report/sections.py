@@ -9,7 +9,8 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from models.components import Head
+from models.components import Head, HeadSet
+from models.spec import Attention
 from probes.report.parts import Section, jsonable
 from probes.report.render import md_table
 from probes.report.words import pct as percent
@@ -34,8 +35,8 @@ class RunHeads:
     model_name: str
     seed: int
     report: HeadReport
-    previous: list[str]              # previous-token heads below the induction layer
-    induction: list[str]
+    previous: list[Head]             # previous-token heads below the induction layer
+    induction: list[Head]
     paths: list                      # probes.circuits.path_patching.PathPatch, q/k/v per sender-receiver pair
     joint_paths: list                # PathPatch, q/k/v: all `previous` heads -> all `induction` heads
     # The joint K path with the induction heads' values from the clean run, and the same with no
@@ -48,7 +49,6 @@ class RunHeads:
 def run_heads(context) -> RunHeads:
     """Head roles of one run, on the report's ablation rows and reference (a probes.report.parts.RunContext)."""
     from tasks.data import spread_subset
-    from models.components import Head, HeadSet
     from probes.circuits.path_patching import COMPONENTS, PathTarget, path_patch_many
     from probes.ablation import Ablation
     from probes.heads import head_report
@@ -56,10 +56,10 @@ def run_heads(context) -> RunHeads:
     run, model, heldout = context.run, context.model, context.heldout
     report = head_report(model, context.sample, Ablation.MEAN, context.reference)
     induction = report.roles["induction"]
-    below = [h for h in report.roles["previous_token"].ranking if int(h[1:h.index("H")]) < induction.layer]
+    below = [h for h in report.roles["previous_token"].ranking if h.layer < induction.layer]
     chosen = [h for h in report.roles["previous_token"].heads if h in below] or below[:1]
     edges = [PathTarget(HeadSet([s]), None, HeadSet([r]), c) for s in chosen for r in induction.heads for c in COMPONENTS]
-    senders, receivers = HeadSet(sorted(map(Head.parse, chosen))), HeadSet(sorted(map(Head.parse, induction.heads)))
+    senders, receivers = HeadSet(sorted(chosen)), HeadSet(sorted(induction.heads))
     joint = [PathTarget(senders, None, receivers, c) for c in COMPONENTS] if edges else []
     with_values = [PathTarget(senders, None, receivers, "k", clean_values=True),
                    PathTarget(senders, (), receivers, "k", clean_values=True)] if edges else []
@@ -89,19 +89,23 @@ def measure_head_roles(context) -> RunRoles | None:
     if share < INDUCTION_SHARE:
         return None
     final = snapshot_point(context.model, context.sample, int(run.metrics.get("steps", 0)))
-    softmax = context.spec.attention == "softmax"
+    softmax = context.spec.attention == Attention.SOFTMAX
     basis = (f"{len(context.sample)} of {len(context.heldout)} held-out sequences, means over "
              f"{len(context.reference)} of {len(context.batches['train'])} training sequences; path patches on "
              f"{min(context.settings.role_path_pairs, len(context.heldout))} held-out pairs")
     return RunRoles(run.model_name, run.seed, share, final, run_heads(context) if softmax else None, basis)
 
 
+def names(heads: list[Head]) -> str:
+    return ", ".join(map(str, heads)) or "none"
+
+
 def role_line(run: RunRoles, claim: float) -> str:
     """One run's head roles and the paths between them, in a summary line; an edge is named as a
     path only when it recovers `claim` of the gap."""
     heads, report = run.heads, run.heads.report
-    line = (f"{run.model_name} seed {run.seed}: previous-token head(s) {', '.join(heads.previous) or 'none'}, "
-            f"induction head(s) {', '.join(heads.induction) or 'none'} (baseline {pct(report.baseline_accuracy)}"
+    line = (f"{run.model_name} seed {run.seed}: previous-token head(s) {names(heads.previous)}, "
+            f"induction head(s) {names(heads.induction)} (baseline {pct(report.baseline_accuracy)}"
             + "".join(f", ablating {h} -> {pct(report.ablated_accuracy[h])}"
                       for h in heads.previous + heads.induction) + ")")
     for component in ("k", "q", "v"):
@@ -141,7 +145,7 @@ def head_roles_section(measured: list[RunRoles], out: Path, settings) -> Section
                 role_rows.append([run.model_name, run.seed, role.replace("_", " "),
                                   ", ".join(f"{h} {evidence.scores[h]:.2f}" for h in evidence.ranking[:3]),
                                   f"{top}: {pct(report.ablated_accuracy[top])}",
-                                  ", ".join(evidence.heads) or "none",
+                                  names(evidence.heads),
                                   "yes" if evidence.top_is_most_harmful else "no"])
             with_values = [p for p in (heads.k_with_clean_values, heads.clean_values_alone) if p is not None]
             for kind, paths in (("edge", heads.paths), ("joint", heads.joint_paths),
@@ -183,7 +187,7 @@ def head_roles_section(measured: list[RunRoles], out: Path, settings) -> Section
 
 def role_cell(run: RunRoles) -> str:
     heads = run.heads
-    return f"prev {'+'.join(heads.previous) or 'none'}, ind {'+'.join(heads.induction) or 'none'}"
+    return f"prev {HeadSet(heads.previous) or 'none'}, ind {HeadSet(heads.induction) or 'none'}"
 
 
 @dataclass(frozen=True)

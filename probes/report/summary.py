@@ -8,6 +8,8 @@ from __future__ import annotations
 import textwrap
 from dataclasses import dataclass
 
+from models.spec import Attention
+
 WIDTH = 120     # a terminal line, at most
 
 
@@ -141,7 +143,7 @@ def untraced_reason(analysis, settings) -> str:
     if analysis.patching is not None:
         gap = analysis.patching.clean.metric - analysis.patching.corrupt.metric
         return f"none: gap {gap:+.2f} < {settings.min_gap:g}"
-    if spec.attention in ("uniform", "none"):
+    if spec.attention in (Attention.UNIFORM, Attention.NONE):
         return f"none: {spec.attention} attention"
     if not spec.residual:
         return "none: no residual stream"

@@ -10,6 +10,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from common.stats import share
+from models.components import HeadSet
 from probes.ablation import Ablation
 from probes.settings import ReportSettings
 
@@ -119,7 +120,7 @@ def unmatched_words(head, analysis, settings: ReportSettings) -> str:
             f"and {pct(everywhere)} at every position at once")
     if abs(everywhere) >= settings.matters:
         return text + ": it matters only across positions"
-    knockout = analysis.circuit.knockout[str(head)].normalised
+    knockout = analysis.circuit.knockout[head].normalised
     return (text + f": it matters when mean-ablated (the full model without it keeps {knockout:.2f} on the null "
             "scale), not through what differs between the pairs")
 
@@ -236,7 +237,7 @@ def describe(analysis, settings: ReportSettings, vocabulary=None) -> str:
     parts.append(faithfulness_clause(circuit))
     ablated = analysis.circuit_ablation
     parts.append(f"on {b.ablation} of {b.heldout} held-out examples (means over {b.reference} of {b.train} "
-                 f"training rows), mean-ablating {'+'.join(circuit.heads)} leaves {pct(ablated.accuracy)} accuracy, "
+                 f"training rows), mean-ablating {HeadSet(circuit.heads)} leaves {pct(ablated.accuracy)} accuracy, "
                  f"{foil_clause(ablated.foil_rate)}{token_share(ablated, vocabulary)}, logit difference {ablated.logit_diff:+.2f} "
                  f"(intact {intact(analysis).logit_diff:+.2f})")
     parts += block_sentences(analysis, settings)
@@ -257,7 +258,7 @@ def signature(analysis, settings: ReportSettings) -> tuple:
 
 def describe_signature(sig: tuple, settings: ReportSettings) -> str:
     nodes, mechanism = sig
-    text = " + ".join(nodes)
+    text = " + ".join(map(str, nodes))
     return text + (f", {mechanism}" if mechanism else f", no path >= {pct(settings.path_claim)}")
 
 

@@ -11,6 +11,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
 
 import torch
 
@@ -22,6 +23,9 @@ from models.fused import training_forward
 from tasks.training.optimizer import FlatAdamW
 from tasks.training.resume import FRESH, load_train_state, save_train_state
 from tasks.settings import LossPositions, StopMetric, StopReason, TrainSettings
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 SNAPSHOTS = "snapshots"   # run_dir/snapshots/step{N}.safetensors
 # The train state (weights and AdamW moments) is ~20 ms to write for a 2-block model: at every
@@ -93,65 +97,121 @@ def train(model, train_batch: Batch, validation_batch: Batch, settings: TrainSet
     """Train `model` in place. With `state_path`, the complete train state is saved there every
     `checkpoint_every` steps (default: every CHECKPOINT_EVALS evaluations); with `resume`, training
     continues from it and ends with exactly the weights and history of an uninterrupted run."""
-    from tqdm.auto import tqdm
-
     device = training_device()
     if device != "cpu":
         model.to(device, print_details=False)
-    train_batch, validation_batch = train_batch.to(device), validation_batch.to(device)
-    scored_only = settings.loss_positions is LossPositions.SCORED
-    train_scored = scored_mask(train_batch) if scored_only else None
+    run = start_training(model, train_batch.to(device), validation_batch.to(device), settings, seed,
+                         state_path if resume else None, log_path, progress, label)
+    try:
+        stop = take_steps(run, snapshot_dir, state_path, checkpoint_every or CHECKPOINT_EVALS * settings.eval_every)
+    finally:
+        finish(run, device)
+    return TrainResult(steps=run.history[-1]["step"] if run.history else 0, stop_reason=stop or StopReason.BUDGET,
+                       seconds=run.seconds(), history=run.history)
+
+
+@dataclass(frozen=True)
+class Training:
+    """One run in progress: what each step uses, and where its evaluations are recorded."""
+
+    model: torch.nn.Module
+    forward: torch.nn.Module             # models.fused.training_forward(model): the same weights, fewer hooks
+    optimizer: FlatAdamW
+    generator: torch.Generator           # draws each step's rows; in the train state, so a resumed run draws the same
+    train_batch: Batch
+    train_scored: torch.Tensor | None    # [n, length - 1] the positions the loss is on, when only scored ones are
+    validation_batch: Batch
+    settings: TrainSettings
+    steps_done: int                      # before this call: the resumed state's step, else 0
+    history: list[dict]                  # every evaluation so far, the resumed ones included
+    start: float                         # perf_counter at step 0 (a resumed run's seconds earlier)
+    log: TextIO | None
+    bar: tqdm
+
+    def seconds(self) -> float:
+        return time.perf_counter() - self.start
+
+
+def start_training(model, train_batch: Batch, validation_batch: Batch, settings: TrainSettings, seed: int,
+                   resume_from: Path | None, log_path: Path | None, progress: bool, label: str) -> Training:
+    """A fresh run, or the one saved at `resume_from` when that file exists."""
+    from tqdm.auto import tqdm
+
+    train_scored = scored_mask(train_batch) if settings.loss_positions is LossPositions.SCORED else None
     forward = training_forward(model)
     generator, optimizer = torch.Generator().manual_seed(seed), adamw(model, settings)
-    resuming = resume and state_path is not None and Path(state_path).is_file()
-    done = load_train_state(state_path, model, optimizer, generator, settings) if resuming else FRESH
+    resuming = resume_from is not None and Path(resume_from).is_file()
+    done = load_train_state(resume_from, model, optimizer, generator, settings) if resuming else FRESH
     history: list[dict] = list(done["history"])
     start = time.perf_counter() - done["seconds"]
     log = open_log(log_path, history) if log_path else None
-    checkpoint_every = checkpoint_every or CHECKPOINT_EVALS * settings.eval_every
-    stop = None
     bar = tqdm(range(done["step"] + 1, settings.max_steps + 1), desc=label, disable=not progress,
                leave=False, dynamic_ncols=True, initial=done["step"], total=settings.max_steps)
-    if snapshot_dir and settings.snapshot_every and done["step"] == 0:
-        save_snapshot(model, snapshot_dir, 0)
+    return Training(model, forward, optimizer, generator, train_batch, train_scored, validation_batch, settings,
+                    done["step"], history, start, log, bar)
+
+
+def take_steps(run: Training, snapshot_dir: Path | None, state_path: Path | None,
+               checkpoint_every: int) -> StopReason | None:
+    """Steps up to the budget; why validation stopped them early, or None."""
+    settings = run.settings
+    snapshots = bool(snapshot_dir and settings.snapshot_every)
+    if snapshots and run.steps_done == 0:
+        save_snapshot(run.model, snapshot_dir, 0)
     # Mode switches only around evaluations: the bridge's train() walks every wrapper twice and
     # cost ~5 ms, a tenth of a one-block step, when called every step (measured).
-    forward.train()
-    try:
-        for step in bar:
-            rows = torch.randint(len(train_batch), (settings.batch_size,), generator=generator)
-            tokens, lengths = train_batch.tokens[rows], train_batch.lengths[rows]
-            logits = forward(tokens[:, :-1])
-            loss = scored_loss(logits, tokens, train_scored[rows]) if scored_only else lm_loss(logits, tokens, lengths)
-            optimizer.zero_grad()
-            loss.backward()
-            for group in optimizer.param_groups:   # a function of the step alone, so a resumed run matches
-                group["lr"] = settings.lr_at(step)
-            optimizer.step()
-            if snapshot_dir and settings.snapshot_every and step % settings.snapshot_every == 0:
-                save_snapshot(model, snapshot_dir, step)
-            if step % settings.eval_every == 0 or step == settings.max_steps:
-                forward.eval()
-                entry = {"step": step, "train_loss": loss.item(), **evaluate(forward, validation_batch),
-                         "seconds": round(time.perf_counter() - start, 3)}
-                record(entry, history, log, bar)
-                stop = stop_reason(history, settings)
-                if stop:
-                    break
-                forward.train()
-            if state_path is not None and step % checkpoint_every == 0:
-                save_train_state(state_path, model, optimizer, generator,
-                                 {"step": step, "history": history, "seconds": time.perf_counter() - start})
-    finally:
-        bar.close()
-        if log:
-            log.close()
-        optimizer.release()
-        model.eval()
-        if device != "cpu":
-            model.to("cpu", print_details=False)
-    return TrainResult(steps=history[-1]["step"] if history else 0, stop_reason=stop or StopReason.BUDGET,
-                       seconds=time.perf_counter() - start, history=history)
+    run.forward.train()
+    for step in run.bar:
+        loss = update(run, step)
+        if snapshots and step % settings.snapshot_every == 0:
+            save_snapshot(run.model, snapshot_dir, step)
+        if step % settings.eval_every == 0 or step == settings.max_steps:
+            stop = evaluate_and_stop(run, step, loss)
+            if stop:
+                return stop
+        if state_path is not None and step % checkpoint_every == 0:
+            save_train_state(state_path, run.model, run.optimizer, run.generator,
+                             {"step": step, "history": run.history, "seconds": run.seconds()})
+    return None
+
+
+def update(run: Training, step: int) -> torch.Tensor:
+    """One AdamW step on `batch_size` rows drawn from the training split; the loss it descended."""
+    rows = torch.randint(len(run.train_batch), (run.settings.batch_size,), generator=run.generator)
+    tokens, lengths = run.train_batch.tokens[rows], run.train_batch.lengths[rows]
+    logits = run.forward(tokens[:, :-1])
+    loss = (scored_loss(logits, tokens, run.train_scored[rows]) if run.train_scored is not None
+            else lm_loss(logits, tokens, lengths))
+    run.optimizer.zero_grad()
+    loss.backward()
+    for group in run.optimizer.param_groups:   # a function of the step alone, so a resumed run matches
+        group["lr"] = run.settings.lr_at(step)
+    run.optimizer.step()
+    return loss
+
+
+def evaluate_and_stop(run: Training, step: int, loss: torch.Tensor) -> StopReason | None:
+    """Evaluate on the validation split, record it, and say whether training stops here."""
+    run.forward.eval()
+    entry = {"step": step, "train_loss": loss.item(), **evaluate(run.forward, run.validation_batch),
+             "seconds": round(run.seconds(), 3)}
+    record(entry, run.history, run.log, run.bar)
+    stop = stop_reason(run.history, run.settings)
+    if not stop:
+        run.forward.train()
+    return stop
+
+
+def finish(run: Training, device: str) -> None:
+    """The model back in eval mode on the CPU, its parameters in storage of their own, whether
+    training ended or was interrupted."""
+    run.bar.close()
+    if run.log:
+        run.log.close()
+    run.optimizer.release()
+    run.model.eval()
+    if device != "cpu":
+        run.model.to("cpu", print_details=False)
 
 
 def adamw(model, settings: TrainSettings) -> FlatAdamW:

@@ -17,8 +17,9 @@ WIDTHS = (32, 64, 256)
 
 def scaling_spec(d_k: int, scaled: bool):
     from models import ModelSpec
+    from models.spec import Norm
 
-    return ModelSpec(n_layers=2, d_model=d_k, n_heads=1, mlp=False, norm="LN", scale_scores=scaled)
+    return ModelSpec(n_layers=2, d_model=d_k, n_heads=1, mlp=False, norm=Norm.LN, scale_scores=scaled)
 
 
 def model_name(d_k: int, scaled: bool) -> str:

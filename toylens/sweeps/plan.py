@@ -10,8 +10,10 @@ need no shared filesystem; a run folder is complete once its metrics.json exists
 from __future__ import annotations
 
 import dataclasses
+import enum
 import itertools
 import re
+import types
 import typing
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -50,16 +52,17 @@ def grid_fields(task_cls: type) -> dict[str, tuple[str, object]]:
 
 
 def parse_value(key: str, text: str, kind) -> object:
-    """`text` as a value of type `kind` (int, float, bool, str, a Literal or an Optional of those)."""
+    """`text` as a value of type `kind` (int, float, bool, str, an Enum, a Literal or an Optional of those)."""
     options = typing.get_args(kind)
-    if typing.get_origin(kind) is typing.Union:
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
         if text.lower() in ("none", "null"):
             return None
         return parse_value(key, text, next(o for o in options if o is not type(None)))
-    if typing.get_origin(kind) is typing.Literal:
-        if text not in options:
-            raise UsageError(f"--grid {key}={text}: choose one of {', '.join(map(str, options))}")
-        return text
+    if typing.get_origin(kind) is typing.Literal or (isinstance(kind, type) and issubclass(kind, enum.Enum)):
+        choices = options or tuple(member.value for member in kind)   # a Literal's args, an Enum's values
+        if text not in choices:
+            raise UsageError(f"--grid {key}={text}: choose one of {', '.join(map(str, choices))}")
+        return text if options else kind(text)
     try:
         if kind is bool:
             return {"true": True, "false": False}[text.lower()]

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from models.spec import Attention
 from probes.report.parts import RunContext
 
 EXAMPLE_PAIRS = 2   # evenly spread over the report's patching pairs: the first and the last
@@ -40,7 +41,7 @@ def measure_examples(context: RunContext) -> RunExamples | None:
     from tasks.base import NO_FOIL
     from tasks.data import spread_subset
 
-    if context.spec.attention != "softmax" or context.heldout.counterfactual is None:
+    if context.spec.attention != Attention.SOFTMAX or context.heldout.counterfactual is None:
         return None
     batch = spread_subset(context.pairs, EXAMPLE_PAIRS).to("cpu")
     words = context.vocabulary
