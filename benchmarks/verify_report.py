@@ -1,0 +1,614 @@
+"""Recompute a report's numbers with code of its own, as the outside verifier does.
+
+    .venv/bin/python benchmarks/verify_report.py RUNS_DIR [--sweep SWEEP_DIR] [--exports DIR] [--tolerance T]
+
+RUNS_DIR holds trained runs and report/report.json (python -m tasks.winograd train --report).
+Every measurement here is written from the definitions in the docs, on a plain-torch forward of
+the stored weights (models' checkpoints are read with safetensors, not toylens's model classes),
+and never calls toylens's probes: the run's data (task splits, evenly spread subsets) is the only
+thing taken from toylens, since it decides which examples a number was measured on, not what was
+measured. The forward itself is first checked against the TransformerLens bridge's logits.
+
+Checks (each prints the largest difference and PASS/FAIL; exit 1 on any FAIL):
+
+- forward: this file's forward against the bridge's logits on the run's pairs;
+- edges: the named edge circuit's clean and counterfactual metric, its faithfulness (counterfactual
+  ablation of every edge outside it: 0 = counterfactual run, 1 = clean run), each circuit edge's
+  share alone; the same for the positional circuit (an edge kept at its position only, every
+  other write at every position given its counterfactual value);
+- redundancy: each circuit sender's necessity (f with its circuit edges knocked out);
+- head circuit: the report's head circuit as node ablation (outside heads' z replaced by their
+  position mean over the reference rows; a pinned head's at its other positions), on both scales
+  (recovered: (m - m_cf) / (m_clean - m_cf); normalised: (m - m_empty) / (m_clean - m_empty), the
+  empty circuit mean-ablating every head), and every single-head knock-out;
+- MIB: each exported edge's score (minus the metric change when the edge alone gets its
+  counterfactual write) and in_graph (= the named circuit);
+- attribution graphs (--exports, from python -m toylens.export attribution): every link's weight
+  on its single prompt, resolved by position;
+- joint.at_target (when report.json has one): its faithfulness, >= the target, and one edge fewer
+  (any edge) below it;
+- timeline (--sweep, a sweep trained with --snapshot-every): each snapshot's gap, each traced
+  snapshot's path shares (sender patched at every position), and the census's agreement per step;
+- words: every number of a run's edge sentences in report.md against the table it comes from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+
+NO_FOIL = -1
+EDGE = re.compile(r"^(\S+) -> (\S+?)(?: @p(\d+))?$")
+
+
+# ---- the model, by hand --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Weights:
+    tensors: dict
+    n_layers: int
+    n_heads: int
+    d_head: int
+    mlp: bool
+
+    @classmethod
+    def load(cls, file: Path, spec: dict) -> "Weights":
+        plain = ("softmax", "LN", "pre", "learned", True, True)
+        got = (spec["attention"], spec["norm"], spec["norm_place"], spec["positions"], spec["residual"],
+               spec["scale_scores"])
+        if got != plain:
+            raise ValueError(f"verify_report's forward covers pre-LN softmax GPTs with learned positions, not {got}")
+        return cls(load_file(str(file)), spec["n_layers"], spec["n_heads"], spec["d_model"] // spec["n_heads"],
+                   spec["mlp"])
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self.tensors[name]
+
+    def heads(self) -> list[str]:
+        return [f"L{l}H{h}" for l in range(self.n_layers) for h in range(self.n_heads)]
+
+    def senders(self) -> list[str]:
+        out = ["embed"]
+        for l in range(self.n_layers):
+            out += [f"L{l}H{h}" for h in range(self.n_heads)] + ([f"MLP{l}"] if self.mlp else [])
+        return out
+
+
+def layer_norm(x, w, b):
+    return F.layer_norm(x, (x.shape[-1],), w, b, eps=1e-5)
+
+
+def stage(node: str) -> int:
+    """The order of writes and reads along the residual stream (a sender reaches later stages)."""
+    if node == "embed":
+        return 0
+    if node == "logits":
+        return 10 ** 6
+    layer = int(re.match(r"(?:L|MLP)(\d+)", node).group(1))
+    return 2 * layer + (1 if node.startswith("L") else 2)
+
+
+def all_edges(W: Weights) -> list[tuple[str, str]]:
+    """(sender, receiver input) of every edge: receiver inputs 'L1H0.q', 'MLP0', 'logits'."""
+    inputs = []
+    for l in range(W.n_layers):
+        inputs += [f"L{l}H{h}.{p}" for h in range(W.n_heads) for p in "qkv"] + ([f"MLP{l}"] if W.mlp else [])
+    inputs.append("logits")
+    return [(s, r) for r in inputs for s in W.senders() if stage(s) < stage(r.split(".")[0])]
+
+
+def forward(W: Weights, tokens: torch.Tensor, other: dict | None = None, patched: dict | None = None,
+            z_override: dict | None = None):
+    """Logits [n, T, vocab] and every sender's write in this forward.
+
+    patched: receiver input -> {sender: [T] mask of positions}: there the receiver reads
+    `other[sender]` instead of the sender's write in this forward (an edge given another run's
+    write). z_override: head -> ([n, T, d_head] values, [T] mask): the head's z replaced there."""
+    patched, z_override = patched or {}, z_override or {}
+    n, T = tokens.shape
+    writes = {"embed": W["embed.weight"][tokens] + W["pos_embed.weight"][:T][None]}
+    resid = writes["embed"]
+
+    def read(receiver, residual):
+        for sender, mask in patched.get(receiver, {}).items():
+            residual = residual + mask[None, :, None] * (other[sender] - writes[sender])
+        return residual
+
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    for l in range(W.n_layers):
+        p = f"blocks.{l}."
+        attn_out = W[p + "attn.o.bias"].expand(n, T, -1)
+        for h in range(W.n_heads):
+            name, rows = f"L{l}H{h}", slice(h * W.d_head, (h + 1) * W.d_head)
+            qkv = {}
+            for port in "qkv":
+                x = layer_norm(read(f"{name}.{port}", resid), W[p + "ln1.weight"], W[p + "ln1.bias"])
+                qkv[port] = x @ W[p + f"attn.{port}.weight"][rows].T + W[p + f"attn.{port}.bias"][rows]
+            scores = qkv["q"] @ qkv["k"].transpose(-1, -2) / math.sqrt(W.d_head)
+            pattern = scores.masked_fill(~causal, float("-inf")).softmax(-1)
+            z = pattern @ qkv["v"]
+            if name in z_override:
+                values, mask = z_override[name]
+                z = torch.where(mask[None, :, None], values, z)
+            writes[name] = z @ W[p + "attn.o.weight"][:, rows].T
+            attn_out = attn_out + writes[name]
+        resid = resid + attn_out
+        if W.mlp:
+            x = layer_norm(read(f"MLP{l}", resid), W[p + "ln2.weight"], W[p + "ln2.bias"])
+            writes[f"MLP{l}"] = F.gelu(x @ W[p + "mlp.in.weight"].T + W[p + "mlp.in.bias"]) @ W[p + "mlp.out.weight"].T \
+                + W[p + "mlp.out.bias"]
+            resid = resid + writes[f"MLP{l}"]
+    x = layer_norm(read("logits", resid), W["ln_final.weight"], W["ln_final.bias"])
+    return x @ W["unembed.weight"].T + W["unembed.bias"], writes
+
+
+def zs(W: Weights, tokens: torch.Tensor) -> dict:
+    """Every head's z [n, T, d_head] on a clean forward (recovered from its write: W_O is invertible
+    on its rows only when d_head <= d_model, so z is recomputed from q, k, v instead)."""
+    out = {}
+    n, T = tokens.shape
+    resid = W["embed.weight"][tokens] + W["pos_embed.weight"][:T][None]
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    for l in range(W.n_layers):
+        p = f"blocks.{l}."
+        x = layer_norm(resid, W[p + "ln1.weight"], W[p + "ln1.bias"])
+        attn_out = W[p + "attn.o.bias"].expand(n, T, -1)
+        for h in range(W.n_heads):
+            rows = slice(h * W.d_head, (h + 1) * W.d_head)
+            q, k, v = (x @ W[p + f"attn.{c}.weight"][rows].T + W[p + f"attn.{c}.bias"][rows] for c in "qkv")
+            pattern = (q @ k.transpose(-1, -2) / math.sqrt(W.d_head)).masked_fill(~causal, float("-inf")).softmax(-1)
+            out[f"L{l}H{h}"] = pattern @ v
+            attn_out = attn_out + out[f"L{l}H{h}"] @ W[p + "attn.o.weight"][:, rows].T
+        resid = resid + attn_out
+        if W.mlp:
+            x = layer_norm(resid, W[p + "ln2.weight"], W[p + "ln2.bias"])
+            resid = resid + F.gelu(x @ W[p + "mlp.in.weight"].T + W[p + "mlp.in.bias"]) @ W[p + "mlp.out.weight"].T \
+                + W[p + "mlp.out.bias"]
+    return out
+
+
+# ---- the metric ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Pairs:
+    clean: torch.Tensor         # [n, T] inputs
+    corrupt: torch.Tensor       # [n, T] counterfactual inputs
+    rows: torch.Tensor          # [k] example of each scored position
+    positions: torch.Tensor     # [k]
+    answers: torch.Tensor
+    foils: torch.Tensor
+    lengths: torch.Tensor       # [n] token counts (inputs are tokens[:-1])
+
+    @classmethod
+    def of(cls, batch) -> "Pairs":
+        return cls(batch.tokens[:, :-1], batch.counterfactual[:, :-1], batch.example_index, batch.positions,
+                   batch.answers, batch.foils, batch.lengths)
+
+    def select(self, row: int, position: int) -> "Pairs":
+        """One prompt: example `row` scored at `position` only."""
+        keep = (self.rows == row) & (self.positions == position)
+        return Pairs(self.clean[row:row + 1], self.corrupt[row:row + 1], torch.zeros(int(keep.sum()), dtype=torch.long),
+                     self.positions[keep], self.answers[keep], self.foils[keep], self.lengths[row:row + 1])
+
+
+def metric(logits: torch.Tensor, pairs: Pairs) -> tuple[float, float]:
+    """(mean metric, share restored) at the scored positions: answer - foil logit where a foil is
+    given, else the answer's log-probability; restored: metric > 0 (with a foil) or top-1."""
+    scored = logits[pairs.rows, pairs.positions]
+    answer = scored.gather(1, pairs.answers[:, None])[:, 0]
+    foil = scored.gather(1, pairs.foils.clamp(min=0)[:, None])[:, 0]
+    has_foil = pairs.foils != NO_FOIL
+    value = torch.where(has_foil, answer - foil, answer - scored.logsumexp(-1))
+    right = torch.where(has_foil, value > 0, scored.argmax(-1) == pairs.answers)
+    return float(value.double().mean()), float(right.double().mean())
+
+
+# ---- edges and their patches ---------------------------------------------------------------------
+
+def parse_edge(name: str) -> tuple[str, str, int | None]:
+    match = EDGE.match(name)
+    if match is None:
+        raise ValueError(f"not an edge name: {name!r}")
+    sender, receiver, position = match.groups()
+    return sender, receiver, None if position is None else int(position)
+
+
+def complement(W: Weights, kept: list[tuple[str, str, int | None]], T: int) -> dict:
+    """Patches giving every write not in `kept` its other value: every edge at every position but
+    the kept (edge, position)s."""
+    patched = {}
+    for sender, receiver in all_edges(W):
+        mask = torch.ones(T)
+        for s, r, p in kept:
+            if (s, r) == (sender, receiver):
+                mask[slice(None) if p is None else p] = 0.0
+        if mask.any():
+            patched.setdefault(receiver, {})[sender] = mask
+    return patched
+
+
+def only(edges: list[tuple[str, str, int | None]], T: int) -> dict:
+    patched = {}
+    for sender, receiver, position in edges:
+        mask = patched.setdefault(receiver, {}).setdefault(sender, torch.zeros(T))
+        mask[slice(None) if position is None else position] = 1.0
+    return patched
+
+
+class EdgeRuns:
+    """A clean and a counterfactual run of the pairs; patched forwards start from the clean input."""
+
+    def __init__(self, W: Weights, pairs: Pairs):
+        self.W, self.pairs, self.T = W, pairs, pairs.clean.shape[1]
+        logits, self.clean_writes = forward(W, pairs.clean)
+        self.clean = metric(logits, pairs)[0]
+        logits, self.corrupt_writes = forward(W, pairs.corrupt)
+        self.corrupt = metric(logits, pairs)[0]
+
+    @property
+    def gap(self) -> float:
+        return self.clean - self.corrupt
+
+    def metric(self, patched: dict) -> float:
+        return metric(forward(self.W, self.pairs.clean, self.corrupt_writes, patched)[0], self.pairs)[0]
+
+    def kept(self, edges) -> float:
+        """Faithfulness of a circuit: 0 = counterfactual run, 1 = clean run."""
+        return (self.metric(complement(self.W, edges, self.T)) - self.corrupt) / self.gap
+
+    def alone(self, edges) -> float:
+        """Share of the gap lost when these edges alone get their counterfactual write."""
+        return (self.clean - self.metric(only(edges, self.T))) / self.gap
+
+    def denoise(self, edges) -> float:
+        """Share of the gap recovered when these edges alone get the clean write in the counterfactual
+        run (path patching)."""
+        logits = forward(self.W, self.pairs.corrupt, self.clean_writes, only(edges, self.T))[0]
+        return (metric(logits, self.pairs)[0] - self.corrupt) / self.gap
+
+
+# ---- the head view: node ablation by position means ----------------------------------------------
+
+def position_means(W: Weights, reference, width: int) -> dict:
+    """head -> [width, d_head]: its z at each position averaged over the reference rows real there
+    (the mean over every real position where no row reaches)."""
+    inputs = reference.tokens[:, :-1]
+    real = (torch.arange(inputs.shape[1])[None] < (reference.lengths[:, None] - 1)).float()[:, :, None]
+    out = {}
+    for head, z in zs(W, inputs).items():
+        total, count = (z * real).sum(0), real.sum(0)
+        overall = total.sum(0) / count.sum()
+        means = torch.where(count > 0, total / count.clamp(min=1), overall)
+        if means.shape[0] < width:
+            means = torch.cat([means, overall.expand(width - means.shape[0], -1)])
+        out[head] = means[:width]
+    return out
+
+
+def head_metric(W: Weights, pairs: Pairs, means: dict, kept: dict) -> tuple[float, float]:
+    """Metric and restored share with every head outside `kept` (head -> positions | None) at its
+    position mean (a pinned head at its other positions)."""
+    T = pairs.clean.shape[1]
+    override = {}
+    for head in W.heads():
+        mask = torch.ones(T, dtype=torch.bool)
+        if head in kept:
+            if kept[head] is None:
+                continue
+            mask[list(kept[head])] = False
+        override[head] = (means[head][None].expand(len(pairs.clean), -1, -1), mask)
+    return metric(forward(W, pairs.clean, z_override=override)[0], pairs)
+
+
+def parse_kept(nodes: list[str]) -> dict:
+    out = {}
+    for node in nodes:
+        head, where = node.split("@")
+        out[head] = None if where == "all positions" else tuple(int(p[1:]) for p in where.split("/"))
+    return out
+
+
+# ---- checks --------------------------------------------------------------------------------------
+
+class Checks:
+    """Each check: what, on how many numbers, the largest difference, PASS/FAIL."""
+
+    def __init__(self, tolerance: float):
+        self.tolerance, self.failed, self.lines = tolerance, [], []
+
+    def values(self, what: str, pairs: list[tuple[float, float]], tolerance: float | None = None) -> None:
+        tolerance = self.tolerance if tolerance is None else tolerance
+        diffs = [abs(a - b) if not (a is None or b is None) else math.inf for a, b in pairs]
+        worst = max(diffs, default=0.0)
+        self.report(what, len(pairs), worst, worst <= tolerance and bool(pairs))
+
+    def truth(self, what: str, ok: bool, n: int = 1, detail: str = "") -> None:
+        self.report(what + (f" ({detail})" if detail else ""), n, 0.0 if ok else math.inf, ok)
+
+    def report(self, what: str, n: int, worst: float, ok: bool) -> None:
+        line = f"{'PASS' if ok else 'FAIL'}  n={n:<4d} max diff {worst:.2e}  {what}"
+        print(line, flush=True)
+        self.lines.append(line)
+        if not ok:
+            self.failed.append(line)
+
+
+def run_pairs(run, settings: dict):
+    """The report's held-out pairs and training reference rows (tasks.data.spread_subset: which
+    examples, not what is measured on them)."""
+    from tasks.data import spread_subset
+
+    heldout = run.batches()["heldout"]
+    per_pair = len(heldout.answers) / max(len(heldout), 1)
+    count = max(1, min(settings["patch_pairs"], math.ceil(settings["patch_scored"] / max(per_pair, 1))))
+    return (spread_subset(heldout, count), spread_subset(run.batches()["train"], settings["reference_rows"]))
+
+
+def check_forward(checks: Checks, name: str, run, W: Weights, pairs: Pairs) -> None:
+    model = run.load_model()
+    with torch.no_grad():
+        theirs = model(pairs.clean)
+    mine = forward(W, pairs.clean)[0]
+    checks.values(f"{name}: forward = the bridge's logits on {len(pairs.clean)} pairs", [(float((theirs - mine).abs().max()), 0.0)],
+                  1e-4)
+
+
+def check_edges(checks: Checks, name: str, runs: EdgeRuns, stored: dict) -> list:
+    circuit = [parse_edge(e["edge"]) for e in stored["circuit"]]
+    checks.values(f"{name}: clean, counterfactual metric ({stored['pairs']} pairs)",
+                  [(runs.clean, stored["clean_metric"]), (runs.corrupt, stored["counterfactual_metric"])])
+    checks.values(f"{name}: named edge circuit's faithfulness (gap scale)", [(runs.kept(circuit), stored["faithfulness"])])
+    checks.values(f"{name}: circuit edges' share alone", [(runs.alone([e]), s["alone"]) for e, s in zip(circuit, stored["circuit"])])
+    positional = stored.get("positional")
+    if positional:
+        edges = [parse_edge(e["edge"]) for e in positional["circuit"]]
+        checks.values(f"{name}: positional circuit's faithfulness (gap scale), {len(edges)} positional edges",
+                      [(runs.kept(edges), positional["faithfulness"])])
+        checks.values(f"{name}: positional edges' share alone",
+                      [(runs.alone([e]), s["alone"]) for e, s in zip(edges, positional["circuit"])])
+        parents = list(dict.fromkeys(f"{s} -> {r}" for s, r, _ in edges))
+        named = [e["edge"] for e in stored["circuit"]]
+        share = len(set(parents) ^ set(named)) / len(set(parents) | set(named))
+        checks.values(f"{name}: positional vs aggregated changed share", [(share, positional["changed_share"])])
+    return circuit
+
+
+def check_redundancy(checks: Checks, name: str, runs: EdgeRuns, circuit: list, stored: dict) -> None:
+    named = (stored.get("redundancy") or {}).get("named")
+    if not named:
+        return
+    whole = runs.kept(circuit)
+    alone = sum(abs(runs.alone([e])) for e in circuit)
+    checks.values(f"{name}: redundancy additivity (sum of single-edge shares / f(C))", [(alone / whole, named["additivity"])])
+    necessity, sufficiency = [], []
+    for group in named["groups"]:
+        sender = group["sender"]
+        without = [e for e in circuit if e[0] != sender]
+        necessity.append((whole - runs.kept(without), group["necessity"]))
+        if group["sufficiency"] is not None:
+            layer = re.match(r"L(\d+)H", sender).group(1)
+            others = {e[0] for e in circuit if e[0].startswith(f"L{layer}H") and e[0] != sender}
+            sufficiency.append((runs.kept([e for e in circuit if e[0] not in others]), group["sufficiency"]))
+    checks.values(f"{name}: redundancy necessity per sender (f(C) - f(C without its edges))", necessity)
+    if sufficiency:
+        checks.values(f"{name}: redundancy sufficiency per head (f with its layer's other circuit heads out)", sufficiency)
+
+
+def check_heads(checks: Checks, name: str, W: Weights, pairs: Pairs, reference, runs: EdgeRuns, stored: dict) -> None:
+    """The report's head circuit(s) as node ablation by position means over the reference."""
+    circuit = stored.get("circuit") or {}
+    results = {key: circuit[key] for key in ("faithfulness", "head_faithfulness") if circuit.get(key)}
+    results.update({f"knockout {head}": value for head, value in (circuit.get("knockout") or {}).items()})
+    if not results:
+        return
+    means = position_means(W, reference, pairs.clean.shape[1])
+    empty = head_metric(W, pairs, means, {})[0]
+    clean_m, corrupt_m = runs.clean, runs.corrupt
+    rows = []
+    for what, result in results.items():
+        m, restored = head_metric(W, pairs, means, parse_kept(result["nodes"]))
+        rows.append((what, m, restored, result))
+    checks.values(f"{name}: head view's empty circuit (every head mean-ablated) metric",
+                  [(empty, r["empty"]) for _, _, _, r in rows])
+    checks.values(f"{name}: head circuits' metric ({len(rows)} circuits: named, its heads everywhere, knock-outs)",
+                  [(m, r["metric"]) for _, m, _, r in rows])
+    checks.values(f"{name}: head circuits recovered (0 = counterfactual run, 1 = clean run)",
+                  [((m - corrupt_m) / (clean_m - corrupt_m), r["recovered"]) for _, m, _, r in rows])
+    checks.values(f"{name}: head circuits normalised (0 = every head mean-ablated, 1 = full model)",
+                  [((m - empty) / (clean_m - empty), r["normalised"]) for _, m, _, r in rows])
+    checks.values(f"{name}: head circuits' restored share", [(restored, r["accuracy"]) for _, _, restored, r in rows])
+
+
+MIB_NODE = re.compile(r"^a(\d+)\.h(\d+)$|^m(\d+)$|^input$|^logits$")
+
+
+def mib_node(name: str) -> str:
+    match = MIB_NODE.match(name)
+    if match is None:
+        raise ValueError(f"unknown MIB node {name!r}")
+    if match.group(1) is not None:
+        return f"L{match.group(1)}H{match.group(2)}"
+    if match.group(3) is not None:
+        return f"MLP{match.group(3)}"
+    return "embed" if name == "input" else "logits"
+
+
+def check_mib(checks: Checks, name: str, file: Path, W: Weights, runs: EdgeRuns, circuit: list) -> None:
+    data = json.loads(file.read_text())
+    mine_edges = set(all_edges(W))
+    scores, flags, zero = [], [], []
+    kept = {(s, r) for s, r, _ in circuit}
+    for key, edge in data["edges"].items():
+        sender, rest = key.split("->")
+        receiver, port = (rest[:-3], rest[-2]) if rest.endswith(">") else (rest, None)
+        s, r = mib_node(sender), mib_node(receiver) + (f".{port}" if port else "")
+        if (s, r) not in mine_edges:     # an MLP of an attention-only model: MIB's graph always has one
+            zero.append((edge["score"], 0.0))
+            continue
+        scores.append((edge["score"], runs.clean - runs.metric(only([(s, r, None)], runs.T))))
+        flags.append((float(edge["in_graph"]), float((s, r) in kept)))
+    checks.values(f"{name}: MIB scores = -(metric change with the edge alone counterfactual), metric units", scores)
+    if zero:
+        checks.values(f"{name}: MIB edges of absent MLPs score 0", zero, 0.0)
+    checks.values(f"{name}: MIB in_graph = the named circuit", flags, 0.0)
+    checks.truth(f"{name}: MIB holds every edge of the graph", len(scores) == len(mine_edges), len(scores))
+
+
+def check_at_target(checks: Checks, name: str, runs: EdgeRuns, at_target: dict, target: float) -> None:
+    """joint.at_target: the joint circuit pruned until one more edge would take it below the target."""
+    edges = [parse_edge(e) for e in at_target["circuit"]]
+    value = runs.kept(edges)
+    checks.values(f"{name}: joint.at_target faithfulness ({len(edges)} edges)", [(value, at_target["faithfulness"])])
+    checks.truth(f"{name}: joint.at_target keeps the target {target:.0%}", value >= target, 1, f"{value:.4f}")
+    without = [runs.kept(edges[:i] + edges[i + 1:]) for i in range(len(edges))]
+    checks.truth(f"{name}: joint.at_target has no edge to spare (each one dropped goes below {target:.0%})",
+                 all(v < target for v in without), len(edges), f"best without one: {max(without, default=0):.4f}")
+
+
+# ---- the census over training --------------------------------------------------------------------
+
+def path_label(circuit: dict, claim: float):
+    """The mechanism a step names, from its stored facts: the paths whose sender patched at every
+    position or at its best single one recovers `claim` of the gap; the heads when none does."""
+    if not circuit["nodes"]:
+        return None
+    paths = circuit.get("paths") or ([circuit["edge"]] if circuit.get("edge") else [])
+    named = frozenset((p["component"], p["sender"], p["receiver"]) for p in paths
+                      if max(v for v in (p["recovered"], p["everywhere"], -math.inf) if v is not None) >= claim)
+    return named or ("heads", tuple(dict.fromkeys(n.split("@")[0] for n in circuit["nodes"])))
+
+
+def check_timeline(checks: Checks, sweep: Path) -> None:
+    from probes.settings import DEFAULT    # the report's settings: how many pairs, the path claim
+    from dataclasses import asdict
+    from tasks.training.runs import Run
+
+    settings = asdict(DEFAULT)
+    census = json.loads((sweep / "census" / "census.json").read_text())
+    for group in census["groups"]:
+        stored = group.get("timeline")
+        if not stored:
+            continue
+        folder = sweep / group["point"] / group["model_name"]
+        labels, gaps, paths = {}, [], []
+        for timeline_file in sorted(folder.glob("seed*/timeline.json")):
+            run = Run(timeline_file.parent)
+            data = json.loads(timeline_file.read_text())
+            batch, _ = run_pairs(run, settings)
+            pairs = Pairs.of(batch)
+            for entry in data["snapshots"]:
+                W = Weights.load(run.path / entry["file"], run.config["spec"])
+                runs = EdgeRuns(W, pairs)
+                gaps.append((runs.gap, entry["gap"]))
+                for p in entry["circuit"].get("paths") or []:
+                    edge = (p["sender"], f"{p['receiver']}.{p['component']}")
+                    paths.append((runs.denoise([(*edge, None)]), p["everywhere"]))
+                    if p["position"] >= 0:
+                        paths.append((runs.denoise([(*edge, p["position"])]), p["recovered"]))
+            labels[run.seed] = [(e["step"], path_label(e["circuit"], settings["path_claim"])) for e in data["snapshots"]]
+        where = f"timeline {group['point']}/{group['model_name']}"
+        checks.values(f"{where}: every snapshot's gap (clean - counterfactual metric, {len(labels)} seeds)", gaps)
+        checks.values(f"{where}: traced snapshots' path shares (every position, best single position)", paths)
+        grid = sorted({step for entries in labels.values() for step, _ in entries})
+        agreeing, stopped = [], []
+        for step, row in zip(grid, stored["steps"]):
+            now = {seed: [label for s, label in entries if s <= step][-1] for seed, entries in labels.items()}
+            agreeing.append((sum(now[seed] == entries[-1][1] for seed, entries in labels.items()), row["agreeing"]))
+            stopped.append((sum(entries[-1][0] <= step for entries in labels.values()), row["stopped"]))
+        checks.truth(f"{where}: census steps = the snapshot steps", grid == [r["step"] for r in stored["steps"]], len(grid))
+        checks.values(f"{where}: seeds naming their final mechanism per step", agreeing, 0.0)
+        checks.values(f"{where}: seeds stopped per step", stopped, 0.0)
+        shares = [a / len(labels) for a, _ in agreeing]
+        first = None
+        for step, share in zip(grid[:-1], shares[:-1]):
+            first = (step if first is None else first) if share >= 0.9 else None
+        checks.truth(f"{where}: told from step {first}", first == stored["predictable_from"], 1,
+                     f"census says {stored['predictable_from']}")
+        traced = {seed: next((s for s, label in entries if label is not None), entries[-1][0]) for seed, entries in labels.items()}
+        checks.truth(f"{where}: first traced step per seed", {str(k): v for k, v in traced.items()} == stored["first_traced"],
+                     len(traced))
+
+
+# ---- the whole report ----------------------------------------------------------------------------
+
+def verify_runs(checks: Checks, runs_dir: Path, joint: bool) -> None:
+    from tasks.training.runs import find_runs
+
+    report = json.loads((runs_dir / "report" / "report.json").read_text())
+    settings = report["settings"]
+    edge_circuits = {(e["model_name"], e["seed"]): e for e in report["edge_circuits"]}
+    entries = {(r["model_name"], r["seed"]): r for r in report["runs"]}
+    for run in find_runs(runs_dir):
+        key, name = (run.model_name, run.seed), f"{run.model_name} seed {run.seed}"
+        if key not in entries:
+            continue
+        try:
+            W = Weights.load(run.path / "model.safetensors", run.config["spec"])
+        except ValueError as skipped:
+            print(f"skip  {name}: {skipped}")
+            continue
+        batch, reference = run_pairs(run, settings)
+        pairs = Pairs.of(batch)
+        check_forward(checks, name, run, W, pairs)
+        runs = EdgeRuns(W, pairs)
+        check_heads(checks, name, W, pairs, reference, runs, entries[key])
+        if key not in edge_circuits:
+            continue
+        stored = edge_circuits[key]
+        circuit = check_edges(checks, name, runs, stored)
+        check_redundancy(checks, name, runs, circuit, stored)
+        found = ((stored.get("redundancy") or {}).get("joint") or {}).get("at_target")
+        if found:
+            check_at_target(checks, name, runs, found, stored["target"])
+        if joint:
+            check_at_target(checks, f"{name} (joint search run here)", runs, joint_at_target(run, batch, circuit),
+                            stored["target"])
+        for folder in (runs_dir / "report" / "mib", runs_dir / "exports" / "mib"):
+            for file in sorted(folder.glob(f"{run.model_name}_seed{run.seed}*.json")):
+                if file.stem in (f"{run.model_name}_seed{run.seed}", f"{run.model_name}_seed{run.seed}_oracle"):
+                    check_mib(checks, f"{name} {file.relative_to(runs_dir)}", file, W, runs, circuit)
+
+
+def joint_at_target(run, batch, circuit) -> dict:
+    """toylens's joint search pruned from the named circuit, as the report runs it where a circuit
+    shows overlap (here on any run, to have an at_target to check): the product's result, checked above
+    by this file's own measurements."""
+    from models.graph import graph_of
+    from probes.circuits.methods.joint import joint_search
+
+    model = run.load_model()
+    graph = graph_of(run.spec)
+    by_name = {str(e): e for e in graph.edges}
+    start = frozenset(by_name[f"{s} -> {r}"] for s, r, _ in circuit)
+    found = joint_search(model, batch, graph, start=start, alternatives=0, tighten=True)
+    return {"circuit": [str(e) for e in graph.edges if e in found.at_target.circuit],
+            "faithfulness": found.at_target.faithfulness}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs_dir", type=Path, help="a runs folder with report/report.json")
+    parser.add_argument("--sweep", type=Path, help="a sweep folder trained with --snapshot-every (its census)")
+    parser.add_argument("--joint", action="store_true", help="also run the joint search here and check its at_target")
+    parser.add_argument("--tolerance", type=float, default=1e-4, help="largest difference that passes (default 1e-4)")
+    args = parser.parse_args(argv)
+    torch.set_grad_enabled(False)
+    checks = Checks(args.tolerance)
+    verify_runs(checks, args.runs_dir, args.joint)
+    if args.sweep:
+        check_timeline(checks, args.sweep)
+    print(f"{len(checks.lines)} checks, {len(checks.failed)} failed")
+    return 1 if checks.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
