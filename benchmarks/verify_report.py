@@ -59,18 +59,21 @@ class Weights:
     n_heads: int
     d_head: int
     mlp: bool
+    norm: bool
 
     @classmethod
     def load(cls, file: Path, spec: dict) -> "Weights":
-        plain = ("softmax", "LN", "pre", "learned", True, True)
-        got = (spec["attention"], spec["norm"], spec["norm_place"], spec["positions"], spec["residual"],
-               spec["scale_scores"])
-        if got != plain:
-            raise ValueError(f"verify_report's forward covers pre-LN softmax GPTs with learned positions, not {got}")
+        got = (spec["attention"], spec["norm_place"], spec["positions"], spec["residual"], spec["scale_scores"])
+        if got != ("softmax", "pre", "learned", True, True) or spec["norm"] not in ("LN", None):
+            raise ValueError(f"verify_report's forward covers softmax GPTs with learned positions and pre-LN or "
+                             f"no norm, not {(*got, spec['norm'])}")
         return cls(load_file(str(file)), spec["n_layers"], spec["n_heads"], spec["d_model"] // spec["n_heads"],
-                   spec["mlp"])
+                   spec["mlp"], spec["norm"] == "LN")
 
-    def __getitem__(self, name: str) -> torch.Tensor:
+    def __getitem__(self, name: str) -> torch.Tensor | None:
+        """A tensor by its checkpoint name; None only for the norms of a model without them."""
+        if not self.norm and re.search(r"ln\w*\.(weight|bias)$", name):
+            return None
         return self.tensors[name]
 
     def heads(self) -> list[str]:
@@ -84,7 +87,8 @@ class Weights:
 
 
 def layer_norm(x, w, b):
-    return F.layer_norm(x, (x.shape[-1],), w, b, eps=1e-5)
+    """TransformerLens's LayerNorm (eps 1e-5); a model without norms has no weights for it."""
+    return x if w is None else F.layer_norm(x, (x.shape[-1],), w, b, eps=1e-5)
 
 
 def stage(node: str) -> int:
@@ -309,6 +313,23 @@ def head_metric(W: Weights, pairs: Pairs, means: dict, kept: dict) -> tuple[floa
     return metric(forward(W, pairs.clean, z_override=override)[0], pairs)
 
 
+def head_circuits(W: Weights, circuit: dict) -> list[tuple[str, dict, dict]]:
+    """(what, kept, stored Faithfulness) of a run's head circuit: the circuit, its heads at every
+    position, each knock-out (the full model minus one head) and each step of the search's trace.
+    A result naming its heads ('nodes') is read as named; otherwise from the circuit's 'kept'."""
+    kept = circuit["kept"] if "kept" in circuit else parse_kept(circuit["faithfulness"]["nodes"])
+    kept = {head: None if where is None else tuple(where) for head, where in kept.items()}
+    out = [("circuit", kept, circuit["faithfulness"])]
+    if circuit.get("head_faithfulness"):
+        out.append(("its heads at every position", dict.fromkeys(kept), circuit["head_faithfulness"]))
+    for head, result in (circuit.get("knockout") or {}).items():
+        out.append((f"knockout {head}", dict.fromkeys(h for h in W.heads() if h != head), result))
+    out = [(what, parse_kept(result["nodes"]) if "nodes" in result else heads, result) for what, heads, result in out]
+    for heads, recovered, normalised in circuit.get("trace") or []:
+        out.append((f"trace {'+'.join(heads)}", dict.fromkeys(heads), {"recovered": recovered, "normalised": normalised}))
+    return out
+
+
 def parse_kept(nodes: list[str]) -> dict:
     out = {}
     for node in nodes:
@@ -325,9 +346,12 @@ class Checks:
     def __init__(self, tolerance: float):
         self.tolerance, self.failed, self.lines = tolerance, [], []
 
-    def values(self, what: str, pairs: list[tuple[float, float]], tolerance: float | None = None) -> None:
+    def values(self, what: str, pairs: list[tuple[float, float]], tolerance: float | None = None,
+               scale: float = 1.0) -> None:
+        """Differences in metric units: a share of a gap is compared times that gap (`scale`), so a
+        run whose gap is tiny (a share then amplifies float noise) is judged on what was measured."""
         tolerance = self.tolerance if tolerance is None else tolerance
-        diffs = [abs(a - b) if not (a is None or b is None) else math.inf for a, b in pairs]
+        diffs = [abs(a - b) * abs(scale) if not (a is None or b is None) else math.inf for a, b in pairs]
         worst = max(diffs, default=0.0)
         self.report(what, len(pairs), worst, worst <= tolerance and bool(pairs))
 
@@ -366,15 +390,17 @@ def check_edges(checks: Checks, name: str, runs: EdgeRuns, stored: dict) -> list
     circuit = [parse_edge(e["edge"]) for e in stored["circuit"]]
     checks.values(f"{name}: clean, counterfactual metric ({stored['pairs']} pairs)",
                   [(runs.clean, stored["clean_metric"]), (runs.corrupt, stored["counterfactual_metric"])])
-    checks.values(f"{name}: named edge circuit's faithfulness (gap scale)", [(runs.kept(circuit), stored["faithfulness"])])
-    checks.values(f"{name}: circuit edges' share alone", [(runs.alone([e]), s["alone"]) for e, s in zip(circuit, stored["circuit"])])
+    checks.values(f"{name}: named edge circuit's faithfulness (gap scale)", [(runs.kept(circuit), stored["faithfulness"])],
+                  scale=runs.gap)
+    checks.values(f"{name}: circuit edges' share alone",
+                  [(runs.alone([e]), s["alone"]) for e, s in zip(circuit, stored["circuit"])], scale=runs.gap)
     positional = stored.get("positional")
     if positional:
         edges = [parse_edge(e["edge"]) for e in positional["circuit"]]
         checks.values(f"{name}: positional circuit's faithfulness (gap scale), {len(edges)} positional edges",
-                      [(runs.kept(edges), positional["faithfulness"])])
+                      [(runs.kept(edges), positional["faithfulness"])], scale=runs.gap)
         checks.values(f"{name}: positional edges' share alone",
-                      [(runs.alone([e]), s["alone"]) for e, s in zip(edges, positional["circuit"])])
+                      [(runs.alone([e]), s["alone"]) for e, s in zip(edges, positional["circuit"])], scale=runs.gap)
         parents = list(dict.fromkeys(f"{s} -> {r}" for s, r, _ in edges))
         named = [e["edge"] for e in stored["circuit"]]
         share = len(set(parents) ^ set(named)) / len(set(parents) | set(named))
@@ -388,7 +414,8 @@ def check_redundancy(checks: Checks, name: str, runs: EdgeRuns, circuit: list, s
         return
     whole = runs.kept(circuit)
     alone = sum(abs(runs.alone([e])) for e in circuit)
-    checks.values(f"{name}: redundancy additivity (sum of single-edge shares / f(C))", [(alone / whole, named["additivity"])])
+    checks.values(f"{name}: redundancy additivity (sum of single-edge shares / f(C))", [(alone / whole, named["additivity"])],
+                  scale=whole * runs.gap)
     necessity, sufficiency = [], []
     for group in named["groups"]:
         sender = group["sender"]
@@ -398,34 +425,33 @@ def check_redundancy(checks: Checks, name: str, runs: EdgeRuns, circuit: list, s
             layer = re.match(r"L(\d+)H", sender).group(1)
             others = {e[0] for e in circuit if e[0].startswith(f"L{layer}H") and e[0] != sender}
             sufficiency.append((runs.kept([e for e in circuit if e[0] not in others]), group["sufficiency"]))
-    checks.values(f"{name}: redundancy necessity per sender (f(C) - f(C without its edges))", necessity)
+    checks.values(f"{name}: redundancy necessity per sender (f(C) - f(C without its edges))", necessity,
+                  scale=runs.gap)
     if sufficiency:
-        checks.values(f"{name}: redundancy sufficiency per head (f with its layer's other circuit heads out)", sufficiency)
+        checks.values(f"{name}: redundancy sufficiency per head (f with its layer's other circuit heads out)",
+                      sufficiency, scale=runs.gap)
 
 
 def check_heads(checks: Checks, name: str, W: Weights, pairs: Pairs, reference, runs: EdgeRuns, stored: dict) -> None:
     """The report's head circuit(s) as node ablation by position means over the reference."""
-    circuit = stored.get("circuit") or {}
-    results = {key: circuit[key] for key in ("faithfulness", "head_faithfulness") if circuit.get(key)}
-    results.update({f"knockout {head}": value for head, value in (circuit.get("knockout") or {}).items()})
-    if not results:
+    circuit = stored.get("circuit")
+    if not circuit:
         return
     means = position_means(W, reference, pairs.clean.shape[1])
     empty = head_metric(W, pairs, means, {})[0]
     clean_m, corrupt_m = runs.clean, runs.corrupt
-    rows = []
-    for what, result in results.items():
-        m, restored = head_metric(W, pairs, means, parse_kept(result["nodes"]))
-        rows.append((what, m, restored, result))
+    rows = [(what, *head_metric(W, pairs, means, kept), result) for what, kept, result in head_circuits(W, circuit)]
+    full = [row for row in rows if "metric" in row[3]]
     checks.values(f"{name}: head view's empty circuit (every head mean-ablated) metric",
-                  [(empty, r["empty"]) for _, _, _, r in rows])
-    checks.values(f"{name}: head circuits' metric ({len(rows)} circuits: named, its heads everywhere, knock-outs)",
-                  [(m, r["metric"]) for _, m, _, r in rows])
-    checks.values(f"{name}: head circuits recovered (0 = counterfactual run, 1 = clean run)",
-                  [((m - corrupt_m) / (clean_m - corrupt_m), r["recovered"]) for _, m, _, r in rows])
-    checks.values(f"{name}: head circuits normalised (0 = every head mean-ablated, 1 = full model)",
-                  [((m - empty) / (clean_m - empty), r["normalised"]) for _, m, _, r in rows])
-    checks.values(f"{name}: head circuits' restored share", [(restored, r["accuracy"]) for _, _, restored, r in rows])
+                  [(empty, r["empty"]) for _, _, _, r in full])
+    checks.values(f"{name}: head circuits' metric ({len(full)} circuits: named, its heads everywhere, knock-outs)",
+                  [(m, r["metric"]) for _, m, _, r in full])
+    checks.values(f"{name}: head circuits and search trace, recovered (0 = counterfactual run, 1 = clean run)",
+                  [((m - corrupt_m) / (clean_m - corrupt_m), r["recovered"]) for _, m, _, r in rows],
+                  scale=clean_m - corrupt_m)
+    checks.values(f"{name}: head circuits and search trace, normalised (0 = every head mean-ablated, 1 = full model)",
+                  [((m - empty) / (clean_m - empty), r["normalised"]) for _, m, _, r in rows], scale=clean_m - empty)
+    checks.values(f"{name}: head circuits' restored share", [(restored, r["accuracy"]) for _, _, restored, r in full])
 
 
 MIB_NODE = re.compile(r"^a(\d+)\.h(\d+)$|^m(\d+)$|^input$|^logits$")
@@ -467,11 +493,56 @@ def check_at_target(checks: Checks, name: str, runs: EdgeRuns, at_target: dict, 
     """joint.at_target: the joint circuit pruned until one more edge would take it below the target."""
     edges = [parse_edge(e) for e in at_target["circuit"]]
     value = runs.kept(edges)
-    checks.values(f"{name}: joint.at_target faithfulness ({len(edges)} edges)", [(value, at_target["faithfulness"])])
+    checks.values(f"{name}: joint.at_target faithfulness ({len(edges)} edges)", [(value, at_target["faithfulness"])],
+                  scale=runs.gap)
     checks.truth(f"{name}: joint.at_target keeps the target {target:.0%}", value >= target, 1, f"{value:.4f}")
     without = [runs.kept(edges[:i] + edges[i + 1:]) for i in range(len(edges))]
     checks.truth(f"{name}: joint.at_target has no edge to spare (each one dropped goes below {target:.0%})",
                  all(v < target for v in without), len(edges), f"best without one: {max(without, default=0):.4f}")
+
+
+def attribution_node(node: dict, n_heads: int, receiving: bool) -> tuple[str, str | None]:
+    """(component, port) of an attribution-graph node from its id: E_tok_p (embeddings),
+    layer_feature_p with features 4 per head (output and q, k, v) then the MLP, L_token_p (logit)."""
+    kind, layer, position = node["node_id"].split("_")[0], node["layer"], node["ctx_idx"]
+    if node["feature_type"] == "logit":
+        return "logits", None
+    if kind == "E":
+        return "embed", None
+    feature = node["feature"]
+    if feature == 4 * n_heads:
+        return f"MLP{layer}", None
+    port = "qkv"[feature % 4] if receiving else None
+    return f"L{layer}H{feature // 4}", port
+
+
+def check_attribution(checks: Checks, name: str, file: Path, W: Weights, vocabulary: list[str]) -> None:
+    """Every link of one exported prompt: weight = clean metric - metric with that edge alone, at
+    its position, given its counterfactual write; the prompt rebuilt from the file's own tokens."""
+    data = json.loads(file.read_text())
+    info, nodes = data["metadata"]["info"], {n["node_id"]: n for n in data["nodes"]}
+    index = {word: i for i, word in enumerate(vocabulary)}
+    logit = next(n for n in data["nodes"] if n["feature_type"] == "logit")
+    foil_word = re.search(r" - logit '(.*)' at p\d+$", logit["clerp"])
+    tokens = torch.tensor([[index[w] for w in data["metadata"]["prompt_tokens"]]])
+    corrupt = torch.tensor([[index[w] for w in info["counterfactual_tokens"]]])
+    pairs = Pairs(tokens, corrupt, torch.zeros(1, dtype=torch.long), torch.tensor([logit["ctx_idx"]]),
+                  torch.tensor([logit["feature"]]),
+                  torch.tensor([index[foil_word.group(1)] if foil_word else NO_FOIL]), torch.tensor([tokens.shape[1] + 1]))
+    runs = EdgeRuns(W, pairs)
+    checks.values(f"{name}: clean, counterfactual metric of the prompt",
+                  [(runs.clean, info["clean_metric"]), (runs.corrupt, info["counterfactual_metric"])])
+    weights = []
+    for link in data["links"]:
+        sender, _ = attribution_node(nodes[link["source"]], W.n_heads, False)
+        receiver, port = attribution_node(nodes[link["target"]], W.n_heads, True)
+        position = nodes[link["source"]]["ctx_idx"]
+        edge = (sender, receiver + (f".{port}" if port else ""), position)
+        weights.append((runs.clean - runs.metric(only([edge], runs.T)), link["weight"]))
+    checks.values(f"{name}: link weights (-(metric change), the edge alone at its position)", weights)
+    floor = 0.01 * abs(runs.gap)
+    checks.truth(f"{name}: every link at least 1% of the prompt's gap", all(abs(w) >= floor * 0.999 for _, w in weights),
+                 len(weights))
 
 
 # ---- the census over training --------------------------------------------------------------------
@@ -511,13 +582,13 @@ def check_timeline(checks: Checks, sweep: Path) -> None:
                 gaps.append((runs.gap, entry["gap"]))
                 for p in entry["circuit"].get("paths") or []:
                     edge = (p["sender"], f"{p['receiver']}.{p['component']}")
-                    paths.append((runs.denoise([(*edge, None)]), p["everywhere"]))
+                    paths.append((runs.denoise([(*edge, None)]) * runs.gap, p["everywhere"] * runs.gap))
                     if p["position"] >= 0:
-                        paths.append((runs.denoise([(*edge, p["position"])]), p["recovered"]))
+                        paths.append((runs.denoise([(*edge, p["position"])]) * runs.gap, p["recovered"] * runs.gap))
             labels[run.seed] = [(e["step"], path_label(e["circuit"], settings["path_claim"])) for e in data["snapshots"]]
         where = f"timeline {group['point']}/{group['model_name']}"
         checks.values(f"{where}: every snapshot's gap (clean - counterfactual metric, {len(labels)} seeds)", gaps)
-        checks.values(f"{where}: traced snapshots' path shares (every position, best single position)", paths)
+        checks.values(f"{where}: traced snapshots' path shares times the gap (every position, best single position)", paths)
         grid = sorted({step for entries in labels.values() for step, _ in entries})
         agreeing, stopped = [], []
         for step, row in zip(grid, stored["steps"]):
@@ -561,6 +632,8 @@ def verify_runs(checks: Checks, runs_dir: Path, joint: bool) -> None:
         check_forward(checks, name, run, W, pairs)
         runs = EdgeRuns(W, pairs)
         check_heads(checks, name, W, pairs, reference, runs, entries[key])
+        for file in sorted((runs_dir / "exports" / "attribution").glob(f"{run.model_name}_seed{run.seed}_pair*.json")):
+            check_attribution(checks, f"{name} {file.relative_to(runs_dir)}", file, W, run.config["vocabulary"])
         if key not in edge_circuits:
             continue
         stored = edge_circuits[key]
@@ -599,7 +672,7 @@ def main(argv=None) -> int:
     parser.add_argument("runs_dir", type=Path, help="a runs folder with report/report.json")
     parser.add_argument("--sweep", type=Path, help="a sweep folder trained with --snapshot-every (its census)")
     parser.add_argument("--joint", action="store_true", help="also run the joint search here and check its at_target")
-    parser.add_argument("--tolerance", type=float, default=1e-4, help="largest difference that passes (default 1e-4)")
+    parser.add_argument("--tolerance", type=float, default=1e-5, help="largest difference that passes, in metric units (default 1e-5)")
     args = parser.parse_args(argv)
     torch.set_grad_enabled(False)
     checks = Checks(args.tolerance)

@@ -1,0 +1,68 @@
+"""benchmarks/verify_report.py recomputes a report's numbers with its own forward: it passes on a
+tiny report and fails when a stored number, an exported score or a circuit's edge is altered."""
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import verify_report  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def reported(tiny_runs, tmp_path_factory):
+    """A copy of the tiny runs with their report (min_gap 0: a 150-step run barely tells its pairs apart)."""
+    from probes.report.measure import measure_run
+    from probes.settings import ReportSettings
+    from tasks.training.runs import find_runs
+    from toylens.report import publish_report
+
+    runs = tmp_path_factory.mktemp("verify") / "winograd"
+    shutil.copytree(tiny_runs, runs, ignore=lambda folder, names: ["report"] if Path(folder) == Path(tiny_runs) else [])
+    settings = ReportSettings(min_gap=0.0)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("probes.settings.DEFAULT", settings)
+        out = runs / "report"
+        publish_report([measure_run(run, out, settings) for run in find_runs(runs)], out, task="winograd")
+    return runs
+
+
+def edited(runs: Path, tmp_path: Path, relative: str, change) -> Path:
+    copy = tmp_path / "winograd"
+    shutil.copytree(runs, copy)
+    data = json.loads((copy / relative).read_text())
+    change(data)
+    (copy / relative).write_text(json.dumps(data))
+    return copy
+
+
+def test_the_tiny_report_verifies(reported, capsys):
+    # In metric units: the tiny runs' metric is ~0.03, float32 noise ~1e-7.
+    assert verify_report.main([str(reported), "--tolerance", "1e-6"]) == 0
+    out = capsys.readouterr().out
+    for check in ("forward = the bridge's logits", "named edge circuit's faithfulness", "positional circuit's faithfulness",
+                  "normalised (0 = every head", "MIB scores"):
+        assert f"{check}" in out and "FAIL" not in out
+
+
+def first_edge_circuit(data):
+    return data["edge_circuits"][0]
+
+
+@pytest.mark.parametrize("relative, change, caught", [
+    ("report/report.json", lambda d: first_edge_circuit(d).__setitem__("faithfulness", first_edge_circuit(d)["faithfulness"] + 0.5),
+     "named edge circuit's faithfulness"),
+    ("report/report.json", lambda d: first_edge_circuit(d)["positional"].__setitem__("faithfulness", 0.5),
+     "positional circuit's faithfulness"),
+    ("report/report.json", lambda d: next(r for r in d["runs"] if r["circuit"])["circuit"]["faithfulness"].__setitem__(
+        "normalised", 0.0), "normalised (0 = every head"),
+    ("report/mib/attn-only-2x1_seed0.json",
+     lambda d: d["edges"]["input->logits"].__setitem__("score", d["edges"]["input->logits"]["score"] + 1e-3), "MIB scores"),
+])
+def test_an_altered_number_fails(reported, tmp_path, capsys, relative, change, caught):
+    assert verify_report.main([str(edited(reported, tmp_path, relative, change)), "--tolerance", "1e-6"]) == 1
+    failed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("FAIL")]
+    assert failed and all(caught in line for line in failed)
