@@ -66,3 +66,18 @@ def test_an_altered_number_fails(reported, tmp_path, capsys, relative, change, c
     assert verify_report.main([str(edited(reported, tmp_path, relative, change)), "--tolerance", "1e-6"]) == 1
     failed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("FAIL")]
     assert failed and all(caught in line for line in failed)
+
+
+def test_the_path_table_states_the_naming_rule(tmp_path):
+    """Found by verify_report's read of report.md: the every-position path table said the summary
+    names a path only from the single-position patches, but the label rule names a path when either
+    view recovers path_claim of the gap (probes.circuits.labels.named_paths)."""
+    from probes.report.document import run_section
+    from probes.settings import ReportSettings
+    from test_html_report import hand_measured
+
+    settings = ReportSettings(min_gap=0.0, path_claim=0.4)
+    analysis = next(m.results["runs"] for m in hand_measured(tmp_path, settings) if m.results["runs"].paths)
+    text = run_section(analysis, settings)
+    assert "Path patches, sender at every position" in text
+    assert "names a path when this patch or the sender's best single position below recovers 40% of the gap" in text

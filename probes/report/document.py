@@ -159,8 +159,8 @@ def run_section(analysis, settings: ReportSettings) -> str:
         return "\n".join(parts + [patched + ".", "", analysis.note])
     parts += [patched + ", strongest single head outputs:", "", patching_table(analysis), ""]
     if analysis.paths:
-        parts += ["Path patches, sender at every position (measurements; the summary names a path only "
-                  "from the single-position patches below, when one recovers enough):", "",
+        parts += [f"Path patches, sender at every position (the summary names a path when this patch or the "
+                  f"sender's best single position below recovers {settings.path_claim:.0%} of the gap):", "",
                   path_table(analysis.paths, p), ""]
     if analysis.path_positions:
         parts += ["Path patches between circuit heads, sender at one position:", "",
