@@ -427,9 +427,46 @@ def check_redundancy(checks: Checks, name: str, runs: EdgeRuns, circuit: list, s
             sufficiency.append((runs.kept([e for e in circuit if e[0] not in others]), group["sufficiency"]))
     checks.values(f"{name}: redundancy necessity per sender (f(C) - f(C without its edges))", necessity,
                   scale=runs.gap)
+    verdict = structure_of(runs, circuit, whole, alone)
+    checks.truth(f"{name}: redundancy verdict {verdict[0]}, alternatives {verdict[1]}, shared {verdict[2]}",
+                 verdict[:3] == (named["structure"], named["alternatives"], named["shared"]), 1,
+                 f"report: {named['structure']}, {named['alternatives']}, {named['shared']}")
+    joint = (stored.get("redundancy") or {}).get("joint")
+    checks.truth(f"{name}: the joint search ran iff the circuit shows overlap ({verdict[3]})",
+                 (joint is not None) == bool(verdict[3]), 1)
     if sufficiency:
         checks.values(f"{name}: redundancy sufficiency per head (f with its layer's other circuit heads out)",
                       sufficiency, scale=runs.gap)
+
+
+def structure_of(runs: EdgeRuns, circuit: list, whole: float, alone_sum: float):
+    """(structure, alternatives, shared, why redundant) of a circuit from this file's measurements,
+    by the rule docs/joint.md states: a layer's circuit heads are alternatives when two or more each
+    keep >= 90% of f(C) with the layer's other circuit heads out and none costs >= 10% knocked out;
+    shared when none suffices and their single knock-outs add up to less than knocking all out (by
+    10%); overlap also shows as an edge needed in the circuit (>= 10%) but not alone, or additivity
+    below 90%."""
+    heads = list(dict.fromkeys(e[0] for e in circuit if re.match(r"L\d+H\d+$", e[0])))
+    layers = sorted({int(h[1:].split("H")[0]) for h in heads})
+    alternatives, shared = [], []
+    for layer in layers:
+        peers = [h for h in heads if h.startswith(f"L{layer}H")]
+        if len(peers) < 2:
+            continue
+        cost = {h: whole - runs.kept([e for e in circuit if e[0] != h]) for h in peers}
+        keeps = {h: runs.kept([e for e in circuit if e[0] not in set(peers) - {h}]) for h in peers}
+        together = whole - runs.kept([e for e in circuit if e[0] not in peers])
+        sufficient = [h for h in peers if keeps[h] >= 0.9 * whole]
+        if len(sufficient) >= 2 and all(c < 0.1 for c in cost.values()):
+            alternatives.append(sufficient)
+        elif together >= 0.1 and not sufficient and sum(cost.values()) < together - 0.1:
+            shared.append(peers)
+    backed = [e for e in circuit if whole - runs.kept([x for x in circuit if x != e]) >= 0.1 and abs(runs.alone([e])) < 0.1]
+    why = ", ".join(filter(None, ["alternatives" * bool(alternatives), "shared" * bool(shared),
+                                  f"{len(backed)} backed-up edge(s)" * bool(backed),
+                                  "additivity below 90%" * (alone_sum / whole < 0.9)]))
+    structure = "alternatives" if alternatives else "shared" if shared else "series"
+    return structure, alternatives, shared, why
 
 
 def check_heads(checks: Checks, name: str, W: Weights, pairs: Pairs, reference, runs: EdgeRuns, stored: dict) -> None:
@@ -452,6 +489,10 @@ def check_heads(checks: Checks, name: str, W: Weights, pairs: Pairs, reference, 
     checks.values(f"{name}: head circuits and search trace, normalised (0 = every head mean-ablated, 1 = full model)",
                   [((m - empty) / (clean_m - empty), r["normalised"]) for _, m, _, r in rows], scale=clean_m - empty)
     checks.values(f"{name}: head circuits' restored share", [(restored, r["accuracy"]) for _, _, restored, r in full])
+    if circuit.get("upstream"):
+        m = rows[0][1]
+        checks.values(f"{name}: 'faithfulness 1 by construction': the circuit recovers the clean metric",
+                      [(m, clean_m)])
 
 
 MIB_NODE = re.compile(r"^a(\d+)\.h(\d+)$|^m(\d+)$|^input$|^logits$")
@@ -543,6 +584,80 @@ def check_attribution(checks: Checks, name: str, file: Path, W: Weights, vocabul
     floor = 0.01 * abs(runs.gap)
     checks.truth(f"{name}: every link at least 1% of the prompt's gap", all(abs(w) >= floor * 0.999 for _, w in weights),
                  len(weights))
+
+
+def pct(value: float, digits: int = 0) -> str:
+    """A share as the report writes it ("-0%" reads "0%")."""
+    text = f"{value:.{digits}%}"
+    return text[1:] if text.startswith("-") and text.strip("-0.%") == "" else text
+
+
+def sections(markdown: str, level: str) -> dict:
+    """'model seed k' -> the text under its heading of `level` ('###' or '####')."""
+    out, name = {}, None
+    for line in markdown.splitlines():
+        if line.startswith("#"):
+            match = re.match(rf"^{level} (\S+ seed \d+)$", line)
+            name = match.group(1) if match else None
+            if name:
+                out[name] = []
+            continue
+        if name:
+            out[name].append(line)
+    return {key: "\n".join(lines) for key, lines in out.items()}
+
+
+def check_words(checks: Checks, runs_dir: Path) -> None:
+    """Each number a run's sentences and the summary tables state, against report.json, by the
+    formatting the sentence uses (a claim whose number differs from its table fails)."""
+    report = json.loads((runs_dir / "report" / "report.json").read_text())
+    markdown = (runs_dir / "report" / "report.md").read_text()
+    edge_text, run_text = sections(markdown, "####"), sections(markdown, "###")
+    summary = markdown.split("## Bases and scales")[0]
+    for e in report["edge_circuits"]:
+        name = f"{e['model_name']} seed {e['seed']}"
+        text, found = edge_text.get(name, ""), []
+        expected = [f"{name}: edge circuit of {len(e['circuit'])} of {e['graph']['edges']} edges keeps "
+                    f"{pct(e['faithfulness'])} of the gap on {e['pairs']} pairs",
+                    f"clean {e['clean_metric']:.2f}, counterfactual {e['counterfactual_metric']:.2f}",
+                    f"**{len(e['circuit'])} edges**, faithfulness {pct(e['faithfulness'], 1)}"]
+        expected += [f"- {c['edge']} ({c['alone']:+.0%})" for c in e["circuit"]]
+        positional, named = e.get("positional"), (e.get("redundancy") or {}).get("named")
+        if positional:
+            expected.append(f"by position, {len(positional['circuit'])} positional edges keep "
+                            f"{pct(positional['faithfulness'])} and ignoring positions changes "
+                            f"{pct(positional['changed_share'])} of the circuit's edges")
+        if named:
+            expected.append(f"add up to {pct(named['additivity'])} of its faithfulness {pct(named['faithfulness'])}")
+            if not named["alternatives"] and not named["shared"]:
+                expected.append("no layer's heads are alternatives or share the answer")
+        missing = [x for x in expected if x not in text]
+        checks.truth(f"{name}: edge sentences state report.json's numbers", not missing, len(expected),
+                     f"missing: {missing[:2]}" if missing else "")
+        row = re.search(rf"\| {e['model_name']} \|.*?\n((?:\|.*\n)+)", summary)
+        cell = f"| {len(e['circuit'])}/{e['graph']['edges']}, {pct(e['faithfulness'])} |"
+        line = next((l for l in (row.group(1).splitlines() if row else []) if l.startswith(f"| seed {e['seed']} |")), "")
+        checks.truth(f"{name}: summary table's edges (gap) cell {cell}", line.endswith(cell), 1)
+    for r in report["runs"]:
+        circuit, name = r.get("circuit"), f"{r['model_name']} seed {r['seed']}"
+        if not circuit:
+            continue
+        f, h = circuit["faithfulness"], circuit.get("head_faithfulness")
+        text = run_text.get(name, "")
+        if circuit.get("upstream"):
+            expected = ["its faithfulness is 1 by construction (not a finding)"]
+        else:
+            expected = [f"faithfulness {f['normalised']:.2f} on the null scale ({pct(f['recovered'])} of the clean - "
+                        "counterfactual gap)"]
+            if h and not circuit.get("head_upstream"):
+                expected.append(f"its heads at every position: {h['normalised']:.2f} ({pct(h['recovered'])})")
+        for head, k in (circuit.get("knockout") or {}).items():
+            mention = f"the full model without it keeps {k['normalised']:.2f} on the null scale"
+            if f"{head} (kept" in text and "matters when mean-ablated" in text.split(f"{head} (kept")[1].split(");")[0]:
+                expected.append(mention)
+        missing = [x for x in expected if x not in text]
+        checks.truth(f"{name}: run sentences state the head circuit's faithfulness", not missing, len(expected),
+                     f"missing: {missing[:2]}" if missing else "")
 
 
 # ---- the census over training --------------------------------------------------------------------
@@ -677,6 +792,7 @@ def main(argv=None) -> int:
     torch.set_grad_enabled(False)
     checks = Checks(args.tolerance)
     verify_runs(checks, args.runs_dir, args.joint)
+    check_words(checks, args.runs_dir)
     if args.sweep:
         check_timeline(checks, args.sweep)
     print(f"{len(checks.lines)} checks, {len(checks.failed)} failed")

@@ -81,3 +81,18 @@ def test_the_path_table_states_the_naming_rule(tmp_path):
     text = run_section(analysis, settings)
     assert "Path patches, sender at every position" in text
     assert "names a path when this patch or the sender's best single position below recovers 40% of the gap" in text
+
+
+def test_the_method_table_says_where_its_scales_are_0_and_1():
+    """Found by the label review: the edge section's method table gave Spearman, AUROC, CPR and
+    CMD with no scale (CPR + CMD = 1 there only while faithfulness stays <= 1)."""
+    from models.graph import graph_of
+    from probes.circuits.named import edge_circuit
+    from probes.circuits.truth.planted import two_hop
+    from probes.report.edge_render import markdown_lines
+
+    p = two_hop(n=8)
+    text = "\n".join(markdown_lines(edge_circuit(p.model, p.batch, graph_of(p.spec), compare_methods=False), "two-hop"))
+    table = text.index("| CPR | CMD |")
+    for scale in ("-1 = reversed", "0.5 = chance", "CPR is the area under faithfulness", "0 = faithful at every size"):
+        assert scale in text[table:]
