@@ -96,3 +96,26 @@ def test_the_method_table_says_where_its_scales_are_0_and_1():
     table = text.index("| CPR | CMD |")
     for scale in ("-1 = reversed", "0.5 = chance", "CPR is the area under faithfulness", "0 = faithful at every size"):
         assert scale in text[table:]
+
+
+def test_an_attribution_graph_without_a_foil_names_the_metric_it_measured():
+    """Found by verify_report: a prompt with no foil was labelled 'answer logit', but the oracle
+    measures the answer's log-probability there (probes.patching.scored_metric); the clean metric
+    the file records is that log-probability."""
+    import dataclasses
+
+    import torch
+
+    from probes.circuits.truth.planted import two_hop
+    from probes.report.outputs.exports import attribution_graph
+    from tasks.base import NO_FOIL
+    from test_exports import one_prompt
+
+    p = two_hop(n=8)
+    prompt = one_prompt(p.batch)
+    prompt = dataclasses.replace(prompt, foils=torch.full_like(prompt.foils, NO_FOIL))
+    info = attribution_graph(p.model, prompt, p.spec, [f"t{i}" for i in range(p.spec.d_vocab)], "x", "x")["metadata"]["info"]
+    with torch.no_grad():
+        logits = p.model(prompt.inputs)[0, int(prompt.positions[0])]
+    assert info["metric"] == "answer log-prob"
+    assert abs(info["clean_metric"] - float(logits.log_softmax(-1)[int(prompt.answers[0])])) < 1e-5
