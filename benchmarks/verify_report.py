@@ -273,6 +273,12 @@ class EdgeRuns:
         """Share of the gap lost when these edges alone get their counterfactual write."""
         return (self.clean - self.metric(only(edges, self.T))) / self.gap
 
+    def every_alone(self) -> dict:
+        """(sender, receiver) -> its share alone, for every edge of the graph (measured once)."""
+        if not hasattr(self, "_alone"):
+            self._alone = {edge: self.alone([(*edge, None)]) for edge in all_edges(self.W)}
+        return self._alone
+
     def denoise(self, edges) -> float:
         """Share of the gap recovered when these edges alone get the clean write in the counterfactual
         run (path patching)."""
@@ -414,8 +420,8 @@ def check_redundancy(checks: Checks, name: str, runs: EdgeRuns, circuit: list, s
         return
     whole = runs.kept(circuit)
     alone = sum(abs(runs.alone([e])) for e in circuit)
-    checks.values(f"{name}: redundancy additivity (sum of single-edge shares / f(C))", [(alone / whole, named["additivity"])],
-                  scale=whole * runs.gap)
+    checks.values(f"{name}: redundancy additivity (sum of single-edge shares / f(C); difference per edge)",
+                  [(alone / whole, named["additivity"])], scale=whole * runs.gap / len(circuit))
     necessity, sufficiency = [], []
     for group in named["groups"]:
         sender = group["sender"]
@@ -521,13 +527,27 @@ def check_mib(checks: Checks, name: str, file: Path, W: Weights, runs: EdgeRuns,
         if (s, r) not in mine_edges:     # an MLP of an attention-only model: MIB's graph always has one
             zero.append((edge["score"], 0.0))
             continue
-        scores.append((edge["score"], runs.clean - runs.metric(only([(s, r, None)], runs.T))))
+        scores.append((edge["score"], runs.every_alone()[s, r] * runs.gap))
         flags.append((float(edge["in_graph"]), float((s, r) in kept)))
     checks.values(f"{name}: MIB scores = -(metric change with the edge alone counterfactual), metric units", scores)
     if zero:
         checks.values(f"{name}: MIB edges of absent MLPs score 0", zero, 0.0)
     checks.values(f"{name}: MIB in_graph = the named circuit", flags, 0.0)
     checks.truth(f"{name}: MIB holds every edge of the graph", len(scores) == len(mine_edges), len(scores))
+
+
+def check_views(checks: Checks, name: str, runs: EdgeRuns, view: dict, claim: float) -> None:
+    """The head view (path patching: a head's clean write restored into one later head's q, k or v
+    input in the counterfactual run, at every position at once or at one position) and the edge view
+    (head-to-head edges whose share alone, noising, is at least the claim), each recomputed."""
+    heads = set(runs.W.heads())
+    pairs = [(s, r) for s, r in all_edges(runs.W) if s in heads and r.split(".")[0] in heads]
+    edge_view = sorted(f"{s} -> {r}" for s, r in pairs if abs(runs.every_alone()[s, r]) >= claim)
+    head_view = sorted(f"{s} -> {r}" for s, r in pairs
+                       if max(runs.denoise([(s, r, p)]) for p in [None, *range(runs.T)]) >= claim)
+    checks.truth(f"{name}: edge view {edge_view}", edge_view == view["edge_view"], len(pairs), f"report: {view['edge_view']}")
+    checks.truth(f"{name}: head view {head_view}", head_view == view["head_view"], len(pairs), f"report: {view['head_view']}")
+    checks.truth(f"{name}: the views agree iff they name the same paths", view["agree"] == (edge_view == head_view), 1)
 
 
 def check_at_target(checks: Checks, name: str, runs: EdgeRuns, at_target: dict, target: float) -> None:
@@ -733,6 +753,7 @@ def verify_runs(checks: Checks, runs_dir: Path, joint: bool) -> None:
     settings = report["settings"]
     edge_circuits = {(e["model_name"], e["seed"]): e for e in report["edge_circuits"]}
     entries = {(r["model_name"], r["seed"]): r for r in report["runs"]}
+    views = {(v["model_name"], v["seed"]): v for v in report.get("views") or []}
     for run in find_runs(runs_dir):
         key, name = (run.model_name, run.seed), f"{run.model_name} seed {run.seed}"
         if key not in entries:
@@ -744,6 +765,12 @@ def verify_runs(checks: Checks, runs_dir: Path, joint: bool) -> None:
             continue
         batch, reference = run_pairs(run, settings)
         pairs = Pairs.of(batch)
+        basis = entries[key]["basis"]
+        counts = {"pairs": len(batch), "reference": len(reference), "train": len(run.batches()["train"]),
+                  "heldout": len(run.batches()["heldout"]),
+                  "ablation": min(len(run.batches()["heldout"]), settings["ablation_rows"])}
+        checks.truth(f"{name}: basis {counts}", all(basis[k] == v for k, v in counts.items()), len(counts),
+                     f"report: {basis}")
         check_forward(checks, name, run, W, pairs)
         runs = EdgeRuns(W, pairs)
         check_heads(checks, name, W, pairs, reference, runs, entries[key])
@@ -754,6 +781,8 @@ def verify_runs(checks: Checks, runs_dir: Path, joint: bool) -> None:
         stored = edge_circuits[key]
         circuit = check_edges(checks, name, runs, stored)
         check_redundancy(checks, name, runs, circuit, stored)
+        if key in views:
+            check_views(checks, name, runs, views[key], settings["path_claim"])
         found = ((stored.get("redundancy") or {}).get("joint") or {}).get("at_target")
         if found:
             check_at_target(checks, name, runs, found, stored["target"])

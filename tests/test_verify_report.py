@@ -2,6 +2,7 @@
 tiny report and fails when a stored number, an exported score or a circuit's edge is altered."""
 
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -65,7 +66,9 @@ def first_edge_circuit(data):
 def test_an_altered_number_fails(reported, tmp_path, capsys, relative, change, caught):
     assert verify_report.main([str(edited(reported, tmp_path, relative, change)), "--tolerance", "1e-6"]) == 1
     failed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("FAIL")]
-    assert failed and all(caught in line for line in failed)
+    # The altered number fails its check; report.md, which still states the true one, no longer matches it.
+    assert any(caught in line for line in failed)
+    assert all(caught in line or "sentences" in line or "summary table" in line for line in failed)
 
 
 def test_the_path_table_states_the_naming_rule(tmp_path):
@@ -119,3 +122,15 @@ def test_an_attribution_graph_without_a_foil_names_the_metric_it_measured():
         logits = p.model(prompt.inputs)[0, int(prompt.positions[0])]
     assert info["metric"] == "answer log-prob"
     assert abs(info["clean_metric"] - float(logits.log_softmax(-1)[int(prompt.answers[0])])) < 1e-5
+
+
+def test_a_sentence_whose_number_differs_from_its_table_fails(reported, tmp_path, capsys):
+    copy = tmp_path / "winograd"
+    shutil.copytree(reported, copy)
+    markdown = copy / "report" / "report.md"
+    text = markdown.read_text()
+    stated = re.search(r"edges keeps (\d+)% of the gap", text)
+    markdown.write_text(text.replace(stated.group(0), f"edges keeps {int(stated.group(1)) + 7}% of the gap", 1))
+    assert verify_report.main([str(copy), "--tolerance", "1e-6"]) == 1
+    failed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("FAIL")]
+    assert len(failed) == 1 and "edge sentences state report.json's numbers" in failed[0]
