@@ -501,6 +501,43 @@ def check_heads(checks: Checks, name: str, W: Weights, pairs: Pairs, reference, 
                       [(m, clean_m)])
 
 
+def check_ablations(checks: Checks, name: str, W: Weights, run, reference, settings: dict, stored: dict) -> None:
+    """The head-ablation table and the circuit's ablation: the heads' z zeroed or replaced by its
+    per-position mean over the reference rows, at every position, on the ablation rows (held-out);
+    accuracy (top-1 = answer), foil rate, mean answer - foil logit, share of the commonest prediction."""
+    from tasks.data import spread_subset
+
+    sample = spread_subset(run.batches()["heldout"], settings["ablation_rows"])
+    rows = Pairs.of(clean_only(sample))
+    means = position_means(W, reference, rows.clean.shape[1])
+    entries = [(method, entry) for method in ("zero", "mean") for entry in (stored.get("ablations") or {}).get(method, [])]
+    if stored.get("circuit_ablation"):
+        entries.append((stored["circuit_ablation"]["method"], stored["circuit_ablation"]))
+    found = []
+    for method, entry in entries:
+        T, n = rows.clean.shape[1], len(rows.clean)
+        override = {h: (torch.zeros(n, T, W.d_head) if method == "zero" else means[h][None].expand(n, -1, -1),
+                        torch.ones(T, dtype=torch.bool)) for h in entry["heads"]}
+        scored = forward(W, rows.clean, z_override=override)[0][rows.rows, rows.positions]
+        predicted = scored.argmax(-1)
+        diff = scored.gather(1, rows.answers[:, None])[:, 0] - scored.gather(1, rows.foils.clamp(min=0)[:, None])[:, 0]
+        found += [(float((predicted == rows.answers).double().mean()), entry["accuracy"]),
+                  (float((predicted == rows.foils).double().mean()), entry["foil_rate"]),
+                  (float(diff.double().mean()), entry["logit_diff"]),
+                  (float(torch.bincount(predicted).max()) / len(predicted), entry["top_share"]),
+                  (float(len(sample)), float(entry["n"]))]
+    if found:
+        checks.values(f"{name}: head ablation table and the circuit's ablation ({len(entries)} rows x accuracy, "
+                      f"foil rate, logit diff, top share, n; {len(sample)} held-out rows)", found)
+
+
+def clean_only(batch):
+    """Pairs.of needs a counterfactual; ablation rows are scored on the clean input only."""
+    import dataclasses
+
+    return dataclasses.replace(batch, counterfactual=batch.tokens)
+
+
 MIB_NODE = re.compile(r"^a(\d+)\.h(\d+)$|^m(\d+)$|^input$|^logits$")
 
 
@@ -774,6 +811,7 @@ def verify_runs(checks: Checks, runs_dir: Path, joint: bool) -> None:
         check_forward(checks, name, run, W, pairs)
         runs = EdgeRuns(W, pairs)
         check_heads(checks, name, W, pairs, reference, runs, entries[key])
+        check_ablations(checks, name, W, run, reference, settings, entries[key])
         for file in sorted((runs_dir / "exports" / "attribution").glob(f"{run.model_name}_seed{run.seed}_pair*.json")):
             check_attribution(checks, f"{name} {file.relative_to(runs_dir)}", file, W, run.config["vocabulary"])
         if key not in edge_circuits:
