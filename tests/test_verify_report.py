@@ -71,10 +71,11 @@ def test_an_altered_number_fails(reported, tmp_path, capsys, relative, change, c
     assert all(caught in line or "sentences" in line or "summary table" in line for line in failed)
 
 
-def test_the_path_table_states_the_naming_rule(tmp_path):
+def test_the_path_table_states_the_naming_rule_and_its_scales(tmp_path):
     """Found by verify_report's read of report.md: the every-position path table said the summary
     names a path only from the single-position patches, but the label rule names a path when either
-    view recovers path_claim of the gap (probes.circuits.labels.named_paths)."""
+    view recovers path_claim of the gap (probes.circuits.labels.named_paths); its attention column
+    (total variation) did not say where 0 and 1 are."""
     from probes.report.document import run_section
     from probes.settings import ReportSettings
     from test_html_report import hand_measured
@@ -84,6 +85,7 @@ def test_the_path_table_states_the_naming_rule(tmp_path):
     text = run_section(analysis, settings)
     assert "Path patches, sender at every position" in text
     assert "names a path when this patch or the sender's best single position below recovers 40% of the gap" in text
+    assert "receiver attention moved (TV: 0 = the counterfactual run's, 1 = disjoint)" in text   # its scale
 
 
 def test_the_method_table_says_where_its_scales_are_0_and_1():

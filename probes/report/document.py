@@ -99,7 +99,7 @@ def path_table(patches, patching, top: int = 10) -> str:
     rows = [[p.sender, p.where, p.receiver, p.component.upper(), pct(p.recovered), pct(patching.restored_share(p.restored)),
              f"{p.attention_moved:.2f}"] for p in patches]
     return md_table(["sender", "at", "receiver", "input", "recovered", "answers restored",
-                     "receiver attention moved (TV)"], rows)
+                     "receiver attention moved (TV: 0 = the counterfactual run's, 1 = disjoint)"], rows)
 
 
 def composition_table(analysis) -> str:
