@@ -760,13 +760,22 @@ def check_timeline(checks: Checks, sweep: Path) -> None:
             labels[run.seed] = [(e["step"], path_label(e["circuit"], settings["path_claim"])) for e in data["snapshots"]]
         where = f"timeline {group['point']}/{group['model_name']}"
         checks.values(f"{where}: every snapshot's gap (clean - counterfactual metric, {len(labels)} seeds)", gaps)
-        checks.values(f"{where}: traced snapshots' path shares times the gap (every position, best single position)", paths)
+        if paths:
+            checks.values(f"{where}: traced snapshots' path shares times the gap (every position, best single position)",
+                          paths)
+        else:
+            print(f"skip  {where}: no snapshot was traced (no path shares to check)")
         grid = sorted({step for entries in labels.values() for step, _ in entries})
-        agreeing, stopped = [], []
+        agreeing, stopped, training, training_shares = [], [], [], []
         for step, row in zip(grid, stored["steps"]):
             now = {seed: [label for s, label in entries if s <= step][-1] for seed, entries in labels.items()}
-            agreeing.append((sum(now[seed] == entries[-1][1] for seed, entries in labels.items()), row["agreeing"]))
-            stopped.append((sum(entries[-1][0] <= step for entries in labels.values()), row["stopped"]))
+            agree = {seed: now[seed] == entries[-1][1] for seed, entries in labels.items()}
+            still = [seed for seed, entries in labels.items() if entries[-1][0] > step]
+            agreeing.append((sum(agree.values()), row["agreeing"]))
+            stopped.append((len(labels) - len(still), row["stopped"]))
+            training.append((sum(agree[seed] for seed in still), (row["training"]["value"] or 0.0) * row["training"]["n"]))
+            training.append((len(still), row["training"]["n"]))
+            training_shares.append(sum(agree[seed] for seed in still) / len(still) if still else math.nan)
         checks.truth(f"{where}: census steps = the snapshot steps", grid == [r["step"] for r in stored["steps"]], len(grid))
         checks.values(f"{where}: seeds naming their final mechanism per step", agreeing, 0.0)
         checks.values(f"{where}: seeds stopped per step", stopped, 0.0)
@@ -776,9 +785,29 @@ def check_timeline(checks: Checks, sweep: Path) -> None:
             first = (step if first is None else first) if share >= 0.9 else None
         checks.truth(f"{where}: told from step {first}", first == stored["predictable_from"], 1,
                      f"census says {stored['predictable_from']}")
+        checks.values(f"{where}: seeds still training, and those naming their final mechanism, per step", training, 1e-9)
+        first = None
+        for step, share in zip(grid[:-1], training_shares[:-1]):
+            if not math.isnan(share):
+                first = (step if first is None else first) if share >= 0.9 else None
+        checks.truth(f"{where}: told from step {first} on the seeds still training", first == stored["predictable_while_training"],
+                     1, f"census says {stored['predictable_while_training']}")
         traced = {seed: next((s for s, label in entries if label is not None), entries[-1][0]) for seed, entries in labels.items()}
         checks.truth(f"{where}: first traced step per seed", {str(k): v for k, v in traced.items()} == stored["first_traced"],
                      len(traced))
+        settled = {}
+        for seed, entries in labels.items():
+            index = len(entries) - 1
+            while index > 0 and entries[index - 1][1] == entries[-1][1]:
+                index -= 1
+            settled[str(seed)] = entries[index][0]
+        checks.truth(f"{where}: step each seed's label settles at", settled == stored["settled"], len(settled))
+        finals = {str(seed): entries[-1][0] for seed, entries in labels.items()}
+        checks.truth(f"{where}: last training step per seed", finals == stored["final_steps"], len(finals))
+        final_share = sum(label == entries[-1][1] for seed, entries in labels.items()
+                          for step, label in entries if step == traced[seed]) / len(labels)
+        checks.values(f"{where}: share of seeds naming their final mechanism at their first traced step",
+                      [(final_share, stored["first_traced_final"]["value"])], 0.0)
 
 
 # ---- the whole report ----------------------------------------------------------------------------

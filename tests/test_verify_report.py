@@ -136,3 +136,37 @@ def test_a_sentence_whose_number_differs_from_its_table_fails(reported, tmp_path
     assert verify_report.main([str(copy), "--tolerance", "1e-6"]) == 1
     failed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("FAIL")]
     assert len(failed) == 1 and "edge sentences state report.json's numbers" in failed[0]
+
+
+def test_a_sweeps_timeline_verifies_and_an_altered_gap_fails(tmp_path, monkeypatch, capsys):
+    """A tiny sweep with snapshots (20 steps, one seed; min_gap 0 so each snapshot gets a circuit
+    traced), run in this process as tests/test_census_timeline.py runs one."""
+    from probes.census import take_census
+    from probes.report.outputs.census import write_census
+    from probes.settings import ReportSettings
+    from tasks.winograd import WinogradTask
+    from test_census_timeline import InProcess
+    from toylens.arguments import parse_seeds
+    from toylens.sweeps.driver import run_sweep
+    from toylens.sweeps.plan import parse_grid, plan_sweep
+
+    monkeypatch.setattr("probes.settings.DEFAULT", ReportSettings(min_gap=0.0))
+    out = tmp_path / "sweep"
+    settings = {"max_steps": 20, "eval_every": 10, "batch_size": 32, "snapshot_every": 10}
+    params = {"nouns": 8, "heldout_fraction": 0.5, "validation_fraction": 0.1, "leaky": False}
+    runs = plan_sweep(WinogradTask, params, settings, ["attn-only-2x1"], parse_seeds("0"),
+                      parse_grid(["d_model=16"], WinogradTask), out)
+    assert run_sweep(runs, out, InProcess(), "test", progress=False, write=lambda line: None).done == 1
+    write_census(take_census(out), out / "census")
+    checks = verify_report.Checks(1e-6)
+    verify_report.check_timeline(checks, out)
+    said = capsys.readouterr().out
+    assert not checks.failed and "every snapshot's gap" in said and "path shares" in said
+
+    timeline = out / "d_model=16" / "attn-only-2x1" / "seed0" / "timeline.json"
+    data = json.loads(timeline.read_text())
+    data["snapshots"][1]["gap"] += 1e-3
+    timeline.write_text(json.dumps(data))
+    checks = verify_report.Checks(1e-6)
+    verify_report.check_timeline(checks, out)
+    assert len(checks.failed) == 1 and "every snapshot's gap" in checks.failed[0]
