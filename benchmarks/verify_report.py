@@ -388,7 +388,8 @@ def check_forward(checks: Checks, name: str, run, W: Weights, pairs: Pairs) -> N
     with torch.no_grad():
         theirs = model(pairs.clean)
     mine = forward(W, pairs.clean)[0]
-    checks.values(f"{name}: forward = the bridge's logits on {len(pairs.clean)} pairs", [(float((theirs - mine).abs().max()), 0.0)],
+    checks.values(f"{name}: forward = the bridge's logits on {len(pairs.clean)} pairs",
+                  [(float((theirs - mine).abs().max()), 0.0)],
                   1e-4)
 
 
@@ -602,7 +603,7 @@ def check_at_target(checks: Checks, name: str, runs: EdgeRuns, at_target: dict, 
 def attribution_node(node: dict, n_heads: int, receiving: bool) -> tuple[str, str | None]:
     """(component, port) of an attribution-graph node from its id: E_tok_p (embeddings),
     layer_feature_p with features 4 per head (output and q, k, v) then the MLP, L_token_p (logit)."""
-    kind, layer, position = node["node_id"].split("_")[0], node["layer"], node["ctx_idx"]
+    kind, layer = node["node_id"].split("_")[0], node["layer"]
     if node["feature_type"] == "logit":
         return "logits", None
     if kind == "E":
@@ -673,7 +674,7 @@ def check_words(checks: Checks, runs_dir: Path) -> None:
     summary = markdown.split("## Bases and scales")[0]
     for e in report["edge_circuits"]:
         name = f"{e['model_name']} seed {e['seed']}"
-        text, found = edge_text.get(name, ""), []
+        text = edge_text.get(name, "")
         expected = [f"{name}: edge circuit of {len(e['circuit'])} of {e['graph']['edges']} edges keeps "
                     f"{pct(e['faithfulness'])} of the gap on {e['pairs']} pairs",
                     f"clean {e['clean_metric']:.2f}, counterfactual {e['counterfactual_metric']:.2f}",
@@ -790,10 +791,13 @@ def check_timeline(checks: Checks, sweep: Path) -> None:
         for step, share in zip(grid[:-1], training_shares[:-1]):
             if not math.isnan(share):
                 first = (step if first is None else first) if share >= 0.9 else None
-        checks.truth(f"{where}: told from step {first} on the seeds still training", first == stored["predictable_while_training"],
+        checks.truth(f"{where}: told from step {first} on the seeds still training",
+                     first == stored["predictable_while_training"],
                      1, f"census says {stored['predictable_while_training']}")
-        traced = {seed: next((s for s, label in entries if label is not None), entries[-1][0]) for seed, entries in labels.items()}
-        checks.truth(f"{where}: first traced step per seed", {str(k): v for k, v in traced.items()} == stored["first_traced"],
+        traced = {seed: next((s for s, label in entries if label is not None), entries[-1][0])
+                  for seed, entries in labels.items()}
+        checks.truth(f"{where}: first traced step per seed",
+                     {str(k): v for k, v in traced.items()} == stored["first_traced"],
                      len(traced))
         settled = {}
         for seed, entries in labels.items():
@@ -883,7 +887,8 @@ def main(argv=None) -> int:
     parser.add_argument("runs_dir", type=Path, help="a runs folder with report/report.json")
     parser.add_argument("--sweep", type=Path, help="a sweep folder trained with --snapshot-every (its census)")
     parser.add_argument("--joint", action="store_true", help="also run the joint search here and check its at_target")
-    parser.add_argument("--tolerance", type=float, default=1e-5, help="largest difference that passes, in metric units (default 1e-5)")
+    parser.add_argument("--tolerance", type=float, default=1e-5,
+                        help="largest difference that passes, in metric units (default 1e-5)")
     args = parser.parse_args(argv)
     torch.set_grad_enabled(False)
     checks = Checks(args.tolerance)
