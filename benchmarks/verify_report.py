@@ -574,6 +574,41 @@ def check_mib(checks: Checks, name: str, file: Path, W: Weights, runs: EdgeRuns,
     checks.truth(f"{name}: MIB holds every edge of the graph", len(scores) == len(mine_edges), len(scores))
 
 
+def page_data(runs_dir: Path) -> dict:
+    """report.html's embedded data (the script element report.js draws from), by run id."""
+    html = (runs_dir / "report" / "report.html").read_text()
+    text = re.search(r'<script type="application/json" id="report-data">(.*?)</script>', html, re.S).group(1)
+    return {run["id"]: run for run in json.loads(text.replace("<\\/", "</"))["runs"]}
+
+
+def check_curve(checks: Checks, name: str, runs: EdgeRuns, stored: dict, graph: dict | None) -> None:
+    """Faithfulness of every top-k oracle-ranked circuit (k = 0 .. all edges; the curve report.html
+    draws and CPR / CMD integrate over the share of edges), and the page's per-edge numbers."""
+    alone = runs.every_alone()
+    edges = list(alone)
+    order = sorted(range(len(edges)), key=lambda i: -abs(alone[edges[i]]))     # stable: graph order on ties
+    every = [runs.kept([(*edges[i], None) for i in order[:k]]) for k in range(len(edges) + 1)]
+    if graph is None:
+        return
+    oracle = graph["curves"][0]
+    # CPR and CMD integrate over the share of edges at the sizes the report measured (MIB's ladder
+    # of fractions, as the page records them).
+    shares, values = [k / len(edges) for k in oracle["sizes"]], [every[k] for k in oracle["sizes"]]
+    pieces = range(len(shares) - 1)
+    cpr = sum((shares[i + 1] - shares[i]) * (values[i] + values[i + 1]) / 2 for i in pieces)
+    cmd = sum((shares[i + 1] - shares[i]) * (abs(1 - values[i]) + abs(1 - values[i + 1])) / 2 for i in pieces)
+    checks.values(f"{name}: the oracle's CPR and CMD (areas over the share of edges at sizes {oracle['sizes']})",
+                  [(cpr, stored["cpr"]), (cmd, stored["cmd"])], scale=runs.gap)
+    rounding = 0.5e-3 + 1e-9     # the page keeps 3 decimals of a share
+    checks.values(f"{name}: report.html's faithfulness of every top-k circuit (3 decimals)",
+                  list(zip(every, graph["every_k"])), rounding)
+    by_id = {e["id"]: e for e in graph["edges"]}
+    page = [(alone[s, r], by_id[f"{s} -> {r}"]["alone"]) for s, r in edges]
+    checks.values(f"{name}: report.html's edge shares alone (3 decimals)", page, rounding)
+    effects = [(-alone[s, r] * runs.gap, by_id[f"{s} -> {r}"]["effect"]) for s, r in edges]
+    checks.values(f"{name}: report.html's edge effects (metric change, 4 decimals)", effects, 0.5e-4 + 1e-6)
+
+
 def check_views(checks: Checks, name: str, runs: EdgeRuns, view: dict, claim: float) -> None:
     """The head view (path patching: a head's clean write restored into one later head's q, k or v
     input in the counterfactual run, at every position at once or at one position) and the edge view
@@ -738,6 +773,8 @@ def check_timeline(checks: Checks, sweep: Path) -> None:
 
     settings = asdict(DEFAULT)
     census = json.loads((sweep / "census" / "census.json").read_text())
+    checks.truth(f"{sweep}: the census has a timeline to check (the sweep was trained with --snapshot-every)",
+                 any(group.get("timeline") for group in census["groups"]), len(census["groups"]))
     for group in census["groups"]:
         stored = group.get("timeline")
         if not stored:
@@ -824,6 +861,7 @@ def verify_runs(checks: Checks, runs_dir: Path, joint: bool) -> None:
     edge_circuits = {(e["model_name"], e["seed"]): e for e in report["edge_circuits"]}
     entries = {(r["model_name"], r["seed"]): r for r in report["runs"]}
     views = {(v["model_name"], v["seed"]): v for v in report.get("views") or []}
+    page = page_data(runs_dir)
     for run in find_runs(runs_dir):
         key, name = (run.model_name, run.seed), f"{run.model_name} seed {run.seed}"
         if key not in entries:
@@ -854,6 +892,7 @@ def verify_runs(checks: Checks, runs_dir: Path, joint: bool) -> None:
         check_redundancy(checks, name, runs, circuit, stored)
         if key in views:
             check_views(checks, name, runs, views[key], settings["path_claim"])
+        check_curve(checks, name, runs, stored, page.get(f"{run.model_name}-seed{run.seed}", {}).get("graph"))
         found = ((stored.get("redundancy") or {}).get("joint") or {}).get("at_target")
         if found:
             check_at_target(checks, name, runs, found, stored["target"])
@@ -890,12 +929,12 @@ def main(argv=None) -> int:
     parser.add_argument("--tolerance", type=float, default=1e-5,
                         help="largest difference that passes, in metric units (default 1e-5)")
     args = parser.parse_args(argv)
-    torch.set_grad_enabled(False)
     checks = Checks(args.tolerance)
-    verify_runs(checks, args.runs_dir, args.joint)
-    check_words(checks, args.runs_dir)
-    if args.sweep:
-        check_timeline(checks, args.sweep)
+    with torch.no_grad():    # not set_grad_enabled: a caller's (a test's) later training keeps its gradients
+        verify_runs(checks, args.runs_dir, args.joint)
+        check_words(checks, args.runs_dir)
+        if args.sweep:
+            check_timeline(checks, args.sweep)
     print(f"{len(checks.lines)} checks, {len(checks.failed)} failed")
     return 1 if checks.failed else 0
 
