@@ -180,3 +180,14 @@ def test_a_sweeps_timeline_verifies_and_an_altered_gap_fails(tmp_path, monkeypat
     with torch.no_grad():
         verify_report.check_timeline(checks, out)
     assert len(checks.failed) == 1 and "every snapshot's gap" in checks.failed[0]
+
+
+def test_the_summary_legend_names_each_columns_basis():
+    """Found by the label review: report.html's summary panel shows only the legend and the tables,
+    and the legend gave the circuit columns' scales but not what they were measured on."""
+    from probes.report.summary import LEGEND
+
+    legend = " ".join(LEGEND)
+    for basis in ("held-out split's scored positions", "held-out counterfactual pairs", "mean over training rows",
+                  "held-out ablation rows", "each run's sentences"):
+        assert basis in legend
