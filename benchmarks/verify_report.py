@@ -929,12 +929,24 @@ def main(argv=None) -> int:
     parser.add_argument("--tolerance", type=float, default=1e-5,
                         help="largest difference that passes, in metric units (default 1e-5)")
     args = parser.parse_args(argv)
+    needed = [args.runs_dir / "report" / "report.json", args.runs_dir / "report" / "report.md",
+              args.runs_dir / "report" / "report.html"] + ([args.sweep / "census" / "census.json"] if args.sweep else [])
+    missing = [str(path) for path in needed if not path.is_file()]
+    if missing:
+        print(f"verify_report: {missing[0]} is missing; write the report first (python -m probes.circuit report "
+              f"RUNS_DIR, or python -m probes.census SWEEP_DIR for --sweep)", file=sys.stderr)
+        return 2
     checks = Checks(args.tolerance)
-    with torch.no_grad():    # not set_grad_enabled: a caller's (a test's) later training keeps its gradients
-        verify_runs(checks, args.runs_dir, args.joint)
-        check_words(checks, args.runs_dir)
-        if args.sweep:
-            check_timeline(checks, args.sweep)
+    try:
+        with torch.no_grad():    # not set_grad_enabled: a caller's (a test's) later training keeps its gradients
+            verify_runs(checks, args.runs_dir, args.joint)
+            check_words(checks, args.runs_dir)
+            if args.sweep:
+                check_timeline(checks, args.sweep)
+    except (KeyError, ValueError) as error:     # json.JSONDecodeError is a ValueError
+        print(f"verify_report: a stored file lacks what the report writes ({type(error).__name__}: {error}); "
+              "rewrite the report with this toylens", file=sys.stderr)
+        return 2
     print(f"{len(checks.lines)} checks, {len(checks.failed)} failed")
     return 1 if checks.failed else 0
 

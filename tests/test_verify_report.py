@@ -191,3 +191,9 @@ def test_the_summary_legend_names_each_columns_basis():
     for basis in ("held-out split's scored positions", "held-out counterfactual pairs", "mean over training rows",
                   "held-out ablation rows", "each run's sentences"):
         assert basis in legend
+
+
+def test_a_folder_without_a_report_is_refused_in_one_line(tmp_path, capsys):
+    assert verify_report.main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "report.json is missing" in err[0]
