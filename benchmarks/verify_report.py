@@ -1,35 +1,24 @@
 """Recompute a report's numbers with code of its own, as the outside verifier does.
 
-    .venv/bin/python benchmarks/verify_report.py RUNS_DIR [--sweep SWEEP_DIR] [--exports DIR] [--tolerance T]
+    .venv/bin/python benchmarks/verify_report.py RUNS_DIR [--sweep SWEEP_DIR] [--joint] [--tolerance T]
 
-RUNS_DIR holds trained runs and report/report.json (python -m tasks.winograd train --report).
-Every measurement here is written from the definitions in the docs, on a plain-torch forward of
-the stored weights (models' checkpoints are read with safetensors, not toylens's model classes),
-and never calls toylens's probes: the run's data (task splits, evenly spread subsets) is the only
-thing taken from toylens, since it decides which examples a number was measured on, not what was
-measured. The forward itself is first checked against the TransformerLens bridge's logits.
+RUNS_DIR holds trained runs and report/ (python -m tasks.winograd train --report), optionally
+exports/ (python -m toylens.export mib|attribution RUNS_DIR). Every measurement here is written
+from the definitions in the docs, on a plain-torch forward of the stored weights (read with
+safetensors, not toylens's model classes), and never calls toylens's probes: the run's data (task
+splits, evenly spread subsets) and the settings report.json records are all it takes from toylens,
+since they decide which examples a number was measured on, not what was measured. The forward is
+first checked against the TransformerLens bridge's logits. With --joint, toylens's joint search is
+run to have a joint.at_target to check (its result is checked by this file's measurements).
 
-Checks (each prints the largest difference and PASS/FAIL; exit 1 on any FAIL):
-
-- forward: this file's forward against the bridge's logits on the run's pairs;
-- edges: the named edge circuit's clean and counterfactual metric, its faithfulness (counterfactual
-  ablation of every edge outside it: 0 = counterfactual run, 1 = clean run), each circuit edge's
-  share alone; the same for the positional circuit (an edge kept at its position only, every
-  other write at every position given its counterfactual value);
-- redundancy: each circuit sender's necessity (f with its circuit edges knocked out);
-- head circuit: the report's head circuit as node ablation (outside heads' z replaced by their
-  position mean over the reference rows; a pinned head's at its other positions), on both scales
-  (recovered: (m - m_cf) / (m_clean - m_cf); normalised: (m - m_empty) / (m_clean - m_empty), the
-  empty circuit mean-ablating every head), and every single-head knock-out;
-- MIB: each exported edge's score (minus the metric change when the edge alone gets its
-  counterfactual write) and in_graph (= the named circuit);
-- attribution graphs (--exports, from python -m toylens.export attribution): every link's weight
-  on its single prompt, resolved by position;
-- joint.at_target (when report.json has one): its faithfulness, >= the target, and one edge fewer
-  (any edge) below it;
-- timeline (--sweep, a sweep trained with --snapshot-every): each snapshot's gap, each traced
-  snapshot's path shares (sender patched at every position), and the census's agreement per step;
-- words: every number of a run's edge sentences in report.md against the table it comes from.
+Each check prints PASS/FAIL, how many numbers it compared and the largest difference, in metric
+units (a share of a gap times that gap); exit 1 on any FAIL, 2 when a needed file is missing.
+What each check recomputes: docs/verify-report.md. In short: the basis counts; head circuits,
+knock-outs and the search trace on both scales (recovered: (m - m_cf) / (m_clean - m_cf);
+normalised: (m - m_empty) / (m_clean - m_empty), the empty circuit mean-ablating every head) and
+the head-ablation table; edge and positional circuits, shares alone, redundancy and its verdict,
+the head and edge views, CPR / CMD and report.html's curve; joint.at_target; MIB and attribution
+exports; report.md's sentences against report.json; the census over training (--sweep).
 """
 
 from __future__ import annotations
