@@ -100,7 +100,7 @@ def path_table(patches, patching, top: int = 10) -> str:
     rows = [[p.sender, p.where, p.receiver, p.component.upper(), pct(p.recovered), pct(patching.restored_share(p.restored)),
              f"{p.attention_moved:.2f}"] for p in patches]
     return md_table(["sender", "at", "receiver", "input", "recovered", "answers restored",
-                     "receiver attention moved (TV)"], rows)
+                     "receiver attention moved (TV: 0 = the counterfactual run's, 1 = disjoint)"], rows)
 
 
 def composition_table(analysis) -> str:
@@ -160,8 +160,8 @@ def run_section(analysis, settings: ReportSettings) -> str:
         return "\n".join(parts + [patched + ".", "", analysis.note])
     parts += [patched + ", strongest single head outputs:", "", patching_table(analysis), ""]
     if analysis.paths:
-        parts += ["Path patches, sender at every position (measurements; the summary names a path only "
-                  "from the single-position patches below, when one recovers enough):", "",
+        parts += [f"Path patches, sender at every position (the summary names a path when this patch or the "
+                  f"sender's best single position below recovers {settings.path_claim:.0%} of the gap):", "",
                   path_table(analysis.paths, p), ""]
     if analysis.path_positions:
         parts += ["Path patches between circuit heads, sender at one position:", "",

@@ -131,6 +131,14 @@ def compact(edge: Edge) -> str:
     return f"{edge.sender}{where} {arrow} {node}"
 
 
+METHOD_SCALES = ("Scales: Spearman is the rank correlation of a method's scores with the oracle's effects "
+                 "(1 = the same order, 0 = unrelated, -1 = reversed); AUROC is the chance that an edge of the "
+                 "reference set (the oracle's top 10%, or the expected circuit) outscores another (1 = all ranked "
+                 "first, 0.5 = chance); CPR is the area under faithfulness against the share of edges kept, top k "
+                 "of each ranking (1 = the full model's faithfulness at every size; faithfulness above 1 can lift "
+                 "it over 1), CMD the area of |1 - faithfulness| (0 = faithful at every size).")
+
+
 def markdown_lines(result: EdgeCircuit, title: str, figure_path: str | None = None) -> list[str]:
     counts = result.graph.counts()
     lines = [f"#### {title}", "",
@@ -161,6 +169,7 @@ def markdown_lines(result: EdgeCircuit, title: str, figure_path: str | None = No
         against = (["1 (itself)"] * 2 if m.scores.method == ORACLE else [f"{m.spearman:.3f}", f"{m.auroc_top:.3f}"])
         lines.append(f"| {m.scores.method} | {m.scores.seconds:.2f} | {' | '.join(against)} | "
                      f"{expected} | {recall} | {m.curve.cpr:.3f} | {m.curve.cmd:.3f} |")
+    lines += ["", METHOD_SCALES]
     if figure_path:
         lines += ["", f"![{title}]({figure_path})"]
     return lines + [""]

@@ -34,10 +34,13 @@ LEGEND = (
     "the notes) or ok",
     "circuit / kind: the head circuit (heads @ the positions they are kept at; a named path as sender ->q/k/v "
     "receiver @ sender position) and what it is, from held-out counterfactual pairs",
-    "faith.: the head circuit's faithfulness, null scale (0 = every head mean-ablated, 1 = full model)",
-    "blocks: block 1/2/... verdict with all its heads mean-ablated (needed, partly used, unused)",
-    "edges (gap): the smallest oracle edge circuit, edges kept / graph, and its faithfulness on the gap scale "
-    "(0 = counterfactual run, 1 = clean run)",
+    "faith.: the head circuit's faithfulness on those pairs, heads outside it at their mean over training rows, "
+    "null scale (0 = every head mean-ablated, 1 = full model)",
+    "blocks: block 1/2/... verdict with all its heads mean-ablated on the held-out ablation rows (needed, partly "
+    "used, unused)",
+    "edges (gap): the smallest oracle edge circuit on those pairs, edges kept / graph, and its faithfulness on the "
+    "gap scale (0 = counterfactual run, 1 = clean run)",
+    "how many rows and pairs: each run's sentences (and report.md's Bases and scales)",
 )
 TERMINAL_LEGEND = (
     "faith.: head circuit, null scale (0 = all heads mean-ablated, 1 = full model); blocks: verdict with a block's "

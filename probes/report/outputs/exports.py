@@ -176,6 +176,7 @@ def attribution_graph(model, pair, spec, vocabulary: list[str], slug: str, scan:
     measured exactly by probes.circuits.oracle on this prompt alone."""
     from models.graph import graph_of
     from probes.circuits.oracle import edge_effects
+    from probes.patching import metric_name
     from tasks.base import NO_FOIL
 
     if len(pair) != 1 or len(pair.answers) != 1:
@@ -204,7 +205,7 @@ def attribution_graph(model, pair, spec, vocabulary: list[str], slug: str, scan:
         links.append({"source": source["node_id"], "target": target["node_id"], "weight": -effect})
     prompt = " ".join(words)
     return {"metadata": {"slug": slug, "scan": scan, "prompt_tokens": words, "prompt": prompt,
-                         "info": {"metric": "answer - foil logit" if foil_word else "answer logit",
+                         "info": {"metric": metric_name(pair),
                                   "clean_metric": effects.base.metric, "counterfactual_metric": effects.other.metric,
                                   "counterfactual_tokens": [vocabulary[t] for t in
                                                             pair.counterfactual[0, :len(tokens)].tolist()],

@@ -261,7 +261,7 @@ function drawCurves(panel, graph) {
   });
   svg('text', {x: W - 145, y: 20 + 14 * graph.curves.length, class: 'tick'}, root).textContent = 'thin: oracle, every k';
   panel.append(root, el('p', {class: 'note'}, `Faithfulness: 0 = empty circuit (the counterfactual run), 1 = the full model; dotted: the ${100 * graph.target}% target. ` +
-    'MIB\'s smallest fractions (.001-.005) round to 0 edges of a graph this small, hence the edge-count axis; CPR and CMD are areas over the share of edges.'));
+    'MIB\'s smallest fractions (.001-.005) round to 0 edges of a graph this small, hence the edge-count axis; CPR and CMD are areas over the share of edges: CPR under faithfulness (1 = faithful at every size), CMD of |1 - faithfulness| (0 = faithful at every size).'));
   panel.append(table(['method', 'CPR (higher is better)', 'CMD (lower is better)', 'sizes measured'], graph.curves.map(c => [c.method, fixed(c.cpr, 3), fixed(c.cmd, 3), c.sizes.join(', ')])));
 }
 function edgeTable(panel, graph) {
