@@ -31,9 +31,11 @@ def json_text(payload) -> str:
 
 
 def read_json(path: Path, fix: str):
-    """The JSON value in `path`; anything that is not (too big, not UTF-8, not JSON, nested too
-    deep for the parser) is a UsageError naming `fix`."""
+    """The JSON value in `path`; anything that is not (not a regular file, too big, not UTF-8, not
+    JSON, a key twice, nested too deep for the parser) is a UsageError naming `fix`."""
     path = Path(path)
+    if not path.is_file():   # a FIFO or device would block the read forever (or fill memory: /dev/zero)
+        raise UsageError(f"{path} is not a regular file (a folder, a FIFO, a device or a dangling link); {fix}")
     if path.stat().st_size > MAX_JSON_BYTES:
         raise UsageError(f"{path} is {path.stat().st_size} bytes, more than any toylens JSON file "
                          f"({MAX_JSON_BYTES}); {fix}")

@@ -46,6 +46,8 @@ def load_tensors(path: Path, fix: str, header_only: bool = False) -> tuple[dict,
     a damaged file is a UsageError naming `fix`."""
     from safetensors import SafetensorError, safe_open
 
+    if not Path(path).is_file():   # a FIFO would block the read forever
+        raise UsageError(f"{path} is not a regular file (a folder, a FIFO, a device or a dangling link); {fix}")
     try:
         with safe_open(str(path), framework="pt") as handle:
             metadata = json.loads((handle.metadata() or {})["toylens"])

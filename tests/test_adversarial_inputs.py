@@ -258,3 +258,65 @@ def test_a_train_out_path_that_is_not_toylens_s_is_never_written(tmp_path, capsy
     one_line(train_main(["--out", str(out)], capsys), str(out), fragment)
     # The lock toylens takes on the folder is its own file (common.ownership: names beginning .toylens).
     assert {k: v for k, v in contents(tmp_path).items() if not Path(k).name.startswith(".toylens")} == before
+
+
+# ---- files that are not regular files: a FIFO blocks whoever opens it to read ------------------
+
+def unblocked(command, fifo: Path):
+    """`command()`'s result, run in a thread: a FIFO blocks whoever opens it to read until a writer
+    comes, so a command that opened `fifo` fails the test after 20 s (the FIFO is then opened for
+    writing, again and again, until the thread has gone past every read of it)."""
+    import os
+    import threading
+
+    done = {}
+    thread = threading.Thread(target=lambda: done.setdefault("result", command()), daemon=True)
+    thread.start()
+    thread.join(20)
+    if thread.is_alive():
+        for _ in range(600):
+            try:
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:   # no reader waits on it just now
+                pass
+            thread.join(0.1)
+            if not thread.is_alive():
+                break
+        pytest.fail(f"the command waited on the FIFO {fifo}")
+    return done["result"]
+
+
+@pytest.mark.parametrize("where, fragment", [("x/config.json", "config.json is not a regular file"),
+                                             (".toylens.json", "is not an ownership manifest toylens wrote"),
+                                             (".toylens.lock", ".toylens.lock is not a regular file")])
+def test_a_fifo_where_train_reads_a_file_is_refused_not_waited_on(tmp_path, capsys, where, fragment):
+    import os
+
+    out = tmp_path / "runs"
+    (out / where).parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(out / where)
+    one_line(unblocked(lambda: train_main(["--out", str(out)], capsys), out / where), fragment)
+
+
+def test_a_fifo_snapshot_is_refused_not_waited_on(tiny_runs, tmp_path, capsys):
+    import os
+
+    from probes.report.dynamics import main
+
+    out = copy_runs(tiny_runs, tmp_path)
+    path = snapshots(out) / "step50.safetensors"
+    path.unlink()
+    os.mkfifo(path)
+    one_line(unblocked(lambda: in_process(main, [str(out)], capsys), path), "step50.safetensors is not a regular file")
+
+
+def test_a_fifo_named_like_a_lock_below_the_runs_folder_is_not_waited_on(tiny_runs, tmp_path, capsys):
+    import os
+
+    from toylens.accuracy import main
+
+    out = copy_runs(tiny_runs, tmp_path)
+    fifo = out / "attn-only-2x1" / ".toylens.lock"
+    os.mkfifo(fifo)
+    unblocked(lambda: main([str(out)]) or True, fifo)
+    assert "wrote" in capsys.readouterr().out

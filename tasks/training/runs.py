@@ -243,10 +243,10 @@ def find_runs(runs_dir: Path, family: bool = True) -> list[Run]:
     tasks = sorted({run.config["task"]["name"] for run in runs})
     if len(tasks) > 1:
         raise UsageError(f"runs folder {runs_dir} mixes runs of tasks {tasks}; point at one task's folder")
-    if family:
-        check_one_family(runs_dir, runs)
     for run in runs:
         run.check()
+    if family:
+        check_one_family(runs_dir, runs)
     return sorted(runs, key=lambda run: (run.model_name, run.seed))
 
 
