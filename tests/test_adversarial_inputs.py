@@ -183,6 +183,7 @@ def test_a_foreign_folder_in_a_runs_folder_is_named(tiny_runs, tmp_path, capsys)
     (out / "hf-model" / "metrics.json").write_text("{}")
     before = contents(out)
     one_line(in_process(main, [str(out)], capsys), "hf-model/config.json")
+    one_line(train_main(["--out", str(out)], capsys), "hf-model", "a config.json that is not a toylens run's")
     assert contents(out) == before
 
 
