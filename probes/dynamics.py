@@ -48,8 +48,10 @@ class Dynamics:
 
 def snapshot_files(run_dir: Path) -> list[tuple[int, Path]]:
     """(step, path) of every weight snapshot, by step. Each file must record the step its name
-    gives: one renamed from another step's file (or `step05` beside `step5`) would be replayed as
-    a step whose weights it does not hold."""
+    gives (one renamed from another step's file, or `step05` beside `step5`, would be replayed as a
+    step whose weights it does not hold) and be the one training wrote there (the folder's manifest
+    vouches for it): a snapshot copied from another run would be replayed as this run's."""
+    from common.ownership import MANIFEST, owned
     from models.checkpoint import load_tensors
     from tasks.training.loop import SNAPSHOTS
 
@@ -61,6 +63,9 @@ def snapshot_files(run_dir: Path) -> list[tuple[int, Path]]:
         if recorded != {"step": step} or path.name != f"step{step}.safetensors":
             raise UsageError(f"{path} records {short(recorded)}, not the step {step} of its name (renamed or "
                              f"copied from another snapshot); {SNAPSHOT_FIX}")
+        if not owned(path):
+            raise UsageError(f"{path} is not the snapshot training wrote there (no {MANIFEST} vouches for its content: "
+                             f"copied from another run, or edited); {SNAPSHOT_FIX}")
     return found
 
 

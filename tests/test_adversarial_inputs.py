@@ -61,6 +61,22 @@ def snapshots(out: Path) -> Path:
     return out / RUN / "snapshots"
 
 
+def test_a_snapshot_copied_from_another_run_is_refused(tiny_runs, tmp_path, capsys):
+    from safetensors.torch import load_file, save_file
+
+    from probes.report.dynamics import main
+
+    out = copy_runs(tiny_runs, tmp_path)
+    other = snapshots(copy_runs(tiny_runs, tmp_path / "other"))
+    mine = snapshots(out)
+    # Of the same spec and step, with the right metadata, finite: but another run's weights.
+    state = load_file(str(other / "step50.safetensors"))
+    state = {name: tensor * 2 for name, tensor in state.items()}
+    save_file(state, str(other / "step50.safetensors"), metadata={"toylens": json.dumps({"step": 50})})
+    shutil.copy(other / "step50.safetensors", mine / "step50.safetensors")
+    one_line(in_process(main, [str(out)], capsys), "step50.safetensors is not the snapshot training wrote there")
+
+
 @pytest.mark.parametrize("how", ["renamed to another step", "copied to a zero-padded name", "metadata a list"])
 def test_a_snapshot_that_is_not_the_step_its_name_says_is_refused(tiny_runs, tmp_path, capsys, how):
     from models.checkpoint import save_tensors
