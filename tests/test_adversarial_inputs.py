@@ -149,7 +149,8 @@ def test_a_snapshot_whose_header_lies_is_refused(tiny_runs, tmp_path, capsys, ho
         path.symlink_to(tmp_path / "nowhere.safetensors")
     else:
         header_lie(path, how)
-    one_line(in_process(main, [str(out)], capsys), "step50.safetensors")
+    fragment = " is not a regular file" if how in ("a folder", "a dangling link") else ""
+    one_line(in_process(main, [str(out)], capsys), "step50.safetensors" + fragment)
 
 
 # ---- runs folders ------------------------------------------------------------------------------
@@ -279,28 +280,26 @@ def test_a_train_out_path_that_is_not_toylens_s_is_never_written(tmp_path, capsy
 
 # ---- files that are not regular files: a FIFO blocks whoever opens it to read ------------------
 
-def unblocked(command, fifo: Path):
-    """`command()`'s result, run in a thread: a FIFO blocks whoever opens it to read until a writer
-    comes, so a command that opened `fifo` fails the test after 20 s (the FIFO is then opened for
-    writing, again and again, until the thread has gone past every read of it)."""
-    import os
-    import threading
+# Opens the FIFO for writing, again and again, after 20 s: a reader blocked on it gets end-of-file.
+RELEASE = "import os, sys, time\ntime.sleep(20)\nfor _ in range(100):\n    os.close(os.open(sys.argv[1], os.O_WRONLY))"
 
-    done = {}
-    thread = threading.Thread(target=lambda: done.setdefault("result", command()), daemon=True)
-    thread.start()
-    thread.join(20)
-    if thread.is_alive():
-        for _ in range(600):
-            try:
-                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-            except OSError:   # no reader waits on it just now
-                pass
-            thread.join(0.1)
-            if not thread.is_alive():
-                break
-        pytest.fail(f"the command waited on the FIFO {fifo}")
-    return done["result"]
+
+def unblocked(command, fifo: Path):
+    """`command()`'s result; a command that waited on `fifo` (a FIFO blocks whoever opens it to
+    read until a writer comes, and safetensors waits holding the GIL, so no thread of this process
+    could let it go) is let go by another process after 20 s, and fails the test."""
+    import subprocess
+    import time
+
+    release = subprocess.Popen([sys.executable, "-c", RELEASE, str(fifo)])
+    start = time.monotonic()
+    try:
+        result = command()
+    finally:
+        release.kill()
+        release.wait()
+    assert time.monotonic() - start < 20, f"the command waited on the FIFO {fifo}"
+    return result
 
 
 @pytest.mark.parametrize("where, fragment", [("x/config.json", "config.json is not a regular file"),

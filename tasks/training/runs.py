@@ -252,11 +252,10 @@ def find_runs(runs_dir: Path, family: bool = True) -> list[Run]:
 
 def check_one_family(runs_dir: Path, runs: list[Run]) -> None:
     """One task variant, and one run per model and seed."""
-    from tasks.training.sweeps import differences
-
     first, seen = runs[0], {}
     for run in runs:
-        differing = differences(first.config["task"]["params"], run.config["task"]["params"])
+        mine, theirs = first.config["task"]["params"], run.config["task"]["params"]
+        differing = sorted(key for key in set(mine) | set(theirs) if mine.get(key) != theirs.get(key))
         if differing:
             raise UsageError(f"runs folder {runs_dir} mixes variants of task {first.config['task']['name']!r}: "
                              f"{first.path} and {run.path} differ in {', '.join(differing)}; point at a folder "
