@@ -54,6 +54,9 @@ def folder_lock(folder: Path, what: str):
     path = folder / LOCK
     if path.is_symlink():
         raise UsageError(f"{path} is a symbolic link; remove it (toylens does not write through links)")
+    if path.exists() and not path.is_file():
+        raise UsageError(f"{path} is not a regular file (a folder, a FIFO or a device), so not toylens's lock; "
+                         "move it away or choose another folder")
     handle = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
@@ -108,7 +111,7 @@ def check_free(paths: list[Path], what: str, folder: Path, mode: int) -> None:
 
     for path in paths:
         try:
-            handle = os.open(path, os.O_RDONLY)
+            handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK)   # a FIFO of that name would block the open
         except OSError:
             continue   # gone since it was listed: nobody holds it
         try:

@@ -94,7 +94,7 @@ def read_manifest(folder: Path) -> dict[str, Written] | None:
     if not (path.exists() or path.is_symlink()):
         return {}
     try:
-        data = None if path.is_symlink() else json.loads(path.read_text())
+        data = None if path.is_symlink() or not path.is_file() else json.loads(path.read_text())
     except (ValueError, RecursionError, OSError):
         return None
     files = data.get("files") if isinstance(data, dict) and data.get("written_by") == "toylens" else None

@@ -43,14 +43,17 @@ def cpu_tensors(tensors: dict) -> dict:
     return {name: tensor.detach().to("cpu", copy=True).contiguous() for name, tensor in tensors.items()}
 
 
-def load_tensors(path: Path, fix: str) -> tuple[dict, dict]:
-    """(tensors, metadata) saved by `save_tensors`; a damaged file is a UsageError naming `fix`."""
+def load_tensors(path: Path, fix: str, header_only: bool = False) -> tuple[dict, dict]:
+    """(tensors, metadata) saved by `save_tensors` (with `header_only`, no tensors are read: {});
+    a damaged file is a UsageError naming `fix`."""
     from safetensors import SafetensorError, safe_open
 
+    if not Path(path).is_file():   # a FIFO would block the read forever
+        raise UsageError(f"{path} is not a regular file (a folder, a FIFO, a device or a dangling link); {fix}")
     try:
         with safe_open(str(path), framework="pt") as handle:
             metadata = json.loads((handle.metadata() or {})["toylens"])
-            return {name: handle.get_tensor(name) for name in handle.keys()}, metadata
+            return ({} if header_only else {name: handle.get_tensor(name) for name in handle.keys()}), metadata
     except (SafetensorError, OSError, KeyError, TypeError, ValueError, RecursionError) as error:
         raise UsageError(f"{path} is {damage(path)} ({error}); {fix}") from None
 

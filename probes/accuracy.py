@@ -178,18 +178,6 @@ def check_stored(stored: RunAccuracy, model, run) -> None:
                          "(checksums can be recomputed); retrain the run")
 
 
-def check_once(runs) -> None:
-    """One run per model and seed in a comparison: two (a sweep's runs beside a train's, a copied
-    folder) would count that seed twice."""
-    seen = {}
-    for run in runs:
-        other = seen.setdefault((run.model_name, run.seed), run.path)
-        if other != run.path:
-            raise UsageError(f"{other} and {run.path} are both {run.model_name} seed {run.seed}: a comparison counts "
-                             "each seed once; point at a folder holding one of them (a sweep's grid point, or a "
-                             "train's runs folder)")
-
-
 def model_accuracy(runs: list[RunAccuracy], vocabulary: list[str] | None = None) -> ModelAccuracy:
     from probes.health import candidate_note, collapse_note
 
@@ -222,7 +210,6 @@ def compare_runs(runs_dir: Path) -> list[ModelAccuracy]:
     from tasks.training.runs import find_runs
 
     runs = find_runs(runs_dir)
-    check_once(runs)
     results = [run_accuracy(run) for run in runs]
     vocabulary = runs[0].task.vocabulary()
     return [model_accuracy([r for r in results if r.model_name == name], vocabulary) for name in family_order(runs)]

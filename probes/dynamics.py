@@ -16,10 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.cli import UsageError
+from common.jsonfiles import short
 
 SNAPSHOT_FILE = re.compile(r"^step(\d+)\.safetensors$")
 ROWS = 128          # held-out sequences each snapshot is replayed on
 JSON = "dynamics.json"
+SNAPSHOT_FIX = "retrain the run to rewrite its snapshots"
 
 
 @dataclass(frozen=True)
@@ -45,12 +47,26 @@ class Dynamics:
 
 
 def snapshot_files(run_dir: Path) -> list[tuple[int, Path]]:
+    """(step, path) of every weight snapshot, by step. Each file must record the step its name
+    gives (one renamed from another step's file, or `step05` beside `step5`, would be replayed as a
+    step whose weights it does not hold) and be the one training wrote there (the folder's manifest
+    vouches for it): a snapshot copied from another run would be replayed as this run's."""
+    from common.ownership import MANIFEST, owned
+    from models.checkpoint import load_tensors
     from tasks.training.loop import SNAPSHOTS
 
     folder = Path(run_dir) / SNAPSHOTS
-    found = [(int(m[1]), path) for path in folder.glob("step*.safetensors")
-             if (m := SNAPSHOT_FILE.match(path.name))] if folder.is_dir() else []
-    return sorted(found)
+    found = sorted((int(m[1]), path) for path in folder.glob("step*.safetensors")
+                   if (m := SNAPSHOT_FILE.match(path.name))) if folder.is_dir() else []
+    for step, path in found:
+        _, recorded = load_tensors(path, SNAPSHOT_FIX, header_only=True)
+        if recorded != {"step": step} or path.name != f"step{step}.safetensors":
+            raise UsageError(f"{path} records {short(recorded)}, not the step {step} of its name (renamed or "
+                             f"copied from another snapshot); {SNAPSHOT_FIX}")
+        if not owned(path):
+            raise UsageError(f"{path} is not the snapshot training wrote there (no {MANIFEST} vouches for its content: "
+                             f"copied from another run, or edited); {SNAPSHOT_FIX}")
+    return found
 
 
 def has_snapshots(run) -> bool:
@@ -127,7 +143,7 @@ def run_dynamics(run, rows: int = ROWS, model=None) -> Dynamics:
     points = []
     try:
         for step, path in files:
-            load_weights(model, path, fix="retrain the run to rewrite its snapshots")
+            load_weights(model, path, fix=SNAPSHOT_FIX)
             model.eval()
             points.append(snapshot_point(model, batch, step))
     finally:

@@ -90,6 +90,14 @@ class TrainSettings:
             raise UsageError(f"lr must lie in (0, 1), got {self.lr}; try 1e-3")
         if self.weight_decay < 0:
             raise UsageError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        # At or below 0 every evaluation counts as solved: a run would stop "solved" at any accuracy.
+        if self.stop_accuracy <= 0:
+            raise UsageError(f"stop_accuracy must be > 0 (a validation accuracy; above 1 it never stops "
+                             f"training as solved), got {self.stop_accuracy}; the default is 0.99")
+        # Below 0 a worse evaluation counts as an improvement, and the stall rule never fires.
+        if self.plateau_tolerance < 0:
+            raise UsageError(f"plateau_tolerance must be >= 0 (how much the watched metric must improve), "
+                             f"got {self.plateau_tolerance}; the default is 0.01")
         return self
 
     def lr_at(self, step: int) -> float:

@@ -31,3 +31,7 @@ def main(argv=None) -> None:
     parser.add_argument("--out", type=folder_path, default=None, help="where census.md/json/png go (default RUNS_DIR/census)")
     args = parser.parse_args(argv)
     run_cli(census_command, args.runs_dir, args.out)
+
+
+if __name__ == "__main__":
+    main()

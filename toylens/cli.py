@@ -135,6 +135,9 @@ def main(argv=None) -> None:
 
     def body():
         if argv[:1] == ["list"]:
+            if argv[1:]:   # a name given to list would be silently ignored
+                raise UsageError(f"list takes no arguments, got {' '.join(argv[1:])!r}; run python -m tasks list "
+                                 "(python -m tasks train NAME --help for one task's options)")
             for name, cls in task_classes().items():
                 validate_family(cls())
                 print(f"{name:<16} {summary_line(cls)}")
@@ -154,7 +157,7 @@ def main(argv=None) -> None:
             raise UsageError(f"{argv[0]} needs a task name: python -m tasks {argv[0]} NAME (see python -m tasks list)")
         raise UsageError("usage: python -m tasks list | python -m tasks train|sweep NAME [options]")
 
-    if argv in (["-h"], ["--help"], []):
+    if argv in (["-h"], ["--help"], [], ["list", "-h"], ["list", "--help"]):
         print("usage: python -m tasks list | python -m tasks train|sweep NAME [options]\n"
               "  list         registered tasks (built-in and plugins)\n"
               "  train NAME   train NAME's model family (python -m tasks train NAME --help)\n"

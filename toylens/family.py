@@ -127,7 +127,8 @@ def check_out_folder(out: Path, task: Task) -> None:
         info = config.get("task") if isinstance(config, dict) else None
         name = info.get("name") if isinstance(info, dict) else None
         if name != task.name:
-            raise UsageError(f"{out} already holds a run of task {name!r} ({config_path.parent}); "
+            held = f"a run of task {name!r}" if isinstance(name, str) else "a config.json that is not a toylens run's"
+            raise UsageError(f"{out} already holds {held} ({config_path.parent}); "
                              f"choose another --out for task {task.name!r}")
 
 

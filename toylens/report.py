@@ -110,3 +110,7 @@ def main(argv=None) -> None:
     report.add_argument("--verbose", action="store_true", help="print every part's sentences above the tables")
     args = parser.parse_args(argv)
     run_cli(report_command, args.runs_dir, args.out, args.jobs, args.device, args.verbose)
+
+
+if __name__ == "__main__":
+    main()

@@ -224,7 +224,6 @@ def draw_figure(analysis: RunAnalysis, out) -> str | None:
 # below ReportSettings.min_gap names no circuit (as a final run with that gap would), so a mechanism
 # still forming counts as not told. Shares are of the step's own gap: another step's gap would mix in
 # how much the model has learned by then.
-SNAPSHOT_FIX = "retrain the run to rewrite its snapshots"
 
 
 def snapshot_circuits(context, progress: bool = False) -> list[SnapshotCircuit]:
@@ -234,7 +233,7 @@ def snapshot_circuits(context, progress: bool = False) -> list[SnapshotCircuit]:
 
     from models.checkpoint import WEIGHTS, load_weights
     from common.jsonfiles import sha256_file
-    from probes.dynamics import snapshot_files
+    from probes.dynamics import SNAPSHOT_FIX, snapshot_files
 
     run, model = context.run, context.model
     final = int(run.metrics["steps"])

@@ -224,8 +224,11 @@ class Run:
         return batches
 
 
-def find_runs(runs_dir: Path) -> list[Run]:
-    """Every finished run under `runs_dir`, sorted by model then seed; one task only."""
+def find_runs(runs_dir: Path, family: bool = True) -> list[Run]:
+    """Every finished run under `runs_dir`, sorted by model then seed; one task only. With `family`
+    (a train's runs folder, a sweep's grid point: what a comparison or report reads) also one task
+    variant and one run per model and seed, else a copied run folder or runs of other task
+    parameters would count as more seeds of one experiment; a sweep's root repeats both."""
     runs_dir = Path(runs_dir)
     if not runs_dir.is_dir():
         raise UsageError(f"runs folder {runs_dir} does not exist; train first, e.g. "
@@ -242,4 +245,23 @@ def find_runs(runs_dir: Path) -> list[Run]:
         raise UsageError(f"runs folder {runs_dir} mixes runs of tasks {tasks}; point at one task's folder")
     for run in runs:
         run.check()
+    if family:
+        check_one_family(runs_dir, runs)
     return sorted(runs, key=lambda run: (run.model_name, run.seed))
+
+
+def check_one_family(runs_dir: Path, runs: list[Run]) -> None:
+    """One task variant, and one run per model and seed."""
+    first, seen = runs[0], {}
+    for run in runs:
+        mine, theirs = first.config["task"]["params"], run.config["task"]["params"]
+        differing = sorted(key for key in set(mine) | set(theirs) if mine.get(key) != theirs.get(key))
+        if differing:
+            raise UsageError(f"runs folder {runs_dir} mixes variants of task {first.config['task']['name']!r}: "
+                             f"{first.path} and {run.path} differ in {', '.join(differing)}; point at a folder "
+                             "of one variant (a train's runs folder, or one grid point of a sweep)")
+        other = seen.setdefault((run.model_name, run.seed), run.path)
+        if other != run.path:
+            raise UsageError(f"{other} and {run.path} are both {run.model_name} seed {run.seed}: a comparison counts "
+                             "each seed once; point at a folder holding one of them (a sweep's grid point, or a "
+                             "train's runs folder)")

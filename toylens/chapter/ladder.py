@@ -75,3 +75,7 @@ def main(argv=None) -> None:
         ladder_command(args)
 
     run_cli(body)
+
+
+if __name__ == "__main__":
+    main()

@@ -94,3 +94,7 @@ def main(argv=None) -> None:
         norms_command(args)
 
     run_cli(body)
+
+
+if __name__ == "__main__":
+    main()

@@ -86,3 +86,7 @@ def main(argv=None) -> None:
         positions_command(args)
 
     run_cli(body)
+
+
+if __name__ == "__main__":
+    main()

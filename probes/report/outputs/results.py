@@ -255,7 +255,7 @@ def census_page(runs_dir: Path, made_by: str) -> Page:
     runs_dir = Path(runs_dir)
     census = take_census(runs_dir)
     groups = census.groups
-    runs = find_runs(runs_dir)
+    runs = find_runs(runs_dir, family=False)   # the sweep's points repeat models, seeds and task variants
     task = runs[0].task.name
     name = f"census-{path_name(runs_dir.resolve().name, 'sweep folder')}"   # one page per sweep, named by its folder
     figure = "census.png"
