@@ -43,11 +43,16 @@ TWO_CANDIDATES = 0.5   # picking the answer or the foil at random
 
 def candidate_note(run, settings: ReportSettings = DEFAULT) -> str | None:
     """Why `run`'s held-out predictions are suspect beyond collapse, or None: below two-candidate
-    chance (every scored position names a foil, so 50% is what picking either candidate gets), or
+    chance (every scored position names a foil, so 50% is what picking either candidate gets) for a
+    run that reads order, or
     predicting neither the answer nor the foil at `neither_share` of the scored positions."""
     heldout = run.splits["heldout"]
     notes = []
-    if not math.isnan(heldout.foil_rate) and heldout.accuracy.value < TWO_CANDIDATES - settings.chance_margin:
+    below = not math.isnan(heldout.foil_rate) and heldout.accuracy.value < TWO_CANDIDATES - settings.chance_margin
+    # An order-blind run picking the foil is what a held-out split built against the order-blind
+    # shortcut makes it do (the shortcut audit reports that), not a sign of a broken run.
+    order_blind = run.shuffle_max_logit_change < settings.order_blind_shuffle
+    if below and not order_blind:
         notes.append(f"below two-candidate chance: held-out {heldout.accuracy.value:.1%}, under the "
                      f"{TWO_CANDIDATES:.0%} of picking the answer or the foil at random")
     if heldout.other_rate >= settings.neither_share:

@@ -159,14 +159,17 @@ def test_below_two_candidate_chance_is_flagged_from_the_rates():
     from probes.accuracy import RunAccuracy, SplitAccuracy
     from probes.health import candidate_note
 
-    def run(correct: int, foil: float, other: float):
+    def run(correct: int, foil: float, other: float, shuffle: float = 1.0):
         split = SplitAccuracy(1000, wilson(correct, 1000), 2.0, foil, other, {}, 3, 0.83)
-        return RunAccuracy("attn-only-1x1", 0, "", 100, {"heldout": split}, 1.0)
+        return RunAccuracy("attn-only-1x1", 0, "", 100, {"heldout": split}, shuffle)
 
     note = candidate_note(run(49, 0.05, 0.90))     # the 4.9%: one prediction at 83%
     assert "below two-candidate chance: held-out 4.9%" in note and "neither answer nor foil at 90%" in note
     assert candidate_note(run(600, 0.4, 0.0)) is None
     assert candidate_note(run(300, float("nan"), 0.1)) is None      # no foils: chance is not 50%
+    # an order-blind run (shuffle ~0) picking the foil: the defeated shortcut the audit reports
+    assert candidate_note(run(80, 0.92, 0.0, shuffle=3.8e-6)) is None
+    assert candidate_note(run(49, 0.05, 0.90, shuffle=3.8e-6)) == "neither answer nor foil at 90% of held-out scored positions"
 
 
 # 4. The audit is inconclusive when no model learned the task, and --strict makes a failed or

@@ -30,8 +30,8 @@ class Summary:
 
 LEGEND = (
     "held-out: accuracy on the held-out split's scored positions; health: collapsed (one constant answer, or train "
-    "far below peers), flagged (below two-candidate chance, or neither answer nor foil at half the positions: see "
-    "the notes) or ok",
+    "far below peers), flagged (a model that reads order below two-candidate chance, or neither answer nor foil at "
+    "half the positions: see the notes) or ok",
     "circuit / kind: the head circuit (heads @ the positions they are kept at; a named path as sender ->q/k/v "
     "receiver @ sender position) and what it is, from held-out counterfactual pairs",
     "faith.: the head circuit's faithfulness on those pairs, heads outside it at their mean over training rows, "
