@@ -336,3 +336,12 @@ def test_a_fifo_named_like_a_lock_below_the_runs_folder_is_not_waited_on(tiny_ru
     os.mkfifo(fifo)
     unblocked(lambda: main([str(out)]) or True, fifo)
     assert "wrote" in capsys.readouterr().out
+
+
+def test_training_another_variant_into_a_runs_folder_is_refused_before_training(tiny_runs, tmp_path, capsys):
+    """The readers refuse a folder mixing variants; train says so before spending the training."""
+    out = copy_runs(tiny_runs, tmp_path)   # 8-noun runs; train_main asks for 6 nouns
+    before = contents(out)
+    one_line(train_main(["--out", str(out)], capsys), "holds runs of another variant of task 'winograd'",
+             "differs in nouns")
+    assert contents(out) == before

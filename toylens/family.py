@@ -6,6 +6,7 @@ has a config but no metrics.json, and continues with --resume from its last save
 
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -132,6 +133,23 @@ def check_out_folder(out: Path, task: Task) -> None:
                              f"choose another --out for task {task.name!r}")
 
 
+def check_one_variant(out: Path, task: Task, planned: set[Path]) -> None:
+    """Refuse, before any training, to add runs of `task`'s variant to a runs folder whose other runs
+    (not among `planned`, which `existing_status` judges) are of another variant: every reader of
+    the folder would refuse the mix (tasks.training.runs.check_one_family), after the training."""
+    wanted = json.loads(json.dumps(task.params_dict()))
+    for config_path in sorted(Path(out).rglob(CONFIG)) if Path(out).is_dir() else []:
+        if config_path.parent in planned or not (config_path.parent / METRICS).is_file():
+            continue
+        params = read_json(config_path, "move the folder away or choose another --out")["task"].get("params")
+        held = params if isinstance(params, dict) else {}
+        differing = sorted(key for key in set(wanted) | set(held) if wanted.get(key) != held.get(key))
+        if differing:
+            raise UsageError(f"{out} holds runs of another variant of task {task.name!r} ({config_path.parent} "
+                             f"differs in {', '.join(differing)}); a runs folder holds one variant: choose another "
+                             "--out, or retrain its other models too (--models and --overwrite)")
+
+
 def start_run(plan: RunPlan, spec: ModelSpec, command: str | None = None) -> dict:
     """Clear what an earlier attempt left and record the run's identity before the first step.
     `command`: the command that asked for the run, when this process is a remote worker."""
@@ -214,6 +232,7 @@ def train_family(plans: list[RunPlan], overwrite: bool = False, progress: bool =
 
     out = plans[0].run_dir.parent.parent
     check_out_folder(out, plans[0].task)
+    check_one_variant(out, plans[0].task, {plan.run_dir for plan in plans})
     with folder_lock(out, "runs folder"):
         return train_locked(plans, out, overwrite, progress, resume, checkpoint_every, jobs, report_out)
 
