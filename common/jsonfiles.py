@@ -56,6 +56,18 @@ def unique_keys(pairs: list) -> dict:
     return dict(pairs)
 
 
+def differences(recorded: dict, wanted: dict, prefix: str = "") -> list[str]:
+    """Dotted names of the fields that differ, e.g. ['training.max_steps']."""
+    found = []
+    for key in sorted(set(recorded) | set(wanted)):
+        a, b = recorded.get(key), wanted.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            found += differences(a, b, f"{prefix}{key}.")
+        elif a != b:
+            found.append(prefix + key)
+    return found
+
+
 def check_fields(data, types: dict, where: str, fix: str, nullable=()) -> dict:
     """`data` if it is a JSON object of known fields, each of exactly the type `types` gives it (int
     and float exclude true and false, float excludes NaN and infinity, list means a list of

@@ -180,6 +180,7 @@ def check_stored(stored: RunAccuracy, model, run) -> None:
 
 def model_accuracy(runs: list[RunAccuracy], vocabulary: list[str] | None = None) -> ModelAccuracy:
     from probes.health import candidate_note, collapse_note
+    from probes.shuffle import largest_change
 
     notes = {r.seed: note for r in runs if (note := collapse_note(r, runs, vocabulary))}
     suspect = {r.seed: note for r in runs if (note := candidate_note(r))}
@@ -190,8 +191,7 @@ def model_accuracy(runs: list[RunAccuracy], vocabulary: list[str] | None = None)
         heldout=mean_interval([r.splits["heldout"].accuracy.value for r in runs]),
         train=mean_interval([r.splits["train"].accuracy.value for r in runs]),
         heldout_foil_rate=mean_interval([r.splits["heldout"].foil_rate for r in runs]),
-        shuffle_max_logit_change=max((r.shuffle_max_logit_change for r in runs
-                                      if not math.isnan(r.shuffle_max_logit_change)), default=math.nan),
+        shuffle_max_logit_change=largest_change(r.shuffle_max_logit_change for r in runs),
         runs=runs,
         collapsed=notes,
         heldout_without_collapsed=mean_interval(healthy) if notes and healthy else None,

@@ -5,6 +5,7 @@ order to permute, and the change is NaN (not measured) rather than a 0 that read
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -20,6 +21,12 @@ class ShuffleResult:
     mean_abs_logit_change: float
     permutations: int
     examples: int
+
+
+def largest_change(changes) -> float:
+    """The largest of several runs' shuffle changes, ignoring the runs with no order to permute
+    (NaN); NaN when none had one."""
+    return max((change for change in changes if not math.isnan(change)), default=math.nan)
 
 
 def first_scored(batch: Batch) -> list[int]:

@@ -6,7 +6,6 @@ has a config but no metrics.json, and continues with --resume from its last save
 
 from __future__ import annotations
 
-import json
 import shlex
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -16,13 +15,12 @@ from models.checkpoint import CONFIG, FORMAT, WEIGHTS, save_checkpoint
 from models.spec import Attention
 from common.atomic import write_json
 from common.cli import check_not_too_broad
-from common.jsonfiles import read_json
+from common.jsonfiles import differences, read_json
 from common.ownership import check_replaceable, clean_leftovers, remove, remove_tree
 from tasks.base import Task
 from tasks.training.runs import (LOG, METRICS, command_argv, command_line, metrics_sha256, package_versions,
                         read_run_config, run_sha256)
 from tasks.settings import StopReason, TrainSettings, recorded_training, settings_dict
-from tasks.training.sweeps import differences
 from tasks.validate import validate_family
 from toylens.workers import WorkerDied, map_jobs
 
@@ -119,10 +117,15 @@ def existing_status(plan: RunPlan, overwrite: bool, resume: bool = False) -> str
                      "last checkpoint or --overwrite to start it again")
 
 
-def check_out_folder(out: Path, task: Task) -> None:
+def check_out_folder(out: Path, task: Task, planned: set[Path] | None = None) -> None:
+    """`out` holds runs of `task` only; with `planned` (a train's run folders, which
+    `existing_status` judges) its other finished runs are also of `task`'s variant: every reader
+    of the folder would refuse a mix (tasks.training.runs.check_one_family), after the training.
+    A sweep's root passes none: its grid points differ by design."""
     check_not_too_broad(out, "--out")
     if Path(out).exists() and not Path(out).is_dir():
         raise UsageError(f"--out {out} is a file, not a folder; choose a folder for the runs")
+    held_params = {}   # run folder -> its task parameters, once every config is known to be this task's
     for config_path in sorted(Path(out).rglob(CONFIG)) if Path(out).is_dir() else []:
         config = read_json(config_path, "move the folder away or choose another --out")
         info = config.get("task") if isinstance(config, dict) else None
@@ -131,21 +134,14 @@ def check_out_folder(out: Path, task: Task) -> None:
             held = f"a run of task {name!r}" if isinstance(name, str) else "a config.json that is not a toylens run's"
             raise UsageError(f"{out} already holds {held} ({config_path.parent}); "
                              f"choose another --out for task {task.name!r}")
-
-
-def check_one_variant(out: Path, task: Task, planned: set[Path]) -> None:
-    """Refuse, before any training, to add runs of `task`'s variant to a runs folder whose other runs
-    (not among `planned`, which `existing_status` judges) are of another variant: every reader of
-    the folder would refuse the mix (tasks.training.runs.check_one_family), after the training."""
-    wanted = json.loads(json.dumps(task.params_dict()))
-    for config_path in sorted(Path(out).rglob(CONFIG)) if Path(out).is_dir() else []:
-        if config_path.parent in planned or not (config_path.parent / METRICS).is_file():
+        params = info.get("params")
+        held_params[config_path.parent] = params if isinstance(params, dict) else {}
+    for run_dir, params in held_params.items():
+        if planned is None or run_dir in planned or not (run_dir / METRICS).is_file():
             continue
-        params = read_json(config_path, "move the folder away or choose another --out")["task"].get("params")
-        held = params if isinstance(params, dict) else {}
-        differing = sorted(key for key in set(wanted) | set(held) if wanted.get(key) != held.get(key))
+        differing = differences(params, task.params_dict())
         if differing:
-            raise UsageError(f"{out} holds runs of another variant of task {task.name!r} ({config_path.parent} "
+            raise UsageError(f"{out} holds runs of another variant of task {task.name!r} ({run_dir} "
                              f"differs in {', '.join(differing)}); a runs folder holds one variant: choose another "
                              "--out, or retrain its other models too (--models and --overwrite)")
 
@@ -231,8 +227,7 @@ def train_family(plans: list[RunPlan], overwrite: bool = False, progress: bool =
     from common.lock import folder_lock
 
     out = plans[0].run_dir.parent.parent
-    check_out_folder(out, plans[0].task)
-    check_one_variant(out, plans[0].task, {plan.run_dir for plan in plans})
+    check_out_folder(out, plans[0].task, {plan.run_dir for plan in plans})
     with folder_lock(out, "runs folder"):
         return train_locked(plans, out, overwrite, progress, resume, checkpoint_every, jobs, report_out)
 

@@ -29,6 +29,7 @@ from models.spec import Attention, Norm, Positions
 from tasks.settings import StopReason
 from common.cli import UsageError
 from common.stats import Interval, mean_interval
+from probes.shuffle import largest_change
 
 
 # (folder name, label, spec fields beyond the shared base). Uniform heads all compute the same
@@ -167,8 +168,7 @@ def measure_ladder(plans: list) -> LadderResult:
             accuracy=mean_interval([s.accuracy.value for s in seeds]),
             loss=mean_interval([s.loss for s in seeds], bounds=(0.0, math.inf)),
             perplexity=mean_interval([math.exp(s.loss) for s in seeds], bounds=(1.0, math.inf)),
-            shuffle_max_logit_change=max((s.shuffle_max_logit_change for s in seeds
-                                          if not math.isnan(s.shuffle_max_logit_change)), default=math.nan), seeds=seeds,
+            shuffle_max_logit_change=largest_change(s.shuffle_max_logit_change for s in seeds), seeds=seeds,
             bands=position_bands(runs)))
     task = plans[0].task
     return LadderResult(task.name, task.params_dict(), asdict(plans[0].settings), len(task.vocabulary()),

@@ -15,7 +15,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from common.cli import path_name
-from common.jsonfiles import canonical_sha256, read_json, short
+from common.jsonfiles import canonical_sha256, differences, read_json, short
 from models import UsageError
 from models.checkpoint import CONFIG, inspect_checkpoint, load_checkpoint, read_config, writer
 from models.spec import ModelSpec, stored_spec
@@ -254,8 +254,7 @@ def check_one_family(runs_dir: Path, runs: list[Run]) -> None:
     """One task variant, and one run per model and seed."""
     first, seen = runs[0], {}
     for run in runs:
-        mine, theirs = first.config["task"]["params"], run.config["task"]["params"]
-        differing = sorted(key for key in set(mine) | set(theirs) if mine.get(key) != theirs.get(key))
+        differing = differences(first.config["task"]["params"], run.config["task"]["params"])
         if differing:
             raise UsageError(f"runs folder {runs_dir} mixes variants of task {first.config['task']['name']!r}: "
                              f"{first.path} and {run.path} differ in {', '.join(differing)}; point at a folder "

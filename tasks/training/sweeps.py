@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.cli import UsageError
-from common.jsonfiles import canonical_sha256, check_fields, read_json, short
+from common.jsonfiles import canonical_sha256, check_fields, differences, read_json, short
 
 SWEEP = "sweep.json"
 POINT = "point.json"
@@ -132,18 +132,6 @@ def identity_of(identity: dict) -> dict:
     spec = {**ModelSpec().to_dict(), **spec, "n_ctx": 0, "d_vocab": 0} if isinstance(spec, dict) else spec
     return {"task": identity.get("task"), "model_name": identity.get("model_name"), "spec": spec,
             "training": identity.get("training")}
-
-
-def differences(recorded: dict, wanted: dict, prefix: str = "") -> list[str]:
-    """Dotted names of the fields that differ, e.g. ['training.max_steps']."""
-    found = []
-    for key in sorted(set(recorded) | set(wanted)):
-        a, b = recorded.get(key), wanted.get(key)
-        if isinstance(a, dict) and isinstance(b, dict):
-            found += differences(a, b, f"{prefix}{key}.")
-        elif a != b:
-            found.append(prefix + key)
-    return found
 
 
 ABSENT = object()   # a grid key no part of an identity has

@@ -164,7 +164,7 @@ class JointCircuit:
     at_target: Pruned | None = None     # `circuit` pruned down to the target (joint_search's tighten)
 
 
-def with_alternatives(find, value_of, graph: Graph, first: Pruned, alone: dict, threshold: float, target: float,
+def with_alternatives(find, measure, graph: Graph, first: Pruned, alone: dict, threshold: float, target: float,
                       limit: int = MAX_ALTERNATIVES):
     """The first circuit and, for every kept edge not necessary alone (`alone[e]` < threshold; the
     first `limit` of them in graph order), the circuit `find(allowed)` reaches without it:
@@ -172,7 +172,7 @@ def with_alternatives(find, value_of, graph: Graph, first: Pruned, alone: dict, 
     necessary alone are asked in turn, with what they replaced still forbidden, so a third branch
     of an OR of three is found (each search forbids one edge only, so otherwise the second branch
     would be every first-circuit edge's stand-in and the third never asked for). A search is run
-    only where every allowed edge together (`value_of(allowed)`, one measurement) reaches the
+    only where every allowed edge together (`measure([allowed])`, one measurement) reaches the
     target: a prune that cannot reach it adds back every allowed edge one at a time first."""
     scores, circuit, alternatives = dict(first.cost), set(first.circuit), []
     everything = frozenset(graph.edges)
@@ -182,7 +182,7 @@ def with_alternatives(find, value_of, graph: Graph, first: Pruned, alone: dict, 
     while queue and searches < limit:
         edge, before, base = queue.pop(0)
         forbidden = before | {edge}
-        if value_of(everything - forbidden) < target:
+        if measure([everything - forbidden])[0] < target:
             continue
         searches += 1
         other = find(everything - forbidden)
@@ -225,8 +225,7 @@ def joint_search(model, batch: Batch, graph: Graph, runs: Runs | None = None, si
     if alternatives:
         alone = single_shares(model, batch, graph, runs, single)
         circuit, found, costs = with_alternatives(lambda allowed: prune(f, allowed, threshold, target),
-                                                  lambda allowed: f([allowed])[0], graph, first, alone, threshold,
-                                                  target, alternatives)
+                                                  f, graph, first, alone, threshold, target, alternatives)
     value = f([circuit])[0]
     score = torch.tensor([costs.get(e, 0.0) for e in graph.edges], device="cpu") * (f.empty - f.full)
     scores = EdgeScores(f"joint search (threshold {threshold:g})", graph.edges, score,

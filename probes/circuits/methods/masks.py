@@ -153,8 +153,7 @@ def learned_masks(model, batch: Batch, graph: Graph, runs: Runs | None = None, s
     # Stand-ins are asked only of a first circuit that keeps the target: a rerun must keep it to
     # count, and on fresh block-2 weights 8 reruns from a 31% circuit cost 9x one learn for none.
     circuit, found, keep = (with_alternatives(lambda allowed: learn(f, allowed, settings, target),
-                                              lambda allowed: f([allowed])[0], graph, first, alone, threshold,
-                                              target, alternatives)
+                                              f, graph, first, alone, threshold, target, alternatives)
                             if first.faithfulness >= target else (first.circuit, (), first.cost))
     value = f([circuit])[0]
     # In metric units with the oracle's sign, as the other methods: the gap's change if the edge were
