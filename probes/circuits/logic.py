@@ -1,0 +1,300 @@
+"""What a circuit's components are to each other, derived from measurement on the exact oracle, in
+any layer: minimal sufficient sets of components, the relations they imply, and the paths from the
+embeddings to the logits through heads' q/k/v inputs and MLPs.
+
+A component is a head or an MLP (a sender of models/graph.py other than the embeddings). Keeping a
+set S of components: every edge whose sender is outside S (and is not the embeddings) gets its
+counterfactual write, so each component outside S writes what it writes on the counterfactual run,
+to every reader. f(S) is on the gap scale (0 = the counterfactual run, 1 = the clean run); f(all) = 1
+by construction. S suffices when f(S) >= SUFFICES; it is minimal when no proper subset suffices.
+
+Relations (one finding each, with the numbers that make it true):
+- SERIES: members of a minimal set linked by circuit edges between them (a chain such as
+  L0H2 -> MLP0 -> L1H1.q): each is needed, because the set is minimal;
+- AND: a minimal set made of two or more unlinked groups: each group alone keeps less than
+  SUFFICES, together they suffice;
+- OR: two or more minimal sets; the branches are what each adds to the components in every minimal
+  set (those are NECESSARY), and each branch alone (with the necessary ones) suffices;
+- PARTIAL_OR: components in no minimal set that, with the necessary ones, keep at least NEEDED of
+  the gap without any branch: a backup that carries part of the answer;
+- NECESSARY: in every minimal set (stated when there are several).
+Why by hand: no library computes minimal sufficient sets over a TransformerLens 4 model. A set of
+components is knocked out at the components themselves (their hook_z / hook_mlp_out given the
+counterfactual run's values, many sets as replicas of one forward): the same numbers as patching
+every out-edge on the edge oracle (tested), without its per-edge bookkeeping, which made 2^8 sets
+cost seconds per set on a planted model.
+
+Paths: every path of the circuit's edge DAG from the embeddings to the logits. A path's effect is
+f of its edges plus the circuit's edges from the embeddings into the path's components (the raw
+token inputs the path reads besides itself), every other edge given its counterfactual write.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from enum import StrEnum
+
+import torch
+from transformer_lens.utilities import get_act_name
+
+from common.stats import share
+from models.bridge import device_of
+from models.graph import MLP, Edge, Embed, Graph, Head, Logits
+from models.resume import forward_from
+from probes.circuits.methods.joint import SetFaithfulness
+from probes.circuits.oracle import Direction, Runs, mlp_out_name, record_runs
+from probes.patching import corrupt_inputs, outcome, replica_scored, replicas_per_forward
+from tasks.data import Batch
+
+SUFFICES = 0.9      # a set of components keeping this share of the gap suffices
+NEEDED = 0.1        # a share below this is no contribution (a partial backup carries at least this)
+EXHAUSTIVE = 8      # up to this many components every subset is measured (2^8 sets, batched)
+BOUNDED_SIZE = 3    # beyond: subsets of up to this many components, and the whole minus up to two
+PATH_CARRIES = 0.5  # a path carries the circuit when it keeps this share of the gap on its own
+MAX_PATHS = 64      # paths measured per circuit, the strongest by their weakest edge's effect alone
+
+
+class RelationKind(StrEnum):
+    SERIES = "series"
+    AND = "and"
+    OR = "or"
+    PARTIAL_OR = "partial or"
+    NECESSARY = "necessary"
+
+
+Component = Head | MLP
+
+
+@dataclass(frozen=True)
+class Relation:
+    kind: RelationKind
+    parts: tuple[tuple[Component, ...], ...]   # SERIES: one chain, in order; AND/OR: the groups/branches;
+                                               # PARTIAL_OR: (the backup, the branch it backs up); NECESSARY: one
+    alone: tuple[float, ...]                   # f of each part kept alone (with the necessary components)
+    together: float                            # f of all parts kept (with the necessary components)
+    without: tuple[float, ...] = ()            # SERIES/NECESSARY: f of the whole minus each member
+
+
+@dataclass(frozen=True)
+class Path:
+    edges: tuple[Edge, ...]                    # embed -> ... -> logits, in order
+    effect: float                              # f of the path with its components' raw embedding inputs
+
+    @property
+    def components(self) -> tuple[Component, ...]:
+        return tuple(e.sender for e in self.edges[1:])
+
+
+@dataclass(frozen=True)
+class Logic:
+    components: tuple[Component, ...]          # every head and MLP considered
+    minimal_sets: tuple[frozenset, ...]        # minimal sufficient sets of components
+    exhaustive: bool                           # every subset measured (else the bounded search)
+    sets_measured: int
+    relations: tuple[Relation, ...]
+    paths: tuple[Path, ...]                    # strongest first
+    pairs: int
+
+    @property
+    def necessary(self) -> frozenset:
+        return frozenset.intersection(*self.minimal_sets) if self.minimal_sets else frozenset()
+
+    @property
+    def carrying_paths(self) -> tuple[Path, ...]:
+        return tuple(p for p in self.paths if p.effect >= PATH_CARRIES)
+
+
+def ordered(components) -> tuple[Component, ...]:
+    return tuple(sorted(components, key=lambda c: (c.layer, isinstance(c, MLP), getattr(c, "head", 0))))
+
+
+class KnockOut:
+    """f of sets of kept components: every other head's z and MLP's output from the counterfactual
+    run, on the clean run (0 = the counterfactual run, 1 = the clean run)."""
+
+    def __init__(self, model, batch: Batch, runs: Runs, components: tuple[Component, ...]):
+        if runs.direction is not Direction.NOISE:
+            raise ValueError("components are kept clean: pass runs recorded with direction 'noise'")
+        self.model, self.batch, self.runs, self.components = model, batch.to(device_of(model)), runs, components
+        names = {name_of(c) for c in components}
+        _, cache = model.run_with_cache(corrupt_inputs(self.batch), names_filter=lambda n: n in names)
+        self.other = {name: cache[name] for name in names}
+        self.empty, self.full = runs.other.outcome.metric, runs.base.outcome.metric
+        self.measured = 0
+
+    def hook(self, name: str, members: list[frozenset]):
+        def patch(act, hook):
+            view = act.view(len(members), len(self.batch), *act.shape[1:]).clone()
+            for replica, kept in enumerate(members):
+                for c in self.components:
+                    if c not in kept and name_of(c) == name:
+                        if isinstance(c, Head):
+                            view[replica, :, :, c.head] = self.other[name][:, :, c.head]
+                        else:
+                            view[replica] = self.other[name]
+            return view.view(act.shape)
+        return patch
+
+    @torch.no_grad()
+    def __call__(self, sets: list[frozenset]) -> list[float]:
+        self.measured += len(sets)
+        out: list[float] = []
+        per_forward = replicas_per_forward(self.batch)
+        names = sorted({name_of(c) for c in self.components})
+        for first in range(0, len(sets), per_forward):
+            members = sets[first:first + per_forward]
+            hooks = [(name, self.hook(name, members)) for name in names]
+            with self.model.hooks(fwd_hooks=hooks):
+                logits = forward_from(self.model, self.runs.base.resid_pre[0].repeat(len(members), 1, 1), 0)
+            out += [share(o.metric, self.empty, self.full) for o in outcome(replica_scored(logits, self.batch), self.batch)]
+        return out
+
+
+def name_of(component: Component) -> str:
+    return get_act_name("z", component.layer) if isinstance(component, Head) else mlp_out_name(component.layer)
+
+
+def candidate_sets(components: tuple[Component, ...]) -> tuple[list[frozenset], bool]:
+    n = len(components)
+    if n <= EXHAUSTIVE:
+        return [frozenset(c) for k in range(n + 1) for c in itertools.combinations(components, k)], True
+    small = [frozenset(c) for k in range(BOUNDED_SIZE + 1) for c in itertools.combinations(components, k)]
+    whole = frozenset(components)
+    large = [whole - frozenset(c) for k in range(3) for c in itertools.combinations(components, k)]
+    return list(dict.fromkeys(small + large)), False
+
+
+def minimal(values: dict[frozenset, float]) -> tuple[frozenset, ...]:
+    """Sufficient sets none of whose measured proper subsets suffices."""
+    sufficient = [s for s, v in values.items() if v >= SUFFICES]
+    return tuple(s for s in sufficient if not any(t < s for t in sufficient))
+
+
+def member_links(members: frozenset, links: frozenset[Edge]) -> dict:
+    """Member -> the members it writes to through a link."""
+    out: dict = {m: set() for m in members}
+    for edge in links:
+        if edge.sender in members and edge.receiver.node in members:
+            out[edge.sender].add(edge.receiver.node)
+    return out
+
+
+def chains(members: frozenset, links: frozenset[Edge]) -> list[tuple[Component, ...]]:
+    """Every maximal chain of linked members, from a member no member writes to onwards."""
+    to = member_links(members, links)
+    fed = {r for rs in to.values() for r in rs}
+    found: list[tuple[Component, ...]] = []
+
+    def walk(trail):
+        nexts = sorted(to[trail[-1]], key=lambda c: (c.layer, str(c)))
+        if not nexts:
+            found.append(trail)
+        for n in nexts:
+            walk(trail + (n,))
+
+    for source in ordered(members - fed):
+        walk((source,))
+    return [c for c in found if len(c) >= 2]
+
+
+def joined(members: frozenset, links: frozenset[Edge]) -> list[tuple[Component, tuple[Component, ...]]]:
+    """Where two or more members meet: (a member, the members writing to it) with two or more writers,
+    and (None, the members writing to no member) when there are two or more of those."""
+    to = member_links(members, links)
+    meets = [(m, ordered(w for w in members if m in to[w])) for m in ordered(members)]
+    sinks = ordered(m for m in members if not to[m])
+    return [(m, ws) for m, ws in meets if len(ws) >= 2] + ([(None, sinks)] if len(sinks) >= 2 else [])
+
+
+def relations_of(values: dict[frozenset, float], f, sets: tuple[frozenset, ...], components,
+                 links: frozenset[Edge]) -> list[Relation]:
+    """The relations the minimal sets imply; `f` measures sets not yet in `values`."""
+    def value(s: frozenset) -> float:
+        if s not in values:
+            values[s] = f([s])[0]
+        return values[s]
+
+    whole = frozenset(components)
+    necessary = frozenset.intersection(*sets) if sets else frozenset()
+    out: dict[tuple, Relation] = {}
+    for members in sets:
+        for chain in chains(members, links):
+            out.setdefault((RelationKind.SERIES, chain), Relation(
+                RelationKind.SERIES, (chain,), (value(members),), value(members),
+                tuple(value(members - {c}) for c in chain)))
+        for _, writers in joined(members, links):
+            parts = tuple((w,) for w in writers)
+            out.setdefault((RelationKind.AND, parts), Relation(
+                RelationKind.AND, parts, tuple(value(members - (frozenset(writers) - {w})) for w in writers),
+                value(members)))
+    if len(sets) >= 2:
+        branches = tuple(ordered(s - necessary) for s in sets)
+        out[RelationKind.OR, branches] = Relation(
+            RelationKind.OR, branches, tuple(value(s) for s in sets), value(frozenset().union(*sets)))
+        if necessary:
+            kept = ordered(necessary)
+            out[RelationKind.NECESSARY, kept] = Relation(
+                RelationKind.NECESSARY, (kept,), (value(necessary),), 1.0, tuple(value(whole - {c}) for c in kept))
+    spares = ordered(whole - frozenset().union(*sets)) if sets else ()
+    base = value(necessary)
+    for spare in spares:
+        kept = value(necessary | {spare})
+        if kept - base >= NEEDED:
+            best = max(sets, key=value)
+            out[RelationKind.PARTIAL_OR, spare] = Relation(
+                RelationKind.PARTIAL_OR, ((spare,), ordered(best - necessary)), (kept, value(best)),
+                value(best | {spare}))
+    return list(out.values())
+
+
+def linking_edges(graph: Graph, circuit: frozenset) -> frozenset[Edge]:
+    """The circuit's edges, and every graph edge touching a component outside it (a backup the ranked
+    circuit left out: how it is wired is not measured, so the graph's wiring stands in)."""
+    inside = {e.sender for e in circuit} | {e.receiver.node for e in circuit}
+    return frozenset(circuit) | frozenset(e for e in graph.edges if not isinstance(e.sender, Embed)
+                                          and not isinstance(e.receiver.node, Logits)
+                                          and (e.sender not in inside or e.receiver.node not in inside))
+
+
+def circuit_paths(graph: Graph, circuit: frozenset, single: dict[Edge, float]) -> list[tuple[Edge, ...]]:
+    """Every embed -> logits path of the circuit's edges (positions ignored), the MAX_PATHS strongest
+    by their weakest edge's |effect| alone."""
+    out_of: dict = {}
+    for edge in circuit:
+        out_of.setdefault(edge.sender, []).append(edge)
+    found: list[tuple[Edge, ...]] = []
+
+    def walk(node, trail: tuple[Edge, ...]):
+        for edge in sorted(out_of.get(node, ()), key=str):
+            receiver = edge.receiver.node
+            if isinstance(receiver, Logits):
+                found.append(trail + (edge,))
+            elif len(found) < 50 * MAX_PATHS:
+                walk(receiver, trail + (edge,))
+
+    walk(Embed(), ())
+    found.sort(key=lambda p: (-min(abs(single.get(e, 0.0)) for e in p), len(p), list(map(str, p))))
+    return found[:MAX_PATHS]
+
+
+def logic(model, batch: Batch, graph: Graph, circuit: frozenset, single, runs: Runs | None = None,
+          components: tuple[Component, ...] | None = None) -> Logic:
+    """`single`: each edge's share of the gap knocked out alone (EdgeEffects.normalised()).
+    `components`: those to relate (default: every head and MLP of the graph, so a backup the ranked
+    circuit left out is still seen)."""
+    runs = runs or record_runs(model, batch, graph, Direction.NOISE)
+    f = SetFaithfulness(model, batch, graph, runs)
+    components = ordered(components or [s for s in graph.senders if not isinstance(s, Embed)])
+    candidates, exhaustive = candidate_sets(components)
+    knock_out = KnockOut(model, batch, runs, components)
+    values = dict(zip(candidates, knock_out(candidates)))
+    sets = minimal(values)
+    relations = relations_of(values, knock_out, sets, components, linking_edges(graph, frozenset(circuit)))
+    share = dict(zip(graph.edges, single.tolist()))
+    paths = circuit_paths(graph, frozenset(circuit), share)
+    raw = [frozenset(e for e in circuit if isinstance(e.sender, Embed) and e.receiver.node in
+                     {x.receiver.node for x in p[:-1]}) for p in paths]
+    effects = f([frozenset(p) | r for p, r in zip(paths, raw)]) if paths else []
+    found = sorted((Path(p, v) for p, v in zip(paths, effects)), key=lambda p: (-p.effect, len(p.edges)))
+    return Logic(components, sets, exhaustive, knock_out.measured + f.measured, tuple(relations), tuple(found), len(batch))
