@@ -91,6 +91,7 @@ class Logic:
     components: tuple[Component, ...]          # every head and MLP considered
     minimal_sets: tuple[frozenset, ...]        # minimal sufficient sets of components
     exhaustive: bool                           # every subset measured (else the bounded search)
+    limit: int                                 # the most components searched exhaustively
     sets_measured: int
     relations: tuple[Relation, ...]
     paths: tuple[Path, ...]                    # strongest first
@@ -297,4 +298,4 @@ def logic(model, batch: Batch, graph: Graph, circuit: frozenset, single, runs: R
                      {x.receiver.node for x in p[:-1]}) for p in paths]
     effects = f([frozenset(p) | r for p, r in zip(paths, raw)]) if paths else []
     found = sorted((Path(p, v) for p, v in zip(paths, effects)), key=lambda p: (-p.effect, len(p.edges)))
-    return Logic(components, sets, exhaustive, knock_out.measured + f.measured, tuple(relations), tuple(found), len(batch))
+    return Logic(components, sets, exhaustive, EXHAUSTIVE, knock_out.measured + f.measured, tuple(relations), tuple(found), len(batch))

@@ -20,6 +20,7 @@ from probes.settings import ReportSettings
 
 if TYPE_CHECKING:
     from models.spec import ModelSpec
+    from probes.circuits.logic import Logic
     from probes.circuits.named import EdgeCircuit
     from probes.circuits.positional import PositionalCircuit
     from probes.circuits.redundancy import CircuitStructure
@@ -35,6 +36,7 @@ class EdgeRun:
     figure: str | None                  # path relative to the report folder
     positional: PositionalCircuit | None = None   # fixed-layout tasks with a found circuit
     structure: CircuitStructure | None = None   # the named circuit's redundancy
+    logic: Logic | None = None          # relations of its components and its paths
 
 
 def traceable(spec: ModelSpec) -> bool:
@@ -49,17 +51,32 @@ def measure_edge_circuit(context: RunContext) -> EdgeRun | None:
     result = context.edge_circuit
     if not context.settings.traces(result.oracle.gap):
         return EdgeRun(context.run.model_name, context.run.seed, result, None)
-    positional = structure = None
+    positional = structure = found = None
     if result.circuit.edges is not None:
+        from probes.circuits.logic import logic
         from probes.circuits.redundancy import circuit_structure
 
         structure = circuit_structure(context.model, context.pairs, result.graph, frozenset(result.circuit.edges),
                                       result.oracle.normalised(), context.edge_runs)
+        found = logic(context.model, context.pairs, result.graph, headline(result, structure)[0],
+                      result.oracle.normalised(), context.edge_runs)
         if fixed_layout(context.pairs):
             positional = positional_circuit(context.model, context.pairs, context.spec,
                                             result.oracle, result.circuit.edges, context.settings.circuit_target,
                                             context.edge_runs)
-    return EdgeRun(context.run.model_name, context.run.seed, result, draw(result, context), positional, structure)
+    return EdgeRun(context.run.model_name, context.run.seed, result, draw(result, context), positional, structure,
+                   found)
+
+
+def headline(result, structure) -> tuple[frozenset, float, str]:
+    """(edges, faithfulness, which method): the smallest circuit the methods found at the target. The
+    joint search's circuit pruned to the target headlines when it ran (the oracle-ranked circuit's
+    single-edge effects did not add: Redundancy.redundant) and is smaller than the ranking's."""
+    ranked = (frozenset(result.circuit.edges), result.circuit.faithfulness.normalised, "oracle ranking")
+    tight = None if structure is None or structure.joint is None else structure.joint.at_target
+    if tight is not None and tight.faithfulness >= result.circuit.target and len(tight.circuit) < len(ranked[0]):
+        return frozenset(tight.circuit), tight.faithfulness, "joint search"
+    return ranked
 
 
 def shares(values) -> str:
@@ -72,29 +89,13 @@ def named_heads(groups) -> str:
 
 
 def structure_sentence(structure) -> str:
-    """One sentence on the circuit's redundancy, with its numbers (probes.circuits.redundancy)."""
-    from probes.circuits.redundancy import NECESSARY
-
+    """One sentence on the circuit's additivity and the joint search, with its numbers
+    (probes.circuits.redundancy); what its parts are to each other is probes.report.logic_words'."""
     found = structure.joint_redundancy or structure.named
-    parts = []
-    for peers in found.alternative_sets:
-        alternatives = peers.alternatives
-        parts.append(f"{named_heads(alternatives)} each suffice (each alone among layer {peers.layer}'s circuit heads "
-                     f"keeps {shares(g.sufficiency for g in alternatives)} of the gap) and none is necessary (knocking "
-                     f"each out costs {shares(g.necessity for g in peers.groups)}; knocking all out costs "
-                     f"{peers.together:.0%}): they are interchangeable")
-    for peers in found.shared_sets:
-        parts.append(f"{named_heads(peers.groups)} share the answer: none suffices alone (each keeps "
-                     f"{shares(g.sufficiency for g in peers.groups)}), knocking each out costs "
-                     f"{shares(g.necessity for g in peers.groups)} but all together {peers.together:.0%} (single "
-                     f"knock-outs add up to {peers.overlap:.0%} of it)")
-    if not parts:
-        parts.append(f"no layer's heads are alternatives or share the answer (a head counts as necessary from "
-                     f"{NECESSARY:.0%})")
-    adds = (f"the circuit's single-edge effects add up to {found.additivity:.0%} of its faithfulness "
-            f"{found.faithfulness:.0%} (100% = additive, below = overlap, above = edges in series)")
-    where = "in the joint search's circuit" if structure.joint is not None else "in this circuit"
-    sentence = f"redundancy {where}: " + "; ".join(parts) + f"; {adds}"
+    where = "the joint search's circuit" if structure.joint is not None else "this circuit"
+    sentence = (f"in {where} the single-edge effects add up to {found.additivity:.0%} of its faithfulness "
+                f"{found.faithfulness:.0%} (100% = they add up; below: they overlap, as alternatives do; above: "
+                f"each of several edges alone removes much of the effect, as links in series or an AND do)")
     if structure.joint is not None:
         joint, named = structure.joint, structure.named
         sentence += (f". Because the oracle-ranked circuit showed overlap ({overlap_words(named)}), the joint search ran (its edges "
@@ -160,19 +161,29 @@ def summary_line(run: EdgeRun, settings: ReportSettings) -> str:
         return (f"{where}: no edge circuit smaller than the whole graph ({len(result.graph.edges)} edges) keeps "
                 f"{found.target:.0%}")
     share = dict(zip(result.oracle.edges, result.oracle.normalised().tolist()))
-    strongest = sorted(found.edges, key=lambda e: -abs(share[e]))[:SHOWN_EDGES]
-    more = f" and {len(found.edges) - len(strongest)} more" if len(found.edges) > len(strongest) else ""
     by_position = "" if run.positional is None or run.positional.edges is None else (
         f"; by position, {len(run.positional.edges)} positional edges keep {run.positional.faithfulness.normalised:.0%} and "
         f"ignoring positions changes {run.positional.changed_share:.0%} of the circuit's edges")
-    line = (f"{where}: edge circuit of {len(found.edges)} of {len(result.graph.edges)} edges keeps "
-            f"{found.faithfulness.normalised:.0%} of the gap on {result.pairs} pairs (every other edge given its counterfactual "
-            "write): "
-            + ", ".join(f"{e} ({share[e]:+.0%} alone)" for e in strongest) + more + by_position)
-    return line if run.structure is None else f"{line}. {structure_sentence(run.structure)}"
+    edges, faithfulness, method = headline(result, run.structure)
+    beside = "" if method == "oracle ranking" else (
+        f" (the oracle ranking's circuit: {len(found.edges)} edges keeping {found.faithfulness.normalised:.0%})")
+    strongest = sorted(edges, key=lambda e: -abs(share[e]))[:SHOWN_EDGES]
+    more = f" and {len(edges) - len(strongest)} more" if len(edges) > len(strongest) else ""
+    line = (f"{where}: edge circuit ({method}) of {len(edges)} of {len(result.graph.edges)} edges keeps "
+            f"{faithfulness:.0%} of the gap on {result.pairs} pairs (every other edge given its counterfactual "
+            f"write){beside}: " + ", ".join(f"{e} ({share[e]:+.0%} alone)" for e in strongest) + more + by_position)
+    if run.structure is not None:
+        line += f". {structure_sentence(run.structure)}"
+    if run.logic is not None:
+        from probes.report.logic_words import logic_sentences
+
+        line += ". " + "; ".join(logic_sentences(run.logic))
+    return line
 
 
 def run_json(run: EdgeRun) -> dict:
+    from probes.report.logic_words import logic_json
+
     result = run.result
     share = dict(zip(result.oracle.edges, result.oracle.normalised().tolist()))
     curve = result.methods[0].curve
@@ -184,7 +195,15 @@ def run_json(run: EdgeRun) -> dict:
             "faithfulness": result.circuit.faithfulness.normalised, "cpr": curve.cpr, "cmd": curve.cmd,
             "oracle_seconds": result.oracle.seconds, "figure": run.figure,
             "positional": None if run.positional is None else positional_json(run.positional),
-            "redundancy": None if run.structure is None else structure_json(run.structure)}
+            "redundancy": None if run.structure is None else structure_json(run.structure),
+            "headline": None if result.circuit.edges is None else headline_json(result, run.structure),
+            "logic": None if run.logic is None else logic_json(run.logic)}
+
+
+def headline_json(result, structure) -> dict:
+    edges, faithfulness, method = headline(result, structure)
+    return {"method": method, "circuit": [str(e) for e in result.graph.edges if e in edges],
+            "faithfulness": faithfulness}
 
 
 def positional_json(result: PositionalCircuit) -> dict:

@@ -38,8 +38,11 @@ LEGEND = (
     "null scale (0 = every head mean-ablated, 1 = full model)",
     "blocks: block 1/2/... verdict with all its heads mean-ablated on the held-out ablation rows (needed, partly "
     "used, unused)",
-    "edges (gap): the smallest oracle edge circuit on those pairs, edges kept / graph, and its faithfulness on the "
+    "edges (gap): the smallest edge circuit the methods found on those pairs (the oracle ranking's, or the joint "
+    "search's where it is smaller at the target: 'joint'), edges kept / graph, and its faithfulness on the "
     "gap scale (0 = counterfactual run, 1 = clean run)",
+    "mechanism: the edge circuit's main path (components and the input each reads, keeping >= 50% of the gap on its "
+    "own), or the OR/AND of components that stands in for one (probes.circuits.logic)",
     "how many rows and pairs: each run's sentences (and report.md's Bases and scales)",
 )
 TERMINAL_LEGEND = (
@@ -137,7 +140,7 @@ def circuit_kind(analysis, settings) -> str:
     paths = named(analysis, settings)
     if paths:
         return " + ".join(dict.fromkeys(f"{p.component.upper()}-composition" for p in paths))
-    return "no path" if paths_of(analysis) else "one block"
+    return "no head>head path" if paths_of(analysis) else "one block"
 
 
 def untraced_reason(analysis, settings) -> str:
@@ -206,5 +209,10 @@ def edge_cells(run, settings) -> dict:
     elif result.circuit.edges is None:
         text = f"none < {total}"
     else:
-        text = f"{len(result.circuit.edges)}/{total}, {result.circuit.faithfulness.normalised:.0%}"
-    return {(run.model_name, run.seed): {"edges (gap)": text}}
+        from probes.report.edge_part import headline
+
+        edges, faithfulness, method = headline(result, run.structure)
+        text = f"{len(edges)}/{total}, {faithfulness:.0%}" + (" joint" if method == "joint search" else "")
+    from probes.report.logic_words import mechanism_cell
+
+    return {(run.model_name, run.seed): {"edges (gap)": text, "mechanism": mechanism_cell(run.logic)}}

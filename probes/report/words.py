@@ -10,7 +10,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from common.stats import share
-from models.components import HeadSet
+from models.components import Head, HeadSet
 from probes.ablation import Ablation
 from probes.settings import ReportSettings
 
@@ -200,9 +200,10 @@ def path_clause(analysis, settings: ReportSettings) -> str | None:
                 f"patched at every position or at one position recovers {pct(settings.path_claim)} of the gap): "
                 + ", and ".join(edge_words(path, analysis) for path in chosen) + chain_words(chosen))
     if paths:
+        through = " (paths through MLPs: the edge circuit's sentence)" if analysis.spec.mlp else ""
         return (f"no head-to-head path recovers {pct(settings.path_claim)} of the gap, with the sender patched "
                 f"at every position or at any single one (the strongest, {paths[0].oracle_name}, recovers "
-                f"{views_words(paths[0], analysis)})")
+                f"{views_words(paths[0], analysis)}){through}")
     if analysis.spec.n_layers > 1:
         # Heads of one block cannot compose; whether later blocks' MLPs carry the decision on is
         # not measured here (MLPs are never ablated; the edge-circuit section shows their edges).
@@ -319,14 +320,20 @@ def views_agree(analysis, edges, settings: ReportSettings) -> ViewAgreement:
     paths = {p.oracle_name: p for p in paths_of(analysis)}
     chosen = {p.oracle_name for p in named(analysis, settings)}
     edge_view = tuple(sorted(strong))
-    if chosen == set(strong):
-        words = (f"the head view and the edge view agree: both name {', '.join(edge_view)}" if chosen else
-                 f"the head view and the edge view agree: neither has a head-to-head path at "
-                 f"{pct(settings.path_claim)} of the gap")
-        return ViewAgreement(tuple(sorted(chosen)), edge_view, True, words)
+    head_heads = {str(h) for h in analysis.circuit.heads}
+    edge_heads = ({str(e.sender) for e in edges.circuit.edges if isinstance(e.sender, Head)}
+                  if edges.circuit.edges is not None else set())
     differ = [f"{name}: the edge oracle {pct(share.get(name, 0.0))} alone, path patching "
               + (views_words(paths[name], analysis) if name in paths else "not measured")
               for name in sorted(chosen ^ set(strong))]
+    if head_heads != edge_heads:
+        differ.append(f"the head circuit has {', '.join(sorted(head_heads)) or 'no head'}, the edge circuit's "
+                      f"senders {', '.join(sorted(edge_heads)) or 'no head'}")
+    if not differ:
+        words = (f"the head view and the edge view agree: both name heads {', '.join(sorted(head_heads))} and "
+                 + (f"the paths {', '.join(edge_view)}" if chosen else
+                    f"no head-to-head path at {pct(settings.path_claim)} of the gap"))
+        return ViewAgreement(tuple(sorted(chosen)), edge_view, True, words)
     return ViewAgreement(tuple(sorted(chosen)), edge_view, False,
                          f"the head view and the edge view differ at {pct(settings.path_claim)} of the gap: "
                          + "; ".join(differ))

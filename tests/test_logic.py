@@ -1,0 +1,123 @@
+"""The words truth suite: on planted models whose relations are known by construction, the
+relation sentences the report prints (probes.report.logic_words from probes.circuits.logic) are
+asserted, not only scores. Each relation must fire where it is planted and stay silent where not."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from models.graph import MLP, Head, graph_of
+
+PAIRS = 16
+
+
+def traced(p):
+    from probes.circuits.logic import logic
+    from probes.circuits.oracle import edge_effects, record_runs
+
+    graph = graph_of(p.spec)
+    runs = record_runs(p.model, p.batch, graph)
+    single = edge_effects(p.model, p.batch, graph, runs=runs)
+    return logic(p.model, p.batch, graph, p.edges, single.normalised(), runs)
+
+
+@pytest.fixture(scope="module")
+def found():
+    from probes.circuits.truth import planted
+
+    makers = (planted.two_hop, planted.induction, planted.three_hop, planted.mlp_xor, planted.backup_pair,
+              planted.partial_pair, planted.three_backups, planted.and_pair, planted.backup_chain)
+    return {p.name: (p, traced(p)) for p in (make(PAIRS) for make in makers)}
+
+
+def sentences(logic) -> str:
+    from probes.report.logic_words import logic_sentences
+
+    return " | ".join(logic_sentences(logic))
+
+
+def kinds(logic) -> set[str]:
+    return {r.kind.value for r in logic.relations}
+
+
+@pytest.mark.parametrize("name,chain", [("two-hop", "L0H0 -> L1H0"), ("induction", "L0H0 -> L1H0"),
+                                        ("three-hop", "L0H0 -> L1H0 -> L2H0")])
+def test_a_chain_of_heads_reads_as_one_series_and_one_main_path(found, name, chain):
+    _, logic = found[name]
+    text = sentences(logic)
+    assert kinds(logic) == {"series"}, text
+    assert f"in series {chain}: each link is needed" in text
+    assert "main path" in text and "no single path" not in text
+    assert "OR" not in text and "AND" not in text
+
+
+def test_an_or_within_a_layer_names_each_branch_and_what_every_branch_needs(found):
+    _, logic = found["backup-pair"]
+    text = sentences(logic)
+    assert "OR: L0H0 | L0H1 are alternatives: each branch suffices alone (keeps 100%, 100%" in text
+    assert "MLP0 is in every minimal set: necessary (without MLP0 0%)" in text
+    assert "AND" not in text
+
+
+def test_three_backups_are_a_three_way_or(found):
+    _, logic = found["three-backups"]
+    assert "OR: L0H0 | L0H1 | L0H2 are alternatives" in sentences(logic)
+
+
+def test_an_and_names_each_alone_share_below_the_bar(found):
+    _, logic = found["and-pair"]
+    text = sentences(logic)
+    assert "AND: L0H0 and L0H1 are jointly needed: each alone (the others knocked out) keeps 0%, 0%" in text
+    assert "OR:" not in text
+
+
+def test_a_shared_answer_is_an_and_with_its_partial_shares(found):
+    _, logic = found["partial-pair"]
+    text = sentences(logic)
+    assert "AND: L0H0 and L0H1 are jointly needed: each alone (the others knocked out) keeps 70%, 70%" in text
+    assert "OR:" not in text
+
+
+def test_a_chain_through_an_mlp_is_a_path_not_no_path(found):
+    """mlp-xor: two heads feed MLP0, which computes their XOR for the logits."""
+    _, logic = found["mlp-xor"]
+    text = sentences(logic)
+    assert "in series L0H0 -> MLP0" in text and "in series L0H1 -> MLP0" in text
+    assert "AND: L0H0 and L0H1 are jointly needed" in text
+
+
+def test_a_backed_up_middle_link_is_an_or_between_necessary_ends(found):
+    _, logic = found["backup-chain"]
+    text = sentences(logic)
+    assert "OR: L1H0 | L1H1 are alternatives" in text
+    assert "L0H0 and MLP1 are in every minimal set: necessary" in text
+    assert logic.necessary == frozenset({Head(0, 0), MLP(1)})
+    assert "main paths" in text and "L0H0.v -> L1H0.v -> MLP1 -> logits" in text
+
+
+def test_knock_out_at_the_components_equals_the_edge_oracle(found):
+    """KnockOut (hook_z / hook_mlp_out) against patching every out-edge on the edge oracle."""
+    from probes.circuits.logic import KnockOut
+    from probes.circuits.methods.joint import SetFaithfulness
+    from probes.circuits.oracle import record_runs
+    from models.graph import Embed
+
+    p, logic = found["backup-chain"]
+    graph = graph_of(p.spec)
+    runs = record_runs(p.model, p.batch, graph)
+    sets = [frozenset(), frozenset({Head(0, 0)}), frozenset({Head(0, 0), Head(1, 1), MLP(1)}), frozenset(logic.components)]
+    edges = [frozenset(e for e in graph.edges if isinstance(e.sender, Embed) or e.sender in s) for s in sets]
+    fast = KnockOut(p.model, p.batch, runs, logic.components)(sets)
+    exact = SetFaithfulness(p.model, p.batch, graph, runs)(edges)
+    assert torch.allclose(torch.tensor(fast), torch.tensor(exact), atol=1e-5)
+
+
+def test_beyond_the_exhaustive_size_the_search_is_bounded_and_says_so(found, monkeypatch):
+    import probes.circuits.logic as logic_module
+
+    p, _ = found["backup-chain"]
+    monkeypatch.setattr(logic_module, "EXHAUSTIVE", 4)
+    logic = traced(p)
+    assert not logic.exhaustive and "a bounded search beyond 4 components" in sentences(logic)
+    assert logic.necessary == frozenset({Head(0, 0), MLP(1)})
