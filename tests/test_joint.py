@@ -161,3 +161,15 @@ def test_the_report_names_the_alternatives_in_one_sentence(planted):
     tight = structure.joint.at_target
     assert len(tight.circuit) == 3 and tight.circuit < p.edges and tight.faithfulness >= 0.9
     assert f"has 3 edges keeping {tight.faithfulness:.0%}, fewer than the oracle ranking's {len(named.edges)}" in sentence
+
+
+def test_learned_masks_learn_when_the_caller_turned_gradients_off(planted):
+    """Catches: gates sampled outside enable_grad under a caller's set_grad_enabled(False): 0 edges,
+    AUROC 0.5, no warning."""
+    from probes.circuits.methods.masks import learned_masks
+
+    p = planted["two-hop"]
+    graph = graph_of(p.spec)
+    with torch.no_grad():
+        found = learned_masks(p.model, p.batch, graph)
+    assert found.circuit == p.edges

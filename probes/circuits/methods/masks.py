@@ -110,9 +110,11 @@ def learn(f: SetFaithfulness, allowed: frozenset, settings: MaskSettings, target
     last = None
     for step in range(1, settings.steps + 1):
         u = torch.rand(len(graph.edges), generator=generator, device=device).clamp(1e-6, 1 - 1e-6)
-        stretched = torch.sigmoid((u.log() - (1 - u).log() + log_odds) / BETA) * (ZETA - GAMMA) + GAMMA
-        gates = torch.where(free, stretched.clamp(0, 1), torch.zeros_like(stretched))
+        # The gates are sampled with gradients on, so a caller's torch.set_grad_enabled(False) (as many
+        # notebooks set) cannot detach them from log_odds and leave the masks untrained.
         with torch.enable_grad():
+            stretched = torch.sigmoid((u.log() - (1 - u).log() + log_odds) / BETA) * (ZETA - GAMMA) + GAMMA
+            gates = torch.where(free, stretched.clamp(0, 1), torch.zeros_like(stretched))
             kept = torch.sigmoid(log_odds - BETA * KEEP_PRIOR)[free].mean()
             loss = (1 - faithfulness(gates)) ** 2 + settings.sparsity * kept
         optimiser.zero_grad()
