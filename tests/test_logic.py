@@ -121,3 +121,29 @@ def test_beyond_the_exhaustive_size_the_search_is_bounded_and_says_so(found, mon
     logic = traced(p)
     assert not logic.exhaustive and "a bounded search beyond 4 components" in sentences(logic)
     assert logic.necessary == frozenset({Head(0, 0), MLP(1)})
+
+
+def test_the_summary_cell_names_the_main_path_or_the_or(found):
+    from probes.report.logic_words import mechanism_cell
+
+    assert mechanism_cell(found["two-hop"][1]) == "L0H0.v>L1H0.q"
+    assert mechanism_cell(found["backup-pair"][1]).startswith("L0H0.v>MLP0")
+    assert mechanism_cell(found["and-pair"][1]) == "no path >= 50%" or "AND" in mechanism_cell(found["and-pair"][1])
+
+
+def test_mlp_ablation_and_the_decodability_profile_on_a_trained_block():
+    """A block model trained a few steps: every MLP gets a mean and a zero row, and the profile has
+    one probe per sublayer, each an accuracy in [0, 1] on the held-out rows."""
+    from models import ModelSpec, build_model
+    from probes.ablation import Ablation, reference_activations
+    from probes.circuits.truth.planted import mlp_xor
+    from probes.sublayers import sublayers
+
+    p = mlp_xor(PAIRS)
+    reference = reference_activations(p.model, p.batch)
+    result = sublayers(p.model, p.batch, p.batch, reference)
+    assert [(m.layer, m.method) for m in result.mlps] == [(0, Ablation.MEAN), (0, Ablation.ZERO)]
+    assert [d.after for d in result.profile] == ["embeddings", "attention 0", "MLP 0"]
+    # mlp-xor's MLP0 computes the answer: zero-ablating it must cost accuracy
+    assert result.mlps[1].scores.accuracy < result.intact.accuracy
+    assert all(0.0 <= d.accuracy <= 1.0 for d in result.profile)

@@ -49,8 +49,8 @@ from tasks.data import Batch
 
 SUFFICES = 0.9      # a set of components keeping this share of the gap suffices
 NEEDED = 0.1        # a share below this is no contribution (a partial backup carries at least this)
-EXHAUSTIVE = 8      # up to this many components every subset is measured (2^8 sets, batched)
-BOUNDED_SIZE = 3    # beyond: subsets of up to this many components, and the whole minus up to two
+EXHAUSTIVE = 8      # up to this many components every subset is measured (2^8 sets, batched; 2^10 took 35-47 s
+                    # on block-2 under load, the greedy search below 5-10x less)
 PATH_CARRIES = 0.5  # a path carries the circuit when it keeps this share of the gap on its own
 MAX_PATHS = 64      # paths measured per circuit, the strongest by their weakest edge's effect alone
 
@@ -125,16 +125,20 @@ class KnockOut:
         self.measured = 0
 
     def hook(self, name: str, members: list[frozenset]):
+        """Replica r's activation, with the components of `name` outside members[r] from the other run
+        (one masked select per hook: a loop over replicas and components cost seconds per 100 sets)."""
+        mine = [c for c in self.components if name_of(c) == name]
+        out = torch.tensor([[c not in kept for c in mine] for kept in members], device=self.other[name].device)
+
         def patch(act, hook):
-            view = act.view(len(members), len(self.batch), *act.shape[1:]).clone()
-            for replica, kept in enumerate(members):
-                for c in self.components:
-                    if c not in kept and name_of(c) == name:
-                        if isinstance(c, Head):
-                            view[replica, :, :, c.head] = self.other[name][:, :, c.head]
-                        else:
-                            view[replica] = self.other[name]
-            return view.view(act.shape)
+            view = act.view(len(members), len(self.batch), *act.shape[1:])
+            if isinstance(mine[0], Head):
+                mask = torch.zeros(len(members), act.shape[2], dtype=torch.bool, device=act.device)
+                mask[:, [c.head for c in mine]] = out
+                view = torch.where(mask[:, None, None, :, None], self.other[name][None], view)
+            else:
+                view = torch.where(out[:, 0, None, None, None], self.other[name][None], view)
+            return view.reshape(act.shape)
         return patch
 
     @torch.no_grad()
@@ -156,14 +160,43 @@ def name_of(component: Component) -> str:
     return get_act_name("z", component.layer) if isinstance(component, Head) else mlp_out_name(component.layer)
 
 
-def candidate_sets(components: tuple[Component, ...]) -> tuple[list[frozenset], bool]:
-    n = len(components)
-    if n <= EXHAUSTIVE:
-        return [frozenset(c) for k in range(n + 1) for c in itertools.combinations(components, k)], True
-    small = [frozenset(c) for k in range(BOUNDED_SIZE + 1) for c in itertools.combinations(components, k)]
+def every_subset(components: tuple[Component, ...]) -> list[frozenset]:
+    return [frozenset(c) for k in range(len(components) + 1) for c in itertools.combinations(components, k)]
+
+
+def greedy_minimal(values: dict, f, start: frozenset) -> frozenset:
+    """From a sufficient `start`, drop the component whose removal keeps f highest while the rest
+    suffices, until none can go: a set no single removal keeps sufficient."""
+    current = start
+    while current:
+        trial = [current - {c} for c in ordered(current)]
+        missing = [t for t in trial if t not in values]
+        values.update(zip(missing, f(missing)))
+        kept = [t for t in trial if values[t] >= SUFFICES]
+        if not kept:
+            return current
+        current = max(kept, key=lambda t: (values[t], sorted(map(str, t))))
+    return current
+
+
+def bounded_sets(values: dict, f, components: tuple[Component, ...]) -> tuple[frozenset, ...]:
+    """Beyond EXHAUSTIVE: a greedy minimal set from the whole, then one from the whole without each
+    member of every set found (where that still suffices), so alternatives are found as an OR."""
     whole = frozenset(components)
-    large = [whole - frozenset(c) for k in range(3) for c in itertools.combinations(components, k)]
-    return list(dict.fromkeys(small + large)), False
+    values.setdefault(whole, f([whole])[0])
+    found, tried, queue = [], set(), [whole]
+    while queue:
+        start = queue.pop(0)
+        if start in tried or values.get(start, 0.0) < SUFFICES:
+            continue
+        tried.add(start)
+        found.append(greedy_minimal(values, f, start))
+        for member in ordered(found[-1]):
+            nxt = whole - {member}
+            if nxt not in values:
+                values[nxt] = f([nxt])[0]
+            queue.append(nxt)
+    return tuple(dict.fromkeys(s for s in found if not any(t < s for t in found)))
 
 
 def minimal(values: dict[frozenset, float]) -> tuple[frozenset, ...]:
@@ -287,10 +320,15 @@ def logic(model, batch: Batch, graph: Graph, circuit: frozenset, single, runs: R
     runs = runs or record_runs(model, batch, graph, Direction.NOISE)
     f = SetFaithfulness(model, batch, graph, runs)
     components = ordered(components or [s for s in graph.senders if not isinstance(s, Embed)])
-    candidates, exhaustive = candidate_sets(components)
     knock_out = KnockOut(model, batch, runs, components)
-    values = dict(zip(candidates, knock_out(candidates)))
-    sets = minimal(values)
+    exhaustive = len(components) <= EXHAUSTIVE
+    if exhaustive:
+        candidates = every_subset(components)
+        values = dict(zip(candidates, knock_out(candidates)))
+        sets = minimal(values)
+    else:
+        values = {}
+        sets = bounded_sets(values, knock_out, components)
     relations = relations_of(values, knock_out, sets, components, linking_edges(graph, frozenset(circuit)))
     share = dict(zip(graph.edges, single.tolist()))
     paths = circuit_paths(graph, frozenset(circuit), share)

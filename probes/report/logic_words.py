@@ -4,11 +4,12 @@ counterfactual run, 1 = the clean run)."""
 
 from __future__ import annotations
 
-from probes.circuits.logic import (BOUNDED_SIZE, NEEDED, PATH_CARRIES, SUFFICES, Logic, Path, Relation,
+from probes.circuits.logic import (NEEDED, PATH_CARRIES, SUFFICES, Logic, Path, Relation,
                                    RelationKind)
 from probes.report.words import pct
 
 SHOWN_RELATIONS = 6   # sentences per run; every relation is in report.json
+SHOWN_BRANCHES = 4    # an OR's branches named in a sentence or cell
 ORDER = (RelationKind.OR, RelationKind.PARTIAL_OR, RelationKind.AND, RelationKind.NECESSARY, RelationKind.SERIES)
 
 
@@ -41,9 +42,11 @@ def relation_sentence(r: Relation) -> str:
                 f"knocked out) keeps {', '.join(pct(a) for a in r.alone)}, below the {pct(SUFFICES)} that suffices, "
                 f"together {pct(r.together)}")
     if r.kind is RelationKind.OR:
-        return (f"OR: {' | '.join(branch(b) for b in r.parts)} are alternatives: each branch suffices alone "
-                f"(keeps {', '.join(pct(a) for a in r.alone)}, at least {pct(SUFFICES)}), all of them "
-                f"{pct(r.together)}")
+        shown = r.parts[:SHOWN_BRANCHES]
+        more = f" and {len(r.parts) - len(shown)} more branches" if len(r.parts) > len(shown) else ""
+        return (f"OR: {' | '.join(branch(b) for b in shown)}{more} are alternatives: each branch suffices alone "
+                f"(keeps {', '.join(pct(a) for a in r.alone[:SHOWN_BRANCHES])}, at least {pct(SUFFICES)}), all of "
+                f"them {pct(r.together)}")
     if r.kind is RelationKind.PARTIAL_OR:
         (spare,), best = r.parts
         return (f"partial OR: {spare} is a partial backup of {branch(best)}: without {branch(best)} it keeps "
@@ -56,9 +59,10 @@ def relation_sentence(r: Relation) -> str:
 def basis(logic: Logic) -> str:
     n = len(logic.components)
     search = (f"every one of the 2^{n} subsets" if logic.exhaustive else
-              f"a bounded search beyond {logic.limit} components (subsets of up to {BOUNDED_SIZE} and the whole "
-              f"minus up to 2)")
-    return (f"logic of {n} heads and MLPs on {logic.pairs} pairs ({search} measured, each component outside a "
+              f"a bounded search beyond {logic.limit} components: greedy removal from the whole and from the whole "
+              f"without each member of a set found, {logic.sets_measured} sets; its sets are minimal against "
+              f"removing any one member")
+    return (f"logic of {n} heads and MLPs on {logic.pairs} pairs (measured: {search}; each component outside a "
             f"set given its counterfactual output; a set suffices at {pct(SUFFICES)} of the gap): "
             f"{len(logic.minimal_sets)} minimal sufficient set(s): "
             + "; ".join("{" + ", ".join(map(str, sorted(s, key=str))) + "}" for s in logic.minimal_sets))
@@ -94,10 +98,15 @@ def mechanism_cell(logic: Logic | None) -> str:
         extra = len(logic.carrying_paths) - 1
         return short_path(logic.carrying_paths[0]) + (f" (+{extra})" if extra else "")
     kinds = {r.kind for r in logic.relations}
+    series = [r.parts[0] for r in logic.relations if r.kind is RelationKind.SERIES]
+    if series and RelationKind.OR not in kinds:
+        chain = max(series, key=len)
+        return ">".join(map(str, chain)) + (" +AND" if RelationKind.AND in kinds else "")
     for kind in (RelationKind.OR, RelationKind.AND):
         if kind in kinds:
             r = next(r for r in logic.relations if r.kind is kind)
-            return f"{kind.value.upper()}({' | '.join(branch(p) for p in r.parts)})"
+            more = f" | +{len(r.parts) - SHOWN_BRANCHES}" if len(r.parts) > SHOWN_BRANCHES else ""
+            return f"{kind.value.upper()}({' | '.join(branch(p) for p in r.parts[:SHOWN_BRANCHES])}{more})"
     return "no path >= " + pct(PATH_CARRIES)
 
 

@@ -1,0 +1,142 @@
+"""MLPs ablated, and where along the residual stream the answer appears.
+
+- MLP ablation: an MLP's output (hook_mlp_out, every position) replaced by its mean over the
+  reference's training rows at each position (MEAN) or by zero (ZERO), and the task re-scored, as
+  probes.ablation does for heads' z.
+- Decodability: a linear probe (multinomial logistic regression, fit on training rows' scored
+  positions) for the answer token from the residual stream after the embeddings and after each
+  attention and MLP sublayer, scored on held-out rows. 1 = the answer can be read linearly there;
+  chance is 1 / the number of answer tokens.
+Why by hand: TL 4.3 ablates through hooks only (no MLP ablation helper) and has no probing
+utility; the probe is a few lines of LBFGS on torch, so no scikit-learn dependency.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformer_lens.utilities import get_act_name
+
+from models.bridge import device_of
+from probes.ablation import Ablation, Reference, chunked_cache, position_mean
+from tasks.data import Batch
+from tasks.evaluate import logits_at_scored, score_logits
+
+PROBE_STEPS = 100       # LBFGS iterations of the linear probe
+PROBE_DECAY = 1e-3      # L2 penalty on its weights (the residual is 32-256 wide; rows are hundreds)
+
+
+@dataclass(frozen=True)
+class Scores:
+    accuracy: float
+    logit_diff: float       # mean answer - foil logit (nan without foils)
+    n: int                  # held-out scored positions
+
+
+@dataclass(frozen=True)
+class MLPAblation:
+    layer: int
+    method: Ablation
+    scores: Scores
+
+
+@dataclass(frozen=True)
+class Decodable:
+    after: str              # "embeddings", "attention 0", "MLP 0", ...
+    hook: str
+    accuracy: float         # the probe's held-out accuracy
+    train_rows: int
+    heldout_rows: int
+    classes: int            # answer tokens the probe tells apart (chance = 1 / classes)
+
+
+@dataclass(frozen=True)
+class Sublayers:
+    intact: Scores
+    mlps: tuple[MLPAblation, ...]
+    profile: tuple[Decodable, ...]
+
+
+def mlp_hooks(model, batch: Batch, layer: int, method: Ablation, reference: Reference) -> list:
+    width = batch.inputs.shape[1]
+    name = get_act_name("mlp_out", layer)
+    if method is Ablation.ZERO:
+        return [(name, lambda act, hook: torch.zeros_like(act))]
+    mean = position_mean(reference.writes[name], reference.batch, width)
+    return [(name, lambda act, hook: mean.expand_as(act).clone())]
+
+
+@torch.no_grad()
+def scores(model, batch: Batch, hooks: list) -> Scores:
+    logits = model.run_with_hooks(batch.inputs, fwd_hooks=hooks)
+    scored = score_logits(logits_at_scored(logits, batch), batch)
+    diff = scored.logit_diff
+    return Scores(scored.accuracy, diff.nanmean().item() if len(diff) else float("nan"), len(scored.predicted))
+
+
+def ablate_mlp(model, batch: Batch, layer: int, method: Ablation, reference: Reference) -> MLPAblation:
+    batch = batch.to(device_of(model))
+    return MLPAblation(layer, method, scores(model, batch, mlp_hooks(model, batch, layer, method, reference)))
+
+
+def stages(model) -> list[tuple[str, str]]:
+    """(what the residual has been through, its hook) in order."""
+    out = [("embeddings", get_act_name("resid_pre", 0))]
+    for layer in range(model.cfg.n_layers):
+        if model.cfg.attn_only:
+            out.append((f"attention {layer}", get_act_name("resid_post", layer)))
+        else:
+            out += [(f"attention {layer}", get_act_name("resid_mid", layer)),
+                    (f"MLP {layer}", get_act_name("resid_post", layer))]
+    return out
+
+
+def scored_residuals(model, batch: Batch, hooks: list[str]) -> dict[str, torch.Tensor]:
+    _, cache = chunked_cache(model, batch.inputs, hooks)
+    return {name: cache[name][batch.example_index, batch.positions].float() for name in hooks}
+
+
+def fit_probe(x: torch.Tensor, y: torch.Tensor, classes: int) -> torch.nn.Linear:
+    torch.manual_seed(0)
+    probe = torch.nn.Linear(x.shape[1], classes)
+    optimiser = torch.optim.LBFGS(probe.parameters(), max_iter=PROBE_STEPS, line_search_fn="strong_wolfe")
+
+    def closure():
+        optimiser.zero_grad()
+        loss = torch.nn.functional.cross_entropy(probe(x), y) + PROBE_DECAY * probe.weight.square().sum()
+        loss.backward()
+        return loss
+
+    with torch.enable_grad():
+        optimiser.step(closure)
+    return probe
+
+
+def decodability(model, train: Batch, heldout: Batch) -> tuple[Decodable, ...]:
+    train, heldout = train.to(device_of(model)), heldout.to(device_of(model))
+    named = stages(model)
+    hooks = [hook for _, hook in named]
+    tokens = sorted(set(train.answers.tolist()))
+    index = {t: i for i, t in enumerate(tokens)}
+    y_train = torch.tensor([index[t] for t in train.answers.tolist()], device=train.answers.device)
+    # A held-out answer the training rows never had is one the probe cannot name: it counts as wrong.
+    y_heldout = torch.tensor([index.get(t, -1) for t in heldout.answers.tolist()], device=heldout.answers.device)
+    fit_on, scored_on = scored_residuals(model, train, hooks), scored_residuals(model, heldout, hooks)
+    out = []
+    for after, hook in named:
+        mean, scale = fit_on[hook].mean(0), fit_on[hook].std(0).clamp(min=1e-6)
+        probe = fit_probe((fit_on[hook] - mean) / scale, y_train, len(tokens))
+        with torch.no_grad():
+            predicted = probe((scored_on[hook] - mean) / scale).argmax(-1)
+        out.append(Decodable(after, hook, (predicted == y_heldout).float().mean().item(), len(y_train),
+                             len(y_heldout), len(tokens)))
+    return tuple(out)
+
+
+def sublayers(model, train: Batch, heldout: Batch, reference: Reference) -> Sublayers:
+    """`train`: the rows the probe is fit on; `heldout`: the rows ablations and the probe are scored on."""
+    layers = [] if model.cfg.attn_only else range(model.cfg.n_layers)
+    mlps = tuple(ablate_mlp(model, heldout, layer, method, reference) for layer in layers
+                 for method in (Ablation.MEAN, Ablation.ZERO))
+    return Sublayers(scores(model, heldout.to(device_of(model)), []), mlps, decodability(model, train, heldout))
