@@ -262,8 +262,8 @@ def chain(hops: int, n: int = 64, seed: int = 0) -> Gate:
         else:
             copy(w, layer, 0, [r[layer - 1]], [r[layer]])
     w.state["unembed.weight"][TRUE, r[-1]], w.state["unembed.weight"][FALSE, r[-1]] = GAIN, -GAIN
-    # the clean answer T is read as +GAIN, the counterfactual's F as 0: a constant -1/2 centres it
-    w.state["unembed.weight"][TRUE, position], w.state["unembed.weight"][FALSE, position] = -GAIN / 2, GAIN / 2
+    # r is 1 (T) or 0 (F): the unembedding's bias, equal in every run and no edge, centres it
+    w.state["unembed.bias"][TRUE], w.state["unembed.bias"][FALSE] = -GAIN / 2, GAIN / 2
     distract(w, position, junk, None, 0)
     heads = tuple(Head(layer, 0) for layer in range(hops))
     edges = {Edge(Embed(), Input(heads[0], "v")), Edge(heads[-1], Input(Logits()))}
