@@ -110,3 +110,16 @@ def test_registry_names_are_the_built_models_names_and_a_duplicate_method_is_ref
             assert entry.build(4, 0).name == name
     with pytest.raises(UsageError, match="already registered"):
         register_method("eap", lambda p: None)
+
+
+def test_mean_ablation_averages_both_runs_so_a_gate_model_has_a_gap_and_the_masks_learn():
+    """Over the clean inputs alone every gate word is positive: the mean write is the clean write,
+    the gap 0, every score NaN. Catches also the masks backpropagating into the mean writes twice."""
+    import math
+
+    from probes.ablation import Ablation
+    from probes.circuits.leaderboard import METHODS, score_cell, truth_models
+
+    truth = truth_models()["and-across"].build(8, 0)
+    cell = score_cell(truth, METHODS["masks"], Ablation.MEAN, 0)
+    assert not math.isnan(cell.auroc) and cell.truth_faithfulness == pytest.approx(1.0, abs=1e-3)

@@ -141,8 +141,9 @@ def inventory(models: list[str]) -> str:
     for name in models:
         counts[registered[name].family] = counts.get(registered[name].family, 0) + 1
     tracr = [m for m, entry in registered.items() if entry.family == "tracr"]
-    return (f"{len(models)} ground-truth models here ({', '.join(f'{n} {f}' for f, n in counts.items())}); "
-            f"{len(registered)} registered, {len(tracr)} of them the stored Tracr fixtures ({', '.join(tracr) or 'none'}).")
+    families = ", ".join(f"{n} {f}" for f, n in counts.items())
+    return (f"{len(models)} ground-truth models here ({families}); {len(registered)} registered, {len(tracr)} of "
+            f"them the stored Tracr fixtures ({', '.join(tracr) or 'none'}).")
 
 
 def markdown(cells: list, models: list[str], seconds: float, computed: int, command: str) -> str:
@@ -152,7 +153,8 @@ def markdown(cells: list, models: list[str], seconds: float, computed: int, comm
              "this page rather than edit it. Truths: probes/circuits/truth (planted.py, gates.py, tracr.py); "
              "scores: probes/circuits/leaderboard.py. " + inventory(models), "",
              f"This run: {computed} of {len(cells)} cells computed, {seconds:.0f} s wall; the methods' own time over "
-             f"all cells sums to {total:.0f} s (the recorded runs, curves and smallest circuits are not counted in it).",
+             f"all cells sums to {total:.0f} s (the recorded runs, curves and smallest circuits are not counted in "
+             "it).",
              "", "AUROC: recovering the true edges by |score|. CPR/CMD: MIB's areas over the top-k circuits. "
              "Smallest / true size: the fewest top-ranked edges reaching 90% faithfulness over the true circuit's "
              "edges. Precision/recall: of the method's own circuit (a pruner's kept edges, else its smallest "

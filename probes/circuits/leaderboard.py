@@ -18,6 +18,7 @@ ablated, 1 = the full model):
   for counterfactual ablation (every other edge given its counterfactual write); under mean or zero
   ablation an edge that carries the same write in every run (a position, a constant) can matter, and
   this column says where the truth itself is not the full model, so a low AUROC there is read with it;
+- mean ablation averages each write over the clean and the counterfactual inputs (both_runs);
 - wall_s, cpu_s: the method's own time from the recorded runs on (the runs are recorded outside it).
 """
 
@@ -230,13 +231,25 @@ class Cell:
         return asdict(self)
 
 
+def both_runs(batch: Batch) -> Batch:
+    """The clean and the counterfactual inputs as one batch: the mean ablation's reference. Over the
+    clean inputs alone the mean is degenerate on most truths (every clean word of a gate model is
+    positive, so the mean write is the clean write and nothing is ablated)."""
+    import dataclasses
+
+    return dataclasses.replace(batch, tokens=torch.cat([batch.tokens, batch.counterfactual]),
+                               lengths=torch.cat([batch.lengths, batch.lengths]), groups=batch.groups * 2,
+                               counterfactual=None)
+
+
 def score_cell(truth: Truth, method: Method, ablation: Ablation, seed: int) -> Cell:
     from probes.circuits.faithfulness import curve_of, normalised, smallest_circuit
     from probes.circuits.methods.scores import auroc
     from probes.circuits.oracle import circuit_outcomes
 
     model, batch, graph = truth.model, truth.batch, truth.graph
-    runs = ablated_runs(model, batch, graph, ablation)
+    with torch.no_grad():   # reference_writes computes z @ W_O with grad: the masks would backprop into it twice
+        runs = ablated_runs(model, batch, graph, ablation, both_runs(batch) if ablation is Ablation.MEAN else None)
     wall, cpu = time.perf_counter(), time.process_time()
     scores = method.run(Problem(model, batch, graph, runs))
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
