@@ -22,6 +22,8 @@ COMMANDS = {
                      "toylens sweep NAME [options]", ("sweep",)),
     "report": Command("toylens.report", "trace the circuits of a runs folder into RUNS_DIR/report/", ("report",)),
     "edges": Command("toylens.edges", "edge circuits by the exact oracle, EAP, EAP-IG and ACDC, with MIB files"),
+    "leaderboard": Command("toylens.leaderboard", "every edge method x ablation on the ground-truth models, scored and "
+                           "timed: docs/results/leaderboard.md and .html"),
     "accuracy": Command("toylens.accuracy", "the accuracy comparison of a runs folder, with CIs over seeds"),
     "census": Command("toylens.census", "count the circuits of a sweep's runs"),
     "dynamics": Command("probes.report.dynamics", "replay training snapshots: phase change, head scores"),
