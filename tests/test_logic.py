@@ -147,3 +147,56 @@ def test_mlp_ablation_and_the_decodability_profile_on_a_trained_block():
     # mlp-xor's MLP0 computes the answer: zero-ablating it must cost accuracy
     assert result.mlps[1].scores.accuracy < result.intact.accuracy
     assert all(0.0 <= d.accuracy <= 1.0 for d in result.profile)
+
+
+@pytest.fixture(scope="module")
+def gates():
+    from probes.circuits.truth.gates import gate_models
+
+    return {g.name: (g, traced(g)) for g in gate_models(PAIRS)}
+
+
+@pytest.mark.parametrize("name,says", [
+    ("or-across", "OR: L0H0 | L1H0 are alternatives: each branch suffices alone (keeps 100%, 100%"),
+    ("or-within-l1", "OR: L1H0 | L1H1 are alternatives"),
+    ("or-three-layers", "are alternatives: each branch suffices alone (keeps 100%, 100%, 100%"),
+    ("partial-or-across", "partial OR: L1H0 is a partial backup of L0H0: with L0H0 knocked out it keeps 50%"),
+    ("partial-or-three", "OR: L0H0 | L0H1+L1H0 are alternatives"),
+    ("partial-or-three", "AND: L0H1 and L1H0 are jointly needed: each alone (the others knocked out) keeps 50%, 50%"),
+    ("and-across", "AND: L0H0 and L1H0 are jointly needed: each alone (the others knocked out) keeps 0%, 0%"),
+    ("soft-and-across", "AND: L0H0 and L1H0 are jointly needed: each alone (the others knocked out) keeps 25%, 25%"),
+    ("and-within-l1", "AND: L1H0 and L1H1 are jointly needed: each alone (the others knocked out) keeps 75%, 0%"),
+    ("and-three", "AND: L0H0, L1H0 and L2H0 are jointly needed"),
+    ("chain-4", "in series L0H0 -> L1H0 -> L2H0 -> L3H0: each link is needed"),
+    ("mlp-chain", "in series L0H0 -> MLP0 -> L1H0: each link is needed"),
+])
+def test_planted_gates_read_as_planted(gates, name, says):
+    _, logic = gates[name]
+    text = sentences(logic)
+    assert says in text, text
+
+
+@pytest.mark.parametrize("name", ["or-across", "or-within-l1", "or-three-layers", "and-across", "and-within-l1",
+                                  "chain-2", "chain-3", "mlp-chain"])
+def test_an_or_is_never_an_and_nor_a_chain_an_or(gates, name):
+    _, logic = gates[name]
+    text = sentences(logic)
+    if name.startswith("or"):
+        assert "AND:" not in text and "partial OR" not in text, text
+    else:
+        assert "OR:" not in text, text
+
+
+def test_an_mlp_that_computes_is_needed_and_one_that_carries_is_not(gates):
+    from probes.ablation import reference_activations
+    from probes.report.sublayer_part import mlp_words
+    from probes.settings import DEFAULT
+    from probes.sublayers import sublayers
+
+    words = {}
+    for name in ("mlp-computes", "mlp-carries"):
+        g, _ = gates[name]
+        reference = reference_activations(g.model, g.batch)
+        words[name] = " ".join(mlp_words(sublayers(g.model, g.batch, g.batch, reference), DEFAULT))
+    assert "MLP1 needed" in words["mlp-computes"], words
+    assert "MLP0 needed" not in words["mlp-carries"], words

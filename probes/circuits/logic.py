@@ -191,11 +191,12 @@ def bounded_sets(values: dict, f, components: tuple[Component, ...]) -> tuple[fr
             continue
         tried.add(start)
         found.append(greedy_minimal(values, f, start))
-        for member in ordered(found[-1]):
-            nxt = whole - {member}
-            if nxt not in values:
-                values[nxt] = f([nxt])[0]
-            queue.append(nxt)
+        common = frozenset.intersection(*found)
+        starts = [whole - {member} for member in ordered(found[-1])]
+        starts.append(whole - (frozenset().union(*found) - common))    # without every branch found so far
+        missing = [s for s in starts if s not in values]
+        values.update(zip(missing, f(missing)))
+        queue += starts
     return tuple(dict.fromkeys(s for s in found if not any(t < s for t in found)))
 
 
@@ -271,13 +272,14 @@ def relations_of(values: dict[frozenset, float], f, sets: tuple[frozenset, ...],
             out[RelationKind.NECESSARY, kept] = Relation(
                 RelationKind.NECESSARY, (kept,), (value(necessary),), 1.0, tuple(value(whole - {c}) for c in kept))
     spares = ordered(whole - frozenset().union(*sets)) if sets else ()
-    base = value(necessary)
+    best = max(sets, key=value) if sets else frozenset()
     for spare in spares:
-        kept = value(necessary | {spare})
-        if kept - base >= NEEDED:
-            best = max(sets, key=value)
+        # the member of the best set whose place the spare takes best: its gain without that member
+        gains = {m: value(best - {m} | {spare}) - value(best - {m}) for m in ordered(best)}
+        backed = max(gains, key=lambda m: (gains[m], str(m)), default=None)
+        if backed is not None and gains[backed] >= NEEDED:
             out[RelationKind.PARTIAL_OR, spare] = Relation(
-                RelationKind.PARTIAL_OR, ((spare,), ordered(best - necessary)), (kept, value(best)),
+                RelationKind.PARTIAL_OR, ((spare,), (backed,)), (value(best - {backed} | {spare}), value(best)),
                 value(best | {spare}))
     return list(out.values())
 

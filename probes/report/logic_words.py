@@ -48,9 +48,9 @@ def relation_sentence(r: Relation) -> str:
                 f"(keeps {', '.join(pct(a) for a in r.alone[:SHOWN_BRANCHES])}, at least {pct(SUFFICES)}), all of "
                 f"them {pct(r.together)}")
     if r.kind is RelationKind.PARTIAL_OR:
-        (spare,), best = r.parts
-        return (f"partial OR: {spare} is a partial backup of {branch(best)}: without {branch(best)} it keeps "
-                f"{pct(r.alone[0])} (at least {pct(NEEDED)}, below {pct(SUFFICES)}), {branch(best)} alone "
+        (spare,), (backed,) = r.parts
+        return (f"partial OR: {spare} is a partial backup of {backed}: with {backed} knocked out it keeps "
+                f"{pct(r.alone[0])} (it adds at least {pct(NEEDED)} there), with {backed} "
                 f"{pct(r.alone[1])}, both {pct(r.together)}")
     without = ", ".join(f"without {c} {pct(w)}" for c, w in zip(r.parts[0], r.without))
     return f"{names(r.parts[0])} {'is' if len(r.parts[0]) == 1 else 'are'} in every minimal set: necessary ({without})"
