@@ -323,7 +323,8 @@ def test_the_shortcut_audit_flags_an_order_blind_model_at_the_top():
 def test_every_part_of_a_run_shares_one_model_load(mirror_measured):
     run, measured = mirror_measured
     assert run.loaded == 1
-    assert set(measured.results) == {"accuracy", "runs", "edge_circuits", "head_roles", "dynamics", "examples"}
+    assert set(measured.results) == {"accuracy", "runs", "edge_circuits", "sublayers", "head_roles", "dynamics",
+                                     "examples"}
 
 
 # 10. A circuit head that patching does not show at any one position is said to "matter only across
