@@ -118,8 +118,12 @@ def write_manifest(folder: Path, entries: dict[str, Written]) -> None:
                     **({"grows": True} if entry.grows else {})}
              for name, entry in sorted(entries.items())}
     temp = Path(folder) / f"{TEMP}{os.getpid()}{MANIFEST}"
-    temp.write_text(json.dumps({"written_by": "toylens", "files": files}, indent=1) + "\n")
-    os.replace(temp, Path(folder) / MANIFEST)
+    try:
+        temp.write_text(json.dumps({"written_by": "toylens", "files": files}, indent=1) + "\n")
+        os.replace(temp, Path(folder) / MANIFEST)
+    except BaseException:   # a full disk (or a kill's KeyboardInterrupt): no half manifest stays
+        temp.unlink(missing_ok=True)
+        raise
 
 
 def owned(path: Path) -> bool:
@@ -255,14 +259,27 @@ def check_publishable(out: Path, what: str) -> None:
     or a folder of other output is never swapped away."""
     out = Path(out)
     check_replaceable(out, what)
-    listed = manifest_entries(out)
     for root, dirs, files in os.walk(out):
         dirs[:] = [d for d in dirs if not is_temp(Path(root) / d)]
         held = [path for path in (Path(root) / name for name in files if name not in (MANIFEST, LOCK))
-                if not is_temp(path) and not listed.get(path.relative_to(out).as_posix(), Written()).vouches_for(path)]
+                if not is_temp(path) and not vouched_within(out, path)]
         if held:
             raise UsageError(f"{what} {out} holds {held[0]}, which is not part of a folder toylens published "
                              "there (a run, or other output); toylens would swap it away: choose another folder")
+
+
+def vouched_within(out: Path, path: Path) -> bool:
+    """Whether a manifest in `out` or in a folder between it and `path` vouches for `path`: the
+    files of a folder toylens published whole (one manifest at its top) or wrote file by file (a
+    manifest in each subfolder, as `edges` did before it published whole)."""
+    out, path = Path(out), Path(path)
+    for folder in [path.parent, *path.parent.parents]:
+        entry = manifest_entries(folder).get(path.relative_to(folder).as_posix())
+        if entry is not None and entry.vouches_for(path):
+            return True
+        if folder == out:
+            return False
+    return False
 
 
 def remove_tree(folder: Path, also=lambda path: False) -> None:
