@@ -105,11 +105,11 @@ def write_json(path: Path, payload) -> None:
     atomic_write(path, lambda temp: Path(temp).write_text(json_text(payload)))
 
 
-def publish_folder(staged: Path, out: Path) -> None:
+def publish_folder(staged: Path, out: Path, subfolders: tuple[str, ...] = ()) -> None:
     """Swap a completely written folder `staged` in for `out` (a report): readers find the old
     folder, the new one, or (for the instant between two renames) none, never a mix."""
     staged, out = Path(staged), Path(out)
-    check_publishable(out, "folder")
+    check_publishable(out, "folder", subfolders)   # subfolders: ownership.vouched_within
     try:
         adopt_all(staged)
     except OSError as error:

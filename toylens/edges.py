@@ -40,10 +40,10 @@ def edges_command(runs_dir: Path, out: Path | None) -> None:
     # Every file in it is this command's, refused before any work; the files are written into a
     # staging folder and published as a whole, so a kill leaves the old set or the new one, never a
     # mix, and what a rerun no longer writes (an untraced run's figure and MIB files) is gone.
-    check_publishable(out, "edges folder")
+    check_publishable(out, "edges folder", subfolders=("figures",))
     with staging(out) as staged:
         figures = write_edges(runs, staged)
-        publish_folder(staged, out)
+        publish_folder(staged, out, subfolders=("figures",))
     print(f"wrote {out / 'edges.md'}: {figures} of {len(runs)} runs traced, with a figure and MIB edge scores each"
           + ("" if figures else f"; no run's clean - counterfactual gap reached {DEFAULT.min_gap:g} (the edge "
                                  "circuit needs one: train longer), so no figures or MIB files"))
