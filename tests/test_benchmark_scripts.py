@@ -1,5 +1,6 @@
-"""The Tracr scripts in benchmarks/ refuse in one line (exit 2, no traceback): without tracr or
-jax, and with a missing, truncated or corrupt fixture."""
+"""Scripts in benchmarks/ end a UsageError in one line (exit 2, no traceback): every script runs its
+body under common.cli.run_cli; the Tracr scripts refuse without tracr or jax, and with a missing,
+truncated or corrupt fixture."""
 
 from __future__ import annotations
 
@@ -61,3 +62,23 @@ def test_a_bad_fixture_is_one_line_from_load(tmp_path, how):
 def test_the_table_script_refuses_a_truncated_fixture_in_one_line(tmp_path):
     one_line(script("benchmarks/tracr_table.py", "--programs", "hist", "--pairs", "4", "--fixtures",
                     str(broken_fixtures(tmp_path, "truncated"))), "hist.safetensors is not a complete safetensors file")
+
+
+def test_every_benchmark_script_runs_its_body_under_run_cli():
+    """A script's `if __name__ == "__main__":` block hands its body to run_cli, so a UsageError
+    raised anywhere inside (a helper's refusal included) reaches the user as one line."""
+    import ast
+
+    scripts = sorted((ROOT / "benchmarks").glob("*.py"))
+    checked = 0
+    for path in scripts:
+        tree = ast.parse(path.read_text())
+        entry = [node for node in tree.body if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)]
+        if not entry:
+            continue
+        checked += 1
+        calls = {ast.unparse(call.func) for node in entry for call in ast.walk(node) if isinstance(call, ast.Call)}
+        mains = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "main"]
+        inside = {ast.unparse(call.func) for node in mains for call in ast.walk(node) if isinstance(call, ast.Call)}
+        assert "run_cli" in calls | inside, f"{path.name}: its body does not run under run_cli"
+    assert checked >= 10
