@@ -124,7 +124,7 @@ def check_example(task: Task, where: str, example: Example, vocabulary_size: int
             raise refuse(task, where, f"has {bad[0]!r} in {field}, which must be a tuple of ints "
                          "(token ids are indices into vocabulary())")
     if not isinstance(example.group, str) or not_unicode(example.group):
-        raise refuse(task, where, f"has group {ascii(example.group)}; a group must be a str label of valid "
+        raise refuse(task, where, f"has group {example.group!a}; a group must be a str label of valid "
                      "Unicode ('' for none)")
     tokens = example.tokens
     if not example.positions:

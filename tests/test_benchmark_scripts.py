@@ -21,7 +21,7 @@ def script(*argv: str, cwd: Path = ROOT) -> tuple[int, str, str]:
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=300, cwd=cwd,
+    done = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=300, cwd=cwd, check=False,
                           env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
     return done.returncode, done.stdout, done.stderr
 

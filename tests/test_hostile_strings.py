@@ -88,17 +88,21 @@ def strict_json(path: Path):
     """The file parsed the strictest way: UTF-8, no NaN or infinity, no lone surrogate escape."""
     text = path.read_bytes().decode("utf-8")
     assert not re.search(r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])", text), path
-    return json.loads(text, parse_constant=lambda name: pytest.fail(f"{path}: {name} is not JSON"))
+    return json.loads(text, parse_constant=refuse_constant)
+
+
+def refuse_constant(name: str):
+    pytest.fail(f"{name} is not JSON (strict readers refuse NaN and Infinity)")
 
 
 def test_every_json_file_is_strict_and_keeps_the_names(hostile):
-    task, out = hostile
+    _, out = hostile
     files = [p for p in out.rglob("*.json") if not p.name.startswith(".toylens-tmp")] + list(out.rglob("*.jsonl"))
     assert len(files) >= 8
     for path in files:
         if path.suffix == ".jsonl":
             for line in path.read_text().splitlines():
-                json.loads(line, parse_constant=lambda name: pytest.fail(f"{path}: {name}"))
+                json.loads(line, parse_constant=refuse_constant)
         else:
             strict_json(path)
     assert list((out / "edges").glob("mib_*.json")), "the run's edges were not traced: the test needs them"
@@ -112,7 +116,7 @@ def test_every_json_file_is_strict_and_keeps_the_names(hostile):
 def test_report_html_data_parses_back_and_no_element_is_injected(hostile):
     from hostile_tasks import HOSTILE
 
-    task, out = hostile
+    _, out = hostile
     text = (out / "report" / "report.html").read_text()
     parsed = assert_nothing_injected(text)
     data = json.loads(parsed.scripts["report-data"])
@@ -126,7 +130,7 @@ def test_the_notebook_views_are_a_sandboxed_frame_with_nothing_injected(hostile)
     from probes.report.outputs.html import run_views
     from tasks.training.runs import find_runs
 
-    task, out = hostile
+    _, out = hostile
 
     frame = run_views(find_runs(out / "runs")[0])
     outer = elements(frame)
@@ -141,6 +145,7 @@ def test_census_html_shows_hostile_labels_as_text(tmp_path):
     from types import SimpleNamespace
 
     from hostile_tasks import HOSTILE
+
     from probes.census import Census, group_census
     from probes.report.outputs.census import write_census
 
@@ -183,7 +188,7 @@ def test_report_html_in_chromium_has_no_console_error_and_no_injected_element(ho
     if CHROMIUM is None:
         pytest.skip("no chromium on PATH (apt-get install chromium): the browser check needs one")
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra)")
-    task, out = hostile
+    _, out = hostile
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         page = browser.new_page()

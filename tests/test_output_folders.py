@@ -84,6 +84,7 @@ def test_a_kill_while_replacing_an_export_leaves_the_old_one_and_the_rerun_the_s
     before = contents(tmp_path / "exports")
     assert len([name for name in before if name.endswith(".json") and "toylens" not in name]) == 3
     done = subprocess.run([sys.executable, "-c", KILLED, "mib", str(tiny_runs), "--out", str(tmp_path / "exports")],
+                          check=False,
                           capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == -9, done.stderr
     after_kill = {name: data for name, data in contents(tmp_path / "exports").items() if ".toylens-tmp" not in name}
@@ -93,7 +94,7 @@ def test_a_kill_while_replacing_an_export_leaves_the_old_one_and_the_rerun_the_s
 
 
 def test_an_interrupted_edges_run_changes_nothing_and_a_rerun_matches(tiny_runs, tmp_path, traced, monkeypatch):
-    import probes.report.outputs.exports as exports
+    from probes.report.outputs import exports
     from toylens.edges import edges_command
 
     edges_command(tiny_runs, tmp_path / "edges")
@@ -156,8 +157,8 @@ def test_a_full_disk_fails_the_export_in_one_line_and_leaves_nothing(tiny_runs, 
 
 
 def test_a_full_disk_fails_edges_and_the_report_in_one_line(tiny_runs, tmp_path, traced, monkeypatch, capsys):
-    from toylens.report import main as circuit_main
     from toylens.edges import main
+    from toylens.report import main as circuit_main
 
     full_disk(monkeypatch, tmp_path)
     one_line(in_process(main, [str(tiny_runs), "--out", str(tmp_path / "edges")], capsys),

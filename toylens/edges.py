@@ -51,13 +51,14 @@ def edges_command(runs_dir: Path, out: Path | None) -> None:
 
 def write_edges(runs: list, folder: Path) -> int:
     """edges.md, the figures and the MIB files of `runs` into `folder`; how many runs were traced."""
+    from tqdm import tqdm
+
     from probes.circuits.named import run_edge_circuit
     from probes.report.edge_part import EdgeRun, summary_line
     from probes.report.edge_render import circuit_figure, figure_name, markdown_lines
     from probes.report.figures import save
     from probes.report.outputs.exports import slug, write_mib
     from probes.settings import DEFAULT
-    from tqdm import tqdm
 
     lines = ["# Edge circuits", ""]
     figures = 0

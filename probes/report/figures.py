@@ -12,7 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from common.figure import Figure
-
 from models.components import Head
 
 

@@ -16,7 +16,7 @@ PWNED = "pwned"
 HOSTILE = (
     f'<img src=x id="{PWNED}" onerror="document.body.dataset.{PWNED}=1">',
     f"</script><script>document.body.dataset.{PWNED}=1</script>",
-    f"<!--<script>",
+    "<!--<script>",
     f"<b class={PWNED}>bold</b>",
     "\"'`&amp;&lt;",
     "$\\frac{$",

@@ -31,6 +31,7 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
+
 import torch
 
 from common.cli import UsageError
