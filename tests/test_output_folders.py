@@ -179,3 +179,47 @@ def test_an_export_through_a_link_is_refused_in_one_line(tiny_runs, tmp_path, ca
         one_line(in_process(main, [kind, str(tiny_runs), "--out", str(tmp_path / "link")], capsys),
                  "is a symbolic link", "does not write through links")
     assert list(users.iterdir()) == []
+
+
+REPORT_KILLED = """
+import os, signal, sys
+import common.atomic as atomic
+real = atomic.atomic_write
+def dying(path, *args, **kwargs):
+    if os.path.basename(path) == sys.argv[1]:
+        os.kill(os.getpid(), signal.SIGKILL)   # the report's figures, report.md and report.json written
+    real(path, *args, **kwargs)
+atomic.atomic_write = dying
+from toylens.report import main
+main(sys.argv[2:])
+"""
+# Wall-clock timings, the one thing two uninterrupted reports differ in (report.json's and the
+# page data's *_seconds, report.md's "(x.x s)"); the manifest differs only by those files' checksums.
+REPORT_TIMINGS = (rb'seconds"?: ?[-+0-9.e]+', rb"\(\d+\.\d s\)")
+
+
+def report_files(files: dict) -> dict:
+    import re
+
+    masked = {}
+    for name, data in files.items():
+        if not name.endswith(".toylens.json"):
+            for pattern in REPORT_TIMINGS:
+                data = re.sub(pattern, b"<time>", data)
+            masked[name] = data
+    return masked
+
+
+def test_a_report_killed_while_replacing_an_earlier_one_leaves_it_and_the_rerun_matches(tiny_runs, tmp_path):
+    from toylens.report import report_command
+
+    out = tmp_path / "report"
+    report_command(tiny_runs, out)
+    before = contents(out)
+    done = subprocess.run([sys.executable, "-c", REPORT_KILLED, "report.html", "report", str(tiny_runs), "--out",
+                           str(out), "--jobs", "1"], check=False, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == -9, done.stderr
+    assert contents(out) == before     # the earlier report, whole, not a mix with the killed one's files
+    report_command(tiny_runs, out)
+    assert report_files(contents(out)) == report_files(before) and temps(tmp_path) == []
