@@ -141,7 +141,8 @@ def test_the_notebook_views_are_a_sandboxed_frame_with_nothing_injected(hostile)
     assert json.loads(inner.scripts["report-data"])["runs"]
 
 
-def test_census_html_shows_hostile_labels_as_text(tmp_path):
+def hostile_census(folder: Path) -> Path:
+    """A census whose circuit labels are the hostile names, written into `folder`/census."""
     from types import SimpleNamespace
 
     from hostile_tasks import HOSTILE
@@ -154,9 +155,14 @@ def test_census_html_shows_hostile_labels_as_text(tmp_path):
         return run, "path", label, 0.8
 
     group = group_census("attn-only-2x1", "default", {}, [member(i, label) for i, label in enumerate(HOSTILE[:7])], 0)
-    write_census(Census((group,), ()), tmp_path / "census")
-    assert_nothing_injected((tmp_path / "census" / "census.html").read_text())
-    strict_json(tmp_path / "census" / "census.json")
+    write_census(Census((group,), ()), folder / "census")
+    return folder / "census"
+
+
+def test_census_html_shows_hostile_labels_as_text(tmp_path):
+    census = hostile_census(tmp_path)
+    assert_nothing_injected((census / "census.html").read_text())
+    strict_json(census / "census.json")
 
 
 def test_a_figure_draws_mathtext_as_plain_text():
@@ -184,21 +190,37 @@ def test_a_lone_surrogate_in_a_token_is_refused_when_the_task_loads():
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-def test_report_html_in_chromium_has_no_console_error_and_no_injected_element(hostile):
+def test_the_pages_in_chromium_have_no_console_error_and_no_injected_element(hostile, tmp_path):
+    """report.html (its run shown), census.html and the notebook's views (the frame as a notebook
+    cell holds it), each opened in Chromium."""
     if CHROMIUM is None:
         pytest.skip("no chromium on PATH (apt-get install chromium): the browser check needs one")
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra)")
+    from probes.report.outputs.html import run_views
+    from tasks.training.runs import find_runs
+
     _, out = hostile
+    cell = tmp_path / "cell.html"
+    cell.write_text(f"<!DOCTYPE html><html><body>{run_views(find_runs(out / 'runs')[0])}</body></html>")
+    census = hostile_census(tmp_path) / "census.html"
+    injected = ("document.querySelectorAll('#pwned, .pwned').length + (document.body.dataset.pwned ? 1 : 0)")
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        page = browser.new_page()
-        errors = []
-        page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
-        page.on("pageerror", lambda error: errors.append(str(error)))
-        page.goto((out / "report" / "report.html").as_uri() + "#run=attn-only-2x1-seed0")
-        page.wait_for_load_state("load")
-        injected = page.evaluate("document.querySelectorAll('#pwned, .pwned').length + "
-                                 "(document.body.dataset.pwned ? 1 : 0)")
-        links = page.locator("#nav a[data-run]").count()
+        for path, fragment in ((out / "report" / "report.html", "#run=attn-only-2x1-seed0"),
+                               (census, ""), (cell, "")):
+            page = browser.new_page()
+            errors = []
+            page.on("console", lambda message, errors=errors: message.type == "error" and errors.append(message.text))
+            page.on("pageerror", lambda error, errors=errors: errors.append(str(error)))
+            page.goto(path.as_uri() + fragment)
+            page.wait_for_load_state("load")
+            frames = page.frames[1:] if path == cell else [page.main_frame]
+            assert frames, path
+            for frame in frames:
+                frame.wait_for_load_state("load")
+                assert frame.evaluate(injected) == 0, path
+            if path != census:
+                assert frames[0].locator("#nav a[data-run]").count() == 1, path   # its run is shown
+            assert errors == [], (path, errors)
+            page.close()
         browser.close()
-    assert errors == [] and injected == 0 and links == 1
