@@ -32,7 +32,7 @@ FILLER = tuple(f"t{i}" for i in range(12))
 
 @dataclass(frozen=True)
 class HostileParams:
-    examples: int = 300
+    examples: int = 180     # of the 12 x 23 distinct (hostile, other) prompts
 
 
 class HostileTask(Task):
@@ -51,7 +51,8 @@ class HostileTask(Task):
     def sample(self, rng, count, seen) -> list[Example]:
         examples, size = [], len(self.vocabulary())
         while len(examples) < count:
-            x, y, other = rng.sample(range(size), 3)
+            x = rng.randrange(len(HOSTILE))   # every example, so every page's example pairs, holds a hostile name
+            y, other = rng.sample([i for i in range(size) if i != x], 2)
             if (x, y) in seen:
                 continue
             seen.add((x, y))
