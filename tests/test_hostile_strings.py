@@ -114,7 +114,7 @@ def test_every_json_file_is_strict_and_keeps_the_names(hostile):
 
 
 def test_report_html_data_parses_back_and_no_element_is_injected(hostile):
-    from hostile_tasks import HOSTILE
+    from hostile_tasks import ALL_AT_ONCE
 
     _, out = hostile
     text = (out / "report" / "report.html").read_text()
@@ -122,7 +122,7 @@ def test_report_html_data_parses_back_and_no_element_is_injected(hostile):
     data = json.loads(parsed.scripts["report-data"])
     assert [run["id"] for run in data["runs"]] == ["attn-only-2x1-seed0"]
     tokens = {t for pair in data["runs"][0]["examples"] for t in pair["clean_tokens"]}
-    assert tokens & set(HOSTILE), "the page's examples should carry the hostile names, unchanged"
+    assert ALL_AT_ONCE in tokens, "the page's examples should carry the hostile names, unchanged"
     assert "<" not in parsed.scripts["report-data"]   # no '</script>' or '<!--' can end or alter the element
 
 

@@ -27,21 +27,25 @@ HOSTILE = (
     "line\u2028para\u2029",
     "{{7*7}}${7*7}",
 )
+# One name with every way out of a script element at once: '<!--<script>' puts the HTML parser in
+# its double-escaped state, where only an unescaped '</script>' leaves it.
+ALL_AT_ONCE = f'<!--<script></script><img src=x class={PWNED} onerror="document.body.dataset.{PWNED}=1">$\\x$'
 FILLER = tuple(f"t{i}" for i in range(12))
+EVERY = len(HOSTILE)    # ALL_AT_ONCE's id
 
 
 @dataclass(frozen=True)
 class HostileParams:
-    examples: int = 180     # of the 12 x 23 distinct (hostile, other) prompts
+    examples: int = 300
 
 
 class HostileTask(Task):
-    """`x y` -> x, every token a string a page or a figure could mistake for code."""
+    """`x y D x` -> x, every token a string a page or a figure could mistake for code."""
 
     name, Params, version = "hostile", HostileParams, 1
 
     def vocabulary(self) -> list[str]:
-        return [*HOSTILE, *FILLER]
+        return [*HOSTILE, ALL_AT_ONCE, *FILLER]
 
     def generate(self, seed: int) -> dict[str, list[Example]]:
         rng, seen, n = random.Random(seed), set(), self.params.examples
@@ -49,16 +53,17 @@ class HostileTask(Task):
                 "heldout": self.sample(rng, n // 5, seen)}
 
     def sample(self, rng, count, seen) -> list[Example]:
-        examples, size = [], len(self.vocabulary())
+        """`x y D x`, scored at D (answer x): D, every danger in one name, is in every example, so in
+        every example pair a page shows; x and y are any other names (the hostile ones among them)."""
+        examples, others = [], [i for i in range(len(self.vocabulary())) if i != EVERY]
         while len(examples) < count:
-            x = rng.randrange(len(HOSTILE))   # every example, so every page's example pairs, holds a hostile name
-            y, other = rng.sample([i for i in range(size) if i != x], 2)
+            x, y, other = rng.sample(others, 3)
             if (x, y) in seen:
                 continue
             seen.add((x, y))
             group = HOSTILE[x % 3]     # markup in the group names the reports print
-            examples.append(Example((x, y, x), (1,), (y,), group=group, counterfactual=(other, y, other),
-                                    roles={"source": 0}))
+            examples.append(Example((x, y, EVERY, x), (2,), (y,), group=group,
+                                    counterfactual=(other, y, EVERY, other), roles={"source": 0}))
         return examples
 
     def default_models(self) -> dict[str, ModelSpec]:
