@@ -93,7 +93,7 @@ def sandboxed_frame(document: str, style: str) -> str:
     """A whole page shown inside another (a notebook cell) as an iframe whose srcdoc is escaped
     attribute text and whose sandbox lets the page run its own script but not reach its host
     (no same origin: no access to the notebook's page, cookies or storage)."""
-    return f'<iframe sandbox="allow-scripts" srcdoc="{escape(document)}" style="{escape(style)}"></iframe>'
+    return f'<iframe srcdoc="{escape(document)}" sandbox="allow-scripts" style="{escape(style)}"></iframe>'
 
 
 def page(title: str, body: str, style: str = "", script: str = "", heading: str = "") -> str:
