@@ -7,7 +7,6 @@ without jax.
 
 from __future__ import annotations
 
-import argparse
 import time
 from pathlib import Path
 
@@ -15,16 +14,22 @@ from probes.circuits.truth.tracr import FIXTURES, PROGRAMS, compile_program, sav
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from common.cli import Parser, run_cli
+
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=FIXTURES)
     args = parser.parse_args()
+    run_cli(make_fixtures, args.out)   # a UsageError (no tracr or jax) is one line, exit 2
+
+
+def make_fixtures(out: Path) -> None:
     for program in PROGRAMS.values():
         began = time.perf_counter()
         compiled = compile_program(program)
-        save(compiled, args.out)
+        save(compiled, out)
         c = compiled.config
         print(f"{program.name}: {c['n_layers']} layers x {c['n_heads']} heads, d_model {c['d_model']}, "
-              f"compiled in {time.perf_counter() - began:.1f} s -> {args.out / program.name}.safetensors")
+              f"compiled in {time.perf_counter() - began:.1f} s -> {out / program.name}.safetensors")
 
 
 if __name__ == "__main__":

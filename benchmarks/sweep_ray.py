@@ -61,4 +61,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from common.cli import run_cli
+
+    run_cli(main)   # a UsageError raised anywhere in it: one line, exit 2

@@ -89,4 +89,6 @@ def theirs_ablation(patching, model, pairs, metric):
     return patching.get_act_patch_attn_head_out_all_pos(model, pairs.inputs, cache, metric)
 
 if __name__ == "__main__":
-    main()
+    from common.cli import run_cli
+
+    run_cli(main)   # a UsageError raised anywhere in it: one line, exit 2

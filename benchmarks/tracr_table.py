@@ -21,7 +21,7 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 
 import torch
 
-from common.cli import EXIT_USAGE, Parser, positive_int
+from common.cli import EXIT_USAGE, Parser, positive_int, run_cli
 from probes.circuits.truth import tracr, zero_trace
 
 SHORT = {"oracle": "oracle", "EAP-IG": "EAP-IG", "EAP": "EAP", "ACDC": "ACDC", "joint": "joint", "learned": "masks"}
@@ -71,8 +71,8 @@ def why(trace, length: int, acdc_length: int) -> str:
             f"{acdc_length}-token inputs it moves {trace.effect_acdc:+.3f} of the gap")
 
 
-def trace_lines(pairs: int) -> list[str]:
-    compiled = tracr.load("reverse")
+def trace_lines(pairs: int, folder: Path = tracr.FIXTURES) -> list[str]:
+    compiled = tracr.load("reverse", folder)
     model, graph = tracr.bridge(compiled), tracr.shape_graph(compiled)
     traces = zero_trace.trace_zero_edges(model, compiled, graph, pairs)
     used = tracr.used_edges(model, compiled, graph)
@@ -108,16 +108,22 @@ def main() -> None:
     parser.add_argument("--pairs", type=positive_int, default=64)
     parser.add_argument("--programs", default=",".join(tracr.PROGRAMS))
     parser.add_argument("--docs", type=Path, help="also write the section into this file's marked block")
+    parser.add_argument("--fixtures", type=Path, default=tracr.FIXTURES,
+                        help="folder of the compiled fixtures (default: the stored ones)")
     args = parser.parse_args()
     names = [n for n in args.programs.split(",") if n]
     unknown = [n for n in names if n not in tracr.PROGRAMS]
     if unknown:
         parser.error(f"unknown program(s) {unknown}; choose from {', '.join(tracr.PROGRAMS)}")
     torch.set_num_threads(1)
-    lines = table(tracr.tracr_table(tuple(names), n=args.pairs), args.pairs) + [""] + trace_lines(args.pairs)
+    run_cli(print_table, parser, names, args.pairs, args.docs, args.fixtures)   # a missing or broken fixture: one line, exit 2
+
+
+def print_table(parser, names: list[str], pairs: int, docs: Path | None, fixtures: Path) -> None:
+    lines = table(tracr.tracr_table(tuple(names), n=pairs, folder=fixtures), pairs) + [""] + trace_lines(pairs, fixtures)
     print("\n".join(lines))
-    if args.docs:
-        write_docs(parser, args.docs, "tracr_table.py", lines)
+    if docs:
+        write_docs(parser, docs, "tracr_table.py", lines)
 
 
 if __name__ == "__main__":

@@ -125,4 +125,6 @@ def median(values: list[float]) -> float:
 
 
 if __name__ == "__main__":
-    main()
+    from common.cli import run_cli
+
+    run_cli(main)   # a UsageError raised anywhere in it: one line, exit 2

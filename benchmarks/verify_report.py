@@ -941,4 +941,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from common.cli import run_cli
+
+    run_cli(lambda: sys.exit(main()))   # a UsageError raised anywhere in it: one line, exit 2

@@ -13,6 +13,7 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+from common.cli import UsageError
 from common.jsonfiles import json_text
 from common.ownership import (TEMP, adopt_all, check_publishable, claim_check, clean_leftovers, record,
                               remove_tree, version_of)
@@ -26,15 +27,48 @@ def atomic_write(path: Path, write, grows: bool = False) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     claim_check(path)
     clean_leftovers(path.parent)
-    with temp_folder(path.parent, path.name) as folder:
-        temp = folder / path.name
-        try:
-            write(temp)
-        except Exception as error:  # noqa: BLE001
-            raise as_disk_full(error) from None
-        os.chmod(temp, 0o666 & ~current_umask())  # safetensors makes 0600; give the usual permissions
-        record(path, version_of(temp), grows)
-        os.replace(temp, path)
+    try:
+        with temp_folder(path.parent, path.name) as folder:
+            temp = folder / path.name
+            try:
+                write(temp)
+            except Exception as error:  # noqa: BLE001
+                raise as_disk_full(error) from None
+            os.chmod(temp, 0o666 & ~current_umask())  # safetensors makes 0600; give the usual permissions
+            record(path, version_of(temp), grows)
+            os.replace(temp, path)
+    except OSError as error:
+        raise write_failed(error, path) from None
+
+
+# The file system refused to store more (full, over quota, read-only, file too large): the
+# command fails in one line naming the folder; the temp folder is gone and the target as it was.
+DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)
+
+
+def write_failed(error: OSError, path: Path) -> Exception:
+    """A UsageError naming the output folder (not the temp folder it was staged in) for a write the
+    file system refused; any other OSError unchanged."""
+    if error.errno not in DISK_ERRORS:
+        return error
+    folder = published_path(Path(path).parent)
+    try:
+        free = f"{shutil.disk_usage(Path(path).parent if Path(path).parent.exists() else folder.parent).free:,} bytes free"
+    except OSError:
+        free = "free space unknown"
+    return UsageError(f"could not write {folder}: {os.strerror(error.errno)} while writing {Path(path).name} "
+                      f"({free} there); free space (or choose another --out) and rerun; no partial file was left")
+
+
+def published_path(path: Path) -> Path:
+    """`path` with a staging folder (`.toylens-tmp.<pid>.<name>.new.XXXX`) named as the folder it
+    will be published as."""
+    parts = []
+    for part in Path(path).parts:
+        if part.startswith(TEMP) and ".new." in part:
+            part = part[len(TEMP):].split(".", 1)[-1].rsplit(".new.", 1)[0]
+        parts.append(part)
+    return Path(*parts)
 
 
 @contextmanager
@@ -71,12 +105,15 @@ def write_json(path: Path, payload) -> None:
     atomic_write(path, lambda temp: Path(temp).write_text(json_text(payload)))
 
 
-def publish_folder(staged: Path, out: Path) -> None:
+def publish_folder(staged: Path, out: Path, subfolders: tuple[str, ...] = ()) -> None:
     """Swap a completely written folder `staged` in for `out` (a report): readers find the old
     folder, the new one, or (for the instant between two renames) none, never a mix."""
     staged, out = Path(staged), Path(out)
-    check_publishable(out, "folder")
-    adopt_all(staged)
+    check_publishable(out, "folder", subfolders)   # subfolders: ownership.vouched_within
+    try:
+        adopt_all(staged)
+    except OSError as error:
+        raise write_failed(error, staged / ".toylens.json") from None
     old = out.with_name(f"{TEMP}{os.getpid()}.{out.name}.old")
     if out.exists():
         os.replace(out, old)

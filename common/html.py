@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import re
 from pathlib import Path
 
 STYLE = """
@@ -69,10 +70,30 @@ def image_uri(path: Path) -> str:
     return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode("ascii")
 
 
+# Characters a JSON string may hold that HTML (or, for U+2028/2029, older JavaScript) would read
+# as something else inside a script element: '<' opens '</script>' and '<!--', which changes how
+# the HTML parser ends the element; '>' and '&' are escaped too so no markup survives at all.
+SCRIPT_UNSAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def script_json(data) -> str:
+    """`data` as JSON text safe inside an HTML <script> element: strict (no NaN) and with every
+    character the HTML parser could read as markup written as a JSON escape, so JSON.parse gives
+    back the same strings."""
+    text = json.dumps(data, separators=(",", ":"), allow_nan=False)
+    return re.sub("[<>&\u2028\u2029]", lambda match: SCRIPT_UNSAFE[match.group()], text)
+
+
 def json_script(element_id: str, data) -> str:
-    """`data` as an inline JSON script element; '</' is escaped so no string can close the element."""
-    text = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
-    return f'<script type="application/json" id="{escape(element_id)}">{text}</script>'
+    """`data` as an inline JSON script element (script_json: no string can end or alter it)."""
+    return f'<script type="application/json" id="{escape(element_id)}">{script_json(data)}</script>'
+
+
+def sandboxed_frame(document: str, style: str) -> str:
+    """A whole page shown inside another (a notebook cell) as an iframe whose srcdoc is escaped
+    attribute text and whose sandbox lets the page run its own script but not reach its host
+    (no same origin: no access to the notebook's page, cookies or storage)."""
+    return f'<iframe srcdoc="{escape(document)}" sandbox="allow-scripts" style="{escape(style)}"></iframe>'
 
 
 def page(title: str, body: str, style: str = "", script: str = "", heading: str = "") -> str:

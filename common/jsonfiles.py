@@ -25,6 +25,16 @@ def strict(value):
     return value
 
 
+def not_unicode(text: str) -> bool:
+    """Whether `text` holds a lone surrogate (U+D800..U+DFFF): Python carries it, but it is not
+    Unicode, cannot be encoded as UTF-8, and strict JSON readers refuse the escape Python writes."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def json_text(payload) -> str:
     """The text write_json stores: strict JSON, indented, sorted keys."""
     return json.dumps(strict(payload), indent=2, sort_keys=True, allow_nan=False) + "\n"

@@ -118,8 +118,12 @@ def write_manifest(folder: Path, entries: dict[str, Written]) -> None:
                     **({"grows": True} if entry.grows else {})}
              for name, entry in sorted(entries.items())}
     temp = Path(folder) / f"{TEMP}{os.getpid()}{MANIFEST}"
-    temp.write_text(json.dumps({"written_by": "toylens", "files": files}, indent=1) + "\n")
-    os.replace(temp, Path(folder) / MANIFEST)
+    try:
+        temp.write_text(json.dumps({"written_by": "toylens", "files": files}, indent=1) + "\n")
+        os.replace(temp, Path(folder) / MANIFEST)
+    except BaseException:   # a full disk (or a kill's KeyboardInterrupt): no half manifest stays
+        temp.unlink(missing_ok=True)
+        raise
 
 
 def owned(path: Path) -> bool:
@@ -249,20 +253,29 @@ def first_link(path: Path, within: Path | None = None) -> Path | None:
     return next((p for p in [path, *path.parents][:depth] if p.is_symlink()), None)
 
 
-def check_publishable(out: Path, what: str) -> None:
+def check_publishable(out: Path, what: str, subfolders: tuple[str, ...] = ()) -> None:
     """Refuse, before any work, to swap a new folder in for `out` unless `out` is absent, empty or a
     folder toylens published whole (every file listed in its own manifest): a runs folder, a run
-    or a folder of other output is never swapped away."""
+    or a folder of other output is never swapped away. `subfolders`: see vouched_within."""
     out = Path(out)
     check_replaceable(out, what)
-    listed = manifest_entries(out)
     for root, dirs, files in os.walk(out):
         dirs[:] = [d for d in dirs if not is_temp(Path(root) / d)]
         held = [path for path in (Path(root) / name for name in files if name not in (MANIFEST, LOCK))
-                if not is_temp(path) and not listed.get(path.relative_to(out).as_posix(), Written()).vouches_for(path)]
+                if not is_temp(path) and not vouched_within(out, path, subfolders)]
         if held:
             raise UsageError(f"{what} {out} holds {held[0]}, which is not part of a folder toylens published "
                              "there (a run, or other output); toylens would swap it away: choose another folder")
+
+
+def vouched_within(out: Path, path: Path, subfolders: tuple[str, ...] = ()) -> bool:
+    """Whether `out`'s own manifest vouches for `path` (a folder toylens published whole), or, for a
+    file directly in one of `subfolders`, that subfolder's manifest (the layout of a folder toylens
+    wrote file by file before it published whole: `edges`' figures/)."""
+    out, path = Path(out), Path(path)
+    folders = [out, *(out / name for name in subfolders if path.parent == out / name)]
+    return any(manifest_entries(folder).get(path.relative_to(folder).as_posix(), Written()).vouches_for(path)
+               for folder in folders)
 
 
 def remove_tree(folder: Path, also=lambda path: False) -> None:

@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from common.jsonfiles import not_unicode
 from models import ModelSpec, UsageError
 from models.spec import Attention, Positions
 
@@ -71,6 +72,10 @@ def checked_vocabulary(task, tokens):
         repeated = next(t for i, t in enumerate(tokens) if t in tokens[:i])
         raise UsageError(f"task plugin {task.name!r}: vocabulary() lists {repeated!r} twice; "
                          "every token string must be distinct")
+    broken = next((i for i, t in enumerate(tokens) if not_unicode(t)), None)
+    if broken is not None:   # it would be written into report.json and the exports, which readers refuse
+        raise UsageError(f"task plugin {task.name!r}: vocabulary() token {broken} ({ascii(tokens[broken])[:60]}) "
+                         "holds a lone surrogate, which is not Unicode text; give every token valid Unicode")
     return tokens
 
 

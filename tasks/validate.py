@@ -8,6 +8,7 @@ import re
 from dataclasses import replace
 
 from common.cli import path_name
+from common.jsonfiles import not_unicode
 from models import ModelSpec, UsageError
 from tasks.base import NO_FOIL, SPLITS, Example, Task
 
@@ -122,8 +123,9 @@ def check_example(task: Task, where: str, example: Example, vocabulary_size: int
         if bad:
             raise refuse(task, where, f"has {bad[0]!r} in {field}, which must be a tuple of ints "
                          "(token ids are indices into vocabulary())")
-    if not isinstance(example.group, str):
-        raise refuse(task, where, f"has group {example.group!r}; a group must be a str label ('' for none)")
+    if not isinstance(example.group, str) or not_unicode(example.group):
+        raise refuse(task, where, f"has group {example.group!a}; a group must be a str label of valid "
+                     "Unicode ('' for none)")
     tokens = example.tokens
     if not example.positions:
         raise refuse(task, where, "has no scored positions")

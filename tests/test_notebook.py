@@ -55,7 +55,8 @@ def test_notebook_takes_any_run_and_ablates_heads_it_has(tiny_runs, tmp_path, mo
     assert "L1H0" in text.split("heads ablated")[1]   # the default ablation: the last layer's first head
     # The report's views inline: the page of report.html for this run, its edge graph's data in it.
     (views,) = [o["data"]["text/html"] for o in outputs if "report-data" in o.get("data", {}).get("text/html", "")]
-    assert views.startswith("<iframe srcdoc=") and "L0H0 -&gt; L1H0.q" in views
+    # (the page data is script_json: its "->" is written "-\u003e")
+    assert views.startswith("<iframe srcdoc=") and "L0H0 -\\u003e L1H0.q" in views and 'sandbox="allow-scripts"' in views
 
 
 def test_ablate_heads_notebook_runs_clean(tmp_path, monkeypatch):

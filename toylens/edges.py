@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from common.cli import Parser, UsageError, run_cli
-from common.atomic import atomic_write, write_json
-from common.ownership import check_replaceable
+from common.atomic import atomic_write, publish_folder, staging
+from common.ownership import check_publishable
 from models.spec import Attention
 
 FILES = """files written to DIR:
@@ -26,13 +26,7 @@ FILES = """files written to DIR:
 
 def edges_command(runs_dir: Path, out: Path | None) -> None:
     import torch
-    from tqdm import tqdm
 
-    from probes.circuits.named import run_edge_circuit
-    from probes.report.edge_part import EdgeRun, summary_line
-    from probes.report.edge_render import circuit_figure, figure_name, markdown_lines
-    from probes.report.outputs.exports import mib_json, slug
-    from probes.report.figures import save
     from probes.settings import DEFAULT
     from tasks.training.runs import find_runs
     from tasks.training.sweeps import runs_folder
@@ -43,7 +37,29 @@ def edges_command(runs_dir: Path, out: Path | None) -> None:
         raise UsageError(f"{runs_dir} holds no trained attention runs; train some first")
     torch.set_num_threads(1)    # as the report's workers: small forwards lose to thread hand-offs
     out = out or runs_dir / "edges"
-    check_replaceable(out, "edges folder")   # every file in it is this command's: refused before any work
+    # Every file in it is this command's, refused before any work; the files are written into a
+    # staging folder and published as a whole, so a kill leaves the old set or the new one, never a
+    # mix, and what a rerun no longer writes (an untraced run's figure and MIB files) is gone.
+    check_publishable(out, "edges folder", subfolders=("figures",))
+    with staging(out) as staged:
+        figures = write_edges(runs, staged)
+        publish_folder(staged, out, subfolders=("figures",))
+    print(f"wrote {out / 'edges.md'}: {figures} of {len(runs)} runs traced, with a figure and MIB edge scores each"
+          + ("" if figures else f"; no run's clean - counterfactual gap reached {DEFAULT.min_gap:g} (the edge "
+                                 "circuit needs one: train longer), so no figures or MIB files"))
+
+
+def write_edges(runs: list, folder: Path) -> int:
+    """edges.md, the figures and the MIB files of `runs` into `folder`; how many runs were traced."""
+    from tqdm import tqdm
+
+    from probes.circuits.named import run_edge_circuit
+    from probes.report.edge_part import EdgeRun, summary_line
+    from probes.report.edge_render import circuit_figure, figure_name, markdown_lines
+    from probes.report.figures import save
+    from probes.report.outputs.exports import slug, write_mib
+    from probes.settings import DEFAULT
+
     lines = ["# Edge circuits", ""]
     figures = 0
     for run in tqdm(runs, desc="edge circuits", unit="run"):
@@ -54,17 +70,15 @@ def edges_command(runs_dir: Path, out: Path | None) -> None:
             lines += [f"#### {name}", "", summary_line(EdgeRun(run.model_name, run.seed, result, None), DEFAULT), ""]
             continue
         figure = f"figures/{figure_name(run.model_name, run.seed)}"
-        save(circuit_figure(result, name), out / figure)
+        save(circuit_figure(result, name), folder / figure)
         figures += 1
         lines += markdown_lines(result, name, figure) + [f"({result.seconds:.1f} s)", ""]
         for method in result.methods:
-            write_json(out / f"mib_{slug(run.model_name)}_seed{run.seed}_{slug(method.scores.method)}.json",
-                       mib_json(result, method.scores, run.spec.d_model))
+            write_mib(folder / f"mib_{slug(run.model_name)}_seed{run.seed}_{slug(method.scores.method)}.json",
+                      result, method.scores, run.spec.d_model)   # checked against MIB's reader rules first
     text = "\n".join(lines)
-    atomic_write(out / "edges.md", lambda temp: Path(temp).write_text(text))
-    print(f"wrote {out / 'edges.md'}: {figures} of {len(runs)} runs traced, with a figure and MIB edge scores each"
-          + ("" if figures else f"; no run's clean - counterfactual gap reached {DEFAULT.min_gap:g} (the edge "
-                                 "circuit needs one: train longer), so no figures or MIB files"))
+    atomic_write(folder / "edges.md", lambda temp: Path(temp).write_text(text))
+    return figures
 
 
 def main(argv=None) -> None:

@@ -26,7 +26,7 @@ def attention_runs(runs_dir: Path) -> list:
     return runs
 
 
-def export_mib(runs_dir: Path, out: Path) -> list[Path]:
+def export_mib(runs_dir: Path, folder: Path) -> list[Path]:
     from tqdm import tqdm
 
     from probes.circuits.named import run_edge_circuit
@@ -41,13 +41,13 @@ def export_mib(runs_dir: Path, out: Path) -> list[Path]:
         if abs(result.oracle.gap) < DEFAULT.min_gap:
             continue    # shares of a gap this small are noise (the report does not trace it either)
         for method in result.methods:
-            path = out / "mib" / f"{slug(run.model_name)}_seed{run.seed}_{slug(method.scores.method)}.json"
+            path = folder / f"{slug(run.model_name)}_seed{run.seed}_{slug(method.scores.method)}.json"
             write_mib(path, result, method.scores, run.spec.d_model)
             written.append(path)
     return written
 
 
-def export_attribution(runs_dir: Path, out: Path, pairs: int) -> list[Path]:
+def export_attribution(runs_dir: Path, folder: Path, pairs: int) -> list[Path]:
     import dataclasses
 
     from tqdm import tqdm
@@ -69,7 +69,7 @@ def export_attribution(runs_dir: Path, out: Path, pairs: int) -> list[Path]:
                                          answers=prompt.answers[:1], foils=prompt.foils[:1], groups=prompt.groups[:1])
             name = f"{slug(run.model_name)}_seed{run.seed}_pair{i}"
             data = attribution_graph(model, prompt, spec, words, name, f"toylens {run.model_name} seed {run.seed}")
-            path = out / "attribution" / f"{name}.json"
+            path = folder / f"{name}.json"
             write_attribution(path, data)
             written.append(path)
     return written
@@ -78,12 +78,21 @@ def export_attribution(runs_dir: Path, out: Path, pairs: int) -> list[Path]:
 def export_command(kind: str, runs_dir: Path, out: Path | None, pairs: int) -> None:
     import torch
 
-    from common.ownership import check_replaceable
+    from common.atomic import publish_folder, staging
+    from common.ownership import check_publishable, check_replaceable
 
     torch.set_num_threads(1)    # as the report's workers: small forwards lose to thread hand-offs
     out = out or Path(runs_dir) / "exports"
-    check_replaceable(out / kind, f"{kind} export folder")
-    written = export_mib(runs_dir, out) if kind == "mib" else export_attribution(runs_dir, out, pairs)
+    folder = out / kind
+    # The one rule for links (census's and edges'): OUT itself may not be one either.
+    check_replaceable(folder, f"{kind} export folder", within=out.parent)
+    # Written into a staging folder and published whole: a kill leaves the old export or the new
+    # one, never a mix, and files a rerun no longer writes are gone with the old folder.
+    check_publishable(folder, f"{kind} export folder")
+    with staging(folder) as staged:
+        written = export_mib(runs_dir, staged) if kind == "mib" else export_attribution(runs_dir, staged, pairs)
+        publish_folder(staged, folder)
+    written = [folder / path.relative_to(staged) for path in written]
     print(f"wrote {len(written)} {kind} files under {out / kind} (each checked against the format's rules)")
 
 

@@ -203,7 +203,7 @@ def cost_table(result: CostResult) -> str:
 
 
 def cost_figure(result: CostResult):
-    from matplotlib.figure import Figure
+    from common.figure import Figure
 
     fig = Figure(figsize=(11, 4), layout="constrained")
     axes = fig.subplots(1, 2)

@@ -220,7 +220,7 @@ def steps_text(seeds: list[SeedResult]) -> str:
 def ladder_figure(result: LadderResult):
     """Held-out accuracy and loss per rung, rungs left to right: each seed a dot, the mean a bar
     with its 95% interval."""
-    from matplotlib.figure import Figure
+    from common.figure import Figure
 
     fig = Figure(figsize=(max(7, 0.9 * len(result.rungs) + 2), 6.5), layout="constrained")
     top, bottom = fig.subplots(2, 1, sharex=True)

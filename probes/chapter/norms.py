@@ -200,7 +200,7 @@ def mean_per_block(per_seed: list[list[float]]) -> list[float]:
 def norms_figure(result: NormsResult):
     """Left: held-out perplexity per variant (each seed a dot, the mean a bar with its interval,
     the source's figure a cross), log scale. Right: gradient norm per block at initialisation."""
-    from matplotlib.figure import Figure
+    from common.figure import Figure
 
     fig = Figure(figsize=(11, 4.2), layout="constrained")
     left, right = fig.subplots(1, 2)

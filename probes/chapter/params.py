@@ -165,7 +165,7 @@ def params_table(result: ParamCount) -> str:
 
 
 def params_figure(result: ParamCount):
-    from matplotlib.figure import Figure
+    from common.figure import Figure
 
     names = [n for n in result.counted if result.counted[n] or result.formula[n]]
     fig = Figure(figsize=(7, 0.4 * len(names) + 1.5), layout="constrained")

@@ -149,7 +149,7 @@ def positions_table(result: PositionsResult) -> str:
 
 
 def positions_figure(result: PositionsResult):
-    from matplotlib.figure import Figure
+    from common.figure import Figure
 
     fig = Figure(figsize=(11, 4.2), layout="constrained")
     axes = fig.subplots(1, 2)

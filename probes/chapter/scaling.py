@@ -207,7 +207,7 @@ def init_figure(points: list[InitPoint]):
     import pandas as pd
     import seaborn as sns
 
-    from matplotlib.figure import Figure
+    from common.figure import Figure
 
     frame = pd.DataFrame([{"d_k": p.d_k, "scores": name, "Var(q.k)": p.var_qk, **asdict(stats)}
                           for p in points for name, stats in (("/ sqrt(d_k)", p.scaled), ("unscaled", p.unscaled))])
@@ -230,7 +230,7 @@ def trained_figure(curves: list[TrainedCurve], task_name: str):
     import pandas as pd
     import seaborn as sns
 
-    from matplotlib.figure import Figure
+    from common.figure import Figure
 
     frame = pd.DataFrame([{"step": p.step, "d_k": str(c.d_k), "scores": "/ sqrt(d_k)" if c.scaled else "unscaled",
                            "seed": c.seed, "held-out accuracy": p.heldout_accuracy, **asdict(p.attention)}

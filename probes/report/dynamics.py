@@ -47,7 +47,7 @@ def plot_dynamics(results: list[Dynamics]):
     at the detected phase change. `results` are the runs of one model."""
     import seaborn as sns  # here, not in probes.report.figures: 0.7 s of import the other figures do without
 
-    from matplotlib.figure import Figure
+    from common.figure import Figure
 
     frame = dynamics_frame(results)
     panels = [("loss", "loss (nats)"), ("induction", "induction score"), ("previous_token", "previous-token score")]
@@ -86,7 +86,7 @@ def write_dynamics(results: list[Dynamics], out: Path) -> dict[str, Path]:
 
 def timeline_figure(timeline, dynamics: Dynamics, out: Path) -> Path:
     """Each circuit edge's effect (share of the final gap) over training, the phase change marked."""
-    from matplotlib.figure import Figure
+    from common.figure import Figure
 
     from probes.report.figures import save
 

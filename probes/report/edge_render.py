@@ -6,7 +6,7 @@ Figures are made without pyplot (as probes.report.figures)."""
 from __future__ import annotations
 
 import torch
-from matplotlib.figure import Figure
+from common.figure import Figure
 
 from models.graph import MLP, Edge, Embed, Head, Logits
 from probes.circuits.named import ORACLE, EdgeCircuit

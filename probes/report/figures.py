@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from matplotlib.figure import Figure
-
+from common.figure import Figure
 from models.components import Head
 
 

@@ -27,9 +27,11 @@ clean run scores higher (numerical).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
+
 import torch
 
 from common.cli import UsageError
@@ -108,7 +110,11 @@ def compile_program(program: Program) -> Compiled:
     """Compile with Tracr (needs the `[tracr]` extra) and convert with TransformerLens's helpers."""
     import types
 
-    from tracr.compiler import compiling
+    try:
+        from tracr.compiler import compiling
+    except ImportError as error:   # tracr itself, or the jax it imports
+        raise UsageError(f"compiling Tracr programs needs the tracr extra ({error.name or error} is not installed): "
+                         "pip install -e .[tracr]; the stored fixtures run without it") from None
     from transformer_lens.utilities.tracr import (infer_tracr_output_label, make_tracr_transformer_bridge_config,
                                                   make_tracr_transformer_bridge_state_dict)
 
@@ -147,19 +153,41 @@ def save(compiled: Compiled, folder: Path) -> None:
 
 
 def load(name: str, folder: Path = FIXTURES) -> Compiled:
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     weights, meta_path = folder / f"{name}.safetensors", folder / f"{name}.json"
     if not weights.is_file() or not meta_path.is_file():
         raise UsageError(f"no Tracr fixture {name!r} in {folder}; make it with "
                          "`python benchmarks/make_tracr_fixtures.py` (needs `pip install -e .[tracr]`)")
+    remake = "remake it with `python benchmarks/make_tracr_fixtures.py` (needs `pip install -e .[tracr]`)"
     try:
         meta = json.loads(meta_path.read_text())
-        return Compiled(meta["name"], dict(meta["config"]), load_file(str(weights)), tuple(meta["residual_labels"]),
-                        dict(meta["input_map"]), meta["output_map"], str(meta["output_label"]))
-    except (ValueError, KeyError, TypeError) as error:
-        raise UsageError(f"{meta_path} is not a Tracr fixture toylens wrote ({error}); remake it with "
-                         "`python benchmarks/make_tracr_fixtures.py`") from None
+        compiled = Compiled(meta["name"], dict(meta["config"]), {}, tuple(meta["residual_labels"]),
+                            dict(meta["input_map"]), meta["output_map"], str(meta["output_label"]))
+    except (ValueError, KeyError, TypeError, AttributeError) as error:   # not JSON, not UTF-8, a field missing
+        raise UsageError(f"{meta_path} is not a Tracr fixture toylens wrote ({str(error)[:120]}); {remake}") from None
+    try:
+        state = load_file(str(weights))
+    except (SafetensorError, OSError, ValueError) as error:   # truncated or not a safetensors file
+        raise UsageError(f"{weights} is not a complete safetensors file ({str(error)[:120]}); {remake}") from None
+    check_weights(compiled, state, weights, remake)
+    return dataclasses.replace(compiled, state=state)
+
+
+def check_weights(compiled: Compiled, state: dict, weights: Path, remake: str) -> None:
+    """The weights are the shapes the config names (a fixture whose two files do not belong together
+    would otherwise fail deep inside the bridge)."""
+    c = compiled.config
+    try:
+        wanted = {"tok_embed.weight": (c["d_vocab"], c["d_model"]), "pos.weight": (c["n_ctx"], c["d_model"]),
+                  "head.weight": (c["d_vocab_out"], c["d_model"])}
+    except (KeyError, TypeError) as error:
+        raise UsageError(f"{weights}: its config lacks {error}; {remake}") from None
+    for key, shape in wanted.items():
+        if key not in state or tuple(state[key].shape) != tuple(shape):
+            found = f"has shape {tuple(state[key].shape)}" if key in state else "is missing"
+            raise UsageError(f"{weights}: {key} {found}, not {tuple(shape)} as its config says; {remake}")
 
 
 def bridge(compiled: Compiled):

@@ -95,15 +95,14 @@ def markdown(census: Census, figure: str | None, timeline_figure: str | None = N
 
 def draw(census: Census, path: Path) -> None:
     """Stacked bars: per (point, model), each circuit label's share of the finished runs."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import pandas as pd
+
+    from common.figure import Figure
 
     rows = [{"group": f"{g.model_name}\n{g.point}", "label": s.label, "share": s.share.value}
             for g in census.groups for s in g.circuits]
-    fig, ax = plt.subplots(figsize=(1.2 * len({row["group"] for row in rows}) + 3, 4.5))
+    fig = Figure(figsize=(1.2 * len({row["group"] for row in rows}) + 3, 4.5))
+    ax = fig.subplots()
     if rows:
         wide = pd.DataFrame(rows).pivot_table(index="group", columns="label", values="share", fill_value=0, sort=False)
         wide.plot(kind="bar", stacked=True, ax=ax, width=0.7, colormap="tab20")
@@ -116,7 +115,6 @@ def draw(census: Census, path: Path) -> None:
     ax.tick_params(axis="x", rotation=0)
     ax.set_title("circuit share per model and grid point", fontsize=10)
     fig.savefig(path, dpi=110, format="png", bbox_inches="tight")
-    plt.close(fig)
 
 
 def census_html(census: Census, figure: Path | None, timeline_figure: Path | None = None) -> str:
@@ -241,12 +239,10 @@ def draw_timeline(census: Census, path: Path) -> None:
     """Per group with a timeline: agreement with the final mechanism against the step, with its
     95% Wilson band, over all seeds and over the seeds still training, beside the share of seeds
     that had stopped (whose agreement is by construction)."""
-    import matplotlib
+    from common.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    fig = Figure(figsize=(7.5, 4.2))
+    ax = fig.subplots()
     for g in census.groups:
         t = g.timeline
         if t is None or not t.runs:
@@ -271,7 +267,6 @@ def draw_timeline(census: Census, path: Path) -> None:
                  fontsize=9)
     ax.legend(fontsize=7, loc="center right")
     fig.savefig(path, dpi=110, format="png", bbox_inches="tight")
-    plt.close(fig)
 
 
 # ---- the census folder: written whole, replaced only while unchanged ---------------------------

@@ -21,7 +21,7 @@ import math
 from importlib import resources
 from pathlib import Path
 
-from common.html import escape, image_uri, json_script, page, table
+from common.html import escape, image_uri, json_script, page, sandboxed_frame, table
 from probes.report.outputs.exports import slug
 from probes.settings import ReportSettings
 
@@ -189,8 +189,8 @@ def write_html(measured: list, sections: dict, out: Path, task: str, settings: R
 
 def run_views(run, settings: ReportSettings | None = None) -> str:
     """One run's views for a notebook cell (`IPython.display.HTML(run_views(run))`): its parts
-    measured here, the same page as report.html with this run alone, in an iframe that keeps the
-    page's script and styles apart from the notebook's. Nothing is written beside the run."""
+    measured here, the same page as report.html with this run alone, in a sandboxed iframe that keeps the
+    page's script and styles apart from the notebook's (common.html.sandboxed_frame). Nothing is written beside the run."""
     import tempfile
 
     from probes.report.measure import measure_run, render_parts
@@ -203,4 +203,4 @@ def run_views(run, settings: ReportSettings | None = None) -> str:
         data = report_data(measured, sections, run.task.name, settings)
     frame = page(f"{run.model_name} seed {run.seed}", views_html(data), style=asset("report.css"),
                  script=asset("report.js"))
-    return f'<iframe srcdoc="{escape(frame)}" style="width:100%;height:1400px;border:0"></iframe>'
+    return sandboxed_frame(frame, "width:100%;height:1400px;border:0")
