@@ -101,7 +101,7 @@ def test_the_report_says_whether_the_two_views_agree(markcopy_analyses):
     measured = [MeasuredRun(run.model_name, run.seed, {"runs": analysis, "edge_circuits": edges})
                 for run, analysis, edges in markcopy_analyses]
     section = views_section(measured, SMALL)
-    assert len(section.summary) == 3 and all("agree: both name L0H0 -> L1H0.k" in line for line in section.summary)
+    assert len(section.summary) == 3 and all("agree: both name heads L0H0, L1H0 and the paths L0H0 -> L1H0.k" in line for line in section.summary)
 
 
 # The mechanism itself, by role: the previous-token head matters at the value (whose position varies)
