@@ -292,5 +292,10 @@ def sweep_command(task_cls: type, args) -> None:
         print(f"no finished runs in {out}: no census (see each run's {FAILED})")
         return
     from toylens.census import census_command
+    from toylens.family import resume_command
 
-    census_command(out)
+    try:
+        census_command(out)
+    except KeyboardInterrupt:   # the census publishes its folder whole, so none or the old one is there
+        raise KeyboardInterrupt(f"all {outcome.runs} runs finished and kept, the census was not written; write it "
+                                f"with: {resume_command()}") from None

@@ -165,15 +165,22 @@ class RayExecutor:
                                 retry_exceptions=True)(in_one_thread)
             refs = {remote.remote(function, items[index]): items[index] for index in costliest_first(items, cost)}
             pending = list(refs)
-            while pending:
-                (ref,), pending = ray.wait(pending, num_returns=1)
-                try:
-                    outcome = Outcome(ray.get(ref))
-                except ray.exceptions.RayError as error:
-                    outcome = Outcome(error=one_line(error))
-                # Dropping the last reference frees the run's files from the object store.
-                on_outcome(refs.pop(ref), outcome)
-                del ref
+            try:
+                while pending:
+                    (ref,), pending = ray.wait(pending, num_returns=1)
+                    try:
+                        outcome = Outcome(ray.get(ref))
+                    except ray.exceptions.RayError as error:
+                        outcome = Outcome(error=one_line(error))
+                    # Dropping the last reference frees the run's files from the object store.
+                    on_outcome(refs.pop(ref), outcome)
+                    del ref
+            except BaseException:
+                # Ctrl-C (or a failed write here): on an existing cluster the tasks would run on
+                # with nobody to take their files; ended at once, not retried.
+                for ref in pending:
+                    ray.cancel(ref, force=True, recursive=True)
+                raise
         finally:
             ray.shutdown()
 
