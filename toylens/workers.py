@@ -136,7 +136,6 @@ def spawn_pool(workers: int):
     each worker starts torch's thread pool fresh."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
-    from multiprocessing import forkserver
 
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(list(PRELOAD))
@@ -224,7 +223,7 @@ def stop_all(pools: list, grace: float = 3.0) -> None:
         signal_quietly(server, signal.SIGSTOP)
     pids = set(children(server) if server is not None else ())
     for pool in pools:
-        pids |= set((getattr(pool, "_processes", None) or {}))   # private: the executor has no public way
+        pids |= set(getattr(pool, "_processes", None) or {})   # private: the executor has no public way
         queue = getattr(pool, "_call_queue", None)
         if queue is not None:   # a job no worker will read must not hold this process's exit
             queue.cancel_join_thread()
