@@ -111,3 +111,21 @@ def test_ctrl_c_stops_in_seconds_with_one_line_and_resume_is_bitwise(uninterrupt
     assert resumed.returncode == 0, resumed.stderr
     for name in COMPARED:
         assert (out / name).read_bytes() == (uninterrupted / name).read_bytes(), name
+
+
+def test_a_ctrl_c_inside_held_interrupts_stops_the_command_when_the_block_ends():
+    """The driver writes a run's files with Ctrl-C held: the block finishes, then the command stops."""
+    from common.cli import held_interrupts, interrupt_once
+
+    previous = signal.signal(signal.SIGINT, interrupt_once)
+    done = []
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with held_interrupts():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)   # the handler runs here, in the block: it must not raise
+                done.append("every file written")
+        assert done == ["every file written"]
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN   # a second press is ignored
+    finally:
+        signal.signal(signal.SIGINT, previous)
