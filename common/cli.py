@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 EXIT_USAGE = 2
@@ -105,13 +106,36 @@ def run_cli(command, *args) -> None:
             signal.signal(signal.SIGINT, previous)
 
 
+_held: list[bool] = []   # one entry per open held_interrupts block: whether a Ctrl-C came during it
+
+
 def interrupt_once(signum, frame) -> None:
     """The first Ctrl-C stops the command; the ones after it (pressed again while the first one's
-    cleanup runs: workers stopped, temp files removed) are ignored, so the one line is printed."""
+    cleanup runs: workers stopped, temp files removed) are ignored, so the one line is printed.
+    Inside held_interrupts the stop waits for the block's end."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if _held:
+        _held[-1] = True
+        return
     raise KeyboardInterrupt
+
+
+@contextmanager
+def held_interrupts():
+    """A Ctrl-C during the block stops the command when the block ends, not inside it: for steps
+    that must not be cut in two (a run's files written one after another, a fork server started
+    whose process id is not yet recorded)."""
+    _held.append(False)
+    try:
+        yield
+    finally:
+        came = _held.pop()
+        if _held:
+            _held[-1] = _held[-1] or came
+    if came:
+        raise KeyboardInterrupt
 
 
 def body(command, *args) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -27,8 +28,27 @@ def in_one_thread(function: Callable, *args):
     torch.set_num_threads(1)
     try:
         return function(*args)
+    except Terminated:
+        # Its job has unwound (temp folders and half-written temp files removed): end the worker
+        # now, rather than hand the pool a result nobody will read.
+        os._exit(Terminated.CODE)
     finally:
         torch.set_num_threads(threads)
+
+
+class Terminated(SystemExit):
+    """Raised in a worker by SIGTERM (the driver stopping it on Ctrl-C): a SystemExit, so a worker
+    waiting idle for a job ends quietly, and a job's `finally` and `with` blocks clean up first."""
+
+    CODE = 128 + signal.SIGTERM
+
+    def __init__(self):
+        super().__init__(self.CODE)
+
+
+def terminate(signum, frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)   # a second SIGTERM ends it at once
+    raise Terminated
 
 
 def exit_with_parent(parent: int) -> None:
@@ -41,6 +61,7 @@ def exit_with_parent(parent: int) -> None:
     import time
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, terminate)
     # tqdm's default lock is a multiprocessing semaphore; a worker stopped on Ctrl-C cannot release
     # it, and the resource tracker then warns about it. Workers draw no shared bars: a thread lock does.
     from tqdm.auto import tqdm
@@ -115,18 +136,10 @@ def spawn_pool(workers: int):
     each worker starts torch's thread pool fresh."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
-    from multiprocessing import forkserver
 
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(list(PRELOAD))
-    # The server ignores Ctrl-C only once its imports are done; started with SIGINT ignored (an
-    # ignored signal stays ignored across exec), a Ctrl-C during those imports prints no traceback
-    # and the command's own handler gives its one line.
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        forkserver.ensure_running()
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    start_fork_server()
     return ProcessPoolExecutor(max_workers=workers, mp_context=context,
                                initializer=exit_with_parent, initargs=(os.getpid(),))
 
@@ -157,11 +170,13 @@ def map_jobs(function: Callable, items: Iterable, jobs: int, desc: str, progress
             for index, item in enumerate(items):
                 record(index, in_one_thread(function, item))
             return results
-        pool = spawn_pool(max(1, min(jobs, len(items))))
+        pools = []   # empty while the fork server starts: a Ctrl-C then must still end it
         try:
+            pools.append(spawn_pool(max(1, min(jobs, len(items)))))
+            pool = pools[0]
             futures = {pool.submit(in_one_thread, function, items[index]): index
                        for index in costliest_first(items, cost)}
-            processes = list((getattr(pool, "_processes", None) or {}).values())  # private, as in stop_workers
+            processes = list((getattr(pool, "_processes", None) or {}).values())  # private, as in stop_all
             try:
                 for future in as_completed(futures):
                     record(futures[future], future.result())
@@ -171,37 +186,81 @@ def map_jobs(function: Callable, items: Iterable, jobs: int, desc: str, progress
                 pool.shutdown(wait=True)
                 raise WorkerDied(how_it_ended(processes), desc) from None
         except KeyboardInterrupt:
-            kill_fork_server()
-            stop_workers(pool)
+            stop_all(pools)
             raise
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+            for pool in pools:
+                pool.shutdown(wait=True, cancel_futures=True)
             stop_fork_server()
         return results
     finally:
         bar.close()
 
 
-def stop_workers(pool) -> None:
-    """End the workers at once on Ctrl-C (they ignore SIGINT): without this, shutdown would wait for
-    every running job to finish. The executor offers no public way to do this."""
-    for process in list(getattr(pool, "_processes", {}).values()):
-        process.terminate()
-    for process in list(getattr(pool, "_processes", {}).values()):
-        process.join(timeout=5)
-
-
-def kill_fork_server() -> None:
-    """On Ctrl-C: end the fork server at once (it ignores SIGINT, and may still be importing, which
-    would hold up every worker still to be forked and so the pool's shutdown)."""
+def start_fork_server() -> None:
+    """Start the fork server (if not running) so that a Ctrl-C during its imports (seconds; it
+    ignores SIGINT only once they are done) prints no traceback there: it is started with SIGINT
+    ignored, and an ignored signal stays ignored across exec, in it and in the workers it forks.
+    (Blocking SIGINT instead does not carry over: the spawn resets the child's signal mask.) This
+    process ignores a Ctrl-C only for the spawn itself, a few milliseconds."""
     from multiprocessing import forkserver
 
-    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
-    if pid is not None:
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def stop_all(pools: list, grace: float = 3.0) -> None:
+    """On Ctrl-C: end the fork server and every worker at once, in well under 10 s. The server is
+    frozen first (it may be importing, or forking a worker this process asked for before the
+    Ctrl-C: such a worker is in no pool's table yet, and an idle one would keep the server, and so
+    this process's exit, waiting forever), then killed; its workers get SIGTERM (each unwinds its
+    job, removing its temp files: Terminated), and SIGKILL after `grace` seconds."""
+    server = fork_server_pid()
+    if server is not None:
+        signal_quietly(server, signal.SIGSTOP)
+    pids = set(children(server) if server is not None else ())
+    for pool in pools:
+        pids |= set(getattr(pool, "_processes", None) or {})   # private: the executor has no public way
+        queue = getattr(pool, "_call_queue", None)
+        if queue is not None:   # a job no worker will read must not hold this process's exit
+            queue.cancel_join_thread()
+    if server is not None:
+        signal_quietly(server, signal.SIGKILL)
+    for pid in pids:
+        signal_quietly(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in pids:
+        signal_quietly(pid, signal.SIGKILL)
+
+
+def signal_quietly(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except (ProcessLookupError, PermissionError):   # gone already (its number possibly reused)
+        pass
+
+
+def fork_server_pid() -> int | None:
+    from multiprocessing import forkserver
+
+    return getattr(forkserver._forkserver, "_forkserver_pid", None)   # private: no public way
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (Linux's /proc; elsewhere none are found)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):   # ended while read
+            continue
+    return found
 
 
 def stop_fork_server() -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from common.cli import UsageError
+from common.cli import UsageError, held_interrupts
 from common.atomic import atomic_write, write_json
 from common.ownership import LOCK, MANIFEST, check_replaceable, owned, remove
 from models.checkpoint import CONFIG
@@ -205,6 +205,10 @@ def sweep_locked(runs: list[SweepRun], out: Path, executor, command: str, resume
                dynamic_ncols=True)
 
     def on_outcome(job: SweepJob, outcome) -> None:
+        with held_interrupts():   # a Ctrl-C now waits until this run's files are all written
+            record_outcome(job, outcome)
+
+    def record_outcome(job: SweepJob, outcome) -> None:
         if job.finished is not None:   # a finished run: only its timeline.json comes back, nothing else changes
             traced(job, outcome)
         elif outcome.error is None:
@@ -236,7 +240,10 @@ def sweep_locked(runs: list[SweepRun], out: Path, executor, command: str, resume
         if todo:
             executor.run(run_job, todo, on_outcome, cost=lambda job: step_cost(job.plan.spec))
     except KeyboardInterrupt:
-        raise KeyboardInterrupt(f"finished runs are kept; continue the sweep with: {resume_command()}") from None
+        finished = len(runs) - len(todo) + counts["done"]
+        raise KeyboardInterrupt(f"{finished} of {len(runs)} runs finished and kept, {len(runs) - finished} missing "
+                                f"(sweep.json lists every planned run; a run is finished once its {METRICS} "
+                                f"exists); run the missing ones with: {resume_command()}") from None
     finally:
         bar.close()
     return SweepOutcome(len(runs), len(runs) - len(todo) + counts["snapshots"], counts["done"], counts["failed"],
@@ -285,5 +292,10 @@ def sweep_command(task_cls: type, args) -> None:
         print(f"no finished runs in {out}: no census (see each run's {FAILED})")
         return
     from toylens.census import census_command
+    from toylens.family import resume_command
 
-    census_command(out)
+    try:
+        census_command(out)
+    except KeyboardInterrupt:   # the census publishes its folder whole, so none or the old one is there
+        raise KeyboardInterrupt(f"all {outcome.runs} runs finished and kept, the census was not written; write it "
+                                f"with: {resume_command()}") from None

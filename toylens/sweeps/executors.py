@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from common.cli import UsageError
-from toylens.workers import costliest_first, how_it_ended, in_one_thread, spawn_pool, stop_fork_server, stop_workers
+from toylens.workers import costliest_first, how_it_ended, in_one_thread, spawn_pool, stop_all, stop_fork_server
 
 ATTEMPTS = 2
 
@@ -35,7 +35,7 @@ def one_line(error: BaseException) -> str:
 
 def retire(pool) -> str:
     """Shut down a one-process pool whose worker died; say how it ended (read from the pool's
-    process table, private as in stop_workers: the public error says only "terminated abruptly")."""
+    process table, private as in stop_all: the public error says only "terminated abruptly")."""
     processes = list((getattr(pool, "_processes", None) or {}).values())
     pool.shutdown(wait=True)
     return f"WorkerDied: the worker process running it died ({how_it_ended(processes)})"
@@ -92,9 +92,10 @@ class LocalExecutor:
 
         waiting = deque(costliest_first(items, cost))
         failures = [0] * len(items)
-        pools = [spawn_pool(1) for _ in range(min(self.jobs, len(items)))]
+        pools: list = []              # filled inside the try: a Ctrl-C while they start ends them too
         running: dict = {}            # future -> (its pool's slot, its item's index)
         try:
+            pools.extend(spawn_pool(1) for _ in range(min(self.jobs, len(items))))
             while waiting or running:
                 start_idle(pools, running, waiting, function, items)
                 finished, _ = wait(running, return_when=FIRST_COMPLETED)
@@ -111,8 +112,7 @@ class LocalExecutor:
         except BaseException:
             # Ctrl-C, or the driver failed writing a result: nobody will take the other jobs'
             # results, so end their workers now rather than wait for them to finish.
-            for pool in pools:
-                stop_workers(pool)
+            stop_all(pools)
             raise
         finally:
             for pool in pools:
@@ -165,15 +165,22 @@ class RayExecutor:
                                 retry_exceptions=True)(in_one_thread)
             refs = {remote.remote(function, items[index]): items[index] for index in costliest_first(items, cost)}
             pending = list(refs)
-            while pending:
-                (ref,), pending = ray.wait(pending, num_returns=1)
-                try:
-                    outcome = Outcome(ray.get(ref))
-                except ray.exceptions.RayError as error:
-                    outcome = Outcome(error=one_line(error))
-                # Dropping the last reference frees the run's files from the object store.
-                on_outcome(refs.pop(ref), outcome)
-                del ref
+            try:
+                while pending:
+                    (ref,), pending = ray.wait(pending, num_returns=1)
+                    try:
+                        outcome = Outcome(ray.get(ref))
+                    except ray.exceptions.RayError as error:
+                        outcome = Outcome(error=one_line(error))
+                    # Dropping the last reference frees the run's files from the object store.
+                    on_outcome(refs.pop(ref), outcome)
+                    del ref
+            except BaseException:
+                # Ctrl-C (or a failed write here): on an existing cluster the tasks would run on
+                # with nobody to take their files; ended at once, not retried.
+                for ref in pending:
+                    ray.cancel(ref, force=True, recursive=True)
+                raise
         finally:
             ray.shutdown()
 
