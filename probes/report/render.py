@@ -71,7 +71,8 @@ def wilson_text(interval: Interval) -> str:
 
 def seed_range(model) -> str:
     values = [r.splits["heldout"].accuracy.value for r in model.runs]
-    return f"{min(values):.1%}" if len(values) == 1 else f"{min(values):.1%}-{max(values):.1%}"
+    low, high = f"{min(values):.1%}", f"{max(values):.1%}"
+    return low if low == high else f"{low}-{high}"
 
 
 def seeds_text(model, runs) -> str:
