@@ -159,8 +159,11 @@ def run_accuracy(run, load_model=None) -> RunAccuracy:
     from tasks.settings import TrainSettings
 
     measured = measured_accuracy(run, load_model)
+    training = (getattr(run, "config", None) or {}).get("training")
+    if training is None:   # a run held in memory (a test's, a notebook's) records no training: unknown
+        return measured
     return replace(measured, stop_reason=str(run.metrics.get("stop_reason", "")),
-                   max_steps=TrainSettings.from_dict(run.config["training"]).max_steps)
+                   max_steps=TrainSettings.from_dict(training).max_steps)
 
 
 def measured_accuracy(run, load_model=None) -> RunAccuracy:
