@@ -4,6 +4,7 @@ labels cut after 14 characters, so two roles that start alike read as one label 
 
 from __future__ import annotations
 
+from itertools import pairwise
 from types import SimpleNamespace
 
 import torch
@@ -53,7 +54,7 @@ def test_titles_do_not_run_into_the_panel_above():
     fig = run_figure(analysis())
     renderer = FigureCanvasAgg(fig).get_renderer()
     axes = [ax for ax in fig.axes if ax.get_title()]
-    for upper, lower in zip(axes, axes[1:]):
+    for upper, lower in pairwise(axes):
         lowest_label = min(t.get_window_extent(renderer).y0 for t in upper.get_xticklabels() if t.get_text())
         assert lower.title.get_window_extent(renderer).y1 <= lowest_label, (upper.get_title(), lower.get_title())
 
