@@ -7,7 +7,7 @@ the foil ("wrong answer") rate, the "other token" rate, a breakdown by group, an
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from common.atomic import write_json
@@ -37,6 +37,13 @@ class RunAccuracy:
     steps: int
     splits: dict[str, SplitAccuracy]
     shuffle_max_logit_change: float
+    # How training ended (metrics.json), for the budget check (probes.health.budget_note); not part
+    # of what is measured on the weights, so not in the stored evaluation: '' / 0 when unknown.
+    stop_reason: str = ""
+    max_steps: int = 0
+
+
+TRAINING_FIELDS = ("stop_reason", "max_steps")   # RunAccuracy fields read from the run, not measured
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,7 @@ class ModelAccuracy:
     collapsed: dict[int, str] = field(default_factory=dict)   # seed -> why it counts as collapsed
     heldout_without_collapsed: Interval | None = None        # mean over the other seeds, when any collapsed
     suspect: dict[int, str] = field(default_factory=dict)     # seed -> below chance / neither (probes.health)
+    budget_limited: dict[int, str] = field(default_factory=dict)   # seed -> stopped at or near its step budget
 
 
 def split_accuracy(scored, groups: list[str]) -> SplitAccuracy:
@@ -147,7 +155,18 @@ def run_accuracy(run, load_model=None) -> RunAccuracy:
     """What training measured (in its worker, while the model was in memory), once the run's
     weights, loaded (every weight check: dtypes, shapes, finite values), still score its held-out
     accuracy; measured now when nothing usable was stored. `load_model()` gives the model (default:
-    the run's, loaded)."""
+    the run's, loaded). With how its training ended, for the budget check."""
+    from tasks.settings import TrainSettings
+
+    measured = measured_accuracy(run, load_model)
+    training = (getattr(run, "config", None) or {}).get("training")
+    if training is None:   # a run held in memory (a test's, a notebook's) records no training: unknown
+        return measured
+    return replace(measured, stop_reason=str(run.metrics.get("stop_reason", "")),
+                   max_steps=TrainSettings.from_dict(training).max_steps)
+
+
+def measured_accuracy(run, load_model=None) -> RunAccuracy:
     model = (load_model or run.load_model)()
     record = run.metrics.get(EVALUATION)
     if isinstance(record, dict) and record.get("weights_sha256") == run.config.get("weights_sha256") \
@@ -179,7 +198,7 @@ def check_stored(stored: RunAccuracy, model, run) -> None:
 
 
 def model_accuracy(runs: list[RunAccuracy], vocabulary: list[str] | None = None) -> ModelAccuracy:
-    from probes.health import candidate_note, collapse_note
+    from probes.health import budget_note, candidate_note, collapse_note
     from probes.shuffle import largest_change
 
     notes = {r.seed: note for r in runs if (note := collapse_note(r, runs, vocabulary))}
@@ -196,7 +215,17 @@ def model_accuracy(runs: list[RunAccuracy], vocabulary: list[str] | None = None)
         collapsed=notes,
         heldout_without_collapsed=mean_interval(healthy) if notes and healthy else None,
         suspect=suspect,
+        budget_limited={r.seed: note for r in runs if (note := budget_note(r))},
     )
+
+
+def pooled(runs: list[RunAccuracy], split: str = "heldout") -> Interval:
+    """A Wilson interval over every run's scored positions of `split` taken together: how well the
+    examples pin the seeds' accuracy down. A t interval over 3 seeds that all score 100% has zero
+    width, which says nothing; this one still has the examples' uncertainty. It is not a statement
+    about other seeds (their spread is the range over seeds)."""
+    splits = [run.splits[split] for run in runs]
+    return wilson(sum(round(s.accuracy.value * s.n) for s in splits), sum(s.n for s in splits))
 
 
 def family_order(runs) -> list[str]:

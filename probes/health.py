@@ -38,6 +38,24 @@ def collapse_note(run, peers: list, vocabulary: list[str] | None = None,
     return None
 
 
+def budget_note(run, settings: ReportSettings = DEFAULT) -> str | None:
+    """Why `run`'s result may be its step budget's rather than its model's, or None (what follows
+    "budget-limited: " where it is shown): it ran out of
+    steps before validation solved or stalled, or it solved at `budget_near` of its budget or later
+    (a run that close to the cap stops unsolved after a change as small as float rounding, so what
+    it learned is then a conclusion about the budget). A stalled run stopped for its own reason."""
+    from tasks.settings import StopReason
+
+    if not run.max_steps:
+        return None   # how training ended is unknown (a RunAccuracy built without its run)
+    if run.stop_reason == StopReason.BUDGET:
+        return f"stopped by its {run.max_steps}-step budget before validation solved or stalled"
+    if run.stop_reason == StopReason.SOLVED and run.steps >= settings.budget_near * run.max_steps:
+        return (f"solved at step {run.steps} of its {run.max_steps}-step budget ({run.steps / run.max_steps:.0%}), "
+                "so a slightly slower run would have stopped unsolved")
+    return None
+
+
 TWO_CANDIDATES = 0.5   # picking the answer or the foil at random
 
 

@@ -43,6 +43,9 @@ class ReportSettings:
                                         # held-out scored positions is flagged
     foil_blind_wrong: int = 20          # wrong held-out predictions over all runs from which "no run ever
                                         # predicts the foil" is a check, not an accident of small numbers
+    budget_near: float = 0.8            # a run solved at or after this share of its step budget is budget-limited:
+                                        # attn-only-2x1 seed 2 solved at step 825 of 1000, and a change that only
+                                        # altered float rounding left it unsolved at the cap (issue #27)
 
 
     def pair_count(self, heldout) -> int:

@@ -96,3 +96,66 @@ def test_clicking_a_head_shows_its_attention_at_the_scored_positions(browser, re
     assert page.locator(".thumb.chosen").get_attribute("data-head") == "L0H1"
     assert errors == []
     page.close()
+
+
+def boxes_outside(page, container: str, texts: str) -> list[str]:
+    """The text of every `texts` element drawn (partly) outside its `container` ancestor's box."""
+    return page.evaluate("""([container, texts]) => {
+        const out = [];
+        for (const box of document.querySelectorAll(container)) {
+            const r = box.getBoundingClientRect();
+            for (const t of box.querySelectorAll(texts)) {
+                const b = t.getBoundingClientRect();
+                if (!t.textContent.trim() || b.width === 0) continue;
+                if (b.left < r.left - 1 || b.right > r.right + 1 || b.top < r.top - 1 || b.bottom > r.bottom + 1)
+                    out.push(t.textContent);
+            }
+        }
+        return out; }""", [container, texts])
+
+
+def test_legends_and_labels_lie_inside_their_panels(browser, report_html):
+    path, run_id = report_html
+    page, errors, _ = opened(browser, path, f"#run={run_id}")
+    assert page.locator("svg.curves").count() >= 1 and page.locator("svg.graph").count() >= 1
+    assert boxes_outside(page, "svg.curves", "text") == []      # e.g. "oracle (CPR 0.93, CMD 0.0" cut
+    assert boxes_outside(page, "svg.graph", "text.legend") == []
+    assert errors == []
+    page.close()
+
+
+def test_the_nav_wraps_instead_of_overflowing_and_every_link_is_reachable(browser, report_html):
+    path, _ = report_html
+    page = browser.new_page(viewport={"width": 420, "height": 800})
+    page.goto(path.as_uri())
+    width = page.evaluate("innerWidth")
+    overflow = page.evaluate("(() => { const n = document.getElementById('nav'); return n.scrollWidth - n.clientWidth; })()")
+    assert overflow <= 0
+    for link in page.locator("#nav a").all():
+        box = link.bounding_box()
+        assert box is not None and 0 <= box["x"] and box["x"] + box["width"] <= width, link.text_content()
+    page.close()
+
+
+def test_a_heads_panel_scrolls_into_view_when_its_head_is_clicked(browser, report_html):
+    path, run_id = report_html
+    page = browser.new_page(viewport={"width": 900, "height": 500})   # the panel opens below the fold here
+    page.goto(path.as_uri() + f"#run={run_id}")
+    page.locator('g.node.head[data-node="L1H0"]').click()
+    page.wait_for_timeout(100)
+    top, bottom, height = page.evaluate("""(() => { const r = document.getElementById('detail').getBoundingClientRect();
+        return [r.top, r.bottom, innerHeight]; })()""")
+    assert top < height and bottom > 0, (top, bottom, height)
+    page.close()
+
+
+def test_hovering_the_first_edge_reads_as_a_sentence_and_the_attention_has_a_scale(browser, report_html):
+    path, run_id = report_html
+    page, errors, _ = opened(browser, path, f"#run={run_id}")
+    assert page.locator(".attention-box .scale").count() == 1
+    assert "weight" in page.locator(".big-head svg.pattern rect title").first.text_content()
+    sentence = page.evaluate("""(() => edgeSentence({in: true, before: 0, after: 0.5}, 1))()""")
+    assert sentence == "In the circuit: the oracle ranks it first; on its own it takes faithfulness from 0.00 to 0.50."
+    assert "top 0 edges" not in page.evaluate("""(() => edgeSentence({in: true, before: 0, after: 0}, 1))()""")
+    assert errors == []
+    page.close()

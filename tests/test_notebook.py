@@ -66,3 +66,15 @@ def test_ablate_heads_notebook_runs_clean(tmp_path, monkeypatch):
     assert any("image/png" in o.get("data", {}) for o in outputs)  # the heatmaps
     # The sweep table names every head of the one-layer, four-head model and the whole layer.
     assert all(f"L0H{h}" in text for h in range(4)) and "L0H0, L0H1, L0H2, L0H3" in text
+
+
+def test_the_notebook_runs_in_under_a_minute_on_a_main_job_model_with_roles_named(tmp_path, monkeypatch):
+    """No run given and none of the main job's: it trains the main job's block-1 model briefly, then
+    every cell, the report's views included, in one torch thread (issue #37: 205 s with torch's
+    default threads)."""
+    import time
+
+    started = time.perf_counter()
+    text, _ = executed(tmp_path, monkeypatch, TOYLENS_RUNS=str(tmp_path / "no-runs"))
+    seconds = time.perf_counter() - started
+    assert "block-1" in text and seconds < 60, f"{seconds:.0f} s"

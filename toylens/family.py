@@ -181,7 +181,7 @@ def execute(plan: RunPlan, progress: bool = True, resume: bool = False,
     """Train one run (or continue it from its saved train state) and write its folder; returns its metrics."""
     from models import build_model
     from tasks.data import task_dataset, to_batch
-    from probes.accuracy import EVALUATION, measure_accuracy
+    from probes.accuracy import EVALUATION, TRAINING_FIELDS, measure_accuracy
     from tasks.training.resume import STATE
     from tasks.training.loop import SNAPSHOTS, train
 
@@ -200,7 +200,7 @@ def execute(plan: RunPlan, progress: bool = True, resume: bool = False,
     # Measured here, in the worker that holds the model, so the comparison after training reads it
     # (for these exact weights and spec only; folders move, so no path).
     evaluation = measure_accuracy(model, batches, plan.model_name, plan.seed, plan.run_dir, result.steps)
-    record = {k: v for k, v in asdict(evaluation).items() if k != "path"}
+    record = {k: v for k, v in asdict(evaluation).items() if k not in ("path", *TRAINING_FIELDS)}
     metrics = {"steps": result.steps, "stop_reason": result.stop_reason, "stop_rule": plan.settings.describe_stop(),
                "train_seconds": round(result.seconds, 3),
                "accuracy": {name: split.accuracy.value for name, split in evaluation.splits.items()},
@@ -294,9 +294,23 @@ class TrainJob:
     report_out: Path | None = None
 
 
+def announce_start(job: TrainJob) -> None:
+    """One line as the run starts, in the process that runs it (flushed: a worker's stdout is a pipe
+    that would hold it until the run ended). On a terminal it starts with a carriage return so it
+    writes over a pool's bar, which redraws below it at its next update."""
+    import sys
+
+    doing = (f"training (at most {job.plan.settings.max_steps} steps)" if job.train else "kept")
+    doing += ", then tracing its circuits" if job.report_out is not None else ""
+    start = "\r\x1b[K" if sys.stdout.isatty() else ""
+    print(f"{start}{job.plan.model_name:>16} seed {job.plan.seed}: {doing}", flush=True)
+
+
 def train_job(job: TrainJob) -> tuple:
     """(metrics, or None for a kept run; what the circuit report shows for the run, or None)."""
     metrics = None
+    if not job.progress:   # no per-step bar names this run: say it started (a run trains and traces for a minute)
+        announce_start(job)
     if job.train:
         metrics = execute(job.plan, progress=job.progress, resume=job.resume, checkpoint_every=job.checkpoint_every)
     if job.report_out is None:

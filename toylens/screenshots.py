@@ -1,7 +1,8 @@
 """`python -m toylens.screenshots REPORT_HTML [--out DIR]`: PNGs of report.html's views, taken in the
 system's Chromium (Playwright's Python package, the dev extra): per run named with --graph, its edge
-graph; per run named with --attention, its attention per head. Default: block-2 seed 1's graph and
-attn-only-2x1 seed 2's attention, into docs/figures."""
+graph; per run named with --attention, its attention per head. Default: the main job's (Winograd)
+block-2 seed 1's graph and attn-only-2x1 seed 2's attention, into docs/figures, as the README shows;
+for another task's report name its runs (--graph MODEL:SEED, --attention MODEL:SEED)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ def screenshots(report: Path, out: Path, graphs: list[str], attention: list[str]
             page.goto(Path(report).resolve().as_uri() + f"#run={run_id(model, int(seed))}")
             element = page.locator(selector)
             if element.count() != 1:
-                raise UsageError(f"{report} shows no {kind} for {model} seed {seed}")
+                raise UsageError(f"{report} shows no {kind} for {model} seed {seed}; name a run it shows with "
+                                 f"--{kind} MODEL:SEED")
             path = out / f"report-{kind}-{run_id(model, int(seed))}.png"
             element.screenshot(path=str(path))
             written.append(path)
@@ -44,11 +46,11 @@ def screenshots(report: Path, out: Path, graphs: list[str], attention: list[str]
 def main(argv=None) -> None:
     from common.cli import folder_path
 
-    parser = Parser(prog="python -m toylens.screenshots", description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m toylens.screenshots", description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("report", type=folder_path)
     parser.add_argument("--out", type=folder_path, default=Path("docs/figures"))
-    parser.add_argument("--graph", action="append", help="MODEL:SEED (default block-2:1)")
-    parser.add_argument("--attention", action="append", help="MODEL:SEED (default attn-only-2x1:2)")
+    parser.add_argument("--graph", action="append", help="MODEL:SEED (default block-2:1, a Winograd run)")
+    parser.add_argument("--attention", action="append", help="MODEL:SEED (default attn-only-2x1:2, a Winograd run)")
     args = parser.parse_args(argv)
     if not args.report.is_file():
         parser.error(f"{args.report} is not a report.html")

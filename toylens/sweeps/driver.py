@@ -26,7 +26,8 @@ from tasks.training.runs import METRICS
 from tasks.training.sweeps import FAILED, failed_record, is_sweep
 
 from toylens.arguments import parse_seeds
-from toylens.sweeps.plan import CONFIRM_RUNS, SweepRun, check_size, count_runs, parse_grid, plan_sweep, write_records
+from toylens.sweeps.plan import (CONFIRM_RUNS, SweepRun, check_size, count_runs, first_run_estimate, parse_grid,
+                                 plan_sweep, write_records)
 
 if TYPE_CHECKING:
     from toylens.family import RunPlan
@@ -199,6 +200,7 @@ def sweep_locked(runs: list[SweepRun], out: Path, executor, command: str, resume
             for run, status in zip(runs, statuses) if status != "done"]
     write_records(runs, out, overwrite)
     counts = {"done": 0, "failed": 0, "snapshots": 0, "worker_seconds": 0.0}
+    parallel = getattr(executor, "jobs", None) or getattr(executor, "cpus", None) or 1
     if len(todo) < len(runs):
         write(f"{len(runs) - len(todo)} of {len(runs)} runs already finished with these settings: kept")
     bar = tqdm(total=len(todo), desc=f"sweep ({executor.name})", unit="run", disable=not progress,
@@ -215,6 +217,9 @@ def sweep_locked(runs: list[SweepRun], out: Path, executor, command: str, resume
             write_run(job.plan.run_dir, outcome.result.files)
             counts["done"] += 1
             counts["worker_seconds"] += outcome.result.seconds
+            if counts["done"] == 1 and len(todo) > 1:
+                waiting = [other for other in todo if other is not job and other.finished is None]
+                bar.write(f"sweep: {first_run_estimate(job.plan, outcome.result.seconds, waiting, parallel)}")
         else:
             write_json(job.plan.run_dir / FAILED, failed_record(job.plan.run_dir.parent.parent.name,
                                                                 job.plan.model_name, job.plan.seed, outcome.error))

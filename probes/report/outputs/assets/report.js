@@ -163,12 +163,25 @@ function showEdge(ev, e, graph) {
   t.replaceChildren(
     el('b', {}, e.id),
     el('div', {}, `effect alone: ${signedPct(e.alone)} of the gap (metric change ${e.effect >= 0 ? '+' : ''}${fixed(e.effect, 3)})`),
-    el('div', {}, e.in ? `in the circuit: yes; adding it to the top ${rank - 1} edges moves faithfulness ${fixed(e.before, 2)} -> ${fixed(e.after, 2)}`
-                        : `in the circuit: no (oracle rank ${rank}; the top ${rank} edges: faithfulness ${fixed(e.after, 2)})`),
+    el('div', {}, edgeSentence(e, rank)),
     el('div', {}, `rank by |score| (of ${graph.edges.length}): ${ranks}`));
   t.hidden = false;
   moveTip(ev);
   document.querySelectorAll(`path.edge[data-edge="${CSS.escape(e.id)}"]`).forEach(p => p.classList.add('hover'));
+}
+
+function edgeSentence(e, rank) {
+  // A sentence, not a template: "adding it to the top 0 edges moves faithfulness 0.00 -> 0.00" read
+  // as nonsense for the oracle's first edge.
+  const moves = fixed(e.before, 2) === fixed(e.after, 2) ? `leaves faithfulness at ${fixed(e.after, 2)}`
+                                                         : `takes faithfulness from ${fixed(e.before, 2)} to ${fixed(e.after, 2)}`;
+  if (!e.in) return `Not in the circuit: the oracle ranks it ${ordinal(rank)}, and the top ${rank} edges together reach faithfulness ${fixed(e.after, 2)}.`;
+  if (rank === 1) return `In the circuit: the oracle ranks it first; on its own it ${moves}.`;
+  return `In the circuit: the oracle ranks it ${ordinal(rank)}; added to the ${rank - 1} edge${rank === 2 ? '' : 's'} ranked above it, it ${moves}.`;
+}
+function ordinal(n) {
+  const tens = n % 100, ones = n % 10;
+  return n + (tens >= 11 && tens <= 13 ? 'th' : ones === 1 ? 'st' : ones === 2 ? 'nd' : ones === 3 ? 'rd' : 'th');
 }
 
 // ---- a head's attention at the scored positions --------------------------------------------
@@ -196,6 +209,7 @@ function showHead(run, head) {
   if (mean) box.append(el('div', {class: 'note'}, `mean over ${run.heads.mean_rows} held-out scored rows:`),
                        attentionRow(run.heads.labels.map(l => l.split(' ')[0]), mean, 'mean'));
   document.querySelectorAll('g.node').forEach(g => g.classList.toggle('selected', g.dataset.node === head));
+  box.scrollIntoView({block: 'nearest'});   // it opened below the fold, unseen, after a click on the graph
 }
 
 // ---- every head's pattern on an example ----------------------------------------------------
@@ -220,18 +234,23 @@ function drawAttention(panel, run) {
       thumbs.append(cell);
     }
     const name = `L${Math.floor(chosen / run.heads.n_heads)}H${chosen % run.heads.n_heads}`;
-    big.replaceChildren(el('div', {class: 'note'}, `${name}, ${which === 'clean' ? 'clean' : 'counterfactual'} input: rows = query positions (scored ones marked *), columns = keys`),
-                        patternSvg(pair[which][chosen], tokens, pair.scored, 380, true));
+    big.replaceChildren(el('div', {class: 'note'}, `${name}, ${which === 'clean' ? 'clean' : 'counterfactual'} input: rows = query positions (scored ones marked *), columns = keys; hover a cell for its weight`),
+                        colourScale(), patternSvg(pair[which][chosen], tokens, pair.scored, 380, true));
   };
   pairSelect.addEventListener('change', redraw); variant.addEventListener('change', redraw);
   redraw();
+}
+function colourScale() {
+  // The same heat() the cells use, sampled: what a colour means, 0 (no attention) to 1 (all of it).
+  const stops = [0, 0.25, 0.5, 0.75, 1].map(w => `${heat(w)} ${100 * w}%`).join(', ');
+  return el('div', {class: 'scale'}, 'attention weight: 0', el('span', {class: 'bar', style: `background: linear-gradient(to right, ${stops})`}), '1');
 }
 function patternSvg(rows, tokens, scored, size, labelled) {
   const n = rows.length, margin = labelled ? 90 : 0, cell = size / n;
   const root = svg('svg', {width: size + margin + (labelled ? 40 : 0), height: size + margin, class: 'pattern'});
   rows.forEach((row, q) => row.forEach((w, k) => {
     const r = svg('rect', {x: margin + k * cell, y: q * cell, width: cell, height: cell, fill: heat(w)}, root);
-    if (labelled) svg('title', {}, r).textContent = `${tokens[q]} -> ${tokens[k]}: ${w.toFixed(2)}`;
+    if (labelled) svg('title', {}, r).textContent = `query p${q} ${tokens[q]} -> key p${k} ${tokens[k]}: weight ${w.toFixed(2)}`;
   }));
   if (labelled) tokens.forEach((t, i) => {
     svg('text', {x: margin - 4, y: (i + 0.7) * cell, 'text-anchor': 'end', class: 'tick' + (scored.includes(i) ? ' scored' : '')}, root)
@@ -243,23 +262,27 @@ function patternSvg(rows, tokens, scored, size, labelled) {
 
 // ---- faithfulness curves ------------------------------------------------------------------
 function drawCurves(panel, graph) {
-  const W = 560, H = 260, L = 48, B = 36, total = graph.edges.length;
+  // The legend's column is as wide as its longest entry (~6.5 px a character at 11 px): a fixed
+  // 145 px cut "oracle (CPR 0.93, CMD 0.02)" to "oracle (CPR 0.93, CMD 0.0".
+  const legend = [...graph.curves.map(c => `${c.method} (CPR ${fixed(c.cpr, 2)}, CMD ${fixed(c.cmd, 2)})`), 'thin: oracle, every k'];
+  const side = Math.max(150, Math.ceil(6.5 * Math.max(...legend.map(t => t.length))) + 12);
+  const W = 410 + side, H = 260, L = 48, B = 36, total = graph.edges.length;
   const root = svg('svg', {width: W, height: H, class: 'curves'});
-  const x = k => L + (W - L - 150) * k / total, y = f => 10 + (H - B - 10) * (1 - Math.max(-0.2, Math.min(1.2, f)) / 1.2);
+  const x = k => L + (W - L - side) * k / total, y = f => 10 + (H - B - 10) * (1 - Math.max(-0.2, Math.min(1.2, f)) / 1.2);
   svg('line', {x1: L, y1: y(0), x2: x(total), y2: y(0), class: 'axis'}, root);
   svg('line', {x1: L, y1: y(1.2), x2: L, y2: y(-0.2), class: 'axis'}, root);
   for (const f of [0, 0.5, 1]) svg('text', {x: L - 4, y: y(f) + 4, 'text-anchor': 'end', class: 'tick'}, root).textContent = f;
   for (const k of [0, Math.round(total / 4), Math.round(total / 2), total]) svg('text', {x: x(k), y: H - B + 14, 'text-anchor': 'middle', class: 'tick'}, root).textContent = k;
-  svg('text', {x: L + (W - L - 150) / 2, y: H - 4, 'text-anchor': 'middle', class: 'tick'}, root).textContent = 'edges in the circuit (top k of each ranking)';
+  svg('text', {x: L + (W - L - side) / 2, y: H - 4, 'text-anchor': 'middle', class: 'tick'}, root).textContent = 'edges in the circuit (top k of each ranking)';
   svg('line', {x1: L, y1: y(graph.target), x2: x(total), y2: y(graph.target), class: 'target'}, root);
   svg('polyline', {points: graph.every_k.map((f, k) => `${x(k)},${y(f)}`).join(' '), class: 'every-k'}, root);
   graph.curves.forEach((c, i) => {
     const colour = METHOD_COLOUR[i % METHOD_COLOUR.length];
     svg('polyline', {points: c.sizes.map((k, j) => `${x(k)},${y(c.faithfulness[j])}`).join(' '), stroke: colour, fill: 'none', 'stroke-width': 1.5, 'data-method': c.method}, root);
     c.sizes.forEach((k, j) => svg('circle', {cx: x(k), cy: y(c.faithfulness[j]), r: 2.5, fill: colour}, root));
-    svg('text', {x: W - 145, y: 20 + 14 * i, fill: colour, class: 'tick'}, root).textContent = `${c.method} (CPR ${fixed(c.cpr, 2)}, CMD ${fixed(c.cmd, 2)})`;
+    svg('text', {x: W - side + 5, y: 20 + 14 * i, fill: colour, class: 'tick legend-entry'}, root).textContent = legend[i];
   });
-  svg('text', {x: W - 145, y: 20 + 14 * graph.curves.length, class: 'tick'}, root).textContent = 'thin: oracle, every k';
+  svg('text', {x: W - side + 5, y: 20 + 14 * graph.curves.length, class: 'tick legend-entry'}, root).textContent = legend[legend.length - 1];
   panel.append(root, el('p', {class: 'note'}, `Faithfulness: 0 = empty circuit (the counterfactual run), 1 = the full model; dotted: the ${100 * graph.target}% target. ` +
     'MIB\'s smallest fractions (.001-.005) round to 0 edges of a graph this small, hence the edge-count axis; CPR and CMD are areas over the share of edges: CPR under faithfulness (1 = faithful at every size), CMD of |1 - faithfulness| (0 = faithful at every size).'));
   panel.append(table(['method', 'CPR (higher is better)', 'CMD (lower is better)', 'sizes measured'], graph.curves.map(c => [c.method, fixed(c.cpr, 3), fixed(c.cmd, 3), c.sizes.join(', ')])));
