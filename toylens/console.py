@@ -23,6 +23,7 @@ COMMANDS = {
     "report": Command("toylens.report", "trace the circuits of a runs folder into RUNS_DIR/report/", ("report",)),
     "edges": Command("toylens.edges", "edge circuits by the exact oracle, EAP, EAP-IG and ACDC, with MIB files"),
     "accuracy": Command("toylens.accuracy", "the accuracy comparison of a runs folder, with CIs over seeds"),
+    "features": Command("toylens.features", "TopK SAEs and transcoders per run, graded against the planted variables"),
     "census": Command("toylens.census", "count the circuits of a sweep's runs"),
     "dynamics": Command("probes.report.dynamics", "replay training snapshots: phase change, head scores"),
     "ladder": Command("toylens.chapter.ladder", "the chapter's ablation ladder on a task"),
