@@ -102,3 +102,21 @@ def test_command_refuses_k_not_below_size(capsys):
         main(["--tracr", "reverse", "--sizes", "8", "--k", "8", "--out", "unused"])
     assert exit_.value.code == 2
     assert "k" in capsys.readouterr().err
+
+
+def test_spliced_with_error_node_reproduces_the_logits():
+    from models import ModelSpec
+    from models.spec import build_model
+    from probes.features.activations import collect, mlp_site, resid_site
+    from probes.features.splice import spliced_logits
+
+    model = build_model(ModelSpec(n_layers=2, d_model=16, n_heads=2, d_vocab=12, n_ctx=8), seed=0).eval()
+    tokens = torch.randint(0, 12, (16, 8), generator=torch.Generator().manual_seed(0))
+    clean = model(tokens)
+    for site in (resid_site(0), mlp_site(1)):
+        acts = collect(model, tokens, torch.ones_like(tokens, dtype=torch.bool), [site.hook_in, site.hook_out])
+        dictionary = train_dictionary(acts.values[site.hook_in], acts.values[site.hook_out],
+                                      config(kind=site.kind, hook_in=site.hook_in, hook_out=site.hook_out, steps=50),
+                                      progress=False)
+        assert torch.allclose(spliced_logits(model, tokens, dictionary), clean, atol=1e-5)
+        assert not torch.allclose(spliced_logits(model, tokens, dictionary, error_node=False), clean, atol=1e-3)
