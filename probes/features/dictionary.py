@@ -63,7 +63,7 @@ class DictionaryConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "DictionaryConfig":
+    def from_dict(cls, data: dict) -> DictionaryConfig:
         return cls(**data)
 
 
