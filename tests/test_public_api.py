@@ -101,7 +101,8 @@ def test_the_plugin_guide_code_defines_a_task():
 # circuit graph, the report (and the census, which counts the report's circuits), the chapter's
 # experiments. A module may import its own layer or any below it.
 LAYERS = ("common", "models", "tasks", "probes", "toylens")
-PROBES_LAYERS = {"settings": 0, "circuits": 2, "census": 3, "report": 3, "chapter": 4}   # other modules: 1
+# features sits beside circuits: it reuses their AUROC and Tracr ground truth, and the report may read it.
+PROBES_LAYERS = {"settings": 0, "circuits": 2, "features": 2, "census": 3, "report": 3, "chapter": 4}   # other modules: 1
 
 
 def layer_of(module: str) -> tuple[int, int]:

@@ -25,6 +25,7 @@ COMMANDS = {
     "leaderboard": Command("toylens.leaderboard", "every edge method x ablation on the ground-truth models, scored and "
                            "timed: docs/results/leaderboard.md and .html"),
     "accuracy": Command("toylens.accuracy", "the accuracy comparison of a runs folder, with CIs over seeds"),
+    "features": Command("toylens.features", "TopK SAEs and transcoders per run, graded against the planted variables"),
     "census": Command("toylens.census", "count the circuits of a sweep's runs"),
     "dynamics": Command("probes.report.dynamics", "replay training snapshots: phase change, head scores"),
     "ladder": Command("toylens.chapter.ladder", "the chapter's ablation ladder on a task"),

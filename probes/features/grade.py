@@ -1,0 +1,95 @@
+"""A dictionary graded against planted variables: for each variable, the feature whose firing
+(activation > 0) best matches it by MCC, that feature's AUROC, and the cosine of its decoder
+direction to the variable's mean-difference direction (mean output activation where the variable
+holds minus where it does not, in the space the decoder writes).
+
+Scales: MCC 1 = the feature fires exactly where the variable holds, 0 = unrelated (chance), -1 =
+exactly where it does not; AUROC 1 = every positive activation above every negative, 0.5 =
+chance; cosine 1 = the decoder writes along the mean difference. `linear_mcc` says whether the
+variable is linearly present at all: the MCC of the mean-difference projection thresholded halfway
+between the two class means (a variable no direction separates cannot be asked of a feature).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from probes.circuits.methods.scores import auroc
+from probes.features.dictionary import Dictionary, DictionaryConfig
+from probes.features.variables import Variable
+
+RECOVERED = 0.9   # the MCC at which a feature recovers a variable (the issue's bar)
+
+
+@dataclass(frozen=True)
+class Recovery:
+    variable: str
+    kind: str
+    positives: int      # graded positions where the variable holds
+    counted: int        # graded positions
+    feature: int        # the best-matching feature's index
+    mcc: float
+    auroc: float
+    cosine: float
+    linear_mcc: float
+
+
+@dataclass(frozen=True)
+class DictionaryGrade:
+    """Basis: the activations of `split` (`rows` positions), not those the dictionary trained on."""
+
+    run: str
+    config: DictionaryConfig
+    fvu: float          # on `split`: 0 = rebuilt exactly, 1 = no better than the mean
+    l0: float           # mean active features per position (at most k)
+    dead: float         # share of features that never fire on `split`
+    split: str
+    rows: int
+    recoveries: tuple[Recovery, ...]
+    threshold: float = RECOVERED
+
+    @property
+    def uncaptured(self) -> tuple[Recovery, ...]:
+        return tuple(r for r in self.recoveries if not r.mcc >= self.threshold)
+
+
+def mcc_columns(active: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """[features] MCC of each column of `active` [c, f] (bool) against `labels` [c] (bool); 0 where
+    a column or the labels are constant (no correlation is defined)."""
+    a, y = active.double(), labels.double()[:, None]
+    tp, fp = (a * y).sum(0), (a * (1 - y)).sum(0)
+    fn, tn = ((1 - a) * y).sum(0), ((1 - a) * (1 - y)).sum(0)
+    denominator = ((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn)).sqrt()
+    return torch.where(denominator > 0, (tp * tn - fp * fn) / denominator.clamp_min(1e-300), torch.zeros_like(tp))
+
+
+def recovery(variable: Variable, acts: torch.Tensor, x_out: torch.Tensor, w_dec: torch.Tensor) -> Recovery:
+    """`acts` [m, d_sae] the dictionary's feature activations, `x_out` [m, d_out] what it rebuilds."""
+    rows = variable.counted
+    acts, x_out, labels = acts[rows], x_out[rows], variable.labels[rows]
+    scores = mcc_columns(acts > 0, labels)
+    best = int(scores.argmax())
+    difference = x_out[labels].mean(0) - x_out[~labels].mean(0)
+    cosine = float(torch.nn.functional.cosine_similarity(w_dec[best], difference, dim=0))
+    return Recovery(variable.name, variable.kind, int(labels.sum()), int(rows.sum()), best, float(scores[best]),
+                    auroc(acts[:, best], labels), cosine, linear_mcc(x_out, labels, difference))
+
+
+def linear_mcc(x: torch.Tensor, labels: torch.Tensor, difference: torch.Tensor) -> float:
+    projection = x @ difference
+    middle = (projection[labels].mean() + projection[~labels].mean()) / 2
+    return float(mcc_columns((projection > middle)[:, None], labels)[0])
+
+
+@torch.no_grad()
+def grade(run: str, dictionary: Dictionary, x_in: torch.Tensor, x_out: torch.Tensor, variables: list[Variable],
+          split: str, threshold: float = RECOVERED) -> DictionaryGrade:
+    acts = dictionary.encode(x_in)
+    residual = dictionary.decode(acts) - x_out
+    fvu = float(residual.pow(2).sum() / (x_out - x_out.mean(0)).pow(2).sum().clamp_min(1e-12))
+    w_dec = dictionary.weights["W_dec"]
+    recoveries = tuple(recovery(v, acts, x_out, w_dec) for v in variables)
+    return DictionaryGrade(run, dictionary.config, fvu, float((acts > 0).sum(-1).double().mean()),
+                           float(((acts > 0).sum(0) == 0).double().mean()), split, len(x_in), recoveries, threshold)
