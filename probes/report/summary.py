@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from models.spec import Attention
 
 WIDTH = 120     # a terminal line, at most
+FOLDED = "mechanism"    # the column the terminal prints under its table instead of in it
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,8 @@ LEGEND = (
 )
 TERMINAL_LEGEND = (
     "faith.: head circuit, null scale (0 = all heads mean-ablated, 1 = full model); blocks: verdict with a block's "
-    "heads mean-ablated; edges (gap): oracle edge circuit, kept/graph and faithfulness (0 = counterfactual, 1 = clean)",
+    "heads mean-ablated; edges (gap): the smallest edge circuit found, kept/graph and faithfulness (0 = counterfactual, "
+    "1 = clean); mechanism: its main path, or the OR/AND of components standing in for one",
 )
 
 
@@ -86,8 +88,15 @@ def terminal_lines(summary: Summary) -> list[str]:
 
     lines = [line for text in TERMINAL_LEGEND for line in wrapped(text)]
     for t in summary.tables:
-        text = table(*table_rows(t)).splitlines()
+        headers, rows = table_rows(t)
+        # The mechanism column would widen every row past WIDTH: on the terminal it is a line below.
+        folded = headers.index(FOLDED) if FOLDED in headers else None
+        shown = [[c for i, c in enumerate(r) if i != folded] for r in [headers, *rows]]
+        text = table(shown[0], shown[1:]).splitlines()
         lines += [row.rstrip() for i, row in enumerate(text) if i != 1]   # no dashes: one screen
+        if folded is not None:
+            lines += wrapped(f"{FOLDED}: " + " | ".join(f"{r[0]}: {r[folded]}" for r in rows if r[folded] != "-"),
+                             "  ")
         for line in t.across_seeds:
             lines += wrapped(line, "  ")
     for note in summary.notes:
