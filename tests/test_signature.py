@@ -3,6 +3,7 @@ mechanism differs; stored as JSON; traced on a model whose heads were permuted (
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -180,4 +181,47 @@ def fake_member(seed: int, signature):
     from probes.circuits.labels import LabelKind
 
     run = SimpleNamespace(seed=seed, metrics={"stop_reason": "solved", "accuracy": {"heldout": 1.0}})
-    return run, LabelKind.PATH, signature.text, None
+    return run, LabelKind.PATH, signature.text, None, signature
+
+
+# ---- the census and the stored circuit ----------------------------------------------------------
+
+def two_block(head0: int, head1: int, port: str = "k"):
+    """A previous-token head feeding MLP0, which feeds a layer-1 head's `port`, in other numbering."""
+    roles = {Head(0, head0): PREVIOUS, Head(1, head1): attends_role("adjective")}
+    edges = [Edge(Head(0, head0), Input(MLP(0))), Edge(MLP(0), Input(Head(1, head1), port)),
+             Edge(Head(1, head1), Input(Logits()))]
+    return mechanism_signature(edges, roles, basis="edge circuit")
+
+
+def test_the_census_counts_one_row_per_mechanism_and_names_each_parts_heads():
+    from probes.census import group_census, part_words
+
+    same = [two_block(0, 1), two_block(1, 2), two_block(0, 3)]
+    group = group_census("block-2", "p", {}, [fake_member(seed, s) for seed, s in enumerate(same)], 0)
+    assert [(s.label, s.count) for s in group.circuits] == [(same[0].text, 3)]
+    words = part_words(group.parts[same[0].text])
+    assert "L0 previous-token head: L0H0 in seeds 0, 2; L0H1 in seed 1" in words
+    assert "L1 head that attends the adjective role: L1H1 in seed 0; L1H2 in seed 1; L1H3 in seed 2" in words
+    # Two mechanisms that really differ (the layer-1 head reads MLP0 through its query, not its key): two rows.
+    differ = [two_block(0, 1), two_block(1, 2, "q"), two_block(2, 0)]
+    group = group_census("block-2", "p", {}, [fake_member(seed, s) for seed, s in enumerate(differ)], 0)
+    assert sorted(s.count for s in group.circuits) == [1, 2]
+    assert group.circuits[0].share.n == 3 and group.seeds[differ[0].text] == [0, 2]
+
+
+def test_a_stored_circuit_keeps_its_signature_and_is_labelled_by_it():
+    from probes.circuits.labels import CircuitSummary, circuit_label
+
+    def stored(head0, head1):
+        return CircuitSummary("block-2", head0, 2, 1.0, (f"L0H{head0}", f"L1H{head1}"), None, 0.9,
+                              signature=two_block(head0, head1))
+
+    one, other = stored(0, 1), stored(2, 3)
+    again = CircuitSummary.from_dict(json.loads(json.dumps(one.to_dict())))
+    assert again == one and again.signature.heads == one.signature.heads
+    assert circuit_label(one) == circuit_label(other) and "L0H" not in circuit_label(one).text
+    # Written before signatures: no field, the head-named label as before.
+    old = {k: v for k, v in json.loads(json.dumps(one.to_dict())).items() if k != "signature"}
+    assert CircuitSummary.from_dict(old).signature is None
+    assert "L0H0" in circuit_label(CircuitSummary.from_dict(old)).text

@@ -39,6 +39,7 @@ PREVIOUS, DUPLICATE, INDUCTION = "previous-token head", "duplicate-token head", 
 CURRENT = "attends the current token"
 DETECTOR_ROLES = {"previous_token": PREVIOUS, "duplicate_token": DUPLICATE, "induction": INDUCTION}
 SIGNATURE = "signature"    # its field in circuit.json, timeline.json and report.json
+LAST = 10**9         # the logits' stage: after every layer's
 FIELDS = {"parts": list, "edges": list, "heads": dict, "relations": list, "basis": str}
 
 
@@ -87,17 +88,15 @@ class MechanismSignature:
 # ---- the canonical form ----------------------------------------------------------------------
 
 def initial_colour(node, roles: dict) -> tuple:
-    """What relabelling heads within a layer leaves unchanged: kind, layer, measured role."""
+    """What relabelling heads within a layer leaves unchanged: where the node reads and writes along
+    the residual stream (models.graph.stage: its kind and layer; so parts sort in the order the
+    signal flows) and, for a head, its measured role."""
     from models.components import Head
-    from models.graph import MLP, Embed
+    from models.graph import Logits, stage
 
-    if isinstance(node, Embed):
-        return (0, -1, "")
-    if isinstance(node, Head):
-        return (1, node.layer, roles.get(node, UNNAMED))
-    if isinstance(node, MLP):
-        return (2, node.layer, "")
-    return (3, -1, "")   # the logits
+    if isinstance(node, Logits):
+        return (LAST, "")
+    return (stage(node, LAST), roles.get(node, UNNAMED) if isinstance(node, Head) else "")
 
 
 def ranks(colours: dict) -> dict:
