@@ -19,13 +19,14 @@ from __future__ import annotations
 import json
 import statistics
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.cli import UsageError
 from common.jsonfiles import read_json
 from common.stats import Interval, mean_interval, wilson
-from probes.circuits.labels import CIRCUIT, PATHS, SUMMARY_FIELDS, CircuitSummary, LabelKind, circuit_label
+from probes.circuits.labels import (CIRCUIT, NULLABLE, PATHS, SUMMARY_FIELDS, CircuitSummary, LabelKind,
+                                    circuit_label)
 from probes.circuits.mechanism_timeline import (TIMELINE, MechanismTimeline, mechanism_timeline, read_timeline,
                                                 require_list, wants_timeline)
 from tasks.settings import StopReason
@@ -62,6 +63,8 @@ class GroupCensus:
     unreadable: tuple = ()     # (seed, why) of planned runs whose files fail a check: not in any share
     not_finished: tuple = ()   # seeds planned but not finished (never run, or interrupted: rerun the sweep)
     timeline: MechanismTimeline | None = None   # runs trained with weight snapshots: when the mechanism is told
+    parts: dict = field(default_factory=dict)   # label -> part -> heads -> seeds (who_plays): the heads of
+                                                # each part of a mechanism, seed by seed
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,7 @@ def read_circuit(run) -> CircuitSummary:
     if not path.is_file():
         raise UsageError(f"{path} is not a file; {CIRCUIT_FIX}")
     data = check_signed(require_list(read_json(path, CIRCUIT_FIX), PATHS, str(path), CIRCUIT_FIX), CIRCUIT_FIELDS,
-                        str(path), CIRCUIT_FIX, nullable=("edge", "faithfulness"))
+                        str(path), CIRCUIT_FIX, nullable=NULLABLE)
     recorded = {"run_sha256": data["run_sha256"], "weights_sha256": data["weights_sha256"], "model_name":
                 data["model_name"], "seed": data["seed"], "n_layers": data["n_layers"], "heldout": data["heldout"]}
     actual = {"run_sha256": run.config["run_sha256"], "weights_sha256": run.config.get("weights_sha256"),
@@ -98,18 +101,19 @@ def read_circuit(run) -> CircuitSummary:
         raise UsageError(f"{path} describes another run (different {', '.join(differing)}: copied from elsewhere, "
                          f"or left from before the run was retrained); {CIRCUIT_FIX}")
     try:
-        return CircuitSummary.from_dict({key: data[key] for key in (*SUMMARY_FIELDS, PATHS)}, str(path), CIRCUIT_FIX)
+        return CircuitSummary.from_dict({key: data[key] for key in (*SUMMARY_FIELDS, PATHS) if key in data}, str(path),
+                                        CIRCUIT_FIX)
     except TypeError:   # an edge lacking a field
         raise UsageError(f"{path}: edge lacks a field; {CIRCUIT_FIX}") from None
 
 
-def read_label(run) -> tuple[LabelKind, str, float | None]:
-    """(kind, label, share of the gap its best single path recovers, or None)."""
+def read_label(run) -> tuple:
+    """(kind, label, share of the gap its best single path recovers or None, mechanism signature or None)."""
     if not (run.path / CIRCUIT).exists():
-        return LabelKind.UNTRACED, NOT_TRACED, None
+        return LabelKind.UNTRACED, NOT_TRACED, None, None
     summary = read_circuit(run)
     label = circuit_label(summary)
-    return label.kind, label.text, summary.edge.strength if summary.edge else None
+    return label.kind, label.text, summary.edge.strength if summary.edge else None, summary.signature
 
 
 def heldout_distribution(values: list[float]) -> dict:
@@ -206,19 +210,19 @@ def take_census(runs_dir: Path) -> Census:
 def group_census(model: str, point: str, values: dict, members: list, failed: int, unreadable: tuple = (),
                  not_finished: tuple = (), timeline: MechanismTimeline | None = None) -> GroupCensus:
     n = len(members)
-    counts = Counter(label for _, _, label, _ in members)
+    counts = Counter(label for _, _, label, *_ in members)
     seeds, recovered = defaultdict(list), defaultdict(list)
-    for run, _, label, path_share in members:
+    for run, _, label, path_share, *_ in members:
         seeds[label].append(run.seed)
         if path_share is not None:
             recovered[label].append(path_share)
-    unsolved = [run for run, _, _, _ in members if run.metrics["stop_reason"] != StopReason.SOLVED]
+    unsolved = [run for run, *_ in members if run.metrics["stop_reason"] != StopReason.SOLVED]
     never = [run for run in unsolved if near_chance(run)]
     partly = [run for run in unsolved if run not in never]
-    named = sum(kind == LabelKind.PATH for _, kind, _, _ in members)
+    named = sum(kind == LabelKind.PATH for _, kind, *_ in members)
     return GroupCensus(
         model_name=model, point=point, values=values, finished=n, failed=failed,
-        heldout=heldout_distribution([float(run.metrics["accuracy"]["heldout"]) for run, _, _, _ in members]),
+        heldout=heldout_distribution([float(run.metrics["accuracy"]["heldout"]) for run, *_ in members]),
         unsolved=Share("unsolved (validation never solved)", len(unsolved), wilson(len(unsolved), n)),
         never_learned=Share(f"never learned (unsolved, near chance{accuracy_range(never)})", len(never),
                             wilson(len(never), n)),
@@ -228,7 +232,28 @@ def group_census(model: str, point: str, values: dict, members: list, failed: in
         circuits=tuple(Share(label, count, wilson(count, n)) for label, count in counts.most_common()),
         seeds={label: sorted(s) for label, s in seeds.items()},
         path_recovered={label: [min(v), statistics.median(v), max(v)] for label, v in recovered.items()},
-        unreadable=unreadable, not_finished=not_finished, timeline=timeline)
+        unreadable=unreadable, not_finished=not_finished, timeline=timeline, parts=who_plays(members))
+
+
+def who_plays(members: list) -> dict:
+    """label -> part -> heads -> seeds: which heads play each part of a mechanism in each seed
+    (members that carry a signature: (run, kind, label, share, signature))."""
+    out = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    for run, _, label, _, *rest in members:
+        signature = rest[0] if rest else None
+        for part, heads in signature.heads if signature is not None else ():
+            out[label][part]["+".join(heads)].append(run.seed)
+    return {label: {part: {heads: sorted(s) for heads, s in by.items()} for part, by in parts.items()}
+            for label, parts in out.items()}
+
+
+def part_words(parts: dict) -> list[str]:
+    """'L0 previous-token head: L0H0 in seeds 0, 2; L0H1 in seed 1', one per part (who_plays of one label)."""
+    def seeds(s):
+        return ("seed " if len(s) == 1 else "seeds ") + ", ".join(map(str, s))
+
+    return [f"{part}: " + "; ".join(f"{heads} in {seeds(s)}" for heads, s in sorted(by.items(), key=lambda i: i[1]))
+            for part, by in parts.items()]
 
 
 def group_timeline(members: list) -> MechanismTimeline | None:

@@ -10,25 +10,31 @@ graph view, and a path the per-position patches show is never missed.
 The label is computed from the stored facts, not from the report's sentence, so when the report's
 rule for naming a path changes (its claim threshold), `circuit_label` follows it without retracing.
 A label names a mechanism (components and heads), never a position or the tokens found there: the
-same mechanism over examples of different layouts, or over seeds, is one label.
+same mechanism over examples of different layouts, or over seeds, is one label. A circuit with a
+mechanism signature (probes.circuits.signature: heads by layer and measured role, invariant to
+relabelling heads within a layer) is labelled by it, so seeds that differ only in head numbers
+share a label; circuits stored before signatures keep their head-named label.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import dataclasses
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 
 from common.cli import UsageError
 from common.jsonfiles import check_fields
+from probes.circuits.signature import MechanismSignature
 
 CIRCUIT = "circuit.json"
 # circuit.json's fields and their types: a stored file is checked before a census counts it.
 EDGE_FIELDS = {"sender": str, "receiver": str, "component": str, "position": int, "position_label": str,
                "recovered": float, "restored": float, "everywhere": float}
 SUMMARY_FIELDS = {"model_name": str, "seed": int, "n_layers": int, "heldout": float, "nodes": list, "edge": dict,
-                  "faithfulness": float, "note": str, "summary": str}
+                  "faithfulness": float, "note": str, "summary": str, "signature": dict}
+NULLABLE = ("edge", "faithfulness", "signature")   # signature: null, or absent in files written before it
 PATHS = "paths"   # a list of EDGE_FIELDS objects, checked one by one
 
 
@@ -111,9 +117,11 @@ class CircuitSummary:
     note: str = ""                  # why no circuit was traced, if none was
     summary: str = ""               # the report's sentence for this run
     paths: tuple[PathFacts, ...] = ()    # every head-to-head path measured, strongest first
+    signature: MechanismSignature | None = None   # the mechanism up to relabelled heads (probes.circuits.signature)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        plain = asdict(dataclasses.replace(self, signature=None))
+        return {**plain, "signature": None if self.signature is None else self.signature.to_dict()}
 
     @classmethod
     def from_dict(cls, data: dict, where: str = CIRCUIT, fix: str = "trace the run again") -> "CircuitSummary":
@@ -121,14 +129,16 @@ class CircuitSummary:
         TypeError."""
         data = dict(data) if isinstance(data, dict) else data
         paths = data.pop(PATHS, []) if isinstance(data, dict) else []
-        check_fields(data, SUMMARY_FIELDS, where, fix, nullable=("edge", "faithfulness"))
+        check_fields(data, SUMMARY_FIELDS, where, fix, nullable=NULLABLE)
         if not isinstance(paths, list):
             raise UsageError(f"{where}: {PATHS} must be a list of objects; {fix}")
         edge = data.get("edge")
         checked = [stored_edge(e, f"{where}: {name}", fix)
                    for e, name in [(edge, "edge")] * (edge is not None) + [(p, PATHS) for p in paths]]
+        signature = data.get("signature")
         return cls(**{**data, "nodes": tuple(data.get("nodes", ())), "edge": checked[0] if edge else None,
-                      "paths": tuple(checked[1:] if edge else checked)})
+                      "paths": tuple(checked[1:] if edge else checked),
+                      "signature": None if signature is None else MechanismSignature.from_dict(signature, where, fix)})
 
 
 def stored_edge(data, where: str, fix: str) -> PathFacts:
@@ -137,8 +147,8 @@ def stored_edge(data, where: str, fix: str) -> PathFacts:
 
 
 def summarise(analysis, summary: str) -> CircuitSummary:
-    """The facts of a probes.report.run_analysis.RunAnalysis that name its circuit; `summary` the
-    report's sentence for it (probes.report.words.describe)."""
+    """The facts of a probes.report.run_analysis.RunAnalysis that name its circuit (its mechanism's
+    signature among them); `summary` the report's sentence for it (probes.report.words.describe)."""
     base = dict(model_name=analysis.model_name, seed=analysis.seed, n_layers=analysis.spec.n_layers,
                 heldout=analysis.accuracy.splits["heldout"].accuracy.value, summary=summary)
     if analysis.circuit is None:
@@ -146,7 +156,8 @@ def summarise(analysis, summary: str) -> CircuitSummary:
     paths = run_paths(analysis)
     return CircuitSummary(**base, nodes=analysis.circuit.describe(),
                           edge=paths[0] if paths else None, paths=tuple(paths),
-                          faithfulness=analysis.circuit.faithfulness.recovered)
+                          faithfulness=analysis.circuit.faithfulness.recovered,
+                          signature=getattr(analysis, "mechanism", None))
 
 
 def run_paths(analysis) -> list[PathFacts]:
@@ -198,8 +209,11 @@ def circuit_label(summary: CircuitSummary) -> CircuitLabel:
         return CircuitLabel(LabelKind.UNTRACED, "no circuit traced")
     paths = summary.paths or ((summary.edge,) if summary.edge is not None else ())
     named = named_paths(paths, DEFAULT.path_claim)
+    kind = LabelKind.PATH if named else LabelKind.NO_SINGLE_PATH if paths else LabelKind.ONE_BLOCK
+    if summary.signature is not None:   # the mechanism up to relabelled heads: no head index in it
+        return CircuitLabel(kind, summary.signature.text)
     if named:
-        return CircuitLabel(LabelKind.PATH, mechanism_text(named))
+        return CircuitLabel(kind, mechanism_text(named))
     if paths:
-        return CircuitLabel(LabelKind.NO_SINGLE_PATH, f"no path carries it ({heads})")
-    return CircuitLabel(LabelKind.ONE_BLOCK, f"{'one block' if summary.n_layers == 1 else 'within one block'} ({heads})")
+        return CircuitLabel(kind, f"no path carries it ({heads})")
+    return CircuitLabel(kind, f"{'one block' if summary.n_layers == 1 else 'within one block'} ({heads})")

@@ -172,7 +172,8 @@ def run_section(analysis, settings: ReportSettings) -> str:
 
 
 def run_json(analysis, settings: ReportSettings) -> dict:
-    out = jsonable(dataclasses.replace(analysis, vocabulary=None))
+    out = jsonable(dataclasses.replace(analysis, vocabulary=None, mechanism=None))
+    out["mechanism"] = None if analysis.mechanism is None else analysis.mechanism.to_dict()   # its stored form
     out["summary"] = describe(analysis, settings, analysis.vocabulary)
     if analysis.patching is not None:
         p = analysis.patching

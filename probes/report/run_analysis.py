@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from probes.ablation import AblationResult
     from probes.accuracy import RunAccuracy
     from probes.attention import PairAttention, RoleView, ScoredAttention
+    from probes.circuits.signature import MechanismSignature
     from probes.composition import Composition
     from probes.patching import ActivationPatching
 
@@ -71,6 +72,7 @@ class RunAnalysis:
     vocabulary: list = None               # token strings, for naming predictions
     roles: RoleView | None = None         # for a task that names positions by role
     figure: str | None = None             # its figure, relative to the report folder
+    mechanism: MechanismSignature | None = None   # the circuit up to relabelled heads (probes.circuits.signature)
 
 
 def routes(paths: list, circuit: Circuit, floor: float) -> list:
@@ -161,7 +163,25 @@ def analyse_run(context) -> RunAnalysis:
             "barely tells the pairs apart, so no share of that gap means much"))
     else:
         analysis = dataclasses.replace(analysis, **trace_circuit(context, patching))
+        analysis = dataclasses.replace(analysis, mechanism=run_mechanism(context, analysis))
     return dataclasses.replace(analysis, figure=draw_figure(analysis, context.out))
+
+
+def run_mechanism(context, analysis, edges=None):
+    """The signature of the run's circuit (probes.circuits.signature), roles measured on the
+    ablation rows: of the exact oracle's smallest edge circuit where the edge part traces one
+    (multi-block runs; `edges` the EdgeCircuit measured on the weights now in the model, default
+    the context's), else of the head circuit (one-block runs, or no edge circuit below the whole
+    graph); None when neither was traced."""
+    from probes.circuits.signature import edge_signature, head_roles, summary_signature
+    from probes.report.edge_part import traceable
+
+    roles = head_roles(context.model, context.sample)
+    if traceable(context.spec):
+        found = edges if edges is not None else context.edge_circuit
+        if context.settings.traces(found.oracle.gap) and found.circuit.edges is not None:
+            return edge_signature(context.model, context.pairs, context.edge_graph, roles, circuit=found)
+    return summary_signature(summarise(analysis, ""), roles) if analysis.circuit is not None else None
 
 
 def trace_circuit(context, patching) -> dict:
@@ -276,10 +296,22 @@ def snapshot_summary(context, step: int):
         patching = activation_patching(model, pairs)
         reference = reference_activations(model, training_reference(run, settings.reference_rows))
         analysis = dataclasses.replace(analysis, **circuit_paths_measured(model, pairs, reference, patching, settings))
+        analysis = dataclasses.replace(analysis, mechanism=snapshot_mechanism(context, analysis))
     else:
         analysis = dataclasses.replace(analysis, note=f"clean minus counterfactual metric {gap:+.2f} at step {step}: "
                                                       f"below {settings.min_gap:g} in size, no circuit traced")
     return float(gap), summarise(analysis, "")
+
+
+def snapshot_mechanism(context, analysis):
+    """run_mechanism on the weights now in the model: the context's edge circuit belongs to the
+    final weights, so a snapshot's is measured afresh, by the same rule on the same pairs."""
+    from probes.circuits.named import edge_circuit
+    from probes.report.edge_part import traceable
+
+    edges = edge_circuit(context.model, context.pairs, context.edge_graph, compare_methods=False) \
+        if traceable(context.spec) else None
+    return run_mechanism(context, analysis, edges)
 
 
 def clean_gap(model, pairs) -> float:

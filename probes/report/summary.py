@@ -184,7 +184,7 @@ def circuit_cells(analysis, settings) -> dict:
 def circuit_across_seeds(analyses, settings) -> dict:
     """model -> which seeds share a circuit (nodes, kept positions and named path:
     probes.report.words.signature), and which were not traced."""
-    from probes.report.words import signature
+    from probes.report.words import agreement_words, signature
 
     out = {}
     for model in dict.fromkeys(a.model_name for a in analyses):
@@ -195,7 +195,7 @@ def circuit_across_seeds(analyses, settings) -> dict:
         for a in traced:
             groups.setdefault(signature(a, settings), []).append(str(a.seed))
         if len(groups) == 1 and len(traced) > 1:
-            text = f"seeds {', '.join(next(iter(groups.values())))} agree on one circuit"
+            text = agreement_words(next(iter(groups.values())), traced).replace(" agree", " agree on one circuit")
         elif len(traced) == 1:
             text = f"one seed traced (seed {traced[0].seed})"
         elif groups:

@@ -245,19 +245,26 @@ def describe(analysis, settings: ReportSettings, vocabulary=None) -> str:
     return "; ".join(parts)
 
 
-def signature(analysis, settings: ReportSettings) -> tuple:
-    """What two seeds must share to count as the same circuit: its heads and the named paths'
-    mechanism (as the census label: where the search pinned a head is a position, which varies
-    with the layout)."""
+def signature(analysis, settings: ReportSettings):
+    """What two seeds must share to count as the same circuit: its mechanism signature
+    (probes.circuits.signature: heads by layer and measured role, so relabelled heads agree) where
+    it was measured, else its heads and the named paths' mechanism (as the census label: where the
+    search pinned a head is a position, which varies with the layout)."""
     from probes.circuits.labels import mechanism_text
 
     if analysis.circuit is None:
         return ()
+    if analysis.mechanism is not None:
+        return analysis.mechanism
     chosen = named(analysis, settings)
     return analysis.circuit.heads, mechanism_text(chosen) if chosen else ""
 
 
-def describe_signature(sig: tuple, settings: ReportSettings) -> str:
+def describe_signature(sig, settings: ReportSettings) -> str:
+    from probes.circuits.signature import MechanismSignature
+
+    if isinstance(sig, MechanismSignature):
+        return sig.text
     nodes, mechanism = sig
     text = " + ".join(map(str, nodes))
     return text + (f", {mechanism}" if mechanism else f", no path >= {pct(settings.path_claim)}")
@@ -276,9 +283,10 @@ def seed_agreement(analyses, settings: ReportSettings) -> list[str]:
         kinds = defaultdict(list)
         for a in traced:
             kinds[signature(a, settings)].append(str(a.seed))
-        verdict_text = ("seeds " + ", ".join(next(iter(kinds.values()))) + " agree: "
+        verdict_text = (agreement_words(next(iter(kinds.values())), traced) + ": "
                         + describe_signature(next(iter(kinds)), settings) if len(kinds) == 1 else
-                        f"{len(kinds)} circuits in {len(traced)} seeds: "
+                        f"{len(kinds)} {'mechanisms' if all(a.mechanism for a in traced) else 'circuits'} in "
+                        f"{len(traced)} seeds: "
                         + " | ".join(f"seed {', '.join(seeds)}: {describe_signature(sig, settings)}"
                                      for sig, seeds in kinds.items()))
         untraced = [str(a.seed) for a in runs if a.circuit is None]
@@ -286,6 +294,17 @@ def seed_agreement(analyses, settings: ReportSettings) -> list[str]:
             verdict_text += f"; no circuit traced for seed {', '.join(untraced)}"
         lines.append(f"{model}: {verdict_text}")
     return lines
+
+
+def agreement_words(seeds: list[str], traced) -> str:
+    """'seeds 0, 1, 2: one mechanism (heads relabelled)' when the seeds' mechanism signatures agree
+    but other heads play its parts, else 'seeds 0, 1, 2 agree'."""
+    from probes.circuits.signature import relabelled_heads
+
+    mechanisms = [a.mechanism for a in traced]
+    if all(mechanisms) and relabelled_heads(mechanisms):
+        return f"seeds {', '.join(seeds)}: one mechanism (heads relabelled)"
+    return f"seeds {', '.join(seeds)} agree"
 
 
 def circuit_summary(analysis):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from common.cli import UsageError
 from common.jsonfiles import read_json, strict
-from probes.census import Census, GroupCensus, Share
+from probes.census import Census, GroupCensus, Share, part_words
 from probes.circuits.mechanism_timeline import PREDICTABLE, MechanismTimeline
 from tasks.training.sweeps import FAILED, check_signed, signed
 
@@ -40,7 +40,8 @@ def summary_lines(census: Census) -> list[str]:
                          f"{h['median']:.1%} (min {h['min']:.1%}); {share_text(g.unsolved)} unsolved "
                          f"({g.never_learned.count} never learned, {g.partly_learned.count} partly); "
                          f"{share_text(g.named)} named as a path")
-        lines += [f"  {share_text(s)}  {s.label}" for s in g.circuits]
+        for s in g.circuits:
+            lines += [f"  {share_text(s)}  {s.label}"] + [f"    {words}" for words in part_words(g.parts.get(s.label, {}))]
         lines += [f"  unreadable, not counted: seed {seed}: {why}" for seed, why in g.unreadable]
         if g.timeline is not None:
             lines.append(f"  over training: {timeline_sentence(g.timeline)}")
@@ -57,8 +58,11 @@ def intro() -> str:
             "(0 = the path alone restores nothing, 1 = all of it); other runs are labelled by what was found. "
             "Unsolved: validation never solved (stopped stalled or out of budget); of those, never learned: held-out "
             f"accuracy within {DEFAULT.chance_margin:.0%} of the 50% of picking the answer or the foil at random (tasks "
-            "that name foils), partly learned: the rest. A label names a mechanism (its paths' components and heads), "
-            "never positions or tokens, so one mechanism over seeds is one row. Held-out accuracy: the "
+            "that name foils), partly learned: the rest. A label names a mechanism, never positions or tokens: a run "
+            "traced with a mechanism signature is labelled by it (heads by layer and measured role, MLPs by layer, "
+            "edges between them; relabelling heads within a layer leaves it unchanged), so one mechanism over seeds "
+            "is one row whatever its heads are numbered, and the heads playing each part are listed per seed; a run "
+            "traced before signatures keeps its label by paths and heads. Held-out accuracy: the "
             "task's held-out split. Unreadable: a run whose files fail a check (listed with the reason, not "
             "counted).")
 
@@ -86,11 +90,22 @@ def markdown(census: Census, figure: str | None, timeline_figure: str | None = N
             i = s.share
             out.append(f"| {s.label} | {s.count}/{i.n} | {i.value:.1%} [{i.low:.1%}, {i.high:.1%}] | {path} | {seeds} |")
         out.append("")
+        out += parts_markdown(g)
         if g.timeline is not None:
             out += timeline_markdown(g.timeline, timeline_figure)
     if census.others:
         out += ["## Found but not counted", ""] + [f"- {line}" for line in census.others] + [""]
     return "\n".join(out)
+
+
+def parts_markdown(g: GroupCensus) -> list[str]:
+    """Per mechanism, which heads play each of its parts in which seeds (its signature's parts)."""
+    out = []
+    for s in g.circuits:
+        words = part_words(g.parts.get(s.label, {}))
+        if words:
+            out += [f"Heads playing each part of **{s.label}**:", ""] + [f"- {w}" for w in words] + [""]
+    return out
 
 
 def draw(census: Census, path: Path) -> None:
@@ -140,6 +155,9 @@ def census_html(census: Census, figure: Path | None, timeline_figure: Path | Non
                  ", ".join(map(str, g.seeds.get(s.label, []))) or "-"] for s in (*g.circuits, g.named, g.unsolved)]
         body.append(table(["circuit", "runs", "of", "share", "95% CI", "best path recovers (min / median / max)",
                            "seeds"], rows))
+        body += [f"<p>Heads playing each part of <b>{escape(label)}</b>:</p><ul>"
+                 + "".join(f"<li>{escape(words)}</li>" for words in part_words(parts)) + "</ul>"
+                 for label, parts in g.parts.items() if parts]
         if g.timeline is not None:
             body.append(timeline_html(g.timeline, timeline_figure))
     return page("Circuit census", "".join(body))

@@ -1,0 +1,247 @@
+"""A mechanism's signature: a run's circuit with every head abstracted to its layer and its measured
+role, MLPs to their layer, in a canonical form that does not change when heads within a layer are
+relabelled. Two runs have the same mechanism when their signatures are equal.
+
+A permutation of the heads of one layer (their q/k/v/o weights moved together) leaves the model's
+function unchanged, so the mechanism must not change either; today's labels are built from head
+indices and count such a run as a new circuit. The canonical form is colour refinement (1-WL) on
+the circuit graph: each node starts with a colour built from what is invariant under relabelling
+(kind, layer, measured role), then takes, round by round, the sorted multiset of its edges'
+(direction, receiver input, position, neighbour colour). Colours are compressed to their rank
+among the sorted distinct colours of the round, a function of the colour values alone, never of
+node order. A part is one final colour class; the signature is the multiset of edges between
+parts. Each step is a function of the graph up to relabelling, so the signature is invariant by
+construction (tests/test_signature.py checks it on random relabellings). Heads with equal final
+colours are interchangeable in the circuit and are counted as one part with a multiplicity.
+Refinement can merge two graphs that are not isomorphic (1-WL is not complete); on circuits of a
+few tiny layers that needs regular structures a trained circuit does not have.
+
+Roles come from measurement (`head_roles`): TransformerLens's head-detector patterns over every
+query row (probes.heads: previous-token, duplicate-token, induction), and attention at the scored
+positions (probes.attention: on the current token, on a role's position). A head gets the role
+whose mean attention mass is largest when it is at least ROLE_CLAIM; otherwise its role is
+UNNAMED, never its index. Relations between parts (AND / OR / in series, from minimal sufficient
+sets) have a slot, `relations`, filled by probes.circuits.logic when it is run.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from common.cli import UsageError
+from common.jsonfiles import check_fields
+
+UNNAMED = "unnamed role"
+ROLE_CLAIM = 0.5     # mean attention mass on a role's target from which the head is named for it (more
+                     # than half its attention: no other target can hold as much)
+PREVIOUS, DUPLICATE, INDUCTION = "previous-token head", "duplicate-token head", "induction head"
+CURRENT = "attends the current token"
+DETECTOR_ROLES = {"previous_token": PREVIOUS, "duplicate_token": DUPLICATE, "induction": INDUCTION}
+SIGNATURE = "signature"    # its field in circuit.json, timeline.json and report.json
+LAST = 10**9         # the logits' stage: after every layer's
+FIELDS = {"parts": list, "edges": list, "heads": dict, "relations": list, "basis": str}
+
+
+def attends_role(role: str) -> str:
+    return f"attends the {role} role"
+
+
+@dataclass(frozen=True)
+class MechanismSignature:
+    """Equal signatures = one mechanism. `heads` says which heads play each part in this run and is
+    left out of equality: it is what relabelling changes."""
+
+    parts: tuple[str, ...]          # every part, canonical order, e.g. 'L0 previous-token head', 'MLP0', 'logits'
+    edges: tuple[str, ...]          # the edges between parts, e.g. 'L0 previous-token head -> MLP0' ('x2': two edges)
+    basis: str = ""                 # what circuit it was computed from ('edge circuit' | 'head circuit')
+    relations: tuple[str, ...] | None = None   # AND / OR / series between parts (probes.circuits.logic); None: not measured
+    heads: tuple[tuple[str, tuple[str, ...]], ...] = field(default=(), compare=False)   # part -> heads, e.g. ('L0H1',)
+
+    @property
+    def text(self) -> str:
+        """The mechanism in one line: its edges, or its parts where it has none."""
+        return "; ".join(self.edges) if self.edges else " + ".join(self.parts) or "no circuit"
+
+    @property
+    def head_map(self) -> dict[str, tuple[str, ...]]:
+        return dict(self.heads)
+
+    def to_dict(self) -> dict:
+        return {"parts": list(self.parts), "edges": list(self.edges), "basis": self.basis,
+                "relations": None if self.relations is None else list(self.relations),
+                "heads": {part: list(heads) for part, heads in self.heads}}
+
+    @classmethod
+    def from_dict(cls, data, where: str, fix: str) -> "MechanismSignature":
+        check_fields(data, FIELDS, where, fix, nullable=("relations",))
+        if set(data) != set(FIELDS):
+            raise UsageError(f"{where}: {SIGNATURE} lacks field(s) {sorted(set(FIELDS) - set(data))}; {fix}")
+        heads = data["heads"]
+        if not all(isinstance(v, list) and all(isinstance(h, str) for h in v) for v in heads.values()):
+            raise UsageError(f"{where}: {SIGNATURE}.heads must map each part to a list of head names; {fix}")
+        return cls(tuple(data["parts"]), tuple(data["edges"]), data["basis"],
+                   None if data["relations"] is None else tuple(data["relations"]),
+                   tuple((part, tuple(v)) for part, v in heads.items()))
+
+
+# ---- the canonical form ----------------------------------------------------------------------
+
+def initial_colour(node, roles: dict) -> tuple:
+    """What relabelling heads within a layer leaves unchanged: where the node reads and writes along
+    the residual stream (models.graph.stage: its kind and layer; so parts sort in the order the
+    signal flows) and, for a head, its measured role."""
+    from models.components import Head
+    from models.graph import Logits, stage
+
+    if isinstance(node, Logits):
+        return (LAST, "")
+    return (stage(node, LAST), roles.get(node, UNNAMED) if isinstance(node, Head) else "")
+
+
+def ranks(colours: dict) -> dict:
+    """Each node's colour as its rank among the sorted distinct colours: values only, no node order."""
+    order = {colour: i for i, colour in enumerate(sorted(set(colours.values())))}
+    return {node: order[colour] for node, colour in colours.items()}
+
+
+def refine(nodes: set, edges: list, roles: dict) -> dict:
+    """node -> final colour rank (colour refinement until the number of classes stops growing)."""
+    colour = ranks({node: initial_colour(node, roles) for node in nodes})
+    while True:
+        seen = {node: (colour[node], [], []) for node in nodes}
+        for sender, receiver, port, position in edges:
+            seen[sender][1].append((port, position, colour[receiver]))
+            seen[receiver][2].append((port, position, colour[sender]))
+        new = ranks({node: (c, tuple(sorted(out)), tuple(sorted(into))) for node, (c, out, into) in seen.items()})
+        if len(set(new.values())) == len(set(colour.values())):
+            return new
+        colour = new
+
+
+def head_words(layer: int, role: str) -> str:
+    if role == UNNAMED:
+        return f"L{layer} head of unnamed role"
+    return f"L{layer} {role}" if role.endswith("head") else f"L{layer} head that {role}"
+
+
+def part_names(nodes: set, colour: dict, roles: dict) -> dict:
+    """colour rank -> the part's name in words; classes that share a layer and role are told apart
+    by a letter in the order of their ranks (themselves invariant)."""
+    from models.components import Head
+
+    words = {}
+    for node in nodes:
+        words[colour[node]] = (head_words(node.layer, roles.get(node, UNNAMED)) if isinstance(node, Head)
+                               else str(node))
+    same = Counter(words.values())
+    letters = Counter()
+    named = {}
+    for rank in sorted(words):
+        text = words[rank]
+        if same[text] > 1:
+            text = f"{text} ({chr(ord('a') + letters[words[rank]])})"
+            letters[words[rank]] += 1
+        named[rank] = text
+    return named
+
+
+def mechanism_signature(edges, roles: dict, heads=(), basis: str = "") -> MechanismSignature:
+    """The signature of a circuit: `edges` models.graph.Edge (sender -> receiver input at an optional
+    position); `roles` Head -> measured role (head_roles); `heads` circuit heads with no edge (a
+    one-block head circuit, whose heads write to the logits only)."""
+    from models.components import Head
+
+    flat = [(e.sender, e.receiver.node, e.receiver.port, -1 if e.position is None else e.position) for e in edges]
+    nodes = {n for s, r, _, _ in flat for n in (s, r)} | set(heads)
+    colour = refine(nodes, flat, roles)
+    names = part_names(nodes, colour, roles)
+    members = Counter(colour[n] for n in nodes)
+    parts = tuple(names[r] + (f" x{members[r]}" if members[r] > 1 else "") for r in sorted(members))
+    counted = Counter((colour[s], port, position, colour[r]) for s, r, port, position in flat)
+    lines = []
+    for (s, port, position, r), count in sorted(counted.items()):
+        target = names[r] if port == "in" else f"{names[r]}.{port}"   # MLPs and the logits have one input
+        where = "" if position < 0 else f" @p{position}"
+        lines.append(f"{names[s]} -> {target}{where}" + (f" x{count}" if count > 1 else ""))
+    by_part = {}
+    for node in nodes:
+        if isinstance(node, Head):
+            by_part.setdefault(names[colour[node]], []).append(node)
+    heads_of = tuple((part, tuple(str(h) for h in sorted(hs))) for part, hs in sorted(by_part.items()))
+    return MechanismSignature(parts, tuple(lines), basis, None, heads_of)
+
+
+def relabelled_heads(signatures) -> bool:
+    """Equal signatures whose runs use different heads for some part: one mechanism, heads relabelled."""
+    maps = {s.heads for s in signatures}
+    return len(set(signatures)) == 1 and len(maps) > 1
+
+
+# ---- roles, measured ---------------------------------------------------------------------------
+
+def role_masses(model, batch) -> dict:
+    """role words -> [layer, head] mean attention mass on that role's target: TL's head-detector
+    patterns over every query row (probes.heads.attention_scores), and at the scored positions the
+    current token and each position role the task names (probes.attention.role_attention)."""
+    from probes.attention import offsets, patterns, role_attention
+    from probes.heads import attention_scores
+
+    batch = batch.to("cpu")
+    masses = {DETECTOR_ROLES[name]: score for name, score in attention_scores(model, batch).items()}
+    attention = patterns(model, batch.inputs)
+    rows = attention[batch.example_index, :, :, batch.positions]
+    masses[CURRENT] = offsets(rows, batch.positions)[:, :, 0]
+    masses.update({attends_role(role): mass for role, mass in role_attention(attention, batch).items()})
+    return masses
+
+
+def head_roles(model, batch, claim: float = ROLE_CLAIM) -> dict:
+    """Head -> its role: the role with the largest mass when it reaches `claim`, else UNNAMED. Ties
+    go to the first role in role_masses' order (the same for every head, so relabelling keeps them)."""
+    from models.components import Head
+
+    masses = role_masses(model, batch)
+    n_layers, n_heads = next(iter(masses.values())).shape
+    roles = {}
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            best, mass = max(((role, float(m[layer, head])) for role, m in masses.items()),
+                             key=lambda item: item[1])
+            roles[Head(layer, head)] = best if mass >= claim else UNNAMED
+    return roles
+
+
+# ---- from a traced circuit ---------------------------------------------------------------------
+
+EDGE_BASIS, HEAD_BASIS = "edge circuit", "head circuit"
+
+
+def edge_signature(model, pairs, graph, roles: dict | None = None, circuit=None) -> MechanismSignature | None:
+    """The signature of the exact oracle's smallest edge circuit on `pairs` (`circuit`: the
+    probes.circuits.named.EdgeCircuit already measured; None measures it, the oracle alone); None
+    when no circuit smaller than the whole graph reaches the target."""
+    from probes.circuits.named import edge_circuit
+
+    found = circuit if circuit is not None else edge_circuit(model, pairs, graph, compare_methods=False)
+    if found.circuit.edges is None:
+        return None
+    return mechanism_signature(found.circuit.edges, head_roles(model, pairs) if roles is None else roles,
+                               basis=EDGE_BASIS)
+
+
+def summary_signature(summary, roles: dict) -> MechanismSignature | None:
+    """The signature of a head circuit (probes.circuits.labels.CircuitSummary): its heads, and each
+    named path as an edge into its receiver's q, k or v (a one-block circuit has heads alone: no
+    head composes with another). None when no circuit was traced."""
+    from models.components import Head
+    from models.graph import Edge, Input
+    from probes.circuits.labels import named_paths
+    from probes.settings import DEFAULT
+
+    heads = list(dict.fromkeys(Head.parse(node.split("@")[0]) for node in summary.nodes))
+    if not heads:
+        return None
+    paths = named_paths(summary.paths or ((summary.edge,) if summary.edge else ()), DEFAULT.path_claim)
+    edges = [Edge(Head.parse(p.sender), Input(Head.parse(p.receiver), p.component)) for p in paths]
+    return mechanism_signature(edges, roles, heads, basis=HEAD_BASIS)

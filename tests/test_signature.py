@@ -1,0 +1,227 @@
+"""Mechanism signatures: invariant when heads within a layer are relabelled, different when the
+mechanism differs; stored as JSON; traced on a model whose heads were permuted (float-equal)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+
+from models import ModelSpec
+from models.graph import MLP, Edge, Embed, Head, Input, Logits
+from probes.circuits.signature import (PREVIOUS, UNNAMED, MechanismSignature, attends_role, mechanism_signature,
+                                       relabelled_heads)
+
+ROLES = [PREVIOUS, attends_role("adjective"), UNNAMED]
+
+
+def random_circuit(rng: random.Random, n_layers: int = 3, n_heads: int = 4):
+    """Random edges of a layered graph (embed, heads, MLPs, logits) and random roles."""
+    heads = [Head(layer, h) for layer in range(n_layers) for h in range(n_heads)]
+    roles = {head: rng.choice(ROLES) for head in heads}
+    edges = set()
+    for _ in range(rng.randint(3, 14)):
+        receiver_layer = rng.randrange(n_layers + 1)
+        if receiver_layer == n_layers:
+            receiver = Input(Logits())
+        elif rng.random() < 0.2:
+            receiver = Input(MLP(receiver_layer))
+        else:
+            receiver = Input(Head(receiver_layer, rng.randrange(n_heads)), rng.choice("qkv"))
+        senders = [Embed()] + [h for h in heads if h.layer < receiver_layer] + \
+                  [MLP(layer) for layer in range(receiver_layer)]
+        edges.add(Edge(rng.choice(senders), receiver, rng.choice([None, None, 2])))
+    return sorted(edges, key=str), roles
+
+
+def relabel(edges, roles, rng: random.Random, n_heads: int = 4):
+    """The same circuit with each layer's heads renumbered by a random permutation."""
+    layers = {head.layer for head in roles}
+    perm = {layer: rng.sample(range(n_heads), n_heads) for layer in layers}
+
+    def move(node):
+        return Head(node.layer, perm[node.layer][node.head]) if isinstance(node, Head) else node
+
+    moved = [Edge(move(e.sender), Input(move(e.receiver.node), e.receiver.port), e.position) for e in edges]
+    rng.shuffle(moved)   # order of the edges is no part of a circuit either
+    return moved, {move(head): role for head, role in roles.items()}, move
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_relabelling_heads_within_a_layer_keeps_the_signature(seed):
+    rng = random.Random(seed)
+    edges, roles = random_circuit(rng)
+    moved, moved_roles, move = relabel(edges, roles, rng)
+    before, after = mechanism_signature(edges, roles), mechanism_signature(moved, moved_roles)
+    assert before == after and before.to_dict()["edges"] == after.to_dict()["edges"]
+    # Each part is played by the relabelled heads of the same part.
+    for part, heads in before.heads:
+        assert sorted(str(move(Head.parse(h))) for h in heads) == sorted(after.head_map[part])
+
+
+def test_a_different_role_or_input_is_a_different_mechanism():
+    edges = [Edge(Head(0, 0), Input(Head(1, 1), "k")), Edge(Head(1, 1), Input(Logits()))]
+    roles = {Head(0, 0): PREVIOUS, Head(1, 1): attends_role("adjective")}
+    base = mechanism_signature(edges, roles)
+    assert base.text == ("L0 previous-token head -> L1 head that attends the adjective role.k; "
+                         "L1 head that attends the adjective role -> logits")
+    assert mechanism_signature(edges, {**roles, Head(0, 0): UNNAMED}) != base
+    assert mechanism_signature([Edge(Head(0, 0), Input(Head(1, 1), "v")), edges[1]], roles) != base
+    # A head's index never names it: an unmeasured role is said to be unnamed.
+    assert "L0 head of unnamed role" in mechanism_signature(edges, {}).parts
+
+
+def test_heads_of_one_layer_and_role_apart_in_the_graph_are_told_apart():
+    # Two unnamed layer-0 heads, one feeding a key, the other a value: two parts, each named once.
+    edges = [Edge(Head(0, 0), Input(Head(1, 0), "k")), Edge(Head(0, 1), Input(Head(1, 0), "v"))]
+    signature = mechanism_signature(edges, {})
+    assert [p for p in signature.parts if p.startswith("L0")] == ["L0 head of unnamed role (a)",
+                                                                 "L0 head of unnamed role (b)"]
+    # Two interchangeable heads are one part counted twice.
+    twins = mechanism_signature([Edge(Head(0, 0), Input(Logits())), Edge(Head(0, 2), Input(Logits()))], {})
+    assert "L0 head of unnamed role x2" in twins.parts and twins.edges == ("L0 head of unnamed role -> logits x2",)
+
+
+def test_signature_json_round_trip_and_refusals():
+    from common.cli import UsageError
+
+    rng = random.Random(3)
+    signature = mechanism_signature(*random_circuit(rng), basis="edge circuit")
+    signature = MechanismSignature(signature.parts, signature.edges, signature.basis, ("AND(a, b)",),
+                                   signature.heads)
+    again = MechanismSignature.from_dict(signature.to_dict(), "circuit.json", "retrace")
+    assert again == signature and again.heads == signature.heads
+    with pytest.raises(UsageError, match="heads"):
+        MechanismSignature.from_dict({**signature.to_dict(), "heads": {"x": [1]}}, "circuit.json", "retrace")
+    with pytest.raises(UsageError, match="lacks"):
+        MechanismSignature.from_dict({"parts": [], "edges": []}, "circuit.json", "retrace")
+
+
+def test_relabelled_heads_is_said_only_when_signatures_agree_and_heads_differ():
+    edges = [Edge(Head(0, 0), Input(Logits()))]
+    one, other = mechanism_signature(edges, {}), mechanism_signature([Edge(Head(0, 1), Input(Logits()))], {})
+    assert relabelled_heads([one, other]) and not relabelled_heads([one, one])
+    assert not relabelled_heads([one, mechanism_signature([Edge(Head(0, 0), Input(MLP(0)))], {})])
+
+
+# ---- a model whose heads were permuted ---------------------------------------------------------
+
+# Every model variant with more than one head per layer whose heads can be permuted by moving their
+# weights alone (ALiBi fixes a slope per head index, so there a permutation changes the function).
+VARIANTS = {
+    "block-1": ModelSpec(n_layers=1, d_model=16, n_heads=4, d_vocab=6, n_ctx=8),
+    "block-2": ModelSpec(n_layers=2, d_model=16, n_heads=4, d_vocab=6, n_ctx=8),
+    "attn-only-2x4": ModelSpec(n_layers=2, d_model=16, n_heads=4, mlp=False, d_vocab=6, n_ctx=8),
+    "rotary-2x2": ModelSpec(n_layers=2, d_model=16, n_heads=2, positions="rotary", d_vocab=6, n_ctx=8),
+    "sinusoidal-no-norm": ModelSpec(n_layers=2, d_model=16, n_heads=2, positions="sinusoidal", norm=None,
+                                    d_vocab=6, n_ctx=8),
+    "unscaled-2x2": ModelSpec(n_layers=2, d_model=16, n_heads=2, scale_scores=False, d_vocab=6, n_ctx=8),
+}
+
+
+def permute_heads(model, spec: ModelSpec, layer: int, order: list[int]) -> None:
+    """Head h of `layer` takes head order[h]'s q/k/v rows and o columns, all moved together."""
+    d = spec.d_head
+    index = torch.cat([torch.arange(o * d, (o + 1) * d) for o in order])
+    state = model.state_dict()
+    with torch.no_grad():
+        for name in ("q", "k", "v"):
+            for kind in ("weight", "bias"):
+                key = f"blocks.{layer}.attn.{name}.{kind}"
+                state[key].copy_(state[key][index].clone())
+        key = f"blocks.{layer}.attn.o.weight"
+        state[key].copy_(state[key][:, index].clone())
+
+
+def batch_of(n: int = 24):
+    from tasks.base import NO_FOIL
+    from tasks.data import Batch
+
+    generator = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, 6, (n, 6), generator=generator)
+    counterfactual = tokens.clone()
+    counterfactual[:, 1] = (tokens[:, 1] + 1 + torch.randint(0, 4, (n,), generator=generator)) % 6
+    return Batch(tokens=tokens, lengths=torch.full((n,), 6), example_index=torch.arange(n),
+                 positions=torch.full((n,), 4), answers=tokens[:, 5], foils=torch.full((n,), NO_FOIL),
+                 groups=["g"] * n, counterfactual=counterfactual, roles={"cue": torch.full((n,), 1)})
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_a_model_with_permuted_heads_traces_to_one_mechanism(name):
+    from models.graph import graph_of
+    from models.spec import build_model
+    from probes.census import group_census
+    from probes.circuits.signature import edge_signature, head_roles
+
+    spec = VARIANTS[name]
+    batch = batch_of()
+    model, permuted = build_model(spec, seed=3).eval(), build_model(spec, seed=3).eval()
+    order = list(range(spec.n_heads))[::-1]
+    permute_heads(permuted, spec, spec.n_layers - 1, order)
+    if spec.n_layers > 1:
+        permute_heads(permuted, spec, 0, list(range(1, spec.n_heads)) + [0])
+    with torch.no_grad():
+        assert torch.allclose(model(batch.inputs), permuted(batch.inputs), atol=1e-5)
+    assert not torch.equal(model.state_dict()["blocks.0.attn.q.weight"], permuted.state_dict()["blocks.0.attn.q.weight"])
+    graph = graph_of(spec)
+    # claim 0: every head gets its most attended target, so the roles moved with the heads are tested too
+    signatures = [edge_signature(m, batch, graph, head_roles(m, batch, claim=0.0)) for m in (model, permuted)]
+    assert signatures[0] is not None and signatures[0] == signatures[1]
+    assert signatures[0].heads != signatures[1].heads    # the same parts, played by other heads
+    census = group_census(name, "p", {}, [fake_member(seed, s) for seed, s in enumerate(signatures)], 0)
+    assert len(census.circuits) == 1 and census.circuits[0].count == 2
+
+
+def fake_member(seed: int, signature):
+    """A census member (run, kind, label, path share) as probes.census.read_label gives it."""
+    from types import SimpleNamespace
+
+    from probes.circuits.labels import LabelKind
+
+    run = SimpleNamespace(seed=seed, metrics={"stop_reason": "solved", "accuracy": {"heldout": 1.0}})
+    return run, LabelKind.PATH, signature.text, None, signature
+
+
+# ---- the census and the stored circuit ----------------------------------------------------------
+
+def two_block(head0: int, head1: int, port: str = "k"):
+    """A previous-token head feeding MLP0, which feeds a layer-1 head's `port`, in other numbering."""
+    roles = {Head(0, head0): PREVIOUS, Head(1, head1): attends_role("adjective")}
+    edges = [Edge(Head(0, head0), Input(MLP(0))), Edge(MLP(0), Input(Head(1, head1), port)),
+             Edge(Head(1, head1), Input(Logits()))]
+    return mechanism_signature(edges, roles, basis="edge circuit")
+
+
+def test_the_census_counts_one_row_per_mechanism_and_names_each_parts_heads():
+    from probes.census import group_census, part_words
+
+    same = [two_block(0, 1), two_block(1, 2), two_block(0, 3)]
+    group = group_census("block-2", "p", {}, [fake_member(seed, s) for seed, s in enumerate(same)], 0)
+    assert [(s.label, s.count) for s in group.circuits] == [(same[0].text, 3)]
+    words = part_words(group.parts[same[0].text])
+    assert "L0 previous-token head: L0H0 in seeds 0, 2; L0H1 in seed 1" in words
+    assert "L1 head that attends the adjective role: L1H1 in seed 0; L1H2 in seed 1; L1H3 in seed 2" in words
+    # Two mechanisms that really differ (the layer-1 head reads MLP0 through its query, not its key): two rows.
+    differ = [two_block(0, 1), two_block(1, 2, "q"), two_block(2, 0)]
+    group = group_census("block-2", "p", {}, [fake_member(seed, s) for seed, s in enumerate(differ)], 0)
+    assert sorted(s.count for s in group.circuits) == [1, 2]
+    assert group.circuits[0].share.n == 3 and group.seeds[differ[0].text] == [0, 2]
+
+
+def test_a_stored_circuit_keeps_its_signature_and_is_labelled_by_it():
+    from probes.circuits.labels import CircuitSummary, circuit_label
+
+    def stored(head0, head1):
+        return CircuitSummary("block-2", head0, 2, 1.0, (f"L0H{head0}", f"L1H{head1}"), None, 0.9,
+                              signature=two_block(head0, head1))
+
+    one, other = stored(0, 1), stored(2, 3)
+    again = CircuitSummary.from_dict(json.loads(json.dumps(one.to_dict())))
+    assert again == one and again.signature.heads == one.signature.heads
+    assert circuit_label(one) == circuit_label(other) and "L0H" not in circuit_label(one).text
+    # Written before signatures: no field, the head-named label as before.
+    old = {k: v for k, v in json.loads(json.dumps(one.to_dict())).items() if k != "signature"}
+    assert CircuitSummary.from_dict(old).signature is None
+    assert "L0H0" in circuit_label(CircuitSummary.from_dict(old)).text
