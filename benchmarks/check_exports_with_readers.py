@@ -316,7 +316,7 @@ def main() -> None:
             parser.error(f"{Path(given) / what} does not exist")
     if not (args.runs_dir.is_dir() and (mib_files(args.runs_dir) or attribution_files(args.runs_dir))):
         parser.error(f"{args.runs_dir} holds no */mib/*.json or */attribution/*.json; run "
-                     "python -m toylens.export mib|attribution first")
+                     "toylens export mib|attribution first")
     if args.pairs:
         sys.exit(read(args))
     if not args.reader_python:

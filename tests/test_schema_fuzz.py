@@ -251,7 +251,7 @@ def test_config_edits_through_the_cli(tiny_runs, tmp_path, edit):
     edit(config)
     config["run_sha256"] = run_sha256(config)
     write(out / RUN / "config.json", config)
-    one_line(cli("probes.accuracy", str(out)))
+    one_line(cli("toylens", "accuracy", str(out)))
 
 
 # ---- a sweep's own files (issue 26) ----------------------------------------------------------

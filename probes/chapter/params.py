@@ -6,8 +6,8 @@ unembedding (untied in toylens; tied in GPT-2).
 Counting builds the model with `build_model` on torch's meta device: the same modules and shapes as a
 real build, no memory and nothing downloaded, so GPT-2 small's shape counts in well under a second.
 
-`python -m probes.chapter.params n_layers=2 d_model=128 d_vocab=64 n_ctx=32`, `python -m probes.chapter.params
-RUN_FOLDER`, or `python -m probes.chapter.params gpt2`.
+`toylens params n_layers=2 d_model=128 d_vocab=64 n_ctx=32`, `toylens params
+RUN_FOLDER`, or `toylens params gpt2`.
 """
 
 from __future__ import annotations
@@ -201,13 +201,9 @@ def params_command(items: list[str], out: Path) -> None:
 def main(argv=None) -> None:
     from common.cli import folder_path
 
-    parser = Parser(prog="python -m probes.chapter.params",
+    parser = Parser(prog="toylens params",
                     description="Parameters per component of a model spec, counted and by formula.")
     parser.add_argument("spec", nargs="+", help="gpt2, a run folder, or ModelSpec fields as key=value")
     parser.add_argument("--out", type=folder_path, default=OUT)
     args = parser.parse_args(argv)
     run_cli(params_command, args.spec, args.out)
-
-
-if __name__ == "__main__":
-    main()

@@ -239,7 +239,7 @@ def find_runs(runs_dir: Path, family: bool = True) -> list[Run]:
             if (path.parent / METRICS).is_file() and not path.parent.is_symlink()]
     if not runs:
         raise UsageError(f"runs folder {runs_dir} holds no finished runs; train first, e.g. "
-                         f"python -m tasks train <task> --out {runs_dir}")
+                         f"toylens train <task> --out {runs_dir}")
     tasks = sorted({run.config["task"]["name"] for run in runs})
     if len(tasks) > 1:
         raise UsageError(f"runs folder {runs_dir} mixes runs of tasks {tasks}; point at one task's folder")
