@@ -11,7 +11,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import verify_report  # noqa: E402
+import verify_report
 
 
 @pytest.fixture(scope="module")
