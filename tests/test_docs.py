@@ -24,6 +24,7 @@ DOCS = sorted([README, *(ROOT / "docs").rglob("*.md")])
 MAIN_JOB = "bash setup.sh && .venv/bin/python -m tasks.winograd train --report"
 TESTS = "bash setup.sh && .venv/bin/python -m pytest"
 PYTHON = ".venv/bin/python -m "
+TOYLENS = ".venv/bin/toylens "
 # A module name, not a placeholder (`tasks.<name>`) and not the dot that ends a sentence.
 MODULE = re.compile(r"python -m ([A-Za-z_][\w.]*\w)(?![\w<]|\.[\w<])")
 SCRIPT = re.compile(r"python ((?:benchmarks|examples|notebooks)/[\w./-]+\.py)")
@@ -40,7 +41,7 @@ def fenced(text: str) -> list[str]:
 
 def most_used() -> list[str]:
     """The commands of the first screen's table, in order."""
-    return [m for m in re.findall(r"^\| `([^`]+)` \|", first_screen(), flags=re.M) if m.startswith(PYTHON)]
+    return [m for m in re.findall(r"^\| `([^`]+)` \|", first_screen(), flags=re.M) if m.startswith((PYTHON, TOYLENS))]
 
 
 def python(*argv: str, timeout: int = 120) -> subprocess.CompletedProcess:
@@ -79,7 +80,8 @@ def test_five_most_used_commands():
 
 @pytest.mark.parametrize("command", most_used())
 def test_each_most_used_command_runs_or_its_help_names_its_flags(command):
-    argv = shlex.split(command[len(PYTHON):])
+    # `.venv/bin/toylens X` is the console script; run as `python -m toylens X`, the same entry.
+    argv = shlex.split(command[len(PYTHON):] if command.startswith(PYTHON) else "toylens " + command[len(TOYLENS):])
     module, rest = argv[0], argv[1:]
     words = []
     for token in rest:                       # the subcommands, up to the first flag or path
@@ -147,7 +149,7 @@ def test_the_docs_hold_no_development_history():
 # A path inside the repository, named anywhere in a page (`probes/circuits/search.py`, `docs/results`);
 # placeholders (`tasks/<name>.py`, `*.js`) stop the match before they start.
 REPO_PATH = re.compile(r"(?<![\w./-])((?:common|models|tasks|probes|toylens|tests|benchmarks|examples|notebooks|docs|"
-                       r"\.ci)/[\w./-]*\w)")
+                       r"\.ci)/[\w./-]*\w)(?![\w<*{/-]|\.\w)")
 # A dotted module of the package, in backticks: `probes.circuits.search` or `probes.circuits.search.Circuit`.
 DOTTED = re.compile(r"`((?:common|models|tasks|probes|toylens)(?:\.\w+)+)[`(]")
 # `toylens COMMAND` as typed: in backticks or after .venv/bin/.
@@ -157,6 +159,7 @@ BUILT_IN = ("winograd", "induction", "text")   # train and sweep take a task; a 
 
 def missing_paths(page: Path) -> list[str]:
     names = {m.rstrip(".") for m in REPO_PATH.findall(page.read_text())}
+    names = {n for n in names if not any(Path(part).stem.isupper() for part in n.split("/"))}   # NAME.safetensors
     return [f"{page.relative_to(ROOT)}: {name}" for name in sorted(names) if not (ROOT / name).exists()]
 
 
@@ -166,12 +169,14 @@ def module_file(dotted: str) -> Path | None:
 
 
 def names_a_module_or_its_attribute(dotted: str) -> bool:
-    """The module itself, or a name defined in it (read as text: no imports, so no torch)."""
-    if module_file(dotted) is not None:
-        return True
-    parent, _, attribute = dotted.rpartition(".")
-    found = module_file(parent) if parent else None
-    return found is not None and re.search(rf"\b{re.escape(attribute)}\b", found.read_text()) is not None
+    """The module itself, or a name defined in the longest module it starts with (`toylens.Batch.from_tokens`:
+    `Batch` in toylens/__init__.py), read as text: no imports, so no torch."""
+    parts = dotted.split(".")
+    for n in range(len(parts), 0, -1):
+        found = module_file(".".join(parts[:n]))
+        if found is not None:
+            return n == len(parts) or re.search(rf"\b{re.escape(parts[n])}\b", found.read_text()) is not None
+    return False
 
 
 def test_every_repository_path_named_in_the_docs_exists():
