@@ -233,3 +233,13 @@ def linked_pages() -> set[Path]:
 def test_no_page_in_docs_is_unlinked():
     orphans = [str(page.relative_to(ROOT)) for page in DOCS if page != README and page.resolve() not in linked_pages()]
     assert not orphans, f"linked from neither README.md nor another page: {orphans}"
+
+
+def test_architecture_names_each_packages_files_where_they_are():
+    """docs/architecture.md's table: every file a package's row names lies in that package."""
+    rows = re.findall(r"^\| `([\w/]+/)` \| (.*) \|$", (ROOT / "docs" / "architecture.md").read_text(), flags=re.M)
+    assert len(rows) >= 8
+    misplaced = [f"{package}{name}" for package, cell in rows for name in re.findall(r"`([\w/]+\.py)`", cell)
+                 if not (ROOT / package / name).is_file()]
+    assert not misplaced, misplaced
+
