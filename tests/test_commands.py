@@ -77,3 +77,12 @@ def test_one_seeds_grammar_stated_in_every_help_that_takes_seeds(capsys):
             main([*argv, "--help"])
         shown = " ".join(capsys.readouterr().out.split())
         assert "a range 0-2 (inclusive) or a list 0,3,5; a bare number is refused" in shown, argv
+
+
+def test_a_command_that_only_prints_writes_nothing_into_the_current_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    main(["params", "gpt2"])
+    assert "GPT-2 small, tied: 124,439,808" in capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == []
+    main(["params", "gpt2", "--out", str(tmp_path / "out")])    # asked for: written there
+    assert {"params.json", "params.png"} <= {p.name for p in (tmp_path / "out").iterdir()}

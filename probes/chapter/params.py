@@ -23,7 +23,6 @@ from models.spec import Positions
 if TYPE_CHECKING:
     from models.spec import ModelSpec
 
-OUT = Path("runs/chapter/params")
 GPT2_SMALL = dict(n_layers=12, d_model=768, n_heads=12, d_vocab=50257, n_ctx=1024)
 GPT2_SMALL_TIED = 124_439_808   # the chapter's number, for the table; the probe recomputes it
 BLOCK_PARTS = ("ln1", "attn", "ln2", "mlp")
@@ -180,7 +179,9 @@ def params_figure(result: ParamCount):
     return fig
 
 
-def params_command(items: list[str], out: Path) -> None:
+def params_command(items: list[str], out: Path | None) -> None:
+    """Print the table; write params.json and params.png only into an --out the user asked for (a
+    command that prints leaves the current folder as it found it)."""
     from common.atomic import write_json
     from probes.report.figures import save
 
@@ -190,6 +191,8 @@ def params_command(items: list[str], out: Path) -> None:
     if items == ["gpt2"]:
         print(f"GPT-2 small, tied: {result.tied_total:,} (source: {GPT2_SMALL_TIED:,}); as toylens builds it "
               f"(untied unembedding): {result.total:,}")
+    if out is None:
+        return
     out = Path(out)
     write_json(out / "params.json", {**dataclasses.asdict(result), "total": result.total,
                                      "formula_total": result.formula_total,
@@ -204,6 +207,7 @@ def main(argv=None) -> None:
     parser = Parser(prog="toylens params",
                     description="Parameters per component of a model spec, counted and by formula.")
     parser.add_argument("spec", nargs="+", help="gpt2, a run folder, or ModelSpec fields as key=value")
-    parser.add_argument("--out", type=folder_path, default=OUT)
+    parser.add_argument("--out", type=folder_path, default=None,
+                        help="also write params.json and params.png into this folder (default: print only)")
     args = parser.parse_args(argv)
     run_cli(params_command, args.spec, args.out)
