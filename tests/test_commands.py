@@ -86,3 +86,13 @@ def test_a_command_that_only_prints_writes_nothing_into_the_current_folder(tmp_p
     assert list(tmp_path.iterdir()) == []
     main(["params", "gpt2", "--out", str(tmp_path / "out")])    # asked for: written there
     assert {"params.json", "params.png"} <= {p.name for p in (tmp_path / "out").iterdir()}
+
+
+def test_a_run_records_the_console_script_as_typed(monkeypatch):
+    import types
+
+    from tasks.training.runs import command_line
+
+    monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))   # a script: no __spec__
+    monkeypatch.setattr(sys, "argv", ["/somewhere/.venv/bin/toylens", "train", "winograd", "--seeds", "0-1"])
+    assert command_line() == "toylens train winograd --seeds 0-1"

@@ -54,6 +54,8 @@ def command_argv() -> list[str]:
     main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
     if main_spec is not None:
         return ["python", "-m", main_spec.name.removesuffix(".__main__"), *sys.argv[1:]]
+    if sys.argv and Path(sys.argv[0]).name == "toylens":   # the console script: `toylens train ...`
+        return ["toylens", *sys.argv[1:]]
     return ["python", *sys.argv]
 
 
