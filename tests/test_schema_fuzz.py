@@ -334,7 +334,7 @@ def test_unfinished_run_state_edits(fuzz_sweep, tmp_path):
     out = tmp_path / "sweep"
     shutil.copytree(fuzz_sweep, out)
     (out / SWEEP_RUN / "seed0" / "metrics.json").unlink()
-    run_plan = plan(out, seeds="0")[0].plan
+    run_plan = plan(out, seeds="0-0")[0].plan
     path = run_plan.run_dir / "config.json"
     original = read(path)
 

@@ -28,7 +28,7 @@ TINY = {"max_steps": 20, "eval_every": 10, "batch_size": 32}
 PARAMS = {"nouns": 8, "heldout_fraction": 0.5, "validation_fraction": 0.1, "leaky": False}
 
 
-def tiny_sweep(out: Path, grid=("d_model=16,32",), seeds="0"):
+def tiny_sweep(out: Path, grid=("d_model=16,32",), seeds="0-0"):
     return plan_sweep(WinogradTask, PARAMS, TINY, ["attn-only-2x1"], parse_seeds(seeds),
                       parse_grid(list(grid), WinogradTask), out)
 
