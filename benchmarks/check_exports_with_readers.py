@@ -189,7 +189,7 @@ def check_mib(path: Path, pairs_dir: Path, eap, say) -> None:
     name = str(path)
     try:
         graph = eap_graph.Graph.from_json(str(path))
-    except Exception as error:      # the point is to record whatever their reader raises
+    except Exception as error:  # noqa: BLE001 -- the point is to record whatever their reader raises
         say(False, name, f"Graph.from_json raised {type(error).__name__}: {error}")
         return
     data = json.loads(path.read_text())
@@ -228,7 +228,7 @@ def check_mib(path: Path, pairs_dir: Path, eap, say) -> None:
         return
     try:
         theirs, (clean, other) = exact_for_run(pairs_file, eap)
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001 -- whatever their code raises is the finding
         say(False, name, f"EAP-IG's get_scores_exact raised {type(error).__name__}: {error}")
         return
     conversion = max(abs(clean - pairs["clean_metric"]), abs(other - pairs["counterfactual_metric"]))
@@ -255,7 +255,7 @@ def check_attribution(path: Path, validator, tracer_model, say) -> None:
         try:
             tracer_model.model_validate(data)
             say(True, str(path), "circuit-tracer's graph Model: valid")
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 -- whatever their validator raises is the finding
             say(False, str(path), f"circuit-tracer's graph Model: {str(error).splitlines()[0]} ...")
 
 
@@ -316,7 +316,7 @@ def main() -> None:
             parser.error(f"{Path(given) / what} does not exist")
     if not (args.runs_dir.is_dir() and (mib_files(args.runs_dir) or attribution_files(args.runs_dir))):
         parser.error(f"{args.runs_dir} holds no */mib/*.json or */attribution/*.json; run "
-                     "python -m toylens.export mib|attribution first")
+                     "toylens export mib|attribution first")
     if args.pairs:
         sys.exit(read(args))
     if not args.reader_python:

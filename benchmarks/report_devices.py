@@ -1,6 +1,6 @@
 """The circuit report on the CPU against the same report on another device, on one trained family.
 
-    python benchmarks/report_devices.py [--device cuda] [--seeds 1]
+    python benchmarks/report_devices.py [--device cuda] [--seeds 0-0]
 
 Trains the Winograd family (`--seeds` seeds, on the GPU when torch sees one) into a fresh folder,
 writes the report twice (`--device cpu`, `--device DEVICE`) and compares the two report.json files:
@@ -59,7 +59,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", type=device_name, default="cuda")
-    parser.add_argument("--seeds", default="1")
+    parser.add_argument("--seeds", default="0-0")
     args = parser.parse_args()
     try:
         reports = train_and_report(args.device, args.seeds)

@@ -25,16 +25,16 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from plain_gpt import PlainGPT  # noqa: E402
-from tracr_table import write_docs  # noqa: E402
+from plain_gpt import PlainGPT
+from tracr_table import write_docs
 
-from common.cli import Parser, positive_int  # noqa: E402
+from common.cli import Parser, positive_int
 
-from common.stats import mean_interval  # noqa: E402
-from models import ModelSpec, build_model  # noqa: E402
-from models.fused import training_forward  # noqa: E402
-from tasks.training.loop import lm_loss  # noqa: E402
-from tasks.training.optimizer import FlatAdamW  # noqa: E402
+from common.stats import mean_interval
+from models import ModelSpec, build_model
+from models.fused import training_forward
+from tasks.training.loop import lm_loss
+from tasks.training.optimizer import FlatAdamW
 
 SHAPES = {
     "1 block, 4 heads, 17 tokens": ModelSpec(n_layers=1, d_vocab=40, n_ctx=17),

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/verify_report.py RUNS_DIR [--sweep SWEEP_DIR] [--joint] [--tolerance T]
 
 RUNS_DIR holds trained runs and report/ (python -m tasks.winograd train --report), optionally
-exports/ (python -m toylens.export mib|attribution RUNS_DIR). Every measurement here is written
+exports/ (toylens export mib|attribution RUNS_DIR). Every measurement here is written
 from the definitions in the docs, on a plain-torch forward of the stored weights (read with
 safetensors, not toylens's model classes), and never calls toylens's probes: the run's data (task
 splits, evenly spread subsets) and the settings report.json records are all it takes from toylens,
@@ -923,7 +923,7 @@ def main(argv=None) -> int:
     missing = [str(path) for path in needed if not path.is_file()]
     if missing:
         print(f"verify_report: {missing[0]} is missing; write the report first (python -m probes.circuit report "
-              f"RUNS_DIR, or python -m probes.census SWEEP_DIR for --sweep)", file=sys.stderr)
+              f"RUNS_DIR, or toylens census SWEEP_DIR for --sweep)", file=sys.stderr)
         return 2
     checks = Checks(args.tolerance)
     try:

@@ -282,7 +282,7 @@ def remove_tree(folder: Path, also=lambda path: False) -> None:
     """Delete every file toylens wrote under `folder` (or `also` accepts), then the folders left
     empty; anything else stays (callers check first with check_replaceable)."""
     folder = Path(folder)
-    for root, dirs, files in os.walk(folder, topdown=False):
+    for root, _dirs, files in os.walk(folder, topdown=False):
         clean_leftovers(Path(root))
         for name in files:
             path = Path(root) / name

@@ -1,7 +1,7 @@
 """Accuracy at the scored positions, per run and per model over seeds, with confidence intervals,
 the foil ("wrong answer") rate, the "other token" rate, a breakdown by group, and the shuffle test.
 
-`python -m probes.accuracy RUNS_DIR` prints the comparison and writes RUNS_DIR/summary.json.
+`toylens accuracy RUNS_DIR` prints the comparison and writes RUNS_DIR/summary.json.
 """
 
 from __future__ import annotations
@@ -248,9 +248,3 @@ def write_summary(runs_dir: Path, models: list[ModelAccuracy]) -> Path:
     path = Path(runs_dir) / SUMMARY
     write_json(path, {"models": [asdict(m) for m in models]})
     return path
-
-
-if __name__ == "__main__":
-    from toylens.accuracy import main  # `python -m probes.accuracy`: the command layer's table
-
-    main()

@@ -216,7 +216,7 @@ def example_attention(model, batch: Batch, example: int = 0, vocabulary: list[st
 # hold (tasks.base.Example.roles, e.g. {"binder_end": 7}), and attention and patching are summarised
 # per role instead of per absolute position. An absolute position then mixes examples whose binder
 # sits there with examples whose binder is elsewhere; a role is the same thing in every example.
-# 
+#
 # Per role: the attention mass each head's scored-position rows put on the key at that role's
 # position, and the share of the clean - counterfactual gap restored by patching each head's output
 # at that role's position in every pair (probes.patching, one position per example).

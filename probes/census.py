@@ -1,4 +1,4 @@
-"""`python -m probes.census SWEEP_DIR`: how often each circuit occurs, per model and grid point.
+"""`toylens census SWEEP_DIR`: how often each circuit occurs, per model and grid point.
 
 Counts the runs the sweep planned (its sweep.json), each checked before it is believed: its run
 files (config.json, metrics.json, the weights' header), its settings against what the sweep planned
@@ -297,9 +297,3 @@ def accuracy_range(runs: list) -> str:
         return ""
     values = sorted(float(run.metrics["accuracy"]["heldout"]) for run in runs)
     return f": held-out {values[0]:.0%}" + (f"-{values[-1]:.0%}" if values[-1] != values[0] else "")
-
-
-if __name__ == "__main__":   # `python -m probes.census`: the command is toylens.census's
-    from toylens.census import main
-
-    main()

@@ -9,9 +9,13 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from common.atomic import write_json
 from common.cli import UsageError, path_name
+
+if TYPE_CHECKING:   # torch is imported lazily so `toylens list` stays fast; annotations only
+    import torch
 from common.jsonfiles import read_json, sha256_file
 from common.ownership import MANIFEST, TEMP, adopt_all, clean_leftovers, foreign_files, remove_tree
 from tasks.base import NO_FOIL, SPLITS, Example, Task

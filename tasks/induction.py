@@ -123,9 +123,3 @@ def shuffled_successors(first: tuple[int, ...], rng: random.Random) -> tuple[int
         shuffled = tuple(rng.sample(first, len(first)))
         if not pairs & set(zip(shuffled, shuffled[1:])):
             return shuffled
-
-
-if __name__ == "__main__":
-    from toylens.cli import main_for_task
-
-    main_for_task("induction")

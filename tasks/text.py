@@ -160,9 +160,3 @@ def trained_tokenizer(text: str, vocab: int):
                                   show_progress=False)
     tokenizer.train_from_iterator(text.splitlines(keepends=True), trainer)
     return tokenizer
-
-
-if __name__ == "__main__":
-    from toylens.cli import main_for_task
-
-    main_for_task("text")

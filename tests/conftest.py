@@ -11,7 +11,7 @@ import pytest
 # Generated datasets go to a throwaway cache, never the user's.
 os.environ.setdefault("TOYLENS_CACHE", tempfile.mkdtemp(prefix="toylens-test-cache-"))
 
-import torch  # noqa: E402
+import torch
 
 # One intra-op thread, as training and the report use: these models are tiny, and on a loaded
 # 2-core machine a second thread made the edge oracle's matmuls ~30x slower (measured).

@@ -15,7 +15,7 @@ import pytest
 
 
 RUN = Path("attn-only-2x1") / "seed0"
-TRAIN = ("tasks.winograd", "train", "--models", "attn-only-2x1", "--seeds", "1", "--no-progress",
+TRAIN = ("tasks.winograd", "train", "--models", "attn-only-2x1", "--seeds", "0-0", "--no-progress",
          "--steps", "5", "--nouns", "6", "--jobs", "1")
 
 
@@ -71,7 +71,7 @@ def limited_memory():
     resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, 2 * 2**30))
 
 
-QUICK = ("--seeds", "1", "--steps", "1", "--jobs", "1", "--no-progress")
+QUICK = ("--seeds", "0-0", "--steps", "1", "--jobs", "1", "--no-progress")
 
 
 PLUGINS = Path(__file__).parent / "plugins"

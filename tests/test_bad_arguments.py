@@ -36,14 +36,14 @@ def test_empty_values_are_refused(tmp_path, argv, env, fragment):
     assert not list(tmp_path.rglob("summary.json")) and not list(tmp_path.rglob("config.json"))
 
 
-@pytest.mark.parametrize("argv", [("probes.accuracy", ""), ("probes.circuit", "report", ""),
+@pytest.mark.parametrize("argv", [("toylens", "accuracy", ""), ("probes.circuit", "report", ""),
                                   ("probes.circuit", "report", "runs", "--out", "")])
 def test_empty_folders_for_probes_are_refused(tmp_path, argv):
     one_line(cli(*argv, cwd=tmp_path), "empty path")
     assert list(tmp_path.iterdir()) == []
 
 
-INDUCTION = ("tasks", "train", "induction", "--no-progress", "--seeds", "1", "--models", "attn-only-1x4")
+INDUCTION = ("toylens", "train", "induction", "--no-progress", "--seeds", "0-0", "--models", "attn-only-1x4")
 
 
 @pytest.mark.parametrize("argv, fragment", [
@@ -77,18 +77,18 @@ def test_a_full_disk_is_one_line(tmp_path):
 @pytest.mark.parametrize("argv, fragment", [
     (("tasks.winograd", "sweep", "--seeds", "0-999999999"), "more than 100000 seeds"),
     (("tasks.winograd", "sweep", "--seeds", "4294967296"), "last <= 4294967295"),
-    (("probes.chapter.scaling", "--seeds", "100000000000"), "--seeds 100000000000 is absurd"),
+    (("toylens", "scaling", "--seeds", "100000000000"), "a bare number is ambiguous; write 0-99999999999"),
 ])
 def test_absurd_seeds_are_refused_before_they_fill_memory(tmp_path, argv, fragment):
     one_line(cli(*argv, "--out", str(tmp_path / "out"), preexec_fn=limited_memory), fragment)
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("module, flag", [("probes.chapter.ladder", "--rungs"), ("probes.chapter.positions", "--kinds")])
+@pytest.mark.parametrize("module, flag", [("ladder", "--rungs"), ("positions", "--kinds")])
 @pytest.mark.parametrize("value", [",", ""])
 def test_an_empty_list_of_names_is_refused(tmp_path, module, flag, value):
-    task = ("winograd",) if module == "probes.chapter.ladder" else ()
-    one_line(cli(module, *task, flag, value, *QUICK, "--out", str(tmp_path / "out")), f"{flag} {value!r} has an empty name")
+    task = ("winograd",) if module == "ladder" else ()
+    one_line(cli("toylens", module, *task, flag, value, *QUICK, "--out", str(tmp_path / "out")), f"{flag} {value!r} has an empty name")
     assert not (tmp_path / "out").exists()
 
 
@@ -99,7 +99,7 @@ def test_a_spec_field_given_twice_is_refused(tmp_path, capsys):
              "d_model is given twice")
 
 
-SWEEP = ("tasks.winograd", "sweep", "--models", "attn-only-2x1", "--seeds", "0", "--steps", "5", "--nouns", "6",
+SWEEP = ("tasks.winograd", "sweep", "--models", "attn-only-2x1", "--seeds", "0-0", "--steps", "5", "--nouns", "6",
          "--jobs", "1", "--no-progress")
 
 

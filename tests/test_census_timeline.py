@@ -210,7 +210,7 @@ def test_a_sweep_with_snapshots_writes_the_timeline_and_a_rerun_traces_only_the_
     out = tmp_path / "sweep"
     settings = {"max_steps": 20, "eval_every": 10, "batch_size": 32, "snapshot_every": 10}
     params = {"nouns": 8, "heldout_fraction": 0.5, "validation_fraction": 0.1, "leaky": False}
-    runs = plan_sweep(WinogradTask, params, settings, ["attn-only-2x1"], parse_seeds("0"),
+    runs = plan_sweep(WinogradTask, params, settings, ["attn-only-2x1"], parse_seeds("0-0"),
                       parse_grid(["d_model=16"], WinogradTask), out)
     first = run_sweep(runs, out, InProcess(), "test", progress=False, write=lambda line: None)
     run_dir = out / "d_model=16" / "attn-only-2x1" / "seed0"

@@ -129,7 +129,7 @@ def test_a_corpus_too_short_for_a_window_is_refused(tmp_path):
 
 
 def test_the_command_line_exits_2_on_a_missing_corpus(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "tasks.text", "train", "--corpus", str(tmp_path / "none.txt"),
+    done = subprocess.run([sys.executable, "-m", "toylens", "train", "text", "--corpus", str(tmp_path / "none.txt"),
                            "--out", str(tmp_path / "runs")], capture_output=True, text=True, timeout=300)
     assert done.returncode == 2
     lines = [line for line in done.stderr.splitlines() if line.strip() and "Warning" not in line]
@@ -209,7 +209,7 @@ def test_the_norms_command_on_tiny_settings(corpus, tmp_path, capsys):
 
     out = tmp_path / "norms"
     main(["text", "--corpus", str(corpus), "--vocab", "300", "--context", "8", "--layers", "2", "--d-model", "8",
-          "--steps", "4", "--eval-every", "2", "--seeds", "2", "--out", str(out), "--jobs", "1", "--no-progress"])
+          "--steps", "4", "--eval-every", "2", "--seeds", "0-1", "--out", str(out), "--jobs", "1", "--no-progress"])
     result = json.loads((out / "norms.json").read_text())
     assert [v["variant"] for v in result["variants"]] == ["pre", "pre+warmup", "post", "post+warmup"]
     assert [v["warmup_steps"] for v in result["variants"]] == [0, 1, 0, 1]

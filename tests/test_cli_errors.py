@@ -39,13 +39,13 @@ WINOGRAD = ("tasks.winograd", "train", "--no-progress")
 
 
 @pytest.mark.parametrize("argv, fragments", [
-    (("tasks", "train", "nope"), ("unknown task 'nope'", "known tasks: ")),
-    (("tasks", "frobnicate"), ("python -m tasks list",)),
-    (("tasks", "train"), ("train needs a task name",)),
+    (("toylens", "train", "nope"), ("unknown task 'nope'", "known tasks: ")),
+    (("toylens", "frobnicate"), ("unknown command", "toylens --help")),
+    (("toylens", "train"), ("train needs a task name",)),
     (("tasks.winograd",), ("the following arguments are required", "--help")),
     ((*WINOGRAD, "--models", "nope"), ("unknown model(s) ['nope']", "known: bag-of-words")),
-    ((*WINOGRAD, "--seeds", "0"), ("--seeds", "must be a positive integer")),
-    ((*WINOGRAD, "--seeds", "5000"), ("--seeds 5000 is absurd", "at most 1000")),
+    ((*WINOGRAD, "--seeds", "0"), ("--seeds", "write 0-0 for seed 0 alone")),
+    ((*WINOGRAD, "--seeds", "0-4999"), ("--seeds asks for 5000 seeds, which is absurd", "at most 1000")),
     ((*WINOGRAD, "--steps", "-3"), ("--steps", "must be a positive integer")),
     ((*WINOGRAD, "--steps", "99999999"), ("max_steps=99999999 is absurd", "at most")),
     ((*WINOGRAD, "--batch-size", "0"), ("--batch-size", "must be a positive integer")),
@@ -56,23 +56,23 @@ WINOGRAD = ("tasks.winograd", "train", "--no-progress")
     ((*WINOGRAD, "--nouns", "5"), ("nouns must be an even number",)),
     ((*WINOGRAD, "--heldout-fraction", "1.5"), ("heldout_fraction",)),
     ((*WINOGRAD, "--resume", "--overwrite"), ("not allowed with argument",)),
-    (("probes.accuracy", "/no/such/runs"), ("does not exist", "train first")),
+    (("toylens", "accuracy", "/no/such/runs"), ("does not exist", "train first")),
     (("probes.circuit",), ("the following arguments are required", "--help")),
     (("probes.circuit", "nope"), ("invalid choice: 'nope'",)),
     (("probes.circuit", "report", "/no/such/runs"), ("does not exist", "train first")),
-    (("probes.chapter.params", "foo=1"), ("is not FIELD=VALUE", "fields: n_layers")),
-    (("probes.chapter.params", "d_model=x", "d_vocab=3"), ("d_model='x': expected an integer",)),
-    (("probes.chapter.params", "/no/such/run"), ("neither gpt2, a run folder nor key=value",)),
-    (("probes.chapter.params", "d_model=64"), ("give d_vocab=N",)),
-    (("probes.chapter.params", "d_model=60", "n_heads=7", "d_vocab=3"), ("does not divide d_model=60",)),
-    (("probes.chapter.scaling", "--task", "nope"), ("unknown task 'nope'",)),
-    (("probes.chapter.scaling", "--widths", "0"), ("--widths", "must be a positive integer")),
-    (("probes.chapter.scaling", "--widths", "4096"), ("too wide", "d_k <= 1024")),
-    (("probes.chapter.scaling", "--steps", "10", "--every", "50"), ("--every 50 exceeds --steps 10",)),
-    (("probes.chapter.cost", "--max-len", "64"), ("fewer than two lengths", ">= 128")),
-    (("probes.chapter.cost", "--max-len", "16384"), ("8 GiB", "at most 8192")),
-    (("probes.chapter.cost", "--budget", "0"), ("--budget 0.0 must lie in (0, 60]",)),
-    (("probes.chapter.cost", "--budget", "soon"), ("--budget", "invalid float value")),
+    (("toylens", "params", "foo=1"), ("is not FIELD=VALUE", "fields: n_layers")),
+    (("toylens", "params", "d_model=x", "d_vocab=3"), ("d_model='x': expected an integer",)),
+    (("toylens", "params", "/no/such/run"), ("neither gpt2, a run folder nor key=value",)),
+    (("toylens", "params", "d_model=64"), ("give d_vocab=N",)),
+    (("toylens", "params", "d_model=60", "n_heads=7", "d_vocab=3"), ("does not divide d_model=60",)),
+    (("toylens", "scaling", "--task", "nope"), ("unknown task 'nope'",)),
+    (("toylens", "scaling", "--widths", "0"), ("--widths", "must be a positive integer")),
+    (("toylens", "scaling", "--widths", "4096"), ("too wide", "d_k <= 1024")),
+    (("toylens", "scaling", "--steps", "10", "--every", "50"), ("--every 50 exceeds --steps 10",)),
+    (("toylens", "cost", "--max-len", "64"), ("fewer than two lengths", ">= 128")),
+    (("toylens", "cost", "--max-len", "16384"), ("8 GiB", "at most 8192")),
+    (("toylens", "cost", "--budget", "0"), ("--budget 0.0 must lie in (0, 60]",)),
+    (("toylens", "cost", "--budget", "soon"), ("--budget", "invalid float value")),
 ])
 def test_bad_arguments(argv, fragments):
     assert_usage_error(cli(*argv), *fragments)
@@ -83,11 +83,11 @@ def test_bad_task_arguments_for_induction():
 
     if "induction" not in task_classes():
         pytest.skip("induction task not installed")
-    assert_usage_error(cli("tasks", "train", "induction", "--models", "nope"), "unknown model(s) ['nope']")
+    assert_usage_error(cli("toylens", "train", "induction", "--models", "nope"), "unknown model(s) ['nope']")
 
 
 def test_empty_runs_folder(tmp_path):
-    assert_usage_error(cli("probes.accuracy", str(tmp_path)), "holds no finished runs", "train first")
+    assert_usage_error(cli("toylens", "accuracy", str(tmp_path)), "holds no finished runs", "train first")
 
 
 def test_out_is_a_file(tmp_path):
@@ -105,7 +105,7 @@ def test_out_folder_of_another_task(tiny_runs, tmp_path):
 def test_out_folder_with_an_incompatible_run(tiny_runs, tmp_path):
     # tiny_runs' attn-only-2x1 is narrower than the task's default one and trained differently.
     out = copy_runs(tiny_runs, tmp_path)
-    assert_usage_error(cli(*WINOGRAD, "--models", "attn-only-2x1", "--seeds", "1", "--nouns", "8",
+    assert_usage_error(cli(*WINOGRAD, "--models", "attn-only-2x1", "--seeds", "0-0", "--nouns", "8",
                            "--out", str(out)),
                        "holds an incompatible run (different spec.d_model", "pass --overwrite")
 
@@ -185,7 +185,7 @@ def test_damaged_run_folder(tiny_runs, tmp_path, damage):
     apply, fragments = DAMAGES[damage]
     out = copy_runs(tiny_runs, tmp_path)
     apply(out)
-    assert_usage_error(cli("probes.accuracy", str(out)), *fragments)
+    assert_usage_error(cli("toylens", "accuracy", str(out)), *fragments)
 
 
 @pytest.mark.parametrize("damage", ["weights altered", "other format"])
@@ -213,7 +213,7 @@ def test_pickled_checkpoint_is_refused_and_never_run(tiny_runs, tmp_path, name):
     (out / WEIGHTS).unlink()
     (out / BAD_RUN / name).write_bytes(pickle.dumps(Payload(marker), protocol=4))
     expected = "pickled checkpoint" if name == "model.pt" else "a pickle (torch.save), not safetensors"
-    assert_usage_error(cli("probes.accuracy", str(out)), expected, "never unpickles")
+    assert_usage_error(cli("toylens", "accuracy", str(out)), expected, "never unpickles")
     assert not marker.exists()
 
 

@@ -1,7 +1,9 @@
-"""The README's first screen works as written, and every command the docs name exists: the two
-documented commands exactly, the five most used commands run (cheap ones for real, the others'
-`--help` naming every flag they pass), every `python -m X` in README.md and docs/ an importable
-module with a `__main__` entry, every script and every relative link a file that exists."""
+"""The README's first screen works as written, and nothing the docs name can go stale unnoticed: the
+two documented commands exactly, the five most used commands run (cheap ones for real, the others'
+`--help` naming every flag they pass), every `python -m X` in README.md and docs/ one of the
+documented aliases (or pytest, pip, the plugin guide's own module), every `toylens COMMAND` a
+command whose `--help` runs, every repository path and module named a file that exists, every
+script and relative link a file, and every page in docs/ linked from the README or another page."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ DOCS = sorted([README, *(ROOT / "docs").rglob("*.md")])
 MAIN_JOB = "bash setup.sh && .venv/bin/python -m tasks.winograd train --report"
 TESTS = "bash setup.sh && .venv/bin/python -m pytest"
 PYTHON = ".venv/bin/python -m "
+TOYLENS = ".venv/bin/toylens "
 # A module name, not a placeholder (`tasks.<name>`) and not the dot that ends a sentence.
 MODULE = re.compile(r"python -m ([A-Za-z_][\w.]*\w)(?![\w<]|\.[\w<])")
 SCRIPT = re.compile(r"python ((?:benchmarks|examples|notebooks)/[\w./-]+\.py)")
@@ -38,7 +41,7 @@ def fenced(text: str) -> list[str]:
 
 def most_used() -> list[str]:
     """The commands of the first screen's table, in order."""
-    return [m for m in re.findall(r"^\| `([^`]+)` \|", first_screen(), flags=re.M) if m.startswith(PYTHON)]
+    return [m for m in re.findall(r"^\| `([^`]+)` \|", first_screen(), flags=re.M) if m.startswith((PYTHON, TOYLENS))]
 
 
 def python(*argv: str, timeout: int = 120) -> subprocess.CompletedProcess:
@@ -77,7 +80,8 @@ def test_five_most_used_commands():
 
 @pytest.mark.parametrize("command", most_used())
 def test_each_most_used_command_runs_or_its_help_names_its_flags(command):
-    argv = shlex.split(command[len(PYTHON):])
+    # `.venv/bin/toylens X` is the console script; run as `python -m toylens X`, the same entry.
+    argv = shlex.split(command[len(PYTHON):] if command.startswith(PYTHON) else "toylens " + command[len(TOYLENS):])
     module, rest = argv[0], argv[1:]
     words = []
     for token in rest:                       # the subcommands, up to the first flag or path
@@ -101,7 +105,9 @@ def documented_modules() -> list[str]:
 
 
 def test_the_docs_name_python_m_forms():
-    assert {"tasks.winograd", "probes.circuit", "probes.report.outputs.results", "pytest"} <= set(documented_modules())
+    assert {"tasks.winograd", "probes.circuit", "pytest"} <= set(documented_modules())
+    # One command surface: everything else is `toylens COMMAND` (tests/test_commands.py).
+    assert set(documented_modules()) <= {"tasks.winograd", "probes.circuit", "toylens", "pytest", "pip", "mytask"}
 
 
 @pytest.mark.parametrize("name", documented_modules())
@@ -138,3 +144,102 @@ def test_the_docs_hold_no_development_history():
     found = [f"{page.relative_to(ROOT)}: {m.group(0)}" for page in DOCS for m in words.finditer(page.read_text())]
     names = [p.name for p in (ROOT / "tests").glob("test_*.py") if re.search(r"round\d|_more\b|_v\d|_new\b", p.stem)]
     assert not found and not names, (found, names)
+
+
+# A path inside the repository, named anywhere in a page (`probes/circuits/search.py`, `docs/results`);
+# placeholders (`tasks/<name>.py`, `*.js`) stop the match before they start.
+REPO_PATH = re.compile(r"(?<![\w./-])((?:common|models|tasks|probes|toylens|tests|benchmarks|examples|notebooks|docs|"
+                       r"\.ci)/[\w./-]*\w)(?![\w<*{/-]|\.\w)")
+# A dotted module of the package, in backticks: `probes.circuits.search` or `probes.circuits.search.Circuit`.
+DOTTED = re.compile(r"`((?:common|models|tasks|probes|toylens)(?:\.\w+)+)[`(]")
+# `toylens COMMAND` as typed: in backticks or after .venv/bin/.
+COMMAND = re.compile(r"(?:`|bin/)toylens ([a-z][\w-]*)(?: ([a-z][\w-]*))?")
+BUILT_IN = ("winograd", "induction", "text")   # train and sweep take a task; a plugin's is the reader's
+
+
+def missing_paths(page: Path) -> list[str]:
+    names = {m.rstrip(".") for m in REPO_PATH.findall(page.read_text())}
+    names = {n for n in names if not any(Path(part).stem.isupper() for part in n.split("/"))}   # NAME.safetensors
+    return [f"{page.relative_to(ROOT)}: {name}" for name in sorted(names) if not (ROOT / name).exists()]
+
+
+def module_file(dotted: str) -> Path | None:
+    base = ROOT.joinpath(*dotted.split("."))
+    return next((p for p in (base.with_suffix(".py"), base / "__init__.py") if p.is_file()), None)
+
+
+def names_a_module_or_its_attribute(dotted: str) -> bool:
+    """The module itself, or a name defined in the longest module it starts with (`toylens.Batch.from_tokens`:
+    `Batch` in toylens/__init__.py), read as text: no imports, so no torch."""
+    parts = dotted.split(".")
+    for n in range(len(parts), 0, -1):
+        found = module_file(".".join(parts[:n]))
+        if found is not None:
+            return n == len(parts) or re.search(rf"\b{re.escape(parts[n])}\b", found.read_text()) is not None
+    return False
+
+
+def test_every_repository_path_named_in_the_docs_exists():
+    missing = [line for page in DOCS for line in missing_paths(page)]
+    assert not missing, missing
+
+
+def test_every_module_named_in_the_docs_exists():
+    stale = [f"{page.relative_to(ROOT)}: {name}" for page in DOCS for name in sorted(set(DOTTED.findall(page.read_text())))
+             if not names_a_module_or_its_attribute(name)]
+    assert not stale, stale
+
+
+def documented_commands() -> list[tuple[str, ...]]:
+    found = set()
+    for page in DOCS:
+        for command, word in COMMAND.findall(page.read_text()):
+            if command in ("train", "sweep"):
+                found.add((command, word if word in BUILT_IN else "winograd"))
+            else:
+                found.add((command,))
+    return sorted(found)
+
+
+def test_the_docs_name_toylens_commands():
+    assert {("list",), ("accuracy",), ("edges",), ("results",), ("export",)} <= set(documented_commands())
+
+
+@pytest.mark.parametrize("argv", documented_commands())
+def test_every_documented_toylens_command_exists_and_its_help_runs(argv, capsys):
+    from toylens.console import COMMANDS, main
+
+    assert argv[0] in COMMANDS, f"toylens {argv[0]}: no such command (toylens --help)"
+    if argv == ("list",):
+        main(["list"])
+    else:
+        with pytest.raises(SystemExit) as done:
+            main([*argv, "--help"])
+        assert done.value.code == 0, capsys.readouterr().err
+    assert capsys.readouterr().out.startswith("usage: toylens") or argv == ("list",)
+
+
+def linked_pages() -> set[Path]:
+    targets = set()
+    for page in DOCS:
+        for target in LINK.findall(page.read_text()):
+            if not re.match(r"[a-z]+:", target) and not target.startswith("#"):
+                resolved = (page.parent / target.split("#")[0]).resolve()
+                if resolved != page.resolve():
+                    targets.add(resolved)
+    return targets
+
+
+def test_no_page_in_docs_is_unlinked():
+    orphans = [str(page.relative_to(ROOT)) for page in DOCS if page != README and page.resolve() not in linked_pages()]
+    assert not orphans, f"linked from neither README.md nor another page: {orphans}"
+
+
+def test_architecture_names_each_packages_files_where_they_are():
+    """docs/architecture.md's table: every file a package's row names lies in that package."""
+    rows = re.findall(r"^\| `([\w/]+/)` \| (.*) \|$", (ROOT / "docs" / "architecture.md").read_text(), flags=re.M)
+    assert len(rows) >= 8
+    misplaced = [f"{package}{name}" for package, cell in rows for name in re.findall(r"`([\w/]+\.py)`", cell)
+                 if not (ROOT / package / name).is_file()]
+    assert not misplaced, misplaced
+

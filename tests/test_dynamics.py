@@ -84,7 +84,7 @@ def test_runs_without_snapshots_are_refused_in_one_line(snapshot_run, tmp_path):
     bare = tmp_path / "induction"
     shutil.copytree(snapshot_run, bare)
     shutil.rmtree(bare / "attn-only-2x2" / "seed0" / "snapshots")
-    done = subprocess.run([sys.executable, "-m", "probes.report.dynamics", str(bare)], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "toylens", "dynamics", str(bare)], capture_output=True, text=True)
     assert done.returncode == 2 and "snapshot" in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 

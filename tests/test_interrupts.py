@@ -17,7 +17,7 @@ from tests.refusals import copy_runs
 @pytest.mark.parametrize("command", ["train", "report"])
 def test_ctrl_c_with_two_jobs_is_one_line(tiny_runs, tmp_path, command):
     if command == "train":
-        argv = ("tasks.winograd", "train", "--models", "attn-only-2x1", "--seeds", "2", "--jobs", "2",
+        argv = ("tasks.winograd", "train", "--models", "attn-only-2x1", "--seeds", "0-1", "--jobs", "2",
                 "--steps", "100000", "--nouns", "6", "--no-progress", "--out", str(tmp_path / "runs"))
         ready = lambda: len(list((tmp_path / "runs").rglob("log.jsonl"))) >= 1   # noqa: E731
     else:

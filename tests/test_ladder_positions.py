@@ -93,14 +93,14 @@ def run_module(*args, timeout=300):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["probes.chapter.ladder"], "required: task"),
-    (["probes.chapter.ladder", "nosuchtask"], "nosuchtask"),
-    (["probes.chapter.ladder", "winograd", "--seeds", "0"], "positive"),
-    (["probes.chapter.ladder", "winograd", "--rungs", "nope", "--nouns", "8"], "unknown rung"),
-    (["probes.chapter.ladder", "winograd", "--d-model", "30"], "divisible by 4"),
-    (["probes.chapter.positions", "--kinds", "absolute"], "unknown position kind"),
-    (["probes.chapter.positions", "--factors", "2,4"], "must start at 1"),
-    (["probes.chapter.positions", "--factors", "1,8"], "distinct tokens"),
+    (["toylens", "ladder"], "required: task"),
+    (["toylens", "ladder", "nosuchtask"], "nosuchtask"),
+    (["toylens", "ladder", "winograd", "--seeds", "0"], "write 0-0 for seed 0 alone"),
+    (["toylens", "ladder", "winograd", "--rungs", "nope", "--nouns", "8"], "unknown rung"),
+    (["toylens", "ladder", "winograd", "--d-model", "30"], "divisible by 4"),
+    (["toylens", "positions", "--kinds", "absolute"], "unknown position kind"),
+    (["toylens", "positions", "--factors", "2,4"], "must start at 1"),
+    (["toylens", "positions", "--factors", "1,8"], "distinct tokens"),
 ])
 def test_bad_arguments_exit_2_with_one_line(args, message):
     result = run_module(*args)
@@ -110,8 +110,8 @@ def test_bad_arguments_exit_2_with_one_line(args, message):
 
 def test_ladder_runs_end_to_end(tmp_path):
     out = tmp_path / "ladder"
-    result = run_module("probes.chapter.ladder", "winograd", "--nouns", "8", "--rungs", "no-context,uniform-average",
-                        "--seeds", "2", "--steps", "10", "--d-model", "16", "--jobs", "1", "--no-progress",
+    result = run_module("toylens", "ladder", "winograd", "--nouns", "8", "--rungs", "no-context,uniform-average",
+                        "--seeds", "0-1", "--steps", "10", "--d-model", "16", "--jobs", "1", "--no-progress",
                         "--out", str(out))
     assert result.returncode == 0, result.stderr
     written = json.loads((out / "ladder.json").read_text())
@@ -124,7 +124,7 @@ def test_ladder_runs_end_to_end(tmp_path):
 
 def test_positions_runs_end_to_end(tmp_path):
     out = tmp_path / "positions"
-    result = run_module("probes.chapter.positions", "--kinds", "none,alibi", "--seeds", "1", "--steps", "5", "--train", "200",
+    result = run_module("toylens", "positions", "--kinds", "none,alibi", "--seeds", "0-0", "--steps", "5", "--train", "200",
                         "--eval-sequences", "16", "--d-model", "16", "--min-repeat", "3", "--max-repeat", "4",
                         "--jobs", "1", "--no-progress", "--out", str(out))
     assert result.returncode == 0, result.stderr

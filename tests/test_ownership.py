@@ -80,7 +80,7 @@ def test_a_sweep_into_a_folder_with_a_users_failed_json_refuses_before_training(
     out = tmp_path / "sweep"
     out.mkdir()
     (out / "failed.json").write_text('{"model_name": "mine", "seed": 0, "error": "my notes"}\n')
-    argv = ["sweep", "--out", str(out), "--models", "bag-of-words", "--seeds", "0", "--steps", "5",
+    argv = ["sweep", "--out", str(out), "--models", "bag-of-words", "--seeds", "0-0", "--steps", "5",
             "--nouns", "6", "--jobs", "1", "--no-progress"]
     one_line(in_process(lambda a: main_for_task("winograd", a), argv, capsys), str(out / "failed.json"),
              "was not written by toylens")

@@ -5,7 +5,6 @@ construction."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 
 import pytest
 

@@ -141,8 +141,8 @@ def test_misbehaving_installed_plugins_are_refused_by_every_command(tmp_path, ca
     (info / "entry_points.txt").write_text(f"[toylens.tasks]\n{entry}\n")
     (tmp_path / f"{module}.py").write_text(textwrap.dedent(source))
     env = {"PYTHONPATH": str(tmp_path)}
-    one_line(cli("tasks", "list", env=env), fragment)
-    one_line(cli("tasks", "train", name, "--out", str(tmp_path / "runs"), env=env), fragment)
+    one_line(cli("toylens", "list", env=env), fragment)
+    one_line(cli("toylens", "train", name, "--out", str(tmp_path / "runs"), env=env), fragment)
     if name == "winograd":
         one_line(cli("tasks.winograd", "train", "--out", str(tmp_path / "runs"), env=env), fragment)
     assert not (tmp_path / "runs").exists()

@@ -57,21 +57,21 @@ def toylens(*args, cwd=None) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="session")
 def plugin_runs(example_plugin, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("plugin") / "firstmark"
-    result = toylens("tasks", "train", example_plugin, "--models", "bag-of-words,attn-only-2x1", "--seeds", "1",
+    result = toylens("toylens", "train", example_plugin, "--models", "bag-of-words,attn-only-2x1", "--seeds", "0-0",
                      "--steps", "200", "--eval-every", "50", "--out", str(out), "--no-progress")
     assert result.returncode == 0, result.stderr
     return out
 
 
 def test_plugin_is_listed(example_plugin):
-    result = toylens("tasks", "list")
+    result = toylens("toylens", "list")
     assert result.returncode == 0, result.stderr
     assert any(line.split()[0] == example_plugin and "marked letters came first" in line
                for line in result.stdout.splitlines())
 
 
 def test_plugin_params_become_flags(example_plugin):
-    result = toylens("tasks", "train", example_plugin, "--help")
+    result = toylens("toylens", "train", example_plugin, "--help")
     assert result.returncode == 0 and "--examples EXAMPLES" in result.stdout
 
 

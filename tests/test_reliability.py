@@ -18,7 +18,7 @@ from tests.conftest import TINY_SPECS, train_tiny
 
 # Tiny but real: the default attn-only-2x1 on 6-noun Winograd, a state saved every 15 steps and
 # evaluations every 10, so a kill usually lands between a logged evaluation and the next state.
-TRAIN = ["train", "--models", "attn-only-2x1", "--seeds", "1", "--steps", "120", "--batch-size", "16",
+TRAIN = ["train", "--models", "attn-only-2x1", "--seeds", "0-0", "--steps", "120", "--batch-size", "16",
          "--nouns", "6", "--eval-every", "10", "--checkpoint-every", "15", "--no-progress"]
 RUN = Path("attn-only-2x1") / "seed0"
 TIMING = ("seconds", "train_seconds", "sha256")   # wall-clock fields (and metrics' checksum over them)
@@ -212,7 +212,7 @@ def alive(pid: int) -> bool:
 
 def test_parallel_workers_exit_when_the_parent_is_killed(tmp_path):
     process = subprocess.Popen([sys.executable, "-m", "tasks.winograd", "train", "--models", "attn-only-1x1",
-                                "--seeds", "2", "--jobs", "2", "--steps", "100000", "--nouns", "6",
+                                "--seeds", "0-1", "--jobs", "2", "--steps", "100000", "--nouns", "6",
                                 "--no-progress", "--out", str(tmp_path)],
                                env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120

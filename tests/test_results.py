@@ -106,7 +106,7 @@ def test_a_users_page_is_never_replaced(reported, tmp_path):
 def test_runs_without_a_report_are_one_line(tiny_runs, tmp_path):
     runs = tmp_path / "winograd"
     shutil.copytree(tiny_runs, runs, ignore=shutil.ignore_patterns("report", ".toylens.lock"))
-    done = subprocess.run([sys.executable, "-m", "probes.report.outputs.results", str(runs), "--out", str(tmp_path / "out")],
+    done = subprocess.run([sys.executable, "-m", "toylens", "results", str(runs), "--out", str(tmp_path / "out")],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "report.json does not exist; write it with python -m probes.circuit report" in done.stderr

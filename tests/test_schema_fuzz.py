@@ -251,7 +251,7 @@ def test_config_edits_through_the_cli(tiny_runs, tmp_path, edit):
     edit(config)
     config["run_sha256"] = run_sha256(config)
     write(out / RUN / "config.json", config)
-    one_line(cli("probes.accuracy", str(out)))
+    one_line(cli("toylens", "accuracy", str(out)))
 
 
 # ---- a sweep's own files (issue 26) ----------------------------------------------------------
@@ -334,7 +334,7 @@ def test_unfinished_run_state_edits(fuzz_sweep, tmp_path):
     out = tmp_path / "sweep"
     shutil.copytree(fuzz_sweep, out)
     (out / SWEEP_RUN / "seed0" / "metrics.json").unlink()
-    run_plan = plan(out, seeds="0")[0].plan
+    run_plan = plan(out, seeds="0-0")[0].plan
     path = run_plan.run_dir / "config.json"
     original = read(path)
 

@@ -28,7 +28,7 @@ TINY = {"max_steps": 20, "eval_every": 10, "batch_size": 32}
 PARAMS = {"nouns": 8, "heldout_fraction": 0.5, "validation_fraction": 0.1, "leaky": False}
 
 
-def tiny_sweep(out: Path, grid=("d_model=16,32",), seeds="0"):
+def tiny_sweep(out: Path, grid=("d_model=16,32",), seeds="0-0"):
     return plan_sweep(WinogradTask, PARAMS, TINY, ["attn-only-2x1"], parse_seeds(seeds),
                       parse_grid(list(grid), WinogradTask), out)
 
@@ -68,10 +68,10 @@ def sweep(out: Path, executor, **options):
 def test_seeds_ranges_and_lists():
     assert parse_seeds("0-3") == [0, 1, 2, 3]
     assert parse_seeds("5,1,1-2") == [1, 2, 5]
-    assert parse_seeds("7") == [7]
+    assert parse_seeds("7-7") == [7]
 
 
-@pytest.mark.parametrize("text", ["3-1", "a", "-2", "1-b", ""])
+@pytest.mark.parametrize("text", ["3-1", "a", "-2", "1-b", "", "7"])
 def test_bad_seeds(text):
     with pytest.raises(UsageError, match="--seeds"):
         parse_seeds(text)
@@ -186,7 +186,7 @@ def test_interrupted_write_needs_resume_and_resume_redoes_only_it(local_sweep):
     assert (run / "model.safetensors").read_bytes() == weights and (run / "metrics.json").is_file()
 
 
-SWEEP_ARGS = ["sweep", "--models", "attn-only-2x1", "--seeds", "0", "--grid", "d_model=16,32", "--steps", "20",
+SWEEP_ARGS = ["sweep", "--models", "attn-only-2x1", "--seeds", "0-0", "--grid", "d_model=16,32", "--steps", "20",
               "--eval-every", "10", "--batch-size", "32", "--nouns", "8", "--no-progress"]
 
 

@@ -133,7 +133,7 @@ def test_a_stale_failed_json_beside_a_finished_run_is_not_counted_as_a_failure(c
 def test_retraining_a_sweep_point_removes_its_circuit_and_the_census_says_so(copied):
     from toylens.cli import main_for_task
 
-    main_for_task("winograd", ["train", *TINY_ARGS, "--seeds", "1", "--lr", "0.003", "--overwrite",
+    main_for_task("winograd", ["train", *TINY_ARGS, "--seeds", "0-0", "--lr", "0.003", "--overwrite",
                                "--out", str(copied / "default")])
     run = copied / RUN / "seed0"
     assert read(run / "config.json")["training"]["lr"] == 0.003 and not (run / "circuit.json").exists()
@@ -158,7 +158,7 @@ def test_training_into_a_sweep_root_and_a_sweep_into_a_train_runs_folder_are_ref
     one_line(cli("tasks.winograd", "train", *TINY_ARGS, "--out", str(copied)), "is a sweep folder")
     runs = tmp_path / "runs"
     shutil.copytree(tiny_runs, runs)
-    one_line(cli("tasks.winograd", "sweep", *TINY_ARGS, "--seeds", "0", "--out", str(runs)),
+    one_line(cli("tasks.winograd", "sweep", *TINY_ARGS, "--seeds", "0-0", "--out", str(runs)),
              "holds runs that no sweep planned")
     assert contents(copied) == before and not (runs / "default").exists()
 
@@ -167,7 +167,7 @@ def test_a_comparison_counts_each_seed_once(tiny_runs, tmp_path):
     runs = tmp_path / "winograd"
     shutil.copytree(tiny_runs, runs)
     shutil.copytree(runs / "attn-only-2x1", runs / "default" / "attn-only-2x1")   # as a sweep into it did
-    one_line(cli("probes.accuracy", str(runs)), "both attn-only-2x1 seed 0", "counts each seed once")
+    one_line(cli("toylens", "accuracy", str(runs)), "both attn-only-2x1 seed 0", "counts each seed once")
 
 
 def test_a_census_file_the_user_recreated_is_never_replaced(copied):
@@ -195,7 +195,7 @@ def test_a_writer_of_a_folder_above_or_below_a_held_one_is_refused_naming_the_ho
     try:
         assert holder.stdout.readline() == "held\n"
         command = [*command[:-1], str(tmp_path / command[-1])]
-        one_line(cli("tasks.winograd", *command, *TINY_ARGS, "--seeds", "1"), f"in use by process {holder.pid}")
+        one_line(cli("tasks.winograd", *command, *TINY_ARGS, "--seeds", "0-0"), f"in use by process {holder.pid}")
     finally:
         holder.kill()
         holder.wait()
@@ -206,8 +206,8 @@ def test_a_sweep_and_a_training_started_at_once_into_one_folder_one_proceeds(tmp
     """The issue's mixed run: the sweep at lr 1e-3, the training at 3e-3, into one run folder."""
     out = tmp_path / "sweep"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    commands = [["tasks.winograd", "sweep", *TINY_ARGS, "--seeds", "0", "--lr", "0.001", "--out", str(out)],
-                ["tasks.winograd", "train", *TINY_ARGS, "--seeds", "1", "--lr", "0.003", "--out", str(out / "default")]]
+    commands = [["tasks.winograd", "sweep", *TINY_ARGS, "--seeds", "0-0", "--lr", "0.001", "--out", str(out)],
+                ["tasks.winograd", "train", *TINY_ARGS, "--seeds", "0-0", "--lr", "0.003", "--out", str(out / "default")]]
     started = [subprocess.Popen([sys.executable, "-m", *c], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True) for c in commands]
     results = [(p.wait(timeout=300), p.stdout.read(), p.stderr.read()) for p in started]
@@ -289,7 +289,7 @@ def test_ctrl_c_pressed_twice_during_generate_or_training_is_one_line(tmp_path, 
     for index, gap in enumerate([0.002, 0.02] if moment == "generate" else [0.01]):
         out = tmp_path / f"r{index}"
         process = subprocess.Popen([sys.executable, "-m", "tasks.winograd", "train", "--models", "attn-only-2x1",
-                                    "--seeds", "1", "--steps", "100000", "--nouns", "24", "--jobs", "1",
+                                    "--seeds", "0-0", "--steps", "100000", "--nouns", "24", "--jobs", "1",
                                     "--no-progress", "--checkpoint-every", "20", "--out", str(out)],
                                    env={**env, "TOYLENS_CACHE": str(tmp_path / f"cache{index}")},
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -318,7 +318,7 @@ def test_a_renamed_model_name_is_one_line_or_a_correct_comparison(tiny_runs, tmp
     config["model_name"] = "renamed"
     config["run_sha256"] = run_sha256(config)
     write(path, config)
-    code, out, err = cli("probes.accuracy", str(runs))
+    code, out, err = cli("toylens", "accuracy", str(runs))
     assert "Traceback" not in err and (code == 2 and err.count("\n") == 1 or code == 0 and "renamed" in out), err
 
 
@@ -332,7 +332,7 @@ def test_an_unfinished_run_whose_spec_is_a_list_is_one_line(copied):
     config["spec"] = list(config["spec"])
     config["run_sha256"] = run_sha256(config)
     write(run / "config.json", config)
-    one_line(cli("tasks.winograd", "train", *TINY_ARGS, "--seeds", "1", "--resume", "--out", str(out / "default")),
+    one_line(cli("tasks.winograd", "train", *TINY_ARGS, "--seeds", "0-0", "--resume", "--out", str(out / "default")),
              "spec must be an object")
 
 
@@ -345,12 +345,12 @@ def test_commands_given_a_sweep_folder_of_several_points_say_why_not(tmp_path, f
     group = dict(manifest["groups"][0], point="d_model=64", values={"d_model": 64})
     group["identity"] = {**group["identity"], "spec": {**group["identity"]["spec"], "d_model": 64}}
     write(out / SWEEP, resign({**manifest, "groups": [*manifest["groups"], group]}))
-    for command in (["toylens.edges", str(out)], ["probes.accuracy", str(out)], ["probes.circuit", "report", str(out)]):
-        one_line(cli(*command), "is a sweep of 2 grid points", "python -m probes.census")
+    for command in (["toylens", "edges", str(out)], ["toylens", "accuracy", str(out)], ["probes.circuit", "report", str(out)]):
+        one_line(cli(*command), "is a sweep of 2 grid points", "toylens census")
 
 
 def test_edges_on_a_sweep_folder_uses_its_point_and_says_why_there_are_no_figures(copied):
-    code, out, err = cli("toylens.edges", str(copied))
+    code, out, err = cli("toylens", "edges", str(copied))
     assert code == 0, err
     assert (copied / "default" / "edges" / "edges.md").is_file()
     assert "0 of 2 runs traced" in out and "no figures or MIB files" in out

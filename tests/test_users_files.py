@@ -74,7 +74,7 @@ def test_a_report_symlink_in_the_runs_folder_is_not_followed(tiny_runs, tmp_path
 def test_accuracy_of_one_run_folder_writes_no_summary_into_it(tiny_runs, tmp_path):
     out = copy_runs(tiny_runs, tmp_path)
     before = contents(out / RUN)
-    code, stdout, stderr = cli("probes.accuracy", str(out / RUN))
+    code, stdout, stderr = cli("toylens", "accuracy", str(out / RUN))
     assert code == 0, stderr
     assert "no summary.json written" in stdout
     assert contents(out / RUN) == before
@@ -95,7 +95,7 @@ def test_a_second_writer_is_refused_naming_the_holder_and_a_dead_holder_is_taken
         for argv in ((*TRAIN, "--nouns", "8", "--out", str(out)),
                      (*TRAIN, "--nouns", "8", "--out", str(out), "--resume"),
                      ("probes.circuit", "report", str(out), "--jobs", "1"),
-                     ("probes.accuracy", str(out))):
+                     ("toylens", "accuracy", str(out))):
             one_line(cli(*argv), f"is in use by process {holder.pid}")
         assert contents(out) == before
     finally:
@@ -205,7 +205,7 @@ def test_a_sweeps_point_folder_linked_elsewhere_is_not_written_through(tmp_path)
     out.mkdir()
     user.mkdir()
     os.symlink(user, out / "default")
-    one_line(cli("tasks.winograd", "sweep", "--models", "attn-only-2x1", "--seeds", "0", "--steps", "5", "--nouns", "6",
+    one_line(cli("tasks.winograd", "sweep", "--models", "attn-only-2x1", "--seeds", "0-0", "--steps", "5", "--nouns", "6",
                  "--jobs", "1", "--no-progress", "--out", str(out)), "default is a symbolic link")
     assert list(user.iterdir()) == []
 
@@ -238,10 +238,10 @@ def test_edges_never_write_over_or_through_a_users_figure(tiny_runs, tmp_path, c
 
 
 OUTPUTS = {   # module, arguments, a file it writes last
-    "ladder": ("probes.chapter.ladder", ("winograd", "--rungs", "no-context", "--nouns", "4", *QUICK), "ladder.json"),
-    "positions": ("probes.chapter.positions", ("--kinds", "learned", "--eval-sequences", "4", *QUICK), "positions.png"),
-    "scaling": ("probes.chapter.scaling", ("--init-only",), "scaling.json"),
-    "cost": ("probes.chapter.cost", ("--max-len", "128", "--budget", "0.01"), "cost.png"),
+    "ladder": (("toylens", "ladder"), ("winograd", "--rungs", "no-context", "--nouns", "4", *QUICK), "ladder.json"),
+    "positions": (("toylens", "positions"), ("--kinds", "learned", "--eval-sequences", "4", *QUICK), "positions.png"),
+    "scaling": (("toylens", "scaling"), ("--init-only",), "scaling.json"),
+    "cost": (("toylens", "cost"), ("--max-len", "128", "--budget", "0.01"), "cost.png"),
 }
 
 
@@ -249,7 +249,7 @@ OUTPUTS = {   # module, arguments, a file it writes last
 def test_a_users_output_file_is_refused_before_any_work(tmp_path, command):
     module, argv, name = OUTPUTS[command]
     (tmp_path / name).write_text("mine\n")
-    one_line(cli(module, *argv, "--out", str(tmp_path)), "not written by toylens")
+    one_line(cli(*module, *argv, "--out", str(tmp_path)), "not written by toylens")
     assert contents(tmp_path) == {name: b"mine\n"}   # nothing trained or measured into it first
 
 

@@ -188,7 +188,7 @@ def test_the_audit_is_inconclusive_without_a_learned_model_and_strict_exits_1(ea
 
     def accuracy(*args):
         env = {**__import__("os").environ, "PYTHONPATH": str(PLUGINS)}
-        return subprocess.run([sys.executable, "-m", "probes.accuracy", *args], capture_output=True, text=True,
+        return subprocess.run([sys.executable, "-m", "toylens", "accuracy", *args], capture_output=True, text=True,
                               env=env, timeout=300)
 
     strict = accuracy(str(early_runs), "--strict")
@@ -268,8 +268,9 @@ def test_the_per_example_attention_view(markcopy_runs):
     assert "M [marker]" in [t.get_text() for t in figure.axes[0].get_xticklabels()]
 
 
-# 7. Small things: a plugin's own `python -m` names itself; `--seeds` takes sweep's form, the old
-# count still works with one line saying what to write; the standard family is public.
+# 7. Small things: a plugin's own `python -m` names itself; `--seeds` takes one form everywhere, a bare
+# number (a count once, one seed in sweep) is refused with one line saying what to write; the
+# standard family is public.
 def run_python(*args):
     import os
 
@@ -282,15 +283,16 @@ def test_a_plugins_own_entry_names_itself_in_its_usage():
     assert shown.returncode == 0 and shown.stdout.startswith("usage: python -m varying_tasks train")
 
 
-def test_seeds_take_the_sweep_form_and_the_old_count_says_what_to_write(capsys, monkeypatch):
+def test_seeds_take_one_form_and_a_bare_number_says_what_to_write():
+    import argparse
+
     from toylens.arguments import seeds_option
 
-    assert seeds_option("0-2") == [0, 1, 2] and seeds_option("0,3,7") == [0, 3, 7]
-    assert seeds_option("3") == [0, 1, 2] and capsys.readouterr().err == ""   # a script's stderr: no extra line
-    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
-    assert seeds_option("3") == [0, 1, 2]
-    note = capsys.readouterr().err
-    assert note.count("\n") == 1 and "read as a count (seeds 0-2), as before; write --seeds 0-2" in note
+    assert seeds_option("0-2") == [0, 1, 2] and seeds_option("0,3,7") == [0, 3, 7] and seeds_option("5-5") == [5]
+    with pytest.raises(argparse.ArgumentTypeError, match="write 0-2 for 3 seeds .*, or 3-3 for seed 3 alone"):
+        seeds_option("3")
+    with pytest.raises(argparse.ArgumentTypeError, match="write 0-0 for seed 0 alone"):
+        seeds_option("0")
 
 
 def test_standard_family_is_public():
@@ -308,7 +310,7 @@ def test_every_training_setting_is_a_flag_and_model_settings_apply():
     from tasks.settings import StopMetric, TrainSettings, model_settings
     from toylens.arguments import training_overrides
 
-    shown = run_python("-m", "tasks", "train", "markcopy", "--help").stdout
+    shown = run_python("-m", "toylens", "train", "markcopy", "--help").stdout
     for field in fields(TrainSettings):
         assert ("--steps" if field.name == "max_steps" else "--" + field.name.replace("_", "-")) in shown
     task = type("T", (), {"default_training": lambda self: {"lr": 3e-3},

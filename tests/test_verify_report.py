@@ -11,7 +11,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import verify_report  # noqa: E402
+import verify_report
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +162,7 @@ def test_a_sweeps_timeline_verifies_and_an_altered_gap_fails(tmp_path, monkeypat
     out = tmp_path / "sweep"
     settings = {"max_steps": 20, "eval_every": 10, "batch_size": 32, "snapshot_every": 10}
     params = {"nouns": 8, "heldout_fraction": 0.5, "validation_fraction": 0.1, "leaky": False}
-    runs = plan_sweep(WinogradTask, params, settings, ["attn-only-2x1"], parse_seeds("0"),
+    runs = plan_sweep(WinogradTask, params, settings, ["attn-only-2x1"], parse_seeds("0-0"),
                       parse_grid(["d_model=16"], WinogradTask), out)
     assert run_sweep(runs, out, InProcess(), "test", progress=False, write=lambda line: None).done == 1
     write_census(take_census(out), out / "census")

@@ -4,7 +4,7 @@
     from toylens import load_run, Batch, ablate            # probe a trained run from a notebook
 
 Names are imported on first use (PEP 562), so a plugin importing `Task` does not pay for torch
-and TransformerLens, and `python -m tasks list` stays fast.
+and TransformerLens, and `toylens list` stays fast.
 """
 
 from __future__ import annotations

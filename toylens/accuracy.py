@@ -1,4 +1,4 @@
-"""`python -m probes.accuracy [RUNS_DIR]`: the accuracy comparison of a runs folder, printed, and its
+"""`toylens accuracy [RUNS_DIR]`: the accuracy comparison of a runs folder, printed, and its
 summary.json written (the measurements are probes.accuracy's)."""
 
 from __future__ import annotations
@@ -41,14 +41,10 @@ def main(argv=None) -> None:
     from common.cli import folder_path
     from tasks.training.sweeps import runs_folder
 
-    parser = Parser(prog="python -m probes.accuracy",
+    parser = Parser(prog="toylens accuracy",
                     description="Compare held-out accuracy of trained runs, with CIs over seeds.")
     parser.add_argument("runs_dir", type=folder_path, nargs="?", default=Path("runs/winograd"))
     parser.add_argument("--strict", action="store_true",
                         help="exit with status 1 when the shortcut audit fails or is inconclusive")
     args = parser.parse_args(argv)
     run_cli(lambda: locked_compare(runs_folder(args.runs_dir), args.strict))
-
-
-if __name__ == "__main__":
-    main()

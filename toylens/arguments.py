@@ -13,10 +13,23 @@ from toylens.workers import default_jobs
 MAX_RUNS = 100_000
 
 
+MAX_SEEDS = 1000
+
+SEEDS_HELP = ("seeds: exactly these, a range 0-2 (inclusive) or a list 0,3,5; a bare number is refused "
+              "(write 0-4 for five seeds, 5-5 for seed 5 alone)")
+
+
 def parse_seeds(text: str) -> list[int]:
-    """'0-99' (inclusive), '0,3,7' or '5' -> sorted distinct seeds."""
-    seeds = set()
-    for part in (p.strip() for p in str(text).split(",")):
+    """'0-99' (inclusive) or '0,3,7' -> sorted distinct seeds. A bare number is refused: it meant a
+    count (seeds 0..N-1) in train, ladder and scaling and one seed in sweep, so either reading would
+    silently run the wrong seeds for someone."""
+    text = str(text).strip()
+    if text.isdigit():
+        count = int(text)
+        fix = f"write 0-{count - 1} for {count} seeds (0 to {count - 1}), or " if count else "write "
+        raise UsageError(f"--seeds {text}: a bare number is ambiguous; {fix}{count}-{count} for seed {count} alone")
+    seeds: set[int] = set()
+    for part in (p.strip() for p in text.split(",")):
         low, dash, high = part.partition("-")
         try:
             first, last = int(low), int(high if dash else low)
@@ -31,39 +44,24 @@ def parse_seeds(text: str) -> list[int]:
     return sorted(seeds)
 
 
-MAX_SEEDS = 1000
-
-
 def seeds_option(text: str) -> list[int]:
-    """--seeds as sweep takes it, a range 0-99 (inclusive) or a list 0,3,7; or the older count form N
-    (seeds 0..N-1), still read as before; at a terminal one line says what to write instead (in the
-    list form a bare number would be one seed, as in sweep). Scripts, whose stderr is parsed, get
-    no extra line."""
+    """--seeds as every command takes it (parse_seeds), as an argparse type: one line, exit 2."""
     import argparse
-    import sys
 
-    if text.strip().isdigit():
-        if int(text) == 0:   # a newcomer's "seed 0": the count form has no zero
-            raise argparse.ArgumentTypeError("0 must be a positive integer (a bare N is a count: seeds "
-                                             "0..N-1); for seed 0 alone write --seeds 0-0")
-        count = positive_int(text)
-        if count > MAX_SEEDS:
-            raise argparse.ArgumentTypeError(f"--seeds {count} is absurd; use at most {MAX_SEEDS}")
-        if sys.stderr.isatty():
-            print(f"note: --seeds {count} is read as a count (seeds 0-{count - 1}), as before; write --seeds "
-                  f"0-{count - 1} (a range, or a list like 0,3,7: the form sweep takes)", file=sys.stderr)
-        return list(range(count))
     try:
         return parse_seeds(text)
     except UsageError as error:
-        raise argparse.ArgumentTypeError(str(error).removeprefix(f"--seeds {text!r}: ")) from None
+        raise argparse.ArgumentTypeError(str(error).removeprefix(f"--seeds {text!r}: ")
+                                         .removeprefix(f"--seeds {text}: ")) from None
+
+
+def add_seeds_argument(parser: Parser, default: str = "0-2") -> None:
+    parser.add_argument("--seeds", type=seeds_option, default=default, help=f"{SEEDS_HELP} (default {default})")
 
 
 def add_settings_arguments(parser: Parser, default_out: str) -> None:
     """Seeds, runs folder and the training settings a command may override."""
-    parser.add_argument("--seeds", type=seeds_option, default="0-2",
-                        help="seeds: a range 0-99 (inclusive) or a list 0,3,7, as sweep takes them (default 0-2; "
-                             "a bare N is the older count form, seeds 0..N-1)")
+    add_seeds_argument(parser)
     parser.add_argument("--out", type=folder_path, help=f"runs folder (default {default_out})")
     add_training_flags(parser)
 

@@ -1,4 +1,4 @@
-"""`python -m probes.census SWEEP_DIR`: a sweep's circuit census counted (probes.census), printed,
+"""`toylens census SWEEP_DIR`: a sweep's circuit census counted (probes.census), printed,
 and written into its census folder (probes.report.outputs.census)."""
 
 from __future__ import annotations
@@ -25,13 +25,9 @@ def census_command(runs_dir: Path, out: Path | None = None) -> None:
 
 
 def main(argv=None) -> None:
-    parser = Parser(prog="python -m probes.census",
+    parser = Parser(prog="toylens census",
                     description="Count the circuits of a sweep's runs per model and grid point, with 95% intervals.")
     parser.add_argument("runs_dir", type=folder_path, help="a sweep folder (e.g. runs/sweeps/winograd)")
     parser.add_argument("--out", type=folder_path, default=None, help="where census.md/json/png go (default RUNS_DIR/census)")
     args = parser.parse_args(argv)
     run_cli(census_command, args.runs_dir, args.out)
-
-
-if __name__ == "__main__":
-    main()

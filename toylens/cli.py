@@ -1,4 +1,4 @@
-"""`python -m tasks list|train|sweep NAME` and `python -m tasks.<name> train|sweep`: thin layers over
+"""`toylens list|train|sweep NAME` (and the alias `python -m tasks.winograd train|sweep`): thin layers over
 `toylens.family` and `toylens.sweeps.plan`. Heavy imports (torch, TransformerLens) happen only on the paths that train."""
 
 from __future__ import annotations
@@ -95,10 +95,12 @@ def summary_line(task_cls: type) -> str:
 def task_parser(task_cls: type, prog: str) -> Parser:
     parser = Parser(prog=prog, description=task_cls.__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    add_train_arguments(commands.add_parser("train", help=f"train the {task_cls.name} model family"), task_cls)
+    # The usage lines name the one command surface, whichever alias (`python -m tasks.winograd`) ran.
+    add_train_arguments(commands.add_parser("train", prog=f"toylens train {task_cls.name}",
+                                            help=f"train the {task_cls.name} model family"), task_cls)
     from toylens.sweeps.plan import add_sweep_arguments
 
-    add_sweep_arguments(commands.add_parser("sweep", help=f"train and trace {task_cls.name} runs over seeds and a "
+    add_sweep_arguments(commands.add_parser("sweep", prog=f"toylens sweep {task_cls.name}", help=f"train and trace {task_cls.name} runs over seeds and a "
                                             "grid of settings, locally or on Ray, then count their circuits"), task_cls)
     return parser
 
@@ -136,15 +138,15 @@ def main(argv=None) -> None:
     def body():
         if argv[:1] == ["list"]:
             if argv[1:]:   # a name given to list would be silently ignored
-                raise UsageError(f"list takes no arguments, got {' '.join(argv[1:])!r}; run python -m tasks list "
-                                 "(python -m tasks train NAME --help for one task's options)")
+                raise UsageError(f"list takes no arguments, got {' '.join(argv[1:])!r}; run toylens list "
+                                 "(toylens train NAME --help for one task's options)")
             for name, cls in task_classes().items():
                 validate_family(cls())
                 print(f"{name:<16} {summary_line(cls)}")
             return
         if argv[:1] in (["train"], ["sweep"]) and len(argv) >= 2 and not argv[1].startswith("-"):
             task_cls = get_task_class(argv[1])
-            parser = Parser(prog=f"python -m tasks {argv[0]} {argv[1]}", description=task_cls.__doc__)
+            parser = Parser(prog=f"toylens {argv[0]} {argv[1]}", description=task_cls.__doc__)
             if argv[0] == "sweep":
                 from toylens.sweeps.plan import add_sweep_arguments
                 from toylens.sweeps.driver import sweep_command
@@ -154,14 +156,14 @@ def main(argv=None) -> None:
             add_train_arguments(parser, task_cls)
             return train_command(task_cls, parser.parse_args(argv[2:]))
         if argv[:1] in (["train"], ["sweep"]):
-            raise UsageError(f"{argv[0]} needs a task name: python -m tasks {argv[0]} NAME (see python -m tasks list)")
-        raise UsageError("usage: python -m tasks list | python -m tasks train|sweep NAME [options]")
+            raise UsageError(f"{argv[0]} needs a task name: toylens {argv[0]} NAME (see toylens list)")
+        raise UsageError("usage: toylens list | toylens train|sweep NAME [options]")
 
     if argv in (["-h"], ["--help"], [], ["list", "-h"], ["list", "--help"]):
-        print("usage: python -m tasks list | python -m tasks train|sweep NAME [options]\n"
+        print("usage: toylens list | toylens train|sweep NAME [options]\n"
               "  list         registered tasks (built-in and plugins)\n"
-              "  train NAME   train NAME's model family (python -m tasks train NAME --help)\n"
+              "  train NAME   train NAME's model family (toylens train NAME --help)\n"
               "  sweep NAME   train and trace runs over seeds and a grid, locally or on Ray, then count\n"
-              "               their circuits (python -m tasks sweep NAME --help)")
+              "               their circuits (toylens sweep NAME --help)")
         return
     run_cli(body)

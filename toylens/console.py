@@ -1,5 +1,9 @@
-"""`toylens COMMAND [ARGS]`: one discoverable entry to every command. Each command hands its
-arguments to the same `main` its documented `python -m` form runs, so the two never differ."""
+"""`toylens COMMAND [ARGS]` (or `python -m toylens COMMAND [ARGS]`): the one entry to every command.
+The user's two documented forms, `python -m tasks.winograd train` and `python -m probes.circuit report`,
+are thin aliases that hand their arguments to the same `main` as `toylens train winograd` and
+`toylens report`, so the forms never differ. No other module is runnable with `python -m`
+(tests/test_commands.py). benchmarks/verify_report.py stays a script: it is the outside verifier,
+written against the stored files without toylens's code, so it cannot live in the package it checks."""
 
 from __future__ import annotations
 
@@ -21,6 +25,11 @@ COMMANDS = {
     "sweep": Command("toylens.cli", "train and trace runs over seeds and a grid, then count their circuits: "
                      "toylens sweep NAME [options]", ("sweep",)),
     "report": Command("toylens.report", "trace the circuits of a runs folder into RUNS_DIR/report/", ("report",)),
+    "results": Command("probes.report.outputs.results", "the results pages (docs/results) from runs folders "
+                       "and sweeps: toylens results RUNS_DIR [RUNS_DIR ...] --out docs/results"),
+    "export": Command("toylens.export", "MIB circuit files and attribution scores of a runs folder: "
+                      "toylens export mib|attribution RUNS_DIR"),
+    "screenshots": Command("toylens.screenshots", "PNG screenshots of a report.html, through Chromium"),
     "edges": Command("toylens.edges", "edge circuits by the exact oracle, EAP, EAP-IG and ACDC, with MIB files"),
     "leaderboard": Command("toylens.leaderboard", "every edge method x ablation on the ground-truth models, scored and "
                            "timed: docs/results/leaderboard.md and .html"),
@@ -55,6 +64,3 @@ def main(argv=None) -> None:
         raise SystemExit(2)
     importlib.import_module(command.module).main([*command.prefix, *argv[1:]])
 
-
-if __name__ == "__main__":
-    main()

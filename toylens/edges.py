@@ -1,4 +1,4 @@
-"""`python -m toylens.edges RUNS_DIR [--out DIR]`: every run's edge circuit (probes.circuits.named),
+"""`toylens edges RUNS_DIR [--out DIR]`: every run's edge circuit (probes.circuits.named),
 the fast methods (EAP, EAP-IG, ACDC) scored against the exact oracle, written to DIR (default
 RUNS_DIR/edges)."""
 
@@ -86,7 +86,7 @@ def main(argv=None) -> None:
 
     import argparse
 
-    parser = Parser(prog="python -m toylens.edges", description=__doc__.split("\n\n")[0],
+    parser = Parser(prog="toylens edges", description=__doc__.split("\n\n")[0],
                     epilog=FILES, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs_dir", type=folder_path, help="a task's runs folder (e.g. runs/winograd)")
     parser.add_argument("--out", type=folder_path, default=None, help="where the files go (default RUNS_DIR/edges)")
@@ -94,7 +94,3 @@ def main(argv=None) -> None:
     if not args.runs_dir.is_dir():
         parser.error(f"{args.runs_dir} is not a folder of runs")
     run_cli(edges_command, args.runs_dir, args.out)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,4 @@
-"""`python -m toylens.export mib|attribution RUNS_DIR [--out DIR]`: every trained attention run's
+"""`toylens export mib|attribution RUNS_DIR [--out DIR]`: every trained attention run's
 edges in the formats the field's tools read (probes.report.outputs.exports; docs/exports.md).
 
 - mib: per run, the oracle's, EAP's and EAP-IG's edge scores as MIB edge-score JSON (position-free
@@ -99,7 +99,7 @@ def export_command(kind: str, runs_dir: Path, out: Path | None, pairs: int) -> N
 def main(argv=None) -> None:
     from common.cli import folder_path
 
-    parser = Parser(prog="python -m toylens.export", description=__doc__.splitlines()[0])
+    parser = Parser(prog="toylens export", description=__doc__.splitlines()[0])
     parser.add_argument("kind", choices=("mib", "attribution"))
     parser.add_argument("runs_dir", type=folder_path)
     parser.add_argument("--out", type=folder_path, default=None, help="default RUNS_DIR/exports")
@@ -108,7 +108,3 @@ def main(argv=None) -> None:
     if not args.runs_dir.is_dir():
         parser.error(f"{args.runs_dir} is not a folder of runs")
     run_cli(export_command, args.kind, args.runs_dir, args.out, args.pairs)
-
-
-if __name__ == "__main__":
-    main()

@@ -95,7 +95,7 @@ def main(argv=None) -> None:
     from common.cli import folder_path
     from toylens.workers import default_jobs
 
-    parser = Parser(prog="python -m probes.circuit",
+    parser = Parser(prog="toylens",
                     description="Trace which heads, at which positions, decide a task's answer.")
     commands = parser.add_subparsers(dest="command", required=True)
     report = commands.add_parser("report", help="analyse every run in RUNS_DIR and write RUNS_DIR/report/")
@@ -110,7 +110,3 @@ def main(argv=None) -> None:
     report.add_argument("--verbose", action="store_true", help="print every part's sentences above the tables")
     args = parser.parse_args(argv)
     run_cli(report_command, args.runs_dir, args.out, args.jobs, args.device, args.verbose)
-
-
-if __name__ == "__main__":
-    main()

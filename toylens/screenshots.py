@@ -1,4 +1,4 @@
-"""`python -m toylens.screenshots REPORT_HTML [--out DIR]`: PNGs of report.html's views, taken in the
+"""`toylens screenshots REPORT_HTML [--out DIR]`: PNGs of report.html's views, taken in the
 system's Chromium (Playwright's Python package, the dev extra): per run named with --graph, its edge
 graph; per run named with --attention, its attention per head. Default: the main job's (Winograd)
 block-2 seed 1's graph and attn-only-2x1 seed 2's attention, into docs/figures, as the README shows;
@@ -46,7 +46,7 @@ def screenshots(report: Path, out: Path, graphs: list[str], attention: list[str]
 def main(argv=None) -> None:
     from common.cli import folder_path
 
-    parser = Parser(prog="python -m toylens.screenshots", description=__doc__.split("\n\n")[0].replace("\n", " "))
+    parser = Parser(prog="toylens screenshots", description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("report", type=folder_path)
     parser.add_argument("--out", type=folder_path, default=Path("docs/figures"))
     parser.add_argument("--graph", action="append", help="MODEL:SEED (default block-2:1, a Winograd run)")
@@ -56,7 +56,3 @@ def main(argv=None) -> None:
         parser.error(f"{args.report} is not a report.html")
     run_cli(lambda: print("\n".join(f"wrote {p}" for p in screenshots(
         args.report, args.out, args.graph or ["block-2:1"], args.attention or ["attn-only-2x1:2"]))))
-
-
-if __name__ == "__main__":
-    main()

@@ -269,4 +269,4 @@ def stop_fork_server() -> None:
     this command's (what /usr/bin/time and RUSAGE_CHILDREN count). The module offers no public way."""
     from multiprocessing import forkserver
 
-    forkserver._forkserver._stop()
+    forkserver._forkserver._stop()  # type: ignore[attr-defined]  # private: no public way (above)

@@ -14,7 +14,7 @@ above what existed before the forward (inputs and weights excluded). Time is the
 forwards (no grad, batch 1, float32) in one torch thread: with two threads on a shared 2-core
 machine a forward waited on the slower thread and times jumped 3x between runs (measured).
 
-`python -m probes.chapter.cost` prints the table and fits and writes cost.json and cost.png to --out.
+`toylens cost` prints the table and fits and writes cost.json and cost.png to --out.
 """
 
 from __future__ import annotations
@@ -250,7 +250,7 @@ def cost_command(max_len: int, budget: float, out: Path) -> None:
 def main(argv=None) -> None:
     from common.cli import folder_path
 
-    parser = Parser(prog="python -m probes.chapter.cost",
+    parser = Parser(prog="toylens cost",
                     description="Attention's time and memory against sequence length, with fitted exponents.")
     parser.add_argument("--max-len", type=positive_int, default=4096, help="longest sequence (default 4096)")
     parser.add_argument("--budget", type=float, default=1.0,
@@ -258,7 +258,3 @@ def main(argv=None) -> None:
     parser.add_argument("--out", type=folder_path, default=OUT)
     args = parser.parse_args(argv)
     run_cli(cost_command, args.max_len, args.budget, args.out)
-
-
-if __name__ == "__main__":
-    main()

@@ -139,7 +139,7 @@ def equalities_command(d_model: int, n_heads: int, length: int, batch: int, seed
 def main(argv=None) -> None:
     from common.cli import folder_path
 
-    parser = Parser(prog="python -m probes.chapter.equalities",
+    parser = Parser(prog="toylens equalities",
                     description="The hand-written head equals nn.MultiheadAttention and F.scaled_dot_product_attention; "
                                 "the averaging loop equals the matmul and the softmax.")
     parser.add_argument("--d-model", type=positive_int, default=128)
@@ -150,7 +150,3 @@ def main(argv=None) -> None:
     parser.add_argument("--out", type=folder_path, help="also write the result as JSON to this file")
     args = parser.parse_args(argv)
     run_cli(equalities_command, args.d_model, args.heads, args.length, args.batch, args.seed, args.out)
-
-
-if __name__ == "__main__":
-    main()

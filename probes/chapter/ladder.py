@@ -13,7 +13,7 @@ Rungs (each adds one thing to the one before, except where the chapter swaps a p
   + LayerNorm       pre-norm LayerNorm: a full transformer block
   2 blocks          a second block
 
-This module measures and draws; `python -m probes.chapter.ladder TASK` (served by `toylens.chapter.ladder`) trains
+This module measures and draws; `toylens ladder TASK` (served by `toylens.chapter.ladder`) trains
 them into runs/ladder/TASK/<rung>/seed<k> (kept when already trained with the same settings),
 prints held-out accuracy and loss per rung with 95% intervals over seeds and the shuffle test, and
 writes ladder.json and ladder.png there.
@@ -244,9 +244,3 @@ def ladder_figure(result: LadderResult):
     top.set_title(f"{result.task}: the ladder (n = {result.heldout_n} held-out positions per seed, "
                   f"{len(result.rungs[0].seeds)} seeds)")
     return fig
-
-
-if __name__ == "__main__":
-    from toylens.chapter.ladder import main  # the command trains, so it lives in the command layer
-
-    main()

@@ -10,7 +10,7 @@ every position). The gradient norm per block is measured on each freshly built m
 step): the L2 norm of the gradient of the training loss on one batch of training sequences
 with respect to all of a block's parameters.
 
-This module measures and draws; `python -m probes.chapter.norms TASK` (served by `toylens.chapter.norms`)
+This module measures and draws; `toylens norms TASK` (served by `toylens.chapter.norms`)
 trains into runs/norms/TASK/<variant>/seed<k>, prints both tables and writes norms.json and
 norms.png there.
 """
@@ -224,9 +224,3 @@ def norms_figure(result: NormsResult):
     fig.suptitle(f"{result.task}: pre- vs post-norm, {result.spec.n_layers} blocks "
                  f"({len(result.variants[0].seeds)} seeds)")
     return fig
-
-
-if __name__ == "__main__":
-    from toylens.chapter.norms import main  # the command trains, so it lives in the command layer
-
-    main()

@@ -6,8 +6,8 @@ unembedding (untied in toylens; tied in GPT-2).
 Counting builds the model with `build_model` on torch's meta device: the same modules and shapes as a
 real build, no memory and nothing downloaded, so GPT-2 small's shape counts in well under a second.
 
-`python -m probes.chapter.params n_layers=2 d_model=128 d_vocab=64 n_ctx=32`, `python -m probes.chapter.params
-RUN_FOLDER`, or `python -m probes.chapter.params gpt2`.
+`toylens params n_layers=2 d_model=128 d_vocab=64 n_ctx=32`, `toylens params
+RUN_FOLDER`, or `toylens params gpt2`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from models.spec import Positions
 if TYPE_CHECKING:
     from models.spec import ModelSpec
 
-OUT = Path("runs/chapter/params")
 GPT2_SMALL = dict(n_layers=12, d_model=768, n_heads=12, d_vocab=50257, n_ctx=1024)
 GPT2_SMALL_TIED = 124_439_808   # the chapter's number, for the table; the probe recomputes it
 BLOCK_PARTS = ("ln1", "attn", "ln2", "mlp")
@@ -180,7 +179,9 @@ def params_figure(result: ParamCount):
     return fig
 
 
-def params_command(items: list[str], out: Path) -> None:
+def params_command(items: list[str], out: Path | None) -> None:
+    """Print the table; write params.json and params.png only into an --out the user asked for (a
+    command that prints leaves the current folder as it found it)."""
     from common.atomic import write_json
     from probes.report.figures import save
 
@@ -190,6 +191,8 @@ def params_command(items: list[str], out: Path) -> None:
     if items == ["gpt2"]:
         print(f"GPT-2 small, tied: {result.tied_total:,} (source: {GPT2_SMALL_TIED:,}); as toylens builds it "
               f"(untied unembedding): {result.total:,}")
+    if out is None:
+        return
     out = Path(out)
     write_json(out / "params.json", {**dataclasses.asdict(result), "total": result.total,
                                      "formula_total": result.formula_total,
@@ -201,13 +204,10 @@ def params_command(items: list[str], out: Path) -> None:
 def main(argv=None) -> None:
     from common.cli import folder_path
 
-    parser = Parser(prog="python -m probes.chapter.params",
+    parser = Parser(prog="toylens params",
                     description="Parameters per component of a model spec, counted and by formula.")
     parser.add_argument("spec", nargs="+", help="gpt2, a run folder, or ModelSpec fields as key=value")
-    parser.add_argument("--out", type=folder_path, default=OUT)
+    parser.add_argument("--out", type=folder_path, default=None,
+                        help="also write params.json and params.png into this folder (default: print only)")
     args = parser.parse_args(argv)
     run_cli(params_command, args.spec, args.out)
-
-
-if __name__ == "__main__":
-    main()

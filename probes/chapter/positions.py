@@ -7,7 +7,7 @@ learned position rows past the training length keep their initial random values,
 sinusoid table, rotary angles and ALiBi's bias simply continue. The 1x evaluation uses the run's
 own held-out split (never in training); the longer ones are fresh induction sequences.
 
-This module measures and draws; `python -m probes.chapter.positions` (served by `toylens.chapter.positions`) trains
+This module measures and draws; `toylens positions` (served by `toylens.chapter.positions`) trains
 into runs/positions/<kind>/seed<k> (kept when already trained with the same settings),
 prints accuracy and loss per length, and writes positions.json and positions.png there.
 """
@@ -172,9 +172,3 @@ def positions_figure(result: PositionsResult):
     fig.suptitle(f"induction beyond the training length (trained on R {result.train_repeat[0]}-"
                  f"{result.train_repeat[1]}; {len(result.kinds[0].steps)} seeds, 95% t intervals)")
     return fig
-
-
-if __name__ == "__main__":
-    from toylens.chapter.positions import main  # the command trains, so it lives in the command layer
-
-    main()

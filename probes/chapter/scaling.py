@@ -13,7 +13,7 @@ over training. Scores are recomputed from each attention module's own q, k maps 
 (TransformerLens 4.3's bridge fills hook_attn_scores with the softmax pattern, measured), over
 every real query position with at least two keys, pooled over both layers.
 
-`python -m probes.chapter.scaling` (toylens/chapter/scaling.py: it trains) prints both tables and writes
+`toylens scaling` (toylens/chapter/scaling.py: it trains) prints both tables and writes
 scaling.json and two figures to --out.
 """
 
@@ -249,9 +249,3 @@ def trained_figure(curves: list[TrainedCurve], task_name: str):
     fig.suptitle(f"trained on {task_name}: 2-layer 1-head attention-only, held-out replay "
                  f"({len({c.seed for c in curves})} seed(s); band = range over seeds)")
     return fig
-
-
-if __name__ == "__main__":
-    from toylens.chapter.scaling import main  # training a family is the command layer's
-
-    main()

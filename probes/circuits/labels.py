@@ -75,16 +75,19 @@ def circuit_paths(everywhere: list, single: list, position_label) -> list[PathFa
         return str(patch.sender), str(patch.receiver), patch.component
 
     whole = {key(p): p for p in everywhere}
-    best = {}
+    best: dict = {}
     for patch in single:
         if key(patch) not in best or patch.recovered > best[key(patch)].recovered:
             best[key(patch)] = patch
     paths = []
     for name in dict.fromkeys([*whole, *best]):
         one, at_once = best.get(name), whole.get(name)
-        at_one = (one.positions[0], position_label(one.positions[0]), one.recovered, one.restored) \
-            if one is not None else (-1, "", None, None)
-        paths.append(PathFacts(*name, *at_one, everywhere=None if at_once is None else at_once.recovered))
+        sender, receiver, component = name
+        # Keywords, not two star-unpackings: the type checker (and a reader) sees which field is which.
+        position, label, recovered, restored = (one.positions[0], position_label(one.positions[0]), one.recovered,
+                                                one.restored) if one is not None else (-1, "", None, None)
+        paths.append(PathFacts(sender, receiver, component, position, label, recovered, restored,
+                               everywhere=None if at_once is None else at_once.recovered))
     return sorted(paths, key=lambda e: -e.strength)
 
 

@@ -1,5 +1,5 @@
 """Training dynamics rendered: the phase-change table, one figure per model, dynamics.json, and
-`python -m probes.report.dynamics RUNS_DIR` (prints the table, writes RUNS_DIR/dynamics.json and
+`toylens dynamics RUNS_DIR` (prints the table, writes RUNS_DIR/dynamics.json and
 dynamics_<model>.png). The measurements are probes.dynamics's."""
 
 from __future__ import annotations
@@ -119,12 +119,8 @@ def dynamics_command(runs_dir: Path) -> None:
 def main(argv=None) -> None:
     from common.cli import folder_path
 
-    parser = Parser(prog="python -m probes.report.dynamics",
+    parser = Parser(prog="toylens dynamics",
                     description="Replay training snapshots: scored vs other loss, head scores, phase change.")
     parser.add_argument("runs_dir", type=folder_path, nargs="?", default=Path("runs/induction"))
     args = parser.parse_args(argv)
     run_cli(dynamics_command, args.runs_dir)
-
-
-if __name__ == "__main__":
-    main()

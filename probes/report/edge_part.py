@@ -2,7 +2,7 @@
 Q/K/V inputs, MLPs, embeddings, logits) by the exact oracle, on the circuit report's own pairs.
 
 Only the oracle runs here (one forward per edge, batched): the fast methods' comparison with it
-(EAP, EAP-IG, ACDC) costs several times more and lives in `python -m toylens.edges RUNS_DIR`.
+(EAP, EAP-IG, ACDC) costs several times more and lives in `toylens edges RUNS_DIR`.
 One-block runs are left to the head part: with one block no edge composes two heads, and every
 edge into the logits is a head or MLP the head part already ablates.
 """
@@ -271,7 +271,7 @@ def render_edge_circuits(runs: list[EdgeRun], out: Path, settings: ReportSetting
              "|effect| whose faithfulness reaches the target with every edge outside it given its counterfactual "
              "write: the gap scale, 0 = the empty circuit (= the counterfactual run), 1 = the full model (not the "
              "head circuits' null scale, whose empty circuit is mean-ablated). "
-             "EAP, EAP-IG and ACDC scored against this oracle: `python -m toylens.edges RUNS_DIR`.")
+             "EAP, EAP-IG and ACDC scored against this oracle: `toylens edges RUNS_DIR`.")
     blocks = [intro, ""]
     for run in runs:
         if not settings.traces(run.result.oracle.gap):

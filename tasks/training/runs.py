@@ -54,6 +54,8 @@ def command_argv() -> list[str]:
     main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
     if main_spec is not None:
         return ["python", "-m", main_spec.name.removesuffix(".__main__"), *sys.argv[1:]]
+    if sys.argv and Path(sys.argv[0]).name == "toylens":   # the console script: `toylens train ...`
+        return ["toylens", *sys.argv[1:]]
     return ["python", *sys.argv]
 
 
@@ -239,7 +241,7 @@ def find_runs(runs_dir: Path, family: bool = True) -> list[Run]:
             if (path.parent / METRICS).is_file() and not path.parent.is_symlink()]
     if not runs:
         raise UsageError(f"runs folder {runs_dir} holds no finished runs; train first, e.g. "
-                         f"python -m tasks train <task> --out {runs_dir}")
+                         f"toylens train <task> --out {runs_dir}")
     tasks = sorted({run.config["task"]["name"] for run in runs})
     if len(tasks) > 1:
         raise UsageError(f"runs folder {runs_dir} mixes runs of tasks {tasks}; point at one task's folder")

@@ -161,7 +161,7 @@ def read_manifest(root: Path) -> SweepManifest:
     if not path.is_file():
         raise UsageError(f"{root} has no {SWEEP}, so it is not a sweep folder (or one written before toylens "
                          "recorded what a sweep planned): rerun the sweep into a new folder, or for a train's runs "
-                         "folder use python -m probes.accuracy")
+                         "folder use toylens accuracy")
     data = read_signed(path, {"format": str, "task": str, "groups": object})
     if data["format"] != FORMAT:
         raise UsageError(f"{path} is of format {data['format']!r}, not {FORMAT!r}; rerun the sweep into a new folder")
@@ -222,4 +222,4 @@ def runs_folder(folder: Path) -> Path:
         return folder / points[0]
     folders = ", ".join(str(folder / p) for p in points[:3]) + (" ..." if len(points) > 3 else "")
     raise UsageError(f"{folder} is a sweep of {len(points)} grid points, whose runs repeat models and seeds; point "
-                     f"at one point's folder ({folders}) or count them all with python -m probes.census {folder}")
+                     f"at one point's folder ({folders}) or count them all with toylens census {folder}")

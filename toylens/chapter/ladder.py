@@ -1,4 +1,4 @@
-"""`python -m probes.chapter.ladder TASK`: train the ladder's rungs (`probes.chapter.ladder`) on TASK's data with
+"""`toylens ladder TASK`: train the ladder's rungs (`probes.chapter.ladder`) on TASK's data with
 its training settings over seeds, through the family training (`toylens.family`), then measure,
 print, and write ladder.json and ladder.png beside the runs."""
 
@@ -57,13 +57,13 @@ def main(argv=None) -> None:
     def body():
         task_name = argv[0] if argv and not argv[0].startswith("-") else None
         task_cls = get_task_class(task_name) if task_name else None
-        parser = Parser(prog="python -m probes.chapter.ladder TASK",
+        parser = Parser(prog="toylens ladder TASK",
                         description="Train the ladder of models from no context to two blocks on TASK's data "
                                     "and compare them on held-out data.")
         if task_name is None:
-            parser.add_argument("task", help="a registered task (python -m tasks list)")
+            parser.add_argument("task", help="a registered task (toylens list)")
             parser.parse_args(argv)
-            raise UsageError("python -m probes.chapter.ladder needs a task name first, e.g. python -m probes.chapter.ladder winograd")
+            raise UsageError("toylens ladder needs a task name first, e.g. toylens ladder winograd")
         add_settings_arguments(parser, f"runs/ladder/{task_name}")
         parser.add_argument("--rungs", help=f"comma-separated rungs (default all: {', '.join(LABELS)})")
         parser.add_argument("--d-model", type=positive_int, default=128, help="width of every rung (default 128)")
@@ -75,7 +75,3 @@ def main(argv=None) -> None:
         ladder_command(args)
 
     run_cli(body)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,4 @@
-"""`python -m probes.chapter.norms TASK`: train pre- and post-norm models (`probes.chapter.norms`), each
+"""`toylens norms TASK`: train pre- and post-norm models (`probes.chapter.norms`), each
 with and without learning-rate warmup, on TASK's data over seeds through the family training
 (`toylens.family`), then measure held-out perplexity and the gradient norm per block at
 initialisation, print, and write norms.json and norms.png beside the runs."""
@@ -73,14 +73,14 @@ def main(argv=None) -> None:
 
     def body():
         task_name = argv[0] if argv and not argv[0].startswith("-") else None
-        parser = Parser(prog="python -m probes.chapter.norms TASK",
+        parser = Parser(prog="toylens norms TASK",
                         description="Train pre- and post-norm models, with and without learning-rate warmup (--warmup-steps: "
                                     "its length in the +warmup variants, default a tenth of the steps), "
                                     "on TASK's data; compare held-out perplexity and gradient norms at initialisation.")
         if task_name is None:
-            parser.add_argument("task", help="a registered task (python -m tasks list), e.g. text")
+            parser.add_argument("task", help="a registered task (toylens list), e.g. text")
             parser.parse_args(argv)
-            raise UsageError("python -m probes.chapter.norms needs a task name first, e.g. python -m probes.chapter.norms text")
+            raise UsageError("toylens norms needs a task name first, e.g. toylens norms text")
         task_cls = get_task_class(task_name)
         add_settings_arguments(parser, f"runs/norms/{task_name}")
         parser.add_argument("--variants", help=f"comma-separated (default all: {', '.join(v[0] for v in VARIANTS)})")
@@ -94,7 +94,3 @@ def main(argv=None) -> None:
         norms_command(args)
 
     run_cli(body)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,4 @@
-"""`python -m probes.chapter.positions`: train the induction models of `probes.chapter.positions` (one per kind of
+"""`toylens positions`: train the induction models of `probes.chapter.positions` (one per kind of
 position information) on short sequences through the family training (`toylens.family`), then
 evaluate them on longer ones, print, and write positions.json and positions.png beside the runs."""
 
@@ -69,7 +69,7 @@ def main(argv=None) -> None:
     from toylens.arguments import add_jobs_arguments, add_settings_arguments, add_task_params
 
     def body():
-        parser = Parser(prog="python -m probes.chapter.positions",
+        parser = Parser(prog="toylens positions",
                         description="Train induction models with each kind of position information on short "
                                     "sequences and evaluate them on longer ones.")
         parser.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated (default {','.join(KINDS)})")
@@ -86,7 +86,3 @@ def main(argv=None) -> None:
         positions_command(args)
 
     run_cli(body)
-
-
-if __name__ == "__main__":
-    main()

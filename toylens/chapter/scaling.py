@@ -1,4 +1,4 @@
-"""`python -m probes.chapter.scaling`: sqrt(d_k) at initialisation and trained scaled vs unscaled on a task
+"""`toylens scaling`: sqrt(d_k) at initialisation and trained scaled vs unscaled on a task
 at several widths (the measurements are in probes/scaling.py; training a family is this layer's)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 from common.cli import Parser, UsageError, positive_int, run_cli
 from probes.chapter.scaling import (KEYS, PAIRS, REPLAY_ROWS, ROWS, SATURATED, TrainedCurve, init_figure, init_table,
                             measure_init, replay, trained_figure, trained_table)
-from toylens.arguments import MAX_SEEDS
+from toylens.arguments import add_seeds_argument
 
 OUT = Path("runs/chapter/scaling")
 WIDTHS = (32, 64, 256)
@@ -91,11 +91,11 @@ def scaling_command(task_name: str, widths, seeds, steps: int, every: int, jobs:
 def main(argv=None) -> None:
     from common.cli import folder_path
 
-    parser = Parser(prog="python -m probes.chapter.scaling",
+    parser = Parser(prog="toylens scaling",
                     description="sqrt(d_k): scores, saturation, entropy and gradients, at init and in training.")
     parser.add_argument("--task", default="winograd", help="task to train on (default winograd)")
     parser.add_argument("--widths", type=positive_int, nargs="+", default=list(WIDTHS), help="d_k values trained")
-    parser.add_argument("--seeds", type=positive_int, default=2, help="seeds per model (0..N-1; default 2)")
+    add_seeds_argument(parser, "0-1")
     parser.add_argument("--steps", type=positive_int, default=400)
     parser.add_argument("--every", type=positive_int, default=50, help="snapshot and evaluation interval")
     parser.add_argument("--jobs", type=positive_int, default=2)
@@ -103,11 +103,5 @@ def main(argv=None) -> None:
     parser.add_argument("--overwrite", action="store_true", help="retrain runs already in --out")
     parser.add_argument("--out", type=folder_path, default=OUT)
     args = parser.parse_args(argv)
-    if args.seeds > MAX_SEEDS:   # before the list of seeds fills memory
-        parser.error(f"--seeds {args.seeds} is absurd; use at most {MAX_SEEDS}")
-    run_cli(scaling_command, args.task, args.widths, list(range(args.seeds)), args.steps, args.every, args.jobs,
+    run_cli(scaling_command, args.task, args.widths, args.seeds, args.steps, args.every, args.jobs,
             args.init_only, args.out, args.overwrite)
-
-
-if __name__ == "__main__":
-    main()

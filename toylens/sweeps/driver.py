@@ -267,7 +267,7 @@ def check_gpus_per_run(gpus: float, executor: str) -> None:
 
 
 def sweep_command(task_cls: type, args) -> None:
-    """`python -m tasks sweep TASK ...`: plan, check, run on the chosen executor, write the census."""
+    """`toylens sweep TASK ...`: plan, check, run on the chosen executor, write the census."""
     from tasks.training.runs import command_line
     from toylens.sweeps.executors import make_executor
     from toylens.sweeps.driver import run_sweep

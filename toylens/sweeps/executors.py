@@ -8,6 +8,7 @@ Ray is imported only by RayExecutor, so nothing else (and never `train`) pays it
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
@@ -154,7 +155,7 @@ class RayExecutor:
         started = time.perf_counter()
         try:
             ray.init(address=address, num_cpus=self.cpus if address == "local" else None, include_dashboard=False,
-                     log_to_driver=False, logging_level="ERROR")
+                     log_to_driver=False, logging_level=logging.ERROR)
         except (ValueError, ConnectionError) as error:   # e.g. "auto" with no cluster running
             raise UsageError(f"Ray at {address!r}: {one_line(error)}; start the cluster (ray start --head) or fix "
                              "--address or RAY_ADDRESS") from None

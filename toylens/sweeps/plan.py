@@ -23,7 +23,7 @@ from common.cli import UsageError, folder_path
 from models import ModelSpec
 from tasks.settings import TrainSettings
 from tasks.training.sweeps import POINT, PlannedGroup, SweepManifest, identity_of
-from toylens.arguments import MAX_RUNS
+from toylens.arguments import MAX_RUNS, SEEDS_HELP
 
 if TYPE_CHECKING:
     from toylens.family import RunPlan
@@ -220,7 +220,7 @@ def add_sweep_arguments(parser, task_cls: type) -> None:
     from common.cli import positive_int
 
     parser.add_argument("--models", help="comma-separated model names (default: the task's whole family)")
-    parser.add_argument("--seeds", default="0-2", help="seeds: a range 0-99 (inclusive) or a list 0,3,7 (default 0-2)")
+    parser.add_argument("--seeds", default="0-2", help=f"{SEEDS_HELP} (default 0-2)")
     parser.add_argument("--grid", nargs="+", default=[], metavar="KEY=V1,V2",
                         help="values to sweep: training settings, task parameters or model-spec fields, "
                              "e.g. --grid d_model=64,128 lr=1e-3,3e-3 (every combination is a grid point)")

@@ -1,10 +1,10 @@
-"""`python -m probes.report.outputs.results RUNS_DIR [RUNS_DIR ...] --out docs/results`: the results pages.
+"""`toylens results RUNS_DIR [RUNS_DIR ...] --out docs/results`: the results pages.
 
 Every number on a page is read from what the runs stored, never typed, so a page cannot drift from
 the code that measured it: regenerate it rather than edit it. A family's runs folder (trained by
-`python -m tasks.<task> train --report`) gives OUT/<task>.md: the accuracy comparison (each run's
+`toylens train TASK --report`) gives OUT/<task>.md: the accuracy comparison (each run's
 metrics.json), the circuit report's summary and figures (RUNS_DIR/report/report.json). A sweep's
-folder (`python -m tasks.<task> sweep`) gives OUT/census-<task>.md, the circuit census of its runs.
+folder (`toylens sweep TASK`) gives OUT/census-<task>.md, the circuit census of its runs.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from probes.report.words import pct, shuffle_text
 REPORT = Path("report") / "report.json"
 POINT = "point.json"        # written by a sweep beside each grid point's runs
 FIGURES = "figures"
-EDGES = Path("edges") / "edges.md"     # written by python -m toylens.edges RUNS_DIR
+EDGES = Path("edges") / "edges.md"     # written by toylens edges RUNS_DIR
 MAX_TEXT_BYTES = 4 * 1024 * 1024
 SPEC_SHOWN = ("n_layers", "d_model", "n_heads", "attention", "positions", "mlp", "norm")
 
@@ -144,7 +144,7 @@ def accuracy_section(models, runs) -> str:
                       "wrong answer (foil), mean", "train, mean", "shuffle max abs dlogit", "steps (stop reason)"], rows)
     health = "".join(f"\n\n{line.strip()}" for line in health_lines(models))
     return (f"Held-out accuracy at the scored positions, n = {n} per run (each run's metrics.json, measured "
-            "after training; per-seed Wilson intervals are in `python -m probes.accuracy RUNS_DIR`). The "
+            "after training; per-seed Wilson intervals are in `toylens accuracy RUNS_DIR`). The "
             "shuffle test permutes each held-out prefix before the scored position and reports the largest "
             f"change of a scored logit (0 = order-blind).\n\n{table}{health}")
 
@@ -221,16 +221,16 @@ def copier(source: Path) -> Callable:
 # ---- a family's edge-method comparison -------------------------------------------------------------
 
 def edges_page(path: Path, task: str, made_by: str) -> Page:
-    """What `python -m toylens.edges RUNS_DIR` wrote (RUNS_DIR/edges/edges.md: every number measured by
+    """What `toylens edges RUNS_DIR` wrote (RUNS_DIR/edges/edges.md: every number measured by
     that command), with the figures it links."""
-    fix = f"rewrite it with python -m toylens.edges {path.parent.parent}"
+    fix = f"rewrite it with toylens edges {path.parent.parent}"
     text = read_text(path, fix)
     name = f"{task}-edges"
     links = sorted(set(re.findall(r"\]\((figures/[^)]+)\)", text)))
     figures = tuple((Path(figure_path(link, str(path), fix)).name, copier(path.parent / link)) for link in links)
     body = text.replace("](figures/", f"]({FIGURES}/{name}/")
     title, rest = body.split("\n", 1) if body.startswith("# ") else ("# Edge circuits", body)
-    header = (f"Made by `{made_by}` from `{path}`, which `python -m toylens.edges {path.parent.parent}` wrote; every "
+    header = (f"Made by `{made_by}` from `{path}`, which `toylens edges {path.parent.parent}` wrote; every "
               "number below is that command's. Regenerate this page rather than edit it. What each column means: "
               "[edges.md](../edges.md).")
     return Page(f"{name}.md", "\n".join([f"{title}: {task}", "", header, rest]), figures)
@@ -321,7 +321,7 @@ def main(argv=None) -> None:
     from common.cli import folder_path
 
     argv = sys.argv[1:] if argv is None else argv
-    parser = Parser(prog="python -m probes.report.outputs.results",
+    parser = Parser(prog="toylens results",
                     description="Write results pages (markdown + figures) from trained runs and their reports.")
     parser.add_argument("runs_dirs", type=folder_path, nargs="+",
                         help="a family's runs folder (with its report) or a sweep's folder")
@@ -329,7 +329,3 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     made_by = shlex.join(["python", "-m", "probes.report.outputs.results", *argv])
     run_cli(results_command, args.runs_dirs, args.out, made_by)
-
-
-if __name__ == "__main__":
-    main()
