@@ -132,9 +132,8 @@ def test_the_summary_cell_names_the_main_path_or_the_or(found):
 
 
 def test_mlp_ablation_and_the_decodability_profile_on_a_trained_block():
-    """A block model trained a few steps: every MLP gets a mean and a zero row, and the profile has
+    """A planted MLP model: every MLP gets a mean and a zero row, and the profile has
     one probe per sublayer, each an accuracy in [0, 1] on the held-out rows."""
-    from models import ModelSpec, build_model
     from probes.ablation import Ablation, reference_activations
     from probes.circuits.truth.planted import mlp_xor
     from probes.sublayers import sublayers

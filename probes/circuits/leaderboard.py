@@ -237,6 +237,7 @@ def both_runs(batch: Batch) -> Batch:
     positive, so the mean write is the clean write and nothing is ablated)."""
     import dataclasses
 
+    assert batch.counterfactual is not None, "ground-truth batches are counterfactual pairs"
     return dataclasses.replace(batch, tokens=torch.cat([batch.tokens, batch.counterfactual]),
                                lengths=torch.cat([batch.lengths, batch.lengths]), groups=batch.groups * 2,
                                counterfactual=None)
@@ -260,7 +261,8 @@ def score_cell(truth: Truth, method: Method, ablation: Ablation, seed: int) -> C
     smallest = smallest_circuit(model, batch, graph, method.name, scores.score, runs)
     curve = curve_of(smallest)
     kept = scores.circuit is not None
-    own = frozenset(scores.circuit if kept else (smallest.edges if smallest.edges is not None else graph.edges))
+    own = frozenset(scores.circuit if scores.circuit is not None else
+                    smallest.edges if smallest.edges is not None else graph.edges)
     empty, full, circuit, true = circuit_outcomes(model, batch, graph, [[], graph.edges, own, truth.edges], runs)
     faithful = normalised([circuit.metric, true.metric], empty.metric, full.metric)
     hits = len(own & truth.edges)

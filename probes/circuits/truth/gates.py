@@ -85,7 +85,7 @@ def write_ramps(w: Weights, layer: int, reads: list[int], out: int, points, firs
     return first + len(ramps(points))
 
 
-def word_pairs(n: int, seed: int, mixed: bool):
+def word_pairs(n: int, seed: int, mixed: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Clean and counterfactual words: every clean word positive and its partner negative, or
     (`mixed`) half the pairs the other way round, so a mean over the clean batch is balanced."""
     generator = torch.Generator().manual_seed(seed)
