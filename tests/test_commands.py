@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("common", "models", "tasks", "probes", "toylens")
 # What a user runs, by what it does; a new command must be added here and to the console.
 USER_COMMANDS = {"list", "train", "sweep", "report", "results", "export", "screenshots", "edges", "accuracy",
-                 "census", "dynamics", "ladder", "positions", "scaling", "params", "norms", "equalities", "cost"}
+                 "census", "dynamics", "ladder", "positions", "scaling", "params", "norms", "equalities", "cost",
+                 "leaderboard", "features"}
 ALIASES = {"tasks.winograd", "probes.circuit", "toylens"}
 
 

@@ -71,6 +71,3 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     run_cli(features_command, args)
 
-
-if __name__ == "__main__":
-    main()

@@ -239,6 +239,3 @@ def dispatch(args, argv) -> None:
     leaderboard_command(models, methods, ablations, args.pairs, args.seed, args.cells, args.out,
                         " ".join(["toylens leaderboard", *words]))
 
-
-if __name__ == "__main__":
-    main()

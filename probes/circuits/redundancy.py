@@ -171,3 +171,14 @@ def circuit_structure(model, batch: Batch, graph: Graph, circuit: frozenset, sin
     joint = joint_search(model, batch, graph, runs, single, start=circuit,
                          alternatives=REPORT_ALTERNATIVES if named.backed_up else 0, tighten=True)
     return CircuitStructure(named, joint, redundancy(model, batch, graph, joint.circuit, single, runs))
+
+
+def headline(result, structure) -> tuple[frozenset, float, str]:
+    """(edges, faithfulness, which method): the smallest circuit the methods found at the target. The
+    joint search's circuit pruned to the target headlines when it ran (the oracle-ranked circuit's
+    single-edge effects did not add: Redundancy.redundant) and is smaller than the ranking's."""
+    ranked = (frozenset(result.circuit.edges), result.circuit.faithfulness.normalised, "oracle ranking")
+    tight = None if structure is None or structure.joint is None else structure.joint.at_target
+    if tight is not None and tight.faithfulness >= result.circuit.target and len(tight.circuit) < len(ranked[0]):
+        return frozenset(tight.circuit), tight.faithfulness, "joint search"
+    return ranked

@@ -236,12 +236,11 @@ def summary_signature(summary, roles: dict) -> MechanismSignature | None:
     head composes with another). None when no circuit was traced."""
     from models.components import Head
     from models.graph import Edge, Input
-    from probes.circuits.labels import named_paths
     from probes.settings import DEFAULT
 
     heads = list(dict.fromkeys(Head.parse(node.split("@")[0]) for node in summary.nodes))
     if not heads:
         return None
-    paths = named_paths(summary.paths or ((summary.edge,) if summary.edge else ()), DEFAULT.path_claim)
+    paths = [p for p in summary.paths or ((summary.edge,) if summary.edge else ()) if p.strength >= DEFAULT.path_claim]
     edges = [Edge(Head.parse(p.sender), Input(Head.parse(p.receiver), p.component)) for p in paths]
     return mechanism_signature(edges, roles, heads, basis=HEAD_BASIS)

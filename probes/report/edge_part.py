@@ -54,7 +54,7 @@ def measure_edge_circuit(context: RunContext) -> EdgeRun | None:
     positional = structure = found = None
     if result.circuit.edges is not None:
         from probes.circuits.logic import logic
-        from probes.circuits.redundancy import circuit_structure
+        from probes.circuits.redundancy import circuit_structure, headline
 
         structure = circuit_structure(context.model, context.pairs, result.graph, frozenset(result.circuit.edges),
                                       result.oracle.normalised(), context.edge_runs)
@@ -66,17 +66,6 @@ def measure_edge_circuit(context: RunContext) -> EdgeRun | None:
                                             context.edge_runs)
     return EdgeRun(context.run.model_name, context.run.seed, result, draw(result, context), positional, structure,
                    found)
-
-
-def headline(result, structure) -> tuple[frozenset, float, str]:
-    """(edges, faithfulness, which method): the smallest circuit the methods found at the target. The
-    joint search's circuit pruned to the target headlines when it ran (the oracle-ranked circuit's
-    single-edge effects did not add: Redundancy.redundant) and is smaller than the ranking's."""
-    ranked = (frozenset(result.circuit.edges), result.circuit.faithfulness.normalised, "oracle ranking")
-    tight = None if structure is None or structure.joint is None else structure.joint.at_target
-    if tight is not None and tight.faithfulness >= result.circuit.target and len(tight.circuit) < len(ranked[0]):
-        return frozenset(tight.circuit), tight.faithfulness, "joint search"
-    return ranked
 
 
 def shares(values) -> str:
@@ -164,6 +153,8 @@ def summary_line(run: EdgeRun, settings: ReportSettings) -> str:
     by_position = "" if run.positional is None or run.positional.edges is None else (
         f"; by position, {len(run.positional.edges)} positional edges keep {run.positional.faithfulness.normalised:.0%} and "
         f"ignoring positions changes {run.positional.changed_share:.0%} of the circuit's edges")
+    from probes.circuits.redundancy import headline
+
     edges, faithfulness, method = headline(result, run.structure)
     beside = "" if method == "oracle ranking" else (
         f" (the oracle ranking's circuit: {len(found.edges)} edges keeping {found.faithfulness.normalised:.0%})")
@@ -201,6 +192,8 @@ def run_json(run: EdgeRun) -> dict:
 
 
 def headline_json(result, structure) -> dict:
+    from probes.circuits.redundancy import headline
+
     edges, faithfulness, method = headline(result, structure)
     return {"method": method, "circuit": [str(e) for e in result.graph.edges if e in edges],
             "faithfulness": faithfulness}

@@ -218,7 +218,7 @@ def edge_cells(run, settings) -> dict:
     elif result.circuit.edges is None:
         text = f"none < {total}"
     else:
-        from probes.report.edge_part import headline
+        from probes.circuits.redundancy import headline
 
         edges, faithfulness, method = headline(result, run.structure)
         text = f"{len(edges)}/{total}, {faithfulness:.0%}" + (" joint" if method == "joint search" else "")
