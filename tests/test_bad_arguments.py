@@ -76,7 +76,7 @@ def test_a_full_disk_is_one_line(tmp_path):
 
 @pytest.mark.parametrize("argv, fragment", [
     (("tasks.winograd", "sweep", "--seeds", "0-999999999"), "more than 100000 seeds"),
-    (("tasks.winograd", "sweep", "--seeds", "4294967296"), "last <= 4294967295"),
+    (("tasks.winograd", "sweep", "--seeds", "4294967296-4294967296"), "last <= 4294967295"),
     (("toylens", "scaling", "--seeds", "100000000000"), "a bare number is ambiguous; write 0-99999999999"),
 ])
 def test_absurd_seeds_are_refused_before_they_fill_memory(tmp_path, argv, fragment):

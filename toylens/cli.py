@@ -92,15 +92,20 @@ def summary_line(task_cls: type) -> str:
     return (task_cls.__doc__ or task_cls.name).strip().splitlines()[0]
 
 
-def task_parser(task_cls: type, prog: str) -> Parser:
+def task_parser(task_cls: type, prog: str, own: bool = False) -> Parser:
+    """`own`: a plugin's own `python -m mytask` ran, and its usage lines name it; otherwise they name
+    the one command surface, whichever alias (`python -m tasks.winograd`) ran."""
     parser = Parser(prog=prog, description=task_cls.__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    # The usage lines name the one command surface, whichever alias (`python -m tasks.winograd`) ran.
-    add_train_arguments(commands.add_parser("train", prog=f"toylens train {task_cls.name}",
+
+    def named(command: str) -> str:
+        return f"{prog} {command}" if own else f"toylens {command} {task_cls.name}"
+
+    add_train_arguments(commands.add_parser("train", prog=named("train"),
                                             help=f"train the {task_cls.name} model family"), task_cls)
     from toylens.sweeps.plan import add_sweep_arguments
 
-    add_sweep_arguments(commands.add_parser("sweep", prog=f"toylens sweep {task_cls.name}", help=f"train and trace {task_cls.name} runs over seeds and a "
+    add_sweep_arguments(commands.add_parser("sweep", prog=named("sweep"), help=f"train and trace {task_cls.name} runs over seeds and a "
                                             "grid of settings, locally or on Ray, then count their circuits"), task_cls)
     return parser
 
@@ -116,7 +121,8 @@ def run_command(task_cls: type, args) -> None:
 def main_for_task(name: str, argv=None) -> None:
     def body():
         task_cls = get_task_class(name)
-        args = task_parser(task_cls, f"python -m {main_module(f'tasks.{name}')}").parse_args(argv)
+        module = main_module(f"tasks.{name}")
+        args = task_parser(task_cls, f"python -m {module}", own=module != f"tasks.{name}").parse_args(argv)
         run_command(task_cls, args)
 
     run_cli(body)
