@@ -98,8 +98,10 @@ def scored_residuals(model, batch: Batch, hooks: list[str]) -> dict[str, torch.T
 
 
 def fit_probe(x: torch.Tensor, y: torch.Tensor, classes: int) -> torch.nn.Linear:
-    torch.manual_seed(0)
-    probe = torch.nn.Linear(x.shape[1], classes)
+    # A fixed start makes the probe repeatable without reseeding the caller's global generator.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        probe = torch.nn.Linear(x.shape[1], classes, device=x.device)
     optimiser = torch.optim.LBFGS(probe.parameters(), max_iter=PROBE_STEPS, line_search_fn="strong_wolfe")
 
     def closure():

@@ -68,7 +68,8 @@ def with_circuits(report, tmp_path_factory):
 
 
 def test_terminal_tables_fit_one_screen_and_say_each_runs_facts(with_circuits):
-    from probes.report.summary import WIDTH, summary_of, terminal_lines
+    from probes.circuits.redundancy import headline
+    from probes.report.summary import FOLDED, WIDTH, summary_of, terminal_lines
     from probes.report.words import intact, named, verdict, whole_layers
 
     measured, sections, DEFAULT = with_circuits
@@ -82,8 +83,11 @@ def test_terminal_tables_fit_one_screen_and_say_each_runs_facts(with_circuits):
     for m in measured:
         table = tables[m.model_name]
         row = dict(zip(table.columns, next(r for r in table.rows if r[0] == str(m.seed))[1:]))
-        # The terminal prints the row's cells, in order, on one line.
-        assert any(re.search(r"\s+".join(map(re.escape, [f"seed {m.seed}", *row.values()])), line) for line in lines)
+        # The terminal prints the row's cells, in order, on one line; the mechanism on a line below.
+        cells = [cell for column, cell in row.items() if column != FOLDED]
+        assert any(re.search(r"\s+".join(map(re.escape, [f"seed {m.seed}", *cells])), line) for line in lines)
+        if row.get(FOLDED, "-") != "-":
+            assert f"seed {m.seed}: {row[FOLDED]}" in " ".join(line.strip() for line in lines)
         a = m.results["runs"]
         assert row["held-out"] == f"{a.accuracy.splits['heldout'].accuracy.value:.1%}"
         if a.circuit is None:
@@ -98,8 +102,9 @@ def test_terminal_tables_fit_one_screen_and_say_each_runs_facts(with_circuits):
                                          for _, r in whole_layers(a))
         e = m.results.get("edge_circuits")
         if e is not None and e.result.circuit.edges is not None and abs(e.result.oracle.gap) >= DEFAULT.min_gap:
-            assert row["edges (gap)"] == f"{len(e.result.circuit.edges)}/{len(e.result.graph.edges)}, " \
-                                         f"{e.result.circuit.faithfulness.normalised:.0%}"
+            edges, faithfulness, method = headline(e.result, e.structure)
+            assert row["edges (gap)"] == f"{len(edges)}/{len(e.result.graph.edges)}, {faithfulness:.0%}" + \
+                                         (" joint" if method == "joint search" else "")
 
 
 def test_report_md_opens_with_the_tables_and_keeps_each_sentence_in_its_run(report):

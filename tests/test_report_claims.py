@@ -179,7 +179,7 @@ def path(recovered: float):
 def seed_run(seed: int, recovered: float):
     circuit = SimpleNamespace(heads=("L0H3", "L1H3"))
     return SimpleNamespace(model_name="block-2", seed=seed, circuit=circuit, path_positions=[path(recovered)],
-                           paths=[], labels={14: "p14"})
+                           paths=[], labels={14: "p14"}, mechanism=None)
 
 
 def test_a_path_below_threshold_is_never_listed_as_a_path():

@@ -47,9 +47,9 @@ LEGEND = (
     "how many rows and pairs: each run's sentences (and report.md's Bases and scales)",
 )
 TERMINAL_LEGEND = (
-    "faith.: head circuit, null scale (0 = all heads mean-ablated, 1 = full model); blocks: verdict with a block's "
-    "heads mean-ablated; edges (gap): the smallest edge circuit found, kept/graph and faithfulness (0 = counterfactual, "
-    "1 = clean); mechanism: its main path, or the OR/AND of components standing in for one",
+    "faith.: head circuit, null scale (0 = all heads mean-ablated, 1 = full model)",
+    "edges (gap): the smallest edge circuit found, kept/graph, faithfulness (0 = counterfactual, 1 = clean)",
+    "blocks: verdict with a block's heads mean-ablated; mechanism: its main path, or the OR/AND standing in for one",
 )
 
 
