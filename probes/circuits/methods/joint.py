@@ -48,17 +48,25 @@ MAX_ALTERNATIVES = 8   # stand-in searches per circuit: each is a whole search a
 
 
 class SetFaithfulness:
-    """f of edge sets on the exact oracle, counting the sets measured (the search's cost)."""
+    """f of edge sets on the exact oracle, counting the sets measured (the search's cost). A set is
+    measured once: the passes ask again for sets they already measured (pass 3's last step is
+    `at_target`'s first, a circuit's own f after its search), and a forward costs the same anyway."""
 
     def __init__(self, model, batch: Batch, graph: Graph, runs: Runs):
         self.model, self.batch, self.graph, self.runs = model, batch, graph, runs
         self.empty, self.full = runs.other.outcome.metric, runs.base.outcome.metric
-        self.measured = 0
+        self.known: dict[frozenset, float] = {}
+
+    @property
+    def measured(self) -> int:
+        return len(self.known)
 
     def __call__(self, circuits: list[frozenset]) -> list[float]:
-        self.measured += len(circuits)
-        outcomes = circuit_outcomes(self.model, self.batch, self.graph, [list(c) for c in circuits], self.runs)
-        return [share(o.metric, self.empty, self.full) for o in outcomes]
+        new = list(dict.fromkeys(frozenset(c) for c in circuits if frozenset(c) not in self.known))
+        if new:
+            outcomes = circuit_outcomes(self.model, self.batch, self.graph, [list(c) for c in new], self.runs)
+            self.known.update((c, share(o.metric, self.empty, self.full)) for c, o in zip(new, outcomes))
+        return [self.known[frozenset(c)] for c in circuits]
 
 
 def in_graph_order(graph: Graph, edges) -> list[Edge]:
