@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable
 
-from common.cli import UsageError
+from common.cli import UsageError, held_interrupts
 
 
 def default_jobs() -> int:
@@ -198,18 +198,22 @@ def map_jobs(function: Callable, items: Iterable, jobs: int, desc: str, progress
 
 
 def start_fork_server() -> None:
-    """Start the fork server (if not running) so that a Ctrl-C during its imports (seconds; it
-    ignores SIGINT only once they are done) prints no traceback there: it is started with SIGINT
-    ignored, and an ignored signal stays ignored across exec, in it and in the workers it forks.
-    (Blocking SIGINT instead does not carry over: the spawn resets the child's signal mask.) This
-    process ignores a Ctrl-C only for the spawn itself, a few milliseconds."""
-    from multiprocessing import forkserver
+    """Start the fork server (if not running) with SIGINT blocked, so that a Ctrl-C during its
+    imports (seconds; it ignores SIGINT only once they are done) prints no traceback there: a
+    blocked signal stays blocked across the spawn, in it and in the workers it forks. This process
+    keeps its handler meanwhile, so a Ctrl-C then is not lost (ignoring it here for the spawn, for
+    the server to inherit, dropped the presses of those milliseconds and the sweep ran on); it stops
+    the command once the server's process id is recorded, for stop_all to find. The resource tracker
+    is started first because its own start unblocks SIGINT."""
+    from multiprocessing import forkserver, resource_tracker
 
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        forkserver.ensure_running()
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    resource_tracker.ensure_running()
+    with held_interrupts():
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            forkserver.ensure_running()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def stop_all(pools: list, grace: float = 3.0) -> None:
