@@ -4,6 +4,8 @@ deterministic by seed, stores in SAELens's layout with checksums, and the comman
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 
 import pytest
 import torch
@@ -85,14 +87,57 @@ def test_stored_in_sae_lens_layout_and_checksummed(trained, tmp_path):
         store.load(folder)
 
 
-def test_sae_lens_loads_it(trained, tmp_path):
+SAE_LENS_PYTHON = os.environ.get("TOYLENS_SAE_LENS_PYTHON", "/work/sae-venv/bin/python")
+# Run beside the TL-3 install sae-lens pins: load the folder, encode and decode the given rows.
+SAE_LENS_SCRIPT = """
+import sys, sae_lens, torch
+from safetensors.torch import load_file, save_file
+sae = sae_lens.SAE.load_from_disk(sys.argv[1])
+x = load_file(sys.argv[2])["x"]
+acts = sae.encode(x)
+save_file({"acts": acts.contiguous(), "out": sae.decode(acts).contiguous()}, sys.argv[3])
+print(sae_lens.__version__)
+"""
+
+
+def sae_lens_outputs(folder, x, tmp_path) -> tuple[dict, str]:
+    """SAELens's encode and decode of `x` through the folder it loads, and its version: in this
+    interpreter where sae-lens imports beside TL 4, else in the separate SAE_LENS_PYTHON."""
     try:
-        from sae_lens import SAE
-    except Exception as error:  # noqa: BLE001 - sae-lens 6.54.12 pins transformer-lens<4 and fails to import on TL 4
-        pytest.skip(f"sae-lens does not import here ({type(error).__name__}: {error}); 6.54.12 pins transformer-lens<4")
+        import sae_lens
+    except Exception:  # noqa: BLE001 - sae-lens 6.54.12 pins transformer-lens<4 and fails to import on TL 4
+        if not os.access(SAE_LENS_PYTHON, os.X_OK):
+            pytest.skip(f"sae-lens does not import beside TL 4 and no {SAE_LENS_PYTHON} "
+                        "(a venv with pip install sae-lens; TOYLENS_SAE_LENS_PYTHON names another)")
+    else:
+        sae = sae_lens.SAE.load_from_disk(str(folder))
+        acts = sae.encode(x)
+        return {"acts": acts, "out": sae.decode(acts)}, sae_lens.__version__
+    from safetensors.torch import load_file, save_file
+
+    save_file({"x": x.contiguous()}, str(tmp_path / "x.safetensors"))
+    done = subprocess.run([SAE_LENS_PYTHON, "-c", SAE_LENS_SCRIPT, str(folder), str(tmp_path / "x.safetensors"),
+                           str(tmp_path / "out.safetensors")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return load_file(str(tmp_path / "out.safetensors")), done.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("kind", ["sae", "transcoder"])
+def test_sae_lens_loads_it(trained, tmp_path, kind):
     dictionary, x, _ = trained
-    sae = SAE.load_from_disk(store.save(tmp_path, dictionary, RUN, context_size=17))
-    assert torch.allclose(sae.encode(x[:32]), dictionary.encode(x[:32]), atol=1e-5)
+    if kind == "transcoder":
+        # A transcoder's input and output differ: rebuild a rotated copy of x.
+        rotation = torch.linalg.qr(torch.randn(16, 16, generator=torch.Generator().manual_seed(5)))[0]
+        dictionary = train_dictionary(x, x @ rotation, config(kind="transcoder", hook_in="blocks.0.mlp.hook_in",
+                                                              hook_out="blocks.0.hook_mlp_out", steps=100),
+                                      progress=False)
+    folder = store.save(tmp_path / "dictionaries", dictionary, RUN, context_size=17)
+    theirs, version = sae_lens_outputs(folder, x[:64], tmp_path)
+    ours = dictionary.encode(x[:64])
+    assert bool((ours > 0).any())
+    assert torch.allclose(theirs["acts"], ours, atol=1e-5)
+    assert torch.allclose(theirs["out"], dictionary.decode(ours), atol=1e-5)
+    print(f"sae-lens {version} loads the {kind} and computes what toylens does")
 
 
 def test_command_refuses_k_not_below_size(capsys):

@@ -1,10 +1,12 @@
 """`toylens features RUNS_DIR [--sizes 64,256] [--k 4,16] [--steps N] [--out DIR]` (or `--tracr NAME`
 without RUNS_DIR): TopK SAEs on the last residual stream and transcoders over every MLP of each run,
-graded against the task's planted variables; dictionaries in SAELens's layout under DIR (default
-RUNS_DIR/features), the table in DIR/features.md."""
+graded against the task's planted variables, and the feature circuit of each run with MLPs;
+dictionaries in SAELens's layout under DIR (default RUNS_DIR/features), the markdown in
+DIR/features.md (or --table FILE)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from common.cli import Parser, UsageError, run_cli
@@ -26,7 +28,7 @@ def features_command(args) -> None:
     from common.atomic import atomic_write
     from common.ownership import check_replaceable
     from probes.features.activations import default_sites
-    from probes.features.measure import Grid, run_grades, tracr_grades, tracr_sites
+    from probes.features.measure import Grid, run_circuit, run_grades, tracr_grades, tracr_sites
     from probes.features.render import section
 
     sizes, ks = int_list(args.sizes), int_list(args.k)
@@ -37,7 +39,9 @@ def features_command(args) -> None:
     torch.set_num_threads(args.threads)
     out = args.out or (args.runs_dir / "features" if args.runs_dir else Path("features") / f"tracr-{args.tracr}")
     check_replaceable(out, "features folder")
+    table = args.table or out / "features.md"
     progress = not args.no_progress
+    traced = []
     if args.tracr is not None:
         grades = tracr_grades(args.tracr, Grid(tracr_sites(args.tracr), sizes, ks, args.steps, args.seed), out, progress)
     else:
@@ -46,10 +50,14 @@ def features_command(args) -> None:
         grades = []
         for run in find_runs(args.runs_dir):
             grid = Grid(tuple(default_sites(run.spec.n_layers, run.spec.mlp)), sizes, ks, args.steps, args.seed)
-            grades += run_grades(run, grid, out / run.model_name / f"seed{run.seed}", progress)
-    text = "\n".join(section(grades)) + "\n"
-    atomic_write(out / "features.md", lambda temp: Path(temp).write_text(text))
-    print(f"wrote {out / 'features.md'}: {len(grades)} dictionaries graded")
+            root = out / run.model_name / f"seed{run.seed}"
+            grades += run_grades(run, grid, root, progress)
+            if not args.no_circuit:
+                traced += [one for one in [run_circuit(run, grid, root)] if one is not None]
+    text = "\n".join(section(grades, traced=traced, made_by=f"Made by `toylens features {args.made_by}`; "
+                              "regenerate it rather than edit it.")) + "\n"
+    atomic_write(table, lambda temp: Path(temp).write_text(text))
+    print(f"wrote {table}: {len(grades)} dictionaries graded, {len(traced)} feature circuits")
 
 
 def main(argv=None) -> None:
@@ -67,7 +75,12 @@ def main(argv=None) -> None:
     # small matmuls ~10x slower (a dictionary took 22 s instead of 2 s, measured).
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--out", type=folder_path, default=None, help="where the files go (default RUNS_DIR/features)")
+    parser.add_argument("--table", type=Path, default=None, help="where the markdown goes (default DIR/features.md)")
+    parser.add_argument("--no-circuit", action="store_true",
+                        help="grade only: no feature circuit through the transcoders of runs with MLPs")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
+    args.made_by = " ".join(argv)
     run_cli(features_command, args)
 

@@ -6,8 +6,8 @@ holds minus where it does not, in the space the decoder writes).
 Scales: MCC 1 = the feature fires exactly where the variable holds, 0 = unrelated (chance), -1 =
 exactly where it does not; AUROC 1 = every positive activation above every negative, 0.5 =
 chance; cosine 1 = the decoder writes along the mean difference. `linear_mcc` says whether the
-variable is linearly present at all: the MCC of the mean-difference projection thresholded halfway
-between the two class means (a variable no direction separates cannot be asked of a feature).
+variable is linearly present at all: the held-out MCC of a logistic-regression probe on the same
+activations (a variable no direction separates cannot be asked of a feature).
 """
 
 from __future__ import annotations
@@ -65,8 +65,10 @@ def mcc_columns(active: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return torch.where(denominator > 0, (tp * tn - fp * fn) / denominator.clamp_min(1e-300), torch.zeros_like(tp))
 
 
-def recovery(variable: Variable, acts: torch.Tensor, x_out: torch.Tensor, w_dec: torch.Tensor) -> Recovery:
-    """`acts` [m, d_sae] the dictionary's feature activations, `x_out` [m, d_out] what it rebuilds."""
+def recovery(variable: Variable, acts: torch.Tensor, x_out: torch.Tensor, w_dec: torch.Tensor,
+             linear: float | None = None) -> Recovery:
+    """`acts` [m, d_sae] the dictionary's feature activations, `x_out` [m, d_out] what it rebuilds;
+    `linear`: the variable's linear_mcc at this hook when the caller already has it."""
     rows = variable.counted
     acts, x_out, labels = acts[rows], x_out[rows], variable.labels[rows]
     scores = mcc_columns(acts > 0, labels)
@@ -74,22 +76,43 @@ def recovery(variable: Variable, acts: torch.Tensor, x_out: torch.Tensor, w_dec:
     difference = x_out[labels].mean(0) - x_out[~labels].mean(0)
     cosine = float(torch.nn.functional.cosine_similarity(w_dec[best], difference, dim=0))
     return Recovery(variable.name, variable.kind, int(labels.sum()), int(rows.sum()), best, float(scores[best]),
-                    auroc(acts[:, best], labels), cosine, linear_mcc(x_out, labels, difference))
+                    auroc(acts[:, best], labels), cosine, linear_mcc(x_out, labels) if linear is None else linear)
 
 
-def linear_mcc(x: torch.Tensor, labels: torch.Tensor, difference: torch.Tensor) -> float:
-    projection = x @ difference
-    middle = (projection[labels].mean() + projection[~labels].mean()) / 2
-    return float(mcc_columns((projection > middle)[:, None], labels)[0])
+def linear_mcc(x: torch.Tensor, labels: torch.Tensor) -> float:
+    """Held-out MCC of a logistic-regression probe (probes.sublayers.fit_probe) fit on the even rows
+    of `x` [c, d] and scored on the odd ones: is the variable linearly present here at all?"""
+    from probes.sublayers import fit_probe
+
+    fit, scored = slice(0, None, 2), slice(1, None, 2)
+    mean, scale = x[fit].mean(0), x[fit].std(0).clamp(min=1e-6)
+    probe = fit_probe((x[fit] - mean) / scale, labels[fit].long(), 2)
+    with torch.no_grad():
+        predicted = probe((x[scored] - mean) / scale).argmax(-1) == 1
+    return float(mcc_columns(predicted[:, None], labels[scored])[0])
+
+
+def linear_presence(variables: list[Variable], x_out: torch.Tensor) -> dict[str, float]:
+    """Each variable's linear_mcc on the activations `x_out` [m, d] of its counted rows."""
+    return {v.name: linear_mcc(x_out[v.counted], v.labels[v.counted]) for v in variables}
+
+
+def feature_matches(acts: torch.Tensor, variables: list[Variable]) -> list[tuple[str, float]]:
+    """Per feature of `acts` [m, d_sae], the planted variable its firing matches best (MCC) and that MCC."""
+    scores = torch.stack([mcc_columns(acts[v.counted] > 0, v.labels[v.counted]) for v in variables])
+    best = scores.argmax(0)
+    return [(variables[int(i)].name, float(scores[i, j])) for j, i in enumerate(best)]
 
 
 @torch.no_grad()
 def grade(run: str, dictionary: Dictionary, x_in: torch.Tensor, x_out: torch.Tensor, variables: list[Variable],
-          split: str, threshold: float = RECOVERED) -> DictionaryGrade:
+          split: str, threshold: float = RECOVERED, linear: dict | None = None) -> DictionaryGrade:
+    """`linear`: linear_presence(variables, x_out) when the caller already has it (one per hook)."""
     acts = dictionary.encode(x_in)
     residual = dictionary.decode(acts) - x_out
     fvu = float(residual.pow(2).sum() / (x_out - x_out.mean(0)).pow(2).sum().clamp_min(1e-12))
     w_dec = dictionary.weights["W_dec"]
-    recoveries = tuple(recovery(v, acts, x_out, w_dec) for v in variables)
+    linear = linear_presence(variables, x_out) if linear is None else linear
+    recoveries = tuple(recovery(v, acts, x_out, w_dec, linear[v.name]) for v in variables)
     return DictionaryGrade(run, dictionary.config, fvu, float((acts > 0).sum(-1).double().mean()),
                            float(((acts > 0).sum(0) == 0).double().mean()), split, len(x_in), recoveries, threshold)

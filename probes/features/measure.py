@@ -5,6 +5,9 @@ grade it against the planted variables on held-out activations.
 Tracr programs have no splits: a dictionary trains and is graded on every input of the compiled
 length (the whole domain, a few hundred sequences), and the variables are the residual stream's
 own `variable:value` dimensions at the hook the SAE reads.
+
+A run with MLPs is also traced as a feature circuit (probes.features.circuit) through its
+transcoders of the grid's first size and k.
 """
 
 from __future__ import annotations
@@ -15,10 +18,13 @@ from pathlib import Path
 import torch
 
 from probes.features import store
-from probes.features.activations import Activations, Site, collect, resid_site
+from probes.features.activations import Activations, Site, collect, mlp_site, resid_site
+from probes.features.circuit import FeatureCircuit, feature_circuit
 from probes.features.dictionary import DictionaryConfig, train_dictionary
-from probes.features.grade import DictionaryGrade, grade
+from probes.features.grade import DictionaryGrade, feature_matches, grade, linear_presence
 from probes.features.variables import Variable, task_variables, tracr_variables
+
+PAIRS = 64   # held-out counterfactual pairs the circuit is measured on (as the circuit report's)
 
 
 @dataclass(frozen=True)
@@ -53,11 +59,14 @@ def trained_or_read(root: Path, config: DictionaryConfig, train: Activations, ru
 
 def graded(label: str, grid: Grid, root: Path, train: Activations, held: Activations, d_model: int,
            variables_at, run: dict, context: int, split: str, progress: bool) -> list[DictionaryGrade]:
-    out = []
+    out, linear = [], {}
     for config in grid.configs(d_model):
         dictionary = trained_or_read(root, config, train, run, context, progress)
-        out.append(grade(label, dictionary, held.values[config.hook_in], held.values[config.hook_out],
-                         variables_at(config), split))
+        variables, x_out = variables_at(config), held.values[config.hook_out]
+        if config.hook_out not in linear:
+            linear[config.hook_out] = linear_presence(variables, x_out)
+        out.append(grade(label, dictionary, held.values[config.hook_in], x_out, variables, split,
+                         linear=linear[config.hook_out]))
     return out
 
 
@@ -71,6 +80,37 @@ def run_grades(run, grid: Grid, root: Path, progress: bool = True) -> list[Dicti
     variables = task_variables(held, held_acts, run.config["vocabulary"])
     return graded(f"{run.model_name} seed {run.seed}", grid, root, train_acts, held_acts, run.spec.d_model,
                   lambda config: variables, store.run_identity(run.config), run.spec.n_ctx, "heldout", progress)
+
+
+@dataclass(frozen=True)
+class TracedRun:
+    """A run's feature circuit and, per transcoder layer, each feature's best-matching planted
+    variable on the held-out split (what the circuit's nodes are read as)."""
+
+    circuit: FeatureCircuit
+    matches: dict   # layer -> [(variable, MCC)] per feature
+
+
+def run_circuit(run, grid: Grid, root: Path, pairs: int = PAIRS) -> TracedRun | None:
+    """The feature circuit of `run` through the grid's first (size, k) transcoder of every MLP (as
+    trained by run_grades under `root`); None for a model without MLPs."""
+    from tasks.data import spread_subset
+
+    layers = [int(site.hook_in.split(".")[1]) for site in grid.sites if site.kind == "transcoder"]
+    if not layers:
+        return None
+    model, held = run.load_model(), run.batches()["heldout"]
+    identity = store.run_identity(run.config)
+    dictionaries = {}
+    for layer in layers:
+        config = next(c for c in grid.configs(run.spec.d_model) if c.hook_in == mlp_site(layer).hook_in)
+        dictionaries[layer] = store.load(store.folder_of(root, config), identity)
+    label = f"{run.model_name} seed {run.seed}"
+    circuit = feature_circuit(model, spread_subset(held, pairs), dictionaries, label)
+    acts = collect(model, held.inputs, held.real_positions(), [mlp_site(l).hook_in for l in layers])
+    variables = task_variables(held, acts, run.config["vocabulary"])
+    matches = {l: feature_matches(d.encode(acts.values[d.config.hook_in]), variables) for l, d in dictionaries.items()}
+    return TracedRun(circuit, matches)
 
 
 def tracr_grades(name: str, grid: Grid, root: Path, progress: bool = True) -> list[DictionaryGrade]:

@@ -1,6 +1,7 @@
 """The markdown section for graded dictionaries: per run and hook, one table whose rows are the
 planted variables and whose columns are the dictionaries (size d, sparsity k), each cell the best
-feature's MCC and its decoder cosine; then the variables no feature recovers."""
+feature's MCC and its decoder cosine; then the variables no feature recovers; then each traced
+run's feature circuit beside its head/MLP-level edges."""
 
 from __future__ import annotations
 
@@ -9,16 +10,19 @@ from itertools import groupby
 from probes.features.grade import DictionaryGrade
 
 SCALES = ("MCC: 1 = the feature fires exactly where the variable holds, 0 = chance. cos: cosine of that "
-          "feature's decoder direction to the variable's mean-difference direction (1 = along it). linear: MCC "
-          "of the mean-difference direction itself, thresholded halfway between the classes (is the variable "
-          "linearly present at this hook?). FVU: variance the dictionary does not rebuild (0 = exact, 1 = the mean).")
+          "feature's decoder direction to the variable's mean-difference direction (1 = along it). linear: "
+          "held-out MCC of a logistic-regression probe on the same activations (fit on half the graded positions, "
+          "scored on the other half: is the variable linearly present at this hook?). FVU: variance the dictionary does not rebuild (0 = exact, 1 = the mean).")
 
 
-def section(grades: list[DictionaryGrade], title: str = "Features") -> list[str]:
-    lines = [f"## {title}", "", SCALES, ""]
+def section(grades: list[DictionaryGrade], title: str = "Features", traced=(), made_by: str = "") -> list[str]:
+    """`traced`: the runs' feature circuits (measure.TracedRun), after the tables."""
+    lines = [f"## {title}", ""] + ([made_by, ""] if made_by else []) + [SCALES, ""]
     for run, of_run in groupby(grades, key=lambda g: g.run):
         for hook, of_hook in groupby(list(of_run), key=lambda g: (g.config.kind, g.config.hook_in, g.config.hook_out)):
             lines += hook_lines(run, hook, list(of_hook))
+    for one in traced:
+        lines += circuit_lines(one)
     return lines
 
 
@@ -53,3 +57,59 @@ def never_recovered(grades: list[DictionaryGrade]) -> list[str]:
             present = "linearly present" if row[0].linear_mcc >= grades[0].threshold else "not linearly present"
             out.append(f"{row[0].variable} (best MCC {max(x.mcc for x in row):.2f}; {present}, linear {row[0].linear_mcc:.2f})")
     return out
+
+
+def circuit_lines(traced, top: int = 8) -> list[str]:
+    """The feature circuit of one run (probes.features.measure.TracedRun) beside its head/MLP-level
+    edges, both from the exact oracle on the same pairs."""
+    c = traced.circuit
+    gap = c.gap
+    where = ", ".join(f"MLP{layer}" for layer in sorted(c.mlp_logits))
+    lines = [f"### {c.run}: feature circuit (transcoders {c.dictionaries[0]} at {where})", "",
+             f"Measured on {c.pairs} held-out counterfactual pairs; metric: answer - foil logit at the scored "
+             f"position, mean {c.clean_metric:.2f} clean and {c.other_metric:.2f} on the counterfactual (gap "
+             f"{gap:.2f}). Edges are direct effects by exact patching (probes.features.circuit): a share is the "
+             "edge's metric change over the gap (100% = patching that edge alone moves the metric all the way); "
+             "a feature -> feature edge is the receiving feature's activation change, mean over the scored positions.",
+             "",
+             f"With every transcoder and its error node spliced in, the logits differ from the model's by at most "
+             f"{c.spliced_error:.1e}. Without the error nodes the gap is {c.features_only_gap:.2f} "
+             f"({share(c.features_only_gap, gap)} of the model's): what the transcoders alone carry.", "",
+             f"Head/MLP-level edges (the oracle's, same pairs, top {len(c.head_edges)} by size):", ""]
+    lines += [f"- {edge}: {value:+.0%}" for edge, value in c.head_edges]
+    lines += ["", "How each MLP -> logits edge splits into its features' and error node's edges (the sum need not "
+              "equal the whole: the final norm is not linear):", "",
+              "| MLP -> logits | oracle, whole MLP | its features, summed | its error node | features + error |",
+              "|---|---|---|---|---|"]
+    logits = c.effect[:, -1]
+    for layer, whole in sorted(c.mlp_logits.items()):
+        parts = [i for i, node in enumerate(c.senders) if node.layer == layer]
+        features = float(sum(logits[i] for i in parts if c.senders[i].feature is not None))
+        error = float(sum(logits[i] for i in parts if c.senders[i].feature is None))
+        lines.append(f"| MLP{layer} | {share(whole, gap)} | {share(features, gap)} | {share(error, gap)} | "
+                     f"{share(features + error, gap)} |")
+    lines += ["", f"Feature -> logits edges, top {top} by size (EAP: the gradient estimate of the same edge):", "",
+              "| sender | exact | EAP | reads as (best planted variable, MCC on held-out) |", "|---|---|---|---|"]
+    for i in logits.abs().argsort(descending=True)[:top].tolist():
+        lines.append(f"| {c.senders[i]} | {share(float(logits[i]), gap)} | {share(float(c.attribution[i]), gap)} | "
+                     f"{reads_as(traced, c.senders[i])} |")
+    within = c.effect[:, :-1].nan_to_num(0.0)
+    if within.numel():
+        lines += ["", f"Feature -> feature edges, top {top} by size:", "",
+                  "| sender | receiver | activation change | sender reads as | receiver reads as |", "|---|---|---|---|---|"]
+        for flat in within.abs().flatten().argsort(descending=True)[:top].tolist():
+            s, r = divmod(flat, within.shape[1])
+            lines.append(f"| {c.senders[s]} | {c.receivers[r]} | {float(within[s, r]):+.2f} | "
+                         f"{reads_as(traced, c.senders[s])} | {reads_as(traced, c.receivers[r])} |")
+    return lines + [""]
+
+
+def share(value: float, gap: float) -> str:
+    return f"{value / gap:+.0%}" if gap else "n/a"
+
+
+def reads_as(traced, node) -> str:
+    if node.feature is None:
+        return "(error node: what the transcoder does not rebuild)"
+    name, mcc = traced.matches[node.layer][node.feature]
+    return f"{name} ({mcc:.2f})"
