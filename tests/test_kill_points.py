@@ -186,3 +186,138 @@ def test_a_sigkill_while_data_is_cached_leaves_nothing_after_the_next_run(tmp_pa
     task_dataset(small_winograd, 0)
     assert leftovers(cache_root()) == []
     assert len(list(cache_root().iterdir())) == 1   # the entry alone: the killed one's temp is gone
+
+
+# ---- every write point of `toylens edges`, `toylens export` and the report ---------------------
+
+def disk_at_every_write(area: Path, body, into: Path) -> int:
+    """Run `body()` in a forked child that copies `area` to `into`/<k> just before each rename and
+    each deletion it makes, the k-th write point: the folder exactly as a SIGKILL there leaves it
+    (every temp is closed when it is renamed, and the child, whose pid the temps carry, is gone
+    before anything reads the copies). How many write points there were."""
+    import shutil
+
+    child = os.fork()
+    if child == 0:
+        code = 1
+        try:
+            real_replace, real_unlink, count = os.replace, os.unlink, [0]
+
+            def snapshot():
+                count[0] += 1
+                shutil.copytree(area, into / f"{count[0]:03d}", symlinks=True)
+
+            def replace(source, target, *args, **kwargs):
+                snapshot()
+                return real_replace(source, target, *args, **kwargs)
+
+            def unlink(path, *args, **kwargs):
+                snapshot()
+                return real_unlink(path, *args, **kwargs)
+
+            os.replace, os.unlink = replace, unlink
+            body()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(child, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"the uninterrupted run failed (status {status})"
+    return len(list(into.iterdir()))
+
+
+def left_by_kill(area: Path) -> tuple[str, ...]:
+    """The temps a kill left under `area`, their pids and random suffixes dropped: which kind of
+    leftover state a rerun starts from."""
+    import re
+
+    return tuple(sorted({re.sub(r"^\.toylens-tmp\.\d+\.(.*?)(\.new)?(\.[a-z0-9_]{8})?$", r"\1\2", Path(p).name)
+                         for p in leftovers(area) if "/" not in p or not p.split("/")[0].startswith(".toylens-tmp.")}))
+
+
+def assert_every_kill_recovers(area: Path, out: Path, old: dict, body, rerun, same) -> None:
+    """At each write point of `body()` (which replaces `old`, the earlier output in `out`): `out`
+    is the old output whole, the new one whole, or (between publishing's two renames) absent, never
+    a mix; from each kind of state a kill leaves, `rerun()` writes what the uninterrupted run wrote
+    (compared through `same`) and leaves no temp."""
+    import shutil
+
+    from tests.refusals import contents
+
+    points = area.parent / "points"
+    points.mkdir()
+    n = disk_at_every_write(area, body, points)
+    new = contents(out)
+    assert n >= 4 and new != old
+    kinds = {}
+    for snapshot in sorted(points.iterdir()):
+        found = snapshot / out.relative_to(area)
+        state = "absent" if not found.exists() else next((name for name, files in (("old", old), ("new", new))
+                                                          if contents(found) == files), None)
+        assert state is not None, f"write point {snapshot.name}: {out.name} mixes the old and the new output"
+        assert {p.name for p in snapshot.iterdir()} <= {out.relative_to(area).parts[0], ".toylens.lock"} | \
+            {p.name for p in snapshot.iterdir() if p.name.startswith(".toylens-tmp.")}
+        kinds.setdefault((state, left_by_kill(snapshot)), snapshot)
+    assert {state for state, _ in kinds} >= {"old", "absent"}, kinds   # the staging and the swap were both hit
+    for snapshot in kinds.values():
+        shutil.rmtree(area)
+        shutil.copytree(snapshot, area, symlinks=True)
+        rerun()
+        assert same(contents(out)) == same(new), snapshot.name
+        assert leftovers(area) == [], snapshot.name
+
+
+@pytest.fixture
+def one_run(tiny_runs, tmp_path) -> Path:
+    """The tiny runs' attention model alone (its edges are traced with min_gap 0)."""
+    import shutil
+
+    runs = tmp_path / "runs" / "winograd"
+    shutil.copytree(tiny_runs / "attn-only-2x1", runs / "attn-only-2x1")
+    return runs
+
+
+def gap(monkeypatch, min_gap: float) -> None:
+    from probes.settings import ReportSettings
+
+    monkeypatch.setattr("probes.settings.DEFAULT", ReportSettings(min_gap=min_gap))
+
+
+def test_a_kill_at_any_write_of_edges_leaves_no_mix_and_the_rerun_matches(one_run, tmp_path, monkeypatch):
+    from tests.refusals import contents
+    from tests.test_output_folders import without_timings
+    from toylens.edges import edges_command
+
+    area = tmp_path / "area"
+    gap(monkeypatch, 1e9)       # the earlier output: the run not traced (edges.md alone)
+    edges_command(one_run, area / "edges")
+    old = contents(area / "edges")
+    gap(monkeypatch, 0.0)
+    run = lambda: edges_command(one_run, area / "edges")   # noqa: E731
+    assert_every_kill_recovers(area, area / "edges", old, run, run, without_timings)
+
+
+@pytest.mark.parametrize("kind", ["mib", "attribution"])
+def test_a_kill_at_any_write_of_an_export_leaves_no_mix_and_the_rerun_matches(one_run, tmp_path, monkeypatch, kind):
+    from tests.refusals import contents
+    from toylens.export import export_command
+
+    area = tmp_path / "area"
+    # The earlier output: the run not traced (no mib files), or two attribution pairs (not one).
+    gap(monkeypatch, 1e9 if kind == "mib" else 0.0)
+    export_command(kind, one_run, area / "exports", 2)
+    old = contents(area / "exports" / kind)
+    gap(monkeypatch, 0.0)
+    run = lambda: export_command(kind, one_run, area / "exports", 1)   # noqa: E731
+    assert_every_kill_recovers(area, area / "exports" / kind, old, run, run, lambda files: files)
+
+
+def test_a_kill_at_any_write_of_the_report_leaves_no_mix_and_the_rerun_matches(tiny_runs, one_run, tmp_path):
+    from tests.refusals import contents, copy_runs
+    from tests.test_output_folders import report_files
+    from toylens.report import report_command
+
+    area = tmp_path / "area"
+    report_command(copy_runs(tiny_runs, tmp_path), area / "report")   # the earlier report: two runs
+    old = contents(area / "report")
+    run = lambda: report_command(one_run, area / "report")   # noqa: E731
+    assert_every_kill_recovers(area, area / "report", old, run, run, report_files)
