@@ -80,11 +80,14 @@ def recovery(variable: Variable, acts: torch.Tensor, x_out: torch.Tensor, w_dec:
 
 
 def linear_mcc(x: torch.Tensor, labels: torch.Tensor) -> float:
-    """Held-out MCC of a logistic-regression probe (probes.sublayers.fit_probe) fit on the even rows
-    of `x` [c, d] and scored on the odd ones: is the variable linearly present here at all?"""
+    """Held-out MCC of a logistic-regression probe (probes.sublayers.fit_probe) fit on a random half
+    of the rows of `x` [c, d] and scored on the other half: is the variable linearly present here?
+    Random, not alternating, halves: rows come in (example, position) order, so alternate rows
+    would put some positions (and a role's whole class) in one half only."""
     from probes.sublayers import fit_probe
 
-    fit, scored = slice(0, None, 2), slice(1, None, 2)
+    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))
+    fit, scored = order[0::2], order[1::2]
     mean, scale = x[fit].mean(0), x[fit].std(0).clamp(min=1e-6)
     probe = fit_probe((x[fit] - mean) / scale, labels[fit].long(), 2)
     with torch.no_grad():
