@@ -21,15 +21,16 @@ class Site:
     kind: str
     hook_in: str
     hook_out: str
+    layer: int
 
 
 def resid_site(layer: int) -> Site:
     name = f"blocks.{layer}.hook_resid_post"
-    return Site("sae", name, name)
+    return Site("sae", name, name, layer)
 
 
 def mlp_site(layer: int) -> Site:
-    return Site("transcoder", f"blocks.{layer}.mlp.hook_in", f"blocks.{layer}.hook_mlp_out")
+    return Site("transcoder", f"blocks.{layer}.mlp.hook_in", f"blocks.{layer}.hook_mlp_out", layer)
 
 
 def default_sites(n_layers: int, has_mlp: bool) -> list[Site]:

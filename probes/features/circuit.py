@@ -133,7 +133,7 @@ def feature_circuit(model, batch: Batch, dictionaries: dict[int, Dictionary], ru
         for receiver_layer in layers[1:]:
             later = [i for i, (node, _) in enumerate(chunk) if node.layer < receiver_layer]
             if later:
-                moved = feature_effects(model, batch, runs.base.observed[resid_mid_name(receiver_layer)],
+                moved = feature_effects(model, batch, receiver_layer, runs.base.observed[resid_mid_name(receiver_layer)],
                                         deltas[later], dictionaries[receiver_layer], clean.acts[receiver_layer])
                 start = column[Node(receiver_layer, 0)]
                 effect[rows[later], start:start + moved.shape[1]] = moved
@@ -151,10 +151,11 @@ def logit_effects(model, batch: Batch, final: torch.Tensor, deltas: torch.Tensor
     return torch.tensor([o.metric for o in outcome(replica_scored(logits, batch), batch)]) - clean_metric
 
 
-def feature_effects(model, batch: Batch, resid_mid: torch.Tensor, deltas: torch.Tensor, dictionary: Dictionary,
-                    clean_acts: torch.Tensor) -> torch.Tensor:
-    """[senders, d_sae] each receiving feature's change, mean over the scored positions."""
-    ln2 = native(model.blocks[int(dictionary.config.hook_in.split(".")[1])].ln2)
+def feature_effects(model, batch: Batch, layer: int, resid_mid: torch.Tensor, deltas: torch.Tensor,
+                    dictionary: Dictionary, clean_acts: torch.Tensor) -> torch.Tensor:
+    """[senders, d_sae] each receiving feature of MLP `layer`'s transcoder: its change, mean over the
+    scored positions."""
+    ln2 = native(model.blocks[layer].ln2)
     acts = dictionary.encode(ln2(resid_mid[None] + deltas).float())           # [c, n, pos, d_sae]
     scored = (acts - clean_acts[None])[:, batch.example_index, batch.positions]
     return scored.mean(1)

@@ -96,7 +96,7 @@ def run_circuit(run, grid: Grid, root: Path, pairs: int = PAIRS) -> TracedRun | 
     trained by run_grades under `root`); None for a model without MLPs."""
     from tasks.data import spread_subset
 
-    layers = [int(site.hook_in.split(".")[1]) for site in grid.sites if site.kind == "transcoder"]
+    layers = [site.layer for site in grid.sites if site.kind == "transcoder"]
     if not layers:
         return None
     model, held = run.load_model(), run.batches()["heldout"]
