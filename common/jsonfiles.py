@@ -81,7 +81,8 @@ def differences(recorded: dict, wanted: dict, prefix: str = "") -> list[str]:
 def check_fields(data, types: dict, where: str, fix: str, nullable=()) -> dict:
     """`data` if it is a JSON object of known fields, each of exactly the type `types` gives it (int
     and float exclude true and false, float excludes NaN and infinity, list means a list of
-    strings; a field in `nullable` may also be null); else a UsageError naming the field and `fix`."""
+    strings, object any value but true or false; a field in `nullable` may also be null); else a
+    UsageError naming the field and `fix`."""
     if not isinstance(data, dict):
         raise UsageError(f"{where} must be a JSON object; {fix}")
     unknown = sorted(set(data) - set(types))
@@ -100,7 +101,8 @@ def short(value) -> str:
 
 
 TYPE_WORDS = {str: "a string", int: "an integer", float: "a finite number", bool: "true or false",
-              dict: "an object", list: "a list of strings"}
+              dict: "an object", list: "a list of strings",
+              object: "a JSON value other than true or false"}   # fields checked member by member later
 
 
 def of_type(value, kind: type) -> bool:

@@ -63,3 +63,17 @@ def test_the_enums_round_trip_through_json_as_their_strings(kind):
         assert json.loads(text) == {"value": member.value, member.value: 1}
         assert kind(json.loads(text)["value"]) is member
         assert f"{member}" == str(member) == member.value   # sentences show the stored string
+
+
+# A field read as "any value, checked member by member later" (a census's groups, a timeline's
+# snapshots) that holds true or false is refused in one line, naming what it must be. Catches:
+# a kind the field check accepts but has no words for (a KeyError traceback, found by the schema fuzz).
+@pytest.mark.parametrize("value", [True, False])
+def test_a_boolean_where_any_value_is_allowed_is_refused_in_one_line(value):
+    from common.cli import UsageError
+    from common.jsonfiles import TYPE_WORDS, check_fields
+
+    with pytest.raises(UsageError) as refused:
+        check_fields({"groups": value}, {"groups": object}, "census.json", "move the folder away")
+    assert str(refused.value) == (f"census.json: groups must be {TYPE_WORDS[object]}, got {value!r}; "
+                                  "move the folder away")
