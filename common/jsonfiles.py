@@ -67,14 +67,17 @@ def unique_keys(pairs: list) -> dict:
 
 
 def differences(recorded: dict, wanted: dict, prefix: str = "") -> list[str]:
-    """Dotted names of the fields that differ, e.g. ['training.max_steps']."""
+    """Dotted names of the fields that differ, e.g. ['training.max_steps']. A stored key that is not
+    printable (a newline, a control character) is named by its repr, so a message quoting it stays
+    one line."""
     found = []
     for key in sorted(set(recorded) | set(wanted)):
         a, b = recorded.get(key), wanted.get(key)
+        name = key if str(key).isprintable() else repr(key)
         if isinstance(a, dict) and isinstance(b, dict):
-            found += differences(a, b, f"{prefix}{key}.")
+            found += differences(a, b, f"{prefix}{name}.")
         elif a != b:
-            found.append(prefix + key)
+            found.append(f"{prefix}{name}")
     return found
 
 

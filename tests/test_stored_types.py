@@ -77,3 +77,12 @@ def test_a_boolean_where_any_value_is_allowed_is_refused_in_one_line(value):
         check_fields({"groups": value}, {"groups": object}, "census.json", "move the folder away")
     assert str(refused.value) == (f"census.json: groups must be {TYPE_WORDS[object]}, got {value!r}; "
                                   "move the folder away")
+
+
+# A stored key with a newline (a hand-edited config.json's task params) is named by its repr where a
+# message lists the fields that differ. Catches: a one-line refusal split over two lines (schema fuzz).
+def test_a_differing_key_that_is_not_printable_is_named_on_one_line():
+    from common.jsonfiles import differences
+
+    assert differences({"task": {"params": {"\n": [], "nouns": 8}}}, {"task": {"params": {"nouns": 8}}}) == \
+        ["task.params.'\\n'"]
