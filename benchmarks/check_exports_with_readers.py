@@ -52,6 +52,7 @@ def is_oracle(path: Path) -> bool:
 
 # ---- the project side (TransformerLens 4) --------------------------------------------------
 
+
 def write_pairs(runs_dir: Path, folder: Path) -> None:
     """<model>_seed<k>.json per run with an oracle MIB file: the report's counterfactual pairs, the
     run's spec and weights, and toylens's clean and counterfactual metric (to check the conversion)."""
@@ -64,8 +65,9 @@ def write_pairs(runs_dir: Path, folder: Path) -> None:
     from tasks.data import spread_subset
     from tasks.training.runs import find_runs
 
-    wanted = {(m["model"], int(m["seed"])) for p in mib_files(runs_dir) if is_oracle(p)
-              for m in [MIB_NAME.match(p.name)]}
+    wanted = {
+        (m["model"], int(m["seed"])) for p in mib_files(runs_dir) if is_oracle(p) for m in [MIB_NAME.match(p.name)]
+    }
     for run in find_runs(runs_dir):
         if (slug(run.model_name), run.seed) not in wanted:
             continue
@@ -75,12 +77,19 @@ def write_pairs(runs_dir: Path, folder: Path) -> None:
         with torch.no_grad():
             clean = run_outcome(model, pairs, pairs.inputs).metric
             other = run_outcome(model, pairs, corrupt_inputs(pairs)).metric
-        data = {"spec": run.config["spec"], "weights": str(run.path / "model.safetensors"),
-                "clean": pairs.inputs.tolist(), "counterfactual": corrupt_inputs(pairs).tolist(),
-                "example_index": pairs.example_index.tolist(), "positions": pairs.positions.tolist(),
-                "answers": pairs.answers.tolist(), "foils": pairs.foils.tolist(),
-                "clean_metric": clean, "counterfactual_metric": other,
-                "every_position_has_a_foil": bool((pairs.foils != NO_FOIL).all())}
+        data = {
+            "spec": run.config["spec"],
+            "weights": str(run.path / "model.safetensors"),
+            "clean": pairs.inputs.tolist(),
+            "counterfactual": corrupt_inputs(pairs).tolist(),
+            "example_index": pairs.example_index.tolist(),
+            "positions": pairs.positions.tolist(),
+            "answers": pairs.answers.tolist(),
+            "foils": pairs.foils.tolist(),
+            "clean_metric": clean,
+            "counterfactual_metric": other,
+            "every_position_has_a_foil": bool((pairs.foils != NO_FOIL).all()),
+        }
         (folder / f"{slug(run.model_name)}_seed{run.seed}.json").write_text(json.dumps(data))
 
 
@@ -88,8 +97,14 @@ def write_pairs(runs_dir: Path, folder: Path) -> None:
 
 # The spec fields a plain HookedTransformer reproduces, at these values (toylens's other variants
 # change modules or frozen weights it has no switch for).
-CONVERTIBLE = {"attention": ("softmax",), "norm": ("LN", None), "norm_place": ("pre",), "positions": ("learned",),
-               "residual": (True,), "scale_scores": (True,)}
+CONVERTIBLE = {
+    "attention": ("softmax",),
+    "norm": ("LN", None),
+    "norm_place": ("pre",),
+    "positions": ("learned",),
+    "residual": (True,),
+    "scale_scores": (True,),
+}
 
 
 def unconvertible(spec: dict) -> str | None:
@@ -111,17 +126,33 @@ def hooked_transformer(pairs: dict):
     n_heads, d_model = spec["n_heads"], spec["d_model"]
     d_head = d_model // n_heads
     cfg = HookedTransformerConfig(
-        n_layers=spec["n_layers"], d_model=d_model, n_ctx=spec["n_ctx"], d_head=d_head, n_heads=n_heads,
-        d_mlp=4 * d_model, d_vocab=spec["d_vocab"], act_fn="gelu", normalization_type=spec["norm"],
-        positional_embedding_type="standard", device="cpu",
-        use_attn_result=True, use_split_qkv_input=True, use_hook_mlp_in=True)
+        n_layers=spec["n_layers"],
+        d_model=d_model,
+        n_ctx=spec["n_ctx"],
+        d_head=d_head,
+        n_heads=n_heads,
+        d_mlp=4 * d_model,
+        d_vocab=spec["d_vocab"],
+        act_fn="gelu",
+        normalization_type=spec["norm"],
+        positional_embedding_type="standard",
+        device="cpu",
+        use_attn_result=True,
+        use_split_qkv_input=True,
+        use_hook_mlp_in=True,
+    )
     model = HookedTransformer(cfg)
     w = load_file(pairs["weights"])
     blocks = [f"blocks.{layer}." for layer in range(spec["n_layers"])]
-    norms = ["ln_final", *(f"{b}ln1" for b in blocks), *(f"{b}ln2" for b in blocks if spec["mlp"])] \
-        if spec["norm"] else []
-    state = {"embed.W_E": w["embed.weight"], "pos_embed.W_pos": w["pos_embed.weight"],
-             "unembed.W_U": w["unembed.weight"].T, "unembed.b_U": w["unembed.bias"]}
+    norms = (
+        ["ln_final", *(f"{b}ln1" for b in blocks), *(f"{b}ln2" for b in blocks if spec["mlp"])] if spec["norm"] else []
+    )
+    state = {
+        "embed.W_E": w["embed.weight"],
+        "pos_embed.W_pos": w["pos_embed.weight"],
+        "unembed.W_U": w["unembed.weight"].T,
+        "unembed.b_U": w["unembed.bias"],
+    }
     for b in blocks:
         for name in "qkv":
             weight = w[f"{b}attn.{name}.weight"].T.reshape(d_model, n_heads, d_head)
@@ -169,10 +200,16 @@ def exact_scores(pairs: dict, eap_graph, eap_attribute, eap_evaluate):
     eap_evaluate.tokenize_plus = lambda model, rows: tokens(rows)
     data = [(pairs["clean"], pairs["counterfactual"], None)]
     with torch.no_grad():
-        metrics = (logit_diff(model(torch.tensor(pairs["clean"]))).item(),
-                   logit_diff(model(torch.tensor(pairs["counterfactual"]))).item())
-    cfg = {"n_layers": model.cfg.n_layers, "n_heads": model.cfg.n_heads, "parallel_attn_mlp": False,
-           "d_model": model.cfg.d_model}
+        metrics = (
+            logit_diff(model(torch.tensor(pairs["clean"]))).item(),
+            logit_diff(model(torch.tensor(pairs["counterfactual"]))).item(),
+        )
+    cfg = {
+        "n_layers": model.cfg.n_layers,
+        "n_heads": model.cfg.n_heads,
+        "parallel_attn_mlp": False,
+        "d_model": model.cfg.d_model,
+    }
     graph = eap_graph.Graph.from_model(cfg)
     eap_attribute.get_scores_exact(model, graph, data, loss, quiet=True)
     return graph, metrics
@@ -196,24 +233,38 @@ def check_mib(path: Path, pairs_dir: Path, eap, say) -> None:
     say(True, name, f"loaded by Graph.from_json ({len(graph.edges)} edges, {len(graph.nodes)} nodes)")
     reference = eap_graph.Graph.from_model(data["cfg"])
     same = set(data["edges"]) == set(reference.edges) and set(data["nodes"]) == set(reference.nodes)
-    say(same, name, f"edge names {'are exactly' if same else 'differ from'} Graph.from_model(cfg)'s "
-                    f"({len(data['edges'])} written, {len(reference.edges)} in its graph)")
+    say(
+        same,
+        name,
+        f"edge names {'are exactly' if same else 'differ from'} Graph.from_model(cfg)'s "
+        f"({len(data['edges'])} written, {len(reference.edges)} in its graph)",
+    )
     import torch
 
-    worst = max(abs(graph.edges[e].score.item() - torch.tensor(v["score"]).float().item())
-                for e, v in data["edges"].items())
-    flags = all(bool(graph.edges[e].in_graph) == v["in_graph"] for e, v in data["edges"].items()) and \
-        all(bool(graph.nodes[n].in_graph) == v["in_graph"] for n, v in data["nodes"].items())
+    worst = max(
+        abs(graph.edges[e].score.item() - torch.tensor(v["score"]).float().item()) for e, v in data["edges"].items()
+    )
+    flags = all(bool(graph.edges[e].in_graph) == v["in_graph"] for e, v in data["edges"].items()) and all(
+        bool(graph.nodes[n].in_graph) == v["in_graph"] for n, v in data["nodes"].items()
+    )
     marked = sum(v["in_graph"] for v in data["edges"].values())
-    say(worst == 0 and flags, name, f"scores read back equal the file's (as float32: max |diff| {worst:.1e}); "
-                                    f"in_graph flags {'as written' if flags else 'DIFFER'} ({marked} edges marked)")
+    say(
+        worst == 0 and flags,
+        name,
+        f"scores read back equal the file's (as float32: max |diff| {worst:.1e}); "
+        f"in_graph flags {'as written' if flags else 'DIFFER'} ({marked} edges marked)",
+    )
     graph.prune()
     dropped = sorted(e for e, v in data["edges"].items() if v["in_graph"] and not graph.edges[e].in_graph)
     # Not a failure: toylens picks a circuit's edges by their effect, EAP-IG keeps only those on a
     # path from input to logits; a dropped edge feeds a node none of whose outputs is kept, so under
     # either reader's patching it changes nothing.
-    say(True, name, f"EAP-IG's prune (run first by evaluate_graph) keeps {marked - len(dropped)} of the {marked} "
-                    f"marked edges" + (f", dropping {', '.join(dropped)}" if dropped else ""))
+    say(
+        True,
+        name,
+        f"EAP-IG's prune (run first by evaluate_graph) keeps {marked - len(dropped)} of the {marked} "
+        f"marked edges" + (f", dropping {', '.join(dropped)}" if dropped else ""),
+    )
     match = MIB_NAME.match(path.name)
     if not is_oracle(path):
         return
@@ -223,8 +274,12 @@ def check_mib(path: Path, pairs_dir: Path, eap, say) -> None:
         say(None, name, f"EAP-IG's exact patching not run: {unconvertible(pairs['spec'])}")
         return
     if not pairs["every_position_has_a_foil"]:
-        say(None, name, "EAP-IG's exact patching not run: the metric here is the answer - foil logit, and "
-                        "some scored positions have no foil (toylens scores those by log-prob)")
+        say(
+            None,
+            name,
+            "EAP-IG's exact patching not run: the metric here is the answer - foil logit, and "
+            "some scored positions have no foil (toylens scores those by log-prob)",
+        )
         return
     try:
         theirs, (clean, other) = exact_for_run(pairs_file, eap)
@@ -236,21 +291,32 @@ def check_mib(path: Path, pairs_dir: Path, eap, say) -> None:
     largest = max(abs(v["score"]) for v in data["edges"].values())
     # float32 forwards of a metric near 10 differ by ~1e-6; below this floor a sign is noise.
     floor = 1e-4 * max(largest, 1.0)
-    signed = [(theirs.edges[e].score.item() > 0) == (v["score"] > 0) for e, v in data["edges"].items()
-              if abs(v["score"]) > floor]
-    say(max(diffs) <= floor and conversion <= floor and all(signed), name,
+    signed = [
+        (theirs.edges[e].score.item() > 0) == (v["score"] > 0)
+        for e, v in data["edges"].items()
+        if abs(v["score"]) > floor
+    ]
+    say(
+        max(diffs) <= floor and conversion <= floor and all(signed),
+        name,
         f"EAP-IG's exact patching: max |file - theirs| {max(diffs):.1e} (largest |score| {largest:.3f}); "
         f"sign agrees on {sum(signed)}/{len(signed)} edges above {floor:.0e}; converted model's clean / "
         f"counterfactual logit difference {clean:.4f} / {other:.4f} (toylens: {pairs['clean_metric']:.4f} / "
-        f"{pairs['counterfactual_metric']:.4f}, |diff| {conversion:.1e})")
+        f"{pairs['counterfactual_metric']:.4f}, |diff| {conversion:.1e})",
+    )
 
 
 def check_attribution(path: Path, validator, tracer_model, say) -> None:
     data = json.loads(path.read_text())
     errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
-    say(not errors, str(path), "graph-schema.json: valid" if not errors else
-        f"graph-schema.json: {len(errors)} error(s), first at {'/'.join(map(str, errors[0].absolute_path))}: "
-        f"{errors[0].message}")
+    say(
+        not errors,
+        str(path),
+        "graph-schema.json: valid"
+        if not errors
+        else f"graph-schema.json: {len(errors)} error(s), first at {'/'.join(map(str, errors[0].absolute_path))}: "
+        f"{errors[0].message}",
+    )
     if tracer_model is not None:
         try:
             tracer_model.model_validate(data)
@@ -269,7 +335,7 @@ def read(args) -> int:
 
     # TL 3.9 warns that HookedTransformer is deprecated: it is, and EAP-IG reads nothing else.
     warnings.filterwarnings("ignore", category=DeprecationWarning)
-    torch.set_num_threads(1)    # small forwards: threads only contend (73 s against ~300 s for block-2)
+    torch.set_num_threads(1)  # small forwards: threads only contend (73 s against ~300 s for block-2)
     sys.path.insert(0, str(Path(args.eap_ig) / "src"))
     from eap import attribute, evaluate, graph
 
@@ -277,19 +343,22 @@ def read(args) -> int:
     if args.circuit_tracer:
         # The module alone: importing the circuit_tracer package pulls in its models and GPU stack.
         spec = importlib.util.spec_from_file_location(
-            "graph_models", Path(args.circuit_tracer) / "circuit_tracer" / "frontend" / "graph_models.py")
+            "graph_models", Path(args.circuit_tracer) / "circuit_tracer" / "frontend" / "graph_models.py"
+        )
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         tracer_model = module.Model
-    print(f"readers: transformer_lens {metadata.version('transformer_lens')}, torch {metadata.version('torch')}, "
-          f"jsonschema {metadata.version('jsonschema')}, pydantic {metadata.version('pydantic')}; "
-          f"EAP-IG at {args.eap_ig}, schema {args.schema}, circuit-tracer at {args.circuit_tracer}")
+    print(
+        f"readers: transformer_lens {metadata.version('transformer_lens')}, torch {metadata.version('torch')}, "
+        f"jsonschema {metadata.version('jsonschema')}, pydantic {metadata.version('pydantic')}; "
+        f"EAP-IG at {args.eap_ig}, schema {args.schema}, circuit-tracer at {args.circuit_tracer}"
+    )
     tally = {True: 0, False: 0, None: 0}
 
     def say(ok: bool | None, where: str, text: str) -> None:
         """ok True: passed; False: failed; None: not checked (the reason is in `text`)."""
         tally[ok] += 1
-        print(f"{ {True: 'ok  ', False: 'FAIL', None: 'skip'}[ok]} {where}: {text}")
+        print(f"{ {True: 'ok  ', False: 'FAIL', None: 'skip'}[ok] } {where}: {text}")
 
     runs_dir = Path(args.runs_dir)
     for path in mib_files(runs_dir):
@@ -297,8 +366,10 @@ def read(args) -> int:
     validator = jsonschema.Draft7Validator(json.loads(Path(args.schema).read_text()))
     for path in attribution_files(runs_dir):
         check_attribution(path, validator, tracer_model, say)
-    print(f"{tally[True]} passed, {tally[False]} failed, {tally[None]} skipped "
-          f"({len(mib_files(runs_dir))} MIB files, {len(attribution_files(runs_dir))} attribution graphs)")
+    print(
+        f"{tally[True]} passed, {tally[False]} failed, {tally[None]} skipped "
+        f"({len(mib_files(runs_dir))} MIB files, {len(attribution_files(runs_dir))} attribution graphs)"
+    )
     return 1 if tally[False] else 0
 
 
@@ -309,22 +380,32 @@ def main() -> None:
     parser.add_argument("--eap-ig", required=True, help="an EAP-IG checkout (its src/eap is imported)")
     parser.add_argument("--schema", required=True, help="Neuronpedia's apps/webapp/app/api/graph/graph-schema.json")
     parser.add_argument("--circuit-tracer", help="a circuit-tracer checkout (its frontend/graph_models.py)")
-    parser.add_argument("--pairs", help=argparse.SUPPRESS)    # set when the script calls itself
+    parser.add_argument("--pairs", help=argparse.SUPPRESS)  # set when the script calls itself
     args = parser.parse_args()
     for given, what in ((args.eap_ig, "src/eap/graph.py"), (args.schema, "")):
         if not (Path(given) / what).exists():
             parser.error(f"{Path(given) / what} does not exist")
     if not (args.runs_dir.is_dir() and (mib_files(args.runs_dir) or attribution_files(args.runs_dir))):
-        parser.error(f"{args.runs_dir} holds no */mib/*.json or */attribution/*.json; run "
-                     "toylens export mib|attribution first")
+        parser.error(
+            f"{args.runs_dir} holds no */mib/*.json or */attribution/*.json; run toylens export mib|attribution first"
+        )
     if args.pairs:
         sys.exit(read(args))
     if not args.reader_python:
         parser.error("give --reader-python: the readers need TransformerLens < 4, toylens needs 4")
     with tempfile.TemporaryDirectory() as folder:
         write_pairs(args.runs_dir, Path(folder))
-        command = [args.reader_python, __file__, str(args.runs_dir), "--eap-ig", args.eap_ig,
-                   "--schema", args.schema, "--pairs", folder]
+        command = [
+            args.reader_python,
+            __file__,
+            str(args.runs_dir),
+            "--eap-ig",
+            args.eap_ig,
+            "--schema",
+            args.schema,
+            "--pairs",
+            folder,
+        ]
         if args.circuit_tracer:
             command += ["--circuit-tracer", args.circuit_tracer]
         # EAP-IG's evaluate_baseline draws a progress bar per edge whatever `quiet` says.
@@ -334,4 +415,4 @@ def main() -> None:
 if __name__ == "__main__":
     from common.cli import run_cli
 
-    run_cli(main)   # a UsageError raised anywhere in it: one line, exit 2
+    run_cli(main)  # a UsageError raised anywhere in it: one line, exit 2

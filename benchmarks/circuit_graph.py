@@ -41,7 +41,7 @@ from timing import best_time
 from tracr_table import write_docs
 
 TARGET_SECONDS = 10.0
-METHODS = ("oracle", "EAP", "EAP-IG", "ACDC", "joint", "masks")   # probes.circuits.methods.compare.every_method's order
+METHODS = ("oracle", "EAP", "EAP-IG", "ACDC", "joint", "masks")  # probes.circuits.methods.compare.every_method's order
 
 
 def winograd_spec(task, pairs, **fields) -> ModelSpec:
@@ -59,14 +59,18 @@ def planted_table(pairs: int) -> None:
     from probes.circuits.named import edge_circuit
     from probes.circuits.truth.planted import planted_models
 
-    print(f"(0) planted circuits ({pairs} pairs each): AUROC of recovering the planted edges by |score| "
-          "(1 = every planted edge ranked first, 0.5 = chance), Spearman with the oracle, CPR / CMD:")
+    print(
+        f"(0) planted circuits ({pairs} pairs each): AUROC of recovering the planted edges by |score| "
+        "(1 = every planted edge ranked first, 0.5 = chance), Spearman with the oracle, CPR / CMD:"
+    )
     print(f"  {'model':<14} {'method':<30} {'AUROC':>6} {'rho':>6} {'CPR':>6} {'CMD':>6} {'s':>6}")
     for p in planted_models(pairs):
         result = edge_circuit(p.model, p.batch, graph_of(p.spec), expected=p.edges, joint_methods=True)
         for m in result.methods:
-            print(f"  {p.name:<14} {m.scores.method:<30} {m.auroc_expected:>6.3f} {m.spearman:>6.3f} "
-                  f"{m.curve.cpr:>6.3f} {m.curve.cmd:>6.3f} {m.scores.seconds:>6.2f}")
+            print(
+                f"  {p.name:<14} {m.scores.method:<30} {m.auroc_expected:>6.3f} {m.spearman:>6.3f} "
+                f"{m.curve.cpr:>6.3f} {m.curve.cmd:>6.3f} {m.scores.seconds:>6.2f}"
+            )
 
 
 def method_times(task, pairs) -> list[str]:
@@ -80,12 +84,18 @@ def method_times(task, pairs) -> list[str]:
     planted = backup_pair(len(pairs))
     compiled = tracr.load("reverse")
     reverse = tracr.bridge(compiled)
-    cases = (("block-2 (fresh weights x3)", scaled(spec), pairs, graph_of(spec)),
-             ("backup-pair (planted)", planted.model, planted.batch, graph_of(planted.spec)),
-             ("Tracr reverse", reverse, tracr.pairs(reverse, compiled, len(pairs)), tracr.shape_graph(compiled)))
-    lines = [f"(0b) seconds per method, {len(pairs)} pairs, counterfactual ablation, one run each, one torch thread "
-             "(from the recorded runs on; the machine's load makes them ratios only):", "",
-             "| model | edges | " + " | ".join(METHODS) + " |", "|---|---|" + "---|" * len(METHODS)]
+    cases = (
+        ("block-2 (fresh weights x3)", scaled(spec), pairs, graph_of(spec)),
+        ("backup-pair (planted)", planted.model, planted.batch, graph_of(planted.spec)),
+        ("Tracr reverse", reverse, tracr.pairs(reverse, compiled, len(pairs)), tracr.shape_graph(compiled)),
+    )
+    lines = [
+        f"(0b) seconds per method, {len(pairs)} pairs, counterfactual ablation, one run each, one torch thread "
+        "(from the recorded runs on; the machine's load makes them ratios only):",
+        "",
+        "| model | edges | " + " | ".join(METHODS) + " |",
+        "|---|---|" + "---|" * len(METHODS),
+    ]
     for name, model, batch, graph in cases:
         scores = every_method(model, batch, graph, record_runs(model, batch, graph))
         lines.append(f"| {name} | {len(graph.edges)} | " + " | ".join(f"{m.seconds:.2f}" for m in scores) + " |")
@@ -95,16 +105,22 @@ def method_times(task, pairs) -> list[str]:
 
 def methods_table(task, pairs, rounds: int) -> None:
     print(f"(1) oracle and fast methods, Winograd held-out, {len(pairs)} pairs, fresh weights x3:")
-    print(f"  {'model':<34} {'edges':>5} {'oracle s':>8} {'EAP s':>6} {'EAP-IG(5) s':>11} {'rho EAP':>7} {'rho EAP-IG':>10}")
-    for name, fields in (("attn-only-2x1", dict(n_layers=2, n_heads=1, mlp=False, norm=None)),
-                         ("block-2 (2 blocks, 4 heads, MLP, LN)", dict(n_layers=2, n_heads=4))):
+    print(
+        f"  {'model':<34} {'edges':>5} {'oracle s':>8} {'EAP s':>6} {'EAP-IG(5) s':>11} {'rho EAP':>7} {'rho EAP-IG':>10}"
+    )
+    for name, fields in (
+        ("attn-only-2x1", dict(n_layers=2, n_heads=1, mlp=False, norm=None)),
+        ("block-2 (2 blocks, 4 heads, MLP, LN)", dict(n_layers=2, n_heads=4)),
+    ):
         spec = winograd_spec(task, pairs, **fields)
         model, graph = scaled(spec), graph_of(spec)
         oracle_time, oracle = best_time(lambda: edge_effects(model, pairs, graph), rounds)
         eap_time, plain = best_time(lambda: eap(model, pairs, graph), rounds)
         ig_time, ig = best_time(lambda: eap_ig(model, pairs, graph, 5), rounds)
-        print(f"  {name:<34} {len(graph.edges):>5} {oracle_time:>8.2f} {eap_time:>6.2f} {ig_time:>11.2f} "
-              f"{spearman(plain.score, oracle.effect):>7.3f} {spearman(ig.score, oracle.effect):>10.3f}")
+        print(
+            f"  {name:<34} {len(graph.edges):>5} {oracle_time:>8.2f} {eap_time:>6.2f} {ig_time:>11.2f} "
+            f"{spearman(plain.score, oracle.effect):>7.3f} {spearman(ig.score, oracle.effect):>10.3f}"
+        )
 
 
 def head_to_head(graph: Graph) -> Graph:
@@ -127,17 +143,32 @@ def against_transformer_lens(task, pairs, rounds: int) -> None:
     def theirs():
         _, clean_cache = reference.run_with_cache(pairs.inputs)
         _, corrupt_cache = reference.run_with_cache(corrupt)
-        return {c: get_act_patch_direct_path_all_sources(reference, corrupt, clean_cache, corrupt_cache, metric,
-                                                         component=c, verbose=False) for c in "qkv"}
+        return {
+            c: get_act_patch_direct_path_all_sources(
+                reference, corrupt, clean_cache, corrupt_cache, metric, component=c, verbose=False
+            )
+            for c in "qkv"
+        }
+
     with torch.no_grad():
         their_time, their_result = best_time(theirs, rounds)
     our_time, ours = best_time(lambda: edge_effects(native, pairs, graph, direction=Direction.DENOISE), rounds)
-    worst = max(abs(float(their_result[e.receiver.port][e.sender.layer, e.sender.head, e.receiver.node.layer,
-                                                        e.receiver.node.head]) - (ours.base.metric + float(v)))
-                for e, v in zip(ours.edges, ours.effect))
+    worst = max(
+        abs(
+            float(
+                their_result[e.receiver.port][
+                    e.sender.layer, e.sender.head, e.receiver.node.layer, e.receiver.node.head
+                ]
+            )
+            - (ours.base.metric + float(v))
+        )
+        for e, v in zip(ours.edges, ours.effect)
+    )
     print(f"(2) head -> head q/k/v edges ({len(graph.edges)}), 2 blocks x 4 heads, {len(pairs)} pairs, GPT-2 twin:")
-    print(f"  oracle {our_time:.2f} s  get_act_patch_direct_path_all_sources (q, k, v) {their_time:.2f} s  "
-          f"speed-up {their_time / our_time:.1f}x  max |difference| {worst:.1e}")
+    print(
+        f"  oracle {our_time:.2f} s  get_act_patch_direct_path_all_sources (q, k, v) {their_time:.2f} s  "
+        f"speed-up {their_time / our_time:.1f}x  max |difference| {worst:.1e}"
+    )
 
 
 def scaling(task, pairs, max_layers: int, max_heads: int) -> None:
@@ -149,20 +180,31 @@ def scaling(task, pairs, max_layers: int, max_heads: int) -> None:
             spec = winograd_spec(task, pairs, n_layers=layers, n_heads=heads)
             model, graph = scaled(spec), graph_of(spec)
             seconds = edge_effects(model, pairs, graph).seconds
-            print(f"  {layers:>6} {heads:>5} {len(graph.edges):>6} {seconds:>8.2f} {1000 * seconds / len(graph.edges):>8.1f}")
+            print(
+                f"  {layers:>6} {heads:>5} {len(graph.edges):>6} {seconds:>8.2f} {1000 * seconds / len(graph.edges):>8.1f}"
+            )
             if seconds < 60 and (fits is None or len(graph.edges) > fits[2]):
                 fits = (layers, heads, len(graph.edges), seconds)
     if fits:
-        print(f"  most edges whose full oracle fits in a minute: {fits[0]} layers x {fits[1]} heads "
-              f"({fits[2]} edges, {fits[3]:.1f} s)")
+        print(
+            f"  most edges whose full oracle fits in a minute: {fits[0]} layers x {fits[1]} heads "
+            f"({fits[2]} edges, {fits[3]:.1f} s)"
+        )
     spec = winograd_spec(task, pairs, n_layers=2, n_heads=4)
     model = scaled(spec)
-    print("  2 blocks x 4 heads, by pairs:", ", ".join(
-        f"{n} pairs {edge_effects(model, spread_subset(pairs, n), graph_of(spec)).seconds:.2f} s" for n in (16, 32, len(pairs))))
+    print(
+        "  2 blocks x 4 heads, by pairs:",
+        ", ".join(
+            f"{n} pairs {edge_effects(model, spread_subset(pairs, n), graph_of(spec)).seconds:.2f} s"
+            for n in (16, 32, len(pairs))
+        ),
+    )
     scored = sorted(set(pairs.positions.tolist()))
     per_position = graph_of(spec, positions=tuple(range(scored[-1] - 3, scored[-1] + 1)))
-    print(f"  2 blocks x 4 heads, per-position edges at the last 4 positions up to the scored one "
-          f"({len(per_position.edges)} edges): {edge_effects(model, pairs, per_position).seconds:.2f} s")
+    print(
+        f"  2 blocks x 4 heads, per-position edges at the last 4 positions up to the scored one "
+        f"({len(per_position.edges)} edges): {edge_effects(model, pairs, per_position).seconds:.2f} s"
+    )
 
 
 def main() -> None:
@@ -172,8 +214,11 @@ def main() -> None:
     parser.add_argument("--max-layers", type=int, default=4)
     parser.add_argument("--max-heads", type=int, default=8)
     parser.add_argument("--times-only", action="store_true", help="only part (0b), the methods' seconds")
-    parser.add_argument("--docs", type=Path, help="also write part (0b) into this file's "
-                        "<!-- circuit_graph.py --> ... <!-- end circuit_graph.py --> block")
+    parser.add_argument(
+        "--docs",
+        type=Path,
+        help="also write part (0b) into this file's <!-- circuit_graph.py --> ... <!-- end circuit_graph.py --> block",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     task = WinogradTask()
@@ -191,11 +236,13 @@ def main() -> None:
     scaling(task, pairs, args.max_layers, args.max_heads)
     spec = winograd_spec(task, pairs, n_layers=2, n_heads=4)
     seconds, _ = best_time(lambda: edge_effects(scaled(spec), pairs, graph_of(spec)), args.rounds)
-    print(f"(4) target: all-edge oracle, 2 blocks x 4 heads, {len(pairs)} pairs: {seconds:.2f} s "
-          f"({'under' if seconds < TARGET_SECONDS else 'OVER'} {TARGET_SECONDS:.0f} s)")
+    print(
+        f"(4) target: all-edge oracle, 2 blocks x 4 heads, {len(pairs)} pairs: {seconds:.2f} s "
+        f"({'under' if seconds < TARGET_SECONDS else 'OVER'} {TARGET_SECONDS:.0f} s)"
+    )
 
 
 if __name__ == "__main__":
     from common.cli import run_cli
 
-    run_cli(main)   # a UsageError raised anywhere in it: one line, exit 2
+    run_cli(main)  # a UsageError raised anywhere in it: one line, exit 2

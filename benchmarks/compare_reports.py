@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-SHOWN = 30   # non-numeric differences printed
+SHOWN = 30  # non-numeric differences printed
 
 
 def read(path: str):
@@ -40,9 +40,13 @@ def differences(a, b, path: str = "") -> tuple[float, str, list]:
                 other.append(("length", here, len(x), len(y)))
             else:
                 stack.extend((u, v, f"{here}[{i}]") for i, (u, v) in enumerate(zip(x, y)))
-        elif (isinstance(x, (int, float)) and isinstance(y, (int, float))
-              and not isinstance(x, bool) and not isinstance(y, bool)):
-            if abs(x - y) > worst and "seconds" not in here:   # wall time differs run to run
+        elif (
+            isinstance(x, (int, float))
+            and isinstance(y, (int, float))
+            and not isinstance(x, bool)
+            and not isinstance(y, bool)
+        ):
+            if abs(x - y) > worst and "seconds" not in here:  # wall time differs run to run
                 worst, where = abs(x - y), here
         elif x != y:
             other.append(("value", here, str(x)[:80], str(y)[:80]))
@@ -64,4 +68,4 @@ def main() -> None:
 if __name__ == "__main__":
     from common.cli import run_cli
 
-    run_cli(main)   # a UsageError raised anywhere in it: one line, exit 2
+    run_cli(main)  # a UsageError raised anywhere in it: one line, exit 2

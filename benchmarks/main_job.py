@@ -43,7 +43,7 @@ def train_baseline(out: Path, seeds: int) -> None:
     # Neither stopping rule can fire: accuracy never reaches 2, and no plateau outlasts the budget.
     fixed = TrainSettings(max_steps=3000, stop_accuracy=2.0, plateau_steps=3001)
     for plan in plan_family(WinogradTask(), None, list(range(seeds)), fixed, out):
-        execute(plan, progress=False)   # in this process: one run at a time, torch's default threads
+        execute(plan, progress=False)  # in this process: one run at a time, torch's default threads
 
 
 def main() -> None:
@@ -63,8 +63,9 @@ def main() -> None:
     print(f"main job (train --report): {ours_seconds:.0f} s (target <= 120 s)")
     print(f"circuit report alone (python -m probes.circuit report): {report_seconds:.0f} s")
     print(f"source recipe, 3000 fixed steps: training {baseline_seconds:.0f} s{scaled}")
-    print(f"main job (training and report) vs the recipe's training alone: "
-          f"{baseline_seconds / ours_seconds:.1f}x faster")
+    print(
+        f"main job (training and report) vs the recipe's training alone: {baseline_seconds / ours_seconds:.1f}x faster"
+    )
     print("held-out accuracy, main job vs recipe:")
     for name, value in ours_accuracy.items():
         print(f"  {name:<16} {value:7.1%}  {baseline_accuracy.get(name, float('nan')):7.1%}")
@@ -73,4 +74,4 @@ def main() -> None:
 if __name__ == "__main__":
     from common.cli import run_cli
 
-    run_cli(main)   # a UsageError raised anywhere in it: one line, exit 2
+    run_cli(main)  # a UsageError raised anywhere in it: one line, exit 2

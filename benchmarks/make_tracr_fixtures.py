@@ -19,7 +19,7 @@ def main() -> None:
     parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=FIXTURES)
     args = parser.parse_args()
-    run_cli(make_fixtures, args.out)   # a UsageError (no tracr or jax) is one line, exit 2
+    run_cli(make_fixtures, args.out)  # a UsageError (no tracr or jax) is one line, exit 2
 
 
 def make_fixtures(out: Path) -> None:
@@ -28,8 +28,10 @@ def make_fixtures(out: Path) -> None:
         compiled = compile_program(program)
         save(compiled, out)
         c = compiled.config
-        print(f"{program.name}: {c['n_layers']} layers x {c['n_heads']} heads, d_model {c['d_model']}, "
-              f"compiled in {time.perf_counter() - began:.1f} s -> {out / program.name}.safetensors")
+        print(
+            f"{program.name}: {c['n_layers']} layers x {c['n_heads']} heads, d_model {c['d_model']}, "
+            f"compiled in {time.perf_counter() - began:.1f} s -> {out / program.name}.safetensors"
+        )
 
 
 if __name__ == "__main__":

@@ -54,8 +54,8 @@ class Costs:
 
     cpu: dict = field(default_factory=lambda: defaultdict(float))
     wall: dict = field(default_factory=lambda: defaultdict(float))
-    worst: dict = field(default_factory=dict)           # step -> (cpu seconds, run)
-    nested: set = field(default_factory=set)            # steps inside another step's time
+    worst: dict = field(default_factory=dict)  # step -> (cpu seconds, run)
+    nested: set = field(default_factory=set)  # steps inside another step's time
 
     def add(self, step: str, cpu: float, wall: float, run: str) -> None:
         self.cpu[step] += cpu
@@ -145,8 +145,11 @@ def publish_all(measured: list, out: Path, task: str, costs: Costs) -> None:
 def whole_report(runs_dir: Path, out: Path) -> tuple[float, float, float]:
     """(user CPU s, system CPU s, wall s) of `python -m probes.circuit report` in a child process."""
     before, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-    subprocess.run([sys.executable, "-m", "probes.circuit", "report", str(runs_dir), "--out", str(out)],
-                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "probes.circuit", "report", str(runs_dir), "--out", str(out)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime, time.perf_counter() - wall
 
@@ -155,16 +158,24 @@ def table(costs: Costs, whole: float | None) -> str:
     measured = sum(cpu for step, cpu in costs.cpu.items() if step not in costs.nested)
     reference = whole if whole is not None else measured
     # The steps inside the parts after the steps themselves, the costliest first.
-    steps = [s for s in costs.cpu if s not in costs.nested] + sorted(costs.nested & set(costs.cpu), key=lambda s: -costs.cpu[s])
+    steps = [s for s in costs.cpu if s not in costs.nested] + sorted(
+        costs.nested & set(costs.cpu), key=lambda s: -costs.cpu[s]
+    )
     rows = [(step, costs.cpu[step], costs.wall[step], *costs.worst[step]) for step in steps]
     lines = ["| step | CPU s | wall s | share of the report | costliest run (CPU s) |", "|---|---|---|---|---|"]
-    lines += [f"| {step} | {cpu:.2f} | {wall:.2f} | {cpu / reference:.1%} | {run} ({worst:.2f}) |"
-              for step, cpu, wall, worst, run in rows]
-    lines.append(f"| all steps timed here | {measured:.2f} | {sum(costs.wall[s] for s in costs.wall if s not in costs.nested):.2f} "
-                 f"| {measured / reference:.1%} | |")
+    lines += [
+        f"| {step} | {cpu:.2f} | {wall:.2f} | {cpu / reference:.1%} | {run} ({worst:.2f}) |"
+        for step, cpu, wall, worst, run in rows
+    ]
+    lines.append(
+        f"| all steps timed here | {measured:.2f} | {sum(costs.wall[s] for s in costs.wall if s not in costs.nested):.2f} "
+        f"| {measured / reference:.1%} | |"
+    )
     if whole is not None:
-        lines.append(f"| rest (start-up, imports, workers; the whole minus the steps) | {whole - measured:.2f} | | "
-                     f"{(whole - measured) / whole:.1%} | |")
+        lines.append(
+            f"| rest (start-up, imports, workers; the whole minus the steps) | {whole - measured:.2f} | | "
+            f"{(whole - measured) / whole:.1%} | |"
+        )
     return "\n".join(lines)
 
 
@@ -181,7 +192,7 @@ def report_cost(runs_dir: Path, steps: bool = False, whole: bool = True) -> str:
     from probes.accuracy import family_order
     from tasks.training.runs import find_runs
 
-    torch.set_num_threads(1)   # as each report worker runs (toylens.workers.in_one_thread)
+    torch.set_num_threads(1)  # as each report worker runs (toylens.workers.in_one_thread)
     runs = find_runs(runs_dir)
     order = family_order(runs)
     runs = sorted(runs, key=lambda run: (order.index(run.model_name), run.seed))
@@ -198,12 +209,18 @@ def report_cost(runs_dir: Path, steps: bool = False, whole: bool = True) -> str:
             current[0] = "all runs"
             publish_all(measured, out, runs[0].task.name, costs)
         totals = whole_report(runs_dir, Path(folder) / "whole") if whole else None
-    lines = [f"{len(runs)} runs of {runs_dir}; load average {started} at the start, {load_average()} at the end", "",
-             table(costs, None if totals is None else totals[0])]
+    lines = [
+        f"{len(runs)} runs of {runs_dir}; load average {started} at the start, {load_average()} at the end",
+        "",
+        table(costs, None if totals is None else totals[0]),
+    ]
     if totals is not None:
         user, system, wall = totals
-        lines += ["", f"whole report (python -m probes.circuit report, default workers): user {user:.1f} s, "
-                      f"system {system:.1f} s, wall {wall:.1f} s"]
+        lines += [
+            "",
+            f"whole report (python -m probes.circuit report, default workers): user {user:.1f} s, "
+            f"system {system:.1f} s, wall {wall:.1f} s",
+        ]
     return "\n".join(lines)
 
 
@@ -213,14 +230,17 @@ def main(argv=None) -> None:
     parser = Parser(prog="benchmarks/report_cost.py", description=__doc__.splitlines()[0])
     parser.add_argument("runs_dir", type=folder_path, help="a task's runs folder, e.g. a copy of runs/winograd")
     parser.add_argument("--steps", action="store_true", help="also time the costliest steps inside the parts")
-    parser.add_argument("--no-whole", dest="whole", action="store_false",
-                        help="skip timing the whole report as a command")
+    parser.add_argument(
+        "--no-whole", dest="whole", action="store_false", help="skip timing the whole report as a command"
+    )
     args = parser.parse_args(argv)
 
     def command():
         if not args.runs_dir.is_dir():
-            raise UsageError(f"runs folder {args.runs_dir} does not exist; name a folder of trained runs, "
-                             "e.g. a copy of runs/winograd")
+            raise UsageError(
+                f"runs folder {args.runs_dir} does not exist; name a folder of trained runs, "
+                "e.g. a copy of runs/winograd"
+            )
         print(report_cost(args.runs_dir, args.steps, args.whole))
 
     run_cli(command)

@@ -26,12 +26,18 @@ def differences(a, b, where: str = "report") -> tuple[int, float, list[str]]:
     if isinstance(a, dict) and isinstance(b, dict):
         parts = [differences(a[k], b[k], f"{where}.{k}") for k in a.keys() & b.keys() if "seconds" not in k]
         missing = [f"{where}.{k} in one report only" for k in a.keys() ^ b.keys()]
-        return (sum(p[0] for p in parts), max((p[1] for p in parts), default=0.0),
-                missing + [line for p in parts for line in p[2]])
+        return (
+            sum(p[0] for p in parts),
+            max((p[1] for p in parts), default=0.0),
+            missing + [line for p in parts for line in p[2]],
+        )
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
         parts = [differences(x, y, f"{where}[{i}]") for i, (x, y) in enumerate(zip(a, b))]
-        return (sum(p[0] for p in parts), max((p[1] for p in parts), default=0.0),
-                [line for p in parts for line in p[2]])
+        return (
+            sum(p[0] for p in parts),
+            max((p[1] for p in parts), default=0.0),
+            [line for p in parts for line in p[2]],
+        )
     numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
     if numbers:
         if math.isnan(a) and math.isnan(b):
@@ -63,15 +69,17 @@ def main() -> None:
     args = parser.parse_args()
     try:
         reports = train_and_report(args.device, args.seeds)
-    except subprocess.CalledProcessError as failed:   # the command printed its one-line reason
+    except subprocess.CalledProcessError as failed:  # the command printed its one-line reason
         sys.exit(failed.returncode)
     count, worst, mismatches = differences(*reports)
-    print(f"report on cpu vs {args.device}: {count} numbers compared, worst relative difference {worst:.1e}, "
-          f"{len(mismatches)} mismatches (numbers beyond {TOLERANCE:g} relative, or strings)")
+    print(
+        f"report on cpu vs {args.device}: {count} numbers compared, worst relative difference {worst:.1e}, "
+        f"{len(mismatches)} mismatches (numbers beyond {TOLERANCE:g} relative, or strings)"
+    )
     print("\n".join(f"  {line}" for line in mismatches[:25]))
 
 
 if __name__ == "__main__":
     from common.cli import run_cli
 
-    run_cli(main)   # a UsageError raised anywhere in it: one line, exit 2
+    run_cli(main)  # a UsageError raised anywhere in it: one line, exit 2

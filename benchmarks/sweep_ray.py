@@ -24,8 +24,9 @@ def timed_sweep(executor, out: Path, args) -> tuple[float, object]:
     from toylens.sweeps.plan import Grid, plan_sweep
     from toylens.sweeps.driver import run_sweep
 
-    runs = plan_sweep(WinogradTask, {}, {"max_steps": args.steps}, ["attn-only-2x1"], list(range(args.runs)),
-                      Grid(), out)
+    runs = plan_sweep(
+        WinogradTask, {}, {"max_steps": args.steps}, ["attn-only-2x1"], list(range(args.runs)), Grid(), out
+    )
     start = time.perf_counter()
     outcome = run_sweep(runs, out, executor, "benchmarks/sweep_ray.py", progress=False, write=lambda line: None)
     return time.perf_counter() - start, outcome
@@ -48,19 +49,27 @@ def main() -> None:
         local_s, local = timed_sweep(LocalExecutor(jobs=args.cpus), Path(temp) / "local", args)
         ray_executor = RayExecutor(cpus=args.cpus)
         ray_s, on_ray = timed_sweep(ray_executor, Path(temp) / "ray", args)
-        same = all((Path(temp) / "local" / p.relative_to(Path(temp) / "ray")).read_bytes() == p.read_bytes()
-                   for p in (Path(temp) / "ray").rglob("model.safetensors"))
+        same = all(
+            (Path(temp) / "local" / p.relative_to(Path(temp) / "ray")).read_bytes() == p.read_bytes()
+            for p in (Path(temp) / "ray").rglob("model.safetensors")
+        )
     assert local.done == on_ray.done == args.runs and same, "the executors disagree; numbers not compared"
-    print(f"sweep: Winograd attn-only-2x1, {args.runs} runs (<= {args.steps} steps, trained and traced), "
-          f"{args.cpus} at a time; weights bitwise equal on both: {same}")
-    print(f"local pool: {local_s:6.1f} s  {60 * args.runs / local_s:5.2f} runs/min  "
-          f"({local.worker_seconds / args.runs:.1f} s per run in its worker)")
-    print(f"Ray:        {ray_s:6.1f} s  {60 * args.runs / ray_s:5.2f} runs/min  "
-          f"({on_ray.worker_seconds / args.runs:.1f} s per run in its worker; ray.init {ray_executor.startup_seconds:.1f} s)")
+    print(
+        f"sweep: Winograd attn-only-2x1, {args.runs} runs (<= {args.steps} steps, trained and traced), "
+        f"{args.cpus} at a time; weights bitwise equal on both: {same}"
+    )
+    print(
+        f"local pool: {local_s:6.1f} s  {60 * args.runs / local_s:5.2f} runs/min  "
+        f"({local.worker_seconds / args.runs:.1f} s per run in its worker)"
+    )
+    print(
+        f"Ray:        {ray_s:6.1f} s  {60 * args.runs / ray_s:5.2f} runs/min  "
+        f"({on_ray.worker_seconds / args.runs:.1f} s per run in its worker; ray.init {ray_executor.startup_seconds:.1f} s)"
+    )
     print(f"Ray throughput / local pool throughput: {local_s / ray_s:.2f} (target >= 0.90, i.e. overhead < 10%)")
 
 
 if __name__ == "__main__":
     from common.cli import run_cli
 
-    run_cli(main)   # a UsageError raised anywhere in it: one line, exit 2
+    run_cli(main)  # a UsageError raised anywhere in it: one line, exit 2

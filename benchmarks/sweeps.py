@@ -45,21 +45,28 @@ def main() -> None:
 
     with torch.no_grad():
         model = winograd_model(task, pairs, n_layers=2)
-        speedup, ours, theirs = interleaved_ratio(lambda: activation_patching(model, pairs),
-                                                  lambda: theirs_patching(patching, model, pairs, metric), args.rounds)
+        speedup, ours, theirs = interleaved_ratio(
+            lambda: activation_patching(model, pairs),
+            lambda: theirs_patching(patching, model, pairs, metric),
+            args.rounds,
+        )
         worst = max((getattr(ours, name) - value.float()).abs().max().item() for name, value in theirs.items())
-        print(f"activation patching, 2 blocks ({args.pairs} pairs, every head x position, head x all positions, "
-              f"resid; {args.rounds} interleaved rounds):")
+        print(
+            f"activation patching, 2 blocks ({args.pairs} pairs, every head x position, head x all positions, "
+            f"resid; {args.rounds} interleaved rounds):"
+        )
         print(f"  speed-up over transformer_lens.patching {describe(speedup)}  max |difference| {worst:.1e}")
 
         print("zero-ablation sweep (every head; toylens also scores each whole layer):")
         for n_layers in (1, 2):
             model = winograd_model(task, pairs, n_layers)
-            speedup, sweep, theirs = interleaved_ratio(lambda: head_ablation_sweep(model, pairs, Ablation.ZERO),
-                                                       lambda: theirs_ablation(patching, model, pairs, metric),
-                                                       args.rounds)
+            speedup, sweep, theirs = interleaved_ratio(
+                lambda: head_ablation_sweep(model, pairs, Ablation.ZERO),
+                lambda: theirs_ablation(patching, model, pairs, metric),
+                args.rounds,
+            )
             n_heads = model.cfg.n_layers * model.cfg.n_heads
-            ours_grid = torch.tensor([r.logit_diff for r in sweep[1:1 + n_heads]])
+            ours_grid = torch.tensor([r.logit_diff for r in sweep[1 : 1 + n_heads]])
             worst = (ours_grid - theirs.flatten().float()).abs().max().item()
             print(f"  {n_layers} block(s): speed-up {describe(speedup)}  max |difference| {worst:.1e}", flush=True)
 
@@ -76,9 +83,11 @@ def winograd_model(task, pairs, n_layers: int):
 def theirs_patching(patching, model, pairs, metric) -> dict:
     _, clean_cache = model.run_with_cache(pairs.inputs)
     corrupt = corrupt_inputs(pairs)
-    return {"head_out": patching.get_act_patch_attn_head_out_by_pos(model, corrupt, clean_cache, metric),
-            "head_all": patching.get_act_patch_attn_head_out_all_pos(model, corrupt, clean_cache, metric),
-            "resid_pre": patching.get_act_patch_resid_pre(model, corrupt, clean_cache, metric)}
+    return {
+        "head_out": patching.get_act_patch_attn_head_out_by_pos(model, corrupt, clean_cache, metric),
+        "head_all": patching.get_act_patch_attn_head_out_all_pos(model, corrupt, clean_cache, metric),
+        "resid_pre": patching.get_act_patch_resid_pre(model, corrupt, clean_cache, metric),
+    }
 
 
 def theirs_ablation(patching, model, pairs, metric):
@@ -88,7 +97,8 @@ def theirs_ablation(patching, model, pairs, metric):
         cache.cache_dict[name] = torch.zeros_like(cache[name])
     return patching.get_act_patch_attn_head_out_all_pos(model, pairs.inputs, cache, metric)
 
+
 if __name__ == "__main__":
     from common.cli import run_cli
 
-    run_cli(main)   # a UsageError raised anywhere in it: one line, exit 2
+    run_cli(main)  # a UsageError raised anywhere in it: one line, exit 2

@@ -26,7 +26,7 @@ def interleaved_ratio(ours, theirs, rounds: int):
 
     times, results = {0: [], 1: []}, {}
     for round_ in range(rounds):
-        for side in ((0, 1) if round_ % 2 == 0 else (1, 0)):
+        for side in (0, 1) if round_ % 2 == 0 else (1, 0):
             start = time.process_time()
             results[side] = (ours, theirs)[side]()
             times[side].append(time.process_time() - start)

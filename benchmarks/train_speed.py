@@ -51,8 +51,11 @@ class Stepper:
     def __init__(self, forward, parameters, spec: ModelSpec, flat: bool):
         self.forward = forward
         trainable = [p for p in parameters if p.requires_grad]
-        self.optimizer = (FlatAdamW(trainable, lr=1e-3, weight_decay=0.01) if flat
-                          else torch.optim.AdamW(trainable, lr=1e-3, weight_decay=0.01, foreach=True))
+        self.optimizer = (
+            FlatAdamW(trainable, lr=1e-3, weight_decay=0.01)
+            if flat
+            else torch.optim.AdamW(trainable, lr=1e-3, weight_decay=0.01, foreach=True)
+        )
         self.tokens = torch.randint(spec.d_vocab, (BATCH, spec.n_ctx + 1), generator=torch.Generator().manual_seed(0))
         self.lengths = torch.full((BATCH,), spec.n_ctx + 1)
 
@@ -76,14 +79,16 @@ def compare(spec: ModelSpec, rounds: int, seconds: float, same_optimizer: bool):
     ours, plain = build_model(spec), PlainGPT(spec)
     forward = training_forward(ours)
     forward.train(), plain.train()
-    sides = [Stepper(forward, ours.parameters(), spec, flat=not same_optimizer),
-             Stepper(plain, plain.parameters(), spec, flat=False)]
-    for side in sides:   # warm-up, and the step count that takes about `seconds`
+    sides = [
+        Stepper(forward, ours.parameters(), spec, flat=not same_optimizer),
+        Stepper(plain, plain.parameters(), spec, flat=False),
+    ]
+    for side in sides:  # warm-up, and the step count that takes about `seconds`
         side.rate(3)
     steps = max(3, math.ceil(seconds * sides[1].rate(3)))
     rates = {0: [], 1: []}
     for round_ in range(rounds):
-        for index in ((0, 1) if round_ % 2 == 0 else (1, 0)):
+        for index in (0, 1) if round_ % 2 == 0 else (1, 0):
             rates[index].append(sides[index].rate(steps))
     ratios = [a / b for a, b in zip(rates[0], rates[1])]
     return rates[0], rates[1], mean_interval(ratios, bounds=(0.0, math.inf))
@@ -92,29 +97,45 @@ def compare(spec: ModelSpec, rounds: int, seconds: float, same_optimizer: bool):
 def main() -> None:
     parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=positive_int, default=10, help="interleaved repeats of each pair")
-    parser.add_argument("--seconds", type=float, default=1.0, help="about how many CPU seconds each side steps per round")
-    parser.add_argument("--same-optimizer", action="store_true",
-                        help="both sides step torch's AdamW(foreach=True): the models alone")
-    parser.add_argument("--docs", type=Path, help="also write the table into this page's marked block "
-                        "(<!-- train_speed.py --> or, with --same-optimizer, <!-- train_speed.py --same-optimizer -->)")
+    parser.add_argument(
+        "--seconds", type=float, default=1.0, help="about how many CPU seconds each side steps per round"
+    )
+    parser.add_argument(
+        "--same-optimizer", action="store_true", help="both sides step torch's AdamW(foreach=True): the models alone"
+    )
+    parser.add_argument(
+        "--docs",
+        type=Path,
+        help="also write the table into this page's marked block "
+        "(<!-- train_speed.py --> or, with --same-optimizer, <!-- train_speed.py --same-optimizer -->)",
+    )
     args = parser.parse_args()
     if args.rounds < 2:
         parser.error("--rounds must be at least 2 (an interval needs two rounds)")
     if args.seconds <= 0:
         parser.error("--seconds must be a positive number of CPU seconds")
     torch.set_num_threads(1)  # what training uses (toylens.workers.in_one_thread)
-    optimizers = ("both torch's AdamW(foreach=True)" if args.same_optimizer
-                  else "toylens FlatAdamW, plain torch's AdamW(foreach=True)")
+    optimizers = (
+        "both torch's AdamW(foreach=True)"
+        if args.same_optimizer
+        else "toylens FlatAdamW, plain torch's AdamW(foreach=True)"
+    )
     load = os.getloadavg()[0]
-    lines = [f"{args.rounds} interleaved rounds per shape, batch {BATCH}, {optimizers}, ~{args.seconds:g} CPU s per "
-             f"side per round, load average {load:.1f} at the start; steps per CPU second are medians over the rounds; "
-             "the ratio is the mean of the per-round ratios with its 95% t interval.", "",
-             "| shape | toylens steps/s | plain steps/s | toylens / plain [95% interval] |", "|---|---|---|---|"]
+    lines = [
+        f"{args.rounds} interleaved rounds per shape, batch {BATCH}, {optimizers}, ~{args.seconds:g} CPU s per "
+        f"side per round, load average {load:.1f} at the start; steps per CPU second are medians over the rounds; "
+        "the ratio is the mean of the per-round ratios with its 95% t interval.",
+        "",
+        "| shape | toylens steps/s | plain steps/s | toylens / plain [95% interval] |",
+        "|---|---|---|---|",
+    ]
     print(lines[0])
     for name, spec in SHAPES.items():
         ours, plain, ratio = compare(spec, args.rounds, args.seconds, args.same_optimizer)
-        lines.append(f"| {name} | {median(ours):.1f} | {median(plain):.1f} | "
-                     f"{ratio.value:.2f} [{ratio.low:.2f}, {ratio.high:.2f}] |")
+        lines.append(
+            f"| {name} | {median(ours):.1f} | {median(plain):.1f} | "
+            f"{ratio.value:.2f} [{ratio.low:.2f}, {ratio.high:.2f}] |"
+        )
         print(lines[-1], flush=True)
     if args.docs:
         write_docs(parser, args.docs, "train_speed.py" + (" --same-optimizer" if args.same_optimizer else ""), lines)
@@ -127,4 +148,4 @@ def median(values: list[float]) -> float:
 if __name__ == "__main__":
     from common.cli import run_cli
 
-    run_cli(main)   # a UsageError raised anywhere in it: one line, exit 2
+    run_cli(main)  # a UsageError raised anywhere in it: one line, exit 2

@@ -41,6 +41,7 @@ EDGE = re.compile(r"^(\S+) -> (\S+?)(?: @p(\d+))?$")
 
 # ---- the model, by hand --------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Weights:
     tensors: dict
@@ -54,10 +55,18 @@ class Weights:
     def load(cls, file: Path, spec: dict) -> "Weights":
         got = (spec["attention"], spec["norm_place"], spec["positions"], spec["residual"], spec["scale_scores"])
         if got != ("softmax", "pre", "learned", True, True) or spec["norm"] not in ("LN", None):
-            raise ValueError(f"verify_report's forward covers softmax GPTs with learned positions and pre-LN or "
-                             f"no norm, not {(*got, spec['norm'])}")
-        return cls(load_file(str(file)), spec["n_layers"], spec["n_heads"], spec["d_model"] // spec["n_heads"],
-                   spec["mlp"], spec["norm"] == "LN")
+            raise ValueError(
+                f"verify_report's forward covers softmax GPTs with learned positions and pre-LN or "
+                f"no norm, not {(*got, spec['norm'])}"
+            )
+        return cls(
+            load_file(str(file)),
+            spec["n_layers"],
+            spec["n_heads"],
+            spec["d_model"] // spec["n_heads"],
+            spec["mlp"],
+            spec["norm"] == "LN",
+        )
 
     def __getitem__(self, name: str) -> torch.Tensor | None:
         """A tensor by its checkpoint name; None only for the norms of a model without them."""
@@ -85,7 +94,7 @@ def stage(node: str) -> int:
     if node == "embed":
         return 0
     if node == "logits":
-        return 10 ** 6
+        return 10**6
     layer = int(re.match(r"(?:L|MLP)(\d+)", node).group(1))
     return 2 * layer + (1 if node.startswith("L") else 2)
 
@@ -99,8 +108,13 @@ def all_edges(W: Weights) -> list[tuple[str, str]]:
     return [(s, r) for r in inputs for s in W.senders() if stage(s) < stage(r.split(".")[0])]
 
 
-def forward(W: Weights, tokens: torch.Tensor, other: dict | None = None, patched: dict | None = None,
-            z_override: dict | None = None):
+def forward(
+    W: Weights,
+    tokens: torch.Tensor,
+    other: dict | None = None,
+    patched: dict | None = None,
+    z_override: dict | None = None,
+):
     """Logits [n, T, vocab] and every sender's write in this forward.
 
     patched: receiver input -> {sender: [T] mask of positions}: there the receiver reads
@@ -137,8 +151,10 @@ def forward(W: Weights, tokens: torch.Tensor, other: dict | None = None, patched
         resid = resid + attn_out
         if W.mlp:
             x = layer_norm(read(f"MLP{l}", resid), W[p + "ln2.weight"], W[p + "ln2.bias"])
-            writes[f"MLP{l}"] = F.gelu(x @ W[p + "mlp.in.weight"].T + W[p + "mlp.in.bias"]) @ W[p + "mlp.out.weight"].T \
+            writes[f"MLP{l}"] = (
+                F.gelu(x @ W[p + "mlp.in.weight"].T + W[p + "mlp.in.bias"]) @ W[p + "mlp.out.weight"].T
                 + W[p + "mlp.out.bias"]
+            )
             resid = resid + writes[f"MLP{l}"]
     x = layer_norm(read("logits", resid), W["ln_final.weight"], W["ln_final.bias"])
     return x @ W["unembed.weight"].T + W["unembed.bias"], writes
@@ -164,33 +180,51 @@ def zs(W: Weights, tokens: torch.Tensor) -> dict:
         resid = resid + attn_out
         if W.mlp:
             x = layer_norm(resid, W[p + "ln2.weight"], W[p + "ln2.bias"])
-            resid = resid + F.gelu(x @ W[p + "mlp.in.weight"].T + W[p + "mlp.in.bias"]) @ W[p + "mlp.out.weight"].T \
+            resid = (
+                resid
+                + F.gelu(x @ W[p + "mlp.in.weight"].T + W[p + "mlp.in.bias"]) @ W[p + "mlp.out.weight"].T
                 + W[p + "mlp.out.bias"]
+            )
     return out
 
 
 # ---- the metric ----------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Pairs:
-    clean: torch.Tensor         # [n, T] inputs
-    corrupt: torch.Tensor       # [n, T] counterfactual inputs
-    rows: torch.Tensor          # [k] example of each scored position
-    positions: torch.Tensor     # [k]
+    clean: torch.Tensor  # [n, T] inputs
+    corrupt: torch.Tensor  # [n, T] counterfactual inputs
+    rows: torch.Tensor  # [k] example of each scored position
+    positions: torch.Tensor  # [k]
     answers: torch.Tensor
     foils: torch.Tensor
-    lengths: torch.Tensor       # [n] token counts (inputs are tokens[:-1])
+    lengths: torch.Tensor  # [n] token counts (inputs are tokens[:-1])
 
     @classmethod
     def of(cls, batch) -> "Pairs":
-        return cls(batch.tokens[:, :-1], batch.counterfactual[:, :-1], batch.example_index, batch.positions,
-                   batch.answers, batch.foils, batch.lengths)
+        return cls(
+            batch.tokens[:, :-1],
+            batch.counterfactual[:, :-1],
+            batch.example_index,
+            batch.positions,
+            batch.answers,
+            batch.foils,
+            batch.lengths,
+        )
 
     def select(self, row: int, position: int) -> "Pairs":
         """One prompt: example `row` scored at `position` only."""
         keep = (self.rows == row) & (self.positions == position)
-        return Pairs(self.clean[row:row + 1], self.corrupt[row:row + 1], torch.zeros(int(keep.sum()), dtype=torch.long),
-                     self.positions[keep], self.answers[keep], self.foils[keep], self.lengths[row:row + 1])
+        return Pairs(
+            self.clean[row : row + 1],
+            self.corrupt[row : row + 1],
+            torch.zeros(int(keep.sum()), dtype=torch.long),
+            self.positions[keep],
+            self.answers[keep],
+            self.foils[keep],
+            self.lengths[row : row + 1],
+        )
 
 
 def metric(logits: torch.Tensor, pairs: Pairs) -> tuple[float, float]:
@@ -206,6 +240,7 @@ def metric(logits: torch.Tensor, pairs: Pairs) -> tuple[float, float]:
 
 
 # ---- edges and their patches ---------------------------------------------------------------------
+
 
 def parse_edge(name: str) -> tuple[str, str, int | None]:
     match = EDGE.match(name)
@@ -277,6 +312,7 @@ class EdgeRuns:
 
 # ---- the head view: node ablation by position means ----------------------------------------------
 
+
 def position_means(W: Weights, reference, width: int) -> dict:
     """head -> [width, d_head]: its z at each position averaged over the reference rows real there
     (the mean over every real position where no row reaches)."""
@@ -321,7 +357,9 @@ def head_circuits(W: Weights, circuit: dict) -> list[tuple[str, dict, dict]]:
         out.append((f"knockout {head}", dict.fromkeys(h for h in W.heads() if h != head), result))
     out = [(what, parse_kept(result["nodes"]) if "nodes" in result else heads, result) for what, heads, result in out]
     for heads, recovered, normalised in circuit.get("trace") or []:
-        out.append((f"trace {'+'.join(heads)}", dict.fromkeys(heads), {"recovered": recovered, "normalised": normalised}))
+        out.append(
+            (f"trace {'+'.join(heads)}", dict.fromkeys(heads), {"recovered": recovered, "normalised": normalised})
+        )
     return out
 
 
@@ -335,14 +373,16 @@ def parse_kept(nodes: list[str]) -> dict:
 
 # ---- checks --------------------------------------------------------------------------------------
 
+
 class Checks:
     """Each check: what, on how many numbers, the largest difference, PASS/FAIL."""
 
     def __init__(self, tolerance: float):
         self.tolerance, self.failed, self.lines = tolerance, [], []
 
-    def values(self, what: str, pairs: list[tuple[float, float]], tolerance: float | None = None,
-               scale: float = 1.0) -> None:
+    def values(
+        self, what: str, pairs: list[tuple[float, float]], tolerance: float | None = None, scale: float = 1.0
+    ) -> None:
         """Differences in metric units: a share of a gap is compared times that gap (`scale`), so a
         run whose gap is tiny (a share then amplifies float noise) is judged on what was measured."""
         tolerance = self.tolerance if tolerance is None else tolerance
@@ -377,26 +417,42 @@ def check_forward(checks: Checks, name: str, run, W: Weights, pairs: Pairs) -> N
     with torch.no_grad():
         theirs = model(pairs.clean)
     mine = forward(W, pairs.clean)[0]
-    checks.values(f"{name}: forward = the bridge's logits on {len(pairs.clean)} pairs",
-                  [(float((theirs - mine).abs().max()), 0.0)],
-                  1e-4)
+    checks.values(
+        f"{name}: forward = the bridge's logits on {len(pairs.clean)} pairs",
+        [(float((theirs - mine).abs().max()), 0.0)],
+        1e-4,
+    )
 
 
 def check_edges(checks: Checks, name: str, runs: EdgeRuns, stored: dict) -> list:
     circuit = [parse_edge(e["edge"]) for e in stored["circuit"]]
-    checks.values(f"{name}: clean, counterfactual metric ({stored['pairs']} pairs)",
-                  [(runs.clean, stored["clean_metric"]), (runs.corrupt, stored["counterfactual_metric"])])
-    checks.values(f"{name}: named edge circuit's faithfulness (gap scale)", [(runs.kept(circuit), stored["faithfulness"])],
-                  scale=runs.gap)
-    checks.values(f"{name}: circuit edges' share alone",
-                  [(runs.alone([e]), s["alone"]) for e, s in zip(circuit, stored["circuit"])], scale=runs.gap)
+    checks.values(
+        f"{name}: clean, counterfactual metric ({stored['pairs']} pairs)",
+        [(runs.clean, stored["clean_metric"]), (runs.corrupt, stored["counterfactual_metric"])],
+    )
+    checks.values(
+        f"{name}: named edge circuit's faithfulness (gap scale)",
+        [(runs.kept(circuit), stored["faithfulness"])],
+        scale=runs.gap,
+    )
+    checks.values(
+        f"{name}: circuit edges' share alone",
+        [(runs.alone([e]), s["alone"]) for e, s in zip(circuit, stored["circuit"])],
+        scale=runs.gap,
+    )
     positional = stored.get("positional")
     if positional:
         edges = [parse_edge(e["edge"]) for e in positional["circuit"]]
-        checks.values(f"{name}: positional circuit's faithfulness (gap scale), {len(edges)} positional edges",
-                      [(runs.kept(edges), positional["faithfulness"])], scale=runs.gap)
-        checks.values(f"{name}: positional edges' share alone",
-                      [(runs.alone([e]), s["alone"]) for e, s in zip(edges, positional["circuit"])], scale=runs.gap)
+        checks.values(
+            f"{name}: positional circuit's faithfulness (gap scale), {len(edges)} positional edges",
+            [(runs.kept(edges), positional["faithfulness"])],
+            scale=runs.gap,
+        )
+        checks.values(
+            f"{name}: positional edges' share alone",
+            [(runs.alone([e]), s["alone"]) for e, s in zip(edges, positional["circuit"])],
+            scale=runs.gap,
+        )
         parents = list(dict.fromkeys(f"{s} -> {r}" for s, r, _ in edges))
         named = [e["edge"] for e in stored["circuit"]]
         share = len(set(parents) ^ set(named)) / len(set(parents) | set(named))
@@ -410,8 +466,11 @@ def check_redundancy(checks: Checks, name: str, runs: EdgeRuns, circuit: list, s
         return
     whole = runs.kept(circuit)
     alone = sum(abs(runs.alone([e])) for e in circuit)
-    checks.values(f"{name}: redundancy additivity (sum of single-edge shares / f(C); difference per edge)",
-                  [(alone / whole, named["additivity"])], scale=whole * runs.gap / len(circuit))
+    checks.values(
+        f"{name}: redundancy additivity (sum of single-edge shares / f(C); difference per edge)",
+        [(alone / whole, named["additivity"])],
+        scale=whole * runs.gap / len(circuit),
+    )
     necessity, sufficiency = [], []
     for group in named["groups"]:
         sender = group["sender"]
@@ -421,18 +480,26 @@ def check_redundancy(checks: Checks, name: str, runs: EdgeRuns, circuit: list, s
             layer = re.match(r"L(\d+)H", sender).group(1)
             others = {e[0] for e in circuit if e[0].startswith(f"L{layer}H") and e[0] != sender}
             sufficiency.append((runs.kept([e for e in circuit if e[0] not in others]), group["sufficiency"]))
-    checks.values(f"{name}: redundancy necessity per sender (f(C) - f(C without its edges))", necessity,
-                  scale=runs.gap)
+    checks.values(f"{name}: redundancy necessity per sender (f(C) - f(C without its edges))", necessity, scale=runs.gap)
     verdict = structure_of(runs, circuit, whole, alone)
-    checks.truth(f"{name}: redundancy verdict {verdict[0]}, alternatives {verdict[1]}, shared {verdict[2]}",
-                 verdict[:3] == (named["structure"], named["alternatives"], named["shared"]), 1,
-                 f"report: {named['structure']}, {named['alternatives']}, {named['shared']}")
+    checks.truth(
+        f"{name}: redundancy verdict {verdict[0]}, alternatives {verdict[1]}, shared {verdict[2]}",
+        verdict[:3] == (named["structure"], named["alternatives"], named["shared"]),
+        1,
+        f"report: {named['structure']}, {named['alternatives']}, {named['shared']}",
+    )
     joint = (stored.get("redundancy") or {}).get("joint")
-    checks.truth(f"{name}: the joint search ran iff the circuit shows overlap ({verdict[3]})",
-                 (joint is not None) == bool(verdict[3]), 1)
+    checks.truth(
+        f"{name}: the joint search ran iff the circuit shows overlap ({verdict[3]})",
+        (joint is not None) == bool(verdict[3]),
+        1,
+    )
     if sufficiency:
-        checks.values(f"{name}: redundancy sufficiency per head (f with its layer's other circuit heads out)",
-                      sufficiency, scale=runs.gap)
+        checks.values(
+            f"{name}: redundancy sufficiency per head (f with its layer's other circuit heads out)",
+            sufficiency,
+            scale=runs.gap,
+        )
 
 
 def structure_of(runs: EdgeRuns, circuit: list, whole: float, alone_sum: float):
@@ -457,10 +524,20 @@ def structure_of(runs: EdgeRuns, circuit: list, whole: float, alone_sum: float):
             alternatives.append(sufficient)
         elif together >= 0.1 and not sufficient and sum(cost.values()) < together - 0.1:
             shared.append(peers)
-    backed = [e for e in circuit if whole - runs.kept([x for x in circuit if x != e]) >= 0.1 and abs(runs.alone([e])) < 0.1]
-    why = ", ".join(filter(None, ["alternatives" * bool(alternatives), "shared" * bool(shared),
-                                  f"{len(backed)} backed-up edge(s)" * bool(backed),
-                                  "additivity below 90%" * (alone_sum / whole < 0.9)]))
+    backed = [
+        e for e in circuit if whole - runs.kept([x for x in circuit if x != e]) >= 0.1 and abs(runs.alone([e])) < 0.1
+    ]
+    why = ", ".join(
+        filter(
+            None,
+            [
+                "alternatives" * bool(alternatives),
+                "shared" * bool(shared),
+                f"{len(backed)} backed-up edge(s)" * bool(backed),
+                "additivity below 90%" * (alone_sum / whole < 0.9),
+            ],
+        )
+    )
     structure = "alternatives" if alternatives else "shared" if shared else "series"
     return structure, alternatives, shared, why
 
@@ -475,20 +552,30 @@ def check_heads(checks: Checks, name: str, W: Weights, pairs: Pairs, reference, 
     clean_m, corrupt_m = runs.clean, runs.corrupt
     rows = [(what, *head_metric(W, pairs, means, kept), result) for what, kept, result in head_circuits(W, circuit)]
     full = [row for row in rows if "metric" in row[3]]
-    checks.values(f"{name}: head view's empty circuit (every head mean-ablated) metric",
-                  [(empty, r["empty"]) for _, _, _, r in full])
-    checks.values(f"{name}: head circuits' metric ({len(full)} circuits: named, its heads everywhere, knock-outs)",
-                  [(m, r["metric"]) for _, m, _, r in full])
-    checks.values(f"{name}: head circuits and search trace, recovered (0 = counterfactual run, 1 = clean run)",
-                  [((m - corrupt_m) / (clean_m - corrupt_m), r["recovered"]) for _, m, _, r in rows],
-                  scale=clean_m - corrupt_m)
-    checks.values(f"{name}: head circuits and search trace, normalised (0 = every head mean-ablated, 1 = full model)",
-                  [((m - empty) / (clean_m - empty), r["normalised"]) for _, m, _, r in rows], scale=clean_m - empty)
+    checks.values(
+        f"{name}: head view's empty circuit (every head mean-ablated) metric",
+        [(empty, r["empty"]) for _, _, _, r in full],
+    )
+    checks.values(
+        f"{name}: head circuits' metric ({len(full)} circuits: named, its heads everywhere, knock-outs)",
+        [(m, r["metric"]) for _, m, _, r in full],
+    )
+    checks.values(
+        f"{name}: head circuits and search trace, recovered (0 = counterfactual run, 1 = clean run)",
+        [((m - corrupt_m) / (clean_m - corrupt_m), r["recovered"]) for _, m, _, r in rows],
+        scale=clean_m - corrupt_m,
+    )
+    checks.values(
+        f"{name}: head circuits and search trace, normalised (0 = every head mean-ablated, 1 = full model)",
+        [((m - empty) / (clean_m - empty), r["normalised"]) for _, m, _, r in rows],
+        scale=clean_m - empty,
+    )
     checks.values(f"{name}: head circuits' restored share", [(restored, r["accuracy"]) for _, _, restored, r in full])
     if circuit.get("upstream"):
         m = rows[0][1]
-        checks.values(f"{name}: 'faithfulness 1 by construction': the circuit recovers the clean metric",
-                      [(m, clean_m)])
+        checks.values(
+            f"{name}: 'faithfulness 1 by construction': the circuit recovers the clean metric", [(m, clean_m)]
+        )
 
 
 def check_ablations(checks: Checks, name: str, W: Weights, run, reference, settings: dict, stored: dict) -> None:
@@ -500,25 +587,37 @@ def check_ablations(checks: Checks, name: str, W: Weights, run, reference, setti
     sample = spread_subset(run.batches()["heldout"], settings["ablation_rows"])
     rows = Pairs.of(clean_only(sample))
     means = position_means(W, reference, rows.clean.shape[1])
-    entries = [(method, entry) for method in ("zero", "mean") for entry in (stored.get("ablations") or {}).get(method, [])]
+    entries = [
+        (method, entry) for method in ("zero", "mean") for entry in (stored.get("ablations") or {}).get(method, [])
+    ]
     if stored.get("circuit_ablation"):
         entries.append((stored["circuit_ablation"]["method"], stored["circuit_ablation"]))
     found = []
     for method, entry in entries:
         T, n = rows.clean.shape[1], len(rows.clean)
-        override = {h: (torch.zeros(n, T, W.d_head) if method == "zero" else means[h][None].expand(n, -1, -1),
-                        torch.ones(T, dtype=torch.bool)) for h in entry["heads"]}
+        override = {
+            h: (
+                torch.zeros(n, T, W.d_head) if method == "zero" else means[h][None].expand(n, -1, -1),
+                torch.ones(T, dtype=torch.bool),
+            )
+            for h in entry["heads"]
+        }
         scored = forward(W, rows.clean, z_override=override)[0][rows.rows, rows.positions]
         predicted = scored.argmax(-1)
         diff = scored.gather(1, rows.answers[:, None])[:, 0] - scored.gather(1, rows.foils.clamp(min=0)[:, None])[:, 0]
-        found += [(float((predicted == rows.answers).double().mean()), entry["accuracy"]),
-                  (float((predicted == rows.foils).double().mean()), entry["foil_rate"]),
-                  (float(diff.double().mean()), entry["logit_diff"]),
-                  (float(torch.bincount(predicted).max()) / len(predicted), entry["top_share"]),
-                  (float(len(sample)), float(entry["n"]))]
+        found += [
+            (float((predicted == rows.answers).double().mean()), entry["accuracy"]),
+            (float((predicted == rows.foils).double().mean()), entry["foil_rate"]),
+            (float(diff.double().mean()), entry["logit_diff"]),
+            (float(torch.bincount(predicted).max()) / len(predicted), entry["top_share"]),
+            (float(len(sample)), float(entry["n"])),
+        ]
     if found:
-        checks.values(f"{name}: head ablation table and the circuit's ablation ({len(entries)} rows x accuracy, "
-                      f"foil rate, logit diff, top share, n; {len(sample)} held-out rows)", found)
+        checks.values(
+            f"{name}: head ablation table and the circuit's ablation ({len(entries)} rows x accuracy, "
+            f"foil rate, logit diff, top share, n; {len(sample)} held-out rows)",
+            found,
+        )
 
 
 def clean_only(batch):
@@ -551,7 +650,7 @@ def check_mib(checks: Checks, name: str, file: Path, W: Weights, runs: EdgeRuns,
         sender, rest = key.split("->")
         receiver, port = (rest[:-3], rest[-2]) if rest.endswith(">") else (rest, None)
         s, r = mib_node(sender), mib_node(receiver) + (f".{port}" if port else "")
-        if (s, r) not in mine_edges:     # an MLP of an attention-only model: MIB's graph always has one
+        if (s, r) not in mine_edges:  # an MLP of an attention-only model: MIB's graph always has one
             zero.append((edge["score"], 0.0))
             continue
         scores.append((edge["score"], runs.every_alone()[s, r] * runs.gap))
@@ -575,7 +674,7 @@ def check_curve(checks: Checks, name: str, runs: EdgeRuns, stored: dict, graph: 
     draws and CPR / CMD integrate over the share of edges), and the page's per-edge numbers."""
     alone = runs.every_alone()
     edges = list(alone)
-    order = sorted(range(len(edges)), key=lambda i: -abs(alone[edges[i]]))     # stable: graph order on ties
+    order = sorted(range(len(edges)), key=lambda i: -abs(alone[edges[i]]))  # stable: graph order on ties
     every = [runs.kept([(*edges[i], None) for i in order[:k]]) for k in range(len(edges) + 1)]
     if graph is None:
         return
@@ -586,11 +685,17 @@ def check_curve(checks: Checks, name: str, runs: EdgeRuns, stored: dict, graph: 
     pieces = range(len(shares) - 1)
     cpr = sum((shares[i + 1] - shares[i]) * (values[i] + values[i + 1]) / 2 for i in pieces)
     cmd = sum((shares[i + 1] - shares[i]) * (abs(1 - values[i]) + abs(1 - values[i + 1])) / 2 for i in pieces)
-    checks.values(f"{name}: the oracle's CPR and CMD (areas over the share of edges at sizes {oracle['sizes']})",
-                  [(cpr, stored["cpr"]), (cmd, stored["cmd"])], scale=runs.gap)
-    rounding = 0.5e-3 + 1e-9     # the page keeps 3 decimals of a share
-    checks.values(f"{name}: report.html's faithfulness of every top-k circuit (3 decimals)",
-                  list(zip(every, graph["every_k"])), rounding)
+    checks.values(
+        f"{name}: the oracle's CPR and CMD (areas over the share of edges at sizes {oracle['sizes']})",
+        [(cpr, stored["cpr"]), (cmd, stored["cmd"])],
+        scale=runs.gap,
+    )
+    rounding = 0.5e-3 + 1e-9  # the page keeps 3 decimals of a share
+    checks.values(
+        f"{name}: report.html's faithfulness of every top-k circuit (3 decimals)",
+        list(zip(every, graph["every_k"])),
+        rounding,
+    )
     by_id = {e["id"]: e for e in graph["edges"]}
     page = [(alone[s, r], by_id[f"{s} -> {r}"]["alone"]) for s, r in edges]
     checks.values(f"{name}: report.html's edge shares alone (3 decimals)", page, rounding)
@@ -605,10 +710,15 @@ def check_views(checks: Checks, name: str, runs: EdgeRuns, view: dict, claim: fl
     heads = set(runs.W.heads())
     pairs = [(s, r) for s, r in all_edges(runs.W) if s in heads and r.split(".")[0] in heads]
     edge_view = sorted(f"{s} -> {r}" for s, r in pairs if abs(runs.every_alone()[s, r]) >= claim)
-    head_view = sorted(f"{s} -> {r}" for s, r in pairs
-                       if max(runs.denoise([(s, r, p)]) for p in [None, *range(runs.T)]) >= claim)
-    checks.truth(f"{name}: edge view {edge_view}", edge_view == view["edge_view"], len(pairs), f"report: {view['edge_view']}")
-    checks.truth(f"{name}: head view {head_view}", head_view == view["head_view"], len(pairs), f"report: {view['head_view']}")
+    head_view = sorted(
+        f"{s} -> {r}" for s, r in pairs if max(runs.denoise([(s, r, p)]) for p in [None, *range(runs.T)]) >= claim
+    )
+    checks.truth(
+        f"{name}: edge view {edge_view}", edge_view == view["edge_view"], len(pairs), f"report: {view['edge_view']}"
+    )
+    checks.truth(
+        f"{name}: head view {head_view}", head_view == view["head_view"], len(pairs), f"report: {view['head_view']}"
+    )
     checks.truth(f"{name}: the views agree iff they name the same paths", view["agree"] == (edge_view == head_view), 1)
 
 
@@ -616,12 +726,19 @@ def check_at_target(checks: Checks, name: str, runs: EdgeRuns, at_target: dict, 
     """joint.at_target: the joint circuit pruned until one more edge would take it below the target."""
     edges = [parse_edge(e) for e in at_target["circuit"]]
     value = runs.kept(edges)
-    checks.values(f"{name}: joint.at_target faithfulness ({len(edges)} edges)", [(value, at_target["faithfulness"])],
-                  scale=runs.gap)
+    checks.values(
+        f"{name}: joint.at_target faithfulness ({len(edges)} edges)",
+        [(value, at_target["faithfulness"])],
+        scale=runs.gap,
+    )
     checks.truth(f"{name}: joint.at_target keeps the target {target:.0%}", value >= target, 1, f"{value:.4f}")
-    without = [runs.kept(edges[:i] + edges[i + 1:]) for i in range(len(edges))]
-    checks.truth(f"{name}: joint.at_target has no edge to spare (each one dropped goes below {target:.0%})",
-                 all(v < target for v in without), len(edges), f"best without one: {max(without, default=0):.4f}")
+    without = [runs.kept(edges[:i] + edges[i + 1 :]) for i in range(len(edges))]
+    checks.truth(
+        f"{name}: joint.at_target has no edge to spare (each one dropped goes below {target:.0%})",
+        all(v < target for v in without),
+        len(edges),
+        f"best without one: {max(without, default=0):.4f}",
+    )
 
 
 def attribution_node(node: dict, n_heads: int, receiving: bool) -> tuple[str, str | None]:
@@ -649,12 +766,20 @@ def check_attribution(checks: Checks, name: str, file: Path, W: Weights, vocabul
     foil_word = re.search(r" - logit '(.*)' at p\d+$", logit["clerp"])
     tokens = torch.tensor([[index[w] for w in data["metadata"]["prompt_tokens"]]])
     corrupt = torch.tensor([[index[w] for w in info["counterfactual_tokens"]]])
-    pairs = Pairs(tokens, corrupt, torch.zeros(1, dtype=torch.long), torch.tensor([logit["ctx_idx"]]),
-                  torch.tensor([logit["feature"]]),
-                  torch.tensor([index[foil_word.group(1)] if foil_word else NO_FOIL]), torch.tensor([tokens.shape[1] + 1]))
+    pairs = Pairs(
+        tokens,
+        corrupt,
+        torch.zeros(1, dtype=torch.long),
+        torch.tensor([logit["ctx_idx"]]),
+        torch.tensor([logit["feature"]]),
+        torch.tensor([index[foil_word.group(1)] if foil_word else NO_FOIL]),
+        torch.tensor([tokens.shape[1] + 1]),
+    )
     runs = EdgeRuns(W, pairs)
-    checks.values(f"{name}: clean, counterfactual metric of the prompt",
-                  [(runs.clean, info["clean_metric"]), (runs.corrupt, info["counterfactual_metric"])])
+    checks.values(
+        f"{name}: clean, counterfactual metric of the prompt",
+        [(runs.clean, info["clean_metric"]), (runs.corrupt, info["counterfactual_metric"])],
+    )
     weights = []
     for link in data["links"]:
         sender, _ = attribution_node(nodes[link["source"]], W.n_heads, False)
@@ -664,8 +789,11 @@ def check_attribution(checks: Checks, name: str, file: Path, W: Weights, vocabul
         weights.append((runs.clean - runs.metric(only([edge], runs.T)), link["weight"]))
     checks.values(f"{name}: link weights (-(metric change), the edge alone at its position)", weights)
     floor = 0.01 * abs(runs.gap)
-    checks.truth(f"{name}: every link at least 1% of the prompt's gap", all(abs(w) >= floor * 0.999 for _, w in weights),
-                 len(weights))
+    checks.truth(
+        f"{name}: every link at least 1% of the prompt's gap",
+        all(abs(w) >= floor * 0.999 for _, w in weights),
+        len(weights),
+    )
 
 
 def pct(value: float, digits: int = 0) -> str:
@@ -700,29 +828,39 @@ def check_words(checks: Checks, runs_dir: Path) -> None:
         name = f"{e['model_name']} seed {e['seed']}"
         text = edge_text.get(name, "")
         headline = e["headline"]
-        if headline is None:   # no circuit below the whole graph: no sentence states one
+        if headline is None:  # no circuit below the whole graph: no sentence states one
             continue
-        expected = [f"{name}: edge circuit ({headline['method']}) of {len(headline['circuit'])} of "
-                    f"{e['graph']['edges']} edges keeps {pct(headline['faithfulness'])} of the gap on {e['pairs']} pairs",
-                    f"clean {e['clean_metric']:.2f}, counterfactual {e['counterfactual_metric']:.2f}",
-                    f"**{len(e['circuit'])} edges**, faithfulness {pct(e['faithfulness'], 1)}"]
+        expected = [
+            f"{name}: edge circuit ({headline['method']}) of {len(headline['circuit'])} of "
+            f"{e['graph']['edges']} edges keeps {pct(headline['faithfulness'])} of the gap on {e['pairs']} pairs",
+            f"clean {e['clean_metric']:.2f}, counterfactual {e['counterfactual_metric']:.2f}",
+            f"**{len(e['circuit'])} edges**, faithfulness {pct(e['faithfulness'], 1)}",
+        ]
         expected += [f"- {c['edge']} ({c['alone']:+.0%})" for c in e["circuit"]]
         positional, structure = e.get("positional"), e.get("redundancy") or {}
         # The sentence states the joint search's circuit's additivity where the search ran.
         named = (structure.get("joint") or {}).get("redundancy") or structure.get("named")
         if positional:
-            expected.append(f"by position, {len(positional['circuit'])} positional edges keep "
-                            f"{pct(positional['faithfulness'])} and ignoring positions changes "
-                            f"{pct(positional['changed_share'])} of the circuit's edges")
+            expected.append(
+                f"by position, {len(positional['circuit'])} positional edges keep "
+                f"{pct(positional['faithfulness'])} and ignoring positions changes "
+                f"{pct(positional['changed_share'])} of the circuit's edges"
+            )
         if named:
             expected.append(f"add up to {pct(named['additivity'])} of its faithfulness {pct(named['faithfulness'])}")
         missing = [x for x in expected if x not in text]
-        checks.truth(f"{name}: edge sentences state report.json's numbers", not missing, len(expected),
-                     f"missing: {missing[:2]}" if missing else "")
+        checks.truth(
+            f"{name}: edge sentences state report.json's numbers",
+            not missing,
+            len(expected),
+            f"missing: {missing[:2]}" if missing else "",
+        )
         row = re.search(rf"\| {e['model_name']} \|.*?\n((?:\|.*\n)+)", summary)
         joint = " joint" if headline["method"] == "joint search" else ""
         cell = f"| {len(headline['circuit'])}/{e['graph']['edges']}, {pct(headline['faithfulness'])}{joint} |"
-        line = next((l for l in (row.group(1).splitlines() if row else []) if l.startswith(f"| seed {e['seed']} |")), "")
+        line = next(
+            (l for l in (row.group(1).splitlines() if row else []) if l.startswith(f"| seed {e['seed']} |")), ""
+        )
         checks.truth(f"{name}: summary table's edges (gap) cell {cell}", cell in line, 1)
     for r in report["runs"]:
         circuit, name = r.get("circuit"), f"{r['model_name']} seed {r['seed']}"
@@ -733,8 +871,10 @@ def check_words(checks: Checks, runs_dir: Path) -> None:
         if circuit.get("upstream"):
             expected = ["its faithfulness is 1 by construction (not a finding)"]
         else:
-            expected = [f"faithfulness {f['normalised']:.2f} on the null scale ({pct(f['recovered'])} of the clean - "
-                        "counterfactual gap)"]
+            expected = [
+                f"faithfulness {f['normalised']:.2f} on the null scale ({pct(f['recovered'])} of the clean - "
+                "counterfactual gap)"
+            ]
             if h and not circuit.get("head_upstream"):
                 expected.append(f"its heads at every position: {h['normalised']:.2f} ({pct(h['recovered'])})")
         for head, k in (circuit.get("knockout") or {}).items():
@@ -742,11 +882,16 @@ def check_words(checks: Checks, runs_dir: Path) -> None:
             if f"{head} (kept" in text and "matters when mean-ablated" in text.split(f"{head} (kept")[1].split(");")[0]:
                 expected.append(mention)
         missing = [x for x in expected if x not in text]
-        checks.truth(f"{name}: run sentences state the head circuit's faithfulness", not missing, len(expected),
-                     f"missing: {missing[:2]}" if missing else "")
+        checks.truth(
+            f"{name}: run sentences state the head circuit's faithfulness",
+            not missing,
+            len(expected),
+            f"missing: {missing[:2]}" if missing else "",
+        )
 
 
 # ---- the census over training --------------------------------------------------------------------
+
 
 def path_label(circuit: dict, claim: float):
     """The mechanism a step names, from its stored facts: the paths whose sender patched at every
@@ -754,20 +899,26 @@ def path_label(circuit: dict, claim: float):
     if not circuit["nodes"]:
         return None
     paths = circuit.get("paths") or ([circuit["edge"]] if circuit.get("edge") else [])
-    named = frozenset((p["component"], p["sender"], p["receiver"]) for p in paths
-                      if max(v for v in (p["recovered"], p["everywhere"], -math.inf) if v is not None) >= claim)
+    named = frozenset(
+        (p["component"], p["sender"], p["receiver"])
+        for p in paths
+        if max(v for v in (p["recovered"], p["everywhere"], -math.inf) if v is not None) >= claim
+    )
     return named or ("heads", tuple(dict.fromkeys(n.split("@")[0] for n in circuit["nodes"])))
 
 
 def check_timeline(checks: Checks, sweep: Path) -> None:
-    from probes.settings import DEFAULT    # the report's settings: how many pairs, the path claim
+    from probes.settings import DEFAULT  # the report's settings: how many pairs, the path claim
     from dataclasses import asdict
     from tasks.training.runs import Run
 
     settings = asdict(DEFAULT)
     census = json.loads((sweep / "census" / "census.json").read_text())
-    checks.truth(f"{sweep}: the census has a timeline to check (the sweep was trained with --snapshot-every)",
-                 any(group.get("timeline") for group in census["groups"]), len(census["groups"]))
+    checks.truth(
+        f"{sweep}: the census has a timeline to check (the sweep was trained with --snapshot-every)",
+        any(group.get("timeline") for group in census["groups"]),
+        len(census["groups"]),
+    )
     for group in census["groups"]:
         stored = group.get("timeline")
         if not stored:
@@ -788,12 +939,15 @@ def check_timeline(checks: Checks, sweep: Path) -> None:
                     paths.append((runs.denoise([(*edge, None)]) * runs.gap, p["everywhere"] * runs.gap))
                     if p["position"] >= 0:
                         paths.append((runs.denoise([(*edge, p["position"])]) * runs.gap, p["recovered"] * runs.gap))
-            labels[run.seed] = [(e["step"], path_label(e["circuit"], settings["path_claim"])) for e in data["snapshots"]]
+            labels[run.seed] = [
+                (e["step"], path_label(e["circuit"], settings["path_claim"])) for e in data["snapshots"]
+            ]
         where = f"timeline {group['point']}/{group['model_name']}"
         checks.values(f"{where}: every snapshot's gap (clean - counterfactual metric, {len(labels)} seeds)", gaps)
         if paths:
-            checks.values(f"{where}: traced snapshots' path shares times the gap (every position, best single position)",
-                          paths)
+            checks.values(
+                f"{where}: traced snapshots' path shares times the gap (every position, best single position)", paths
+            )
         else:
             print(f"skip  {where}: no snapshot was traced (no path shares to check)")
         grid = sorted({step for entries in labels.values() for step, _ in entries})
@@ -804,31 +958,48 @@ def check_timeline(checks: Checks, sweep: Path) -> None:
             still = [seed for seed, entries in labels.items() if entries[-1][0] > step]
             agreeing.append((sum(agree.values()), row["agreeing"]))
             stopped.append((len(labels) - len(still), row["stopped"]))
-            training.append((sum(agree[seed] for seed in still), (row["training"]["value"] or 0.0) * row["training"]["n"]))
+            training.append(
+                (sum(agree[seed] for seed in still), (row["training"]["value"] or 0.0) * row["training"]["n"])
+            )
             training.append((len(still), row["training"]["n"]))
             training_shares.append(sum(agree[seed] for seed in still) / len(still) if still else math.nan)
-        checks.truth(f"{where}: census steps = the snapshot steps", grid == [r["step"] for r in stored["steps"]], len(grid))
+        checks.truth(
+            f"{where}: census steps = the snapshot steps", grid == [r["step"] for r in stored["steps"]], len(grid)
+        )
         checks.values(f"{where}: seeds naming their final mechanism per step", agreeing, 0.0)
         checks.values(f"{where}: seeds stopped per step", stopped, 0.0)
         shares = [a / len(labels) for a, _ in agreeing]
         first = None
         for step, share in zip(grid[:-1], shares[:-1]):
             first = (step if first is None else first) if share >= 0.9 else None
-        checks.truth(f"{where}: told from step {first}", first == stored["predictable_from"], 1,
-                     f"census says {stored['predictable_from']}")
-        checks.values(f"{where}: seeds still training, and those naming their final mechanism, per step", training, 1e-9)
+        checks.truth(
+            f"{where}: told from step {first}",
+            first == stored["predictable_from"],
+            1,
+            f"census says {stored['predictable_from']}",
+        )
+        checks.values(
+            f"{where}: seeds still training, and those naming their final mechanism, per step", training, 1e-9
+        )
         first = None
         for step, share in zip(grid[:-1], training_shares[:-1]):
             if not math.isnan(share):
                 first = (step if first is None else first) if share >= 0.9 else None
-        checks.truth(f"{where}: told from step {first} on the seeds still training",
-                     first == stored["predictable_while_training"],
-                     1, f"census says {stored['predictable_while_training']}")
-        traced = {seed: next((s for s, label in entries if label is not None), entries[-1][0])
-                  for seed, entries in labels.items()}
-        checks.truth(f"{where}: first traced step per seed",
-                     {str(k): v for k, v in traced.items()} == stored["first_traced"],
-                     len(traced))
+        checks.truth(
+            f"{where}: told from step {first} on the seeds still training",
+            first == stored["predictable_while_training"],
+            1,
+            f"census says {stored['predictable_while_training']}",
+        )
+        traced = {
+            seed: next((s for s, label in entries if label is not None), entries[-1][0])
+            for seed, entries in labels.items()
+        }
+        checks.truth(
+            f"{where}: first traced step per seed",
+            {str(k): v for k, v in traced.items()} == stored["first_traced"],
+            len(traced),
+        )
         settled = {}
         for seed, entries in labels.items():
             index = len(entries) - 1
@@ -838,13 +1009,21 @@ def check_timeline(checks: Checks, sweep: Path) -> None:
         checks.truth(f"{where}: step each seed's label settles at", settled == stored["settled"], len(settled))
         finals = {str(seed): entries[-1][0] for seed, entries in labels.items()}
         checks.truth(f"{where}: last training step per seed", finals == stored["final_steps"], len(finals))
-        final_share = sum(label == entries[-1][1] for seed, entries in labels.items()
-                          for step, label in entries if step == traced[seed]) / len(labels)
-        checks.values(f"{where}: share of seeds naming their final mechanism at their first traced step",
-                      [(final_share, stored["first_traced_final"]["value"])], 0.0)
+        final_share = sum(
+            label == entries[-1][1]
+            for seed, entries in labels.items()
+            for step, label in entries
+            if step == traced[seed]
+        ) / len(labels)
+        checks.values(
+            f"{where}: share of seeds naming their final mechanism at their first traced step",
+            [(final_share, stored["first_traced_final"]["value"])],
+            0.0,
+        )
 
 
 # ---- the whole report ----------------------------------------------------------------------------
+
 
 def verify_runs(checks: Checks, runs_dir: Path, joint: bool) -> None:
     from tasks.training.runs import find_runs
@@ -867,11 +1046,16 @@ def verify_runs(checks: Checks, runs_dir: Path, joint: bool) -> None:
         batch, reference = run_pairs(run, settings)
         pairs = Pairs.of(batch)
         basis = entries[key]["basis"]
-        counts = {"pairs": len(batch), "reference": len(reference), "train": len(run.batches()["train"]),
-                  "heldout": len(run.batches()["heldout"]),
-                  "ablation": min(len(run.batches()["heldout"]), settings["ablation_rows"])}
-        checks.truth(f"{name}: basis {counts}", all(basis[k] == v for k, v in counts.items()), len(counts),
-                     f"report: {basis}")
+        counts = {
+            "pairs": len(batch),
+            "reference": len(reference),
+            "train": len(run.batches()["train"]),
+            "heldout": len(run.batches()["heldout"]),
+            "ablation": min(len(run.batches()["heldout"]), settings["ablation_rows"]),
+        }
+        checks.truth(
+            f"{name}: basis {counts}", all(basis[k] == v for k, v in counts.items()), len(counts), f"report: {basis}"
+        )
         check_forward(checks, name, run, W, pairs)
         runs = EdgeRuns(W, pairs)
         check_heads(checks, name, W, pairs, reference, runs, entries[key])
@@ -890,8 +1074,9 @@ def verify_runs(checks: Checks, runs_dir: Path, joint: bool) -> None:
         if found:
             check_at_target(checks, name, runs, found, stored["target"])
         if joint:
-            check_at_target(checks, f"{name} (joint search run here)", runs, joint_at_target(run, batch, circuit),
-                            stored["target"])
+            check_at_target(
+                checks, f"{name} (joint search run here)", runs, joint_at_target(run, batch, circuit), stored["target"]
+            )
         for folder in (runs_dir / "report" / "mib", runs_dir / "exports" / "mib"):
             for file in sorted(folder.glob(f"{run.model_name}_seed{run.seed}*.json")):
                 if file.stem in (f"{run.model_name}_seed{run.seed}", f"{run.model_name}_seed{run.seed}_oracle"):
@@ -910,8 +1095,10 @@ def joint_at_target(run, batch, circuit) -> dict:
     by_name = {str(e): e for e in graph.edges}
     start = frozenset(by_name[f"{s} -> {r}"] for s, r, _ in circuit)
     found = joint_search(model, batch, graph, start=start, alternatives=0, tighten=True)
-    return {"circuit": [str(e) for e in graph.edges if e in found.at_target.circuit],
-            "faithfulness": found.at_target.faithfulness}
+    return {
+        "circuit": [str(e) for e in graph.edges if e in found.at_target.circuit],
+        "faithfulness": found.at_target.faithfulness,
+    }
 
 
 def main(argv=None) -> int:
@@ -919,26 +1106,36 @@ def main(argv=None) -> int:
     parser.add_argument("runs_dir", type=Path, help="a runs folder with report/report.json")
     parser.add_argument("--sweep", type=Path, help="a sweep folder trained with --snapshot-every (its census)")
     parser.add_argument("--joint", action="store_true", help="also run the joint search here and check its at_target")
-    parser.add_argument("--tolerance", type=float, default=1e-5,
-                        help="largest difference that passes, in metric units (default 1e-5)")
+    parser.add_argument(
+        "--tolerance", type=float, default=1e-5, help="largest difference that passes, in metric units (default 1e-5)"
+    )
     args = parser.parse_args(argv)
-    needed = [args.runs_dir / "report" / "report.json", args.runs_dir / "report" / "report.md",
-              args.runs_dir / "report" / "report.html"] + ([args.sweep / "census" / "census.json"] if args.sweep else [])
+    needed = [
+        args.runs_dir / "report" / "report.json",
+        args.runs_dir / "report" / "report.md",
+        args.runs_dir / "report" / "report.html",
+    ] + ([args.sweep / "census" / "census.json"] if args.sweep else [])
     missing = [str(path) for path in needed if not path.is_file()]
     if missing:
-        print(f"verify_report: {missing[0]} is missing; write the report first (python -m probes.circuit report "
-              f"RUNS_DIR, or toylens census SWEEP_DIR for --sweep)", file=sys.stderr)
+        print(
+            f"verify_report: {missing[0]} is missing; write the report first (python -m probes.circuit report "
+            f"RUNS_DIR, or toylens census SWEEP_DIR for --sweep)",
+            file=sys.stderr,
+        )
         return 2
     checks = Checks(args.tolerance)
     try:
-        with torch.no_grad():    # not set_grad_enabled: a caller's (a test's) later training keeps its gradients
+        with torch.no_grad():  # not set_grad_enabled: a caller's (a test's) later training keeps its gradients
             verify_runs(checks, args.runs_dir, args.joint)
             check_words(checks, args.runs_dir)
             if args.sweep:
                 check_timeline(checks, args.sweep)
-    except (KeyError, ValueError) as error:     # json.JSONDecodeError is a ValueError
-        print(f"verify_report: a stored file lacks what the report writes ({type(error).__name__}: {error}); "
-              "rewrite the report with this toylens", file=sys.stderr)
+    except (KeyError, ValueError) as error:  # json.JSONDecodeError is a ValueError
+        print(
+            f"verify_report: a stored file lacks what the report writes ({type(error).__name__}: {error}); "
+            "rewrite the report with this toylens",
+            file=sys.stderr,
+        )
         return 2
     print(f"{len(checks.lines)} checks, {len(checks.failed)} failed")
     return 1 if checks.failed else 0
@@ -947,4 +1144,4 @@ def main(argv=None) -> int:
 if __name__ == "__main__":
     from common.cli import run_cli
 
-    run_cli(lambda: sys.exit(main()))   # a UsageError raised anywhere in it: one line, exit 2
+    run_cli(lambda: sys.exit(main()))  # a UsageError raised anywhere in it: one line, exit 2

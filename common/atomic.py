@@ -15,8 +15,16 @@ from pathlib import Path
 
 from common.cli import UsageError
 from common.jsonfiles import json_text
-from common.ownership import (TEMP, adopt_all, check_publishable, claim_check, clean_leftovers, record,
-                              remove_tree, version_of)
+from common.ownership import (
+    TEMP,
+    adopt_all,
+    check_publishable,
+    claim_check,
+    clean_leftovers,
+    record,
+    remove_tree,
+    version_of,
+)
 
 
 def atomic_write(path: Path, write, grows: bool = False) -> None:
@@ -53,11 +61,15 @@ def write_failed(error: OSError, path: Path) -> Exception:
         return error
     folder = published_path(Path(path).parent)
     try:
-        free = f"{shutil.disk_usage(Path(path).parent if Path(path).parent.exists() else folder.parent).free:,} bytes free"
+        free = (
+            f"{shutil.disk_usage(Path(path).parent if Path(path).parent.exists() else folder.parent).free:,} bytes free"
+        )
     except OSError:
         free = "free space unknown"
-    return UsageError(f"could not write {folder}: {os.strerror(error.errno)} while writing {Path(path).name} "
-                      f"({free} there); free space (or choose another --out) and rerun; no partial file was left")
+    return UsageError(
+        f"could not write {folder}: {os.strerror(error.errno)} while writing {Path(path).name} "
+        f"({free} there); free space (or choose another --out) and rerun; no partial file was left"
+    )
 
 
 def published_path(path: Path) -> Path:
@@ -66,7 +78,7 @@ def published_path(path: Path) -> Path:
     parts = []
     for part in Path(path).parts:
         if part.startswith(TEMP) and ".new." in part:
-            part = part[len(TEMP):].split(".", 1)[-1].rsplit(".new.", 1)[0]
+            part = part[len(TEMP) :].split(".", 1)[-1].rsplit(".new.", 1)[0]
         parts.append(part)
     return Path(*parts)
 
@@ -87,8 +99,7 @@ def as_disk_full(error: Exception) -> Exception:
     if isinstance(error, OSError):
         return error
     text = str(error)
-    for code, words in ((errno.ENOSPC, "No space left"), (errno.EFBIG, "File too large"),
-                        (errno.EDQUOT, "quota")):
+    for code, words in ((errno.ENOSPC, "No space left"), (errno.EFBIG, "File too large"), (errno.EDQUOT, "quota")):
         if words in text:
             return OSError(code, f"{os.strerror(code)} while writing ({type(error).__name__})")
     return error
@@ -100,7 +111,6 @@ def current_umask() -> int:
     return umask
 
 
-
 def write_json(path: Path, payload) -> None:
     atomic_write(path, lambda temp: Path(temp).write_text(json_text(payload)))
 
@@ -109,7 +119,7 @@ def publish_folder(staged: Path, out: Path, subfolders: tuple[str, ...] = ()) ->
     """Swap a completely written folder `staged` in for `out` (a report): readers find the old
     folder, the new one, or (for the instant between two renames) none, never a mix."""
     staged, out = Path(staged), Path(out)
-    check_publishable(out, "folder", subfolders)   # subfolders: ownership.vouched_within
+    check_publishable(out, "folder", subfolders)  # subfolders: ownership.vouched_within
     try:
         adopt_all(staged)
     except OSError as error:
@@ -120,7 +130,7 @@ def publish_folder(staged: Path, out: Path, subfolders: tuple[str, ...] = ()) ->
     os.replace(staged, out)
     if old.exists():
         remove_tree(old)
-    clean_leftovers(out.parent)   # a swap or a staging folder a kill interrupted
+    clean_leftovers(out.parent)  # a swap or a staging folder a kill interrupted
 
 
 @contextmanager

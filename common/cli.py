@@ -38,8 +38,10 @@ def path_name(value, what: str) -> str:
     """`value` if it can be one path component (letters, digits, . _ + -; no '..', no '/'), else a
     UsageError: names from files and plugins become folder and file names."""
     if not isinstance(value, str) or not NAME.fullmatch(value) or ".." in value:
-        raise UsageError(f"{what} {value!r} cannot be a file name (use letters, digits, '.', '_', '+', "
-                         "'-'; at most 100 characters, no '..' or '/')")
+        raise UsageError(
+            f"{what} {value!r} cannot be a file name (use letters, digits, '.', '_', '+', "
+            "'-'; at most 100 characters, no '..' or '/')"
+        )
     return value
 
 
@@ -61,8 +63,10 @@ def check_not_too_broad(path: Path, what: str = "") -> None:
     resolved, home = Path(path).resolve(), Path.home().resolve()
     if resolved == Path(resolved.anchor) or resolved == home or resolved in home.parents:
         kind = "the file-system root" if resolved == Path(resolved.anchor) else "your home folder or a folder above it"
-        raise UsageError(f"{what}{' ' if what else ''}{path} is {kind}, and toylens would walk every file under it; "
-                         "name a folder of its own, e.g. runs/NAME")
+        raise UsageError(
+            f"{what}{' ' if what else ''}{path} is {kind}, and toylens would walk every file under it; "
+            "name a folder of its own, e.g. runs/NAME"
+        )
 
 
 def device_name(text: str) -> str:
@@ -74,9 +78,11 @@ def device_name(text: str) -> str:
     except RuntimeError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a device; use cpu, cuda, cuda:N or mps") from None
     # torch accepts any index ("cpu:5"); this machine has one CPU device and one MPS device.
-    present = {"cpu": (device.index or 0) == 0,
-               "cuda": torch.cuda.is_available() and (device.index or 0) < torch.cuda.device_count(),
-               "mps": torch.backends.mps.is_available() and (device.index or 0) == 0}
+    present = {
+        "cpu": (device.index or 0) == 0,
+        "cuda": torch.cuda.is_available() and (device.index or 0) < torch.cuda.device_count(),
+        "mps": torch.backends.mps.is_available() and (device.index or 0) == 0,
+    }
     if not present.get(device.type, False):
         raise argparse.ArgumentTypeError(f"this machine has no {text} device; use cpu")
     return text
@@ -106,7 +112,7 @@ def run_cli(command, *args) -> None:
             signal.signal(signal.SIGINT, previous)
 
 
-_held: list[bool] = []   # one entry per open held_interrupts block: whether a Ctrl-C came during it
+_held: list[bool] = []  # one entry per open held_interrupts block: whether a Ctrl-C came during it
 
 
 def interrupt_once(signum, frame) -> None:
@@ -146,8 +152,7 @@ def body(command, *args) -> None:
         sys.exit(EXIT_USAGE)
     except KeyboardInterrupt as interrupt:
         # Training raises KeyboardInterrupt(how to resume); elsewhere every file written is complete.
-        print(f"\ninterrupted: {str(interrupt) or 'stopped; every file written so far is complete'}",
-              file=sys.stderr)
+        print(f"\ninterrupted: {str(interrupt) or 'stopped; every file written so far is complete'}", file=sys.stderr)
         sys.exit(130)
     except BrokenPipeError:
         # The reader went away (e.g. `| head`): not an error of the user's input.

@@ -14,7 +14,7 @@ from matplotlib.text import Text
 
 class Figure(MatplotlibFigure):
     def draw(self, renderer):
-        with matplotlib.rc_context({"text.parse_math": False}):   # ticks the draw itself creates
+        with matplotlib.rc_context({"text.parse_math": False}):  # ticks the draw itself creates
             for text in self.findobj(Text):
                 text.set_parse_math(False)
             return super().draw(renderer)

@@ -99,10 +99,12 @@ def sandboxed_frame(document: str, style: str) -> str:
 def page(title: str, body: str, style: str = "", script: str = "", heading: str = "") -> str:
     """A whole page. A Content-Security-Policy forbids every request but inline ones and data:
     images, so a page that tried to load anything would fail in the browser, not fetch it."""
-    policy = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'")
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f'<meta http-equiv="Content-Security-Policy" content="{policy}">'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{escape(title)}</title><style>{STYLE}{style}</style></head>"
-            f"<body><header><h1>{escape(title)}</h1>{heading}</header><main>{body}</main>"
-            f"<script>{SORT_SCRIPT}</script><script>{script}</script></body></html>\n")
+    policy = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'"
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{policy}">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{escape(title)}</title><style>{STYLE}{style}</style></head>"
+        f"<body><header><h1>{escape(title)}</h1>{heading}</header><main>{body}</main>"
+        f"<script>{SORT_SCRIPT}</script><script>{script}</script></body></html>\n"
+    )

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from common.cli import UsageError
 
-MAX_JSON_BYTES = 64 * 1024 * 1024   # no file toylens writes comes near this; refuse before reading
+MAX_JSON_BYTES = 64 * 1024 * 1024  # no file toylens writes comes near this; refuse before reading
 
 
 def strict(value):
@@ -44,14 +44,15 @@ def read_json(path: Path, fix: str):
     """The JSON value in `path`; anything that is not (not a regular file, too big, not UTF-8, not
     JSON, a key twice, nested too deep for the parser) is a UsageError naming `fix`."""
     path = Path(path)
-    if not path.is_file():   # a FIFO or device would block the read forever (or fill memory: /dev/zero)
+    if not path.is_file():  # a FIFO or device would block the read forever (or fill memory: /dev/zero)
         raise UsageError(f"{path} is not a regular file (a folder, a FIFO, a device or a dangling link); {fix}")
     if path.stat().st_size > MAX_JSON_BYTES:
-        raise UsageError(f"{path} is {path.stat().st_size} bytes, more than any toylens JSON file "
-                         f"({MAX_JSON_BYTES}); {fix}")
+        raise UsageError(
+            f"{path} is {path.stat().st_size} bytes, more than any toylens JSON file ({MAX_JSON_BYTES}); {fix}"
+        )
     try:
         return json.loads(path.read_text(), object_pairs_hook=unique_keys)
-    except ValueError as error:   # not UTF-8, not JSON, a key twice, or an integer past Python's 4300-digit limit
+    except ValueError as error:  # not UTF-8, not JSON, a key twice, or an integer past Python's 4300-digit limit
         raise UsageError(f"{path} is not valid JSON ({getattr(error, 'msg', error)}); {fix}") from None
     except RecursionError:
         raise UsageError(f"{path} is nested too deeply to be a toylens file; {fix}") from None
@@ -103,9 +104,15 @@ def short(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-TYPE_WORDS = {str: "a string", int: "an integer", float: "a finite number", bool: "true or false",
-              dict: "an object", list: "a list of strings",
-              object: "a JSON value other than true or false"}   # fields checked member by member later
+TYPE_WORDS = {
+    str: "a string",
+    int: "an integer",
+    float: "a finite number",
+    bool: "true or false",
+    dict: "an object",
+    list: "a list of strings",
+    object: "a JSON value other than true or false",
+}  # fields checked member by member later
 
 
 def of_type(value, kind: type) -> bool:

@@ -30,7 +30,7 @@ HOLDER = re.compile(rb"(process \d+ on [^\n]*\n)?")
 # A run lies at most this many folders below the folder a writer locks (a sweep's root: point,
 # model, seed), so two locks further apart never cover one run and neither refuses the other.
 REACH = 3
-HELD: set[str] = set()   # folders this process holds: a nested lock of the same folder is a no-op
+HELD: set[str] = set()  # folders this process holds: a nested lock of the same folder is a no-op
 
 
 @contextmanager
@@ -47,16 +47,19 @@ def folder_lock(folder: Path, what: str):
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"{what} {folder} is a file, not a folder; choose a folder")
     if folder.is_symlink():
-        raise UsageError(f"{what} {folder} is a symbolic link; toylens does not write through links: "
-                         "point at the folder itself")
+        raise UsageError(
+            f"{what} {folder} is a symbolic link; toylens does not write through links: point at the folder itself"
+        )
     check_free(above(Path(key)), what, folder, fcntl.LOCK_SH)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / LOCK
     if path.is_symlink():
         raise UsageError(f"{path} is a symbolic link; remove it (toylens does not write through links)")
     if path.exists() and not path.is_file():
-        raise UsageError(f"{path} is not a regular file (a folder, a FIFO or a device), so not toylens's lock; "
-                         "move it away or choose another folder")
+        raise UsageError(
+            f"{path} is not a regular file (a folder, a FIFO or a device), so not toylens's lock; "
+            "move it away or choose another folder"
+        )
     handle = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
@@ -64,8 +67,9 @@ def folder_lock(folder: Path, what: str):
         except BlockingIOError:
             raise in_use(what, folder, handle) from None
         if not written_by_a_lock(os.pread(handle, 4096, 0)):
-            raise UsageError(f"{path} was not written by toylens (it holds something else); move it away, "
-                             "then run this again")
+            raise UsageError(
+                f"{path} was not written by toylens (it holds something else); move it away, then run this again"
+            )
         os.ftruncate(handle, 0)
         os.pwrite(handle, f"process {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
         HELD.add(key)
@@ -81,8 +85,11 @@ def folder_lock(folder: Path, what: str):
 def above(folder: Path) -> list[Path]:
     """Lock files of the folders above `folder` (a real path) that this process does not hold itself,
     nearest first."""
-    return [parent / LOCK for parent in folder.parents[:REACH]
-            if (parent / LOCK).is_file() and str(parent) not in HELD and linked(parent, folder)]
+    return [
+        parent / LOCK
+        for parent in folder.parents[:REACH]
+        if (parent / LOCK).is_file() and str(parent) not in HELD and linked(parent, folder)
+    ]
 
 
 def below(folder: Path) -> list[Path]:
@@ -100,7 +107,7 @@ def linked(upper: Path, lower: Path) -> bool:
     """Whether the folders strictly between `upper` and `lower` are toylens's (each has a manifest)
     or not made yet: then `lower` can hold runs of a writer of `upper`. A folder of someone else's
     in between (a writer of /tmp, a test in /tmp/pytest-of-me/...) means the two never share a run."""
-    between = list(lower.relative_to(upper).parents)[:-1]   # upper/a, upper/a/b, ... (not upper, not lower)
+    between = list(lower.relative_to(upper).parents)[:-1]  # upper/a, upper/a/b, ... (not upper, not lower)
     return all(not (upper / part).is_dir() or (upper / part / MANIFEST).is_file() for part in between)
 
 
@@ -111,9 +118,9 @@ def check_free(paths: list[Path], what: str, folder: Path, mode: int) -> None:
 
     for path in paths:
         try:
-            handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK)   # a FIFO of that name would block the open
+            handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO of that name would block the open
         except OSError:
-            continue   # gone since it was listed: nobody holds it
+            continue  # gone since it was listed: nobody holds it
         try:
             try:
                 fcntl.flock(handle, mode | fcntl.LOCK_NB)
@@ -128,8 +135,9 @@ def in_use(what: str, folder: Path, handle: int, held: Path | None = None) -> Us
     """`held`: the folder above or below `folder` whose lock is taken, when not `folder` itself."""
     holder = os.pread(handle, 200, 0).decode(errors="replace").strip() or "another process"
     where = "" if held is None else f" (it writes {held}, which holds {folder} or lies within it)"
-    return UsageError(f"{what} {folder} is in use by {holder}{where}; wait for it to finish (or stop it), "
-                      "then run this again")
+    return UsageError(
+        f"{what} {folder} is in use by {holder}{where}; wait for it to finish (or stop it), then run this again"
+    )
 
 
 @contextmanager

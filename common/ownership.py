@@ -24,13 +24,14 @@ from pathlib import Path
 from common.cli import UsageError
 
 MANIFEST = ".toylens.json"
-LOCK = ".toylens.lock"       # common.lock's; never a user's file
-TEMP = ".toylens-tmp."       # + "<pid>.<name>": a file or folder being written by process <pid>
+LOCK = ".toylens.lock"  # common.lock's; never a user's file
+TEMP = ".toylens-tmp."  # + "<pid>.<name>": a file or folder being written by process <pid>
 
 
 @dataclass(frozen=True)
 class Version:
     """What toylens wrote under a name: `size` bytes with this SHA-256."""
+
     sha256: str
     size: int
 
@@ -40,6 +41,7 @@ class Written:
     """A manifest's entry for one name. `versions` is None for a name a toylens that recorded no
     checksums listed (vouched for by name alone); `grows` for a file toylens appends to after
     writing it whole (the training log): its versions are the start of the file."""
+
     versions: tuple[Version, ...] | None = ()
     grows: bool = False
 
@@ -47,8 +49,10 @@ class Written:
         if self.versions is None:
             return True
         size = path.stat().st_size
-        return any((size >= v.size if self.grows else size == v.size) and sha256_prefix(path, v.size) == v.sha256
-                   for v in self.versions)
+        return any(
+            (size >= v.size if self.grows else size == v.size) and sha256_prefix(path, v.size) == v.sha256
+            for v in self.versions
+        )
 
 
 def sha256_prefix(path: Path, size: int) -> str:
@@ -98,30 +102,43 @@ def read_manifest(folder: Path) -> dict[str, Written] | None:
     except (ValueError, RecursionError, OSError):
         return None
     files = data.get("files") if isinstance(data, dict) and data.get("written_by") == "toylens" else None
-    if isinstance(files, list):   # written by a toylens that recorded names only
+    if isinstance(files, list):  # written by a toylens that recorded names only
         return {name: Written(None) for name in files if isinstance(name, str)}
     if not isinstance(files, dict):
         return None
     try:
-        return {name: Written(None if entry["versions"] is None else
-                              tuple(Version(v["sha256"], v["bytes"]) for v in entry["versions"]
-                                    if isinstance(v["sha256"], str) and type(v["bytes"]) is int),
-                              entry.get("grows") is True)
-                for name, entry in files.items()}
+        return {
+            name: Written(
+                None
+                if entry["versions"] is None
+                else tuple(
+                    Version(v["sha256"], v["bytes"])
+                    for v in entry["versions"]
+                    if isinstance(v["sha256"], str) and type(v["bytes"]) is int
+                ),
+                entry.get("grows") is True,
+            )
+            for name, entry in files.items()
+        }
     except (TypeError, KeyError, AttributeError):
         return None
 
 
 def write_manifest(folder: Path, entries: dict[str, Written]) -> None:
-    files = {name: {"versions": None if entry.versions is None else
-                    [{"sha256": v.sha256, "bytes": v.size} for v in entry.versions],
-                    **({"grows": True} if entry.grows else {})}
-             for name, entry in sorted(entries.items())}
+    files = {
+        name: {
+            "versions": None
+            if entry.versions is None
+            else [{"sha256": v.sha256, "bytes": v.size} for v in entry.versions],
+            **({"grows": True} if entry.grows else {}),
+        }
+        for name, entry in sorted(entries.items())
+    }
     temp = Path(folder) / f"{TEMP}{os.getpid()}{MANIFEST}"
     try:
         temp.write_text(json.dumps({"written_by": "toylens", "files": files}, indent=1) + "\n")
         os.replace(temp, Path(folder) / MANIFEST)
-    except BaseException:   # a full disk (or a kill's KeyboardInterrupt): no half manifest stays
+    except BaseException:  # a full disk (or a kill's KeyboardInterrupt): no half manifest stays
         temp.unlink(missing_ok=True)
         raise
 
@@ -137,8 +154,10 @@ def owned(path: Path) -> bool:
 
 
 def not_ours(path: Path) -> UsageError:
-    return UsageError(f"{path} was not written by toylens (no {MANIFEST} vouches for its content) and toylens "
-                      "never replaces or deletes a file it did not write; move it away or choose another folder")
+    return UsageError(
+        f"{path} was not written by toylens (no {MANIFEST} vouches for its content) and toylens "
+        "never replaces or deletes a file it did not write; move it away or choose another folder"
+    )
 
 
 def record(path: Path, written: Version, grows: bool = False) -> None:
@@ -149,7 +168,9 @@ def record(path: Path, written: Version, grows: bool = False) -> None:
     with folder_locked(path.parent):
         entries = manifest_entries(path.parent)
         before = entries.get(path.name, Written())
-        kept = tuple(v for v in before.versions or () if path.exists() and Written((v,), before.grows).vouches_for(path))
+        kept = tuple(
+            v for v in before.versions or () if path.exists() and Written((v,), before.grows).vouches_for(path)
+        )
         entries[path.name] = Written((*kept, written), grows)
         write_manifest(path.parent, entries)
 
@@ -158,13 +179,17 @@ def claim_check(path: Path) -> None:
     """Refuse, before any work, when writing `path` would replace a file toylens did not write."""
     path = Path(path)
     if path.is_symlink() or path.parent.is_symlink():
-        raise UsageError(f"{path if path.is_symlink() else path.parent} is a symbolic link; toylens does "
-                         "not write through links: remove it or choose another folder")
+        raise UsageError(
+            f"{path if path.is_symlink() else path.parent} is a symbolic link; toylens does "
+            "not write through links: remove it or choose another folder"
+        )
     if path.name.startswith(".toylens"):
         raise UsageError(f"{path}: names beginning '.toylens' are toylens's own files; choose another file name")
     if read_manifest(path.parent) is None:
-        raise UsageError(f"{path.parent / MANIFEST} is not an ownership manifest toylens wrote, and toylens "
-                         "never replaces a user's files: move it away or choose another folder")
+        raise UsageError(
+            f"{path.parent / MANIFEST} is not an ownership manifest toylens wrote, and toylens "
+            "never replaces a user's files: move it away or choose another folder"
+        )
     if path.exists() and not owned(path):
         raise not_ours(path)
 
@@ -186,14 +211,14 @@ def is_temp(path: Path) -> bool:
 
 def writer_alive(path: Path) -> bool:
     """Whether the process that made temp `path` (its pid is in the name) still runs."""
-    pid = Path(path).name[len(TEMP):].split(".", 1)[0]
+    pid = Path(path).name[len(TEMP) :].split(".", 1)[0]
     if not pid.isdigit():
         return False
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:
         return False
-    except PermissionError:    # another user's live process
+    except PermissionError:  # another user's live process
         return True
     return True
 
@@ -221,8 +246,9 @@ def foreign_files(folder: Path) -> list[Path]:
     for root, dirs, files in os.walk(folder):
         for name in dirs + files:
             entry = Path(root) / name
-            if entry.is_symlink() or (name in files and name not in (MANIFEST, LOCK) and not owned(entry)
-                                      and not is_temp(entry)):
+            if entry.is_symlink() or (
+                name in files and name not in (MANIFEST, LOCK) and not owned(entry) and not is_temp(entry)
+            ):
                 found.append(entry)
         dirs[:] = [d for d in dirs if not ((Path(root) / d).is_symlink() or is_temp(Path(root) / d))]
     return sorted(found)
@@ -234,16 +260,22 @@ def check_replaceable(folder: Path, what: str, within: Path | None = None) -> No
     something toylens did not write."""
     link = first_link(folder, within)
     if link is not None:
-        raise UsageError(f"{what} {folder}: {link} is a symbolic link; toylens does not write through links: "
-                         "remove it or choose another folder")
+        raise UsageError(
+            f"{what} {folder}: {link} is a symbolic link; toylens does not write through links: "
+            "remove it or choose another folder"
+        )
     if Path(folder).exists() and not Path(folder).is_dir():
-        raise UsageError(f"{what} {folder} is a file, not a folder, and toylens never replaces a user's files: "
-                         "move it away or choose another folder")
+        raise UsageError(
+            f"{what} {folder} is a file, not a folder, and toylens never replaces a user's files: "
+            "move it away or choose another folder"
+        )
     foreign = foreign_files(folder) if Path(folder).exists() or Path(folder).is_symlink() else []
     if foreign:
-        raise UsageError(f"{what} {folder} holds {foreign[0]}{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}"
-                         f", which was not written by toylens (no {MANIFEST} vouches for it); toylens never replaces a "
-                         "user's files: move them away or choose another folder")
+        raise UsageError(
+            f"{what} {folder} holds {foreign[0]}{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}"
+            f", which was not written by toylens (no {MANIFEST} vouches for it); toylens never replaces a "
+            "user's files: move them away or choose another folder"
+        )
 
 
 def first_link(path: Path, within: Path | None = None) -> Path | None:
@@ -261,11 +293,16 @@ def check_publishable(out: Path, what: str, subfolders: tuple[str, ...] = ()) ->
     check_replaceable(out, what)
     for root, dirs, files in os.walk(out):
         dirs[:] = [d for d in dirs if not is_temp(Path(root) / d)]
-        held = [path for path in (Path(root) / name for name in files if name not in (MANIFEST, LOCK))
-                if not is_temp(path) and not vouched_within(out, path, subfolders)]
+        held = [
+            path
+            for path in (Path(root) / name for name in files if name not in (MANIFEST, LOCK))
+            if not is_temp(path) and not vouched_within(out, path, subfolders)
+        ]
         if held:
-            raise UsageError(f"{what} {out} holds {held[0]}, which is not part of a folder toylens published "
-                             "there (a run, or other output); toylens would swap it away: choose another folder")
+            raise UsageError(
+                f"{what} {out} holds {held[0]}, which is not part of a folder toylens published "
+                "there (a run, or other output); toylens would swap it away: choose another folder"
+            )
 
 
 def vouched_within(out: Path, path: Path, subfolders: tuple[str, ...] = ()) -> bool:
@@ -274,8 +311,10 @@ def vouched_within(out: Path, path: Path, subfolders: tuple[str, ...] = ()) -> b
     wrote file by file before it published whole: `edges`' figures/)."""
     out, path = Path(out), Path(path)
     folders = [out, *(out / name for name in subfolders if path.parent == out / name)]
-    return any(manifest_entries(folder).get(path.relative_to(folder).as_posix(), Written()).vouches_for(path)
-               for folder in folders)
+    return any(
+        manifest_entries(folder).get(path.relative_to(folder).as_posix(), Written()).vouches_for(path)
+        for folder in folders
+    )
 
 
 def remove_tree(folder: Path, also=lambda path: False) -> None:

@@ -27,8 +27,7 @@ def wilson(successes: int, n: int, z: float = 1.959964) -> Interval:
     return Interval(p, max(0.0, centre - half), min(1.0, centre + half), n)
 
 
-def mean_interval(values: list[float], confidence: float = 0.95,
-                  bounds: tuple[float, float] = (0.0, 1.0)) -> Interval:
+def mean_interval(values: list[float], confidence: float = 0.95, bounds: tuple[float, float] = (0.0, 1.0)) -> Interval:
     """Mean over seeds with a t interval clipped to `bounds` (a rate: [0, 1]; a loss: (0, inf));
     one seed gets no interval (nan bounds)."""
     from scipy.stats import t

@@ -53,9 +53,12 @@ def has_hooks(model) -> bool:
     own LayerNorm wrappers at its first forward: those serve the bridge's wrappers only (which the
     hook-free forward does not run), and counting them made the choice depend on whether the model
     had been run before."""
-    own = {handle.id for block in getattr(model, "blocks", ()) for handle in getattr(block, "_capture_hook_handles", ())}
-    return any(set(m._forward_hooks) - own or set(m._forward_pre_hooks) - own or m._backward_hooks
-               for m in model.modules())
+    own = {
+        handle.id for block in getattr(model, "blocks", ()) for handle in getattr(block, "_capture_hook_handles", ())
+    }
+    return any(
+        set(m._forward_hooks) - own or set(m._forward_pre_hooks) - own or m._backward_hooks for m in model.modules()
+    )
 
 
 def unwrapped(module):

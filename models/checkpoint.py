@@ -24,7 +24,7 @@ from models.spec import ModelSpec, build_model, stored_spec
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 REQUIRED_CONFIG_FIELDS = ("format", "spec", "vocabulary")
-FORMAT = "toylens-run/2"   # /2: config.json carries run_sha256 (runs of /1 predate it)
+FORMAT = "toylens-run/2"  # /2: config.json carries run_sha256 (runs of /1 predate it)
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".pkl", ".ckpt")
 
 
@@ -48,7 +48,7 @@ def load_tensors(path: Path, fix: str, header_only: bool = False) -> tuple[dict,
     a damaged file is a UsageError naming `fix`."""
     from safetensors import SafetensorError, safe_open
 
-    if not Path(path).is_file():   # a FIFO would block the read forever
+    if not Path(path).is_file():  # a FIFO would block the read forever
         raise UsageError(f"{path} is not a regular file (a folder, a FIFO, a device or a dangling link); {fix}")
     try:
         with safe_open(str(path), framework="pt") as handle:
@@ -97,8 +97,10 @@ def read_config(run_dir: Path) -> dict:
     if missing:
         raise UsageError(f"{path} is missing field(s) {missing}; retrain the run")
     if config["format"] != FORMAT:
-        raise UsageError(f"{path} has format {config['format']!r} (written by {writer(config)}), this "
-                         f"toylens reads {FORMAT!r}; use that toylens version or retrain the run")
+        raise UsageError(
+            f"{path} has format {config['format']!r} (written by {writer(config)}), this "
+            f"toylens reads {FORMAT!r}; use that toylens version or retrain the run"
+        )
     return config
 
 
@@ -117,24 +119,28 @@ def inspect_checkpoint(run_dir: Path) -> tuple[dict, ModelSpec]:
     run_dir = Path(run_dir)
     weights = run_dir / WEIGHTS
     if not weights.is_file():
-        pickles = sorted(p.name for p in run_dir.iterdir() if p.suffix in PICKLE_SUFFIXES) \
-            if run_dir.is_dir() else []
+        pickles = sorted(p.name for p in run_dir.iterdir() if p.suffix in PICKLE_SUFFIXES) if run_dir.is_dir() else []
         if pickles:
-            raise UsageError(f"{run_dir / pickles[0]} is a pickled checkpoint; toylens loads only "
-                             f"safetensors ({WEIGHTS}) and never unpickles a file")
+            raise UsageError(
+                f"{run_dir / pickles[0]} is a pickled checkpoint; toylens loads only "
+                f"safetensors ({WEIGHTS}) and never unpickles a file"
+            )
         raise UsageError(f"{weights} not found; retrain the run (or resume it if it is unfinished)")
     config = read_config(run_dir)
     spec = stored_spec(config["spec"], run_dir / CONFIG)
     vocabulary = config["vocabulary"]
     if not isinstance(vocabulary, list) or len(vocabulary) != spec.d_vocab:
         size = len(vocabulary) if isinstance(vocabulary, list) else "no list of"
-        raise UsageError(f"{run_dir / CONFIG}: vocabulary has {size} tokens but the model expects "
-                         f"d_vocab={spec.d_vocab}; the files do not belong together")
+        raise UsageError(
+            f"{run_dir / CONFIG}: vocabulary has {size} tokens but the model expects "
+            f"d_vocab={spec.d_vocab}; the files do not belong together"
+        )
     spec.check_memory()
     recorded = config.get("weights_sha256")
     if recorded is None:
-        raise UsageError(f"{run_dir / CONFIG} records no weights_sha256, so {WEIGHTS} cannot be "
-                         "verified; retrain the run")
+        raise UsageError(
+            f"{run_dir / CONFIG} records no weights_sha256, so {WEIGHTS} cannot be verified; retrain the run"
+        )
     if sha256_file(weights) != recorded:
         problem = damage(weights)
         if problem == "corrupt or truncated":
@@ -143,8 +149,10 @@ def inspect_checkpoint(run_dir: Path) -> tuple[dict, ModelSpec]:
     held = stored_values(weights)
     if spec.parameter_count() > 1.5 * held + 10_000:
         # Checked from the file's header, before a model of the spec's size is allocated.
-        raise UsageError(f"{run_dir / CONFIG}: its spec describes ~{spec.parameter_count()} parameters but {WEIGHTS} "
-                         f"holds {held} values; the files do not belong together")
+        raise UsageError(
+            f"{run_dir / CONFIG}: its spec describes ~{spec.parameter_count()} parameters but {WEIGHTS} "
+            f"holds {held} values; the files do not belong together"
+        )
     return config, spec
 
 
@@ -174,7 +182,7 @@ def load_checkpoint(run_dir: Path):
         raise UsageError(f"{weights} is {damage(weights)} ({error}); retrain the run") from None
     import torch
 
-    with torch.device("cpu"):   # where load_file put the weights, whatever default a notebook set
+    with torch.device("cpu"):  # where load_file put the weights, whatever default a notebook set
         model = build_model(spec, seed=config["seed"])
     check_state(weights, state, model.state_dict())
     model.load_state_dict(state)
@@ -188,13 +196,19 @@ def check_state(path: Path, state: dict, expected: dict) -> None:
     import torch
 
     if set(state) != set(expected):
-        raise UsageError(f"{path} holds tensors {sorted(set(state) ^ set(expected))[:3]} that "
-                         "do not match the spec in config.json; the files do not belong together")
+        raise UsageError(
+            f"{path} holds tensors {sorted(set(state) ^ set(expected))[:3]} that "
+            "do not match the spec in config.json; the files do not belong together"
+        )
     for name, tensor in state.items():
         if tensor.shape != expected[name].shape or tensor.dtype != expected[name].dtype:
-            raise UsageError(f"{path}: {name} is {tensor.dtype} {tuple(tensor.shape)}, the spec expects "
-                             f"{expected[name].dtype} {tuple(expected[name].shape)}; the files do not belong together")
+            raise UsageError(
+                f"{path}: {name} is {tensor.dtype} {tuple(tensor.shape)}, the spec expects "
+                f"{expected[name].dtype} {tuple(expected[name].shape)}; the files do not belong together"
+            )
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             bad = int((~torch.isfinite(tensor)).sum())
-            raise UsageError(f"{path}: {name} holds {bad} NaN or infinite value(s); the run diverged "
-                             "or the file was altered: retrain it (with a lower --lr if it diverged)")
+            raise UsageError(
+                f"{path}: {name} holds {bad} NaN or infinite value(s); the run diverged "
+                "or the file was altered: retrain it (with a lower --lr if it diverged)"
+            )

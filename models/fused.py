@@ -70,15 +70,16 @@ def attention_at(attention, hidden_states, at):
     def heads(x, n):
         return x.view(n, -1, attention.n_heads, attention.d_head).transpose(1, 2)
 
-    q = heads(attention.q(hidden_states[rows, positions]), len(rows))             # [n, heads, 1, d_head]
+    q = heads(attention.q(hidden_states[rows, positions]), len(rows))  # [n, heads, 1, d_head]
     k, v = heads(attention.k(hidden_states), batch), heads(attention.v(hidden_states), batch)
     if attention.rotary is not None:
         # The rotary slot edits q and k each by its own positions; the other output is discarded.
         q, _ = attention.rotary.apply_rope(q, q, position_ids=positions[:, None])
         _, k = attention.rotary.apply_rope(k, k)
-    visible = torch.arange(seq, device=positions.device)[None, :] <= positions[:, None]   # causal, per query
-    attended = F.scaled_dot_product_attention(q, k[rows], v[rows], attn_mask=visible[:, None, None, :],
-                                              scale=1.0 / attention.scale)
+    visible = torch.arange(seq, device=positions.device)[None, :] <= positions[:, None]  # causal, per query
+    attended = F.scaled_dot_product_attention(
+        q, k[rows], v[rows], attn_mask=visible[:, None, None, :], scale=1.0 / attention.scale
+    )
     return attention.o(attended.reshape(len(rows), -1))
 
 
@@ -125,5 +126,5 @@ def training_forward(model):
         warnings.warn(f"training without fused attention: {reason}", stacklevel=2)
         return forward
     for block in forward.layers:
-        block.attn.__class__ = FusedAttention   # a shallow copy (hook_free_forward): the bridge's own stays native
+        block.attn.__class__ = FusedAttention  # a shallow copy (hook_free_forward): the bridge's own stays native
     return forward

@@ -18,22 +18,48 @@ def gpt2_twin(spec: ModelSpec, seed: int = 0, init_range: float = 0.5):
     from transformer_lens import TransformerBridge
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-    if not (spec.mlp and spec.norm == Norm.LN and spec.positions == Positions.LEARNED and spec.attention == Attention.SOFTMAX
-            and spec.scale_scores):
-        raise ValueError("a GPT-2 twin needs a softmax model with learned positions, LayerNorm, MLPs and "
-                         "scaled scores (GPT-2's only shape)")
+    if not (
+        spec.mlp
+        and spec.norm == Norm.LN
+        and spec.positions == Positions.LEARNED
+        and spec.attention == Attention.SOFTMAX
+        and spec.scale_scores
+    ):
+        raise ValueError(
+            "a GPT-2 twin needs a softmax model with learned positions, LayerNorm, MLPs and "
+            "scaled scores (GPT-2's only shape)"
+        )
     torch.manual_seed(seed)
-    config = GPT2Config(vocab_size=spec.d_vocab, n_positions=spec.n_ctx, n_embd=spec.d_model, n_layer=spec.n_layers,
-                        n_head=spec.n_heads, n_inner=4 * spec.d_model, activation_function="gelu", resid_pdrop=0,
-                        embd_pdrop=0, attn_pdrop=0, initializer_range=init_range)
+    config = GPT2Config(
+        vocab_size=spec.d_vocab,
+        n_positions=spec.n_ctx,
+        n_embd=spec.d_model,
+        n_layer=spec.n_layers,
+        n_head=spec.n_heads,
+        n_inner=4 * spec.d_model,
+        activation_function="gelu",
+        resid_pdrop=0,
+        embd_pdrop=0,
+        attn_pdrop=0,
+        initializer_range=init_range,
+    )
     vocab = {f"t{i}": i for i in range(spec.d_vocab)}
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="t0")),
-                                        unk_token="t0", pad_token="t0")
-    reference = TransformerBridge.boot_transformers("gpt2", hf_model=GPT2LMHeadModel(config).eval(), tokenizer=tokenizer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="t0")), unk_token="t0", pad_token="t0"
+    )
+    reference = TransformerBridge.boot_transformers(
+        "gpt2", hf_model=GPT2LMHeadModel(config).eval(), tokenizer=tokenizer
+    )
     reference.eval()
     native = build_model(spec, seed=seed)
     ours, theirs = native.state_dict(), reference.state_dict()
     # GPT-2's Conv1D stores [in, out]: the MLP's shapes show it, the square output projection's do not.
-    native.load_state_dict({name: theirs[name].T if ".attn.o." in name and name.endswith("weight")
-                            or theirs[name].shape != value.shape else theirs[name] for name, value in ours.items()})
+    native.load_state_dict(
+        {
+            name: theirs[name].T
+            if ".attn.o." in name and name.endswith("weight") or theirs[name].shape != value.shape
+            else theirs[name]
+            for name, value in ours.items()
+        }
+    )
     return reference, native.eval()

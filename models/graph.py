@@ -75,7 +75,7 @@ class Input:
 class Edge:
     sender: Sender
     receiver: Input
-    position: Optional[int] = None      # None: the write at every position
+    position: Optional[int] = None  # None: the write at every position
 
     def __str__(self) -> str:
         where = "" if self.position is None else f" @p{self.position}"
@@ -91,10 +91,19 @@ class Graph:
 
     def counts(self) -> dict[str, int]:
         """Edges by receiver kind (q, k, v, mlp, logits), and in all."""
-        kinds = Counter(edge.receiver.port if isinstance(edge.receiver.node, Head)
-                        else "mlp" if isinstance(edge.receiver.node, MLP) else "logits" for edge in self.edges)
-        return {**{kind: kinds[kind] for kind in (*HEAD_PORTS, "mlp", "logits")},
-                "nodes": len(self.senders) + 1, "edges": len(self.edges)}
+        kinds = Counter(
+            edge.receiver.port
+            if isinstance(edge.receiver.node, Head)
+            else "mlp"
+            if isinstance(edge.receiver.node, MLP)
+            else "logits"
+            for edge in self.edges
+        )
+        return {
+            **{kind: kinds[kind] for kind in (*HEAD_PORTS, "mlp", "logits")},
+            "nodes": len(self.senders) + 1,
+            "edges": len(self.edges),
+        }
 
     def into(self, receiver: Input) -> tuple[Edge, ...]:
         return tuple(edge for edge in self.edges if edge.receiver == receiver)
@@ -107,9 +116,17 @@ def graph_of(spec: ModelSpec, positions: Optional[tuple[int, ...]] = None) -> Gr
     senders = tuple(sorted([Embed(), *heads, *mlps], key=lambda node: (stage(node, spec.n_layers), node)))
     ports = tuple(p for p in HEAD_PORTS if not (p == "q" and spec.attention == Attention.UNIFORM))
     receivers = [*heads, *mlps, Logits()]
-    inputs = tuple(Input(node, port) for node in sorted(receivers, key=lambda n: (stage(n, spec.n_layers), n))
-                   for port in (ports if isinstance(node, Head) else ("in",)))
+    inputs = tuple(
+        Input(node, port)
+        for node in sorted(receivers, key=lambda n: (stage(n, spec.n_layers), n))
+        for port in (ports if isinstance(node, Head) else ("in",))
+    )
     where = (None,) if positions is None else tuple(positions)
-    edges = tuple(Edge(sender, receiver, position) for receiver in inputs for sender in senders
-                  if stage(sender, spec.n_layers) < stage(receiver.node, spec.n_layers) for position in where)
+    edges = tuple(
+        Edge(sender, receiver, position)
+        for receiver in inputs
+        for sender in senders
+        if stage(sender, spec.n_layers) < stage(receiver.node, spec.n_layers)
+        for position in where
+    )
     return Graph(spec.n_layers, senders, inputs, edges)

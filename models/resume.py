@@ -25,7 +25,7 @@ class Resumable:
     """The modules a resumed forward runs, under the bridge's names."""
 
     blocks: tuple[torch.nn.Module, ...]
-    adds_residual: tuple[bool, ...]     # per block: False where attention replaces the stream
+    adds_residual: tuple[bool, ...]  # per block: False where attention replaces the stream
     ln_final: torch.nn.Module
     unembed: torch.nn.Module
     attn_only: bool
@@ -64,7 +64,7 @@ def resume(modules: Resumable, residual, start: int, at=None):
     for block in blocks[:-1]:
         (residual,) = block(residual)
     last = blocks[-1]
-    if refusal(last) is None:   # native modules (no hook attached): queries at `at` alone
+    if refusal(last) is None:  # native modules (no hook attached): queries at `at` alone
         attended = attention_at(last.attn, last.ln1(residual), at)
     else:
         attended = last.attn(last.ln1(residual))[0][at]

@@ -35,9 +35,9 @@ from models.bridge import native, native_attention, use_fused_layer_norm
 
 
 class Attention(StrEnum):
-    SOFTMAX = "softmax"      # learned query-key scores
-    UNIFORM = "uniform"      # every score 0: the causal prefix average
-    NONE = "none"            # each position sees only its own token
+    SOFTMAX = "softmax"  # learned query-key scores
+    UNIFORM = "uniform"  # every score 0: the causal prefix average
+    NONE = "none"  # each position sees only its own token
 
 
 class Positions(StrEnum):
@@ -49,12 +49,12 @@ class Positions(StrEnum):
 
 
 class Norm(StrEnum):
-    LN = "LN"                # LayerNorm; a spec without normalisation has norm None
+    LN = "LN"  # LayerNorm; a spec without normalisation has norm None
 
 
 class NormPlace(StrEnum):
-    PRE = "pre"              # x + f(LN(x))
-    POST = "post"            # LN(x + f(x))
+    PRE = "pre"  # x + f(LN(x))
+    POST = "post"  # LN(x + f(x))
 
 
 # The spec's enum fields. A spec is built from JSON and command lines as well as from code, so each
@@ -76,7 +76,7 @@ class ModelSpec:
     positions: Positions = Positions.LEARNED
     norm: Norm | None = Norm.LN
     scale_scores: bool = True
-    residual: bool = True      # False: attention's output replaces the stream instead of adding to it
+    residual: bool = True  # False: attention's output replaces the stream instead of adding to it
     norm_place: NormPlace = NormPlace.PRE
     n_ctx: int = 32
     d_vocab: int = 0
@@ -92,32 +92,40 @@ class ModelSpec:
         return self.d_model // self.n_heads
 
     def validate(self) -> "ModelSpec":
-        for field, value in {"n_layers": self.n_layers, "d_model": self.d_model, "n_heads": self.n_heads,
-                             "n_ctx": self.n_ctx, "d_vocab": self.d_vocab}.items():
+        for field, value in {
+            "n_layers": self.n_layers,
+            "d_model": self.d_model,
+            "n_heads": self.n_heads,
+            "n_ctx": self.n_ctx,
+            "d_vocab": self.d_vocab,
+        }.items():
             if type(value) is not int or not 0 < value <= LIMITS[field]:
                 raise UsageError(f"model {field} must be an integer from 1 to {LIMITS[field]}, got {short(value)}")
         for field in ("mlp", "scale_scores"):
             if type(getattr(self, field)) is not bool:
                 raise UsageError(f"model {field} must be true or false, got {short(getattr(self, field))}")
         if self.d_model % self.n_heads:
-            raise UsageError(f"n_heads={self.n_heads} does not divide d_model={self.d_model}; "
-                             "pick a head count that divides the width")
+            raise UsageError(
+                f"n_heads={self.n_heads} does not divide d_model={self.d_model}; "
+                "pick a head count that divides the width"
+            )
         if not isinstance(self.residual, bool):
             raise UsageError(f"residual must be true or false, got {short(self.residual)}")
         if self.attention == Attention.UNIFORM and self.positions == Positions.ALIBI:
-            raise UsageError("uniform attention cannot take ALiBi positions (the bias would re-weight the "
-                             "average); use positions learned, sinusoidal or none")
+            raise UsageError(
+                "uniform attention cannot take ALiBi positions (the bias would re-weight the "
+                "average); use positions learned, sinusoidal or none"
+            )
         if self.attention == Attention.NONE and not self.residual:
             raise UsageError("attention 'none' with residual off leaves nothing of the input; keep residual on")
         if self.norm_place == NormPlace.POST and (self.norm is None or not self.residual):
-            raise UsageError("norm_place 'post' normalises after each residual add: it needs norm 'LN' and "
-                             "residual on")
+            raise UsageError("norm_place 'post' normalises after each residual add: it needs norm 'LN' and residual on")
         return self
 
     def parameter_count(self) -> int:
         d, layers = self.d_model, self.n_layers
         per_layer = 4 * d * d + 4 * d + (8 * d * d + 5 * d if self.mlp else 0) + 4 * d
-        positions = 0 if self.positions == Positions.ROTARY else self.n_ctx * d   # rotary has no position table
+        positions = 0 if self.positions == Positions.ROTARY else self.n_ctx * d  # rotary has no position table
         return layers * per_layer + 2 * self.d_vocab * d + positions + self.d_vocab + 2 * d
 
     def memory_bytes(self, batch: int = 64) -> int:
@@ -133,10 +141,12 @@ class ModelSpec:
         """Refuse before allocating when the model could not fit a toy-model budget."""
         need = self.memory_bytes(batch)
         if need > MEMORY_LIMIT:
-            raise UsageError(f"model n_layers={self.n_layers} d_model={self.d_model} n_ctx={self.n_ctx} "
-                             f"d_vocab={self.d_vocab} would need ~{need / 2**30:.1f} GiB at batch {batch}, "
-                             f"more than toylens's limit of {MEMORY_LIMIT / 2**30:.0f} GiB for toy models; "
-                             "use a smaller model, context or batch")
+            raise UsageError(
+                f"model n_layers={self.n_layers} d_model={self.d_model} n_ctx={self.n_ctx} "
+                f"d_vocab={self.d_vocab} would need ~{need / 2**30:.1f} GiB at batch {batch}, "
+                f"more than toylens's limit of {MEMORY_LIMIT / 2**30:.0f} GiB for toy models; "
+                "use a smaller model, context or batch"
+            )
         return self
 
     def to_dict(self) -> dict:
@@ -149,8 +159,10 @@ class ModelSpec:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(fields) - known)
         if unknown:
-            raise UsageError(f"model spec has unknown field(s) {short(unknown)}; "
-                             "it was written by another toylens version or edited by hand")
+            raise UsageError(
+                f"model spec has unknown field(s) {short(unknown)}; "
+                "it was written by another toylens version or edited by hand"
+            )
         # A field absent from `fields` was added after the run was written: its default is the
         # behaviour that run was trained with, so old runs load unchanged.
         return cls(**fields).validate()
@@ -178,7 +190,7 @@ def build_model(spec: ModelSpec, seed: int = 0):
     """A randomly initialised `TransformerBridge` realising `spec`, in eval mode."""
     from transformer_lens import TransformerBridge, TransformerBridgeConfig
 
-    spec.validate()   # memory is checked where weights are allocated for real (training, loading), not here: probes.chapter.params builds on the meta device
+    spec.validate()  # memory is checked where weights are allocated for real (training, loading), not here: probes.chapter.params builds on the meta device
     config = TransformerBridgeConfig(
         d_model=spec.d_model,
         d_head=spec.d_head,

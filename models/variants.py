@@ -54,8 +54,8 @@ class AlibiBias(torch.nn.Module):
         batch, _, seq, _ = q.shape
         if position_ids is None:
             position_ids = torch.arange(seq, device=q.device).expand(batch, seq)
-        position = position_ids.to(q.dtype)[:, None, :, None]                  # [batch, 1, seq, 1]
-        slope = self.slopes.to(q.dtype)[None, :, None, None]                    # [1, heads, 1, 1]
+        position = position_ids.to(q.dtype)[:, None, :, None]  # [batch, 1, seq, 1]
+        slope = self.slopes.to(q.dtype)[None, :, None, None]  # [1, heads, 1, 1]
         q_extra = torch.cat([slope.expand(batch, -1, seq, 1), -slope * position], dim=-1)
         k_extra = torch.cat([position, torch.ones_like(position)], dim=-1).expand(batch, k.shape[1], seq, 2)
         return torch.cat([q, q_extra.expand(batch, q.shape[1], seq, 2)], dim=-1), torch.cat([k, k_extra], dim=-1)
@@ -69,8 +69,9 @@ class ReplacingBlock(NativeBlock):
     `NativeBlock.forward` and no weight setting removes it. The body mirrors that forward."""
 
     def forward(self, hidden_states, attention_mask=None, position_ids=None, **kwargs):
-        hidden_states, _pattern = self.attn(self.ln1(hidden_states), attention_mask=attention_mask,
-                                            position_ids=position_ids)
+        hidden_states, _pattern = self.attn(
+            self.ln1(hidden_states), attention_mask=attention_mask, position_ids=position_ids
+        )
         if not self.cfg.attn_only:
             hidden_states = hidden_states + self.mlp(self.ln2(hidden_states))
         return (hidden_states,)

@@ -36,7 +36,7 @@ class Ablation(StrEnum):
     RESAMPLE = "resample"
 
 
-ABLATION_METHODS = (Ablation.ZERO, Ablation.MEAN, Ablation.RESAMPLE)   # what head ablation takes
+ABLATION_METHODS = (Ablation.ZERO, Ablation.MEAN, Ablation.RESAMPLE)  # what head ablation takes
 
 
 def ablation_named(name: str, choices: tuple[Ablation, ...] = tuple(Ablation)) -> Ablation:
@@ -55,22 +55,23 @@ def parse_heads(heads) -> tuple[Head, ...]:
 def check_heads(model, heads) -> None:
     for layer, head in heads:
         if not (0 <= layer < model.cfg.n_layers and 0 <= head < model.cfg.n_heads):
-            raise UsageError(f"head {Head(layer, head)} does not exist: the model has "
-                             f"{model.cfg.n_layers} layers of {model.cfg.n_heads} heads")
-
+            raise UsageError(
+                f"head {Head(layer, head)} does not exist: the model has "
+                f"{model.cfg.n_layers} layers of {model.cfg.n_heads} heads"
+            )
 
 
 @dataclass(frozen=True)
 class AblationResult:
-    heads: tuple[Head, ...]         # () is the unablated baseline
+    heads: tuple[Head, ...]  # () is the unablated baseline
     method: Ablation
     accuracy: float
-    logit_diff: float               # mean answer - foil logit over scored positions with a foil
+    logit_diff: float  # mean answer - foil logit over scored positions with a foil
     foil_rate: float
-    by_group: dict[str, dict]       # group -> {"n", "accuracy", "logit_diff"}
-    n: int = 0                      # scored positions measured
-    top_token: int = -1             # the most often predicted token ...
-    top_share: float = 0.0          # ... and its share of the scored positions (a constant output: ~1)
+    by_group: dict[str, dict]  # group -> {"n", "accuracy", "logit_diff"}
+    n: int = 0  # scored positions measured
+    top_token: int = -1  # the most often predicted token ...
+    top_share: float = 0.0  # ... and its share of the scored positions (a constant output: ~1)
 
     @property
     def label(self) -> str:
@@ -92,11 +93,13 @@ def chunked_cache(model, tokens: torch.Tensor, names: list[str], keep_logits: bo
     step = max(1, TOKENS_PER_FORWARD // max(tokens.shape[1], 1))
     logits, caches = [], []
     for start in range(0, len(tokens), step):
-        chunk_logits, cache = model.run_with_cache(tokens[start:start + step], names_filter=names)
+        chunk_logits, cache = model.run_with_cache(tokens[start : start + step], names_filter=names)
         logits += [chunk_logits] if keep_logits else []
         caches.append(cache)
-    return (torch.cat(logits) if keep_logits else None,
-            {name: torch.cat([cache[name] for cache in caches]) for name in names})
+    return (
+        torch.cat(logits) if keep_logits else None,
+        {name: torch.cat([cache[name] for cache in caches]) for name in names},
+    )
 
 
 @torch.no_grad()
@@ -125,7 +128,9 @@ class Reference:
 def reference_activations(model, batch: Batch) -> Reference:
     batch = batch.to(device_of(model))
     layers = range(model.cfg.n_layers)
-    writes = [get_act_name("resid_pre", 0)] + ([] if model.cfg.attn_only else [get_act_name("mlp_out", l) for l in layers])
+    writes = [get_act_name("resid_pre", 0)] + (
+        [] if model.cfg.attn_only else [get_act_name("mlp_out", l) for l in layers]
+    )
     _, cache = chunked_cache(model, batch.inputs, [get_act_name("z", l) for l in layers] + writes)
     return Reference(batch, {l: cache[get_act_name("z", l)] for l in layers}, {name: cache[name] for name in writes})
 
@@ -179,12 +184,16 @@ def resample_rows(batch: Batch, reference: Batch, seed: int) -> torch.Tensor:
 
 def check_method(method: Ablation, reference) -> None:
     if not isinstance(method, Ablation) or method not in ABLATION_METHODS:
-        raise UsageError(f"head ablation method must be an Ablation, one of {', '.join(ABLATION_METHODS)} "
-                         f"(a name converts with probes.ablation.ablation_named), got {method!r}")
+        raise UsageError(
+            f"head ablation method must be an Ablation, one of {', '.join(ABLATION_METHODS)} "
+            f"(a name converts with probes.ablation.ablation_named), got {method!r}"
+        )
     if method is not Ablation.ZERO and reference is None:
-        raise UsageError(f"{method} ablation needs reference=, the examples whose activations replace "
-                         "the heads' output: pass probes.ablation.training_reference(run) for the training "
-                         "rows the report uses, or the batch itself")
+        raise UsageError(
+            f"{method} ablation needs reference=, the examples whose activations replace "
+            "the heads' output: pass probes.ablation.training_reference(run) for the training "
+            "rows the report uses, or the batch itself"
+        )
 
 
 def training_reference(run, rows: int | None = None) -> Batch:
@@ -196,8 +205,14 @@ def training_reference(run, rows: int | None = None) -> Batch:
     return spread_subset(run.batches()["train"], rows or DEFAULT.reference_rows)
 
 
-def ablation_hooks(model, batch: Batch, heads, method: Ablation = Ablation.MEAN, seed: int = 0,
-                   reference: "Batch | Reference | None" = None) -> list:
+def ablation_hooks(
+    model,
+    batch: Batch,
+    heads,
+    method: Ablation = Ablation.MEAN,
+    seed: int = 0,
+    reference: "Batch | Reference | None" = None,
+) -> list:
     """Forward hooks that ablate `heads` for a run over `batch.inputs` (or any tensor of its shape)."""
     heads = parse_heads(heads)
     check_heads(model, heads)
@@ -211,14 +226,21 @@ def ablation_hooks(model, batch: Batch, heads, method: Ablation = Ablation.MEAN,
             z = z.clone()
             z[:, :, indices] = 0.0 if values[layer] is None else values[layer][:, :, indices]
             return z
+
         return replace
 
     return [(get_act_name("z", layer), hook(layer, [h for l, h in heads if l == layer])) for layer in layers]
 
 
 @torch.no_grad()
-def ablated_scored(model, batch: Batch, heads, method: Ablation = Ablation.MEAN, seed: int = 0,
-                   reference: "Batch | Reference | None" = None) -> Scored:
+def ablated_scored(
+    model,
+    batch: Batch,
+    heads,
+    method: Ablation = Ablation.MEAN,
+    seed: int = 0,
+    reference: "Batch | Reference | None" = None,
+) -> Scored:
     batch = batch.to(device_of(model))
     hooks = ablation_hooks(model, batch, heads, method, seed, reference)
     logits = model.run_with_hooks(batch.inputs, fwd_hooks=hooks)
@@ -230,8 +252,11 @@ def ablation_result(scored: Scored, batch: Batch, heads, method: Ablation) -> Ab
     by_group = {}
     for group in sorted(set(row_groups)):
         mask = torch.tensor([g == group for g in row_groups], device=scored.correct.device)
-        by_group[group] = {"n": int(mask.sum()), "accuracy": scored.correct[mask].float().mean().item(),
-                           "logit_diff": nanmean(scored.logit_diff[mask])}
+        by_group[group] = {
+            "n": int(mask.sum()),
+            "accuracy": scored.correct[mask].float().mean().item(),
+            "logit_diff": nanmean(scored.logit_diff[mask]),
+        }
     return AblationResult(
         heads=parse_heads(heads),
         method=method,
@@ -249,8 +274,14 @@ def nanmean(values: torch.Tensor) -> float:
     return values.nanmean().item() if len(values) else float("nan")
 
 
-def ablate(model, batch: Batch, heads, method: Ablation = Ablation.MEAN, seed: int = 0,
-           reference: "Batch | Reference | None" = None) -> AblationResult:
+def ablate(
+    model,
+    batch: Batch,
+    heads,
+    method: Ablation = Ablation.MEAN,
+    seed: int = 0,
+    reference: "Batch | Reference | None" = None,
+) -> AblationResult:
     """Score `batch` with `heads` ("L0H1" or (0, 1)) ablated at every position; mean and resample
     take their values from `reference` (see `training_reference`)."""
     scored = ablated_scored(model, batch, heads, method, seed, reference)
@@ -265,8 +296,14 @@ def sweep_targets(model) -> list[tuple[tuple[int, int], ...]]:
     return [()] + singles + (layers if n_heads > 1 else [])
 
 
-def head_ablation_sweep(model, batch: Batch, method: Ablation = Ablation.MEAN, seed: int = 0,
-                        reference: "Batch | Reference | None" = None, clean: "CleanRun | None" = None) -> list[AblationResult]:
+def head_ablation_sweep(
+    model,
+    batch: Batch,
+    method: Ablation = Ablation.MEAN,
+    seed: int = 0,
+    reference: "Batch | Reference | None" = None,
+    clean: "CleanRun | None" = None,
+) -> list[AblationResult]:
     """Every target of `sweep_targets`, scored from one clean run replayed (see `replayed_scores`)
     rather than one forward per target. Equal to ablating each target with hooks (tested). Sweeps of
     several methods over one batch can share `clean` (`clean_run(model, batch)`)."""
@@ -276,18 +313,20 @@ def head_ablation_sweep(model, batch: Batch, method: Ablation = Ablation.MEAN, s
     values = replacement_z(model, batch, layers, method, seed, reference)
     clean = clean or clean_run(model, batch)
     targets = sweep_targets(model)
-    return [ablation_result(scored, batch, heads, method)
-            for heads, scored in zip(targets, replayed_scores(model, batch, clean, targets, values))]
+    return [
+        ablation_result(scored, batch, heads, method)
+        for heads, scored in zip(targets, replayed_scores(model, batch, clean, targets, values))
+    ]
 
 
 @dataclass(frozen=True)
 class CleanRun:
     """The unablated run over a batch's positions up to its last scored one (`width` of them)."""
 
-    logits: torch.Tensor                    # [n, width, vocab]
-    z: dict[int, torch.Tensor]              # layer -> [n, width, head, d_head]
-    resid_mid: dict[int, torch.Tensor]      # layer -> [n, width, d_model]: residual + attention output
-    W_O: torch.Tensor                       # [layer, head, d_head, d_model]
+    logits: torch.Tensor  # [n, width, vocab]
+    z: dict[int, torch.Tensor]  # layer -> [n, width, head, d_head]
+    resid_mid: dict[int, torch.Tensor]  # layer -> [n, width, d_model]: residual + attention output
+    W_O: torch.Tensor  # [layer, head, d_head, d_model]
 
     @property
     def width(self) -> int:
@@ -300,12 +339,18 @@ def clean_run(model, batch: Batch) -> CleanRun:
     depends on them, with or without an ablation."""
     batch = batch.to(device_of(model))
     layers = range(model.cfg.n_layers)
-    names = [n for l in layers for n in (get_act_name("resid_pre", l), get_act_name("attn_out", l), get_act_name("z", l))]
+    names = [
+        n for l in layers for n in (get_act_name("resid_pre", l), get_act_name("attn_out", l), get_act_name("z", l))
+    ]
     width = int(batch.positions.max()) + 1 if len(batch.positions) else 1
     logits, cache = chunked_cache(model, batch.inputs[:, :width], names, keep_logits=True)
     kept = {l: cache[get_act_name("resid_pre", l)] if attention_adds_residual(model.blocks[l]) else 0 for l in layers}
-    return CleanRun(logits=logits, z={l: cache[get_act_name("z", l)] for l in layers},
-                    resid_mid={l: kept[l] + cache[get_act_name("attn_out", l)] for l in layers}, W_O=model.W_O)
+    return CleanRun(
+        logits=logits,
+        z={l: cache[get_act_name("z", l)] for l in layers},
+        resid_mid={l: kept[l] + cache[get_act_name("attn_out", l)] for l in layers},
+        W_O=model.W_O,
+    )
 
 
 @torch.no_grad()
@@ -326,7 +371,7 @@ def replayed_scores(model, batch: Batch, clean: CleanRun, targets, values: dict)
         rows, width = (len(batch.positions), 1) if last else (len(batch), clean.width)
         per_forward = max(1, TOKENS_PER_FORWARD // (rows * width))
         for start in range(0, len(group), per_forward):
-            chunk = group[start:start + per_forward]
+            chunk = group[start : start + per_forward]
             stacked = torch.cat([ablated_residual(model, batch, clean, heads, values) for heads in chunk])
             if not model.cfg.attn_only:
                 block = modules.blocks[layer]
@@ -348,8 +393,7 @@ def ablated_residual(model, batch: Batch, clean: CleanRun, heads, values: dict) 
     (layer,) = {l for l, _ in heads}
     indices = [h for _, h in heads]
     z, residual = clean.z[layer][:, :, indices], clean.resid_mid[layer]
-    replacement = (torch.zeros_like(z) if values[layer] is None
-                   else values[layer][:, :clean.width, indices])
+    replacement = torch.zeros_like(z) if values[layer] is None else values[layer][:, : clean.width, indices]
     if layer == model.cfg.n_layers - 1:
         scored = (batch.example_index, batch.positions)
         z, replacement, residual = z[scored][:, None], replacement[scored][:, None], residual[scored][:, None]

@@ -20,13 +20,13 @@ SUMMARY = "summary.json"
 @dataclass(frozen=True)
 class SplitAccuracy:
     n: int
-    accuracy: Interval       # Wilson interval over scored predictions
-    loss: float              # mean cross-entropy of the answers at the scored positions (nats)
+    accuracy: Interval  # Wilson interval over scored predictions
+    loss: float  # mean cross-entropy of the answers at the scored positions (nats)
     foil_rate: float
     other_rate: float
     by_group: dict[str, dict]
-    top_token: int = -1      # the most often predicted token at the scored positions ...
-    top_share: float = 0.0   # ... and the share of scored positions predicting it
+    top_token: int = -1  # the most often predicted token at the scored positions ...
+    top_share: float = 0.0  # ... and the share of scored positions predicting it
 
 
 @dataclass(frozen=True)
@@ -43,22 +43,22 @@ class RunAccuracy:
     max_steps: int = 0
 
 
-TRAINING_FIELDS = ("stop_reason", "max_steps")   # RunAccuracy fields read from the run, not measured
+TRAINING_FIELDS = ("stop_reason", "max_steps")  # RunAccuracy fields read from the run, not measured
 
 
 @dataclass(frozen=True)
 class ModelAccuracy:
     model_name: str
     seeds: list[int]
-    heldout: Interval        # mean over seeds, t interval
+    heldout: Interval  # mean over seeds, t interval
     train: Interval
     heldout_foil_rate: Interval
     shuffle_max_logit_change: float
     runs: list[RunAccuracy]
-    collapsed: dict[int, str] = field(default_factory=dict)   # seed -> why it counts as collapsed
-    heldout_without_collapsed: Interval | None = None        # mean over the other seeds, when any collapsed
-    suspect: dict[int, str] = field(default_factory=dict)     # seed -> below chance / neither (probes.health)
-    budget_limited: dict[int, str] = field(default_factory=dict)   # seed -> stopped at or near its step budget
+    collapsed: dict[int, str] = field(default_factory=dict)  # seed -> why it counts as collapsed
+    heldout_without_collapsed: Interval | None = None  # mean over the other seeds, when any collapsed
+    suspect: dict[int, str] = field(default_factory=dict)  # seed -> below chance / neither (probes.health)
+    budget_limited: dict[int, str] = field(default_factory=dict)  # seed -> stopped at or near its step budget
 
 
 def split_accuracy(scored, groups: list[str]) -> SplitAccuracy:
@@ -72,22 +72,25 @@ def split_accuracy(scored, groups: list[str]) -> SplitAccuracy:
     for group in sorted(set(row_groups)):
         mask = [g == group for g in row_groups]
         group_correct = int(correct[mask].sum())
-        by_group[group] = {"n": sum(mask), "accuracy": wilson(group_correct, sum(mask)).as_dict(),
-                           "foil_rate": foil_rate(foil[mask], scored.foils[mask])}
+        by_group[group] = {
+            "n": sum(mask),
+            "accuracy": wilson(group_correct, sum(mask)).as_dict(),
+            "foil_rate": foil_rate(foil[mask], scored.foils[mask]),
+        }
     return SplitAccuracy(
         n=n,
         accuracy=wilson(int(correct.sum()), n),
         loss=scored.loss.item(),
         foil_rate=scored.foil_rate,
-        other_rate=float((~correct & ~foil).float().mean()),   # wrong, and not the foil (any position)
+        other_rate=float((~correct & ~foil).float().mean()),  # wrong, and not the foil (any position)
         by_group=by_group,
         top_token=top_token,
         top_share=top_share,
     )
 
 
-EVALUATION = "evaluation"   # metrics.json key: the RunAccuracy measured right after training
-SHUFFLE_ROWS = 256          # held-out examples (evenly spread) the shuffle test permutes
+EVALUATION = "evaluation"  # metrics.json key: the RunAccuracy measured right after training
+SHUFFLE_ROWS = 256  # held-out examples (evenly spread) the shuffle test permutes
 
 
 def measure_accuracy(model, batches: dict, model_name: str, seed: int, path, steps: int) -> RunAccuracy:
@@ -106,20 +109,45 @@ def measure_accuracy(model, batches: dict, model_name: str, seed: int, path, ste
 def stored_accuracy(record: dict, path) -> RunAccuracy:
     """The RunAccuracy recorded in metrics.json; ValueError if any field is not of exactly its type
     (the caller then measures again rather than print it)."""
-    splits = {name: SplitAccuracy(s["n"], interval(s["accuracy"]), number(s["loss"]), rate(s["foil_rate"]), rate(s["other_rate"]),
-                                  {g: {"n": count(v["n"]), "accuracy": interval(v["accuracy"]).as_dict(),
-                                       "foil_rate": rate(v["foil_rate"])} for g, v in s["by_group"].items()},
-                                  token(s["top_token"]), rate(s["top_share"]))
-              for name, s in record["splits"].items()}
-    if set(splits) != {"train", "validation", "heldout"} or any(type(s.n) is not int for s in splits.values()) \
-            or not isinstance(record["model_name"], str) or type(record["seed"]) is not int:
+    splits = {
+        name: SplitAccuracy(
+            s["n"],
+            interval(s["accuracy"]),
+            number(s["loss"]),
+            rate(s["foil_rate"]),
+            rate(s["other_rate"]),
+            {
+                g: {
+                    "n": count(v["n"]),
+                    "accuracy": interval(v["accuracy"]).as_dict(),
+                    "foil_rate": rate(v["foil_rate"]),
+                }
+                for g, v in s["by_group"].items()
+            },
+            token(s["top_token"]),
+            rate(s["top_share"]),
+        )
+        for name, s in record["splits"].items()
+    }
+    if (
+        set(splits) != {"train", "validation", "heldout"}
+        or any(type(s.n) is not int for s in splits.values())
+        or not isinstance(record["model_name"], str)
+        or type(record["seed"]) is not int
+    ):
         raise ValueError("not a RunAccuracy record")
-    return RunAccuracy(record["model_name"], record["seed"], str(path), count(record["steps"]), splits,
-                       number(record["shuffle_max_logit_change"]))
+    return RunAccuracy(
+        record["model_name"],
+        record["seed"],
+        str(path),
+        count(record["steps"]),
+        splits,
+        number(record["shuffle_max_logit_change"]),
+    )
 
 
 def number(value) -> float:
-    if value is None:   # how write_json stores NaN (e.g. the foil rate of a task without foils)
+    if value is None:  # how write_json stores NaN (e.g. the foil rate of a task without foils)
         return math.nan
     if type(value) not in (int, float):
         raise ValueError(f"{value!r} is not a number")
@@ -160,18 +188,25 @@ def run_accuracy(run, load_model=None) -> RunAccuracy:
 
     measured = measured_accuracy(run, load_model)
     training = (getattr(run, "config", None) or {}).get("training")
-    if training is None:   # a run held in memory (a test's, a notebook's) records no training: unknown
+    if training is None:  # a run held in memory (a test's, a notebook's) records no training: unknown
         return measured
-    return replace(measured, stop_reason=str(run.metrics.get("stop_reason", "")),
-                   max_steps=TrainSettings.from_dict(training).max_steps)
+    return replace(
+        measured,
+        stop_reason=str(run.metrics.get("stop_reason", "")),
+        max_steps=TrainSettings.from_dict(training).max_steps,
+    )
 
 
 def measured_accuracy(run, load_model=None) -> RunAccuracy:
     model = (load_model or run.load_model)()
     record = run.metrics.get(EVALUATION)
-    if isinstance(record, dict) and record.get("weights_sha256") == run.config.get("weights_sha256") \
-            and record.get("spec") == run.spec.to_dict() and record.get("model_name") == run.model_name \
-            and record.get("seed") == run.seed:
+    if (
+        isinstance(record, dict)
+        and record.get("weights_sha256") == run.config.get("weights_sha256")
+        and record.get("spec") == run.spec.to_dict()
+        and record.get("model_name") == run.model_name
+        and record.get("seed") == run.seed
+    ):
         try:
             stored = stored_accuracy(record, run.path)
         except (KeyError, TypeError, ValueError, AttributeError):
@@ -192,9 +227,11 @@ def check_stored(stored: RunAccuracy, model, run) -> None:
     scored, _ = score_split(model, run.batches()["heldout"])
     correct, n = int(scored.correct.sum()), len(scored.correct)
     if n != recorded.n or abs(correct - round(recorded.value * n)) > max(1, n // 200):
-        raise UsageError(f"{run.path / 'metrics.json'} records held-out accuracy {recorded.value:.1%} (n={recorded.n}) "
-                         f"but the run's weights score {correct / n:.1%} (n={n}) now: its files were altered "
-                         "(checksums can be recomputed); retrain the run")
+        raise UsageError(
+            f"{run.path / 'metrics.json'} records held-out accuracy {recorded.value:.1%} (n={recorded.n}) "
+            f"but the run's weights score {correct / n:.1%} (n={n}) now: its files were altered "
+            "(checksums can be recomputed); retrain the run"
+        )
 
 
 def model_accuracy(runs: list[RunAccuracy], vocabulary: list[str] | None = None) -> ModelAccuracy:

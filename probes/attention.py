@@ -22,7 +22,6 @@ from tasks.data import Batch
 ALL = "all"
 
 
-
 @torch.no_grad()
 def patterns(model, tokens: torch.Tensor) -> torch.Tensor:
     """[n, layer, head, query, key] attention patterns, on the CPU."""
@@ -55,23 +54,23 @@ class HeadFocus:
     position: int
     label: str
     weight: float
-    on_answer: float      # mean mass on keys holding the answer token
-    on_foil: float        # mean mass on keys holding the foil token (nan without foils)
-    top_offset: int       # the offset (query - key) with most mean mass
+    on_answer: float  # mean mass on keys holding the answer token
+    on_foil: float  # mean mass on keys holding the foil token (nan without foils)
+    top_offset: int  # the offset (query - key) with most mean mass
 
 
 @dataclass(frozen=True)
 class ScoredAttention:
-    labels: list[str]                       # per key position
-    mean: dict[str, torch.Tensor]           # group (and "all") -> [layer, head, key]
-    by_offset: dict[str, torch.Tensor]      # group -> [layer, head, offset]
+    labels: list[str]  # per key position
+    mean: dict[str, torch.Tensor]  # group (and "all") -> [layer, head, key]
+    by_offset: dict[str, torch.Tensor]  # group -> [layer, head, offset]
     focus: dict[str, list[list[HeadFocus]]]  # group -> [layer][head]
-    rows: dict[str, int]                    # scored rows per group
+    rows: dict[str, int]  # scored rows per group
     by_role: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)  # role -> [layer, head] mass
-                                            # on the key at that role's position (all rows; role_attention)
+    # on the key at that role's position (all rows; role_attention)
 
 
-SCORED = "scored position"   # the query "role" of the scored rows themselves
+SCORED = "scored position"  # the query "role" of the scored rows themselves
 
 
 def role_attention(attention: torch.Tensor, batch: Batch, query_role: str | None = None) -> dict[str, torch.Tensor]:
@@ -85,10 +84,10 @@ def role_attention(attention: torch.Tensor, batch: Batch, query_role: str | None
         where = batch.roles[query_role]
         examples = (where >= 0).nonzero()[:, 0]
         queries = where[examples]
-    rows = attention[examples, :, :, queries]                              # [k, layer, head, key]
+    rows = attention[examples, :, :, queries]  # [k, layer, head, key]
     out = {}
     for role, where in sorted(batch.roles.items()):
-        key = where[examples]                                               # [k]
+        key = where[examples]  # [k]
         seen = (key >= 0) & (key <= queries)
         if bool(seen.any()):
             index = key[seen].view(-1, 1, 1, 1).expand(-1, *rows.shape[1:3], 1)
@@ -98,14 +97,14 @@ def role_attention(attention: torch.Tensor, batch: Batch, query_role: str | None
 
 def token_mass(rows: torch.Tensor, keys: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """[layer, head] mean mass on keys whose token equals each row's target token."""
-    hit = (keys == targets[:, None]).float()               # [k, key]
+    hit = (keys == targets[:, None]).float()  # [k, key]
     return (rows * hit[:, None, None, :]).sum(-1).mean(0)
 
 
 def offsets(rows: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
     """[layer, head, offset] mean mass at query - key = offset."""
     k, n_layers, n_heads, width = rows.shape
-    offset = queries[:, None] - torch.arange(width, device=rows.device)[None, :]       # [k, key]
+    offset = queries[:, None] - torch.arange(width, device=rows.device)[None, :]  # [k, key]
     keep = offset >= 0
     out = torch.zeros(n_layers, n_heads, width, device=rows.device)
     out.index_add_(2, offset[keep], rows.permute(1, 2, 0, 3)[:, :, keep])
@@ -115,8 +114,8 @@ def offsets(rows: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
 def scored_attention(model, batch: Batch, vocabulary: list[str] | None = None) -> ScoredAttention:
     batch = batch.to("cpu")
     attention = patterns(model, batch.inputs)
-    rows = attention[batch.example_index, :, :, batch.positions]      # [k, layer, head, key]
-    keys = batch.inputs[batch.example_index]                          # [k, key]
+    rows = attention[batch.example_index, :, :, batch.positions]  # [k, layer, head, key]
+    keys = batch.inputs[batch.example_index]  # [k, key]
     row_groups = [batch.groups[i] for i in batch.example_index.tolist()]
     labels = position_labels(batch.inputs, vocabulary)
     mean, by_offset, focus, counts = {}, {}, {}, {}
@@ -128,14 +127,20 @@ def scored_attention(model, batch: Batch, vocabulary: list[str] | None = None) -
         on_answer = token_mass(group_rows, group_keys, batch.answers[mask])
         on_foil = token_mass(group_rows, group_keys, batch.foils[mask])
         counts[group] = int(mask.sum())
-        focus[group] = [[HeadFocus(
-            position=int(mean[group][layer, head].argmax()),
-            label=labels[int(mean[group][layer, head].argmax())],
-            weight=float(mean[group][layer, head].max()),
-            on_answer=float(on_answer[layer, head]),
-            on_foil=float(on_foil[layer, head]) if bool((batch.foils[mask] >= 0).all()) else float("nan"),
-            top_offset=int(by_offset[group][layer, head].argmax()),
-        ) for head in range(rows.shape[2])] for layer in range(rows.shape[1])]
+        focus[group] = [
+            [
+                HeadFocus(
+                    position=int(mean[group][layer, head].argmax()),
+                    label=labels[int(mean[group][layer, head].argmax())],
+                    weight=float(mean[group][layer, head].max()),
+                    on_answer=float(on_answer[layer, head]),
+                    on_foil=float(on_foil[layer, head]) if bool((batch.foils[mask] >= 0).all()) else float("nan"),
+                    top_offset=int(by_offset[group][layer, head].argmax()),
+                )
+                for head in range(rows.shape[2])
+            ]
+            for layer in range(rows.shape[1])
+        ]
     return ScoredAttention(labels, mean, by_offset, focus, counts, role_attention(attention, batch))
 
 
@@ -147,7 +152,7 @@ class PairAttention:
     position: int
     clean_tokens: list[str]
     corrupt_tokens: list[str]
-    clean: torch.Tensor       # [layer, head, key]
+    clean: torch.Tensor  # [layer, head, key]
     corrupt: torch.Tensor
 
 
@@ -157,9 +162,9 @@ def pair_attention(model, batch: Batch, example: int = 0, vocabulary: list[str] 
     batch = batch.to("cpu")
     position = int(batch.positions[batch.example_index == example][0])
     length = int(batch.lengths[example]) - 1
-    clean_in = batch.inputs[example:example + 1, :length]
-    corrupt_in = corrupt_inputs(batch)[example:example + 1, :length]
-    words = (lambda ts: [vocabulary[t] if vocabulary else str(t) for t in ts.tolist()])  # noqa: E731
+    clean_in = batch.inputs[example : example + 1, :length]
+    corrupt_in = corrupt_inputs(batch)[example : example + 1, :length]
+    words = lambda ts: [vocabulary[t] if vocabulary else str(t) for t in ts.tolist()]  # noqa: E731
     return PairAttention(
         example=example,
         position=position,
@@ -174,7 +179,7 @@ def attention_from(model, batch: Batch, position: int) -> dict[str, torch.Tensor
     """Group (and "all") -> [layer, head, key] mean attention row of query `position`, over the
     examples long enough to have it: what a head does at a position that is not scored."""
     batch = batch.to("cpu")
-    attention = patterns(model, batch.inputs)[:, :, :, position]       # [n, layer, head, key]
+    attention = patterns(model, batch.inputs)[:, :, :, position]  # [n, layer, head, key]
     present = batch.lengths - 1 > position
     out = {}
     for group in [ALL] + sorted(set(batch.groups)):
@@ -190,17 +195,17 @@ class ExampleAttention:
     scored position, over the example's own tokens, with the roles the task names there."""
 
     example: int
-    tokens: list[str]                  # the input tokens (what the model reads)
-    roles: dict[int, str]              # position -> role name(s), '+'-joined where several share one
-    positions: list[int]               # the scored positions
-    rows: torch.Tensor                 # [scored, layer, head, key]
+    tokens: list[str]  # the input tokens (what the model reads)
+    roles: dict[int, str]  # position -> role name(s), '+'-joined where several share one
+    positions: list[int]  # the scored positions
+    rows: torch.Tensor  # [scored, layer, head, key]
 
 
 def example_attention(model, batch: Batch, example: int = 0, vocabulary: list[str] | None = None) -> ExampleAttention:
     """Attention rows of one example (index into `batch`) at its scored positions."""
     batch = batch.to("cpu")
     length = int(batch.lengths[example]) - 1
-    inputs = batch.inputs[example:example + 1, :length]
+    inputs = batch.inputs[example : example + 1, :length]
     positions = batch.positions[batch.example_index == example].tolist()
     roles: dict[int, list[str]] = {}
     for role, where in sorted(batch.roles.items()):
@@ -221,14 +226,15 @@ def example_attention(model, batch: Batch, example: int = 0, vocabulary: list[st
 # position, and the share of the clean - counterfactual gap restored by patching each head's output
 # at that role's position in every pair (probes.patching, one position per example).
 
+
 @dataclass(frozen=True)
 class RoleView:
-    roles: tuple[str, ...]                  # the task's role names, sorted
-    rows: int                               # examples the attention is averaged over
-    attention: dict[str, dict[str, torch.Tensor]]   # query role (or SCORED) -> key role -> [layer, head]
-                                            # mean mass from that query to the key at the role's position
-    pairs: int                              # counterfactual pairs the patching is measured on
-    recovered: dict[str, torch.Tensor]      # role -> [layer, head] share of the gap, head output patched there
+    roles: tuple[str, ...]  # the task's role names, sorted
+    rows: int  # examples the attention is averaged over
+    attention: dict[str, dict[str, torch.Tensor]]  # query role (or SCORED) -> key role -> [layer, head]
+    # mean mass from that query to the key at the role's position
+    pairs: int  # counterfactual pairs the patching is measured on
+    recovered: dict[str, torch.Tensor]  # role -> [layer, head] share of the gap, head output patched there
 
 
 def role_patching(model, pairs: Batch, patching) -> dict[str, torch.Tensor]:
@@ -239,7 +245,7 @@ def role_patching(model, pairs: Batch, patching) -> dict[str, torch.Tensor]:
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
     out = {}
     for role, where in sorted(pairs.roles.items()):
-        if bool((where < 0).any()):     # a role some pairs lack has no position to patch there
+        if bool((where < 0).any()):  # a role some pairs lack has no position to patch there
             continue
         targets = [(layer, where, head) for layer in range(n_layers) for head in range(n_heads)]
         metric = torch.tensor([o.metric for o in patch_many(model, pairs, "z", targets)], device="cpu")
@@ -256,5 +262,10 @@ def role_view(model, sample: Batch, pairs: Batch, patching) -> RoleView | None:
     attention = patterns(model, sample.inputs)
     by_query = {SCORED: role_attention(attention, sample)}
     by_query.update({role: role_attention(attention, sample, role) for role in sorted(sample.roles)})
-    return RoleView(tuple(sorted(sample.roles)), len(sample), by_query, len(pairs),
-                    role_patching(model, pairs, patching) if pairs.counterfactual is not None and patching else {})
+    return RoleView(
+        tuple(sorted(sample.roles)),
+        len(sample),
+        by_query,
+        len(pairs),
+        role_patching(model, pairs, patching) if pairs.counterfactual is not None and patching else {},
+    )

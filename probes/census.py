@@ -25,13 +25,30 @@ from pathlib import Path
 from common.cli import UsageError
 from common.jsonfiles import read_json
 from common.stats import Interval, mean_interval, wilson
-from probes.circuits.labels import (CIRCUIT, NULLABLE, PATHS, SUMMARY_FIELDS, CircuitSummary, LabelKind,
-                                    circuit_label)
-from probes.circuits.mechanism_timeline import (TIMELINE, MechanismTimeline, mechanism_timeline, read_timeline,
-                                                require_list, wants_timeline)
+from probes.circuits.labels import CIRCUIT, NULLABLE, PATHS, SUMMARY_FIELDS, CircuitSummary, LabelKind, circuit_label
+from probes.circuits.mechanism_timeline import (
+    TIMELINE,
+    MechanismTimeline,
+    mechanism_timeline,
+    read_timeline,
+    require_list,
+    wants_timeline,
+)
 from tasks.settings import StopReason
-from tasks.training.sweeps import (FAILED, FIX, POINT, PlannedGroup, SweepManifest, check_signed, differences,
-                          identity_of, read_failed, read_manifest, read_point, signed)
+from tasks.training.sweeps import (
+    FAILED,
+    FIX,
+    POINT,
+    PlannedGroup,
+    SweepManifest,
+    check_signed,
+    differences,
+    identity_of,
+    read_failed,
+    read_manifest,
+    read_point,
+    signed,
+)
 
 NOT_TRACED = "not traced (no circuit.json)"
 CIRCUIT_FIX = "rerun the sweep: it trains and traces that run again"
@@ -41,36 +58,36 @@ CIRCUIT_FIX = "rerun the sweep: it trains and traces that run again"
 class Share:
     label: str
     count: int
-    share: Interval       # count / finished runs of the group, Wilson 95%
+    share: Interval  # count / finished runs of the group, Wilson 95%
 
 
 @dataclass(frozen=True)
 class GroupCensus:
     model_name: str
     point: str
-    values: dict               # the grid point's values
-    finished: int              # runs counted below
-    failed: int                # runs that failed twice (failed.json): not in any share
-    heldout: dict              # held-out accuracy over seeds: mean [t 95%], min, quartiles, max
-    unsolved: Share            # runs whose validation was never solved (not "collapsed": the report keeps
-                               # that word for its run-health flag, a constant output or train far below peers)
-    never_learned: Share       # unsolved runs near two-candidate chance (probes.health), where the task names foils
-    partly_learned: Share      # the other unsolved runs
-    named: Share               # runs whose circuit the report names as a path
+    values: dict  # the grid point's values
+    finished: int  # runs counted below
+    failed: int  # runs that failed twice (failed.json): not in any share
+    heldout: dict  # held-out accuracy over seeds: mean [t 95%], min, quartiles, max
+    unsolved: Share  # runs whose validation was never solved (not "collapsed": the report keeps
+    # that word for its run-health flag, a constant output or train far below peers)
+    never_learned: Share  # unsolved runs near two-candidate chance (probes.health), where the task names foils
+    partly_learned: Share  # the other unsolved runs
+    named: Share  # runs whose circuit the report names as a path
     circuits: tuple[Share, ...]  # every circuit label, most frequent first
-    seeds: dict                # label -> seeds, so any share can be checked run by run
-    path_recovered: dict       # label -> [min, median, max] share of the gap its runs' best path recovers
-    unreadable: tuple = ()     # (seed, why) of planned runs whose files fail a check: not in any share
-    not_finished: tuple = ()   # seeds planned but not finished (never run, or interrupted: rerun the sweep)
-    timeline: MechanismTimeline | None = None   # runs trained with weight snapshots: when the mechanism is told
-    parts: dict = field(default_factory=dict)   # label -> part -> heads -> seeds (who_plays): the heads of
-                                                # each part of a mechanism, seed by seed
+    seeds: dict  # label -> seeds, so any share can be checked run by run
+    path_recovered: dict  # label -> [min, median, max] share of the gap its runs' best path recovers
+    unreadable: tuple = ()  # (seed, why) of planned runs whose files fail a check: not in any share
+    not_finished: tuple = ()  # seeds planned but not finished (never run, or interrupted: rerun the sweep)
+    timeline: MechanismTimeline | None = None  # runs trained with weight snapshots: when the mechanism is told
+    parts: dict = field(default_factory=dict)  # label -> part -> heads -> seeds (who_plays): the heads of
+    # each part of a mechanism, seed by seed
 
 
 @dataclass(frozen=True)
 class Census:
     groups: tuple[GroupCensus, ...]
-    others: tuple[str, ...]    # what was found under the folder but not counted, one line each
+    others: tuple[str, ...]  # what was found under the folder but not counted, one line each
 
 
 # ---- circuit.json: a run's circuit, tied to the run it describes ------------------------------
@@ -89,21 +106,40 @@ def read_circuit(run) -> CircuitSummary:
     path = run.path / CIRCUIT
     if not path.is_file():
         raise UsageError(f"{path} is not a file; {CIRCUIT_FIX}")
-    data = check_signed(require_list(read_json(path, CIRCUIT_FIX), PATHS, str(path), CIRCUIT_FIX), CIRCUIT_FIELDS,
-                        str(path), CIRCUIT_FIX, nullable=NULLABLE)
-    recorded = {"run_sha256": data["run_sha256"], "weights_sha256": data["weights_sha256"], "model_name":
-                data["model_name"], "seed": data["seed"], "n_layers": data["n_layers"], "heldout": data["heldout"]}
-    actual = {"run_sha256": run.config["run_sha256"], "weights_sha256": run.config.get("weights_sha256"),
-              "model_name": run.model_name, "seed": run.seed, "n_layers": run.spec.n_layers,
-              "heldout": run.metrics["accuracy"]["heldout"]}
+    data = check_signed(
+        require_list(read_json(path, CIRCUIT_FIX), PATHS, str(path), CIRCUIT_FIX),
+        CIRCUIT_FIELDS,
+        str(path),
+        CIRCUIT_FIX,
+        nullable=NULLABLE,
+    )
+    recorded = {
+        "run_sha256": data["run_sha256"],
+        "weights_sha256": data["weights_sha256"],
+        "model_name": data["model_name"],
+        "seed": data["seed"],
+        "n_layers": data["n_layers"],
+        "heldout": data["heldout"],
+    }
+    actual = {
+        "run_sha256": run.config["run_sha256"],
+        "weights_sha256": run.config.get("weights_sha256"),
+        "model_name": run.model_name,
+        "seed": run.seed,
+        "n_layers": run.spec.n_layers,
+        "heldout": run.metrics["accuracy"]["heldout"],
+    }
     differing = [key for key in recorded if recorded[key] != actual[key]]
     if differing:
-        raise UsageError(f"{path} describes another run (different {', '.join(differing)}: copied from elsewhere, "
-                         f"or left from before the run was retrained); {CIRCUIT_FIX}")
+        raise UsageError(
+            f"{path} describes another run (different {', '.join(differing)}: copied from elsewhere, "
+            f"or left from before the run was retrained); {CIRCUIT_FIX}"
+        )
     try:
-        return CircuitSummary.from_dict({key: data[key] for key in (*SUMMARY_FIELDS, PATHS) if key in data}, str(path),
-                                        CIRCUIT_FIX)
-    except TypeError:   # an edge lacking a field
+        return CircuitSummary.from_dict(
+            {key: data[key] for key in (*SUMMARY_FIELDS, PATHS) if key in data}, str(path), CIRCUIT_FIX
+        )
+    except TypeError:  # an edge lacking a field
         raise UsageError(f"{path}: edge lacks a field; {CIRCUIT_FIX}") from None
 
 
@@ -120,11 +156,19 @@ def heldout_distribution(values: list[float]) -> dict:
     if not values:
         return {}
     quartiles = statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1 else values * 3
-    return {"mean": mean_interval(values).as_dict(), "min": min(values), "q1": quartiles[0],
-            "median": quartiles[1], "q3": quartiles[2], "max": max(values), "n": len(values)}
+    return {
+        "mean": mean_interval(values).as_dict(),
+        "min": min(values),
+        "q1": quartiles[0],
+        "median": quartiles[1],
+        "q3": quartiles[2],
+        "max": max(values),
+        "n": len(values),
+    }
 
 
 # ---- which planned runs count ---------------------------------------------------------------
+
 
 def checked_run(run_dir: Path, group: PlannedGroup, seed: int):
     """The finished run at `run_dir` with its label, after every check; UsageError naming the first
@@ -135,9 +179,11 @@ def checked_run(run_dir: Path, group: PlannedGroup, seed: int):
     run.check()
     differing = differences(identity_of(run.config), group.identity) + (["seed"] if run.seed != seed else [])
     if differing:
-        raise UsageError(f"{run_dir} was trained with other settings than the sweep planned (different "
-                         f"{', '.join(differing)}: retrained or replaced after the sweep); rerun the sweep with "
-                         "--overwrite for it")
+        raise UsageError(
+            f"{run_dir} was trained with other settings than the sweep planned (different "
+            f"{', '.join(differing)}: retrained or replaced after the sweep); rerun the sweep with "
+            "--overwrite for it"
+        )
     return (run, *read_label(run))
 
 
@@ -154,8 +200,10 @@ def group_members(root: Path, group: PlannedGroup, point_error: str | None, othe
             if (run_dir / METRICS).exists():
                 members.append(checked_run(run_dir, group, seed))
                 if (run_dir / FAILED).exists():
-                    others.append(f"{run_dir / FAILED} lies beside a finished run: left from an earlier attempt, "
-                                  "not counted as a failure")
+                    others.append(
+                        f"{run_dir / FAILED} lies beside a finished run: left from an earlier attempt, "
+                        "not counted as a failure"
+                    )
             elif (run_dir / FAILED).exists():
                 read_failed(run_dir)
                 failed += 1
@@ -175,8 +223,10 @@ def point_check(root: Path, point: str, values: dict) -> str | None:
     except FileNotFoundError:
         return f"{root / point / POINT} is missing; {FIX}"
     if recorded != values:
-        return (f"{root / point / POINT} records grid values {json.dumps(recorded)}, but the sweep planned "
-                f"{json.dumps(values)} there; {FIX}")
+        return (
+            f"{root / point / POINT} records grid values {json.dumps(recorded)}, but the sweep planned "
+            f"{json.dumps(values)} there; {FIX}"
+        )
     return None
 
 
@@ -187,8 +237,10 @@ def unplanned_runs(root: Path, manifest: SweepManifest) -> list[str]:
     found = sorted(p.parent for p in root.rglob(CONFIG) if p.parent not in planned)
     if not found:
         return []
-    return [f"{len(found)} run folder(s) under {root} that this sweep did not plan, not counted (e.g. {found[0]}: "
-            "trained into this folder by another command)"]
+    return [
+        f"{len(found)} run folder(s) under {root} that this sweep did not plan, not counted (e.g. {found[0]}: "
+        "trained into this folder by another command)"
+    ]
 
 
 def take_census(runs_dir: Path) -> Census:
@@ -199,16 +251,36 @@ def take_census(runs_dir: Path) -> Census:
     groups = []
     for group in manifest.groups:
         members, failed, unreadable, not_finished = group_members(root, group, points[group.point], others)
-        groups.append(group_census(group.model_name, group.point, group.values, members, failed, unreadable,
-                                   not_finished, group_timeline(members)))
+        groups.append(
+            group_census(
+                group.model_name,
+                group.point,
+                group.values,
+                members,
+                failed,
+                unreadable,
+                not_finished,
+                group_timeline(members),
+            )
+        )
     if not any(g.finished or g.unreadable for g in groups):
-        raise UsageError(f"{root} holds no finished runs of its sweep yet; run the sweep (see each run's "
-                         f"{FAILED} for runs that failed)")
+        raise UsageError(
+            f"{root} holds no finished runs of its sweep yet; run the sweep (see each run's "
+            f"{FAILED} for runs that failed)"
+        )
     return Census(tuple(groups), tuple(others))
 
 
-def group_census(model: str, point: str, values: dict, members: list, failed: int, unreadable: tuple = (),
-                 not_finished: tuple = (), timeline: MechanismTimeline | None = None) -> GroupCensus:
+def group_census(
+    model: str,
+    point: str,
+    values: dict,
+    members: list,
+    failed: int,
+    unreadable: tuple = (),
+    not_finished: tuple = (),
+    timeline: MechanismTimeline | None = None,
+) -> GroupCensus:
     n = len(members)
     counts = Counter(label for _, _, label, *_ in members)
     seeds, recovered = defaultdict(list), defaultdict(list)
@@ -221,18 +293,28 @@ def group_census(model: str, point: str, values: dict, members: list, failed: in
     partly = [run for run in unsolved if run not in never]
     named = sum(kind == LabelKind.PATH for _, kind, *_ in members)
     return GroupCensus(
-        model_name=model, point=point, values=values, finished=n, failed=failed,
+        model_name=model,
+        point=point,
+        values=values,
+        finished=n,
+        failed=failed,
         heldout=heldout_distribution([float(run.metrics["accuracy"]["heldout"]) for run, *_ in members]),
         unsolved=Share("unsolved (validation never solved)", len(unsolved), wilson(len(unsolved), n)),
-        never_learned=Share(f"never learned (unsolved, near chance{accuracy_range(never)})", len(never),
-                            wilson(len(never), n)),
-        partly_learned=Share(f"partly learned (unsolved, above chance{accuracy_range(partly)})", len(partly),
-                             wilson(len(partly), n)),
+        never_learned=Share(
+            f"never learned (unsolved, near chance{accuracy_range(never)})", len(never), wilson(len(never), n)
+        ),
+        partly_learned=Share(
+            f"partly learned (unsolved, above chance{accuracy_range(partly)})", len(partly), wilson(len(partly), n)
+        ),
         named=Share("circuit named as a path", named, wilson(named, n)),
         circuits=tuple(Share(label, count, wilson(count, n)) for label, count in counts.most_common()),
         seeds={label: sorted(s) for label, s in seeds.items()},
         path_recovered={label: [min(v), statistics.median(v), max(v)] for label, v in recovered.items()},
-        unreadable=unreadable, not_finished=not_finished, timeline=timeline, parts=who_plays(members))
+        unreadable=unreadable,
+        not_finished=not_finished,
+        timeline=timeline,
+        parts=who_plays(members),
+    )
 
 
 def who_plays(members: list) -> dict:
@@ -243,17 +325,22 @@ def who_plays(members: list) -> dict:
         signature = rest[0] if rest else None
         for part, heads in signature.heads if signature is not None else ():
             out[label][part]["+".join(heads)].append(run.seed)
-    return {label: {part: {heads: sorted(s) for heads, s in by.items()} for part, by in parts.items()}
-            for label, parts in out.items()}
+    return {
+        label: {part: {heads: sorted(s) for heads, s in by.items()} for part, by in parts.items()}
+        for label, parts in out.items()
+    }
 
 
 def part_words(parts: dict) -> list[str]:
     """'L0 previous-token head: L0H0 in seeds 0, 2; L0H1 in seed 1', one per part (who_plays of one label)."""
+
     def seeds(s):
         return ("seed " if len(s) == 1 else "seeds ") + ", ".join(map(str, s))
 
-    return [f"{part}: " + "; ".join(f"{heads} in {seeds(s)}" for heads, s in sorted(by.items(), key=lambda i: i[1]))
-            for part, by in parts.items()]
+    return [
+        f"{part}: " + "; ".join(f"{heads} in {seeds(s)}" for heads, s in sorted(by.items(), key=lambda i: i[1]))
+        for part, by in parts.items()
+    ]
 
 
 def group_timeline(members: list) -> MechanismTimeline | None:
@@ -283,10 +370,13 @@ def near_chance(run) -> bool:
     from probes.health import TWO_CANDIDATES
     from probes.settings import DEFAULT
 
-    heldout = (run.metrics.get("evaluation", {}).get("splits", {}).get("heldout", {})
-               if isinstance(run.metrics.get("evaluation"), dict) else {})
+    heldout = (
+        run.metrics.get("evaluation", {}).get("splits", {}).get("heldout", {})
+        if isinstance(run.metrics.get("evaluation"), dict)
+        else {}
+    )
     foil_rate = heldout.get("foil_rate") if isinstance(heldout, dict) else None
-    if not isinstance(foil_rate, (int, float)):   # stored as null: the task names no foils
+    if not isinstance(foil_rate, (int, float)):  # stored as null: the task names no foils
         return False
     return float(run.metrics["accuracy"]["heldout"]) <= TWO_CANDIDATES + DEFAULT.chance_margin
 

@@ -24,7 +24,7 @@ KINDS = ("Q", "K", "V")
 
 @dataclass(frozen=True)
 class Composition:
-    scores: dict[str, torch.Tensor]     # kind -> [layer, head, layer, head] (sender, receiver)
+    scores: dict[str, torch.Tensor]  # kind -> [layer, head, layer, head] (sender, receiver)
     baseline_mean: dict[str, float]
     baseline_std: dict[str, float]
     baseline_draws: int
@@ -39,7 +39,9 @@ class Composition:
 
 def scores_of(model) -> dict[str, torch.Tensor]:
     with torch.no_grad():
-        return {kind: torch.as_tensor(model.all_composition_scores(kind), device="cpu").detach().clone() for kind in KINDS}
+        return {
+            kind: torch.as_tensor(model.all_composition_scores(kind), device="cpu").detach().clone() for kind in KINDS
+        }
 
 
 def pair_mask(n_layers: int, n_heads: int) -> torch.Tensor:
@@ -53,8 +55,7 @@ def pair_mask(n_layers: int, n_heads: int) -> torch.Tensor:
 def random_attention(model, seed: int):
     """Inside the block, `model`'s attention weights are redrawn i.i.d. Gaussian."""
     generator = torch.Generator("cpu").manual_seed(seed)
-    weights = [native(getattr(block.attn, name)).weight
-               for block in model.blocks for name in ("q", "k", "v", "o")]
+    weights = [native(getattr(block.attn, name)).weight for block in model.blocks for name in ("q", "k", "v", "o")]
     saved = [w.detach().clone() for w in weights]
     try:
         with torch.no_grad():

@@ -19,7 +19,7 @@ from common.cli import UsageError
 from common.jsonfiles import short
 
 SNAPSHOT_FILE = re.compile(r"^step(\d+)\.safetensors$")
-ROWS = 128          # held-out sequences each snapshot is replayed on
+ROWS = 128  # held-out sequences each snapshot is replayed on
 JSON = "dynamics.json"
 SNAPSHOT_FIX = "retrain the run to rewrite its snapshots"
 
@@ -28,10 +28,10 @@ SNAPSHOT_FIX = "retrain the run to rewrite its snapshots"
 class SnapshotPoint:
     step: int
     scored_loss: float
-    other_loss: float               # every real position that is not scored
+    other_loss: float  # every real position that is not scored
     scored_accuracy: float
     other_accuracy: float
-    induction: list[list[float]]    # [layer][head]
+    induction: list[list[float]]  # [layer][head]
     previous_token: list[list[float]]
 
 
@@ -41,9 +41,9 @@ class Dynamics:
     seed: int
     path: str
     points: list[SnapshotPoint]
-    phase_change_step: int | None   # midpoint of the steepest fall of scored minus other loss
+    phase_change_step: int | None  # midpoint of the steepest fall of scored minus other loss
     phase_change_interval: tuple[int, int] | None
-    steepest_fall: float            # scored minus other loss, fall per 100 steps over that interval
+    steepest_fall: float  # scored minus other loss, fall per 100 steps over that interval
 
 
 def snapshot_files(run_dir: Path) -> list[tuple[int, Path]]:
@@ -56,16 +56,23 @@ def snapshot_files(run_dir: Path) -> list[tuple[int, Path]]:
     from tasks.training.loop import SNAPSHOTS
 
     folder = Path(run_dir) / SNAPSHOTS
-    found = sorted((int(m[1]), path) for path in folder.glob("step*.safetensors")
-                   if (m := SNAPSHOT_FILE.match(path.name))) if folder.is_dir() else []
+    found = (
+        sorted((int(m[1]), path) for path in folder.glob("step*.safetensors") if (m := SNAPSHOT_FILE.match(path.name)))
+        if folder.is_dir()
+        else []
+    )
     for step, path in found:
         _, recorded = load_tensors(path, SNAPSHOT_FIX, header_only=True)
         if recorded != {"step": step} or path.name != f"step{step}.safetensors":
-            raise UsageError(f"{path} records {short(recorded)}, not the step {step} of its name (renamed or "
-                             f"copied from another snapshot); {SNAPSHOT_FIX}")
+            raise UsageError(
+                f"{path} records {short(recorded)}, not the step {step} of its name (renamed or "
+                f"copied from another snapshot); {SNAPSHOT_FIX}"
+            )
         if not owned(path):
-            raise UsageError(f"{path} is not the snapshot training wrote there (no {MANIFEST} vouches for its content: "
-                             f"copied from another run, or edited); {SNAPSHOT_FIX}")
+            raise UsageError(
+                f"{path} is not the snapshot training wrote there (no {MANIFEST} vouches for its content: "
+                f"copied from another run, or edited); {SNAPSHOT_FIX}"
+            )
     return found
 
 
@@ -109,7 +116,7 @@ def snapshot_point(model, batch, step: int) -> SnapshotPoint:
     )
 
 
-MIN_ADVANTAGE = 0.5    # nats the scored positions must end below the rest for a phase change to exist
+MIN_ADVANTAGE = 0.5  # nats the scored positions must end below the rest for a phase change to exist
 
 
 def phase_change(points: list[SnapshotPoint]) -> tuple[int | None, tuple[int, int] | None, float]:
@@ -119,8 +126,10 @@ def phase_change(points: list[SnapshotPoint]) -> tuple[int | None, tuple[int, in
     "phase change" step 25). None when the scored positions never end MIN_ADVANTAGE below the rest."""
     if len(points) < 2 or points[-1].other_loss - points[-1].scored_loss < MIN_ADVANTAGE:
         return None, None, 0.0
-    falls = [(((a.scored_loss - a.other_loss) - (b.scored_loss - b.other_loss)) / (b.step - a.step), (a.step, b.step))
-             for a, b in zip(points, points[1:])]
+    falls = [
+        (((a.scored_loss - a.other_loss) - (b.scored_loss - b.other_loss)) / (b.step - a.step), (a.step, b.step))
+        for a, b in zip(points, points[1:])
+    ]
     rate, interval = max(falls)
     if rate <= 0:
         return None, None, 0.0
@@ -135,8 +144,10 @@ def run_dynamics(run, rows: int = ROWS, model=None) -> Dynamics:
 
     files = snapshot_files(run.path)
     if len(files) < 2:
-        raise UsageError(f"{run.path} has fewer than two weight snapshots; train with "
-                         "snapshot_every > 0 (the task's default_training can turn it on)")
+        raise UsageError(
+            f"{run.path} has fewer than two weight snapshots; train with "
+            "snapshot_every > 0 (the task's default_training can turn it on)"
+        )
     model = model if model is not None else run.load_model()
     own = {name: value.clone() for name, value in model.state_dict().items()}
     batch = spread_subset(run.batches()["heldout"], rows)

@@ -51,9 +51,11 @@ def detection_patterns(inputs: torch.Tensor, lengths: torch.Tensor) -> dict[str,
     tokens (padding would count as duplicates of each other). On the CPU, with `patterns`."""
     from transformer_lens import head_detector as hd
 
-    builders = {"previous_token": hd.get_previous_token_head_detection_pattern,
-                "duplicate_token": hd.get_duplicate_token_head_detection_pattern,
-                "induction": hd.get_induction_head_detection_pattern}
+    builders = {
+        "previous_token": hd.get_previous_token_head_detection_pattern,
+        "duplicate_token": hd.get_duplicate_token_head_detection_pattern,
+        "induction": hd.get_induction_head_detection_pattern,
+    }
     n, width = inputs.shape
     # TL's builders make their patterns on torch's default device, whatever a notebook set it to.
     with torch.device("cpu"):
@@ -69,7 +71,7 @@ def detection_patterns(inputs: torch.Tensor, lengths: torch.Tensor) -> dict[str,
 def attention_scores(model, batch: Batch) -> dict[str, torch.Tensor]:
     """Per attention role, [layer, head] mean attention on the target over rows that have one."""
     batch = batch.to("cpu")
-    pattern = patterns(model, batch.inputs)                     # [n, layer, head, q, k]
+    pattern = patterns(model, batch.inputs)  # [n, layer, head, q, k]
     scores = {}
     for role, target in detection_patterns(batch.inputs, batch.lengths).items():
         rows = (target.sum(-1) > 0).sum().clamp(min=1)
@@ -81,7 +83,7 @@ def attention_scores(model, batch: Batch) -> dict[str, torch.Tensor]:
 def copying_scores(model) -> torch.Tensor:
     """[layer, head] sum(eigenvalues) / sum(|eigenvalues|) of W_E W_OV W_U: 1 for a head whose
     output raises the logit of the token it attends to, -1 for one that suppresses it."""
-    eigenvalues = (model.W_E @ model.OV @ model.W_U).eigenvalues    # [layer, head, d_head]
+    eigenvalues = (model.W_E @ model.OV @ model.W_U).eigenvalues  # [layer, head, d_head]
     return eigenvalues.sum(-1).real / eigenvalues.abs().sum(-1).clamp(min=1e-12)
 
 
@@ -91,8 +93,8 @@ def direct_logit_effects(model, batch: Batch) -> torch.Tensor:
     mean logit) at the scored positions, through the final LayerNorm's cached scale if any."""
     batch = batch.to(device_of(model))
     _, cache = model.run_with_cache(batch.inputs)
-    stack = cache.stack_head_results(layer=-1, apply_ln=True)     # [layer*head, n, pos, d_model]
-    at_scored = stack[:, batch.example_index, batch.positions]     # [layer*head, k, d_model]
+    stack = cache.stack_head_results(layer=-1, apply_ln=True)  # [layer*head, n, pos, d_model]
+    at_scored = stack[:, batch.example_index, batch.positions]  # [layer*head, k, d_model]
     W_U = model.W_U
     directions = (W_U - W_U.mean(-1, keepdim=True))[:, batch.answers]  # [d_model, k]
     effect = (at_scored * directions.T[None]).sum(-1).mean(-1)
@@ -101,9 +103,11 @@ def direct_logit_effects(model, batch: Batch) -> torch.Tensor:
 
 def head_scores(model, batch: Batch) -> HeadScores:
     attention = attention_scores(model, batch)
-    return HeadScores(**{role: attention[role].tolist() for role in ATTENTION_ROLES},
-                      copying=copying_scores(model).tolist(),
-                      direct_logit=direct_logit_effects(model, batch).tolist())
+    return HeadScores(
+        **{role: attention[role].tolist() for role in ATTENTION_ROLES},
+        copying=copying_scores(model).tolist(),
+        direct_logit=direct_logit_effects(model, batch).tolist(),
+    )
 
 
 @dataclass(frozen=True)
@@ -111,13 +115,13 @@ class RoleEvidence:
     """A role's ranking and what ablating the ranked heads does to accuracy at the scored positions."""
 
     role: str
-    ranking: list[Head]              # every head, highest score first
+    ranking: list[Head]  # every head, highest score first
     scores: dict[Head, float]
-    layer: int                       # the top-ranked head's layer
-    cumulative: list[float]          # accuracy with that layer's top-1, top-2, ... heads ablated
-    layer_ablated: float             # accuracy with the whole layer ablated
-    heads: list[Head]                # fewest top-ranked heads reaching LAYER_SHARE of the layer's cost
-    top_is_most_harmful: bool        # the top head's ablation costs the most of any head in its layer
+    layer: int  # the top-ranked head's layer
+    cumulative: list[float]  # accuracy with that layer's top-1, top-2, ... heads ablated
+    layer_ablated: float  # accuracy with the whole layer ablated
+    heads: list[Head]  # fewest top-ranked heads reaching LAYER_SHARE of the layer's cost
+    top_is_most_harmful: bool  # the top head's ablation costs the most of any head in its layer
 
 
 @dataclass(frozen=True)
@@ -134,18 +138,28 @@ def ranked(scores: list[list[float]]) -> list[Head]:
     return sorted(heads, key=lambda h: -scores[h.layer][h.head])
 
 
-def role_evidence(model, batch: Batch, role: str, scores: HeadScores, baseline: float,
-                  single: dict[Head, float], method: Ablation, reference: Batch | None) -> RoleEvidence:
+def role_evidence(
+    model,
+    batch: Batch,
+    role: str,
+    scores: HeadScores,
+    baseline: float,
+    single: dict[Head, float],
+    method: Ablation,
+    reference: Batch | None,
+) -> RoleEvidence:
     order = ranked(scores.of(role))
     layer = order[0].layer
     in_layer = [h for h in order if h.layer == layer]
-    cumulative = [ablate(model, batch, in_layer[:k], method, reference=reference).accuracy
-                  for k in range(1, len(in_layer))]
+    cumulative = [
+        ablate(model, batch, in_layer[:k], method, reference=reference).accuracy for k in range(1, len(in_layer))
+    ]
     layer_ablated = ablate(model, batch, in_layer, method, reference=reference).accuracy
     cumulative.append(layer_ablated)
     cost = baseline - layer_ablated
-    needed = next((k for k, accuracy in enumerate(cumulative, 1)
-                   if cost > 0 and baseline - accuracy >= LAYER_SHARE * cost), 0)
+    needed = next(
+        (k for k, accuracy in enumerate(cumulative, 1) if cost > 0 and baseline - accuracy >= LAYER_SHARE * cost), 0
+    )
     harm = {h: baseline - single[h] for h in in_layer}
     return RoleEvidence(
         role=role,
@@ -165,8 +179,10 @@ def head_report(model, batch: Batch, method: Ablation = Ablation.MEAN, reference
     scores = head_scores(model, batch)
     baseline = ablate(model, batch, (), method, reference=reference).accuracy
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
-    single = {head: ablate(model, batch, [head], method, reference=reference).accuracy
-              for head in (Head(l, h) for l in range(n_layers) for h in range(n_heads))}
+    single = {
+        head: ablate(model, batch, [head], method, reference=reference).accuracy
+        for head in (Head(l, h) for l in range(n_layers) for h in range(n_heads))
+    }
     roles = {role: role_evidence(model, batch, role, scores, baseline, single, method, reference) for role in ROLES}
     return HeadReport(method, baseline, single, scores, roles)
 
@@ -175,9 +191,8 @@ def induction_share(batch: Batch) -> float:
     """Share of scored positions whose answer is the one token that followed earlier copies of the
     current token: the data property that makes previous-token and induction heads worth ranking."""
     hits = 0
-    for row, position, answer in zip(batch.example_index.tolist(), batch.positions.tolist(),
-                                     batch.answers.tolist()):
-        tokens = batch.tokens[row, :position + 1].tolist()
+    for row, position, answer in zip(batch.example_index.tolist(), batch.positions.tolist(), batch.answers.tolist()):
+        tokens = batch.tokens[row, : position + 1].tolist()
         successors = {tokens[i + 1] for i in range(position) if tokens[i] == tokens[position]}
         hits += successors == {answer}
     return hits / max(len(batch.answers), 1)

@@ -18,8 +18,9 @@ def token_word(token: int, vocabulary: list[str] | None) -> str:
     return repr(vocabulary[token]) if vocabulary and 0 <= token < len(vocabulary) else f"token {token}"
 
 
-def collapse_note(run, peers: list, vocabulary: list[str] | None = None,
-                  settings: ReportSettings = DEFAULT) -> str | None:
+def collapse_note(
+    run, peers: list, vocabulary: list[str] | None = None, settings: ReportSettings = DEFAULT
+) -> str | None:
     """Why `run` (a probes.accuracy.RunAccuracy) counts as collapsed, or None. Collapsed: it predicts
     one token at `collapse_top_share` of held-out scored positions without that being right as
     often, or its train accuracy is below `collapse_train_ratio` times the median of its peers
@@ -27,14 +28,18 @@ def collapse_note(run, peers: list, vocabulary: list[str] | None = None,
     heldout = run.splits["heldout"]
     limit = settings.collapse_top_share
     if heldout.top_share >= limit and heldout.accuracy.value < limit:
-        return (f"collapsed: predicts {token_word(heldout.top_token, vocabulary)} at "
-                f"{heldout.top_share:.0%} of held-out scored positions")
+        return (
+            f"collapsed: predicts {token_word(heldout.top_token, vocabulary)} at "
+            f"{heldout.top_share:.0%} of held-out scored positions"
+        )
     others = [peer.splits["train"].accuracy.value for peer in peers if peer.seed != run.seed]
     if others:
         median, train = statistics.median(others), run.splits["train"].accuracy.value
         if train < settings.collapse_train_ratio * median:
-            return (f"collapsed: train accuracy {train:.1%}, below {settings.collapse_train_ratio:g} x "
-                    f"its peers' median {median:.1%}")
+            return (
+                f"collapsed: train accuracy {train:.1%}, below {settings.collapse_train_ratio:g} x "
+                f"its peers' median {median:.1%}"
+            )
     return None
 
 
@@ -47,16 +52,18 @@ def budget_note(run, settings: ReportSettings = DEFAULT) -> str | None:
     from tasks.settings import StopReason
 
     if not run.max_steps:
-        return None   # how training ended is unknown (a RunAccuracy built without its run)
+        return None  # how training ended is unknown (a RunAccuracy built without its run)
     if run.stop_reason == StopReason.BUDGET:
         return f"stopped by its {run.max_steps}-step budget before validation solved or stalled"
     if run.stop_reason == StopReason.SOLVED and run.steps >= settings.budget_near * run.max_steps:
-        return (f"solved at step {run.steps} of its {run.max_steps}-step budget ({run.steps / run.max_steps:.0%}), "
-                "so a slightly slower run would have stopped unsolved")
+        return (
+            f"solved at step {run.steps} of its {run.max_steps}-step budget ({run.steps / run.max_steps:.0%}), "
+            "so a slightly slower run would have stopped unsolved"
+        )
     return None
 
 
-TWO_CANDIDATES = 0.5   # picking the answer or the foil at random
+TWO_CANDIDATES = 0.5  # picking the answer or the foil at random
 
 
 def candidate_note(run, settings: ReportSettings = DEFAULT) -> str | None:
@@ -71,8 +78,10 @@ def candidate_note(run, settings: ReportSettings = DEFAULT) -> str | None:
     # shortcut makes it do (the shortcut audit reports that), not a sign of a broken run.
     order_blind = run.shuffle_max_logit_change < settings.order_blind_shuffle
     if below and not order_blind:
-        notes.append(f"below two-candidate chance: held-out {heldout.accuracy.value:.1%}, under the "
-                     f"{TWO_CANDIDATES:.0%} of picking the answer or the foil at random")
+        notes.append(
+            f"below two-candidate chance: held-out {heldout.accuracy.value:.1%}, under the "
+            f"{TWO_CANDIDATES:.0%} of picking the answer or the foil at random"
+        )
     if heldout.other_rate >= settings.neither_share:
         notes.append(f"neither answer nor foil at {heldout.other_rate:.0%} of held-out scored positions")
     return "; ".join(notes) or None
@@ -96,26 +105,30 @@ def foil_blind_note(models: list, settings: ReportSettings = DEFAULT) -> str | N
     if wrong < settings.foil_blind_wrong:
         return None
     total = sum(s.n for s in runs)
-    return (f"check the scored positions: no run of any model predicts the foil at a held-out scored position "
-            f"(0 of {total} predictions over {len(runs)} runs) while {wrong} of them are wrong, so the foil is no "
-            "candidate where the model is scored. The likely cause is a scored position one token off: the "
-            "answer at scored position p is tokens[p + 1], so a task that lists the position of the answer itself, "
-            "or of the token before the one that asks, scores the wrong prediction. See the plugin guide's "
-            "'Build Examples'.")
+    return (
+        f"check the scored positions: no run of any model predicts the foil at a held-out scored position "
+        f"(0 of {total} predictions over {len(runs)} runs) while {wrong} of them are wrong, so the foil is no "
+        "candidate where the model is scored. The likely cause is a scored position one token off: the "
+        "answer at scored position p is tokens[p + 1], so a task that lists the position of the answer itself, "
+        "or of the token before the one that asks, scores the wrong prediction. See the plugin guide's "
+        "'Build Examples'."
+    )
 
 
 def unpermuted_note(models: list) -> str | None:
     """Why there is no shortcut audit when no run's shuffle test had an order to permute."""
     if not models or not all(math.isnan(m.shuffle_max_logit_change) for m in models):
         return None
-    return ("no shortcut audit: the shuffle test has no order to permute (no held-out example has two different "
-            "tokens before its first scored position), so it shows no model order-blind and none reading order; "
-            "compare the held-out accuracies with an order-blind model's (uniform attention, no positions) instead")
+    return (
+        "no shortcut audit: the shuffle test has no order to permute (no held-out example has two different "
+        "tokens before its first scored position), so it shows no model order-blind and none reading order; "
+        "compare the held-out accuracies with an order-blind model's (uniform attention, no positions) instead"
+    )
 
 
 class AuditVerdict(str, Enum):
-    DEFEATED = "defeated"          # the held-out split defeats the order-blind shortcut
-    FAILED = "failed"              # an order-blind model comes within the margin of the best model
+    DEFEATED = "defeated"  # the held-out split defeats the order-blind shortcut
+    FAILED = "failed"  # an order-blind model comes within the margin of the best model
     INCONCLUSIVE = "inconclusive"  # no model learned the task: nothing to defeat
 
 
@@ -130,7 +143,7 @@ class ShortcutAudit:
     best_model: str
     best_heldout: float
     margin: float
-    chance: float | None = None        # two-candidate chance, where known (candidate_chance)
+    chance: float | None = None  # two-candidate chance, where known (candidate_chance)
     chance_margin: float = DEFAULT.chance_margin
 
     @property
@@ -149,28 +162,37 @@ class ShortcutAudit:
         return self.verdict is AuditVerdict.DEFEATED
 
     def words(self) -> str:
-        basis = (f"{self.blind_model} is order-blind: the shuffle test moves its scored logits by at most "
-                 f"{self.blind_shuffle:.1e}; held-out accuracy, mean over seeds")
+        basis = (
+            f"{self.blind_model} is order-blind: the shuffle test moves its scored logits by at most "
+            f"{self.blind_shuffle:.1e}; held-out accuracy, mean over seeds"
+        )
         if self.verdict is AuditVerdict.INCONCLUSIVE:
-            return (f"shortcut audit inconclusive: no model learned the task (the best, {self.best_model}, "
-                    f"reaches {self.best_heldout:.1%} held-out, within {self.chance_margin:.0%} of the "
-                    f"{self.chance:.0%} two-candidate chance; {self.blind_model} {self.blind_heldout:.1%}), so "
-                    f"there is no order-reading to defeat the shortcut with ({basis})")
+            return (
+                f"shortcut audit inconclusive: no model learned the task (the best, {self.best_model}, "
+                f"reaches {self.best_heldout:.1%} held-out, within {self.chance_margin:.0%} of the "
+                f"{self.chance:.0%} two-candidate chance; {self.blind_model} {self.blind_heldout:.1%}), so "
+                f"there is no order-reading to defeat the shortcut with ({basis})"
+            )
         if self.defeated:
-            return (f"shortcut audit: the held-out split defeats the order-blind shortcut ({self.blind_model} "
-                    f"{self.blind_heldout:.1%} against {self.best_model} {self.best_heldout:.1%}; {basis})")
-        relation = ("at least as high as" if self.blind_heldout >= self.best_heldout
-                    else f"within {self.margin:.0%} of")
-        return (f"shortcut audit FAILED: the held-out split does not defeat the order-blind shortcut: "
-                f"{self.blind_model} reaches {self.blind_heldout:.1%}, {relation} "
-                f"{self.best_model} ({self.best_heldout:.1%}), so held-out accuracy does not show that a model "
-                f"reads word order ({basis}); a model that cannot read order does "
-                f"{'as well' if self.blind_heldout >= self.best_heldout else 'nearly as well'}, so the circuits "
-                f"traced here are how each model does it, not a mechanism the task needs: a head or block called "
-                f"'needed' is needed by that model only. See the plugin guide's 'Splits'.")
+            return (
+                f"shortcut audit: the held-out split defeats the order-blind shortcut ({self.blind_model} "
+                f"{self.blind_heldout:.1%} against {self.best_model} {self.best_heldout:.1%}; {basis})"
+            )
+        relation = "at least as high as" if self.blind_heldout >= self.best_heldout else f"within {self.margin:.0%} of"
+        return (
+            f"shortcut audit FAILED: the held-out split does not defeat the order-blind shortcut: "
+            f"{self.blind_model} reaches {self.blind_heldout:.1%}, {relation} "
+            f"{self.best_model} ({self.best_heldout:.1%}), so held-out accuracy does not show that a model "
+            f"reads word order ({basis}); a model that cannot read order does "
+            f"{'as well' if self.blind_heldout >= self.best_heldout else 'nearly as well'}, so the circuits "
+            f"traced here are how each model does it, not a mechanism the task needs: a head or block called "
+            f"'needed' is needed by that model only. See the plugin guide's 'Splits'."
+        )
 
 
-def shortcut_audit(models: list, settings: ReportSettings = DEFAULT, chance: float | None = None) -> ShortcutAudit | None:
+def shortcut_audit(
+    models: list, settings: ReportSettings = DEFAULT, chance: float | None = None
+) -> ShortcutAudit | None:
     """`models`: probes.accuracy.ModelAccuracy; `chance`: two-candidate chance where known
     (candidate_chance). None when the family has no order-blind model or nothing else to compare
     it with."""
@@ -181,8 +203,16 @@ def shortcut_audit(models: list, settings: ReportSettings = DEFAULT, chance: flo
         return None
     top_blind = max(blind, key=lambda m: m.heldout.value)
     best = max(reading, key=lambda m: m.heldout.value)
-    return ShortcutAudit(top_blind.model_name, top_blind.heldout.value, top_blind.shuffle_max_logit_change,
-                         best.model_name, best.heldout.value, settings.shortcut_margin, chance, settings.chance_margin)
+    return ShortcutAudit(
+        top_blind.model_name,
+        top_blind.heldout.value,
+        top_blind.shuffle_max_logit_change,
+        best.model_name,
+        best.heldout.value,
+        settings.shortcut_margin,
+        chance,
+        settings.chance_margin,
+    )
 
 
 def family_audit(models: list, settings: ReportSettings = DEFAULT) -> ShortcutAudit | None:
@@ -190,13 +220,15 @@ def family_audit(models: list, settings: ReportSettings = DEFAULT) -> ShortcutAu
     return shortcut_audit(models, settings, candidate_chance(models))
 
 
-EXIT_AUDIT = 1   # --strict: the audit did not pass (2 stays the exit code of bad input)
+EXIT_AUDIT = 1  # --strict: the audit did not pass (2 stays the exit code of bad input)
 
 
 def strict_exit(models: list, settings: ReportSettings = DEFAULT) -> None:
     """With --strict: exit EXIT_AUDIT, saying so, when the shortcut audit failed or is inconclusive."""
     audit = family_audit(models, settings)
     if audit is not None and not audit.defeated:
-        print(f"--strict: the shortcut audit is {audit.verdict.value}, so this exits with status {EXIT_AUDIT}",
-              file=sys.stderr)
+        print(
+            f"--strict: the shortcut audit is {audit.verdict.value}, so this exits with status {EXIT_AUDIT}",
+            file=sys.stderr,
+        )
         sys.exit(EXIT_AUDIT)

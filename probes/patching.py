@@ -24,6 +24,7 @@ from tasks.base import NO_FOIL
 from tasks.data import Batch
 from tasks.evaluate import TOKENS_PER_FORWARD
 
+
 def replicas_per_forward(batch: Batch) -> int:
     """Replicas of `batch` that share one forward (see tasks.evaluate.TOKENS_PER_FORWARD)."""
     return max(1, TOKENS_PER_FORWARD // batch.inputs.numel())
@@ -43,8 +44,9 @@ def metric_name(batch: Batch) -> str:
     has_foil = batch.foils != NO_FOIL
     if bool(has_foil.all()):
         return "answer - foil logit"
-    return "answer - foil logit where a foil is given, else answer log-prob" if bool(has_foil.any()) \
-        else "answer log-prob"
+    return (
+        "answer - foil logit where a foil is given, else answer log-prob" if bool(has_foil.any()) else "answer log-prob"
+    )
 
 
 def replica_scored(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
@@ -56,8 +58,10 @@ def replica_scored(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
 
 def require_pairs(batch: Batch) -> None:
     if batch.counterfactual is None:
-        raise UsageError("the task declares no counterfactual pairs, so patching has nothing to "
-                         "compare; give each Example a counterfactual")
+        raise UsageError(
+            "the task declares no counterfactual pairs, so patching has nothing to "
+            "compare; give each Example a counterfactual"
+        )
 
 
 def corrupt_inputs(batch: Batch) -> torch.Tensor:
@@ -88,7 +92,6 @@ def run_outcome(model, batch: Batch, tokens: torch.Tensor, hooks=()) -> Outcome:
     return outcome(replica_scored(logits, batch), batch)[0]
 
 
-
 @torch.no_grad()
 def clean_activations(model, batch: Batch, names: list[str]) -> dict:
     _, cache = model.run_with_cache(batch.inputs, names_filter=names)
@@ -107,7 +110,7 @@ def patch_many(model, batch: Batch, activation: str, targets: list[tuple]) -> li
     per_forward = replicas_per_forward(batch)
     results = []
     for start in range(0, len(targets), per_forward):
-        chunk = targets[start:start + per_forward]
+        chunk = targets[start : start + per_forward]
 
         def hook(layer):
             def patch(act, hook):
@@ -117,13 +120,16 @@ def patch_many(model, batch: Batch, activation: str, targets: list[tuple]) -> li
                 for replica, (target_layer, position, *head) in enumerate(chunk):
                     if target_layer != layer:
                         continue
-                    index = ((torch.arange(len(batch), device=act.device), position.to(act.device))
-                             if isinstance(position, torch.Tensor) else
-                             (slice(None), slice(None) if position is None else position))
+                    index = (
+                        (torch.arange(len(batch), device=act.device), position.to(act.device))
+                        if isinstance(position, torch.Tensor)
+                        else (slice(None), slice(None) if position is None else position)
+                    )
                     if head and head[0] is not None:
                         index += (head[0],)
                     view[(replica,) + index] = source[index]
                 return act
+
             return patch
 
         hooks = [(get_act_name(activation, layer), hook(layer)) for layer in sorted({t[0] for t in chunk})]
@@ -138,11 +144,11 @@ class ActivationPatching:
     pairs: int
     clean: Outcome
     corrupt: Outcome
-    head_out: torch.Tensor            # [layer, pos, head] metric with that head's output restored there
+    head_out: torch.Tensor  # [layer, pos, head] metric with that head's output restored there
     head_out_restored: torch.Tensor
-    head_all: torch.Tensor            # [layer, head] output restored at every position
+    head_all: torch.Tensor  # [layer, head] output restored at every position
     head_all_restored: torch.Tensor
-    resid_pre: torch.Tensor           # [layer, pos] residual stream restored before the block
+    resid_pre: torch.Tensor  # [layer, pos] residual stream restored before the block
     resid_pre_restored: torch.Tensor
 
     def recovered(self, values):
@@ -160,8 +166,10 @@ class ActivationPatching:
 
 
 def grid(outcomes: list[Outcome], shape) -> tuple[torch.Tensor, torch.Tensor]:
-    return (torch.tensor([o.metric for o in outcomes], device="cpu").view(shape),
-            torch.tensor([o.restored for o in outcomes], device="cpu").view(shape))
+    return (
+        torch.tensor([o.metric for o in outcomes], device="cpu").view(shape),
+        torch.tensor([o.restored for o in outcomes], device="cpu").view(shape),
+    )
 
 
 def live_positions(batch: Batch) -> list[int]:
@@ -200,20 +208,26 @@ def activation_patching(model, batch: Batch) -> ActivationPatching:
 
     def resid_matters(target) -> bool:
         return target[1] is None or target[1] in live
+
     by_pos = [(l, p, h) for l in range(n_layers) for p in range(width) for h in range(n_heads)]
     all_pos = [(l, None, h) for l in range(n_layers) for h in range(n_heads)]
     resid = [(l, p) for l in range(n_layers) for p in range(width)]
-    head_out, head_out_restored = grid(patch_grid(model, batch, "z", by_pos, z_matters, corrupt),
-                                       (n_layers, width, n_heads))
+    head_out, head_out_restored = grid(
+        patch_grid(model, batch, "z", by_pos, z_matters, corrupt), (n_layers, width, n_heads)
+    )
     head_all, head_all_restored = grid(patch_many(model, batch, "z", all_pos), (n_layers, n_heads))
-    resid_pre, resid_restored = grid(patch_grid(model, batch, "resid_pre", resid, resid_matters, corrupt),
-                                     (n_layers, width))
+    resid_pre, resid_restored = grid(
+        patch_grid(model, batch, "resid_pre", resid, resid_matters, corrupt), (n_layers, width)
+    )
     return ActivationPatching(
         metric=metric_name(batch),
         pairs=len(batch),
         clean=run_outcome(model, batch, batch.inputs),
         corrupt=corrupt,
-        head_out=head_out, head_out_restored=head_out_restored,
-        head_all=head_all, head_all_restored=head_all_restored,
-        resid_pre=resid_pre, resid_pre_restored=resid_restored,
+        head_out=head_out,
+        head_out_restored=head_out_restored,
+        head_all=head_all,
+        head_all_restored=head_all_restored,
+        resid_pre=resid_pre,
+        resid_pre_restored=resid_restored,
     )

@@ -23,15 +23,15 @@ from probes.ablation import Ablation, Reference, chunked_cache, position_mean
 from tasks.data import Batch
 from tasks.evaluate import logits_at_scored, score_logits
 
-PROBE_STEPS = 100       # LBFGS iterations of the linear probe
-PROBE_DECAY = 1e-3      # L2 penalty on its weights (the residual is 32-256 wide; rows are hundreds)
+PROBE_STEPS = 100  # LBFGS iterations of the linear probe
+PROBE_DECAY = 1e-3  # L2 penalty on its weights (the residual is 32-256 wide; rows are hundreds)
 
 
 @dataclass(frozen=True)
 class Scores:
     accuracy: float
-    logit_diff: float       # mean answer - foil logit (nan without foils)
-    n: int                  # held-out scored positions
+    logit_diff: float  # mean answer - foil logit (nan without foils)
+    n: int  # held-out scored positions
 
 
 @dataclass(frozen=True)
@@ -43,12 +43,12 @@ class MLPAblation:
 
 @dataclass(frozen=True)
 class Decodable:
-    after: str              # "embeddings", "attention 0", "MLP 0", ...
+    after: str  # "embeddings", "attention 0", "MLP 0", ...
     hook: str
-    accuracy: float         # the probe's held-out accuracy
+    accuracy: float  # the probe's held-out accuracy
     train_rows: int
     heldout_rows: int
-    classes: int            # answer tokens the probe tells apart (chance = 1 / classes)
+    classes: int  # answer tokens the probe tells apart (chance = 1 / classes)
 
 
 @dataclass(frozen=True)
@@ -87,8 +87,10 @@ def stages(model) -> list[tuple[str, str]]:
         if model.cfg.attn_only:
             out.append((f"attention {layer}", get_act_name("resid_post", layer)))
         else:
-            out += [(f"attention {layer}", get_act_name("resid_mid", layer)),
-                    (f"MLP {layer}", get_act_name("resid_post", layer))]
+            out += [
+                (f"attention {layer}", get_act_name("resid_mid", layer)),
+                (f"MLP {layer}", get_act_name("resid_post", layer)),
+            ]
     return out
 
 
@@ -131,14 +133,20 @@ def decodability(model, train: Batch, heldout: Batch) -> tuple[Decodable, ...]:
         probe = fit_probe((fit_on[hook] - mean) / scale, y_train, len(tokens))
         with torch.no_grad():
             predicted = probe((scored_on[hook] - mean) / scale).argmax(-1)
-        out.append(Decodable(after, hook, (predicted == y_heldout).float().mean().item(), len(y_train),
-                             len(y_heldout), len(tokens)))
+        out.append(
+            Decodable(
+                after, hook, (predicted == y_heldout).float().mean().item(), len(y_train), len(y_heldout), len(tokens)
+            )
+        )
     return tuple(out)
 
 
 def sublayers(model, train: Batch, heldout: Batch, reference: Reference) -> Sublayers:
     """`train`: the rows the probe is fit on; `heldout`: the rows ablations and the probe are scored on."""
     layers = [] if model.cfg.attn_only else range(model.cfg.n_layers)
-    mlps = tuple(ablate_mlp(model, heldout, layer, method, reference) for layer in layers
-                 for method in (Ablation.MEAN, Ablation.ZERO))
+    mlps = tuple(
+        ablate_mlp(model, heldout, layer, method, reference)
+        for layer in layers
+        for method in (Ablation.MEAN, Ablation.ZERO)
+    )
     return Sublayers(scores(model, heldout.to(device_of(model)), []), mlps, decodability(model, train, heldout))

@@ -60,36 +60,47 @@ def plugin_call(owner, member: str, function, *args, **kwargs):
         raise
     except (Exception, SystemExit) as error:  # noqa: BLE001
         name = getattr(owner, "name", type(owner).__name__)
-        raise UsageError(f"task plugin {name!r}: {member} raised {type(error).__name__}: "
-                         f"{str(error)[:200]}; fix or uninstall that plugin") from None
+        raise UsageError(
+            f"task plugin {name!r}: {member} raised {type(error).__name__}: "
+            f"{str(error)[:200]}; fix or uninstall that plugin"
+        ) from None
 
 
 def checked_vocabulary(task, tokens):
     if not (isinstance(tokens, list) and tokens and all(isinstance(t, str) for t in tokens)):
-        raise UsageError(f"task plugin {task.name!r}: vocabulary() must return a non-empty list of strings, "
-                         f"got {type(tokens).__name__}")
-    if len(set(tokens)) != len(tokens):   # two ids would print as one word in every report
+        raise UsageError(
+            f"task plugin {task.name!r}: vocabulary() must return a non-empty list of strings, "
+            f"got {type(tokens).__name__}"
+        )
+    if len(set(tokens)) != len(tokens):  # two ids would print as one word in every report
         repeated = next(t for i, t in enumerate(tokens) if t in tokens[:i])
-        raise UsageError(f"task plugin {task.name!r}: vocabulary() lists {repeated!r} twice; "
-                         "every token string must be distinct")
+        raise UsageError(
+            f"task plugin {task.name!r}: vocabulary() lists {repeated!r} twice; every token string must be distinct"
+        )
     broken = next((i for i, t in enumerate(tokens) if not_unicode(t)), None)
-    if broken is not None:   # it would be written into report.json and the exports, which readers refuse
-        raise UsageError(f"task plugin {task.name!r}: vocabulary() token {broken} ({ascii(tokens[broken])[:60]}) "
-                         "holds a lone surrogate, which is not Unicode text; give every token valid Unicode")
+    if broken is not None:  # it would be written into report.json and the exports, which readers refuse
+        raise UsageError(
+            f"task plugin {task.name!r}: vocabulary() token {broken} ({ascii(tokens[broken])[:60]}) "
+            "holds a lone surrogate, which is not Unicode text; give every token valid Unicode"
+        )
     return tokens
 
 
 def checked_training(task, overrides):
     if not isinstance(overrides, dict):
-        raise UsageError(f"task plugin {task.name!r}: default_training() must return a dict of "
-                         f"TrainSettings fields, got {type(overrides).__name__}")
+        raise UsageError(
+            f"task plugin {task.name!r}: default_training() must return a dict of "
+            f"TrainSettings fields, got {type(overrides).__name__}"
+        )
     return overrides
 
 
 def checked_model_training(task, overrides, model_name):
     if not isinstance(overrides, dict):
-        raise UsageError(f"task plugin {task.name!r}: model_training({model_name!r}) must return a dict of "
-                         f"TrainSettings fields, got {type(overrides).__name__}")
+        raise UsageError(
+            f"task plugin {task.name!r}: model_training({model_name!r}) must return a dict of "
+            f"TrainSettings fields, got {type(overrides).__name__}"
+        )
     return overrides
 
 
@@ -100,8 +111,10 @@ def checked_expected_circuit(task, edges, model_name, spec):
     if edges is None:
         return None
     graph = frozenset(graph_of(spec).edges)
-    rule = (f"task plugin {task.name!r}: expected_circuit({model_name!r}, spec) must return None or a frozenset "
-            f"of some, not all, of the {len(graph)} edges of models.graph.graph_of(spec)")
+    rule = (
+        f"task plugin {task.name!r}: expected_circuit({model_name!r}, spec) must return None or a frozenset "
+        f"of some, not all, of the {len(graph)} edges of models.graph.graph_of(spec)"
+    )
     if not isinstance(edges, (set, frozenset)):
         raise UsageError(f"{rule}, got {type(edges).__name__}")
     stray = next((edge for edge in edges if edge not in graph), None)
@@ -113,8 +126,12 @@ def checked_expected_circuit(task, edges, model_name, spec):
 
 
 # default_models() is checked by tasks.validate.validate_family, before anything trains.
-RESULT_CHECKS = {"vocabulary": checked_vocabulary, "default_training": checked_training,
-                 "model_training": checked_model_training, "expected_circuit": checked_expected_circuit}
+RESULT_CHECKS = {
+    "vocabulary": checked_vocabulary,
+    "default_training": checked_training,
+    "model_training": checked_model_training,
+    "expected_circuit": checked_expected_circuit,
+}
 
 
 def guarded(member: str, method):
@@ -142,8 +159,15 @@ class Task(ABC):
     def __init_subclass__(cls, **kwargs):
         # Every call the toolkit makes into a plugin goes through these guards, wherever it is made.
         super().__init_subclass__(**kwargs)
-        for member in ("__init__", "vocabulary", "generate", "default_models", "default_training",
-                       "model_training", "expected_circuit"):
+        for member in (
+            "__init__",
+            "vocabulary",
+            "generate",
+            "default_models",
+            "default_training",
+            "model_training",
+            "expected_circuit",
+        ):
             method = cls.__dict__.get(member)
             if callable(method) and not getattr(method, "guarded", False):
                 setattr(cls, member, guarded(member, method))
@@ -191,9 +215,11 @@ def standard_family(d_model: int = 128, n_heads: int = 4, layers: tuple[int, ...
     words (the baseline a task must defeat), attention-only models of one head per block
     (`attn-only-1x1`, `attn-only-2x1`, ... for each of `layers`), and full blocks with `n_heads`
     heads and an MLP (`block-1`, `block-2`, ...)."""
-    family = {"bag-of-words": ModelSpec(n_layers=1, d_model=d_model, n_heads=n_heads, attention=Attention.UNIFORM,
-                                        positions=Positions.NONE)}
-    family.update({f"attn-only-{n}x1": ModelSpec(n_layers=n, d_model=d_model, n_heads=1, mlp=False)
-                   for n in layers})
+    family = {
+        "bag-of-words": ModelSpec(
+            n_layers=1, d_model=d_model, n_heads=n_heads, attention=Attention.UNIFORM, positions=Positions.NONE
+        )
+    }
+    family.update({f"attn-only-{n}x1": ModelSpec(n_layers=n, d_model=d_model, n_heads=1, mlp=False) for n in layers})
     family.update({f"block-{n}": ModelSpec(n_layers=n, d_model=d_model, n_heads=n_heads) for n in layers})
     return family

@@ -14,27 +14,34 @@ from typing import TYPE_CHECKING
 from common.atomic import write_json
 from common.cli import UsageError, path_name
 
-if TYPE_CHECKING:   # torch is imported lazily so `toylens list` stays fast; annotations only
+if TYPE_CHECKING:  # torch is imported lazily so `toylens list` stays fast; annotations only
     import torch
 from common.jsonfiles import read_json, sha256_file
 from common.ownership import MANIFEST, TEMP, adopt_all, clean_leftovers, foreign_files, remove_tree
 from tasks.base import NO_FOIL, SPLITS, Example, Task
 
 COLUMNS = ("tokens", "positions", "foils", "group", "counterfactual")
-CHECKSUMS = "toylens-checksums.json"   # SHA-256 of every file of a cache entry, recorded at write
+CHECKSUMS = "toylens-checksums.json"  # SHA-256 of every file of a cache entry, recorded at write
 
 
 def cache_root() -> Path:
     value = os.environ.get("TOYLENS_CACHE")
     if value is not None and not value.strip():
-        raise UsageError("TOYLENS_CACHE is set but empty (that would mean the current folder); set it to a "
-                         "folder or unset it for ~/.cache/toylens")
+        raise UsageError(
+            "TOYLENS_CACHE is set but empty (that would mean the current folder); set it to a "
+            "folder or unset it for ~/.cache/toylens"
+        )
     return Path(value or Path.home() / ".cache" / "toylens") / "data"
 
 
 def fingerprint(task: Task, seed: int) -> str:
-    described = {"task": task.name, "params": task.params_dict(), "seed": seed,
-                 "vocabulary": task.vocabulary(), "generator": getattr(task, "version", 1)}
+    described = {
+        "task": task.name,
+        "params": task.params_dict(),
+        "seed": seed,
+        "vocabulary": task.vocabulary(),
+        "generator": getattr(task, "version", 1),
+    }
     return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -46,7 +53,7 @@ def examples_to_columns(examples: list[Example]) -> dict[str, list]:
         "group": [e.group for e in examples],
         "counterfactual": [list(e.counterfactual) for e in examples],
     }
-    if any(e.roles for e in examples):   # only tasks that name roles have these columns
+    if any(e.roles for e in examples):  # only tasks that name roles have these columns
         columns["role_names"] = [sorted(e.roles) for e in examples]
         columns["role_positions"] = [[e.roles[name] for name in sorted(e.roles)] for e in examples]
     return columns
@@ -65,11 +72,11 @@ def task_dataset(task: Task, seed: int):
         data, problem = load_verified(path, load_from_disk)
         if data is not None:
             return data
-        check_rebuildable(path)   # before saying it is rebuilt, and before generating anything
+        check_rebuildable(path)  # before saying it is rebuilt, and before generating anything
         print(f"toylens: cached data {path} {problem}; rebuilding it", file=sys.stderr)
     splits = validate_task_examples(task, seed)
     data = DatasetDict({name: Dataset.from_dict(examples_to_columns(splits[name])) for name in SPLITS})
-    clean_leftovers(path.parent)   # entries a kill interrupted mid-write
+    clean_leftovers(path.parent)  # entries a kill interrupted mid-write
     temp = path.with_name(f"{TEMP}{os.getpid()}.{path.name}")
     data.save_to_disk(str(temp))
     write_json(temp / CHECKSUMS, checksums(temp))
@@ -79,8 +86,11 @@ def task_dataset(task: Task, seed: int):
 
 
 def checksums(folder: Path) -> dict:
-    return {p.relative_to(folder).as_posix(): sha256_file(p) for p in sorted(folder.rglob("*"))
-            if p.is_file() and p.name not in (CHECKSUMS, MANIFEST)}
+    return {
+        p.relative_to(folder).as_posix(): sha256_file(p)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name not in (CHECKSUMS, MANIFEST)
+    }
 
 
 def load_verified(path: Path, load_from_disk):
@@ -104,17 +114,24 @@ def written_by_datasets(entry: Path, file: Path) -> bool:
     """A file `DatasetDict.save_to_disk` writes: entries from before checksums have no manifest,
     but these names inside toylens's cache are its own."""
     parts = file.relative_to(entry).parts
-    return parts == ("dataset_dict.json",) or (len(parts) == 2 and parts[0] in SPLITS and (
-        parts[1] in ("dataset_info.json", "state.json") or
-        (parts[1].startswith("data-") and parts[1].endswith(".arrow"))))
+    return parts == ("dataset_dict.json",) or (
+        len(parts) == 2
+        and parts[0] in SPLITS
+        and (
+            parts[1] in ("dataset_info.json", "state.json")
+            or (parts[1].startswith("data-") and parts[1].endswith(".arrow"))
+        )
+    )
 
 
 def check_rebuildable(path: Path) -> None:
     """Refuse to rebuild a damaged cache entry that holds a file toylens did not write."""
     foreign = [f for f in foreign_files(path) if not written_by_datasets(path, f)]
     if foreign:
-        raise UsageError(f"cached data {path} is damaged and holds {foreign[0]}, which toylens did not "
-                         "write; delete that folder (it is only a cache) and run again")
+        raise UsageError(
+            f"cached data {path} is damaged and holds {foreign[0]}, which toylens did not "
+            "write; delete that folder (it is only a cache) and run again"
+        )
 
 
 def replace_entry(temp: Path, path: Path) -> None:
@@ -124,7 +141,7 @@ def replace_entry(temp: Path, path: Path) -> None:
         remove_tree(path, also=lambda file: written_by_datasets(path, file))
     try:
         os.replace(temp, path)
-    except OSError:   # another process put the same entry in place first: theirs is identical
+    except OSError:  # another process put the same entry in place first: theirs is identical
         remove_tree(temp)
 
 
@@ -132,15 +149,15 @@ def replace_entry(temp: Path, path: Path) -> None:
 class Batch:
     """A split as right-padded tensors. Padding never leaks into real positions: attention is causal."""
 
-    tokens: "torch.Tensor"          # [n, length], padded with 0
-    lengths: "torch.Tensor"         # [n]
-    example_index: "torch.Tensor"   # [k] one entry per scored position
-    positions: "torch.Tensor"       # [k]
-    answers: "torch.Tensor"         # [k]
-    foils: "torch.Tensor"           # [k], NO_FOIL where none
-    groups: list[str]               # [n]
+    tokens: "torch.Tensor"  # [n, length], padded with 0
+    lengths: "torch.Tensor"  # [n]
+    example_index: "torch.Tensor"  # [k] one entry per scored position
+    positions: "torch.Tensor"  # [k]
+    answers: "torch.Tensor"  # [k]
+    foils: "torch.Tensor"  # [k], NO_FOIL where none
+    groups: list[str]  # [n]
     counterfactual: "torch.Tensor | None"  # [n, length] or None when the task has none
-    roles: dict = dataclasses.field(default_factory=dict)   # role name -> [n] position, -1 where absent
+    roles: dict = dataclasses.field(default_factory=dict)  # role name -> [n] position, -1 where absent
 
     def __len__(self) -> int:
         return self.tokens.shape[0]
@@ -152,8 +169,7 @@ class Batch:
             return self
         moved = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         moved["roles"] = {name: position.to(device) for name, position in self.roles.items()}
-        return Batch(**{name: value.to(device) if hasattr(value, "to") else value
-                        for name, value in moved.items()})
+        return Batch(**{name: value.to(device) if hasattr(value, "to") else value for name, value in moved.items()})
 
     @classmethod
     def from_tokens(cls, tokens, positions, foils=None, counterfactual=None, groups=None, roles=None) -> "Batch":
@@ -164,14 +180,18 @@ class Batch:
         {role name: position} per example (or none)."""
         for row, (sequence, scored) in enumerate(zip(tokens, positions, strict=True)):
             if not all(0 <= p < len(sequence) - 1 for p in scored):
-                raise UsageError(f"example {row}: scored positions {list(scored)} must lie in 0..{len(sequence) - 2} "
-                                 "(the answer at p is tokens[p + 1])")
+                raise UsageError(
+                    f"example {row}: scored positions {list(scored)} must lie in 0..{len(sequence) - 2} "
+                    "(the answer at p is tokens[p + 1])"
+                )
         foils = foils or [[NO_FOIL] * len(p) for p in positions]
         counterfactual = counterfactual or [() for _ in tokens]
         groups = groups or ["all"] * len(tokens)
         roles = roles or [{} for _ in tokens]
-        examples = [Example(tuple(t), tuple(p), tuple(f), g, tuple(c), dict(r))
-                    for t, p, f, g, c, r in zip(tokens, positions, foils, groups, counterfactual, roles, strict=True)]
+        examples = [
+            Example(tuple(t), tuple(p), tuple(f), g, tuple(c), dict(r))
+            for t, p, f, g, c, r in zip(tokens, positions, foils, groups, counterfactual, roles, strict=True)
+        ]
         return columns_to_batch(examples_to_columns(examples))
 
     def real_positions(self, width: int | None = None) -> "torch.Tensor":

@@ -28,11 +28,11 @@ SCORED_LOGITS = 2**24
 class Scored:
     """One row per scored position."""
 
-    predicted: torch.Tensor    # [k] argmax token
-    answers: torch.Tensor      # [k]
-    foils: torch.Tensor        # [k], NO_FOIL where none
-    logit_diff: torch.Tensor   # [k] answer logit - foil logit (nan without a foil)
-    loss: torch.Tensor         # [] mean cross-entropy of the answers
+    predicted: torch.Tensor  # [k] argmax token
+    answers: torch.Tensor  # [k]
+    foils: torch.Tensor  # [k], NO_FOIL where none
+    logit_diff: torch.Tensor  # [k] answer logit - foil logit (nan without a foil)
+    loss: torch.Tensor  # [] mean cross-entropy of the answers
     example_index: torch.Tensor
 
     @property
@@ -76,9 +76,11 @@ def logits_at_scored(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
 def score_logits(scored_logits: torch.Tensor, batch: Batch) -> Scored:
     finite = torch.isfinite(scored_logits).all(-1)
     if not bool(finite.all()):
-        raise UsageError(f"the model's logits are NaN or infinite at {int((~finite).sum())} of {len(finite)} "
-                         "scored positions: its weights diverged or were altered; retrain (a lower --lr "
-                         "if training diverged)")
+        raise UsageError(
+            f"the model's logits are NaN or infinite at {int((~finite).sum())} of {len(finite)} "
+            "scored positions: its weights diverged or were altered; retrain (a lower --lr "
+            "if training diverged)"
+        )
     answers, foils = batch.answers, batch.foils
     has_foil = foils != NO_FOIL
     answer_logit = scored_logits.gather(1, answers[:, None])[:, 0]
@@ -96,7 +98,7 @@ def score_logits(scored_logits: torch.Tensor, batch: Batch) -> Scored:
 @torch.no_grad()
 def run_logits(model, tokens: torch.Tensor) -> torch.Tensor:
     chunk = max(1, TOKENS_PER_FORWARD // max(tokens.shape[1], 1))
-    return torch.cat([model(tokens[i:i + chunk]) for i in range(0, len(tokens), chunk)])
+    return torch.cat([model(tokens[i : i + chunk]) for i in range(0, len(tokens), chunk)])
 
 
 def score_model(model, batch: Batch) -> Scored:

@@ -31,11 +31,11 @@ MAX_EVAL = 100_000
 
 @dataclass(frozen=True)
 class InductionParams:
-    tokens: int = 64           # random tokens (the vocabulary is these plus BOS)
+    tokens: int = 64  # random tokens (the vocabulary is these plus BOS)
     min_repeat: int = 20
     max_repeat: int = 30
-    train: int = 20_000        # sequences; large, so memorising them is harder than induction
-    validation: int = 128      # ~3,200 scored positions; evaluated every 25 steps, so kept small
+    train: int = 20_000  # sequences; large, so memorising them is harder than induction
+    validation: int = 128  # ~3,200 scored positions; evaluated every 25 steps, so kept small
     heldout: int = 512
 
 
@@ -51,21 +51,25 @@ class InductionTask(Task):
         if not isinstance(p.tokens, int) or not 4 <= p.tokens <= 100_000:
             raise UsageError(f"tokens must be an integer between 4 and 100000, got {p.tokens}")
         if not 2 <= p.min_repeat <= p.max_repeat <= min(p.tokens, MAX_REPEAT):
-            raise UsageError(f"need 2 <= min_repeat <= max_repeat <= tokens and max_repeat <= {MAX_REPEAT} "
-                             f"(a sequence is 2 * max_repeat + 1 tokens), got min_repeat={p.min_repeat}, "
-                             f"max_repeat={p.max_repeat}, tokens={p.tokens}")
+            raise UsageError(
+                f"need 2 <= min_repeat <= max_repeat <= tokens and max_repeat <= {MAX_REPEAT} "
+                f"(a sequence is 2 * max_repeat + 1 tokens), got min_repeat={p.min_repeat}, "
+                f"max_repeat={p.max_repeat}, tokens={p.tokens}"
+            )
         for split, limit in (("train", MAX_TRAIN), ("validation", MAX_EVAL), ("heldout", MAX_EVAL)):
             if not isinstance(getattr(p, split), int) or not 0 < getattr(p, split) <= limit:
                 raise UsageError(f"{split} must be a number of sequences from 1 to {limit}, got {getattr(p, split)}")
         need = 2 * (p.train + p.validation + p.heldout)
         possible = 0
-        for r in range(p.min_repeat, p.max_repeat + 1):   # stop once enough: the counts grow fast
+        for r in range(p.min_repeat, p.max_repeat + 1):  # stop once enough: the counts grow fast
             possible += math.perm(p.tokens, r)
             if possible >= need:
                 break
         if possible < need:
-            raise UsageError(f"only {possible} distinct sequences exist with these tokens and repeat "
-                             "lengths, too few for disjoint splits; raise tokens or max_repeat")
+            raise UsageError(
+                f"only {possible} distinct sequences exist with these tokens and repeat "
+                "lengths, too few for disjoint splits; raise tokens or max_repeat"
+            )
 
     def vocabulary(self) -> list[str]:
         return [BOS] + [f"t{i}" for i in range(self.params.tokens)]
@@ -84,7 +88,7 @@ class InductionTask(Task):
                 pool.append(first)
         splits, start = {}, 0
         for split, size in sizes.items():
-            splits[split] = [self.example(first, rng) for first in pool[start:start + size]]
+            splits[split] = [self.example(first, rng) for first in pool[start : start + size]]
             start += size
         return splits
 
@@ -102,7 +106,9 @@ class InductionTask(Task):
         return {
             # The bag of words is the 1-layer model with uniform attention and no positions: the
             # same architecture minus the ability to choose what to read.
-            "bag-of-words": ModelSpec(n_layers=1, n_heads=4, mlp=False, attention=Attention.UNIFORM, positions=Positions.NONE),
+            "bag-of-words": ModelSpec(
+                n_layers=1, n_heads=4, mlp=False, attention=Attention.UNIFORM, positions=Positions.NONE
+            ),
             "attn-only-1x4": ModelSpec(n_layers=1, n_heads=4, mlp=False),
             "attn-only-2x4": ModelSpec(n_layers=2, n_heads=4, mlp=False),
         }
@@ -111,8 +117,14 @@ class InductionTask(Task):
         # Measured (3 seeds): the loss sits at ln(64) for ~150-350 steps before any model learns, so
         # "stalled" waits 400 steps; the 2-layer model is solved by step 375-750, the 1-layer model
         # reaches its ceiling (~17%) by ~500, the bag of words never leaves ln(64).
-        return {"max_steps": 800, "batch_size": 64, "lr": 1e-3, "eval_every": 25, "snapshot_every": 50,
-                "plateau_steps": 400}
+        return {
+            "max_steps": 800,
+            "batch_size": 64,
+            "lr": 1e-3,
+            "eval_every": 25,
+            "snapshot_every": 50,
+            "plateau_steps": 400,
+        }
 
 
 def shuffled_successors(first: tuple[int, ...], rng: random.Random) -> tuple[int, ...]:

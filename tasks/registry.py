@@ -37,21 +37,29 @@ def load_task_class(entry) -> type:
     except (Exception, SystemExit) as error:  # noqa: BLE001
         shadow = shadowing_folder(entry.module)
         if shadow:
-            raise UsageError(f"task plugin {entry.name!r}: module {entry.module!r} was found as the folder "
-                             f"{shadow} (no __init__.py: e.g. the plugin's own project folder under the current "
-                             "directory) instead of the installed plugin; run from another folder") from None
-        raise UsageError(f"task plugin {entry.name!r} ({origin(entry)}) failed to import: "
-                         f"{type(error).__name__}: {error}; fix or uninstall that package") from None
+            raise UsageError(
+                f"task plugin {entry.name!r}: module {entry.module!r} was found as the folder "
+                f"{shadow} (no __init__.py: e.g. the plugin's own project folder under the current "
+                "directory) instead of the installed plugin; run from another folder"
+            ) from None
+        raise UsageError(
+            f"task plugin {entry.name!r} ({origin(entry)}) failed to import: "
+            f"{type(error).__name__}: {error}; fix or uninstall that package"
+        ) from None
     if not (isinstance(cls, type) and issubclass(cls, Task)):
-        raise UsageError(f"task plugin {entry.name!r} ({origin(entry)}) is not a subclass of "
-                         "tasks.base.Task; point the entry point at the task class")
+        raise UsageError(
+            f"task plugin {entry.name!r} ({origin(entry)}) is not a subclass of "
+            "tasks.base.Task; point the entry point at the task class"
+        )
     where = f"task plugin {entry.name!r} ({origin(entry)})"
     if not isinstance(getattr(cls, "name", None), str):
         raise UsageError(f"{where} has no task name; give the class `name = {entry.name!r}`")
     path_name(cls.name, f"{where}: task name")
     if not (isinstance(cls.Params, type) and dataclasses.is_dataclass(cls.Params)):
-        raise UsageError(f"{where}: Params must be a frozen dataclass (the class, not an instance), got "
-                         f"{cls.Params!r}; or leave it out if the task has no parameters")
+        raise UsageError(
+            f"{where}: Params must be a frozen dataclass (the class, not an instance), got "
+            f"{cls.Params!r}; or leave it out if the task has no parameters"
+        )
     return cls
 
 
@@ -69,8 +77,10 @@ def task_classes(entries=None, skip_broken_except: str | None = None) -> dict[st
             continue
         name = cls.name
         if name in found and found[name][0] is not cls:
-            raise UsageError(f"two task plugins are named {name!r}: {origin(found[name][1])} and "
-                             f"{origin(entry)}; uninstall one or rename its task")
+            raise UsageError(
+                f"two task plugins are named {name!r}: {origin(found[name][1])} and "
+                f"{origin(entry)}; uninstall one or rename its task"
+            )
         found[name] = (cls, entry)
     return {name: found[name][0] for name in sorted(found)}
 
@@ -98,7 +108,7 @@ def build_task(cls: type, values: dict):
         ok = type(value) is kind or (kind is float and type(value) is int)
         if not ok:
             raise UsageError(f"task {cls.name!r} parameter {name} must be {kind.__name__}, got {value!r}")
-        if kind is float and not math.isfinite(value):   # JSON has no nan (and nan != nan: no rerun would match)
+        if kind is float and not math.isfinite(value):  # JSON has no nan (and nan != nan: no rerun would match)
             raise UsageError(f"task {cls.name!r} parameter {name} must be a finite number, got {value!r}")
     params = plugin_call(cls, "Params", cls.Params, **values)
     return cls(params)
@@ -108,6 +118,8 @@ def param_type(cls: type, field) -> type:
     """int, float, str or bool: the field types a command-line flag and a JSON file can carry."""
     kind = {"int": int, "float": float, "str": str, "bool": bool}.get(str(field.type), field.type)
     if kind not in (int, float, str, bool):
-        raise UsageError(f"task plugin {cls.name!r}: Params field {field.name!r} has type {field.type!r}; "
-                         "task parameters must be int, float, str or bool")
+        raise UsageError(
+            f"task plugin {cls.name!r}: Params field {field.name!r} has type {field.type!r}; "
+            "task parameters must be int, float, str or bool"
+        )
     return kind

@@ -13,26 +13,26 @@ from models import UsageError
 class LossPositions(str, Enum):
     """Where the training loss is taken (a str, so config.json stores its value)."""
 
-    ALL = "all"         # next-token loss at every position: the model also learns the sequences' structure
-    SCORED = "scored"   # only at the scored positions: the task's answers and nothing else
+    ALL = "all"  # next-token loss at every position: the model also learns the sequences' structure
+    SCORED = "scored"  # only at the scored positions: the task's answers and nothing else
 
 
 class StopMetric(str, Enum):
     """What the "stalled" rule watches on the validation split."""
 
-    SCORED_LOSS = "scored_loss"   # cross-entropy of the answers at the scored positions
-    ACCURACY = "accuracy"         # accuracy at the scored positions (improvement in absolute points)
-    LOSS = "loss"                 # next-token loss at every position: keeps falling while a model that
-                                  # cannot do the task learns the rest of the sequence
+    SCORED_LOSS = "scored_loss"  # cross-entropy of the answers at the scored positions
+    ACCURACY = "accuracy"  # accuracy at the scored positions (improvement in absolute points)
+    LOSS = "loss"  # next-token loss at every position: keeps falling while a model that
+    # cannot do the task learns the rest of the sequence
 
 
 class StopReason(StrEnum):
     """Why training stopped, as metrics.json records it (a StrEnum: stored files and sentences
     show its value). Decided by tasks.training.loop.stop_reason, or the budget running out."""
 
-    SOLVED = "validation solved"     # validation accuracy >= stop_accuracy for stop_evals evaluations
-    STALLED = "validation stalled"   # the watched stop_metric did not improve for plateau_steps steps
-    BUDGET = "step budget"           # max_steps reached first
+    SOLVED = "validation solved"  # validation accuracy >= stop_accuracy for stop_evals evaluations
+    STALLED = "validation stalled"  # the watched stop_metric did not improve for plateau_steps steps
+    BUDGET = "step budget"  # max_steps reached first
 
 
 # What a run recorded before a setting existed was trained with; a stored config that lacks the
@@ -68,11 +68,13 @@ class TrainSettings:
             raise UsageError(f"warmup_steps must be a non-negative integer (0 = no warmup), got {self.warmup_steps!r}")
         for name, kind in (("stop_metric", StopMetric), ("loss_positions", LossPositions)):
             if not isinstance(getattr(self, name), kind):
-                raise UsageError(f"{name} must be one of {', '.join(k.value for k in kind)}, got "
-                                 f"{getattr(self, name)!r}")
+                raise UsageError(
+                    f"{name} must be one of {', '.join(k.value for k in kind)}, got {getattr(self, name)!r}"
+                )
         if type(self.snapshot_every) is not int or self.snapshot_every < 0:
-            raise UsageError(f"snapshot_every must be a non-negative integer (0 = no snapshots), "
-                             f"got {self.snapshot_every!r}")
+            raise UsageError(
+                f"snapshot_every must be a non-negative integer (0 = no snapshots), got {self.snapshot_every!r}"
+            )
         for name in ("max_steps", "batch_size", "eval_every", "stop_evals", "plateau_steps"):
             value = getattr(self, name)
             if type(value) is not int or value <= 0:
@@ -80,8 +82,9 @@ class TrainSettings:
         for name in ("lr", "weight_decay", "stop_accuracy", "plateau_tolerance"):
             value = getattr(self, name)
             if type(value) not in (int, float) or not math.isfinite(value):
-                raise UsageError(f"{name} must be a finite number, got {value!r}; the default is "
-                                 f"{getattr(TrainSettings, name)}")
+                raise UsageError(
+                    f"{name} must be a finite number, got {value!r}; the default is {getattr(TrainSettings, name)}"
+                )
         if self.max_steps > 1_000_000:
             raise UsageError(f"max_steps={self.max_steps} is absurd for a toy model; use at most 1000000")
         if self.batch_size > 65_536:
@@ -92,12 +95,16 @@ class TrainSettings:
             raise UsageError(f"weight_decay must be >= 0, got {self.weight_decay}")
         # At or below 0 every evaluation counts as solved: a run would stop "solved" at any accuracy.
         if self.stop_accuracy <= 0:
-            raise UsageError(f"stop_accuracy must be > 0 (a validation accuracy; above 1 it never stops "
-                             f"training as solved), got {self.stop_accuracy}; the default is 0.99")
+            raise UsageError(
+                f"stop_accuracy must be > 0 (a validation accuracy; above 1 it never stops "
+                f"training as solved), got {self.stop_accuracy}; the default is 0.99"
+            )
         # Below 0 a worse evaluation counts as an improvement, and the stall rule never fires.
         if self.plateau_tolerance < 0:
-            raise UsageError(f"plateau_tolerance must be >= 0 (how much the watched metric must improve), "
-                             f"got {self.plateau_tolerance}; the default is 0.01")
+            raise UsageError(
+                f"plateau_tolerance must be >= 0 (how much the watched metric must improve), "
+                f"got {self.plateau_tolerance}; the default is 0.01"
+            )
         return self
 
     def lr_at(self, step: int) -> float:
@@ -110,19 +117,27 @@ class TrainSettings:
         unknown = sorted(set(values) - known)
         if unknown:
             raise UsageError(f"unknown training setting(s) {unknown}; known: {sorted(known)}")
-        return cls(**{**values, **{name: choice(kind, values[name], name) for name, kind in CHOICES.items()
-                                   if name in values}}).validate()
+        return cls(
+            **{**values, **{name: choice(kind, values[name], name) for name, kind in CHOICES.items() if name in values}}
+        ).validate()
 
     def describe_stop(self) -> str:
         """The stopping rule in words, as the run states it."""
-        watched = {StopMetric.SCORED_LOSS: "the scored positions' validation loss",
-                   StopMetric.ACCURACY: "the scored positions' validation accuracy",
-                   StopMetric.LOSS: "the validation loss at every position"}[self.stop_metric]
-        by = (f"{self.plateau_tolerance:g} (absolute)" if self.stop_metric is StopMetric.ACCURACY
-              else f"{self.plateau_tolerance:.0%} (relative)")
-        return (f"solved at validation accuracy >= {self.stop_accuracy:g} for {self.stop_evals} evaluations; "
-                f"stalled when {watched} has not improved by {by} for {self.plateau_steps} steps; "
-                f"loss on {'every position' if self.loss_positions is LossPositions.ALL else 'the scored positions'}")
+        watched = {
+            StopMetric.SCORED_LOSS: "the scored positions' validation loss",
+            StopMetric.ACCURACY: "the scored positions' validation accuracy",
+            StopMetric.LOSS: "the validation loss at every position",
+        }[self.stop_metric]
+        by = (
+            f"{self.plateau_tolerance:g} (absolute)"
+            if self.stop_metric is StopMetric.ACCURACY
+            else f"{self.plateau_tolerance:.0%} (relative)"
+        )
+        return (
+            f"solved at validation accuracy >= {self.stop_accuracy:g} for {self.stop_evals} evaluations; "
+            f"stalled when {watched} has not improved by {by} for {self.plateau_steps} steps; "
+            f"loss on {'every position' if self.loss_positions is LossPositions.ALL else 'the scored positions'}"
+        )
 
 
 CHOICES = {"stop_metric": StopMetric, "loss_positions": LossPositions}

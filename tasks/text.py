@@ -25,16 +25,16 @@ from models import ModelSpec, UsageError
 from tasks.base import Example, Task
 
 DEFAULT_CORPUS = "pydoc_data.topics"
-MAX_CORPUS_BYTES = 64 * 2**20    # a toy model's corpus; the tokenizer trains in seconds below this
+MAX_CORPUS_BYTES = 64 * 2**20  # a toy model's corpus; the tokenizer trains in seconds below this
 MIN_CONTEXT, MAX_CONTEXT = 2, 1024
 
 
 @dataclass(frozen=True)
 class TextParams:
-    corpus: str = ""             # a UTF-8 text file; "" = Python's documentation (pydoc_data.topics)
-    vocab: int = 1024            # BPE vocabulary size (at most; a small corpus may yield fewer merges)
-    context: int = 128           # tokens the model reads per window
-    heldout_share: float = 0.1   # the end of the text, half validation and half held-out
+    corpus: str = ""  # a UTF-8 text file; "" = Python's documentation (pydoc_data.topics)
+    vocab: int = 1024  # BPE vocabulary size (at most; a small corpus may yield fewer merges)
+    context: int = 128  # tokens the model reads per window
+    heldout_share: float = 0.1  # the end of the text, half validation and half held-out
 
 
 class TextTask(Task):
@@ -50,12 +50,14 @@ class TextTask(Task):
         super().__init__(params)
         p = self.params
         if not isinstance(p.vocab, int) or not 257 <= p.vocab <= 65_536:
-            raise UsageError(f"vocab must be an integer from 257 (the 256 bytes and one merge) to 65536, got {p.vocab!r}")
+            raise UsageError(
+                f"vocab must be an integer from 257 (the 256 bytes and one merge) to 65536, got {p.vocab!r}"
+            )
         if not isinstance(p.context, int) or not MIN_CONTEXT <= p.context <= MAX_CONTEXT:
             raise UsageError(f"context must be an integer from {MIN_CONTEXT} to {MAX_CONTEXT}, got {p.context!r}")
         if not isinstance(p.heldout_share, (int, float)) or not 0.02 <= p.heldout_share <= 0.5:
             raise UsageError(f"heldout_share must lie in [0.02, 0.5], got {p.heldout_share!r}; try 0.1")
-        corpus_text(p.corpus)   # a bad file is refused now, with one line, not deep in training
+        corpus_text(p.corpus)  # a bad file is refused now, with one line, not deep in training
 
     @property
     def version(self) -> str:
@@ -85,17 +87,22 @@ class TextTask(Task):
         for split, text in self.stretches().items():
             ids = tokenizer.encode(text).ids
             if len(ids) < size:
-                raise UsageError(f"the {split} part of {self.corpus_name()} is {len(ids)} tokens, fewer than one "
-                                 f"window of context + 1 = {size}; use a longer file, a smaller --context or a "
-                                 "larger --heldout-share")
-            splits[split] = [Example(tokens=tuple(ids[start:start + size]), positions=tuple(range(size - 1)),
-                                     group="text")
-                             for start in range(0, len(ids) - size + 1, size)]
+                raise UsageError(
+                    f"the {split} part of {self.corpus_name()} is {len(ids)} tokens, fewer than one "
+                    f"window of context + 1 = {size}; use a longer file, a smaller --context or a "
+                    "larger --heldout-share"
+                )
+            splits[split] = [
+                Example(tokens=tuple(ids[start : start + size]), positions=tuple(range(size - 1)), group="text")
+                for start in range(0, len(ids) - size + 1, size)
+            ]
         return splits
 
     def default_models(self) -> dict[str, ModelSpec]:
-        return {"block-1": ModelSpec(n_layers=1, d_model=128, n_heads=4),
-                "block-2": ModelSpec(n_layers=2, d_model=128, n_heads=4)}
+        return {
+            "block-1": ModelSpec(n_layers=1, d_model=128, n_heads=4),
+            "block-2": ModelSpec(n_layers=2, d_model=128, n_heads=4),
+        }
 
     def default_training(self) -> dict:
         # The source's recipe (3000 AdamW steps, lr 1e-3, batch 64). Validation accuracy on text
@@ -117,17 +124,21 @@ def corpus_text(corpus: str) -> str:
         return "\n\n".join(topics[name] for name in sorted(topics))
     path = Path(corpus)
     if not path.is_file():
-        raise UsageError(f"--corpus {corpus}: no such file; name a UTF-8 text file, or leave --corpus out "
-                         f"for {DEFAULT_CORPUS}")
+        raise UsageError(
+            f"--corpus {corpus}: no such file; name a UTF-8 text file, or leave --corpus out for {DEFAULT_CORPUS}"
+        )
     size = path.stat().st_size
     if size > MAX_CORPUS_BYTES:
-        raise UsageError(f"--corpus {corpus} is {size / 2**20:.0f} MiB, more than toylens's limit of "
-                         f"{MAX_CORPUS_BYTES // 2**20} MiB for a toy model's corpus; use an excerpt")
+        raise UsageError(
+            f"--corpus {corpus} is {size / 2**20:.0f} MiB, more than toylens's limit of "
+            f"{MAX_CORPUS_BYTES // 2**20} MiB for a toy model's corpus; use an excerpt"
+        )
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as error:
-        raise UsageError(f"--corpus {corpus} is not UTF-8 text (byte {error.start}); convert it, e.g. "
-                         "iconv -t utf-8") from None
+        raise UsageError(
+            f"--corpus {corpus} is not UTF-8 text (byte {error.start}); convert it, e.g. iconv -t utf-8"
+        ) from None
     except OSError as error:
         raise UsageError(f"--corpus {corpus} cannot be read ({error.strerror}); check its permissions") from None
     if not text.strip():
@@ -138,6 +149,7 @@ def corpus_text(corpus: str) -> str:
 def split_text(text: str, heldout_share: float) -> dict[str, str]:
     """Train, validation and held-out stretches in reading order, each cut at a line break when
     one is near (else mid-line)."""
+
     def cut(share: float) -> int:
         at = int(len(text) * share)
         newline = text.find("\n", at)
@@ -156,7 +168,8 @@ def trained_tokenizer(text: str, vocab: int):
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
     tokenizer.train_from_iterator(text.splitlines(keepends=True), trainer)
     return tokenizer

@@ -31,24 +31,29 @@ def validate_family(task: Task) -> dict[str, ModelSpec]:
     context length are filled in from the data later, so placeholders stand in for them here)."""
     family = task.default_models()
     if not isinstance(family, dict) or not family:
-        raise refuse(task, "default_models()", f"must return a non-empty dict of name -> ModelSpec, "
-                                               f"got {type(family).__name__}")
+        raise refuse(
+            task, "default_models()", f"must return a non-empty dict of name -> ModelSpec, got {type(family).__name__}"
+        )
     for name, spec in family.items():
         if not isinstance(name, str) or not isinstance(spec, ModelSpec):
             raise refuse(task, f"default model {name!r}", f"is a {type(spec).__name__}, not a ModelSpec")
-        path_name(name, f"task plugin {task.name!r}: model name")   # it becomes a folder name
+        path_name(name, f"task plugin {task.name!r}: model name")  # it becomes a folder name
         if name in RESERVED_MODEL_NAMES:
-            raise refuse(task, f"model name {name!r}", f"is taken by what toylens writes beside the runs "
-                         f"({', '.join(sorted(RESERVED_MODEL_NAMES))}); rename the model")
+            raise refuse(
+                task,
+                f"model name {name!r}",
+                f"is taken by what toylens writes beside the runs "
+                f"({', '.join(sorted(RESERVED_MODEL_NAMES))}); rename the model",
+            )
         try:
             replace(spec, d_vocab=max(spec.d_vocab, 1)).validate()
         except UsageError as error:
             raise refuse(task, f"default model {name!r}:", str(error)) from None
-        task.expected_circuit(name, spec)   # checked now, not after training when the report asks for it
+        task.expected_circuit(name, spec)  # checked now, not after training when the report asks for it
     return family
 
 
-SLOW_GENERATE_SECONDS = 10.0   # after this, say what toylens is waiting for, then every 30 s
+SLOW_GENERATE_SECONDS = 10.0  # after this, say what toylens is waiting for, then every 30 s
 
 
 def generated(task: Task, seed: int):
@@ -63,8 +68,12 @@ def generated(task: Task, seed: int):
     def notify():
         wait = SLOW_GENERATE_SECONDS
         while not done.wait(wait):
-            print(f"waiting for task plugin {task.name!r}: generate(seed={seed}) has run "
-                  f"{time.monotonic() - start:.0f} s (Ctrl-C stops it)", file=sys.stderr, flush=True)
+            print(
+                f"waiting for task plugin {task.name!r}: generate(seed={seed}) has run "
+                f"{time.monotonic() - start:.0f} s (Ctrl-C stops it)",
+                file=sys.stderr,
+                flush=True,
+            )
             wait = 30.0
 
     threading.Thread(target=notify, daemon=True).start()
@@ -76,10 +85,15 @@ def generated(task: Task, seed: int):
 
 def validate_task_examples(task: Task, seed: int) -> dict[str, list[Example]]:
     splits = generated(task, seed)
-    if not isinstance(splits, dict) or set(splits) != set(SPLITS) \
-            or not all(isinstance(v, (list, tuple)) for v in splits.values()):
+    if (
+        not isinstance(splits, dict)
+        or set(splits) != set(SPLITS)
+        or not all(isinstance(v, (list, tuple)) for v in splits.values())
+    ):
         got = sorted(map(str, splits)) if isinstance(splits, dict) else type(splits).__name__
-        raise refuse(task, "generate()", f"must return a dict with exactly the splits {list(SPLITS)} (each a list), got {got}")
+        raise refuse(
+            task, "generate()", f"must return a dict with exactly the splits {list(SPLITS)} (each a list), got {got}"
+        )
     check_size(task, splits)
     vocabulary_size = len(task.vocabulary())
     for split, examples in splits.items():
@@ -102,16 +116,24 @@ def check_size(task: Task, splits: dict) -> None:
         raise refuse(task, "generate()", f"made {count} examples, more than toylens's limit of {MAX_EXAMPLES}")
     need = 0
     for split, examples in splits.items():
-        lengths = [len(e.tokens) if isinstance(e, Example) and isinstance(e.tokens, (tuple, list)) else 0
-                   for e in examples]
+        lengths = [
+            len(e.tokens) if isinstance(e, Example) and isinstance(e.tokens, (tuple, list)) else 0 for e in examples
+        ]
         longest = max(lengths, default=0)
         if longest > MAX_LENGTH:
-            raise refuse(task, f"split {split!r}", f"has a {longest}-token example, longer than toylens's limit "
-                         f"of {MAX_LENGTH} tokens per sequence")
-        need += 2 * 8 * len(examples) * longest   # tokens and counterfactual, int64, padded
+            raise refuse(
+                task,
+                f"split {split!r}",
+                f"has a {longest}-token example, longer than toylens's limit of {MAX_LENGTH} tokens per sequence",
+            )
+        need += 2 * 8 * len(examples) * longest  # tokens and counterfactual, int64, padded
     if need > MAX_DATA_BYTES:
-        raise refuse(task, "generate()", f"made data needing ~{need / 2**30:.1f} GiB as tensors, more than "
-                     f"toylens's limit of {MAX_DATA_BYTES / 2**30:.0f} GiB; make fewer or shorter examples")
+        raise refuse(
+            task,
+            "generate()",
+            f"made data needing ~{need / 2**30:.1f} GiB as tensors, more than "
+            f"toylens's limit of {MAX_DATA_BYTES / 2**30:.0f} GiB; make fewer or shorter examples",
+        )
 
 
 def check_example(task: Task, where: str, example: Example, vocabulary_size: int) -> None:
@@ -121,41 +143,64 @@ def check_example(task: Task, where: str, example: Example, vocabulary_size: int
         value = getattr(example, field)
         bad = [v for v in value if not is_int(v)] if isinstance(value, (tuple, list)) else [value]
         if bad:
-            raise refuse(task, where, f"has {bad[0]!r} in {field}, which must be a tuple of ints "
-                         "(token ids are indices into vocabulary())")
+            raise refuse(
+                task,
+                where,
+                f"has {bad[0]!r} in {field}, which must be a tuple of ints (token ids are indices into vocabulary())",
+            )
     if not isinstance(example.group, str) or not_unicode(example.group):
-        raise refuse(task, where, f"has group {example.group!a}; a group must be a str label of valid "
-                     "Unicode ('' for none)")
+        raise refuse(
+            task, where, f"has group {example.group!a}; a group must be a str label of valid Unicode ('' for none)"
+        )
     tokens = example.tokens
     if not example.positions:
         raise refuse(task, where, "has no scored positions")
     if len(set(example.positions)) != len(example.positions):
         # a repeated position would be scored, and counted in accuracy, twice
-        raise refuse(task, where, f"scores a position twice (positions {tuple(example.positions)}); "
-                     "list each scored position once")
+        raise refuse(
+            task,
+            where,
+            f"scores a position twice (positions {tuple(example.positions)}); list each scored position once",
+        )
     for position in example.positions:
         if not 0 <= position < len(tokens) - 1:
-            raise refuse(task, where, f"has scored position {position} out of range: its answer "
-                         f"tokens[{position}+1] must exist in a sequence of length {len(tokens)}")
+            raise refuse(
+                task,
+                where,
+                f"has scored position {position} out of range: its answer "
+                f"tokens[{position}+1] must exist in a sequence of length {len(tokens)}",
+            )
     for position in example.positions:
         if not 0 <= tokens[position + 1] < vocabulary_size:
-            raise refuse(task, where, f"has answer id {tokens[position + 1]} (tokens[{position}+1]) that is "
-                         f"not in the vocabulary (ids 0..{vocabulary_size - 1})")
+            raise refuse(
+                task,
+                where,
+                f"has answer id {tokens[position + 1]} (tokens[{position}+1]) that is "
+                f"not in the vocabulary (ids 0..{vocabulary_size - 1})",
+            )
     if any(not 0 <= t < vocabulary_size for t in tokens):
         raise refuse(task, where, f"has a token id outside the vocabulary (0..{vocabulary_size - 1})")
     if example.foils and len(example.foils) != len(example.positions):
         raise refuse(task, where, "has a foil count different from its scored-position count")
     bad = [f for f in example.foils if f != NO_FOIL and not 0 <= f < vocabulary_size]
     if bad:
-        raise refuse(task, where, f"has foil id {bad[0]} that is not in the vocabulary (ids 0..{vocabulary_size - 1}; "
-                     "NO_FOIL for none)")
+        raise refuse(
+            task,
+            where,
+            f"has foil id {bad[0]} that is not in the vocabulary (ids 0..{vocabulary_size - 1}; NO_FOIL for none)",
+        )
     if example.counterfactual and len(example.counterfactual) != len(tokens):
-        raise refuse(task, where, f"has a counterfactual of length {len(example.counterfactual)}, "
-                     f"not {len(tokens)}; patching needs aligned positions")
+        raise refuse(
+            task,
+            where,
+            f"has a counterfactual of length {len(example.counterfactual)}, "
+            f"not {len(tokens)}; patching needs aligned positions",
+        )
     bad = [t for t in example.counterfactual if not 0 <= t < vocabulary_size]
     if bad:
-        raise refuse(task, where, f"has counterfactual token id {bad[0]} outside the vocabulary "
-                     f"(ids 0..{vocabulary_size - 1})")
+        raise refuse(
+            task, where, f"has counterfactual token id {bad[0]} outside the vocabulary (ids 0..{vocabulary_size - 1})"
+        )
     check_roles(task, where, example)
 
 
@@ -167,15 +212,27 @@ ROLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,39}")
 def check_roles(task: Task, where: str, example: Example) -> None:
     roles = example.roles
     if not isinstance(roles, dict):
-        raise refuse(task, where, f"has roles of type {type(roles).__name__}; roles must be a dict of "
-                     "role name -> position, e.g. {'binder_end': 7}")
+        raise refuse(
+            task,
+            where,
+            f"has roles of type {type(roles).__name__}; roles must be a dict of "
+            "role name -> position, e.g. {'binder_end': 7}",
+        )
     for name, position in roles.items():
         if not (isinstance(name, str) and ROLE_NAME.fullmatch(name)):
-            raise refuse(task, where, f"has role name {name!r}; a role name is a letter then letters, digits "
-                         "or '_' (at most 40), e.g. 'binder_end'")
+            raise refuse(
+                task,
+                where,
+                f"has role name {name!r}; a role name is a letter then letters, digits "
+                "or '_' (at most 40), e.g. 'binder_end'",
+            )
         if not is_int(position) or not 0 <= position < len(example.tokens) - 1:
-            raise refuse(task, where, f"has role {name!r} at {position!r}; a role names an input position "
-                         f"0..{len(example.tokens) - 2} (one the model reads)")
+            raise refuse(
+                task,
+                where,
+                f"has role {name!r} at {position!r}; a role names an input position "
+                f"0..{len(example.tokens) - 2} (one the model reads)",
+            )
 
 
 def check_role_names(task: Task, split: str, examples: list[Example]) -> None:
@@ -183,8 +240,12 @@ def check_role_names(task: Task, split: str, examples: list[Example]) -> None:
     first = set(examples[0].roles)
     for index, example in enumerate(examples):
         if set(example.roles) != first:
-            raise refuse(task, f"{split} example {index}", f"names roles {sorted(example.roles)} while "
-                         f"{split} example 0 names {sorted(first)}; every example of a split names the same roles")
+            raise refuse(
+                task,
+                f"{split} example {index}",
+                f"names roles {sorted(example.roles)} while "
+                f"{split} example 0 names {sorted(first)}; every example of a split names the same roles",
+            )
 
 
 def check_partners(task: Task, split: str, examples: list[Example]) -> None:
@@ -192,9 +253,13 @@ def check_partners(task: Task, split: str, examples: list[Example]) -> None:
     have none, which is almost always a forgotten partner."""
     lacking = [index for index, example in enumerate(examples) if not example.counterfactual]
     if lacking and len(lacking) < len(examples):
-        raise refuse(task, f"{split} example {lacking[0]}", f"has no counterfactual while "
-                     f"{len(examples) - len(lacking)} of the {len(examples)} examples of its split have one; "
-                     "give every example of a split a partner, or none")
+        raise refuse(
+            task,
+            f"{split} example {lacking[0]}",
+            f"has no counterfactual while "
+            f"{len(examples) - len(lacking)} of the {len(examples)} examples of its split have one; "
+            "give every example of a split a partner, or none",
+        )
 
 
 def is_int(value) -> bool:
@@ -207,12 +272,20 @@ def check_deterministic(task: Task, seed: int, splits: dict[str, list[Example]])
         first, second = splits[split], again.get(split, []) if isinstance(again, dict) else []
         for index, example in enumerate(first):
             if index >= len(second) or second[index] != example:
-                raise refuse(task, f"{split} example {index}", f"differs between two calls of "
-                             f"generate(seed={seed}); generation must be deterministic: draw all "
-                             "randomness from a generator seeded with `seed`, e.g. random.Random(seed)")
+                raise refuse(
+                    task,
+                    f"{split} example {index}",
+                    f"differs between two calls of "
+                    f"generate(seed={seed}); generation must be deterministic: draw all "
+                    "randomness from a generator seeded with `seed`, e.g. random.Random(seed)",
+                )
         if len(second) != len(first):
-            raise refuse(task, f"split {split!r}", f"has {len(first)} then {len(second)} examples in two calls "
-                         f"of generate(seed={seed}); generation must be deterministic")
+            raise refuse(
+                task,
+                f"split {split!r}",
+                f"has {len(first)} then {len(second)} examples in two calls "
+                f"of generate(seed={seed}); generation must be deterministic",
+            )
 
 
 def check_disjoint(task: Task, splits: dict[str, list[Example]]) -> None:
@@ -221,5 +294,9 @@ def check_disjoint(task: Task, splits: dict[str, list[Example]]) -> None:
         for index, example in enumerate(examples):
             owner = seen.setdefault(tuple(example.tokens), split)
             if owner != split:
-                raise refuse(task, f"{split} example {index}", f"also occurs in split {owner!r}; "
-                             "splits must not overlap (set disjoint_splits = False if they may)")
+                raise refuse(
+                    task,
+                    f"{split} example {index}",
+                    f"also occurs in split {owner!r}; "
+                    "splits must not overlap (set disjoint_splits = False if they may)",
+                )

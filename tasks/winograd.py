@@ -16,14 +16,12 @@ from models import ModelSpec, UsageError
 from models.spec import Attention, Positions
 from tasks.base import Example, Task
 
-ANIMALS = ("animal", "dog", "cat", "horse", "cow", "goat", "sheep", "fox",
-           "deer", "duck", "mouse", "pig")
-PLACES = ("street", "road", "river", "bridge", "field", "yard", "hill", "lake",
-          "park", "track", "creek", "lane")
-CROSSER_ADJECTIVES = ("tired", "scared", "slow", "weak")   # "it" is the one crossing: ref = x
-CROSSED_ADJECTIVES = ("wet", "wide", "busy", "steep")      # "it" is the thing crossed: ref = y
+ANIMALS = ("animal", "dog", "cat", "horse", "cow", "goat", "sheep", "fox", "deer", "duck", "mouse", "pig")
+PLACES = ("street", "road", "river", "bridge", "field", "yard", "hill", "lake", "park", "track", "creek", "lane")
+CROSSER_ADJECTIVES = ("tired", "scared", "slow", "weak")  # "it" is the one crossing: ref = x
+CROSSED_ADJECTIVES = ("wet", "wide", "busy", "steep")  # "it" is the thing crossed: ref = y
 TEMPLATE = "the {x} did not cross the {y} because it was too {adj} , so the {ref} waited ."
-SCORED_POSITION = TEMPLATE.split().index("{ref}") - 1     # the "the" after "so": its logits name ref
+SCORED_POSITION = TEMPLATE.split().index("{ref}") - 1  # the "the" after "so": its logits name ref
 
 
 @dataclass(frozen=True)
@@ -45,15 +43,22 @@ class WinogradTask(Task):
         p = self.params
         if not isinstance(p.nouns, int) or not 4 <= p.nouns <= 2 * len(ANIMALS) or p.nouns % 2:
             raise UsageError(f"nouns must be an even number between 4 and {2 * len(ANIMALS)}, got {p.nouns}")
-        if not 0 < p.heldout_fraction < 1 or not 0 < p.validation_fraction < 1 \
-                or p.heldout_fraction + p.validation_fraction >= 1:
-            raise UsageError("heldout_fraction and validation_fraction must be in (0, 1) with a sum "
-                             f"below 1, got {p.heldout_fraction} and {p.validation_fraction}")
+        if (
+            not 0 < p.heldout_fraction < 1
+            or not 0 < p.validation_fraction < 1
+            or p.heldout_fraction + p.validation_fraction >= 1
+        ):
+            raise UsageError(
+                "heldout_fraction and validation_fraction must be in (0, 1) with a sum "
+                f"below 1, got {p.heldout_fraction} and {p.validation_fraction}"
+            )
         pairs = len(self.candidate_pairs())
         if not 1 <= round(pairs * p.heldout_fraction) < pairs:
-            raise UsageError(f"heldout_fraction={p.heldout_fraction} holds out {round(pairs * p.heldout_fraction)} "
-                             f"of the {pairs} noun pairs; leave at least one held out and one for validation "
-                             "by changing --heldout-fraction or --nouns")
+            raise UsageError(
+                f"heldout_fraction={p.heldout_fraction} holds out {round(pairs * p.heldout_fraction)} "
+                f"of the {pairs} noun pairs; leave at least one held out and one for validation "
+                "by changing --heldout-fraction or --nouns"
+            )
 
     def nouns(self) -> tuple[str, ...]:
         half = self.params.nouns // 2
@@ -69,7 +74,7 @@ class WinogradTask(Task):
         if self.params.leaky:
             half = len(nouns) // 2
             return [(a, b) for a in nouns[:half] for b in nouns[half:]]
-        return [(a, b) for i, a in enumerate(nouns) for b in nouns[i + 1:]]
+        return [(a, b) for i, a in enumerate(nouns) for b in nouns[i + 1 :]]
 
     def generate(self, seed: int) -> dict[str, list[Example]]:
         rng = random.Random(seed)
@@ -87,8 +92,10 @@ class WinogradTask(Task):
                 ordered["validation"].append(hidden)
             else:
                 ordered["train"].append(hidden)
-        return {split: [self.example(x, y, adj) for x, y in pairs_ for adj in self.adjectives()]
-                for split, pairs_ in ordered.items()}
+        return {
+            split: [self.example(x, y, adj) for x, y in pairs_ for adj in self.adjectives()]
+            for split, pairs_ in ordered.items()
+        }
 
     def adjectives(self) -> tuple[str, ...]:
         return CROSSER_ADJECTIVES + CROSSED_ADJECTIVES

@@ -20,6 +20,7 @@ torch.set_num_threads(1)
 from models import ModelSpec  # noqa: E402
 from tasks.winograd import WinogradParams, WinogradTask  # noqa: E402
 
+
 def hand_batch(n: int = 24):
     """Random 4-token sequences scored at position 3; the corrupt partner resamples token 1. For
     the hand-built models of the patching tests."""
@@ -32,9 +33,16 @@ def hand_batch(n: int = 24):
     tokens = torch.randint(0, 4, (n, 5), generator=generator)
     counterfactual = tokens.clone()
     counterfactual[:, 1] = (tokens[:, 1] + 1 + torch.randint(0, 3, (n,), generator=generator)) % 4
-    return Batch(tokens=tokens, lengths=torch.full((n,), 5), example_index=torch.arange(n),
-                 positions=torch.full((n,), 3), answers=tokens[:, 4], foils=torch.full((n,), NO_FOIL),
-                 groups=["g"] * n, counterfactual=counterfactual)
+    return Batch(
+        tokens=tokens,
+        lengths=torch.full((n,), 5),
+        example_index=torch.arange(n),
+        positions=torch.full((n,), 3),
+        answers=tokens[:, 4],
+        foils=torch.full((n,), NO_FOIL),
+        groups=["g"] * n,
+        counterfactual=counterfactual,
+    )
 
 
 TINY_SPECS = {
@@ -53,8 +61,11 @@ def tiny_plans(task, out: Path, specs: dict, seeds=(0,), steps: int = 150) -> li
     from tasks.training.loop import TrainSettings
 
     settings = TrainSettings(max_steps=steps, batch_size=32, eval_every=50)
-    return [RunPlan(task, name, spec, seed, settings, out / name / f"seed{seed}")
-            for name, spec in specs.items() for seed in seeds]
+    return [
+        RunPlan(task, name, spec, seed, settings, out / name / f"seed{seed}")
+        for name, spec in specs.items()
+        for seed in seeds
+    ]
 
 
 def train_tiny(task, out: Path, specs: dict, seeds=(0,), steps: int = 150):

@@ -15,13 +15,33 @@ import pytest
 
 
 RUN = Path("attn-only-2x1") / "seed0"
-TRAIN = ("tasks.winograd", "train", "--models", "attn-only-2x1", "--seeds", "0-0", "--no-progress",
-         "--steps", "5", "--nouns", "6", "--jobs", "1")
+TRAIN = (
+    "tasks.winograd",
+    "train",
+    "--models",
+    "attn-only-2x1",
+    "--seeds",
+    "0-0",
+    "--no-progress",
+    "--steps",
+    "5",
+    "--nouns",
+    "6",
+    "--jobs",
+    "1",
+)
 
 
 def cli(*argv: str, cwd: Path | None = None, env: dict | None = None, **popen) -> tuple[int, str, str]:
-    done = subprocess.run([sys.executable, "-m", *argv], capture_output=True, text=True, timeout=300, cwd=cwd,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}, **popen)
+    done = subprocess.run(
+        [sys.executable, "-m", *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+        **popen,
+    )
     return done.returncode, done.stdout, done.stderr
 
 
@@ -37,8 +57,11 @@ def one_line(result: tuple, *fragments: str) -> str:
 
 def contents(folder: Path) -> dict:
     """Every file under `folder` (links as their target), to show nothing was changed."""
-    return {p.relative_to(folder).as_posix(): (os.readlink(p) if p.is_symlink() else p.read_bytes())
-            for p in sorted(folder.rglob("*")) if p.is_file() or p.is_symlink()}
+    return {
+        p.relative_to(folder).as_posix(): (os.readlink(p) if p.is_symlink() else p.read_bytes())
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() or p.is_symlink()
+    }
 
 
 def copy_runs(tiny_runs: Path, tmp_path: Path) -> Path:

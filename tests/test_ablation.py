@@ -7,8 +7,16 @@ import torch
 
 from models import ModelSpec, UsageError, build_model
 from models.components import Head
-from probes.ablation import (ABLATION_METHODS, Ablation, ablate, ablated_scored, ablation_named, head_ablation_sweep,
-                             parse_heads, resample_rows)
+from probes.ablation import (
+    ABLATION_METHODS,
+    Ablation,
+    ablate,
+    ablated_scored,
+    ablation_named,
+    head_ablation_sweep,
+    parse_heads,
+    resample_rows,
+)
 from tasks.data import task_dataset, to_batch
 from tasks.evaluate import score_model
 
@@ -17,8 +25,15 @@ from tasks.evaluate import score_model
 def setup(small_winograd):
     data = task_dataset(small_winograd, 0)
     heldout, train = to_batch(data["heldout"]), to_batch(data["train"])
-    spec = ModelSpec(n_layers=2, d_model=16, n_heads=2, mlp=False, norm=None, n_ctx=heldout.inputs.shape[1],
-                     d_vocab=len(small_winograd.vocabulary()))
+    spec = ModelSpec(
+        n_layers=2,
+        d_model=16,
+        n_heads=2,
+        mlp=False,
+        norm=None,
+        n_ctx=heldout.inputs.shape[1],
+        d_vocab=len(small_winograd.vocabulary()),
+    )
     return build_model(spec, seed=5), heldout, train
 
 
@@ -86,8 +101,19 @@ def test_sweep_replays_blocks_whose_attention_replaces_the_stream(setup, method)
     # tie and argmax follows float noise: compare the logit differences, not the accuracies. No
     # LayerNorm: zero-ablated, the stream is ~0 and LayerNorm would blow float noise up to unit size.
     _, heldout, train = setup
-    model = build_model(ModelSpec(n_layers=2, d_model=16, n_heads=2, n_ctx=heldout.inputs.shape[1], norm=None,
-                                  d_vocab=setup[0].cfg.d_vocab, positions="alibi", residual=False), seed=7)
+    model = build_model(
+        ModelSpec(
+            n_layers=2,
+            d_model=16,
+            n_heads=2,
+            n_ctx=heldout.inputs.shape[1],
+            norm=None,
+            d_vocab=setup[0].cfg.d_vocab,
+            positions="alibi",
+            residual=False,
+        ),
+        seed=7,
+    )
     for result in head_ablation_sweep(model, heldout, method, seed=3, reference=train):
         alone = ablate(model, heldout, result.heads, method, seed=3, reference=train)
         assert result.logit_diff == pytest.approx(alone.logit_diff, abs=1e-5)
@@ -110,7 +136,7 @@ def test_bad_heads_and_methods_are_usage_errors(setup):
         parse_heads(["head1"])
     with pytest.raises(UsageError, match="does not exist"):
         ablate(model, heldout, ["L2H0"])
-    for method in ("mean", Ablation.COUNTERFACTUAL):   # a name not converted; a method heads cannot take
+    for method in ("mean", Ablation.COUNTERFACTUAL):  # a name not converted; a method heads cannot take
         with pytest.raises(UsageError, match="one of zero, mean, resample"):
             ablate(model, heldout, ["L0H0"], method=method)
 

@@ -62,7 +62,7 @@ def test_same_seed_gives_identical_metrics(tmp_path, small_winograd):
     second = train_tiny(small_winograd, tmp_path / "b", spec, steps=60)
     read = lambda root: json.loads((root / "attn-only-2x1/seed0/metrics.json").read_text())  # noqa: E731
     a, b = read(first), read(second)
-    for key in ("train_seconds", "sha256"):   # wall time, and the checksum over it
+    for key in ("train_seconds", "sha256"):  # wall time, and the checksum over it
         a.pop(key), b.pop(key)
     assert a == b
     logs = [(root / "attn-only-2x1/seed0/log.jsonl").read_text().splitlines() for root in (first, second)]
@@ -92,13 +92,13 @@ def test_the_foil_rate_counts_only_positions_with_a_foil_and_is_absent_without_a
 
     tokens, positions = [[1, 2, 3], [1, 3, 2], [2, 1, 3]], [[1], [1], [1]]
     logits = torch.zeros(3, 4)
-    logits[:, 2] = 1.0                                  # always predicts token 2
+    logits[:, 2] = 1.0  # always predicts token 2
     no_foils = Batch.from_tokens(tokens, positions)
     scored = score_logits(logits, no_foils)
     assert math.isnan(split_accuracy(scored, no_foils.groups).foil_rate)
-    assert foil_clause(scored.foil_rate) == ""          # no "0% foil" for a task that names none
+    assert foil_clause(scored.foil_rate) == ""  # no "0% foil" for a task that names none
     some = Batch.from_tokens(tokens, positions, foils=[[2], [NO_FOIL], [NO_FOIL]])
-    assert split_accuracy(score_logits(logits, some), some.groups).foil_rate == 1.0   # 1 of the 1 with a foil
+    assert split_accuracy(score_logits(logits, some), some.groups).foil_rate == 1.0  # 1 of the 1 with a foil
 
 
 def test_stored_json_is_strict_and_a_missing_measurement_reads_back(tmp_path):
@@ -108,10 +108,12 @@ def test_stored_json_is_strict_and_a_missing_measurement_reads_back(tmp_path):
 
     payload = {"foil_rate": float("nan"), "low": float("-inf"), "n": [1.5, float("inf")]}
     write_json(tmp_path / "x.json", payload)
+
     def refuse(constant):
         raise ValueError(f"bare {constant} is not JSON")
-    stored = json.loads((tmp_path / "x.json").read_text(), parse_constant=refuse)   # as jq or JavaScript read it
+
+    stored = json.loads((tmp_path / "x.json").read_text(), parse_constant=refuse)  # as jq or JavaScript read it
     assert stored == {"foil_rate": None, "low": None, "n": [1.5, None]}
-    assert canonical_sha256(stored) == canonical_sha256(payload)     # a checksum taken before writing still holds
+    assert canonical_sha256(stored) == canonical_sha256(payload)  # a checksum taken before writing still holds
     assert math.isnan(number(stored["foil_rate"]))
     assert math.isnan(rate(stored["foil_rate"]))

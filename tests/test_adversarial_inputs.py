@@ -21,19 +21,40 @@ from tests.refusals import RUN, contents, copy_runs, edit_json, in_process, one_
 def train_main(argv, capsys):
     from toylens.cli import main
 
-    return in_process(main, ["train", "winograd", "--models", "attn-only-2x1", "--seeds", "0-0", "--steps", "5",
-                             "--nouns", "6", "--jobs", "1", "--no-progress", *argv], capsys)
+    return in_process(
+        main,
+        [
+            "train",
+            "winograd",
+            "--models",
+            "attn-only-2x1",
+            "--seeds",
+            "0-0",
+            "--steps",
+            "5",
+            "--nouns",
+            "6",
+            "--jobs",
+            "1",
+            "--no-progress",
+            *argv,
+        ],
+        capsys,
+    )
 
 
 # ---- settings that change what a run means -----------------------------------------------------
 
-@pytest.mark.parametrize("flag, value, fragment", [
-    ("--stop-accuracy", "-5", "stop_accuracy must be > 0"),     # every evaluation "solved"
-    ("--stop-accuracy", "0", "stop_accuracy must be > 0"),
-    ("--plateau-tolerance", "-1", "plateau_tolerance must be >= 0"),   # a worse loss "improves": never stalls
-])
-def test_stopping_settings_that_would_misreport_why_a_run_stopped_are_refused(tmp_path, capsys, flag, value,
-                                                                              fragment):
+
+@pytest.mark.parametrize(
+    "flag, value, fragment",
+    [
+        ("--stop-accuracy", "-5", "stop_accuracy must be > 0"),  # every evaluation "solved"
+        ("--stop-accuracy", "0", "stop_accuracy must be > 0"),
+        ("--plateau-tolerance", "-1", "plateau_tolerance must be >= 0"),  # a worse loss "improves": never stalls
+    ],
+)
+def test_stopping_settings_that_would_misreport_why_a_run_stopped_are_refused(tmp_path, capsys, flag, value, fragment):
     out = tmp_path / "runs"
     one_line(train_main([flag, value, "--out", str(out)], capsys), fragment)
     assert not out.exists()
@@ -48,6 +69,7 @@ def test_a_stored_run_with_such_a_setting_is_refused_even_when_re_signed(tiny_ru
 
 
 # ---- snapshots ---------------------------------------------------------------------------------
+
 
 def snapshots(out: Path) -> Path:
     """Two genuine snapshots (steps 0 and 50) of the tiny attention run, as training writes them."""
@@ -102,13 +124,13 @@ def header_lie(path: Path, how: str) -> None:
     """Rewrite a safetensors file's header (8-byte little-endian length, then JSON) to lie."""
     raw = path.read_bytes()
     length = struct.unpack("<Q", raw[:8])[0]
-    header, body = json.loads(raw[8:8 + length]), raw[8 + length:]
+    header, body = json.loads(raw[8 : 8 + length]), raw[8 + length :]
     name = sorted(k for k in header if k != "__metadata__")[0]
     if how == "huge header length":
         path.write_bytes(struct.pack("<Q", 2**62) + raw[8:])
         return
     if how == "wrong dtype":
-        header[name]["dtype"] = "I32"    # same byte size: the header is self-consistent
+        header[name]["dtype"] = "I32"  # same byte size: the header is self-consistent
     elif how == "offsets past the end":
         header[name]["data_offsets"] = [o + 10**9 for o in header[name]["data_offsets"]]
     elif how == "extra tensor":
@@ -155,6 +177,7 @@ def test_a_snapshot_whose_header_lies_is_refused(tiny_runs, tmp_path, capsys, ho
 
 # ---- runs folders ------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def other_variant(tmp_path_factory) -> Path:
     """attn-only-2x1 seed 1 of 6-noun Winograd: the tiny runs are 8-noun, seed 0."""
@@ -162,8 +185,9 @@ def other_variant(tmp_path_factory) -> Path:
     from tasks.winograd import WinogradParams, WinogradTask
 
     out = tmp_path_factory.mktemp("variant") / "winograd"
-    train_tiny(WinogradTask(WinogradParams(nouns=6)), out, {"attn-only-2x1": TINY_SPECS["attn-only-2x1"]},
-               seeds=(1,), steps=5)
+    train_tiny(
+        WinogradTask(WinogradParams(nouns=6)), out, {"attn-only-2x1": TINY_SPECS["attn-only-2x1"]}, seeds=(1,), steps=5
+    )
     return out / "attn-only-2x1" / "seed1"
 
 
@@ -176,8 +200,11 @@ def test_a_runs_folder_mixing_task_variants_is_refused(tiny_runs, other_variant,
     shutil.copytree(other_variant, out / "attn-only-2x1" / "seed1")
     before = contents(out)
     argv = [str(out)] if command == "accuracy" else ["report", str(out), "--jobs", "1"]
-    one_line(in_process(accuracy if command == "accuracy" else report, argv, capsys),
-             "mixes variants of task 'winograd'", "differ in nouns")
+    one_line(
+        in_process(accuracy if command == "accuracy" else report, argv, capsys),
+        "mixes variants of task 'winograd'",
+        "differ in nouns",
+    )
     assert contents(out) == before
 
 
@@ -186,8 +213,11 @@ def test_the_report_counts_each_seed_once(tiny_runs, tmp_path, capsys):
 
     out = copy_runs(tiny_runs, tmp_path)
     shutil.copytree(out / RUN, out / "attn-only-2x1" / "seed0-copy")
-    one_line(in_process(main, ["report", str(out), "--jobs", "1"], capsys), "both attn-only-2x1 seed 0",
-             "counts each seed once")
+    one_line(
+        in_process(main, ["report", str(out), "--jobs", "1"], capsys),
+        "both attn-only-2x1 seed 0",
+        "counts each seed once",
+    )
     assert not (out / "report").exists()
 
 
@@ -205,6 +235,7 @@ def test_a_foreign_folder_in_a_runs_folder_is_named(tiny_runs, tmp_path, capsys)
 
 
 # ---- JSON that says two things -----------------------------------------------------------------
+
 
 def test_json_with_a_key_twice_is_refused(tiny_runs, tmp_path, capsys):
     from toylens.accuracy import main
@@ -236,14 +267,18 @@ def test_a_config_that_is_not_a_json_object_is_one_line(tiny_runs, tmp_path, cap
 
 # ---- commands --------------------------------------------------------------------------------
 
-@pytest.mark.filterwarnings("ignore:'toylens.:RuntimeWarning")   # runpy: the module was imported before
-@pytest.mark.parametrize("argv", [
-    ["census", "NOWHERE"],
-    ["report", "NOWHERE"],
-    ["ladder", "no-such-task"],
-    ["norms", "no-such-task"],
-    ["positions", "--kinds", "bogus"],
-])
+
+@pytest.mark.filterwarnings("ignore:'toylens.:RuntimeWarning")  # runpy: the module was imported before
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["census", "NOWHERE"],
+        ["report", "NOWHERE"],
+        ["ladder", "no-such-task"],
+        ["norms", "no-such-task"],
+        ["positions", "--kinds", "bogus"],
+    ],
+)
 def test_every_command_runs_through_python_m_toylens(argv, tmp_path, monkeypatch, capsys):
     """`python -m toylens COMMAND` reaches the command (a missing `__main__` ran nothing and exited 0)."""
     argv = [str(tmp_path / "nowhere") if a == "NOWHERE" else a for a in argv]
@@ -260,11 +295,16 @@ def test_tasks_list_refuses_arguments_it_would_ignore(capsys):
     one_line(in_process(main, ["list", "winograd"], capsys), "list takes no arguments")
 
 
-@pytest.mark.parametrize("where, fragment", [("a user's file", "is a file, not a folder"),
-                                             ("a dangling link", "is a symbolic link"),
-                                             ("a user's folder", "summary.json was not written by toylens")])
+@pytest.mark.parametrize(
+    "where, fragment",
+    [
+        ("a user's file", "is a file, not a folder"),
+        ("a dangling link", "is a symbolic link"),
+        ("a user's folder", "summary.json was not written by toylens"),
+    ],
+)
 def test_a_train_out_path_that_is_not_toylens_s_is_never_written(tmp_path, capsys, where, fragment):
-    out = tmp_path / "my runs ü"   # spaces and unicode are fine; what is there is not toylens's
+    out = tmp_path / "my runs ü"  # spaces and unicode are fine; what is there is not toylens's
     if where == "a user's file":
         out.write_text("my notes\n")
     elif where == "a dangling link":
@@ -302,9 +342,14 @@ def unblocked(command, fifo: Path):
     return result
 
 
-@pytest.mark.parametrize("where, fragment", [("x/config.json", "config.json is not a regular file"),
-                                             (".toylens.json", "is not an ownership manifest toylens wrote"),
-                                             (".toylens.lock", ".toylens.lock is not a regular file")])
+@pytest.mark.parametrize(
+    "where, fragment",
+    [
+        ("x/config.json", "config.json is not a regular file"),
+        (".toylens.json", "is not an ownership manifest toylens wrote"),
+        (".toylens.lock", ".toylens.lock is not a regular file"),
+    ],
+)
 def test_a_fifo_where_train_reads_a_file_is_refused_not_waited_on(tmp_path, capsys, where, fragment):
     import os
 
@@ -340,8 +385,9 @@ def test_a_fifo_named_like_a_lock_below_the_runs_folder_is_not_waited_on(tiny_ru
 
 def test_training_another_variant_into_a_runs_folder_is_refused_before_training(tiny_runs, tmp_path, capsys):
     """The readers refuse a folder mixing variants; train says so before spending the training."""
-    out = copy_runs(tiny_runs, tmp_path)   # 8-noun runs; train_main asks for 6 nouns
+    out = copy_runs(tiny_runs, tmp_path)  # 8-noun runs; train_main asks for 6 nouns
     before = contents(out)
-    one_line(train_main(["--out", str(out)], capsys), "holds runs of another variant of task 'winograd'",
-             "differs in nouns")
+    one_line(
+        train_main(["--out", str(out)], capsys), "holds runs of another variant of task 'winograd'", "differs in nouns"
+    )
     assert contents(out) == before

@@ -16,8 +16,15 @@ def heldout(small_winograd):
 
 
 def test_uniform_model_attends_evenly_to_the_prefix(heldout, small_winograd):
-    spec = ModelSpec(n_layers=1, d_model=16, n_heads=2, attention="uniform", positions="none",
-                     n_ctx=heldout.inputs.shape[1], d_vocab=len(small_winograd.vocabulary()))
+    spec = ModelSpec(
+        n_layers=1,
+        d_model=16,
+        n_heads=2,
+        attention="uniform",
+        positions="none",
+        n_ctx=heldout.inputs.shape[1],
+        d_vocab=len(small_winograd.vocabulary()),
+    )
     result = scored_attention(build_model(spec), heldout, small_winograd.vocabulary())
     query = int(heldout.positions[0])
     expected = torch.zeros(heldout.inputs.shape[1])
@@ -35,15 +42,16 @@ def test_pair_and_query_rows_and_heatmap(heldout, small_winograd):
     from probes.report.figures import attention_heatmap
 
     vocabulary = small_winograd.vocabulary()
-    spec = ModelSpec(n_layers=2, d_model=16, n_heads=2, mlp=False, n_ctx=heldout.inputs.shape[1],
-                     d_vocab=len(vocabulary))
+    spec = ModelSpec(
+        n_layers=2, d_model=16, n_heads=2, mlp=False, n_ctx=heldout.inputs.shape[1], d_vocab=len(vocabulary)
+    )
     model = build_model(spec, seed=2)
     pair = pair_attention(model, heldout, 0, vocabulary)
     assert pair.clean.shape == pair.corrupt.shape == (2, 2, heldout.inputs.shape[1])
-    before = slice(0, pair.position + 1)   # the pair differs before the scored position
+    before = slice(0, pair.position + 1)  # the pair differs before the scored position
     assert pair.clean_tokens[before] != pair.corrupt_tokens[before]
     torch.testing.assert_close(pair.clean.sum(-1), torch.ones(2, 2))
     rows = attention_from(model, heldout, 3)
-    assert rows["all"][:, :, 4:].abs().max() == 0    # causal: position 3 sees keys 0..3 only
+    assert rows["all"][:, :, 4:].abs().max() == 0  # causal: position 3 sees keys 0..3 only
     figure = attention_heatmap(scored_attention(model, heldout, vocabulary))
     assert len(figure.axes) >= 3

@@ -21,15 +21,25 @@ def script(*argv: str, cwd: Path = ROOT) -> tuple[int, str, str]:
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=300, cwd=cwd, check=False,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
+    done = subprocess.run(
+        [sys.executable, *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        check=False,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
+    )
     return done.returncode, done.stdout, done.stderr
 
 
 @pytest.mark.skipif(importlib.util.find_spec("tracr") is not None, reason="tracr is installed: nothing to refuse")
 def test_making_fixtures_without_tracr_is_one_line(tmp_path):
-    one_line(script("benchmarks/make_tracr_fixtures.py", "--out", str(tmp_path)), "needs the tracr extra",
-             "pip install -e .[tracr]")
+    one_line(
+        script("benchmarks/make_tracr_fixtures.py", "--out", str(tmp_path)),
+        "needs the tracr extra",
+        "pip install -e .[tracr]",
+    )
     assert list(tmp_path.iterdir()) == []
 
 
@@ -45,7 +55,7 @@ def broken_fixtures(tmp_path: Path, how: str) -> Path:
         weights.write_bytes(b"\xff" * 64)
     elif how == "truncated json":
         meta.write_text(meta.read_text()[:40])
-    elif how == "other weights":    # the two files of different programs
+    elif how == "other weights":  # the two files of different programs
         shutil.copy(folder / "sort.safetensors", weights)
     return folder
 
@@ -56,12 +66,24 @@ def test_a_bad_fixture_is_one_line_from_load(tmp_path, how):
 
     with pytest.raises(UsageError) as refused:
         tracr.load("hist", broken_fixtures(tmp_path, how))
-    assert "\n" not in str(refused.value) and "hist" in str(refused.value) and "make_tracr_fixtures" in str(refused.value)
+    assert (
+        "\n" not in str(refused.value) and "hist" in str(refused.value) and "make_tracr_fixtures" in str(refused.value)
+    )
 
 
 def test_the_table_script_refuses_a_truncated_fixture_in_one_line(tmp_path):
-    one_line(script("benchmarks/tracr_table.py", "--programs", "hist", "--pairs", "4", "--fixtures",
-                    str(broken_fixtures(tmp_path, "truncated"))), "hist.safetensors is not a complete safetensors file")
+    one_line(
+        script(
+            "benchmarks/tracr_table.py",
+            "--programs",
+            "hist",
+            "--pairs",
+            "4",
+            "--fixtures",
+            str(broken_fixtures(tmp_path, "truncated")),
+        ),
+        "hist.safetensors is not a complete safetensors file",
+    )
 
 
 def test_every_benchmark_script_runs_its_body_under_run_cli():

@@ -50,7 +50,7 @@ def page_data(page) -> dict:
 def test_the_page_loads_offline_with_no_error_and_no_request(browser, report_html):
     path, _ = report_html
     page, errors, requests = opened(browser, path)
-    for run in page_data(page)["runs"]:       # every run's panel drawn once
+    for run in page_data(page)["runs"]:  # every run's panel drawn once
         page.evaluate(f"location.hash = '#run={run['id']}'")
         page.wait_for_timeout(50)
     assert errors == [] and requests == [path.as_uri()]
@@ -68,11 +68,14 @@ def test_the_circuits_edges_are_in_the_graph_and_hovering_one_shows_its_number(b
     # Hover each circuit edge at a point of its own stroke that no other edge covers.
     hovered = 0
     for edge in circuit:
-        point = page.evaluate("""id => {
+        point = page.evaluate(
+            """id => {
             const p = document.querySelector(`path.hit[data-hit="${id}"]`);
             const m = p.getPointAtLength(p.getTotalLength() / 2), r = p.ownerSVGElement.getBoundingClientRect();
             const x = r.left + m.x, y = r.top + m.y;
-            return document.elementFromPoint(x, y) === p ? [x, y] : null; }""", edge["id"])
+            return document.elementFromPoint(x, y) === p ? [x, y] : null; }""",
+            edge["id"],
+        )
         if point is None:
             continue
         page.mouse.move(*point)
@@ -100,7 +103,8 @@ def test_clicking_a_head_shows_its_attention_at_the_scored_positions(browser, re
 
 def boxes_outside(page, container: str, texts: str) -> list[str]:
     """The text of every `texts` element drawn (partly) outside its `container` ancestor's box."""
-    return page.evaluate("""([container, texts]) => {
+    return page.evaluate(
+        """([container, texts]) => {
         const out = [];
         for (const box of document.querySelectorAll(container)) {
             const r = box.getBoundingClientRect();
@@ -111,14 +115,16 @@ def boxes_outside(page, container: str, texts: str) -> list[str]:
                     out.push(t.textContent);
             }
         }
-        return out; }""", [container, texts])
+        return out; }""",
+        [container, texts],
+    )
 
 
 def test_legends_and_labels_lie_inside_their_panels(browser, report_html):
     path, run_id = report_html
     page, errors, _ = opened(browser, path, f"#run={run_id}")
     assert page.locator("svg.curves").count() >= 1 and page.locator("svg.graph").count() >= 1
-    assert boxes_outside(page, "svg.curves", "text") == []      # e.g. "oracle (CPR 0.93, CMD 0.0" cut
+    assert boxes_outside(page, "svg.curves", "text") == []  # e.g. "oracle (CPR 0.93, CMD 0.0" cut
     assert boxes_outside(page, "svg.graph", "text.legend") == []
     assert errors == []
     page.close()
@@ -129,7 +135,9 @@ def test_the_nav_wraps_instead_of_overflowing_and_every_link_is_reachable(browse
     page = browser.new_page(viewport={"width": 420, "height": 800})
     page.goto(path.as_uri())
     width = page.evaluate("innerWidth")
-    overflow = page.evaluate("(() => { const n = document.getElementById('nav'); return n.scrollWidth - n.clientWidth; })()")
+    overflow = page.evaluate(
+        "(() => { const n = document.getElementById('nav'); return n.scrollWidth - n.clientWidth; })()"
+    )
     assert overflow <= 0
     for link in page.locator("#nav a").all():
         box = link.bounding_box()
@@ -139,7 +147,7 @@ def test_the_nav_wraps_instead_of_overflowing_and_every_link_is_reachable(browse
 
 def test_a_heads_panel_scrolls_into_view_when_its_head_is_clicked(browser, report_html):
     path, run_id = report_html
-    page = browser.new_page(viewport={"width": 900, "height": 500})   # the panel opens below the fold here
+    page = browser.new_page(viewport={"width": 900, "height": 500})  # the panel opens below the fold here
     page.goto(path.as_uri() + f"#run={run_id}")
     page.locator('g.node.head[data-node="L1H0"]').click()
     page.wait_for_timeout(100)

@@ -13,8 +13,9 @@ EDGE_CLAIM = DEFAULT.path_claim
 
 def summary(nodes=("L0H0", "L1H0@p14"), recovered=None, n_layers=2, everywhere=None, paths=()) -> CircuitSummary:
     edge = None if recovered is None else PathFacts("L0H0", "L1H0", "q", 14, "p14 the", recovered, 1.0, everywhere)
-    return CircuitSummary("attn-only-2x1", 0, n_layers, 1.0, tuple(nodes), edge, 1.0,
-                          paths=tuple(paths) or ((edge,) if edge else ()))
+    return CircuitSummary(
+        "attn-only-2x1", 0, n_layers, 1.0, tuple(nodes), edge, 1.0, paths=tuple(paths) or ((edge,) if edge else ())
+    )
 
 
 def test_a_path_at_the_claim_threshold_is_named_by_its_mechanism_alone():
@@ -79,8 +80,9 @@ def test_a_stalled_run_is_counted_unsolved_not_collapsed():
         run = SimpleNamespace(seed=seed, metrics={"stop_reason": stop_reason, "accuracy": {"heldout": heldout}})
         return run, "untraced", "no circuit traced", None
 
-    group = group_census("attn-only-2x1", "default", {}, [member(0, "validation solved", 1.0),
-                                                           member(27, "validation stalled", 0.5)], 0)
+    group = group_census(
+        "attn-only-2x1", "default", {}, [member(0, "validation solved", 1.0), member(27, "validation stalled", 0.5)], 0
+    )
     assert (group.unsolved.label, group.unsolved.count) == ("unsolved (validation never solved)", 1)
     census = Census((group,), ())
     text = markdown(census, None) + "\n".join(summary_lines(census))
@@ -99,10 +101,17 @@ def test_a_circuit_json_with_paths_is_read_back(tmp_path):
     from probes.circuits.labels import CircuitSummary, PathFacts, circuit_label
 
     path = PathFacts("L0H0", "L1H0", "q", 14, "p14", 0.9, 1.0, 0.95)
-    summary = CircuitSummary("attn-only-2x1", 3, 2, 1.0, nodes=("L0H0@p14", "L1H0@p14"), edge=path, paths=(path,),
-                             faithfulness=0.97)
+    summary = CircuitSummary(
+        "attn-only-2x1", 3, 2, 1.0, nodes=("L0H0@p14", "L1H0@p14"), edge=path, paths=(path,), faithfulness=0.97
+    )
     config = {"run_sha256": "r" * 64, "weights_sha256": "w" * 64, "spec": {"n_layers": 2}}
     (tmp_path / "circuit.json").write_text(json.dumps(circuit_record(summary, config)))
-    run = SimpleNamespace(path=tmp_path, config=config, model_name="attn-only-2x1", seed=3,
-                          spec=ModelSpec(n_layers=2), metrics={"accuracy": {"heldout": 1.0}})
+    run = SimpleNamespace(
+        path=tmp_path,
+        config=config,
+        model_name="attn-only-2x1",
+        seed=3,
+        spec=ModelSpec(n_layers=2),
+        metrics={"accuracy": {"heldout": 1.0}},
+    )
     assert circuit_label(read_circuit(run)).text == "Q-composition L0H0->L1H0"

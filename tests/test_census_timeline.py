@@ -14,8 +14,13 @@ import pytest
 from common.cli import UsageError
 from common.jsonfiles import canonical_sha256, sha256_file
 from probes.circuits.labels import CircuitSummary, PathFacts, circuit_label
-from probes.circuits.mechanism_timeline import (TIMELINE, SnapshotCircuit, mechanism_timeline, read_timeline,
-                                                timeline_record)
+from probes.circuits.mechanism_timeline import (
+    TIMELINE,
+    SnapshotCircuit,
+    mechanism_timeline,
+    read_timeline,
+    timeline_record,
+)
 
 Q = PathFacts("L0H0", "L1H0", "q", 14, "p14", 0.9, 1.0, 0.9)
 K = PathFacts("L0H0", "L1H0", "k", 11, "p11", 0.8, 1.0, 0.8)
@@ -25,14 +30,17 @@ def summary(seed: int, path: PathFacts | None) -> CircuitSummary:
     """Facts naming Q- or K-composition (path given), or no circuit traced (None)."""
     if path is None:
         return CircuitSummary("attn-only-2x1", seed, 2, 0.5, note="gap too small")
-    return CircuitSummary("attn-only-2x1", seed, 2, 1.0, nodes=("L0H0@p14", "L1H0@p14"), edge=path, paths=(path,),
-                          faithfulness=0.95)
+    return CircuitSummary(
+        "attn-only-2x1", seed, 2, 1.0, nodes=("L0H0@p14", "L1H0@p14"), edge=path, paths=(path,), faithfulness=0.95
+    )
 
 
 def entries(seed: int, paths: list) -> tuple[SnapshotCircuit, ...]:
     """One entry per 25 steps, the facts `paths` gives at each (the last is the final weights)."""
-    return tuple(SnapshotCircuit(25 * i, f"snapshots/step{25 * i}.safetensors", "0" * 64, 1.0, summary(seed, p))
-                 for i, p in enumerate(paths))
+    return tuple(
+        SnapshotCircuit(25 * i, f"snapshots/step{25 * i}.safetensors", "0" * 64, 1.0, summary(seed, p))
+        for i, p in enumerate(paths)
+    )
 
 
 def test_predictable_from_the_step_where_nine_in_ten_seeds_name_their_final_mechanism():
@@ -41,12 +49,20 @@ def test_predictable_from_the_step_where_nine_in_ten_seeds_name_their_final_mech
     timelines = {seed: entries(seed, [None, None, None, Q, Q, Q, Q, Q]) for seed in range(9)}
     timelines[9] = entries(9, [None, K, K, K, K, K, Q, Q])
     t = mechanism_timeline(timelines, 25)
-    assert [(r.step, r.agreeing) for r in t.steps] == [(0, 0), (25, 0), (50, 0), (75, 9), (100, 9), (125, 9),
-                                                       (150, 10), (175, 10)]
+    assert [(r.step, r.agreeing) for r in t.steps] == [
+        (0, 0),
+        (25, 0),
+        (50, 0),
+        (75, 9),
+        (100, 9),
+        (125, 9),
+        (150, 10),
+        (175, 10),
+    ]
     assert t.predictable_from == 75 and t.predictable_while_training == 75
-    assert t.at(75).agree.low == pytest.approx(0.5958, abs=1e-3)   # Wilson 95% for 9/10
+    assert t.at(75).agree.low == pytest.approx(0.5958, abs=1e-3)  # Wilson 95% for 9/10
     assert t.settled == {**{seed: 75 for seed in range(9)}, 9: 150}
-    assert t.first_traced == {**{seed: 75 for seed in range(9)}, 9: 25}   # seed 9 first traced K, then Q
+    assert t.first_traced == {**{seed: 75 for seed in range(9)}, 9: 25}  # seed 9 first traced K, then Q
     assert (t.first_traced_final.value, t.first_traced_final.n) == (0.9, 10)
     # one more seed that disagrees at 100 pulls the lasting agreement below 90% there: told from 125
     timelines[8] = entries(8, [None, None, None, Q, K, Q, Q, Q])
@@ -74,6 +90,7 @@ def test_seeds_that_stopped_count_with_their_final_weights_and_are_kept_apart():
 
 # ---- timeline.json: signed, tied to its run, its snapshots and circuit.json ---------------------
 
+
 @pytest.fixture
 def stored(tmp_path):
     """A run folder (as the census sees it) with two snapshots, final weights and its timeline.json."""
@@ -82,12 +99,22 @@ def stored(tmp_path):
     files = {0: "snapshots/step0.safetensors", 25: "snapshots/step25.safetensors", 50: "model.safetensors"}
     for step, name in files.items():
         (run_dir / name).write_bytes(f"weights at {step}".encode())
-    config = {"run_sha256": "r" * 64, "weights_sha256": sha256_file(run_dir / "model.safetensors"),
-              "model_name": "attn-only-2x1", "seed": 3, "training": {"snapshot_every": 25}}
+    config = {
+        "run_sha256": "r" * 64,
+        "weights_sha256": sha256_file(run_dir / "model.safetensors"),
+        "model_name": "attn-only-2x1",
+        "seed": 3,
+        "training": {"snapshot_every": 25},
+    }
     run = SimpleNamespace(path=run_dir, config=config, metrics={"steps": 50}, model_name="attn-only-2x1", seed=3)
     facts = [summary(3, None), summary(3, K), summary(3, Q)]
-    record = timeline_record([SnapshotCircuit(step, name, sha256_file(run_dir / name), 2.0, s)
-                              for (step, name), s in zip(files.items(), facts)], config)
+    record = timeline_record(
+        [
+            SnapshotCircuit(step, name, sha256_file(run_dir / name), 2.0, s)
+            for (step, name), s in zip(files.items(), facts)
+        ],
+        config,
+    )
     (run_dir / TIMELINE).write_text(json.dumps(record))
     return run, circuit_label(facts[-1])
 
@@ -117,20 +144,23 @@ def relabel_final(data):
     data["snapshots"][2]["circuit"]["edge"]["component"] = "k"
 
 
-@pytest.mark.parametrize("edit, resign, why", [
-    (relabel_early, False, "sha256 differs"),                        # an early step's mechanism edited
-    (relabel_final, True, "names 'K-composition"),                  # forged: final label against circuit.json's
-    (lambda d: d.update(seed=4), True, "describes another run"),     # copied from another seed
-    (lambda d: d["snapshots"].pop(1), True, None),                   # a step removed: still checked, still agrees
-    (lambda d: d["snapshots"].reverse(), True, "must rise from 0"),
-    (lambda d: d["snapshots"][0].update(file="../../x"), True, "not a path inside the run folder"),
-    (lambda d: d["snapshots"][1].update(gap=float("nan")), True, "gap must be a finite number"),
-    (lambda d: d["snapshots"][1]["circuit"].pop("nodes"), True, None),
-])
+@pytest.mark.parametrize(
+    "edit, resign, why",
+    [
+        (relabel_early, False, "sha256 differs"),  # an early step's mechanism edited
+        (relabel_final, True, "names 'K-composition"),  # forged: final label against circuit.json's
+        (lambda d: d.update(seed=4), True, "describes another run"),  # copied from another seed
+        (lambda d: d["snapshots"].pop(1), True, None),  # a step removed: still checked, still agrees
+        (lambda d: d["snapshots"].reverse(), True, "must rise from 0"),
+        (lambda d: d["snapshots"][0].update(file="../../x"), True, "not a path inside the run folder"),
+        (lambda d: d["snapshots"][1].update(gap=float("nan")), True, "gap must be a finite number"),
+        (lambda d: d["snapshots"][1]["circuit"].pop("nodes"), True, None),
+    ],
+)
 def test_an_edited_or_forged_timeline_is_refused_in_one_line(stored, edit, resign, why):
     run, final = stored
     rewrite(run, edit, resign)
-    if why is None:   # a consistent record without that step or field: read, or one line
+    if why is None:  # a consistent record without that step or field: read, or one line
         try:
             read_timeline(run, final)
         except UsageError as error:
@@ -158,17 +188,26 @@ def test_the_census_pages_state_the_step_and_its_interval(tmp_path):
     from probes.census import Census, group_census
     from probes.report.outputs.census import TIMELINE_FIGURE, markdown, summary_lines, write_census
 
-    seeds = range(5, 15)   # past 9: as JSON keys, "10" sorts before "5"
+    seeds = range(5, 15)  # past 9: as JSON keys, "10" sorts before "5"
     timelines = {seed: entries(seed, [None, None, Q, Q]) for seed in seeds}
-    members = [(SimpleNamespace(seed=seed, metrics={"stop_reason": "validation solved", "accuracy": {"heldout": 1.0}}),
-                "path", "Q-composition L0H0->L1H0", 0.9) for seed in seeds]
+    members = [
+        (
+            SimpleNamespace(seed=seed, metrics={"stop_reason": "validation solved", "accuracy": {"heldout": 1.0}}),
+            "path",
+            "Q-composition L0H0->L1H0",
+            0.9,
+        )
+        for seed in seeds
+    ]
     group = group_census("attn-only-2x1", "default", {}, members, 0, timeline=mechanism_timeline(timelines, 25))
     census = Census((group,), ())
     text = markdown(census, None, "census-timeline.png") + "\n".join(summary_lines(census))
     assert "told from step 50: 10/10 = 100% name their final mechanism there (95% CI [72%, 100%]" in text
     assert "| 25 | 0/10 | 0% [0%, 28%] | 0 |" in text
-    assert "10/10 = 100% of the seeds named their final mechanism (95% CI [72%, 100%]); that step came a median 25 " \
-           "steps before" in text
+    assert (
+        "10/10 = 100% of the seeds named their final mechanism (95% CI [72%, 100%]); that step came a median 25 "
+        "steps before" in text
+    )
     # census.json records the timeline (seeds as keys) and is signed as read back: a second census
     # replaces the first rather than calling it changed by hand
     write_census(census, tmp_path / "census")
@@ -181,8 +220,10 @@ def test_the_census_pages_state_the_step_and_its_interval(tmp_path):
 
 # ---- a tiny sweep with snapshots --------------------------------------------------------------
 
+
 class InProcess:
     """The sweep's executor interface, run in this process (a monkeypatch reaches the job)."""
+
     name = "in-process"
 
     def run(self, function, items, on_outcome, cost=None):
@@ -210,8 +251,15 @@ def test_a_sweep_with_snapshots_writes_the_timeline_and_a_rerun_traces_only_the_
     out = tmp_path / "sweep"
     settings = {"max_steps": 20, "eval_every": 10, "batch_size": 32, "snapshot_every": 10}
     params = {"nouns": 8, "heldout_fraction": 0.5, "validation_fraction": 0.1, "leaky": False}
-    runs = plan_sweep(WinogradTask, params, settings, ["attn-only-2x1"], parse_seeds("0-0"),
-                      parse_grid(["d_model=16"], WinogradTask), out)
+    runs = plan_sweep(
+        WinogradTask,
+        params,
+        settings,
+        ["attn-only-2x1"],
+        parse_seeds("0-0"),
+        parse_grid(["d_model=16"], WinogradTask),
+        out,
+    )
     first = run_sweep(runs, out, InProcess(), "test", progress=False, write=lambda line: None)
     run_dir = out / "d_model=16" / "attn-only-2x1" / "seed0"
     assert first.done == 1 and (run_dir / TIMELINE).is_file()
@@ -231,10 +279,14 @@ def test_a_sweep_with_snapshots_writes_the_timeline_and_a_rerun_traces_only_the_
 def json_values():
     from hypothesis import strategies as st
 
-    scalars = st.one_of(st.none(), st.booleans(), st.integers(-3, 10**6), st.floats(allow_nan=True), st.text(max_size=8))
-    return st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                                         st.dictionaries(st.text(max_size=6), inner, max_size=3)),
-                        max_leaves=6)
+    scalars = st.one_of(
+        st.none(), st.booleans(), st.integers(-3, 10**6), st.floats(allow_nan=True), st.text(max_size=8)
+    )
+    return st.recursive(
+        scalars,
+        lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)),
+        max_leaves=6,
+    )
 
 
 def test_any_field_of_timeline_json_replaced_is_one_line_or_read(tmp_path_factory):
@@ -244,14 +296,24 @@ def test_any_field_of_timeline_json_replaced_is_one_line_or_read(tmp_path_factor
     from hypothesis import HealthCheck, example, given, settings
     from hypothesis import strategies as st
 
-    fields = [("run_sha256",), ("seed",), ("snapshots",), ("snapshots", 1), ("snapshots", 1, "step"),
-              ("snapshots", 1, "file"), ("snapshots", 1, "gap"), ("snapshots", 2, "circuit"),
-              ("snapshots", 2, "circuit", "paths"), ("snapshots", 2, "circuit", "nodes"),
-              ("snapshots", 2, "circuit", "edge"), ("snapshots", 2, "circuit", "paths", 0, "component")]
+    fields = [
+        ("run_sha256",),
+        ("seed",),
+        ("snapshots",),
+        ("snapshots", 1),
+        ("snapshots", 1, "step"),
+        ("snapshots", 1, "file"),
+        ("snapshots", 1, "gap"),
+        ("snapshots", 2, "circuit"),
+        ("snapshots", 2, "circuit", "paths"),
+        ("snapshots", 2, "circuit", "nodes"),
+        ("snapshots", 2, "circuit", "edge"),
+        ("snapshots", 2, "circuit", "paths", 0, "component"),
+    ]
 
     @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
     @given(where=st.sampled_from(fields), value=json_values(), resign=st.booleans())
-    @example(where=("snapshots",), value=False, resign=False)   # a list field given a boolean
+    @example(where=("snapshots",), value=False, resign=False)  # a list field given a boolean
     @example(where=("snapshots",), value=1, resign=True)
     @example(where=("snapshots", 2, "circuit", "paths"), value=True, resign=True)
     def check(where, value, resign):

@@ -78,7 +78,7 @@ def test_a_run_written_before_warmup_existed_is_kept(small_winograd, tmp_path):
     train_tiny(small_winograd, tmp_path, {"bag-of-words": TINY_SPECS["bag-of-words"]}, steps=4)
     config_path = tmp_path / "bag-of-words" / "seed0" / "config.json"
     config = json.loads(config_path.read_text())
-    del config["training"]["warmup_steps"]   # as the toylens before warmup wrote it
+    del config["training"]["warmup_steps"]  # as the toylens before warmup wrote it
     config["run_sha256"] = run_sha256(config)
     config_path.write_text(json.dumps(config))
     plan = tiny_plans(small_winograd, tmp_path, {"bag-of-words": TINY_SPECS["bag-of-words"]}, steps=4)[0]
@@ -93,14 +93,14 @@ def test_text_windows_cover_each_stretch_and_score_every_position(corpus):
     text = corpus.read_text(encoding="utf-8")
     stretches = task.stretches()
     assert "".join(stretches.values()) == text
-    assert len(stretches["heldout"]) == pytest.approx(0.05 * len(text), rel=0.05)   # the end of the file
+    assert len(stretches["heldout"]) == pytest.approx(0.05 * len(text), rel=0.05)  # the end of the file
     for split, examples in splits.items():
         assert all(e.positions == tuple(range(8)) and len(e.tokens) == 9 for e in examples)
         ids = task.tokenizer().encode(stretches[split]).ids
         joined = [t for e in examples for t in e.tokens]
-        assert joined == ids[:len(joined)] and len(ids) - len(joined) < 9   # consecutive, only a partial window dropped
+        assert joined == ids[: len(joined)] and len(ids) - len(joined) < 9  # consecutive, only a partial window dropped
     assert stretches["heldout"].startswith(task.decode(splits["heldout"][0].tokens))
-    assert splits == task.generate(1)   # the text decides the data
+    assert splits == task.generate(1)  # the text decides the data
 
 
 def test_the_tokenizer_never_sees_the_heldout_text(tmp_path):
@@ -108,11 +108,12 @@ def test_the_tokenizer_never_sees_the_heldout_text(tmp_path):
     path.write_text("abc abc abc\n" * 300 + "zqzqzqzq zqzqzqzq\n" * 40, encoding="utf-8")
     vocabulary = TextTask(TextParams(corpus=str(path), vocab=270, context=4, heldout_share=0.2)).vocabulary()
     assert any("abc" in token for token in vocabulary)
-    assert not any("zq" in token for token in vocabulary)   # only in the last fifth: validation and held-out
+    assert not any("zq" in token for token in vocabulary)  # only in the last fifth: validation and held-out
 
 
-@pytest.mark.parametrize("content, problem", [(None, "no such file"), (b"\xff\xfe bad", "not UTF-8"),
-                                              (b"   \n", "holds no text")])
+@pytest.mark.parametrize(
+    "content, problem", [(None, "no such file"), (b"\xff\xfe bad", "not UTF-8"), (b"   \n", "holds no text")]
+)
 def test_a_bad_corpus_is_refused_with_one_line(tmp_path, content, problem):
     path = tmp_path / "corpus.txt"
     if content is not None:
@@ -129,8 +130,22 @@ def test_a_corpus_too_short_for_a_window_is_refused(tmp_path):
 
 
 def test_the_command_line_exits_2_on_a_missing_corpus(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "toylens", "train", "text", "--corpus", str(tmp_path / "none.txt"),
-                           "--out", str(tmp_path / "runs")], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "toylens",
+            "train",
+            "text",
+            "--corpus",
+            str(tmp_path / "none.txt"),
+            "--out",
+            str(tmp_path / "runs"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 2
     lines = [line for line in done.stderr.splitlines() if line.strip() and "Warning" not in line]
     assert len(lines) == 1 and "no such file" in lines[0], done.stderr
@@ -154,12 +169,13 @@ def test_text_trains_and_reports_heldout_perplexity(corpus, tmp_path):
     assert 1 < math.exp(heldout.loss) < len(task.vocabulary()) * 2
     from probes.chapter.ladder import band_losses
 
-    assert windows <= 256   # every held-out window is in the bands' sample
+    assert windows <= 256  # every held-out window is in the bands' sample
     bands = band_losses(run)
     assert [(first, last) for first, last, _ in bands] == [(0, 1), (2, 3), (4, 5), (6, 7)]
-    assert sum(loss for _, _, loss in bands) / 4 == pytest.approx(heldout.loss, rel=1e-5)   # equal-sized bands
-    per_position = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch.tokens[:, 1:].flatten(),
-                                                     reduction="none").view(len(batch), 8)
+    assert sum(loss for _, _, loss in bands) / 4 == pytest.approx(heldout.loss, rel=1e-5)  # equal-sized bands
+    per_position = torch.nn.functional.cross_entropy(
+        logits.flatten(0, 1), batch.tokens[:, 1:].flatten(), reduction="none"
+    ).view(len(batch), 8)
     assert bands[3][2] == pytest.approx(float(per_position[:, 6:].mean()), rel=1e-5)
 
 
@@ -168,7 +184,7 @@ def test_large_splits_are_scored_in_chunks_with_the_same_result(corpus, monkeypa
     batch = to_batch(task_dataset(task, 0)["train"])
     model = build_model(ModelSpec(d_model=16, n_heads=2, n_ctx=8, d_vocab=len(task.vocabulary())), seed=0)
     whole = evaluate.score_model(model, batch)
-    monkeypatch.setattr(evaluate, "SCORED_LOGITS", 8 * len(task.vocabulary()) * 7)   # 7 rows per chunk
+    monkeypatch.setattr(evaluate, "SCORED_LOGITS", 8 * len(task.vocabulary()) * 7)  # 7 rows per chunk
     chunked = evaluate.score_model(model, batch)
     assert len(batch) > 7
     for field in ("predicted", "answers", "example_index"):
@@ -183,7 +199,7 @@ def test_the_head_and_the_average_equal_their_library_forms():
     assert len(result.rows) == 5
     for row in result.rows:
         assert row.max_abs_difference < 1e-5 * max(1.0, row.max_abs_value), row
-        assert row.max_abs_value > 0.1   # compared something, not zeros
+        assert row.max_abs_value > 0.1  # compared something, not zeros
 
 
 def test_block_gradient_norms_match_the_bridge(corpus):
@@ -198,8 +214,10 @@ def test_block_gradient_norms_match_the_bridge(corpus):
     picked = torch.randperm(len(batch), generator=torch.Generator().manual_seed(5))[:4]
     model.train()
     lm_loss(model(batch.tokens[picked, :-1]), batch.tokens[picked], batch.lengths[picked]).backward()
-    expected = [float(torch.cat([p.grad.flatten() for p in block.parameters() if p.grad is not None]).norm())
-                for block in model.blocks]
+    expected = [
+        float(torch.cat([p.grad.flatten() for p in block.parameters() if p.grad is not None]).norm())
+        for block in model.blocks
+    ]
     assert norms == pytest.approx(expected, rel=1e-4)
     assert len(set(round(n, 6) for n in norms)) == 3
 
@@ -208,8 +226,32 @@ def test_the_norms_command_on_tiny_settings(corpus, tmp_path, capsys):
     from toylens.chapter.norms import main
 
     out = tmp_path / "norms"
-    main(["text", "--corpus", str(corpus), "--vocab", "300", "--context", "8", "--layers", "2", "--d-model", "8",
-          "--steps", "4", "--eval-every", "2", "--seeds", "0-1", "--out", str(out), "--jobs", "1", "--no-progress"])
+    main(
+        [
+            "text",
+            "--corpus",
+            str(corpus),
+            "--vocab",
+            "300",
+            "--context",
+            "8",
+            "--layers",
+            "2",
+            "--d-model",
+            "8",
+            "--steps",
+            "4",
+            "--eval-every",
+            "2",
+            "--seeds",
+            "0-1",
+            "--out",
+            str(out),
+            "--jobs",
+            "1",
+            "--no-progress",
+        ]
+    )
     result = json.loads((out / "norms.json").read_text())
     assert [v["variant"] for v in result["variants"]] == ["pre", "pre+warmup", "post", "post+warmup"]
     assert [v["warmup_steps"] for v in result["variants"]] == [0, 1, 0, 1]
@@ -220,15 +262,18 @@ def test_the_norms_command_on_tiny_settings(corpus, tmp_path, capsys):
     assert "post-norm + warmup" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("module, argv, fragment", [
-    ("toylens.chapter.norms", [], "required: task"),
-    ("toylens.chapter.norms", ["text", "--steps", "10", "--warmup-steps", "11"], "must lie in 1..10"),
-    ("toylens.chapter.norms", ["text", "--variants", "middle"], "unknown variant(s) ['middle']"),
-    ("toylens.chapter.norms", ["text", "--variants", "post+warmup"], "needs pre or post"),
-    ("toylens.chapter.norms", ["text", "--vocab", "100"], "vocab must be an integer from 257"),
-    ("toylens.chapter.norms", ["text", "--context", "1"], "context must be an integer from 2"),
-    ("probes.chapter.equalities", ["--d-model", "30", "--heads", "4"], "must be a multiple of --heads"),
-])
+@pytest.mark.parametrize(
+    "module, argv, fragment",
+    [
+        ("toylens.chapter.norms", [], "required: task"),
+        ("toylens.chapter.norms", ["text", "--steps", "10", "--warmup-steps", "11"], "must lie in 1..10"),
+        ("toylens.chapter.norms", ["text", "--variants", "middle"], "unknown variant(s) ['middle']"),
+        ("toylens.chapter.norms", ["text", "--variants", "post+warmup"], "needs pre or post"),
+        ("toylens.chapter.norms", ["text", "--vocab", "100"], "vocab must be an integer from 257"),
+        ("toylens.chapter.norms", ["text", "--context", "1"], "context must be an integer from 2"),
+        ("probes.chapter.equalities", ["--d-model", "30", "--heads", "4"], "must be a multiple of --heads"),
+    ],
+)
 def test_bad_arguments_are_one_line(module, argv, fragment, tmp_path, capsys):
     import importlib
 

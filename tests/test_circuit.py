@@ -11,8 +11,15 @@ import torch
 
 from models import ModelSpec, build_model
 from models.components import Head
-from probes.circuits.search import (HeadCircuits, all_heads, circuit_edges, every_position, faithfulness,
-                                      head_graph, search_circuit)
+from probes.circuits.search import (
+    HeadCircuits,
+    all_heads,
+    circuit_edges,
+    every_position,
+    faithfulness,
+    head_graph,
+    search_circuit,
+)
 from probes.patching import activation_patching, scored_metric
 from tasks.data import spread_subset
 from tasks.data import task_dataset, to_batch
@@ -22,8 +29,20 @@ from test_patching import hand_batch, hand_built
 def small_model(small_winograd, **spec):
     data = task_dataset(small_winograd, 0)
     pairs, train = spread_subset(to_batch(data["heldout"]), 16), to_batch(data["train"])
-    spec = ModelSpec(**{**dict(n_layers=2, d_model=16, n_heads=2, mlp=False, norm=None, n_ctx=pairs.inputs.shape[1],
-                               d_vocab=len(small_winograd.vocabulary())), **spec})
+    spec = ModelSpec(
+        **{
+            **dict(
+                n_layers=2,
+                d_model=16,
+                n_heads=2,
+                mlp=False,
+                norm=None,
+                n_ctx=pairs.inputs.shape[1],
+                d_vocab=len(small_winograd.vocabulary()),
+            ),
+            **spec,
+        }
+    )
     return build_model(spec, seed=4), pairs, train
 
 
@@ -45,7 +64,7 @@ def test_faithfulness_of_everything_and_of_nothing(small_winograd):
     ablated = scored_metric(logits[pairs.example_index, pairs.positions], pairs).mean().item()
     assert result.metric == pytest.approx(ablated, abs=1e-4)
     assert result.recovered == pytest.approx((ablated - result.corrupt) / (result.clean - result.corrupt), abs=1e-4)
-    assert result.normalised == pytest.approx(0.0, abs=1e-6)      # the empty circuit is the null
+    assert result.normalised == pytest.approx(0.0, abs=1e-6)  # the empty circuit is the null
 
 
 def node_ablated_metric(model, pairs, reference, kept) -> float:
@@ -57,7 +76,9 @@ def node_ablated_metric(model, pairs, reference, kept) -> float:
     _, cache = model.run_with_cache(reference.inputs)
 
     def hook(layer):
-        mean = (cache[f"blocks.{layer}.attn.hook_z"][:, :width] * valid[:, :, None, None]).sum(0) / valid.sum(0)[:, None, None]
+        mean = (cache[f"blocks.{layer}.attn.hook_z"][:, :width] * valid[:, :, None, None]).sum(0) / valid.sum(0)[
+            :, None, None
+        ]
 
         def ablate(z, hook):
             z = z.clone()
@@ -67,6 +88,7 @@ def node_ablated_metric(model, pairs, reference, kept) -> float:
                     if positions is not None and p not in positions:
                         z[:, p, head] = mean[p, head]
             return z
+
         return ablate
 
     hooks = [(f"blocks.{layer}.attn.hook_z", hook(layer)) for layer in range(model.cfg.n_layers)]
@@ -80,12 +102,17 @@ def test_a_head_circuit_is_its_edges(small_winograd):
     head's out-edges off its positions, given the mean write) equals mean-ablating those heads' z."""
     model, pairs, train = small_model(small_winograd, mlp=True, norm="LN")
     last = int(pairs.positions.max())
-    circuits = [{}, every_position(all_heads(model)), {Head(0, 1): None},
-                {Head(0, 0): (last - 2, last), Head(1, 1): None}, {Head(0, 1): (3,), Head(1, 0): (last,)}]
+    circuits = [
+        {},
+        every_position(all_heads(model)),
+        {Head(0, 1): None},
+        {Head(0, 0): (last - 2, last), Head(1, 1): None},
+        {Head(0, 1): (3,), Head(1, 0): (last,)},
+    ]
     measured = HeadCircuits(model, pairs, train)(circuits)
     for kept, result in zip(circuits, measured):
         assert result.metric == pytest.approx(node_ablated_metric(model, pairs, train, kept), abs=1e-4), kept
-    assert len({round(r.metric, 3) for r in measured}) == len(circuits)     # the circuits do differ
+    assert len({round(r.metric, 3) for r in measured}) == len(circuits)  # the circuits do differ
 
 
 def test_batched_knockouts_equal_one_at_a_time(small_winograd):
@@ -138,21 +165,28 @@ def test_report_command_writes_markdown_json_and_figures(tiny_runs, capsys):
         assert traced["circuit"]["nodes"]
     else:
         assert traced["circuit"] is None and "barely tells the pairs apart" in traced["note"]
-    assert traced["summary"] in stdout            # --verbose: the sentences above the tables
-    assert traced["summary"] in (tiny_runs / "report" / "report.md").read_text()   # and in the run's section
+    assert traced["summary"] in stdout  # --verbose: the sentences above the tables
+    assert traced["summary"] in (tiny_runs / "report" / "report.md").read_text()  # and in the run's section
     # The edge part: multi-block softmax runs only, its circuit reaching the target it states.
     edges = {(r["model_name"], r["seed"]): r for r in report["edge_circuits"]}
     assert set(edges) == {("attn-only-2x1", 0)}
     found = edges["attn-only-2x1", 0]
-    assert found["graph"]["edges"] == 12      # embed -> L0H0 q/k/v, L1H0 q/k/v, logits; L0H0 -> L1H0 q/k/v, logits; L1H0 -> logits
+    assert (
+        found["graph"]["edges"] == 12
+    )  # embed -> L0H0 q/k/v, L1H0 q/k/v, logits; L0H0 -> L1H0 q/k/v, logits; L1H0 -> logits
     # Every outcome is stated: not traced (the pairs barely differ), no circuit smaller than the graph, or one that
     # reaches its target.
-    line = next(line for line in report["summary"] if line.startswith("attn-only-2x1 seed 0: ") and "edge circuit" in line)
+    line = next(
+        line for line in report["summary"] if line.startswith("attn-only-2x1 seed 0: ") and "edge circuit" in line
+    )
     if "edge circuit not traced" in line:
         assert found["clean_metric"] - found["counterfactual_metric"] < report["settings"]["min_gap"]
         assert found["figure"] is None and "barely tells the pairs apart" in line
     elif found["circuit"] is None:
-        assert "no edge circuit smaller than the whole graph (12 edges)" in line and found["faithfulness"] < found["target"]
+        assert (
+            "no edge circuit smaller than the whole graph (12 edges)" in line
+            and found["faithfulness"] < found["target"]
+        )
     else:
         assert found["faithfulness"] >= found["target"] and len(found["circuit"]) < found["graph"]["edges"]
         assert f"edge circuit of {len(found['circuit'])} of 12 edges keeps" in line and found["figure"]
@@ -161,15 +195,15 @@ def test_report_command_writes_markdown_json_and_figures(tiny_runs, capsys):
     assert (tiny_runs / "report" / "figures" / "attn-only-2x1-seed0.png").stat().st_size > 1000
 
 
-def test_training_with_the_report_writes_what_the_report_command_writes(tiny_runs, small_winograd, tmp_path,
-                                                                          capsys):
+def test_training_with_the_report_writes_what_the_report_command_writes(tiny_runs, small_winograd, tmp_path, capsys):
     from toylens.report import publish_report, report_command
     from toylens.family import train_family
     from tests.conftest import TINY_SPECS, tiny_plans
 
     # The runs are already trained with these settings: kept, and analysed all the same.
-    measured = train_family(tiny_plans(small_winograd, tiny_runs, TINY_SPECS), progress=False,
-                            report_out=tmp_path / "together")
+    measured = train_family(
+        tiny_plans(small_winograd, tiny_runs, TINY_SPECS), progress=False, report_out=tmp_path / "together"
+    )
     assert "kept" in capsys.readouterr().out and all(m is not None for m in measured)
     publish_report(measured, tmp_path / "together", task=small_winograd.name)
     report_command(tiny_runs, tmp_path / "apart")
@@ -178,7 +212,11 @@ def test_training_with_the_report_writes_what_the_report_command_writes(tiny_run
 
 
 def test_report_command_usage_errors(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "probes.circuit", "report", str(tmp_path / "missing")],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "probes.circuit", "report", str(tmp_path / "missing")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "does not exist" in done.stderr

@@ -21,8 +21,14 @@ BAD_RUN = Path("attn-only-2x1") / "seed0"
 
 
 def cli(*argv: str, cwd: Path | None = None) -> tuple[int, str]:
-    done = subprocess.run([sys.executable, "-m", *argv], capture_output=True, text=True, timeout=120,
-                          cwd=cwd, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    done = subprocess.run(
+        [sys.executable, "-m", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     return done.returncode, done.stderr
 
 
@@ -38,42 +44,45 @@ def assert_usage_error(result: tuple[int, str], *fragments: str) -> None:
 WINOGRAD = ("tasks.winograd", "train", "--no-progress")
 
 
-@pytest.mark.parametrize("argv, fragments", [
-    (("toylens", "train", "nope"), ("unknown task 'nope'", "known tasks: ")),
-    (("toylens", "frobnicate"), ("unknown command", "toylens --help")),
-    (("toylens", "train"), ("train needs a task name",)),
-    (("tasks.winograd",), ("the following arguments are required", "--help")),
-    ((*WINOGRAD, "--models", "nope"), ("unknown model(s) ['nope']", "known: bag-of-words")),
-    ((*WINOGRAD, "--seeds", "0"), ("--seeds", "write 0-0 for seed 0 alone")),
-    ((*WINOGRAD, "--seeds", "0-4999"), ("--seeds asks for 5000 seeds, which is absurd", "at most 1000")),
-    ((*WINOGRAD, "--steps", "-3"), ("--steps", "must be a positive integer")),
-    ((*WINOGRAD, "--steps", "99999999"), ("max_steps=99999999 is absurd", "at most")),
-    ((*WINOGRAD, "--batch-size", "0"), ("--batch-size", "must be a positive integer")),
-    ((*WINOGRAD, "--batch-size", "10000000"), ("batch_size=10000000 is absurd",)),
-    ((*WINOGRAD, "--lr", "0"), ("lr must lie in (0, 1)", "try 1e-3")),
-    ((*WINOGRAD, "--lr", "nan"), ("lr must be a finite number", "default is 0.001")),
-    ((*WINOGRAD, "--lr", "fast"), ("--lr", "invalid float value")),
-    ((*WINOGRAD, "--nouns", "5"), ("nouns must be an even number",)),
-    ((*WINOGRAD, "--heldout-fraction", "1.5"), ("heldout_fraction",)),
-    ((*WINOGRAD, "--resume", "--overwrite"), ("not allowed with argument",)),
-    (("toylens", "accuracy", "/no/such/runs"), ("does not exist", "train first")),
-    (("probes.circuit",), ("the following arguments are required", "--help")),
-    (("probes.circuit", "nope"), ("invalid choice: 'nope'",)),
-    (("probes.circuit", "report", "/no/such/runs"), ("does not exist", "train first")),
-    (("toylens", "params", "foo=1"), ("is not FIELD=VALUE", "fields: n_layers")),
-    (("toylens", "params", "d_model=x", "d_vocab=3"), ("d_model='x': expected an integer",)),
-    (("toylens", "params", "/no/such/run"), ("neither gpt2, a run folder nor key=value",)),
-    (("toylens", "params", "d_model=64"), ("give d_vocab=N",)),
-    (("toylens", "params", "d_model=60", "n_heads=7", "d_vocab=3"), ("does not divide d_model=60",)),
-    (("toylens", "scaling", "--task", "nope"), ("unknown task 'nope'",)),
-    (("toylens", "scaling", "--widths", "0"), ("--widths", "must be a positive integer")),
-    (("toylens", "scaling", "--widths", "4096"), ("too wide", "d_k <= 1024")),
-    (("toylens", "scaling", "--steps", "10", "--every", "50"), ("--every 50 exceeds --steps 10",)),
-    (("toylens", "cost", "--max-len", "64"), ("fewer than two lengths", ">= 128")),
-    (("toylens", "cost", "--max-len", "16384"), ("8 GiB", "at most 8192")),
-    (("toylens", "cost", "--budget", "0"), ("--budget 0.0 must lie in (0, 60]",)),
-    (("toylens", "cost", "--budget", "soon"), ("--budget", "invalid float value")),
-])
+@pytest.mark.parametrize(
+    "argv, fragments",
+    [
+        (("toylens", "train", "nope"), ("unknown task 'nope'", "known tasks: ")),
+        (("toylens", "frobnicate"), ("unknown command", "toylens --help")),
+        (("toylens", "train"), ("train needs a task name",)),
+        (("tasks.winograd",), ("the following arguments are required", "--help")),
+        ((*WINOGRAD, "--models", "nope"), ("unknown model(s) ['nope']", "known: bag-of-words")),
+        ((*WINOGRAD, "--seeds", "0"), ("--seeds", "write 0-0 for seed 0 alone")),
+        ((*WINOGRAD, "--seeds", "0-4999"), ("--seeds asks for 5000 seeds, which is absurd", "at most 1000")),
+        ((*WINOGRAD, "--steps", "-3"), ("--steps", "must be a positive integer")),
+        ((*WINOGRAD, "--steps", "99999999"), ("max_steps=99999999 is absurd", "at most")),
+        ((*WINOGRAD, "--batch-size", "0"), ("--batch-size", "must be a positive integer")),
+        ((*WINOGRAD, "--batch-size", "10000000"), ("batch_size=10000000 is absurd",)),
+        ((*WINOGRAD, "--lr", "0"), ("lr must lie in (0, 1)", "try 1e-3")),
+        ((*WINOGRAD, "--lr", "nan"), ("lr must be a finite number", "default is 0.001")),
+        ((*WINOGRAD, "--lr", "fast"), ("--lr", "invalid float value")),
+        ((*WINOGRAD, "--nouns", "5"), ("nouns must be an even number",)),
+        ((*WINOGRAD, "--heldout-fraction", "1.5"), ("heldout_fraction",)),
+        ((*WINOGRAD, "--resume", "--overwrite"), ("not allowed with argument",)),
+        (("toylens", "accuracy", "/no/such/runs"), ("does not exist", "train first")),
+        (("probes.circuit",), ("the following arguments are required", "--help")),
+        (("probes.circuit", "nope"), ("invalid choice: 'nope'",)),
+        (("probes.circuit", "report", "/no/such/runs"), ("does not exist", "train first")),
+        (("toylens", "params", "foo=1"), ("is not FIELD=VALUE", "fields: n_layers")),
+        (("toylens", "params", "d_model=x", "d_vocab=3"), ("d_model='x': expected an integer",)),
+        (("toylens", "params", "/no/such/run"), ("neither gpt2, a run folder nor key=value",)),
+        (("toylens", "params", "d_model=64"), ("give d_vocab=N",)),
+        (("toylens", "params", "d_model=60", "n_heads=7", "d_vocab=3"), ("does not divide d_model=60",)),
+        (("toylens", "scaling", "--task", "nope"), ("unknown task 'nope'",)),
+        (("toylens", "scaling", "--widths", "0"), ("--widths", "must be a positive integer")),
+        (("toylens", "scaling", "--widths", "4096"), ("too wide", "d_k <= 1024")),
+        (("toylens", "scaling", "--steps", "10", "--every", "50"), ("--every 50 exceeds --steps 10",)),
+        (("toylens", "cost", "--max-len", "64"), ("fewer than two lengths", ">= 128")),
+        (("toylens", "cost", "--max-len", "16384"), ("8 GiB", "at most 8192")),
+        (("toylens", "cost", "--budget", "0"), ("--budget 0.0 must lie in (0, 60]",)),
+        (("toylens", "cost", "--budget", "soon"), ("--budget", "invalid float value")),
+    ],
+)
 def test_bad_arguments(argv, fragments):
     assert_usage_error(cli(*argv), *fragments)
 
@@ -98,16 +107,19 @@ def test_out_is_a_file(tmp_path):
 def test_out_folder_of_another_task(tiny_runs, tmp_path):
     out = copy_runs(tiny_runs, tmp_path)
     edit_config(out, lambda c: c["task"].update(name="induction"))
-    assert_usage_error(cli(*WINOGRAD, "--out", str(out)), "already holds a run of task 'induction'",
-                       "choose another --out")
+    assert_usage_error(
+        cli(*WINOGRAD, "--out", str(out)), "already holds a run of task 'induction'", "choose another --out"
+    )
 
 
 def test_out_folder_with_an_incompatible_run(tiny_runs, tmp_path):
     # tiny_runs' attn-only-2x1 is narrower than the task's default one and trained differently.
     out = copy_runs(tiny_runs, tmp_path)
-    assert_usage_error(cli(*WINOGRAD, "--models", "attn-only-2x1", "--seeds", "0-0", "--nouns", "8",
-                           "--out", str(out)),
-                       "holds an incompatible run (different spec.d_model", "pass --overwrite")
+    assert_usage_error(
+        cli(*WINOGRAD, "--models", "attn-only-2x1", "--seeds", "0-0", "--nouns", "8", "--out", str(out)),
+        "holds an incompatible run (different spec.d_model",
+        "pass --overwrite",
+    )
 
 
 def copy_runs(tiny_runs: Path, tmp_path: Path) -> Path:
@@ -153,30 +165,47 @@ def set_format(config: dict) -> None:
 WEIGHTS = BAD_RUN / "model.safetensors"
 DAMAGES = {
     "weights missing": (lambda out: (out / WEIGHTS).unlink(), ("model.safetensors not found",)),
-    "weights truncated": (lambda out: (out / WEIGHTS).write_bytes((out / WEIGHTS).read_bytes()[:500]),
-                          ("corrupt or truncated", "retrain")),
+    "weights truncated": (
+        lambda out: (out / WEIGHTS).write_bytes((out / WEIGHTS).read_bytes()[:500]),
+        ("corrupt or truncated", "retrain"),
+    ),
     "weights altered": (lambda out: flip_last_byte(out / WEIGHTS), ("SHA-256 differs",)),
-    "config not JSON": (lambda out: (out / BAD_RUN / "config.json").write_text("{\"spec\": "),
-                        ("is not valid JSON",)),
-    "config field missing": (lambda out: edit_config(out, lambda c: c.pop("vocabulary")),
-                             ("missing field(s) ['vocabulary']",)),
-    "config field unknown": (lambda out: edit_config(out, lambda c: c.update(surprise=1)),
-                             ("field(s) ['surprise'] that this toylens", "does not know")),
+    "config not JSON": (lambda out: (out / BAD_RUN / "config.json").write_text('{"spec": '), ("is not valid JSON",)),
+    "config field missing": (
+        lambda out: edit_config(out, lambda c: c.pop("vocabulary")),
+        ("missing field(s) ['vocabulary']",),
+    ),
+    "config field unknown": (
+        lambda out: edit_config(out, lambda c: c.update(surprise=1)),
+        ("field(s) ['surprise'] that this toylens", "does not know"),
+    ),
     # A missing spec field takes its default (old runs load); here the default context does not fit the weights.
     "spec field missing": (lambda out: edit_config(out, drop_spec_field), ("spec expects", "do not belong together")),
-    "spec field unknown": (lambda out: edit_config(out, lambda c: c["spec"].update(alibi=True)),
-                           ("unknown field(s) ['alibi']",)),
-    "heads do not divide width": (lambda out: edit_config(out, lambda c: c["spec"].update(n_heads=3)),
-                                  ("n_heads=3 does not divide d_model=32",)),
-    "vocabulary size differs": (lambda out: edit_config(out, lambda c: c["vocabulary"].pop()),
-                                ("vocabulary has", "d_vocab=", "do not belong together")),
-    "vocabulary tokens differ": (lambda out: edit_config(out, swap_two_tokens),
-                                 ("vocabulary differs from task 'winograd'",)),
-    "other format": (lambda out: edit_config(out, set_format),
-                     ("format 'toylens-run/9' (written by toylens 9.0)", "use that toylens version")),
+    "spec field unknown": (
+        lambda out: edit_config(out, lambda c: c["spec"].update(alibi=True)),
+        ("unknown field(s) ['alibi']",),
+    ),
+    "heads do not divide width": (
+        lambda out: edit_config(out, lambda c: c["spec"].update(n_heads=3)),
+        ("n_heads=3 does not divide d_model=32",),
+    ),
+    "vocabulary size differs": (
+        lambda out: edit_config(out, lambda c: c["vocabulary"].pop()),
+        ("vocabulary has", "d_vocab=", "do not belong together"),
+    ),
+    "vocabulary tokens differ": (
+        lambda out: edit_config(out, swap_two_tokens),
+        ("vocabulary differs from task 'winograd'",),
+    ),
+    "other format": (
+        lambda out: edit_config(out, set_format),
+        ("format 'toylens-run/9' (written by toylens 9.0)", "use that toylens version"),
+    ),
     "metrics not JSON": (lambda out: (out / BAD_RUN / "metrics.json").write_text("{"), ("metrics.json",)),
-    "other tasks mixed in": (lambda out: edit_config(out, lambda c: c["task"].update(name="induction")),
-                             ("mixes runs of tasks",)),
+    "other tasks mixed in": (
+        lambda out: edit_config(out, lambda c: c["task"].update(name="induction")),
+        ("mixes runs of tasks",),
+    ),
 }
 
 
@@ -249,5 +278,9 @@ def test_sequences_longer_than_the_context(tiny_runs, tmp_path, capsys):
     spec = replace(ModelSpec.from_dict(config["spec"]), n_ctx=10)
     config = {**config, "spec": spec.to_dict()}
     save_checkpoint(out / BAD_RUN, build_model(spec), {**config, "run_sha256": run_sha256(config)})
-    assert_usage_error(in_process(main, [str(out)], capsys), "need 17 positions", "n_ctx=10",
-                       "task parameters the run was trained with")
+    assert_usage_error(
+        in_process(main, [str(out)], capsys),
+        "need 17 positions",
+        "n_ctx=10",
+        "task parameters the run was trained with",
+    )

@@ -17,9 +17,28 @@ from toylens.console import COMMANDS, main, usage
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("common", "models", "tasks", "probes", "toylens")
 # What a user runs, by what it does; a new command must be added here and to the console.
-USER_COMMANDS = {"list", "train", "sweep", "report", "results", "export", "screenshots", "edges", "accuracy",
-                 "census", "dynamics", "ladder", "positions", "scaling", "params", "norms", "equalities", "cost",
-                 "leaderboard", "features"}
+USER_COMMANDS = {
+    "list",
+    "train",
+    "sweep",
+    "report",
+    "results",
+    "export",
+    "screenshots",
+    "edges",
+    "accuracy",
+    "census",
+    "dynamics",
+    "ladder",
+    "positions",
+    "scaling",
+    "params",
+    "norms",
+    "equalities",
+    "cost",
+    "leaderboard",
+    "features",
+}
 ALIASES = {"tasks.winograd", "probes.circuit", "toylens"}
 
 
@@ -31,8 +50,10 @@ def runnable_modules() -> set[str]:
             module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
             if path.name == "__main__.py":
                 found.add(module.removesuffix(".__main__"))
-            elif any(isinstance(node, ast.If) and "__name__" in ast.unparse(node.test)
-                     for node in ast.parse(path.read_text()).body):
+            elif any(
+                isinstance(node, ast.If) and "__name__" in ast.unparse(node.test)
+                for node in ast.parse(path.read_text()).body
+            ):
                 found.add(module)
     return found
 
@@ -58,8 +79,14 @@ def test_each_commands_usage_line_names_the_toylens_form(command, capsys):
 
 
 def python_m(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", *argv], capture_output=True, text=True, cwd=ROOT, timeout=120,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return subprocess.run(
+        [sys.executable, "-m", *argv],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
 
 
 def test_python_m_toylens_runs_a_command_and_the_aliases_name_the_toylens_form():
@@ -72,8 +99,14 @@ def test_python_m_toylens_runs_a_command_and_the_aliases_name_the_toylens_form()
 
 
 def test_one_seeds_grammar_stated_in_every_help_that_takes_seeds(capsys):
-    for argv in (["train", "winograd"], ["sweep", "winograd"], ["ladder", "winograd"], ["norms", "text"],
-                 ["positions"], ["scaling"]):
+    for argv in (
+        ["train", "winograd"],
+        ["sweep", "winograd"],
+        ["ladder", "winograd"],
+        ["norms", "text"],
+        ["positions"],
+        ["scaling"],
+    ):
         with pytest.raises(SystemExit):
             main([*argv, "--help"])
         shown = " ".join(capsys.readouterr().out.split())
@@ -85,7 +118,7 @@ def test_a_command_that_only_prints_writes_nothing_into_the_current_folder(tmp_p
     main(["params", "gpt2"])
     assert "GPT-2 small, tied: 124,439,808" in capsys.readouterr().out
     assert list(tmp_path.iterdir()) == []
-    main(["params", "gpt2", "--out", str(tmp_path / "out")])    # asked for: written there
+    main(["params", "gpt2", "--out", str(tmp_path / "out")])  # asked for: written there
     assert {"params.json", "params.png"} <= {p.name for p in (tmp_path / "out").iterdir()}
 
 
@@ -94,6 +127,6 @@ def test_a_run_records_the_console_script_as_typed(monkeypatch):
 
     from tasks.training.runs import command_line
 
-    monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))   # a script: no __spec__
+    monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))  # a script: no __spec__
     monkeypatch.setattr(sys, "argv", ["/somewhere/.venv/bin/toylens", "train", "winograd", "--seeds", "0-1"])
     assert command_line() == "toylens train winograd --seeds 0-1"

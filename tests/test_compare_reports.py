@@ -20,7 +20,7 @@ def test_it_finds_the_largest_numeric_and_every_other_difference(tmp_path):
     out = compare(a, b)
     assert out.returncode == 0, out.stderr
     assert "max numeric difference 0.5 at /x[1]" in out.stdout
-    assert "3 non-numeric differences" in out.stdout    # the key, the name, the flag; seconds ignored
+    assert "3 non-numeric differences" in out.stdout  # the key, the name, the flag; seconds ignored
 
 
 def test_a_missing_file_is_one_line_and_exit_2(tmp_path):

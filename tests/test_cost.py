@@ -27,7 +27,7 @@ def test_sdpa_path_computes_the_bridge_attention():
 
 def test_peak_bytes_sees_a_known_allocation():
     def forward(x):
-        big = torch.ones(1024, 1024)          # 4 MiB held while a second 4 MiB tensor is made
+        big = torch.ones(1024, 1024)  # 4 MiB held while a second 4 MiB tensor is made
         return (big * 2).sum()
 
     assert 8 * 2**20 <= peak_bytes(forward, torch.zeros(1)) < 9 * 2**20
@@ -37,7 +37,7 @@ def test_short_measurement():
     result = measure_cost(max_len=256, budget=0.01, progress=False)
     tl, sdpa = result.curves
     assert [p.n for p in tl.points] == [64, 128, 256]
-    assert result.score_matrix_bytes == 8 * 16384**2 * 4   # 8 GiB, the source's 8 GB
+    assert result.score_matrix_bytes == 8 * 16384**2 * 4  # 8 GiB, the source's 8 GB
     # The bridge materialises [8, n, n] float32 scores (2 MiB at n = 256); the fused path never does.
     assert tl.points[-1].peak_bytes >= sdpa.points[-1].peak_bytes + 8 * 256**2 * 4
     assert result.max_output_difference < 1e-5

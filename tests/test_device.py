@@ -23,7 +23,7 @@ from models import ModelSpec
 from models.graph import graph_of
 from tasks.data import Batch, spread_subset
 
-SPEC = ModelSpec(n_layers=2, d_model=32, n_heads=2)   # MLPs and LayerNorm: every kind of graph node
+SPEC = ModelSpec(n_layers=2, d_model=32, n_heads=2)  # MLPs and LayerNorm: every kind of graph node
 
 
 class Elsewhere(torch.Tensor):
@@ -41,17 +41,24 @@ class Elsewhere(torch.Tensor):
             return func(*plain[0], **plain[1])
         tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
         if any(not isinstance(t, Elsewhere) and t.dim() > 0 for t in tensors):
-            raise RuntimeError(f"{getattr(func, '__name__', func)}: a batch tensor met the model's "
-                               "tensors without being moved to the model's device")
+            raise RuntimeError(
+                f"{getattr(func, '__name__', func)}: a batch tensor met the model's "
+                "tensors without being moved to the model's device"
+            )
         with torch._C.DisableTorchFunctionSubclass():
             out = func(*plain[0], **plain[1])
         return tree_map(lambda t: t.as_subclass(Elsewhere) if isinstance(t, torch.Tensor) else t, out)
 
 
 def elsewhere(batch: Batch) -> Batch:
-    return dataclasses.replace(batch, **{f.name: getattr(batch, f.name).as_subclass(Elsewhere)
-                                         for f in dataclasses.fields(batch)
-                                         if isinstance(getattr(batch, f.name), torch.Tensor)})
+    return dataclasses.replace(
+        batch,
+        **{
+            f.name: getattr(batch, f.name).as_subclass(Elsewhere)
+            for f in dataclasses.fields(batch)
+            if isinstance(getattr(batch, f.name), torch.Tensor)
+        },
+    )
 
 
 @pytest.fixture(scope="module")
@@ -62,12 +69,19 @@ def setting(small_winograd, tmp_path_factory):
     from conftest import train_tiny
     from tasks.training.runs import Run
 
-    run = Run(train_tiny(small_winograd, tmp_path_factory.mktemp("device"), {"block-2": SPEC}, steps=800)
-              / "block-2" / "seed0")
+    run = Run(
+        train_tiny(small_winograd, tmp_path_factory.mktemp("device"), {"block-2": SPEC}, steps=800)
+        / "block-2"
+        / "seed0"
+    )
     batches = run.batches()
     spec = ModelSpec.from_dict(run.config["spec"])
-    return (run.load_model(), spread_subset(batches["heldout"], 16), spread_subset(batches["train"], 32),
-            graph_of(spec))
+    return (
+        run.load_model(),
+        spread_subset(batches["heldout"], 16),
+        spread_subset(batches["train"], 32),
+        graph_of(spec),
+    )
 
 
 def probe_calls(model, batch: Batch, reference: Batch, graph) -> dict:
@@ -84,8 +98,12 @@ def probe_calls(model, batch: Batch, reference: Batch, graph) -> dict:
     return {
         "ablate zero": lambda: ablation.ablate(model, batch, ["L0H0"], ablation.Ablation.ZERO),
         "ablate mean": lambda: ablation.ablate(model, batch, ["L1H1"], ablation.Ablation.MEAN, reference=reference),
-        "ablate resample": lambda: ablation.ablate(model, batch, [(0, 1)], ablation.Ablation.RESAMPLE, reference=reference),
-        "head_ablation_sweep": lambda: ablation.head_ablation_sweep(model, batch, ablation.Ablation.RESAMPLE, reference=reference),
+        "ablate resample": lambda: ablation.ablate(
+            model, batch, [(0, 1)], ablation.Ablation.RESAMPLE, reference=reference
+        ),
+        "head_ablation_sweep": lambda: ablation.head_ablation_sweep(
+            model, batch, ablation.Ablation.RESAMPLE, reference=reference
+        ),
         "scored_attention": lambda: attention.scored_attention(model, batch),
         "pair_attention": lambda: attention.pair_attention(model, batch),
         "attention_from": lambda: attention.attention_from(model, batch, 2),
@@ -120,8 +138,9 @@ def assert_same(a, b, where: str = "result", tolerance: float = 0.0) -> None:
         assert b.device.type == "cpu", f"{where} is on {b.device}, not the CPU"
         torch.testing.assert_close(b, a, rtol=tolerance, atol=tolerance, equal_nan=True, msg=where)
     elif isinstance(a, float) and isinstance(b, float):
-        assert (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=tolerance, abs_tol=tolerance), \
+        assert (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=tolerance, abs_tol=tolerance), (
             f"{where}: {a} != {b}"
+        )
     else:
         assert a == b, f"{where}: {a!r} != {b!r}"
 

@@ -45,14 +45,22 @@ def most_used() -> list[str]:
 
 
 def python(*argv: str, timeout: int = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", *argv], capture_output=True, text=True, cwd=ROOT, timeout=timeout,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return subprocess.run(
+        [sys.executable, "-m", *argv],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=timeout,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
 
 
 def test_the_first_screen_gives_the_two_commands_exactly():
     screen = first_screen()
     assert fenced(screen) == [MAIN_JOB, TESTS]
-    assert screen.index("Run the main job") < screen.index(MAIN_JOB) < screen.index("Run the tests") < screen.index(TESTS)
+    assert (
+        screen.index("Run the main job") < screen.index(MAIN_JOB) < screen.index("Run the tests") < screen.index(TESTS)
+    )
     assert len(screen.splitlines()) <= 60, "the first screen is a screen"
 
 
@@ -63,7 +71,7 @@ def test_setup_makes_the_venv_the_commands_use():
 
 
 def test_the_main_job_names_a_subcommand_and_flag_that_exist():
-    argv = shlex.split(MAIN_JOB.split(" && ")[1])[2:]          # tasks.winograd train --report
+    argv = shlex.split(MAIN_JOB.split(" && ")[1])[2:]  # tasks.winograd train --report
     done = python(*argv[:2], "--help")
     assert done.returncode == 0, done.stderr
     assert "--report" in done.stdout and "(default runs/winograd)" in done.stdout
@@ -81,14 +89,14 @@ def test_five_most_used_commands():
 @pytest.mark.parametrize("command", most_used())
 def test_each_most_used_command_runs_or_its_help_names_its_flags(command):
     # `.venv/bin/toylens X` is the console script; run as `python -m toylens X`, the same entry.
-    argv = shlex.split(command[len(PYTHON):] if command.startswith(PYTHON) else "toylens " + command[len(TOYLENS):])
+    argv = shlex.split(command[len(PYTHON) :] if command.startswith(PYTHON) else "toylens " + command[len(TOYLENS) :])
     module, rest = argv[0], argv[1:]
     words = []
-    for token in rest:                       # the subcommands, up to the first flag or path
+    for token in rest:  # the subcommands, up to the first flag or path
         if token.startswith("-") or "/" in token:
             break
         words.append(token)
-    if len(words) == len(rest):              # no flags and no paths: cheap, run it for real
+    if len(words) == len(rest):  # no flags and no paths: cheap, run it for real
         done = python(module, *words)
         assert done.returncode == 0 and "winograd" in done.stdout, done.stderr
         return
@@ -113,13 +121,14 @@ def test_the_docs_name_python_m_forms():
 @pytest.mark.parametrize("name", documented_modules())
 def test_every_documented_python_m_form_is_an_entry(name):
     spec = importlib.util.find_spec(name)
-    if spec is None:     # the plugin guide's own example module: the reader writes it, ending as the guide shows
+    if spec is None:  # the plugin guide's own example module: the reader writes it, ending as the guide shows
         from toylens.cli import main_for_task
 
-        assert callable(main_for_task) and any(f'main_for_task("{name}")' in page.read_text() for page in DOCS), \
+        assert callable(main_for_task) and any(f'main_for_task("{name}")' in page.read_text() for page in DOCS), (
             f"python -m {name}: no such module"
+        )
         return
-    if spec.submodule_search_locations is not None:    # a package: python -m runs its __main__
+    if spec.submodule_search_locations is not None:  # a package: python -m runs its __main__
         assert importlib.util.find_spec(f"{name}.__main__") is not None, f"python -m {name}: no __main__.py"
         return
     assert 'if __name__ == "__main__":' in Path(spec.origin).read_text(), f"{name} has no __main__ guard"
@@ -148,18 +157,20 @@ def test_the_docs_hold_no_development_history():
 
 # A path inside the repository, named anywhere in a page (`probes/circuits/search.py`, `docs/results`);
 # placeholders (`tasks/<name>.py`, `*.js`) stop the match before they start.
-REPO_PATH = re.compile(r"(?<![\w./-])((?:common|models|tasks|probes|toylens|tests|benchmarks|examples|notebooks|docs|"
-                       r"\.ci)/[\w./-]*\w)(?![\w<*{/-]|\.\w)")
+REPO_PATH = re.compile(
+    r"(?<![\w./-])((?:common|models|tasks|probes|toylens|tests|benchmarks|examples|notebooks|docs|"
+    r"\.ci)/[\w./-]*\w)(?![\w<*{/-]|\.\w)"
+)
 # A dotted module of the package, in backticks: `probes.circuits.search` or `probes.circuits.search.Circuit`.
 DOTTED = re.compile(r"`((?:common|models|tasks|probes|toylens)(?:\.\w+)+)[`(]")
 # `toylens COMMAND` as typed: in backticks or after .venv/bin/.
 COMMAND = re.compile(r"(?:`|bin/)toylens ([a-z][\w-]*)(?: ([a-z][\w-]*))?")
-BUILT_IN = ("winograd", "induction", "text")   # train and sweep take a task; a plugin's is the reader's
+BUILT_IN = ("winograd", "induction", "text")  # train and sweep take a task; a plugin's is the reader's
 
 
 def missing_paths(page: Path) -> list[str]:
     names = {m.rstrip(".") for m in REPO_PATH.findall(page.read_text())}
-    names = {n for n in names if not any(Path(part).stem.isupper() for part in n.split("/"))}   # NAME.safetensors
+    names = {n for n in names if not any(Path(part).stem.isupper() for part in n.split("/"))}  # NAME.safetensors
     return [f"{page.relative_to(ROOT)}: {name}" for name in sorted(names) if not (ROOT / name).exists()]
 
 
@@ -185,8 +196,12 @@ def test_every_repository_path_named_in_the_docs_exists():
 
 
 def test_every_module_named_in_the_docs_exists():
-    stale = [f"{page.relative_to(ROOT)}: {name}" for page in DOCS for name in sorted(set(DOTTED.findall(page.read_text())))
-             if not names_a_module_or_its_attribute(name)]
+    stale = [
+        f"{page.relative_to(ROOT)}: {name}"
+        for page in DOCS
+        for name in sorted(set(DOTTED.findall(page.read_text())))
+        if not names_a_module_or_its_attribute(name)
+    ]
     assert not stale, stale
 
 
@@ -239,7 +254,10 @@ def test_architecture_names_each_packages_files_where_they_are():
     """docs/architecture.md's table: every file a package's row names lies in that package."""
     rows = re.findall(r"^\| `([\w/]+/)` \| (.*) \|$", (ROOT / "docs" / "architecture.md").read_text(), flags=re.M)
     assert len(rows) >= 8
-    misplaced = [f"{package}{name}" for package, cell in rows for name in re.findall(r"`([\w/]+\.py)`", cell)
-                 if not (ROOT / package / name).is_file()]
+    misplaced = [
+        f"{package}{name}"
+        for package, cell in rows
+        for name in re.findall(r"`([\w/]+\.py)`", cell)
+        if not (ROOT / package / name).is_file()
+    ]
     assert not misplaced, misplaced
-

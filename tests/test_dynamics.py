@@ -17,7 +17,7 @@ def test_phase_change_is_the_steepest_fall_per_step():
     points = [point(0, 4.2), point(50, 4.1), point(100, 3.0), point(200, 1.5), point(250, 1.4)]
     # falls per step: 0.002, 0.022, 0.015, 0.002 -> steepest between 50 and 100
     assert phase_change(points)[:2] == (75, (50, 100))
-    assert phase_change([point(0, 4.0), point(50, 4.1)]) == (None, None, 0.0)   # never falls
+    assert phase_change([point(0, 4.0), point(50, 4.1)]) == (None, None, 0.0)  # never falls
     assert phase_change([point(0, 4.0)]) == (None, None, 0.0)
 
 
@@ -26,13 +26,11 @@ def snapshot_run(tmp_path_factory):
     from toylens.family import RunPlan, train_family
     from tasks.settings import TrainSettings
 
-    task = InductionTask(InductionParams(tokens=8, min_repeat=3, max_repeat=5, train=300, validation=20,
-                                         heldout=40))
+    task = InductionTask(InductionParams(tokens=8, min_repeat=3, max_repeat=5, train=300, validation=20, heldout=40))
     spec = ModelSpec(n_layers=2, d_model=16, n_heads=2, mlp=False, norm=None)
     settings = TrainSettings(max_steps=40, batch_size=16, eval_every=20, snapshot_every=20)
     out = tmp_path_factory.mktemp("runs") / "induction"
-    train_family([RunPlan(task, "attn-only-2x2", spec, 0, settings, out / "attn-only-2x2" / "seed0")],
-                 progress=False)
+    train_family([RunPlan(task, "attn-only-2x2", spec, 0, settings, out / "attn-only-2x2" / "seed0")], progress=False)
     return out
 
 
@@ -67,7 +65,7 @@ def test_dynamics_command_writes_json_and_figure(snapshot_run, capsys):
     dynamics_command(snapshot_run)
     printed = capsys.readouterr().out
     written = json.loads((snapshot_run / "dynamics.json").read_text())["runs"]
-    assert [p["step"] for p in written[0]["points"]] == [0, 20, 40]       # every snapshot, in order
+    assert [p["step"] for p in written[0]["points"]] == [0, 20, 40]  # every snapshot, in order
     row = next(line for line in printed.splitlines() if line.startswith("attn-only-2x2"))
     # The printed row carries the stored numbers: the phase change and the last scored loss.
     phase = written[0]["phase_change_step"]
@@ -108,4 +106,4 @@ def test_induction_report_adds_head_roles_and_dynamics_sections(snapshot_run, tm
         assert "attn-only-2x2 seed 0: no phase change" in summary and "no phase change" in markdown
     else:
         assert f"attn-only-2x2 seed 0: phase change at step ~{alone.phase_change_step} " in summary
-        assert f"step ~{alone.phase_change_step}" in summary.split("attn-only-2x2  ")[-1]   # the table's cell
+        assert f"step ~{alone.phase_change_step}" in summary.split("attn-only-2x2  ")[-1]  # the table's cell

@@ -24,7 +24,9 @@ def test_every_method_is_judged_and_the_oracle_finds_the_planted_circuit(planted
     oracle = result.methods[0]
     assert oracle.spearman == pytest.approx(1.0) and oracle.auroc_expected == 1.0
     assert set(result.circuit.edges) == p.edges and result.acdc_faithfulness == pytest.approx(1.0)
-    assert all(m.curve.faithfulness[0] == 0.0 and m.curve.faithfulness[-1] == pytest.approx(1.0) for m in result.methods)
+    assert all(
+        m.curve.faithfulness[0] == 0.0 and m.curve.faithfulness[-1] == pytest.approx(1.0) for m in result.methods
+    )
 
 
 def test_report_lines_figure_and_mib_export(planted_result, tmp_path):
@@ -71,7 +73,7 @@ def test_the_edges_command_writes_report_figures_and_mib_files(tiny_runs, tmp_pa
     main([str(tiny_runs), "--out", str(tmp_path)])
     text = (tmp_path / "edges.md").read_text()
     assert "#### attn-only-2x1 seed 0" in text and "bag-of-words" not in text
-    assert (tmp_path / "figures" / "edges-attn-only-2x1-seed0.png").is_file()   # the report's own name
+    assert (tmp_path / "figures" / "edges-attn-only-2x1-seed0.png").is_file()  # the report's own name
     exported = json.loads((tmp_path / "mib_attn-only-2x1_seed0_eap.json").read_text())
     # MIB's graph of 2 layers x 1 head has MLP nodes though the model has none: 23 edges, not our 12.
     assert set(exported) == {"cfg", "nodes", "edges"} and len(exported["edges"]) == 23
@@ -93,7 +95,9 @@ def test_a_task_that_declares_its_circuit_gets_every_method_scored_against_it(ti
     for method in result.methods:
         score = without_float_noise(method.scores.score.abs()).tolist()
         wins = [(a > b) + 0.5 * (a == b) for a, i in zip(score, inside) if i for b, j in zip(score, inside) if not j]
-        assert len(wins) == 3 * 9 and method.auroc_expected == pytest.approx(sum(wins) / len(wins)), method.scores.method
+        assert len(wins) == 3 * 9 and method.auroc_expected == pytest.approx(sum(wins) / len(wins)), (
+            method.scores.method
+        )
 
 
 def test_the_metric_is_named_as_measured_when_a_task_gives_no_foils_or_only_some():
@@ -108,12 +112,14 @@ def test_the_metric_is_named_as_measured_when_a_task_gives_no_foils_or_only_some
 
     spec = ModelSpec(n_layers=2, d_model=16, n_heads=1, mlp=False, n_ctx=4, d_vocab=4)
     torch.manual_seed(0)
-    model, batch = build_model(spec), hand_batch(8)    # hand_batch gives no foils: answer log-prob
+    model, batch = build_model(spec), hand_batch(8)  # hand_batch gives no foils: answer log-prob
     result = edge_circuit(model, batch, graph_of(spec), compare_methods=False)
     assert "metric = answer log-prob, clean" in markdown_lines(result, "x")[2]
     some = dataclasses.replace(batch, foils=torch.where(torch.arange(8) % 2 == 0, batch.foils, (batch.answers + 1) % 4))
-    assert edge_circuit(model, some, graph_of(spec), compare_methods=False).metric == \
-        "answer - foil logit where a foil is given, else answer log-prob"
+    assert (
+        edge_circuit(model, some, graph_of(spec), compare_methods=False).metric
+        == "answer - foil logit where a foil is given, else answer log-prob"
+    )
 
 
 # The edges command, like the report, traces no circuit where clean and counterfactual barely
@@ -127,7 +133,7 @@ def test_the_edges_command_shares_no_gap_too_small_to_mean_anything(tmp_path, mo
     from toylens.edges import edges_command
 
     p = two_hop(n=8)
-    same = dataclasses.replace(p.batch, counterfactual=p.batch.tokens)      # counterfactual = clean: gap 0
+    same = dataclasses.replace(p.batch, counterfactual=p.batch.tokens)  # counterfactual = clean: gap 0
     result = edge_circuit(p.model, same, graph_of(p.spec), compare_methods=False)
     run = SimpleNamespace(spec=p.spec, model_name="attn-only-1x1", seed=2)
     monkeypatch.setattr("tasks.training.runs.find_runs", lambda _: [run])

@@ -39,17 +39,28 @@ def test_eap_edges_out_of_a_sender_sum_to_transformer_lens_node_attribution():
 
     model, batch, graph = scaled_model(SPEC), fixed_answer_batch(), graph_of(SPEC)
     ours = eap(model, batch, graph, direction=Direction.DENOISE)
-    theirs = attribution_patch(model, batch.inputs, corrupt_inputs(batch), lambda logits: logits[0, 3, 0] - logits[0, 3, 1],
-                               EdgeAttributionConfig(granularity="node")).node_scores
+    theirs = attribution_patch(
+        model,
+        batch.inputs,
+        corrupt_inputs(batch),
+        lambda logits: logits[0, 3, 0] - logits[0, 3, 1],
+        EdgeAttributionConfig(granularity="node"),
+    ).node_scores
     summed = {}
     for edge, score in zip(ours.edges, ours.score.tolist()):
         summed[edge.sender] = summed.get(edge.sender, 0.0) + score
 
     def node_of(key):
-        return Embed() if key.kind == "embed" else Head(key.layer, key.head) if key.kind == "attn_head_out" else MLP(key.layer)
+        return (
+            Embed()
+            if key.kind == "embed"
+            else Head(key.layer, key.head)
+            if key.kind == "attn_head_out"
+            else MLP(key.layer)
+        )
 
     theirs_by_sender = {}
-    for key, score in theirs.items():   # TL scores nodes per position; ours sum positions
+    for key, score in theirs.items():  # TL scores nodes per position; ours sum positions
         theirs_by_sender[node_of(key)] = theirs_by_sender.get(node_of(key), 0.0) + score
     assert set(theirs_by_sender) == set(summed)
     for sender, score in summed.items():
@@ -77,7 +88,11 @@ def test_eap_ig_with_one_step_is_eap_and_more_steps_move_towards_the_oracle():
 
     model, batch, graph = scaled_model(SPEC), fixed_answer_batch(), graph_of(SPEC)
     exact = edge_effects(model, batch, graph).effect
-    plain, one, many = eap(model, batch, graph).score, eap_ig(model, batch, graph, 1).score, eap_ig(model, batch, graph, 8).score
+    plain, one, many = (
+        eap(model, batch, graph).score,
+        eap_ig(model, batch, graph, 1).score,
+        eap_ig(model, batch, graph, 8).score,
+    )
     assert torch.equal(plain, one)
     assert (many - exact).abs().sum() < (plain - exact).abs().sum()
 
@@ -95,7 +110,7 @@ def test_pruning_keeps_exactly_the_planted_circuit_or_one_of_two_alternative_bra
 
     for p in planted:
         kept = acdc(p.model, p.batch, graph_of(p.spec), threshold=0.05).circuit
-        if p.structure is Structure.ALTERNATIVES:   # one branch suffices: ACDC drops the other
+        if p.structure is Structure.ALTERNATIVES:  # one branch suffices: ACDC drops the other
             assert kept < p.edges and len(p.edges - kept) == 2, p.name
         else:
             assert kept == p.edges, p.name

@@ -48,24 +48,33 @@ def test_every_head_to_head_edge_equals_transformer_lens_direct_path(twins, comp
 
     reference, native, batch = twins
     corrupt, clean_cache, corrupt_cache, metric = direct_path_inputs(reference, batch)
-    theirs = get_act_patch_direct_path_all_sources(reference, corrupt, clean_cache, corrupt_cache, metric,
-                                                   component=component, verbose=False)
+    theirs = get_act_patch_direct_path_all_sources(
+        reference, corrupt, clean_cache, corrupt_cache, metric, component=component, verbose=False
+    )
     effects = edge_effects(native, batch, graph_of(TWIN), direction=Direction.DENOISE)
-    compared = [(theirs[e.sender.layer, e.sender.head, e.receiver.node.layer, e.receiver.node.head],
-                 effects.base.metric + float(v)) for e, v in zip(effects.edges, effects.effect)
-                if isinstance(e.sender, Head) and e.receiver.port == component]
-    assert len(compared) == TWIN.n_heads ** 2
+    compared = [
+        (
+            theirs[e.sender.layer, e.sender.head, e.receiver.node.layer, e.receiver.node.head],
+            effects.base.metric + float(v),
+        )
+        for e, v in zip(effects.edges, effects.effect)
+        if isinstance(e.sender, Head) and e.receiver.port == component
+    ]
+    assert len(compared) == TWIN.n_heads**2
     difference = max(abs(float(t) - o) for t, o in compared)
     print(f"oracle vs get_act_patch_direct_path, {component}: {len(compared)} edges, max |diff| {difference:.2e}")
     assert difference < 1e-4
-    assert max(abs(float(t) - effects.base.metric) for t, _ in compared) > 1e-2   # the edges do something
+    assert max(abs(float(t) - effects.base.metric) for t, _ in compared) > 1e-2  # the edges do something
 
 
-@pytest.mark.parametrize("spec", [
-    ModelSpec(n_layers=2, d_model=16, n_heads=2, n_ctx=4, d_vocab=4),
-    ModelSpec(n_layers=2, d_model=16, n_heads=2, n_ctx=4, d_vocab=4, norm=None, positions="rotary"),
-    ModelSpec(n_layers=2, d_model=16, n_heads=2, n_ctx=4, d_vocab=4, mlp=False),
-])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        ModelSpec(n_layers=2, d_model=16, n_heads=2, n_ctx=4, d_vocab=4),
+        ModelSpec(n_layers=2, d_model=16, n_heads=2, n_ctx=4, d_vocab=4, norm=None, positions="rotary"),
+        ModelSpec(n_layers=2, d_model=16, n_heads=2, n_ctx=4, d_vocab=4, mlp=False),
+    ],
+)
 def test_all_edges_out_of_a_sender_equal_patching_its_whole_output(spec):
     """A sender patched on every edge it has is its output patched (every reader sees the other
     run's write): an independent check of the MLP, logits and embedding edges TL does not cover."""
@@ -89,6 +98,7 @@ def test_all_edges_out_of_a_sender_equal_patching_its_whole_output(spec):
             else:
                 act[:, :, head] = corrupt_cache[name][:, :, head]
             return act
+
         return [(name, hook)]
 
     hooks = [swap("blocks.0.hook_resid_pre"), swap("blocks.0.attn.hook_z", 1), swap("blocks.1.attn.hook_z", 0)]
@@ -114,8 +124,10 @@ def test_a_position_edge_patches_only_its_position():
     target = (Head(0, 1), Input(Logits()))
     total = sum(float(v) for e, v in zip(per.edges, per.effect) if (e.sender, e.receiver) == target)
     only = [float(v) for e, v in zip(per.edges, per.effect) if (e.sender, e.receiver) == target]
-    assert total == pytest.approx(float(whole.effect[[(e.sender, e.receiver) for e in whole.edges].index(target)]), abs=1e-5)
-    assert only[3] != 0 and only[:3] == [0.0, 0.0, 0.0]   # the logits are read at position 3 only
+    assert total == pytest.approx(
+        float(whole.effect[[(e.sender, e.receiver) for e in whole.edges].index(target)]), abs=1e-5
+    )
+    assert only[3] != 0 and only[:3] == [0.0, 0.0, 0.0]  # the logits are read at position 3 only
 
 
 def test_the_comparison_with_transformer_lens_catches_a_dropped_norm_or_input(twins, monkeypatch):
@@ -130,11 +142,15 @@ def test_the_comparison_with_transformer_lens_catches_a_dropped_norm_or_input(tw
     corrupt, clean_cache, corrupt_cache, metric = direct_path_inputs(reference, batch)
 
     def gap(component):
-        theirs = get_act_patch_direct_path(reference, corrupt, clean_cache, corrupt_cache, metric, 0, 1,
-                                           component=component, verbose=False)
+        theirs = get_act_patch_direct_path(
+            reference, corrupt, clean_cache, corrupt_cache, metric, 0, 1, component=component, verbose=False
+        )
         ours = edges.edge_effects(native_model, batch, graph_of(TWIN), direction=edges.Direction.DENOISE)
-        return max(abs(float(theirs[1, e.receiver.node.head]) - (ours.base.metric + float(v)))
-                   for e, v in zip(ours.edges, ours.effect) if e.sender == Head(0, 1) and e.receiver.port == component)
+        return max(
+            abs(float(theirs[1, e.receiver.node.head]) - (ours.base.metric + float(v)))
+            for e, v in zip(ours.edges, ours.effect)
+            if e.sender == Head(0, 1) and e.receiver.port == component
+        )
 
     def unnormed(model, layer, component, residual):
         out = native(getattr(model.blocks[layer].attn, component))(residual)

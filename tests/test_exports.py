@@ -9,12 +9,12 @@ import json
 import pytest
 
 from models.graph import graph_of
-from probes.report.outputs.exports import (attribution_problems, mib_graph, mib_json, mib_problems, mib_scores)
+from probes.report.outputs.exports import attribution_problems, mib_graph, mib_json, mib_problems, mib_scores
 
 
 def test_mib_graph_is_from_models_edge_set():
     nodes, edges = mib_graph(2, 4)
-    assert len(edges) == 110 and len(set(edges)) == 110          # FIELD_NOTES: 2 layers x 4 heads
+    assert len(edges) == 110 and len(set(edges)) == 110  # FIELD_NOTES: 2 layers x 4 heads
     assert nodes == ["input", *[f"a0.h{h}" for h in range(4)], "m0", *[f"a1.h{h}" for h in range(4)], "m1", "logits"]
     assert "a0.h1->a1.h0<q>" in edges and "a0.h1->m0" in edges and "m1->logits" in edges
     assert "a1.h0->m0" not in edges and "a0.h0->a0.h1<q>" not in edges
@@ -41,7 +41,7 @@ def test_mib_export_passes_and_round_trips_with_the_sign_mib_uses(planted):
 
     read = mib_scores(data)
     for edge, effect in zip(oracle.edges, oracle.score.tolist()):
-        assert read[mib_edge(edge)] == pytest.approx(-effect)      # every score back, sign flipped
+        assert read[mib_edge(edge)] == pytest.approx(-effect)  # every score back, sign flipped
     # The planted circuit's edges carry the signal: corrupting each lowers the metric, so MIB's
     # score is positive, and they are the ones marked in_graph.
     kept = {mib_edge(e) for e in result.circuit.edges}
@@ -81,8 +81,14 @@ def one_prompt(batch):
     from tasks.data import select_rows
 
     prompt = select_rows(batch, [0])
-    return dataclasses.replace(prompt, example_index=prompt.example_index[:1], positions=prompt.positions[:1],
-                               answers=prompt.answers[:1], foils=prompt.foils[:1], groups=prompt.groups[:1])
+    return dataclasses.replace(
+        prompt,
+        example_index=prompt.example_index[:1],
+        positions=prompt.positions[:1],
+        answers=prompt.answers[:1],
+        foils=prompt.foils[:1],
+        groups=prompt.groups[:1],
+    )
 
 
 def test_attribution_graph_of_one_prompt_passes_and_its_validator_catches_breaks(planted):
@@ -103,8 +109,7 @@ def test_attribution_graph_of_one_prompt_passes_and_its_validator_catches_breaks
         "feature_type": lambda d: d["nodes"][0].update(feature_type="neuron"),
         "join two known": lambda d: d["links"][0].update(target="nowhere"),
         "finite number": lambda d: d["links"][0].update(weight=float("inf")),
-        "no logit node": lambda d: d.update(nodes=[n for n in d["nodes"] if n["feature_type"] != "logit"],
-                                            links=[]),
+        "no logit node": lambda d: d.update(nodes=[n for n in d["nodes"] if n["feature_type"] != "logit"], links=[]),
         # Neuronpedia's schema types info.generator as an object (a string failed its Ajv check).
         "metadata.info.generator must be an object": lambda d: d["metadata"]["info"].update(generator="toylens"),
         "generator.name must be a string": lambda d: d["metadata"]["info"]["generator"].update(name=1),
@@ -147,11 +152,14 @@ def test_the_export_commands_write_valid_files(tiny_runs, tmp_path, monkeypatch)
     monkeypatch.setattr("probes.settings.DEFAULT", ReportSettings(min_gap=0.0))
     main(["mib", str(tiny_runs), "--out", str(tmp_path)])
     files = sorted(f for f in (tmp_path / "mib").glob("*.json") if not f.name.startswith("."))
-    assert [f.name for f in files] == ["attn-only-2x1_seed0_eap-ig--5-steps.json", "attn-only-2x1_seed0_eap.json",
-                                       "attn-only-2x1_seed0_oracle.json"]
+    assert [f.name for f in files] == [
+        "attn-only-2x1_seed0_eap-ig--5-steps.json",
+        "attn-only-2x1_seed0_eap.json",
+        "attn-only-2x1_seed0_oracle.json",
+    ]
     for f in files:
         data = json.loads(f.read_text())
-        assert mib_problems(data) == [] and len(data["edges"]) == 23   # 2 layers x 1 head, MLP nodes included
+        assert mib_problems(data) == [] and len(data["edges"]) == 23  # 2 layers x 1 head, MLP nodes included
     main(["attribution", str(tiny_runs), "--out", str(tmp_path), "--pairs", "1"])
     (graph,) = [f for f in (tmp_path / "attribution").glob("*.json") if not f.name.startswith(".")]
     assert attribution_problems(json.loads(graph.read_text())) == []

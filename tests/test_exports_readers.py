@@ -15,9 +15,11 @@ from pathlib import Path
 import pytest
 
 READERS = ("TOYLENS_READER_PYTHON", "TOYLENS_EAP_IG", "TOYLENS_GRAPH_SCHEMA")
-pytestmark = pytest.mark.skipif(not all(os.environ.get(name) for name in READERS),
-                                reason="no reader environment: set TOYLENS_READER_PYTHON, TOYLENS_EAP_IG and "
-                                       "TOYLENS_GRAPH_SCHEMA (docs/exports.md)")
+pytestmark = pytest.mark.skipif(
+    not all(os.environ.get(name) for name in READERS),
+    reason="no reader environment: set TOYLENS_READER_PYTHON, TOYLENS_EAP_IG and "
+    "TOYLENS_GRAPH_SCHEMA (docs/exports.md)",
+)
 SCRIPT = Path(__file__).parents[1] / "benchmarks" / "check_exports_with_readers.py"
 
 
@@ -31,8 +33,17 @@ def test_eap_igs_reader_and_the_viewers_schemas_accept_the_exports(tiny_runs, tm
     monkeypatch.setattr("probes.settings.DEFAULT", ReportSettings(min_gap=0.0))
     main(["mib", str(runs)])
     main(["attribution", str(runs), "--pairs", "1"])
-    command = [sys.executable, str(SCRIPT), str(runs), "--reader-python", os.environ["TOYLENS_READER_PYTHON"],
-               "--eap-ig", os.environ["TOYLENS_EAP_IG"], "--schema", os.environ["TOYLENS_GRAPH_SCHEMA"]]
+    command = [
+        sys.executable,
+        str(SCRIPT),
+        str(runs),
+        "--reader-python",
+        os.environ["TOYLENS_READER_PYTHON"],
+        "--eap-ig",
+        os.environ["TOYLENS_EAP_IG"],
+        "--schema",
+        os.environ["TOYLENS_GRAPH_SCHEMA"],
+    ]
     if os.environ.get("TOYLENS_CIRCUIT_TRACER"):
         command += ["--circuit-tracer", os.environ["TOYLENS_CIRCUIT_TRACER"]]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
@@ -40,5 +51,5 @@ def test_eap_igs_reader_and_the_viewers_schemas_accept_the_exports(tiny_runs, tm
     assert result.returncode == 0, "\n".join(lines[-20:]) + result.stderr[-2000:]
     assert re.fullmatch(r"\d+ passed, 0 failed, 0 skipped \(3 MIB files, 1 attribution graphs\)", lines[-1])
     assert sum("loaded by Graph.from_json" in line for line in lines) == 3
-    assert sum("EAP-IG's exact patching" in line for line in lines) == 1     # the oracle's file
+    assert sum("EAP-IG's exact patching" in line for line in lines) == 1  # the oracle's file
     assert sum("graph-schema.json: valid" in line for line in lines) == 1

@@ -29,7 +29,7 @@ def test_the_oracle_ranking_of_a_planted_model_reaches_full_faithfulness_with_th
     found = smallest_circuit(p.model, p.batch, graph, "oracle", effects.effect)
     assert set(found.edges) == set(p.edges) and found.faithfulness.normalised == pytest.approx(1.0)
     assert found.every_k[0] == 0.0 and found.every_k[-1] == 1.0
-    assert all(f < 0.9 for f in found.every_k[:len(p.edges)])
+    assert all(f < 0.9 for f in found.every_k[: len(p.edges)])
     ladder = curve(p.model, p.batch, graph, "oracle", effects.effect)
     assert ladder.sizes[0] == 0 and ladder.sizes[-1] == len(graph.edges)
     assert ladder.faithfulness[0] == 0.0 and ladder.faithfulness[-1] == pytest.approx(1.0)
@@ -55,5 +55,5 @@ def test_the_curve_read_off_the_smallest_circuit_is_the_measured_curve():
     measured = curve(model, batch, graph, "oracle", effects.effect)
     read = curve_of(smallest_circuit(model, batch, graph, "oracle", effects.effect))
     assert (read.method, read.total, read.sizes) == (measured.method, measured.total, measured.sizes)
-    assert len({round(f, 3) for f in measured.faithfulness}) > 3    # a curve with steps, not just 0 and 1
+    assert len({round(f, 3) for f in measured.faithfulness}) > 3  # a curve with steps, not just 0 and 1
     assert read.faithfulness == pytest.approx(measured.faithfulness, abs=1e-6)

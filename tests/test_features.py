@@ -31,8 +31,21 @@ def planted(n: int = 2000, d: int = 16, m: int = 8, seed: int = 0):
 
 
 def config(**overrides) -> DictionaryConfig:
-    return DictionaryConfig(**{"kind": "sae", "hook_in": HOOK, "hook_out": HOOK, "d_in": 16, "d_out": 16,
-                               "d_sae": 16, "k": 2, "steps": 400, "batch_size": 128, "lr": 5e-3, **overrides})
+    return DictionaryConfig(
+        **{
+            "kind": "sae",
+            "hook_in": HOOK,
+            "hook_out": HOOK,
+            "d_in": 16,
+            "d_out": 16,
+            "d_sae": 16,
+            "k": 2,
+            "steps": 400,
+            "batch_size": 128,
+            "lr": 5e-3,
+            **overrides,
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +66,9 @@ def test_recovers_the_planted_directions(trained):
     assert all(r.cosine >= 0.9 and r.auroc >= 0.95 for r in result.recoveries if r.mcc >= 0.9), result.recoveries
     assert len(result.uncaptured) <= 2
     # A variable the activations do not hold is reported as not captured, and not linearly present.
-    noise = Variable("noise", "planted", torch.rand(len(x), generator=torch.Generator().manual_seed(3)) < 0.5, everywhere)
+    noise = Variable(
+        "noise", "planted", torch.rand(len(x), generator=torch.Generator().manual_seed(3)) < 0.5, everywhere
+    )
     missed = grade("toy", dictionary, x, x, [noise], "train")
     assert missed.uncaptured and missed.recoveries[0].linear_mcc < 0.2
 
@@ -107,8 +122,10 @@ def sae_lens_outputs(folder, x, tmp_path) -> tuple[dict, str]:
         import sae_lens
     except Exception:  # noqa: BLE001 - sae-lens 6.54.12 pins transformer-lens<4 and fails to import on TL 4
         if not os.access(SAE_LENS_PYTHON, os.X_OK):
-            pytest.skip(f"sae-lens does not import beside TL 4 and no {SAE_LENS_PYTHON} "
-                        "(a venv with pip install sae-lens; TOYLENS_SAE_LENS_PYTHON names another)")
+            pytest.skip(
+                f"sae-lens does not import beside TL 4 and no {SAE_LENS_PYTHON} "
+                "(a venv with pip install sae-lens; TOYLENS_SAE_LENS_PYTHON names another)"
+            )
     else:
         sae = sae_lens.SAE.load_from_disk(str(folder))
         acts = sae.encode(x)
@@ -116,8 +133,19 @@ def sae_lens_outputs(folder, x, tmp_path) -> tuple[dict, str]:
     from safetensors.torch import load_file, save_file
 
     save_file({"x": x.contiguous()}, str(tmp_path / "x.safetensors"))
-    done = subprocess.run([SAE_LENS_PYTHON, "-c", SAE_LENS_SCRIPT, str(folder), str(tmp_path / "x.safetensors"),
-                           str(tmp_path / "out.safetensors")], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            SAE_LENS_PYTHON,
+            "-c",
+            SAE_LENS_SCRIPT,
+            str(folder),
+            str(tmp_path / "x.safetensors"),
+            str(tmp_path / "out.safetensors"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return load_file(str(tmp_path / "out.safetensors")), done.stdout.strip().splitlines()[-1]
 
@@ -128,9 +156,12 @@ def test_sae_lens_loads_it(trained, tmp_path, kind):
     if kind == "transcoder":
         # A transcoder's input and output differ: rebuild a rotated copy of x.
         rotation = torch.linalg.qr(torch.randn(16, 16, generator=torch.Generator().manual_seed(5)))[0]
-        dictionary = train_dictionary(x, x @ rotation, config(kind="transcoder", hook_in="blocks.0.mlp.hook_in",
-                                                              hook_out="blocks.0.hook_mlp_out", steps=100),
-                                      progress=False)
+        dictionary = train_dictionary(
+            x,
+            x @ rotation,
+            config(kind="transcoder", hook_in="blocks.0.mlp.hook_in", hook_out="blocks.0.hook_mlp_out", steps=100),
+            progress=False,
+        )
     folder = store.save(tmp_path / "dictionaries", dictionary, RUN, context_size=17)
     theirs, version = sae_lens_outputs(folder, x[:64], tmp_path)
     ours = dictionary.encode(x[:64])
@@ -160,8 +191,11 @@ def test_spliced_with_error_node_reproduces_the_logits():
     clean = model(tokens)
     for site in (resid_site(0), mlp_site(1)):
         acts = collect(model, tokens, torch.ones_like(tokens, dtype=torch.bool), [site.hook_in, site.hook_out])
-        dictionary = train_dictionary(acts.values[site.hook_in], acts.values[site.hook_out],
-                                      config(kind=site.kind, hook_in=site.hook_in, hook_out=site.hook_out, steps=50),
-                                      progress=False)
+        dictionary = train_dictionary(
+            acts.values[site.hook_in],
+            acts.values[site.hook_out],
+            config(kind=site.kind, hook_in=site.hook_in, hook_out=site.hook_out, steps=50),
+            progress=False,
+        )
         assert torch.allclose(spliced_logits(model, tokens, dictionary), clean, atol=1e-5)
         assert not torch.allclose(spliced_logits(model, tokens, dictionary, error_node=False), clean, atol=1e-3)

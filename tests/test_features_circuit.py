@@ -29,8 +29,9 @@ def traced():
         site = mlp_site(layer)
         acts = collect(model, tokens, torch.ones_like(tokens, dtype=torch.bool), [site.hook_in, site.hook_out])
         config = DictionaryConfig(site.kind, site.hook_in, site.hook_out, 16, 16, 32, 4, steps=100)
-        dictionaries[layer] = train_dictionary(acts.values[site.hook_in], acts.values[site.hook_out], config,
-                                               progress=False)
+        dictionaries[layer] = train_dictionary(
+            acts.values[site.hook_in], acts.values[site.hook_out], config, progress=False
+        )
     batch = hand_batch()
     return model, batch, dictionaries, feature_circuit(model, batch, dictionaries, "tiny")
 
@@ -43,8 +44,9 @@ def test_error_nodes_reproduce_the_logits(traced):
     assert circuit.spliced_error < 1e-5
     assert torch.allclose(spliced_logits(model, batch.inputs, *dictionaries.values()), clean, atol=1e-5)
     # Without them the transcoders alone do not give the model's logits: the test could fail.
-    assert not torch.allclose(spliced_logits(model, batch.inputs, *dictionaries.values(), error_node=False),
-                              clean, atol=1e-3)
+    assert not torch.allclose(
+        spliced_logits(model, batch.inputs, *dictionaries.values(), error_node=False), clean, atol=1e-3
+    )
 
 
 def oracle_edge(model, batch, dictionaries, sender, receiver):
@@ -80,8 +82,10 @@ def test_edges_equal_the_oracle(traced):
     upstream = [s for s, node in enumerate(circuit.senders) if node.layer == 0]
     feature_columns = [r for r, node in enumerate(circuit.receivers) if node is not None]
     strongest = effect[upstream][:, feature_columns].abs()
-    pairs = [(upstream[i // len(feature_columns)], feature_columns[i % len(feature_columns)])
-             for i in strongest.flatten().argsort(descending=True)[:4].tolist()]
+    pairs = [
+        (upstream[i // len(feature_columns)], feature_columns[i % len(feature_columns)])
+        for i in strongest.flatten().argsort(descending=True)[:4].tolist()
+    ]
     error = next(s for s, node in enumerate(circuit.senders) if node.feature is None and node.layer == 0)
     for s, r in [(s, len(circuit.receivers) - 1) for s in to_logits + [error]] + pairs:
         ours = float(effect[s, r])

@@ -16,12 +16,28 @@ def analysis(roles=("referent noun", "referent noun's verb", "other noun", "pron
     n_layers, n_heads, width = 2, 2, 12
     labels = [f"p{i} {'token' * 2}" for i in range(width)]
     mean = {g: torch.rand(n_layers, n_heads, width) for g in ("all", "crossed", "crosser")}
-    patching = SimpleNamespace(head_out=torch.rand(n_layers, width, n_heads), resid_pre=torch.rand(n_layers, width),
-                               recovered=lambda values: values, pairs=64)
-    view = RoleView(tuple(roles), 480, {SCORED: {r: torch.rand(n_layers, n_heads) for r in roles}}, 64,
-                    {r: torch.rand(n_layers, n_heads) for r in roles})
-    return SimpleNamespace(attention=SimpleNamespace(mean=mean, rows={g: 100 for g in mean}), patching=patching,
-                           circuit=object(), roles=view, labels=labels, model_name="attn-only-2x1", seed=2)
+    patching = SimpleNamespace(
+        head_out=torch.rand(n_layers, width, n_heads),
+        resid_pre=torch.rand(n_layers, width),
+        recovered=lambda values: values,
+        pairs=64,
+    )
+    view = RoleView(
+        tuple(roles),
+        480,
+        {SCORED: {r: torch.rand(n_layers, n_heads) for r in roles}},
+        64,
+        {r: torch.rand(n_layers, n_heads) for r in roles},
+    )
+    return SimpleNamespace(
+        attention=SimpleNamespace(mean=mean, rows={g: 100 for g in mean}),
+        patching=patching,
+        circuit=object(),
+        roles=view,
+        labels=labels,
+        model_name="attn-only-2x1",
+        seed=2,
+    )
 
 
 def texts(fig):

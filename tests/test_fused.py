@@ -64,8 +64,10 @@ def test_fused_attention_computes_the_bridge_s_function(variant):
     fused, exact = gradients(forward, model, x), gradients(hook_free_forward(model), model, x)
     grad_diff = max((fused[name] - exact[name]).abs().max().item() for name in exact)
     grad_scale = max(exact[name].abs().max().item() for name in exact)
-    print(f"{variant}: max |logit difference| {logits_diff:.1e}, max |gradient difference| {grad_diff:.1e} "
-          f"(largest gradient {grad_scale:.1e})")
+    print(
+        f"{variant}: max |logit difference| {logits_diff:.1e}, max |gradient difference| {grad_diff:.1e} "
+        f"(largest gradient {grad_scale:.1e})"
+    )
     assert logits_diff <= ATOL
     assert grad_diff <= ATOL * max(1.0, grad_scale)
 
@@ -83,8 +85,10 @@ def test_attention_at_a_few_positions_is_the_full_attention_there(variant):
         _, cache = model.run_with_cache(tokens())
         resumed = forward_from(model, cache["blocks.1.hook_resid_pre"], 1, at=at)
         logits_difference = (resumed - model(tokens())[at]).abs().max().item()
-    print(f"{variant}: max |attention difference| {difference:.1e} (largest {full.abs().max().item():.1e}), "
-          f"max |resumed logit difference| {logits_difference:.1e}")
+    print(
+        f"{variant}: max |attention difference| {difference:.1e} (largest {full.abs().max().item():.1e}), "
+        f"max |resumed logit difference| {logits_difference:.1e}"
+    )
     assert difference <= ATOL * max(1.0, full.abs().max().item())
     assert logits_difference <= ATOL
 
@@ -137,24 +141,39 @@ def test_a_padding_mask_or_pattern_edit_takes_the_native_path_exactly():
         assert torch.equal(ours, theirs)
 
 
-def test_training_runs_fused_and_a_resumed_run_ends_bitwise_where_a_straight_one_does(small_winograd, tmp_path,
-                                                                                     monkeypatch):
+def test_training_runs_fused_and_a_resumed_run_ends_bitwise_where_a_straight_one_does(
+    small_winograd, tmp_path, monkeypatch
+):
     import tasks.training.loop as training
     from tasks.data import task_dataset, to_batch
     from tasks.training.resume import STATE
     from tasks.settings import TrainSettings
 
     batches = {name: to_batch(split) for name, split in task_dataset(small_winograd, 0).items()}
-    spec = ModelSpec(n_layers=2, d_model=16, n_heads=2, n_ctx=batches["train"].inputs.shape[1],
-                     d_vocab=len(small_winograd.vocabulary()), positions="rotary")
+    spec = ModelSpec(
+        n_layers=2,
+        d_model=16,
+        n_heads=2,
+        n_ctx=batches["train"].inputs.shape[1],
+        d_vocab=len(small_winograd.vocabulary()),
+        positions="rotary",
+    )
     calls, real_forward = [], FusedAttention.forward
     monkeypatch.setattr(FusedAttention, "forward", lambda self, *a, **k: calls.append(1) or real_forward(self, *a, **k))
 
     def run(folder, max_steps, resume=False):
         model = build_model(spec, seed=0)
-        training.train(model, batches["train"], batches["validation"],
-                       TrainSettings(max_steps=max_steps, batch_size=16, eval_every=10), seed=0, progress=False,
-                       state_path=tmp_path / folder / STATE, checkpoint_every=10, resume=resume)
+        training.train(
+            model,
+            batches["train"],
+            batches["validation"],
+            TrainSettings(max_steps=max_steps, batch_size=16, eval_every=10),
+            seed=0,
+            progress=False,
+            state_path=tmp_path / folder / STATE,
+            checkpoint_every=10,
+            resume=resume,
+        )
         return model
 
     straight = run("a", 20)

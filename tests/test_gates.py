@@ -40,9 +40,25 @@ def sent(g, components):
     return {e for e in g.edges if e.sender in components}
 
 
-NAMES = ["or-across", "or-within-l1", "or-three-layers", "partial-or-across", "partial-or-three", "and-across",
-         "soft-and-across", "and-within-l1", "and-three", "adder", "adder-across", "chain-2", "chain-3", "chain-4",
-         "mlp-chain", "mlp-computes", "mlp-carries"]
+NAMES = [
+    "or-across",
+    "or-within-l1",
+    "or-three-layers",
+    "partial-or-across",
+    "partial-or-three",
+    "and-across",
+    "soft-and-across",
+    "and-within-l1",
+    "and-three",
+    "adder",
+    "adder-across",
+    "chain-2",
+    "chain-3",
+    "chain-4",
+    "mlp-chain",
+    "mlp-computes",
+    "mlp-carries",
+]
 
 
 def test_there_are_at_least_fifteen_gates_with_distinct_names(gates):
@@ -82,7 +98,7 @@ def test_the_gate_curve_is_the_points_it_is_drawn_through():
 
     points = ((0.0, 0.0), (0.5, 0.0), (1.0, 0.75), (1.5, 1.0))
     assert [curve(points, x) for x, _ in points] == pytest.approx([y for _, y in points])
-    assert curve(points, 3.0) == pytest.approx(1.0)      # flat after the last point
+    assert curve(points, 3.0) == pytest.approx(1.0)  # flat after the last point
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -92,7 +108,8 @@ def test_a_distractor_writes_more_change_than_any_circuit_head(gates, name):
 
     g = gates[name]
     _, runs = measured(g)
-    moved = {s: float((runs.base.writes[s] - runs.other.writes[s]).norm()) for s in runs.base.writes
-             if isinstance(s, Head)}
+    moved = {
+        s: float((runs.base.writes[s] - runs.other.writes[s]).norm()) for s in runs.base.writes if isinstance(s, Head)
+    }
     circuit = {e.sender for e in g.edges if isinstance(e.sender, Head)}
     assert max(v for s, v in moved.items() if s not in circuit) > max(moved[s] for s in circuit)

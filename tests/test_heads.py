@@ -15,8 +15,8 @@ from tasks.induction import InductionParams, InductionTask
 
 V, N, D_MODEL, N_HEADS = 6, 10, 40, 2
 D_HEAD = D_MODEL // N_HEADS
-TOK, POS, PREV, OUT = 0, V, V + N, 2 * V + N    # residual slots (one-hot each)
-C = 10.0                                         # query/key gain: sharp attention
+TOK, POS, PREV, OUT = 0, V, V + N, 2 * V + N  # residual slots (one-hot each)
+C = 10.0  # query/key gain: sharp attention
 
 
 def set_head(state, layer, head, W_Q=None, W_K=None, W_V=None, W_O=None):
@@ -30,8 +30,9 @@ def set_head(state, layer, head, W_Q=None, W_K=None, W_V=None, W_O=None):
 
 
 def hand_set_model():
-    model = build_model(ModelSpec(n_layers=2, d_model=D_MODEL, n_heads=N_HEADS, mlp=False, norm=None,
-                                  n_ctx=N, d_vocab=V))
+    model = build_model(
+        ModelSpec(n_layers=2, d_model=D_MODEL, n_heads=N_HEADS, mlp=False, norm=None, n_ctx=N, d_vocab=V)
+    )
     state = {name: torch.zeros_like(tensor) for name, tensor in model.state_dict().items()}
     for t in range(V):
         state["embed.weight"][t, TOK + t] = 1.0
@@ -75,8 +76,7 @@ def hand_set_model():
 
 @pytest.fixture(scope="module")
 def setup():
-    task = InductionTask(InductionParams(tokens=V - 1, min_repeat=2, max_repeat=4, train=20,
-                                         validation=10, heldout=40))
+    task = InductionTask(InductionParams(tokens=V - 1, min_repeat=2, max_repeat=4, train=20, validation=10, heldout=40))
     return hand_set_model(), to_batch(task_dataset(task, 0)["heldout"])
 
 
@@ -97,7 +97,7 @@ def test_attention_scores_name_the_built_heads(setup):
     assert scores.duplicate_token[0][1] > 0.99 and max(scores.duplicate_token[1]) < 0.5
     assert scores.copying[1][0] == pytest.approx(1.0, abs=1e-4)
     assert scores.copying[1][1] == pytest.approx(-1.0, abs=1e-4)
-    assert scores.copying[0][0] == pytest.approx(0.0, abs=1e-4)   # writes nowhere the unembedding reads
+    assert scores.copying[0][0] == pytest.approx(0.0, abs=1e-4)  # writes nowhere the unembedding reads
     assert scores.direct_logit[1][0] > 5 and abs(scores.direct_logit[0][0]) < 1e-4
 
 
@@ -117,7 +117,7 @@ def test_rankings_are_verified_by_ablation(setup):
     from probes.heads import head_report
 
     model, batch = setup
-    report = head_report(model, batch, reference=batch)   # the mean over the batch itself, as built
+    report = head_report(model, batch, reference=batch)  # the mean over the batch itself, as built
     assert report.baseline_accuracy == 1.0
     previous, induction = report.roles["previous_token"], report.roles["induction"]
     assert previous.ranking[0] == Head(0, 0) and previous.layer == 0

@@ -39,8 +39,9 @@ def hostile(tmp_path_factory, hostile_plugins):
     task = build_task(get_task_class("hostile"), {})
     spec = ModelSpec(n_layers=2, d_model=32, n_heads=1, mlp=False, norm=None)
     settings = TrainSettings(max_steps=300, batch_size=32, lr=1e-2, eval_every=50)
-    train_family([RunPlan(task, "attn-only-2x1", spec, 0, settings, out / "runs" / "attn-only-2x1" / "seed0")],
-                 progress=False)
+    train_family(
+        [RunPlan(task, "attn-only-2x1", spec, 0, settings, out / "runs" / "attn-only-2x1" / "seed0")], progress=False
+    )
     report_command(out / "runs", out / "report")
     edges_command(out / "runs", out / "edges")
     export_command("mib", out / "runs", out / "exports", 1)
@@ -78,7 +79,10 @@ def assert_nothing_injected(text: str) -> Elements:
 
     parsed = elements(text)
     for tag, attrs in parsed.tags:
-        assert PWNED not in tag and not any(PWNED in f"{k}={v}" for k, v in attrs.items() if k != "srcdoc"), (tag, attrs)
+        assert PWNED not in tag and not any(PWNED in f"{k}={v}" for k, v in attrs.items() if k != "srcdoc"), (
+            tag,
+            attrs,
+        )
         assert tag not in ("img", "b") or PWNED not in str(attrs)
     assert sum(tag == "script" for tag, _ in parsed.tags) <= 3
     return parsed
@@ -110,7 +114,7 @@ def test_every_json_file_is_strict_and_keeps_the_names(hostile):
     from hostile_tasks import HOSTILE
 
     attribution = [strict_json(p) for p in (out / "exports" / "attribution").glob("*.json")]
-    assert any(name in json.dumps(attribution, ensure_ascii=False) for name in HOSTILE)   # kept, as data
+    assert any(name in json.dumps(attribution, ensure_ascii=False) for name in HOSTILE)  # kept, as data
 
 
 def test_report_html_data_parses_back_and_no_element_is_injected(hostile):
@@ -123,7 +127,7 @@ def test_report_html_data_parses_back_and_no_element_is_injected(hostile):
     assert [run["id"] for run in data["runs"]] == ["attn-only-2x1-seed0"]
     tokens = {t for pair in data["runs"][0]["examples"] for t in pair["clean_tokens"]}
     assert ALL_AT_ONCE in tokens, "the page's examples should carry the hostile names, unchanged"
-    assert "<" not in parsed.scripts["report-data"]   # no '</script>' or '<!--' can end or alter the element
+    assert "<" not in parsed.scripts["report-data"]  # no '</script>' or '<!--' can end or alter the element
 
 
 def test_the_notebook_views_are_a_sandboxed_frame_with_nothing_injected(hostile):
@@ -136,7 +140,7 @@ def test_the_notebook_views_are_a_sandboxed_frame_with_nothing_injected(hostile)
     outer = elements(frame)
     assert [tag for tag, _ in outer.tags] == ["iframe"]
     attrs = outer.tags[0][1]
-    assert attrs["sandbox"] == "allow-scripts"   # scripts, but no same origin: it cannot reach the notebook
+    assert attrs["sandbox"] == "allow-scripts"  # scripts, but no same origin: it cannot reach the notebook
     inner = assert_nothing_injected(attrs["srcdoc"])
     assert json.loads(inner.scripts["report-data"])["runs"]
 
@@ -174,7 +178,7 @@ def test_a_figure_draws_mathtext_as_plain_text():
     ax = fig.subplots()
     ax.set_xticks([0, 1], ["$\\frac{$", "a$^$b"])
     ax.set_title("$\\bad{$ x $")
-    fig.savefig(io.BytesIO(), format="png", bbox_inches="tight")   # matplotlib's own Figure raises here
+    fig.savefig(io.BytesIO(), format="png", bbox_inches="tight")  # matplotlib's own Figure raises here
 
 
 def test_a_lone_surrogate_in_a_token_is_refused_when_the_task_loads():
@@ -203,11 +207,10 @@ def test_the_pages_in_chromium_have_no_console_error_and_no_injected_element(hos
     cell = tmp_path / "cell.html"
     cell.write_text(f"<!DOCTYPE html><html><body>{run_views(find_runs(out / 'runs')[0])}</body></html>")
     census = hostile_census(tmp_path) / "census.html"
-    injected = ("document.querySelectorAll('#pwned, .pwned').length + (document.body.dataset.pwned ? 1 : 0)")
+    injected = "document.querySelectorAll('#pwned, .pwned').length + (document.body.dataset.pwned ? 1 : 0)"
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        for path, fragment in ((out / "report" / "report.html", "#run=attn-only-2x1-seed0"),
-                               (census, ""), (cell, "")):
+        for path, fragment in ((out / "report" / "report.html", "#run=attn-only-2x1-seed0"), (census, ""), (cell, "")):
             page = browser.new_page()
             errors = []
             page.on("console", lambda message, errors=errors: message.type == "error" and errors.append(message.text))
@@ -220,7 +223,7 @@ def test_the_pages_in_chromium_have_no_console_error_and_no_injected_element(hos
                 frame.wait_for_load_state("load")
                 assert frame.evaluate(injected) == 0, path
             if path != census:
-                assert frames[0].locator("#nav a[data-run]").count() == 1, path   # its run is shown
+                assert frames[0].locator("#nav a[data-run]").count() == 1, path  # its run is shown
             assert errors == [], (path, errors)
             page.close()
         browser.close()

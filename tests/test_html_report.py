@@ -37,8 +37,9 @@ def hand_measured(out, settings):
     batch = planted.batch
     composing = HandRun(planted.model, {"train": batch, "validation": batch, "heldout": batch}, "two-hop")
     composing.spec = planted.spec
-    composing.task = SimpleNamespace(vocabulary=lambda: [f"t{i}" for i in range(planted.spec.d_vocab)],
-                                     expected_circuit=lambda name, spec: None)
+    composing.task = SimpleNamespace(
+        vocabulary=lambda: [f"t{i}" for i in range(planted.spec.d_vocab)], expected_circuit=lambda name, spec: None
+    )
     return [measure_run(run, out, settings) for run in (mirror_run(), composing)]
 
 
@@ -62,7 +63,7 @@ def with_circuits(report, tmp_path_factory):
     from probes.settings import ReportSettings
 
     out = tmp_path_factory.mktemp("hand")
-    settings = ReportSettings(min_gap=0.0)     # the mirror's gap is 4, the planted one's below 1
+    settings = ReportSettings(min_gap=0.0)  # the mirror's gap is 4, the planted one's below 1
     measured = report[0] + hand_measured(out, settings)
     return measured, render_parts(measured, out, settings), settings
 
@@ -78,7 +79,7 @@ def test_terminal_tables_fit_one_screen_and_say_each_runs_facts(with_circuits):
     summary = summary_of(sections)
     lines = terminal_lines(summary)
     assert len(lines) <= 40 and max(map(len, lines)) <= WIDTH
-    assert "null scale" in lines[0] and "(0 = counterfactual, 1 = clean)" in lines[1]   # each scale named
+    assert "null scale" in lines[0] and "(0 = counterfactual, 1 = clean)" in lines[1]  # each scale named
     tables = {t.model_name: t for t in summary.tables}
     for m in measured:
         table = tables[m.model_name]
@@ -98,13 +99,15 @@ def test_terminal_tables_fit_one_screen_and_say_each_runs_facts(with_circuits):
             where = f" @p{path.position}" if path.position >= 0 else ""
             assert f"{path.sender} ->{path.component} {path.receiver}{where}" in row["circuit / kind"]
         assert row["faith."] == ("1 (constr.)" if a.circuit.upstream else f"{a.circuit.faithfulness.normalised:.2f}")
-        assert row["blocks"] == "/".join(verdict(intact(a), r, DEFAULT)[0].removesuffix(" used")
-                                         for _, r in whole_layers(a))
+        assert row["blocks"] == "/".join(
+            verdict(intact(a), r, DEFAULT)[0].removesuffix(" used") for _, r in whole_layers(a)
+        )
         e = m.results.get("edge_circuits")
         if e is not None and e.result.circuit.edges is not None and abs(e.result.oracle.gap) >= DEFAULT.min_gap:
             edges, faithfulness, method = headline(e.result, e.structure)
-            assert row["edges (gap)"] == f"{len(edges)}/{len(e.result.graph.edges)}, {faithfulness:.0%}" + \
-                                         (" joint" if method == "joint search" else "")
+            assert row["edges (gap)"] == f"{len(edges)}/{len(e.result.graph.edges)}, {faithfulness:.0%}" + (
+                " joint" if method == "joint search" else ""
+            )
 
 
 def test_report_md_opens_with_the_tables_and_keeps_each_sentence_in_its_run(report):
@@ -113,7 +116,7 @@ def test_report_md_opens_with_the_tables_and_keeps_each_sentence_in_its_run(repo
     summary = markdown.split("## Summary")[1].split("## Bases and scales")[0]
     assert "| attn-only-2x1 | held-out |" in summary and "| seed 0 |" in summary
     for line in sections["runs"].summary[:2]:
-        assert line not in summary and line in markdown        # the sentences moved to the runs' sections
+        assert line not in summary and line in markdown  # the sentences moved to the runs' sections
 
 
 def test_report_html_is_one_file_with_nothing_outside_it(report):
@@ -123,14 +126,17 @@ def test_report_html_is_one_file_with_nothing_outside_it(report):
     for attribute in re.findall(r'(?:src|href)="([^"]*)"', text):
         assert attribute.startswith(("data:", "#")), attribute
     assert "http://" not in text.replace("http://www.w3.org/2000/svg", "") and "https://" not in text
-    data = json.loads(re.search(r'<script type="application/json" id="report-data">(.*?)</script>', text, re.S)
-                      .group(1).replace("<\\/", "</"))
+    data = json.loads(
+        re.search(r'<script type="application/json" id="report-data">(.*?)</script>', text, re.S)
+        .group(1)
+        .replace("<\\/", "</")
+    )
     runs = {(r["model"], r["seed"]): r for r in data["runs"]}
     graph = runs["attn-only-2x1", 0]["graph"]
     assert len(graph["edges"]) == 12 and {e["port"] for e in graph["edges"]} == {"q", "k", "v", "in"}
     assert runs["bag-of-words", 0]["graph"] is None and runs["bag-of-words", 0]["examples"] == []
     pair = runs["attn-only-2x1", 0]["examples"][0]
-    assert all(abs(sum(row) - 1) < 0.05 for head in pair["clean"] for row in head)   # attention rows sum to 1
+    assert all(abs(sum(row) - 1) < 0.05 for head in pair["clean"] for row in head)  # attention rows sum to 1
 
 
 def test_the_census_is_written_as_a_self_contained_page_too(tmp_path):
@@ -141,8 +147,16 @@ def test_the_census_is_written_as_a_self_contained_page_too(tmp_path):
         run = SimpleNamespace(seed=seed, metrics={"stop_reason": stop_reason, "accuracy": {"heldout": heldout}})
         return run, "path", label, 0.8
 
-    group = group_census("attn-only-2x1", "default", {}, [member(0, "validation solved", 1.0, "Q-composition a"),
-                                                           member(3, "validation solved", 0.9, "K-composition b")], 0)
+    group = group_census(
+        "attn-only-2x1",
+        "default",
+        {},
+        [
+            member(0, "validation solved", 1.0, "Q-composition a"),
+            member(3, "validation solved", 0.9, "K-composition b"),
+        ],
+        0,
+    )
     write_census(Census((group,), ()), tmp_path / "census")
     tmp_path = tmp_path / "census"
     text = (tmp_path / "census.html").read_text()

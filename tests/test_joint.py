@@ -45,10 +45,14 @@ def test_an_or_pair_is_found_as_a_pair_not_by_single_edge_effects(planted):
     single = edge_effects(p.model, p.batch, graph)
     assert auroc(single.effect.abs(), truth(p, graph)) < 0.95
     found = joint_search(p.model, p.batch, graph)
-    assert len(found.first.circuit) == 3 and found.first.faithfulness >= 0.9     # MLP0 -> logits and one branch
+    assert len(found.first.circuit) == 3 and found.first.faithfulness >= 0.9  # MLP0 -> logits and one branch
     (alternative,) = found.alternatives
-    heads = {node for e in alternative.replaced | alternative.replacement for node in (e.sender, e.receiver.node)
-             if isinstance(node, Head)}
+    heads = {
+        node
+        for e in alternative.replaced | alternative.replacement
+        for node in (e.sender, e.receiver.node)
+        if isinstance(node, Head)
+    }
     assert heads == set(p.branches)
     assert alternative.replaced | alternative.replacement | found.first.circuit == p.edges
 
@@ -70,8 +74,9 @@ def test_gates_at_zero_and_one_are_the_oracles_circuits(planted):
         assert metric == pytest.approx(circuit_outcomes(p.model, p.batch, graph, [circuit], runs)[0].metric, abs=1e-4)
 
 
-@pytest.mark.parametrize("name", ["two-hop", "induction", "mlp-xor", "three-hop", "backup-pair", "partial-pair",
-                                  "saturated-mlp"])
+@pytest.mark.parametrize(
+    "name", ["two-hop", "induction", "mlp-xor", "three-hop", "backup-pair", "partial-pair", "saturated-mlp"]
+)
 def test_learned_masks_recover_the_planted_circuit(planted, name):
     from probes.circuits.methods.masks import learned_masks
     from probes.circuits.methods.scores import auroc
@@ -90,7 +95,9 @@ def test_masks_stop_learning_once_the_circuit_settles(planted, monkeypatch):
 
     calls = []
     forward = masks.GatedEdges.forward
-    monkeypatch.setattr(masks.GatedEdges, "forward", lambda self, graph, gates: calls.append(1) or forward(self, graph, gates))
+    monkeypatch.setattr(
+        masks.GatedEdges, "forward", lambda self, graph, gates: calls.append(1) or forward(self, graph, gates)
+    )
     p = planted["three-hop"]
     settings = masks.MaskSettings()
     found = masks.learned_masks(p.model, p.batch, graph_of(p.spec), settings=settings)
@@ -110,11 +117,11 @@ def test_redundancy_reaches_each_planted_verdict(planted):
         if p.structure is Structure.ALTERNATIVES:
             (peers,) = found.alternative_sets
             assert tuple(g.sender for g in peers.alternatives) == p.branches
-            assert peers.overlap == pytest.approx(0.0, abs=0.01)       # single knock-outs miss it all
+            assert peers.overlap == pytest.approx(0.0, abs=0.01)  # single knock-outs miss it all
         if p.structure is Structure.SHARED:
             (peers,) = found.shared_sets
             assert 0.3 < peers.overlap < 0.9
-        if p.name == "three-hop":       # each of the 4 links alone removes the whole effect
+        if p.name == "three-hop":  # each of the 4 links alone removes the whole effect
             assert found.additivity == pytest.approx(4.0, abs=0.01)
 
 
@@ -133,7 +140,7 @@ def test_the_reference_set_leaves_out_edges_below_the_noise_threshold():
     from probes.circuits.methods.scores import REFERENCE_NOISE, auroc, top_edges
 
     effect = torch.zeros(30)
-    effect[:2] = torch.tensor([1.0, 0.5])      # a chain-like model: two edges matter, 28 do nothing
+    effect[:2] = torch.tensor([1.0, 0.5])  # a chain-like model: two edges matter, 28 do nothing
     padded, floored = top_edges(effect, 0.1), top_edges(effect, 0.1, REFERENCE_NOISE)
     assert int(padded.sum()) == 3 and int(floored.sum()) == 2
     assert auroc(effect.abs(), floored) == 1.0 and auroc(effect.abs(), padded) < 1.0
@@ -152,7 +159,7 @@ def test_the_report_names_the_alternatives_in_one_sentence(planted):
     graph = graph_of(p.spec)
     single = edge_effects(p.model, p.batch, graph)
     named = smallest_circuit(p.model, p.batch, graph, "oracle", single.effect)
-    assert len(named.edges) > len(p.edges)          # the single-edge ranking pads the circuit
+    assert len(named.edges) > len(p.edges)  # the single-edge ranking pads the circuit
     structure = circuit_structure(p.model, p.batch, graph, frozenset(named.edges), single.normalised())
     assert structure.joint is not None and structure.joint.circuit == p.edges
     sentence = structure_sentence(structure)
@@ -160,7 +167,9 @@ def test_the_report_names_the_alternatives_in_one_sentence(planted):
     # at the oracle ranking's faithfulness the pair needs one branch only: MLP0 -> logits and one head's 2 edges
     tight = structure.joint.at_target
     assert len(tight.circuit) == 3 and tight.circuit < p.edges and tight.faithfulness >= 0.9
-    assert f"has 3 edges keeping {tight.faithfulness:.0%}, fewer than the oracle ranking's {len(named.edges)}" in sentence
+    assert (
+        f"has 3 edges keeping {tight.faithfulness:.0%}, fewer than the oracle ranking's {len(named.edges)}" in sentence
+    )
 
 
 def test_learned_masks_learn_when_the_caller_turned_gradients_off(planted):

@@ -20,7 +20,7 @@ from tests.conftest import TINY_SPECS
 
 RUN = Path("attn-only-2x1") / "seed0"
 CHECKPOINT_EVERY = 15
-TIMING = ("seconds", "train_seconds", "sha256")   # wall-clock fields (and metrics' checksum over them)
+TIMING = ("seconds", "train_seconds", "sha256")  # wall-clock fields (and metrics' checksum over them)
 
 
 def plans(out: Path, task) -> list:
@@ -95,16 +95,20 @@ def killed_at(point: str, name: str, nth: int, body) -> None:
             body()
             code = 0
         finally:
-            os._exit(code)   # reached only when the kill point never came
+            os._exit(code)  # reached only when the kill point never came
     _, status = os.waitpid(child, 0)
-    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, \
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, (
         f"the child was not killed at {point} of {name} #{nth} (status {status})"
+    )
 
 
 def leftovers(folder: Path) -> list[str]:
     """Temp files and folders anywhere under `folder`: toylens's and any a writer under it made."""
-    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")
-                  if p.name.startswith((".toylens-tmp.", ".tmp")) or p.name.endswith(".tmp"))
+    return sorted(
+        p.relative_to(folder).as_posix()
+        for p in folder.rglob("*")
+        if p.name.startswith((".toylens-tmp.", ".tmp")) or p.name.endswith(".tmp")
+    )
 
 
 def without_timing(entry: dict) -> dict:
@@ -114,10 +118,12 @@ def without_timing(entry: dict) -> dict:
 def outcome(run_dir: Path) -> dict:
     from safetensors.torch import load_file
 
-    return {"weights": load_file(str(run_dir / "model.safetensors")),
-            "snapshots": {p.name: load_file(str(p)) for p in sorted((run_dir / "snapshots").glob("*.safetensors"))},
-            "metrics": without_timing(json.loads((run_dir / "metrics.json").read_text())),
-            "log": [without_timing(json.loads(line)) for line in (run_dir / "log.jsonl").read_text().splitlines()]}
+    return {
+        "weights": load_file(str(run_dir / "model.safetensors")),
+        "snapshots": {p.name: load_file(str(p)) for p in sorted((run_dir / "snapshots").glob("*.safetensors"))},
+        "metrics": without_timing(json.loads((run_dir / "metrics.json").read_text())),
+        "log": [without_timing(json.loads(line)) for line in (run_dir / "log.jsonl").read_text().splitlines()],
+    }
 
 
 def assert_same(a: dict, b: dict) -> None:
@@ -149,8 +155,7 @@ KILLS = {
 
 
 @pytest.mark.parametrize("kill", KILLS)
-def test_a_sigkill_at_each_write_point_resumes_bitwise_with_no_manual_step(tmp_path, small_winograd, straight,
-                                                                          kill):
+def test_a_sigkill_at_each_write_point_resumes_bitwise_with_no_manual_step(tmp_path, small_winograd, straight, kill):
     point, name, nth, where = KILLS[kill]
     out = tmp_path / "winograd"
     killed_at(point, name, nth, lambda: train(out, small_winograd))
@@ -185,10 +190,11 @@ def test_a_sigkill_while_data_is_cached_leaves_nothing_after_the_next_run(tmp_pa
     assert list(cache_root().iterdir()), "the kill left no half-written entry"
     task_dataset(small_winograd, 0)
     assert leftovers(cache_root()) == []
-    assert len(list(cache_root().iterdir())) == 1   # the entry alone: the killed one's temp is gone
+    assert len(list(cache_root().iterdir())) == 1  # the entry alone: the killed one's temp is gone
 
 
 # ---- every write point of `toylens edges`, `toylens export` and the report ---------------------
+
 
 def disk_at_every_write(area: Path, body, into: Path) -> int:
     """Run `body()` in a forked child that copies `area` to `into`/<k> just before each rename and
@@ -230,8 +236,15 @@ def left_by_kill(area: Path) -> tuple[str, ...]:
     leftover state a rerun starts from."""
     import re
 
-    return tuple(sorted({re.sub(r"^\.toylens-tmp\.\d+\.(.*?)(\.new)?(\.[a-z0-9_]{8})?$", r"\1\2", Path(p).name)
-                         for p in leftovers(area) if "/" not in p or not p.split("/")[0].startswith(".toylens-tmp.")}))
+    return tuple(
+        sorted(
+            {
+                re.sub(r"^\.toylens-tmp\.\d+\.(.*?)(\.new)?(\.[a-z0-9_]{8})?$", r"\1\2", Path(p).name)
+                for p in leftovers(area)
+                if "/" not in p or not p.split("/")[0].startswith(".toylens-tmp.")
+            }
+        )
+    )
 
 
 def assert_every_kill_recovers(area: Path, out: Path, old: dict, body, rerun, same) -> None:
@@ -251,13 +264,17 @@ def assert_every_kill_recovers(area: Path, out: Path, old: dict, body, rerun, sa
     kinds = {}
     for snapshot in sorted(points.iterdir()):
         found = snapshot / out.relative_to(area)
-        state = "absent" if not found.exists() else next((name for name, files in (("old", old), ("new", new))
-                                                          if contents(found) == files), None)
+        state = (
+            "absent"
+            if not found.exists()
+            else next((name for name, files in (("old", old), ("new", new)) if contents(found) == files), None)
+        )
         assert state is not None, f"write point {snapshot.name}: {out.name} mixes the old and the new output"
-        assert {p.name for p in snapshot.iterdir()} <= {out.relative_to(area).parts[0], ".toylens.lock"} | \
-            {p.name for p in snapshot.iterdir() if p.name.startswith(".toylens-tmp.")}
+        assert {p.name for p in snapshot.iterdir()} <= {out.relative_to(area).parts[0], ".toylens.lock"} | {
+            p.name for p in snapshot.iterdir() if p.name.startswith(".toylens-tmp.")
+        }
         kinds.setdefault((state, left_by_kill(snapshot)), snapshot)
-    assert {state for state, _ in kinds} >= {"old", "absent"}, kinds   # the staging and the swap were both hit
+    assert {state for state, _ in kinds} >= {"old", "absent"}, kinds  # the staging and the swap were both hit
     for snapshot in kinds.values():
         shutil.rmtree(area)
         shutil.copytree(snapshot, area, symlinks=True)
@@ -288,11 +305,11 @@ def test_a_kill_at_any_write_of_edges_leaves_no_mix_and_the_rerun_matches(one_ru
     from toylens.edges import edges_command
 
     area = tmp_path / "area"
-    gap(monkeypatch, 1e9)       # the earlier output: the run not traced (edges.md alone)
+    gap(monkeypatch, 1e9)  # the earlier output: the run not traced (edges.md alone)
     edges_command(one_run, area / "edges")
     old = contents(area / "edges")
     gap(monkeypatch, 0.0)
-    run = lambda: edges_command(one_run, area / "edges")   # noqa: E731
+    run = lambda: edges_command(one_run, area / "edges")  # noqa: E731
     assert_every_kill_recovers(area, area / "edges", old, run, run, without_timings)
 
 
@@ -307,7 +324,7 @@ def test_a_kill_at_any_write_of_an_export_leaves_no_mix_and_the_rerun_matches(on
     export_command(kind, one_run, area / "exports", 2)
     old = contents(area / "exports" / kind)
     gap(monkeypatch, 0.0)
-    run = lambda: export_command(kind, one_run, area / "exports", 1)   # noqa: E731
+    run = lambda: export_command(kind, one_run, area / "exports", 1)  # noqa: E731
     assert_every_kill_recovers(area, area / "exports" / kind, old, run, run, lambda files: files)
 
 
@@ -317,7 +334,7 @@ def test_a_kill_at_any_write_of_the_report_leaves_no_mix_and_the_rerun_matches(t
     from toylens.report import report_command
 
     area = tmp_path / "area"
-    report_command(copy_runs(tiny_runs, tmp_path), area / "report")   # the earlier report: two runs
+    report_command(copy_runs(tiny_runs, tmp_path), area / "report")  # the earlier report: two runs
     old = contents(area / "report")
-    run = lambda: report_command(one_run, area / "report")   # noqa: E731
+    run = lambda: report_command(one_run, area / "report")  # noqa: E731
     assert_every_kill_recovers(area, area / "report", old, run, run, report_files)

@@ -29,8 +29,12 @@ def test_rungs_run_from_no_context_to_two_blocks():
     assert (s[2].attention, s[2].positions, s[2].residual) == (Attention.UNIFORM, Positions.LEARNED, False)
     assert (s[3].attention, s[3].residual) == (Attention.UNIFORM, True)
     assert (s[4].attention, s[4].n_heads, s[5].n_heads) == (Attention.SOFTMAX, 1, 4)
-    assert [(x.mlp, x.norm, x.n_layers) for x in s[5:]] == [(False, None, 1), (True, None, 1), (True, Norm.LN, 1),
-                                                            (True, Norm.LN, 2)]
+    assert [(x.mlp, x.norm, x.n_layers) for x in s[5:]] == [
+        (False, None, 1),
+        (True, None, 1),
+        (True, Norm.LN, 1),
+        (True, Norm.LN, 2),
+    ]
 
 
 def test_no_context_rung_reads_only_the_current_token():
@@ -39,7 +43,7 @@ def test_no_context_rung_reads_only_the_current_token():
     logits = model(tokens)
     for t in range(10):
         # Every position holding the same token gets the same logits, whatever came before it.
-        same = model(tokens[:, t:t + 1].expand(6, 10))
+        same = model(tokens[:, t : t + 1].expand(6, 10))
         torch.testing.assert_close(logits[:, t], same[:, 0], rtol=0, atol=1e-6)
 
 
@@ -63,9 +67,16 @@ def constant_batches(lengths):
     for length in lengths:
         tokens = torch.arange(1, 5)[:, None].expand(4, length + 1).clone()
         rows, positions = torch.meshgrid(torch.arange(4), torch.arange(length), indexing="ij")
-        batches[length] = Batch(tokens=tokens, lengths=torch.full((4,), length + 1), example_index=rows.flatten(),
-                                positions=positions.flatten(), answers=tokens[rows.flatten(), positions.flatten() + 1],
-                                foils=torch.full((4 * length,), NO_FOIL), groups=[""] * 4, counterfactual=None)
+        batches[length] = Batch(
+            tokens=tokens,
+            lengths=torch.full((4,), length + 1),
+            example_index=rows.flatten(),
+            positions=positions.flatten(),
+            answers=tokens[rows.flatten(), positions.flatten() + 1],
+            foils=torch.full((4 * length,), NO_FOIL),
+            groups=[""] * 4,
+            counterfactual=None,
+        )
     return batches
 
 
@@ -92,16 +103,19 @@ def run_module(*args, timeout=300):
     return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["toylens", "ladder"], "required: task"),
-    (["toylens", "ladder", "nosuchtask"], "nosuchtask"),
-    (["toylens", "ladder", "winograd", "--seeds", "0"], "write 0-0 for seed 0 alone"),
-    (["toylens", "ladder", "winograd", "--rungs", "nope", "--nouns", "8"], "unknown rung"),
-    (["toylens", "ladder", "winograd", "--d-model", "30"], "divisible by 4"),
-    (["toylens", "positions", "--kinds", "absolute"], "unknown position kind"),
-    (["toylens", "positions", "--factors", "2,4"], "must start at 1"),
-    (["toylens", "positions", "--factors", "1,8"], "distinct tokens"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["toylens", "ladder"], "required: task"),
+        (["toylens", "ladder", "nosuchtask"], "nosuchtask"),
+        (["toylens", "ladder", "winograd", "--seeds", "0"], "write 0-0 for seed 0 alone"),
+        (["toylens", "ladder", "winograd", "--rungs", "nope", "--nouns", "8"], "unknown rung"),
+        (["toylens", "ladder", "winograd", "--d-model", "30"], "divisible by 4"),
+        (["toylens", "positions", "--kinds", "absolute"], "unknown position kind"),
+        (["toylens", "positions", "--factors", "2,4"], "must start at 1"),
+        (["toylens", "positions", "--factors", "1,8"], "distinct tokens"),
+    ],
+)
 def test_bad_arguments_exit_2_with_one_line(args, message):
     result = run_module(*args)
     assert result.returncode == 2, result.stderr
@@ -110,9 +124,26 @@ def test_bad_arguments_exit_2_with_one_line(args, message):
 
 def test_ladder_runs_end_to_end(tmp_path):
     out = tmp_path / "ladder"
-    result = run_module("toylens", "ladder", "winograd", "--nouns", "8", "--rungs", "no-context,uniform-average",
-                        "--seeds", "0-1", "--steps", "10", "--d-model", "16", "--jobs", "1", "--no-progress",
-                        "--out", str(out))
+    result = run_module(
+        "toylens",
+        "ladder",
+        "winograd",
+        "--nouns",
+        "8",
+        "--rungs",
+        "no-context,uniform-average",
+        "--seeds",
+        "0-1",
+        "--steps",
+        "10",
+        "--d-model",
+        "16",
+        "--jobs",
+        "1",
+        "--no-progress",
+        "--out",
+        str(out),
+    )
     assert result.returncode == 0, result.stderr
     written = json.loads((out / "ladder.json").read_text())
     assert [r["rung"] for r in written["rungs"]] == ["no-context", "uniform-average"]
@@ -124,9 +155,31 @@ def test_ladder_runs_end_to_end(tmp_path):
 
 def test_positions_runs_end_to_end(tmp_path):
     out = tmp_path / "positions"
-    result = run_module("toylens", "positions", "--kinds", "none,alibi", "--seeds", "0-0", "--steps", "5", "--train", "200",
-                        "--eval-sequences", "16", "--d-model", "16", "--min-repeat", "3", "--max-repeat", "4",
-                        "--jobs", "1", "--no-progress", "--out", str(out))
+    result = run_module(
+        "toylens",
+        "positions",
+        "--kinds",
+        "none,alibi",
+        "--seeds",
+        "0-0",
+        "--steps",
+        "5",
+        "--train",
+        "200",
+        "--eval-sequences",
+        "16",
+        "--d-model",
+        "16",
+        "--min-repeat",
+        "3",
+        "--max-repeat",
+        "4",
+        "--jobs",
+        "1",
+        "--no-progress",
+        "--out",
+        str(out),
+    )
     assert result.returncode == 0, result.stderr
     written = json.loads((out / "positions.json").read_text())
     assert written["n_ctx"] == 32 and [k["kind"] for k in written["kinds"]] == ["none", "alibi"]

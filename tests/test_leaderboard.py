@@ -28,11 +28,24 @@ def board(tmp_path_factory):
     register_method("reversed", reversed_oracle, "the oracle's ranking upside down", replace=True)
     try:
         root = tmp_path_factory.mktemp("board")
-        argv = ["leaderboard", "--models", SUBSET, "--methods", "oracle,eap,joint,reversed", "--ablations",
-                "counterfactual", "--pairs", PAIRS, "--cells", str(root / "cells"), "--out", str(root / "out")]
+        argv = [
+            "leaderboard",
+            "--models",
+            SUBSET,
+            "--methods",
+            "oracle,eap,joint,reversed",
+            "--ablations",
+            "counterfactual",
+            "--pairs",
+            PAIRS,
+            "--cells",
+            str(root / "cells"),
+            "--out",
+            str(root / "out"),
+        ]
         main(argv)
         stamps = {p.name: p.stat().st_mtime_ns for p in (root / "cells").glob("*__*.json")}
-        main(argv)      # resumed: every cell is stored
+        main(argv)  # resumed: every cell is stored
         yield root, stamps
     finally:
         METHODS.pop("reversed", None)
@@ -56,7 +69,7 @@ def test_the_scores_match_what_the_constructions_make_them(board):
     joint = by["or-across", "joint"]
     assert joint["auroc"] == 1.0 and joint["precision"] == joint["recall"] == 1.0 and joint["circuit_from"] == "kept"
     assert by["chain-2", "oracle"]["auroc"] == 1.0 and by["chain-2", "oracle"]["smallest"] == 3
-    assert by["chain-2", "reversed"]["auroc"] < 0.5      # the user's bad method is graded as bad
+    assert by["chain-2", "reversed"]["auroc"] < 0.5  # the user's bad method is graded as bad
     for cell in by.values():
         assert cell["truth_faithfulness"] == pytest.approx(1.0, abs=1e-3), cell["model"]
         assert cell["wall_s"] >= 0 and cell["cpu_s"] >= 0 and cell["pairs"] == int(PAIRS)
@@ -78,7 +91,8 @@ def test_a_plugin_module_registers_a_method(tmp_path, monkeypatch, capsys):
 
     (tmp_path / "my_method.py").write_text(
         "from probes.circuits.leaderboard import register_method, eap_method\n"
-        "register_method('mine', eap_method, 'a user method', replace=True)\n")
+        "register_method('mine', eap_method, 'a user method', replace=True)\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     try:
         main(["--plugin", "my_method", "--list"])
@@ -87,10 +101,15 @@ def test_a_plugin_module_registers_a_method(tmp_path, monkeypatch, capsys):
         METHODS.pop("mine", None)
 
 
-@pytest.mark.parametrize("argv, named", [(["--models", "nope"], "unknown model nope"),
-                                         (["--methods", "eap,nope"], "unknown method nope"),
-                                         (["--ablations", "resample"], "unknown ablation resample"),
-                                         (["--plugin", "no_such_module_x"], "--plugin no_such_module_x")])
+@pytest.mark.parametrize(
+    "argv, named",
+    [
+        (["--models", "nope"], "unknown model nope"),
+        (["--methods", "eap,nope"], "unknown method nope"),
+        (["--ablations", "resample"], "unknown ablation resample"),
+        (["--plugin", "no_such_module_x"], "--plugin no_such_module_x"),
+    ],
+)
 def test_bad_names_exit_2_with_one_line(argv, named, capsys, tmp_path):
     from toylens.leaderboard import main
 

@@ -26,8 +26,17 @@ def traced(p):
 def found():
     from probes.circuits.truth import planted
 
-    makers = (planted.two_hop, planted.induction, planted.three_hop, planted.mlp_xor, planted.backup_pair,
-              planted.partial_pair, planted.three_backups, planted.and_pair, planted.backup_chain)
+    makers = (
+        planted.two_hop,
+        planted.induction,
+        planted.three_hop,
+        planted.mlp_xor,
+        planted.backup_pair,
+        planted.partial_pair,
+        planted.three_backups,
+        planted.and_pair,
+        planted.backup_chain,
+    )
     return {p.name: (p, traced(p)) for p in (make(PAIRS) for make in makers)}
 
 
@@ -41,8 +50,9 @@ def kinds(logic) -> set[str]:
     return {r.kind.value for r in logic.relations}
 
 
-@pytest.mark.parametrize("name,chain", [("two-hop", "L0H0 -> L1H0"), ("induction", "L0H0 -> L1H0"),
-                                        ("three-hop", "L0H0 -> L1H0 -> L2H0")])
+@pytest.mark.parametrize(
+    "name,chain", [("two-hop", "L0H0 -> L1H0"), ("induction", "L0H0 -> L1H0"), ("three-hop", "L0H0 -> L1H0 -> L2H0")]
+)
 def test_a_chain_of_heads_reads_as_one_series_and_one_main_path(found, name, chain):
     _, logic = found[name]
     text = sentences(logic)
@@ -106,7 +116,12 @@ def test_knock_out_at_the_components_equals_the_edge_oracle(found):
     p, logic = found["backup-chain"]
     graph = graph_of(p.spec)
     runs = record_runs(p.model, p.batch, graph)
-    sets = [frozenset(), frozenset({Head(0, 0)}), frozenset({Head(0, 0), Head(1, 1), MLP(1)}), frozenset(logic.components)]
+    sets = [
+        frozenset(),
+        frozenset({Head(0, 0)}),
+        frozenset({Head(0, 0), Head(1, 1), MLP(1)}),
+        frozenset(logic.components),
+    ]
     edges = [frozenset(e for e in graph.edges if isinstance(e.sender, Embed) or e.sender in s) for s in sets]
     fast = KnockOut(p.model, p.batch, runs, logic.components)(sets)
     exact = SetFaithfulness(p.model, p.batch, graph, runs)(edges)
@@ -155,28 +170,39 @@ def gates():
     return {g.name: (g, traced(g)) for g in gate_models(PAIRS)}
 
 
-@pytest.mark.parametrize("name,says", [
-    ("or-across", "OR: L0H0 | L1H0 are alternatives: each branch suffices alone (keeps 100%, 100%"),
-    ("or-within-l1", "OR: L1H0 | L1H1 are alternatives"),
-    ("or-three-layers", "are alternatives: each branch suffices alone (keeps 100%, 100%, 100%"),
-    ("partial-or-across", "partial OR: L1H0 is a partial backup of L0H0: with L0H0 knocked out it keeps 50%"),
-    ("partial-or-three", "OR: L0H0 | L0H1+L1H0 are alternatives"),
-    ("partial-or-three", "AND: L0H1 and L1H0 are jointly needed: each alone (the others knocked out) keeps 50%, 50%"),
-    ("and-across", "AND: L0H0 and L1H0 are jointly needed: each alone (the others knocked out) keeps 0%, 0%"),
-    ("soft-and-across", "AND: L0H0 and L1H0 are jointly needed: each alone (the others knocked out) keeps 25%, 25%"),
-    ("and-within-l1", "AND: L1H0 and L1H1 are jointly needed: each alone (the others knocked out) keeps 75%, 0%"),
-    ("and-three", "AND: L0H0, L1H0 and L2H0 are jointly needed"),
-    ("chain-4", "in series L0H0 -> L1H0 -> L2H0 -> L3H0: each link is needed"),
-    ("mlp-chain", "in series L0H0 -> MLP0 -> L1H0: each link is needed"),
-])
+@pytest.mark.parametrize(
+    "name,says",
+    [
+        ("or-across", "OR: L0H0 | L1H0 are alternatives: each branch suffices alone (keeps 100%, 100%"),
+        ("or-within-l1", "OR: L1H0 | L1H1 are alternatives"),
+        ("or-three-layers", "are alternatives: each branch suffices alone (keeps 100%, 100%, 100%"),
+        ("partial-or-across", "partial OR: L1H0 is a partial backup of L0H0: with L0H0 knocked out it keeps 50%"),
+        ("partial-or-three", "OR: L0H0 | L0H1+L1H0 are alternatives"),
+        (
+            "partial-or-three",
+            "AND: L0H1 and L1H0 are jointly needed: each alone (the others knocked out) keeps 50%, 50%",
+        ),
+        ("and-across", "AND: L0H0 and L1H0 are jointly needed: each alone (the others knocked out) keeps 0%, 0%"),
+        (
+            "soft-and-across",
+            "AND: L0H0 and L1H0 are jointly needed: each alone (the others knocked out) keeps 25%, 25%",
+        ),
+        ("and-within-l1", "AND: L1H0 and L1H1 are jointly needed: each alone (the others knocked out) keeps 75%, 0%"),
+        ("and-three", "AND: L0H0, L1H0 and L2H0 are jointly needed"),
+        ("chain-4", "in series L0H0 -> L1H0 -> L2H0 -> L3H0: each link is needed"),
+        ("mlp-chain", "in series L0H0 -> MLP0 -> L1H0: each link is needed"),
+    ],
+)
 def test_planted_gates_read_as_planted(gates, name, says):
     _, logic = gates[name]
     text = sentences(logic)
     assert says in text, text
 
 
-@pytest.mark.parametrize("name", ["or-across", "or-within-l1", "or-three-layers", "and-across", "and-within-l1",
-                                  "chain-2", "chain-3", "mlp-chain"])
+@pytest.mark.parametrize(
+    "name",
+    ["or-across", "or-within-l1", "or-three-layers", "and-across", "and-within-l1", "chain-2", "chain-3", "mlp-chain"],
+)
 def test_an_or_is_never_an_and_nor_a_chain_an_or(gates, name):
     _, logic = gates[name]
     text = sentences(logic)

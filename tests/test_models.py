@@ -32,8 +32,9 @@ def test_a_long_context_run_loads_whatever_its_positions(tmp_path, positions):
     # The weights check compares the spec's parameter estimate with the file; counting a position
     # table for rotary (which has none) refused a plugin's own 2001-token rotary run as "another model".
     long = spec(d_model=16, n_heads=1, mlp=False, norm=None, positions=positions, n_ctx=2048)
-    save_checkpoint(tmp_path, build_model(long), {"spec": long.to_dict(), "vocabulary": [str(i) for i in range(20)],
-                                              "seed": 0})
+    save_checkpoint(
+        tmp_path, build_model(long), {"spec": long.to_dict(), "vocabulary": [str(i) for i in range(20)], "seed": 0}
+    )
     loaded, _ = load_checkpoint(tmp_path)
     assert loaded.cfg.n_ctx == 2048
 
@@ -49,8 +50,9 @@ def test_unscaled_scores_divide_by_one():
     assert torch.allclose(gaps[1], gaps[0] * (32 // 2) ** 0.5, rtol=1e-3)
 
 
-@pytest.mark.parametrize("bad", [dict(n_heads=3), dict(n_layers=0), dict(attention="linear"),
-                                 dict(positions="absolute"), dict(d_vocab=0)])
+@pytest.mark.parametrize(
+    "bad", [dict(n_heads=3), dict(n_layers=0), dict(attention="linear"), dict(positions="absolute"), dict(d_vocab=0)]
+)
 def test_bad_specs_are_refused(bad):
     with pytest.raises(UsageError):
         spec(**bad).validate()
@@ -58,8 +60,9 @@ def test_bad_specs_are_refused(bad):
 
 def test_checkpoint_round_trip_gives_identical_logits(tmp_path):
     model = build_model(spec(attention="uniform", positions="none", scale_scores=False), seed=3)
-    save_checkpoint(tmp_path, model, {"spec": model_spec_dict(model), "vocabulary": [str(i) for i in range(20)],
-                                      "seed": 3})
+    save_checkpoint(
+        tmp_path, model, {"spec": model_spec_dict(model), "vocabulary": [str(i) for i in range(20)], "seed": 3}
+    )
     loaded, config = load_checkpoint(tmp_path)
     tokens = torch.randint(20, (4, 12))
     assert torch.equal(model(tokens), loaded(tokens))
@@ -101,6 +104,7 @@ def test_forward_resumed_at_any_block_equals_the_full_forward(fields):
     tokens = torch.randint(9, (4, 7), generator=torch.Generator().manual_seed(0))
     logits, cache = model.run_with_cache(tokens)
     for start in range(3):
-        torch.testing.assert_close(forward_from(model, cache[f"blocks.{start}.hook_resid_pre"], start), logits,
-                                   rtol=0, atol=1e-5)
+        torch.testing.assert_close(
+            forward_from(model, cache[f"blocks.{start}.hook_resid_pre"], start), logits, rtol=0, atol=1e-5
+        )
     torch.testing.assert_close(forward_from(model, cache["blocks.2.hook_resid_post"], 3), logits, rtol=0, atol=1e-5)

@@ -24,7 +24,7 @@ from probes.settings import ReportSettings
 from tests.refusals import fixture_plugins_on_path
 
 SMALL = ReportSettings(ablation_rows=128, reference_rows=128, patch_pairs=32)
-SEEDS = (1, 2)   # seeds 0-2 all learn the chain (measured); 1 and 2 are the quicker (900, 1,300 steps)
+SEEDS = (1, 2)  # seeds 0-2 all learn the chain (measured); 1 and 2 are the quicker (900, 1,300 steps)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -72,6 +72,7 @@ def oracle_head_edges(edges) -> tuple[str, ...]:
 def series(names) -> list[str]:
     """The longest run of head-to-head edges in series (each edge's receiver the next one's sender),
     from edge names 'L0H0 -> L1H0.k'."""
+
     def ends(name):
         sender, receiver = name.split(" -> ")
         return sender, receiver.split(".")[0]
@@ -137,14 +138,16 @@ def test_the_census_counts_each_oracle_chain_once(analyses):
 
     members, by_chain = [], defaultdict(list)
     for run, analysis, edges in analyses:
-        stored = CircuitSummary.from_dict(json.loads(json.dumps(circuit_summary(analysis).to_dict())))   # as stored
+        stored = CircuitSummary.from_dict(json.loads(json.dumps(circuit_summary(analysis).to_dict())))  # as stored
         label = circuit_label(stored)
         members.append((run, label.kind, label.text, None))
         by_chain[frozenset(oracle_head_edges((run, analysis, edges)))].append(run.seed)
         # The label names heads by role ("L1 induction head"), so an edge is matched by layers and port.
-        labelled = {(sender.split()[0], receiver.split()[0], receiver.rsplit(".", 1)[1])
-                    for sender, receiver in (edge.split(" -> ") for edge in label.text.split("; "))
-                    if "." in receiver}
+        labelled = {
+            (sender.split()[0], receiver.split()[0], receiver.rsplit(".", 1)[1])
+            for sender, receiver in (edge.split(" -> ") for edge in label.text.split("; "))
+            if "." in receiver
+        }
         for name in oracle_head_edges((run, analysis, edges)):
             sender, receiver = name.split(" -> ")
             head, port = receiver.split(".")

@@ -47,13 +47,15 @@ def test_a_prefix_of_one_token_gives_no_shuffle_number_and_says_why(tmp_path):
     from probes.health import family_audit
     from probes.report.render import accuracy_table, health_lines
 
-    models = family(train("echo", tmp_path / "echo", ("attn-only-1x1",), {"examples": 300}, max_steps=50,
-                          eval_every=25))
+    models = family(
+        train("echo", tmp_path / "echo", ("attn-only-1x1",), {"examples": 300}, max_steps=50, eval_every=25)
+    )
     assert all(math.isnan(m.shuffle_max_logit_change) for m in models)
     assert family_audit(models) is None
     assert "n/a (no order to permute)" in accuracy_table(models)
-    assert any(line.startswith("no shortcut audit: the shuffle test has no order to permute")
-               for line in health_lines(models))
+    assert any(
+        line.startswith("no shortcut audit: the shuffle test has no order to permute") for line in health_lines(models)
+    )
 
 
 def test_the_shuffle_test_measures_where_some_prefix_has_two_tokens():
@@ -70,9 +72,17 @@ def test_the_shuffle_test_measures_where_some_prefix_has_two_tokens():
     def batch(rows):
         tokens = torch.tensor(rows)
         n = len(rows)
-        return Batch(tokens=tokens, lengths=torch.full((n,), 5), example_index=torch.arange(n),
-                     positions=torch.full((n,), 2), answers=tokens[:, 3], foils=tokens[:, 4], groups=[""] * n,
-                     counterfactual=None)
+        return Batch(
+            tokens=tokens,
+            lengths=torch.full((n,), 5),
+            example_index=torch.arange(n),
+            positions=torch.full((n,), 2),
+            answers=tokens[:, 3],
+            foils=tokens[:, 4],
+            groups=[""] * n,
+            counterfactual=None,
+        )
+
     assert math.isnan(shuffle_test(model, batch([[1, 1, 2, 3, 4], [5, 5, 2, 3, 4]])).max_abs_logit_change)
     assert shuffle_test(model, batch([[1, 1, 2, 3, 4], [1, 5, 2, 3, 4]])).max_abs_logit_change > 1e-4
 
@@ -84,8 +94,16 @@ def test_a_task_the_bag_of_words_solves_is_said_to_need_no_circuit(tmp_path):
     from probes.health import AuditVerdict, family_audit
     from probes.report.render import health_lines
 
-    models = family(train("majority", tmp_path / "majority", ("bag-of-words", "attn-only-1x1"),
-                          {"examples": 600}, max_steps=200, eval_every=25))
+    models = family(
+        train(
+            "majority",
+            tmp_path / "majority",
+            ("bag-of-words", "attn-only-1x1"),
+            {"examples": 600},
+            max_steps=200,
+            eval_every=25,
+        )
+    )
     blind = next(m for m in models if m.model_name == "bag-of-words")
     assert blind.heldout.value >= 0.95 and blind.shuffle_max_logit_change < 1e-3
     audit = family_audit(models)
@@ -101,9 +119,10 @@ def test_a_task_the_bag_of_words_solves_is_said_to_need_no_circuit(tmp_path):
 def test_a_flagged_run_is_not_ok_in_the_summary(tmp_path):
     from probes.report.summary import accuracy_cells
 
-    models = family(train("reverse", tmp_path / "reverse", ("attn-only-1x1",), {"examples": 400},
-                          max_steps=25, eval_every=25))
+    models = family(
+        train("reverse", tmp_path / "reverse", ("attn-only-1x1",), {"examples": 400}, max_steps=25, eval_every=25)
+    )
     (m,) = models
-    assert m.runs[0].splits["heldout"].n > len(m.runs) * 80      # several scored positions per example
+    assert m.runs[0].splits["heldout"].n > len(m.runs) * 80  # several scored positions per example
     assert m.suspect, "the 25-step run should be flagged (below chance or neither answer nor foil)"
     assert accuracy_cells(models)[("attn-only-1x1", 0)]["health"] == "flagged"

@@ -16,9 +16,15 @@ def venv_kernel(root: Path) -> str:
     name = "toylens-test"
     folder = root / "kernels" / name
     folder.mkdir(parents=True)
-    (folder / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "toylens venv", "language": "python"}))
+    (folder / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "toylens venv",
+                "language": "python",
+            }
+        )
+    )
     return name
 
 
@@ -36,27 +42,30 @@ def executed(tmp_path, monkeypatch, **environment) -> tuple[str, list]:
     from nbclient import NotebookClient
 
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")   # tiny model, shared machine
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # tiny model, shared machine
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
     kernel = venv_kernel(tmp_path / "jupyter")
     notebook = nbformat.read(NOTEBOOK, as_version=4)
-    NotebookClient(notebook, kernel_name=kernel, timeout=120,
-                   resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
+    NotebookClient(
+        notebook, kernel_name=kernel, timeout=120, resources={"metadata": {"path": str(NOTEBOOK.parent)}}
+    ).execute()
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"], [o for o in outputs if o.output_type == "error"]
     return "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "") for o in outputs), outputs
 
 
 def test_notebook_takes_any_run_and_ablates_heads_it_has(tiny_runs, tmp_path, monkeypatch):
-    run = tiny_runs / "attn-only-2x1" / "seed0"        # two layers of one head: no L0H1 to ablate
+    run = tiny_runs / "attn-only-2x1" / "seed0"  # two layers of one head: no L0H1 to ablate
     text, outputs = executed(tmp_path, monkeypatch, TOYLENS_RUN=str(run))
     assert f"{run}: 2 layer(s) x 1 head(s)" in text and "heads: L0H0, L1H0" in text
-    assert "L1H0" in text.split("heads ablated")[1]   # the default ablation: the last layer's first head
+    assert "L1H0" in text.split("heads ablated")[1]  # the default ablation: the last layer's first head
     # The report's views inline: the page of report.html for this run, its edge graph's data in it.
     (views,) = [o["data"]["text/html"] for o in outputs if "report-data" in o.get("data", {}).get("text/html", "")]
     # (the page data is script_json: its "->" is written "-\u003e")
-    assert views.startswith("<iframe srcdoc=") and "L0H0 -\\u003e L1H0.q" in views and 'sandbox="allow-scripts"' in views
+    assert (
+        views.startswith("<iframe srcdoc=") and "L0H0 -\\u003e L1H0.q" in views and 'sandbox="allow-scripts"' in views
+    )
 
 
 def test_ablate_heads_notebook_runs_clean(tmp_path, monkeypatch):

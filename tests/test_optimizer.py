@@ -19,8 +19,11 @@ def trained(variant: str, flat: bool, steps: int = 6):
     """(model, optimizer) after `steps` AdamW steps on a fixed next-token loss, through training's forward."""
     model = model_of(**VARIANTS[variant])
     trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = (FlatAdamW(trainable, LR, DECAY) if flat
-                 else torch.optim.AdamW(trainable, lr=LR, weight_decay=DECAY, foreach=True))
+    optimizer = (
+        FlatAdamW(trainable, LR, DECAY)
+        if flat
+        else torch.optim.AdamW(trainable, lr=LR, weight_decay=DECAY, foreach=True)
+    )
     forward, x = training_forward(model), tokens(8)
     forward.train()
     for _ in range(steps):

@@ -33,8 +33,9 @@ def one_line(result: tuple, *fragments: str) -> str:
     import re
 
     code, out, err = result
-    return refused_line((code, out, "\n".join(line for line in err.splitlines() if not re.search(r"\d+%\|", line))),
-                        *fragments)
+    return refused_line(
+        (code, out, "\n".join(line for line in err.splitlines() if not re.search(r"\d+%\|", line))), *fragments
+    )
 
 
 def temps(folder: Path) -> list[Path]:
@@ -76,19 +77,23 @@ main(sys.argv[1:])
 """
 
 
-def test_a_kill_while_replacing_an_export_leaves_the_old_one_and_the_rerun_the_same_files(tiny_runs, tmp_path,
-                                                                                         traced):
+def test_a_kill_while_replacing_an_export_leaves_the_old_one_and_the_rerun_the_same_files(tiny_runs, tmp_path, traced):
     from toylens.export import main
 
     main(["mib", str(tiny_runs), "--out", str(tmp_path / "exports")])
     before = contents(tmp_path / "exports")
     assert len([name for name in before if name.endswith(".json") and "toylens" not in name]) == 3
-    done = subprocess.run([sys.executable, "-c", KILLED, "mib", str(tiny_runs), "--out", str(tmp_path / "exports")],
-                          check=False,
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    done = subprocess.run(
+        [sys.executable, "-c", KILLED, "mib", str(tiny_runs), "--out", str(tmp_path / "exports")],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert done.returncode == -9, done.stderr
     after_kill = {name: data for name, data in contents(tmp_path / "exports").items() if ".toylens-tmp" not in name}
-    assert after_kill == before        # the old export, whole: the killed run's files are in its staging folder
+    assert after_kill == before  # the old export, whole: the killed run's files are in its staging folder
     main(["mib", str(tiny_runs), "--out", str(tmp_path / "exports")])
     assert contents(tmp_path / "exports") == before and temps(tmp_path) == []
 
@@ -104,7 +109,7 @@ def test_an_interrupted_edges_run_changes_nothing_and_a_rerun_matches(tiny_runs,
 
     def interrupted(path, *args):
         if path.name.endswith("_eap.json"):
-            raise KeyboardInterrupt   # Ctrl-C at a write point, after the figure and the oracle's file
+            raise KeyboardInterrupt  # Ctrl-C at a write point, after the figure and the oracle's file
         real(path, *args)
 
     monkeypatch.setattr(exports, "write_mib", interrupted)
@@ -124,7 +129,7 @@ def test_files_a_rerun_no_longer_writes_are_removed(tiny_runs, tmp_path, traced,
     edges_command(tiny_runs, tmp_path / "edges")
     export_command("mib", tiny_runs, tmp_path / "exports", 1)
     assert list((tmp_path / "edges").glob("mib_*.json")) and list((tmp_path / "exports" / "mib").glob("*.json"))
-    monkeypatch.setattr(NO_GAP, ReportSettings(min_gap=1e9))   # as a retrained run too weak to trace
+    monkeypatch.setattr(NO_GAP, ReportSettings(min_gap=1e9))  # as a retrained run too weak to trace
     edges_command(tiny_runs, tmp_path / "edges")
     export_command("mib", tiny_runs, tmp_path / "exports", 1)
     assert sorted(contents(tmp_path / "edges")) == [".toylens.json", "edges.md"]
@@ -144,14 +149,14 @@ def full_disk(monkeypatch, folder: Path):
 
 
 @pytest.mark.parametrize("kind", ["mib", "attribution"])
-def test_a_full_disk_fails_the_export_in_one_line_and_leaves_nothing(tiny_runs, tmp_path, traced, monkeypatch,
-                                                                     capsys, kind):
+def test_a_full_disk_fails_the_export_in_one_line_and_leaves_nothing(
+    tiny_runs, tmp_path, traced, monkeypatch, capsys, kind
+):
     from toylens.export import main
 
     full_disk(monkeypatch, tmp_path)
     result = in_process(main, [kind, str(tiny_runs), "--out", str(tmp_path / "exports"), "--pairs", "1"], capsys)
-    line = one_line(result, f"could not write {tmp_path / 'exports' / kind}", "No space left on device",
-                    "bytes free")
+    line = one_line(result, f"could not write {tmp_path / 'exports' / kind}", "No space left on device", "bytes free")
     assert ".toylens-tmp" not in line
     assert not (tmp_path / "exports" / kind).exists() and temps(tmp_path) == []
 
@@ -161,10 +166,16 @@ def test_a_full_disk_fails_edges_and_the_report_in_one_line(tiny_runs, tmp_path,
     from toylens.report import main as circuit_main
 
     full_disk(monkeypatch, tmp_path)
-    one_line(in_process(main, [str(tiny_runs), "--out", str(tmp_path / "edges")], capsys),
-             f"could not write {tmp_path / 'edges'}", "No space left")
-    one_line(in_process(circuit_main, ["report", str(tiny_runs), "--out", str(tmp_path / "report")], capsys),
-             f"could not write {tmp_path / 'report'}", "No space left")
+    one_line(
+        in_process(main, [str(tiny_runs), "--out", str(tmp_path / "edges")], capsys),
+        f"could not write {tmp_path / 'edges'}",
+        "No space left",
+    )
+    one_line(
+        in_process(circuit_main, ["report", str(tiny_runs), "--out", str(tmp_path / "report")], capsys),
+        f"could not write {tmp_path / 'report'}",
+        "No space left",
+    )
     # Nothing but the lock the report holds on its parent folder while it swaps (toylens's own).
     assert {p.name for p in tmp_path.iterdir()} <= {".toylens.lock"} and temps(tmp_path) == []
 
@@ -176,8 +187,11 @@ def test_an_export_through_a_link_is_refused_in_one_line(tiny_runs, tmp_path, ca
     users.mkdir()
     (tmp_path / "link").symlink_to(users)
     for kind in ("mib", "attribution"):
-        one_line(in_process(main, [kind, str(tiny_runs), "--out", str(tmp_path / "link")], capsys),
-                 "is a symbolic link", "does not write through links")
+        one_line(
+            in_process(main, [kind, str(tiny_runs), "--out", str(tmp_path / "link")], capsys),
+            "is a symbolic link",
+            "does not write through links",
+        )
     assert list(users.iterdir()) == []
 
 
@@ -216,10 +230,26 @@ def test_a_report_killed_while_replacing_an_earlier_one_leaves_it_and_the_rerun_
     out = tmp_path / "report"
     report_command(tiny_runs, out)
     before = contents(out)
-    done = subprocess.run([sys.executable, "-c", REPORT_KILLED, "report.html", "report", str(tiny_runs), "--out",
-                           str(out), "--jobs", "1"], check=False, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            REPORT_KILLED,
+            "report.html",
+            "report",
+            str(tiny_runs),
+            "--out",
+            str(out),
+            "--jobs",
+            "1",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert done.returncode == -9, done.stderr
-    assert contents(out) == before     # the earlier report, whole, not a mix with the killed one's files
+    assert contents(out) == before  # the earlier report, whole, not a mix with the killed one's files
     report_command(tiny_runs, out)
     assert report_files(contents(out)) == report_files(before) and temps(tmp_path) == []

@@ -33,9 +33,15 @@ def census_main(argv):
 
 
 # (the command that writes it, the runs it reads, the file it writes, what its refusal says)
-WRITTEN = {"summary.json": (accuracy_main, "tiny_runs", lambda out: out / "summary.json", "was not written by toylens"),
-           "census.md": (census_main, "finished_sweep", lambda out: out / "census" / "census.md",
-                         "was changed or replaced after the census wrote it")}
+WRITTEN = {
+    "summary.json": (accuracy_main, "tiny_runs", lambda out: out / "summary.json", "was not written by toylens"),
+    "census.md": (
+        census_main,
+        "finished_sweep",
+        lambda out: out / "census" / "census.md",
+        "was changed or replaced after the census wrote it",
+    ),
+}
 
 
 @pytest.mark.parametrize("name", WRITTEN)
@@ -51,7 +57,7 @@ def test_a_users_file_saved_under_a_name_toylens_wrote_is_never_replaced(request
     path.write_text("my own notes\n")
     before = contents(out)
     one_line(in_process(main, [str(out)], capsys), str(path), refusal)
-    assert contents(out) == before   # refused before anything else was written (census.png, census.json)
+    assert contents(out) == before  # refused before anything else was written (census.png, census.json)
 
 
 def test_a_file_toylens_wrote_is_still_its_own_after_being_rewritten(tmp_path):
@@ -63,10 +69,10 @@ def test_a_file_toylens_wrote_is_still_its_own_after_being_rewritten(tmp_path):
         write_json(path, {"value": value})
     assert owned(path)
     atomic_write(tmp_path / "log.jsonl", lambda temp: Path(temp).write_text("a\n"), grows=True)
-    with open(tmp_path / "log.jsonl", "a") as log:   # how training appends to its log
+    with open(tmp_path / "log.jsonl", "a") as log:  # how training appends to its log
         log.write("b\n")
     assert owned(tmp_path / "log.jsonl")
-    (tmp_path / "log.jsonl").write_text("c\n")        # not what toylens wrote first
+    (tmp_path / "log.jsonl").write_text("c\n")  # not what toylens wrote first
     assert not owned(tmp_path / "log.jsonl")
     remove(path)
     assert not path.exists()
@@ -80,11 +86,30 @@ def test_a_sweep_into_a_folder_with_a_users_failed_json_refuses_before_training(
     out = tmp_path / "sweep"
     out.mkdir()
     (out / "failed.json").write_text('{"model_name": "mine", "seed": 0, "error": "my notes"}\n')
-    argv = ["sweep", "--out", str(out), "--models", "bag-of-words", "--seeds", "0-0", "--steps", "5",
-            "--nouns", "6", "--jobs", "1", "--no-progress"]
-    one_line(in_process(lambda a: main_for_task("winograd", a), argv, capsys), str(out / "failed.json"),
-             "was not written by toylens")
-    assert contents(out) == {"failed.json": b'{"model_name": "mine", "seed": 0, "error": "my notes"}\n'}   # nothing trained
+    argv = [
+        "sweep",
+        "--out",
+        str(out),
+        "--models",
+        "bag-of-words",
+        "--seeds",
+        "0-0",
+        "--steps",
+        "5",
+        "--nouns",
+        "6",
+        "--jobs",
+        "1",
+        "--no-progress",
+    ]
+    one_line(
+        in_process(lambda a: main_for_task("winograd", a), argv, capsys),
+        str(out / "failed.json"),
+        "was not written by toylens",
+    )
+    assert contents(out) == {
+        "failed.json": b'{"model_name": "mine", "seed": 0, "error": "my notes"}\n'
+    }  # nothing trained
 
 
 ROOTS = {

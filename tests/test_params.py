@@ -44,7 +44,7 @@ def test_gpt2_small_shape():
     assert result.tied_total == 124_439_808
     assert result.per_block_counted == 12 * 768**2 + 13 * 768
     assert result.mlp_share_of_block == pytest.approx(2 / 3, abs=0.001)
-    assert result.buffers == {"unembed.bias": 50257}   # TL's zero bias: a buffer, not a parameter
+    assert result.buffers == {"unembed.bias": 50257}  # TL's zero bias: a buffer, not a parameter
 
 
 def test_spec_from_key_values():
@@ -60,7 +60,14 @@ def test_spec_from_run_folder(tmp_path):
     from tasks.training.runs import run_sha256
 
     spec = SPECS[1]
-    config = {"format": FORMAT, "spec": spec.to_dict(), "vocabulary": ["a"], "model_name": "m", "seed": 0,
-              "task": {"name": "winograd", "params": {}}, "training": {}}
-    write_json(tmp_path / "config.json", {**config, "run_sha256": run_sha256(config)})   # a whole config.json
+    config = {
+        "format": FORMAT,
+        "spec": spec.to_dict(),
+        "vocabulary": ["a"],
+        "model_name": "m",
+        "seed": 0,
+        "task": {"name": "winograd", "params": {}},
+        "training": {},
+    }
+    write_json(tmp_path / "config.json", {**config, "run_sha256": run_sha256(config)})  # a whole config.json
     assert spec_from_args([str(tmp_path)]) == spec

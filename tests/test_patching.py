@@ -21,8 +21,14 @@ def pairs(small_winograd):
 def test_activation_patching_equals_transformer_lens(pairs, small_winograd):
     from transformer_lens import patching
 
-    spec = ModelSpec(n_layers=2, d_model=16, n_heads=2, mlp=False, n_ctx=pairs.inputs.shape[1],
-                     d_vocab=len(small_winograd.vocabulary()))
+    spec = ModelSpec(
+        n_layers=2,
+        d_model=16,
+        n_heads=2,
+        mlp=False,
+        n_ctx=pairs.inputs.shape[1],
+        d_vocab=len(small_winograd.vocabulary()),
+    )
     model = build_model(spec, seed=3)
     ours = activation_patching(model, pairs)
 
@@ -46,8 +52,7 @@ def hand_built(component: str, logits_read_sender: bool = False):
     copies the prefix average into dims 4-7; the layer-1 head reads dims 4-7 ONLY through its
     `component` projection. With `logits_read_sender` False the unembedding ignores dims 4-7, so the
     sender reaches the answer only through the receiver."""
-    spec = ModelSpec(n_layers=2, d_model=8, n_heads=1, mlp=False, norm=None, positions="none",
-                     n_ctx=4, d_vocab=4)
+    spec = ModelSpec(n_layers=2, d_model=8, n_heads=1, mlp=False, norm=None, positions="none", n_ctx=4, d_vocab=4)
     model = build_model(spec, seed=0)
     generator = torch.Generator().manual_seed(0)
     state = {name: torch.zeros_like(value) for name, value in model.state_dict().items()}
@@ -75,9 +80,13 @@ def test_path_patching_finds_the_hand_built_composition(component):
 
     model, batch = hand_built(component), hand_batch()
     _, cache = model.run_with_cache(batch.inputs)
-    for name in ("q", "k", "v"):   # the receiver's input is recomputed exactly as the model does
-        torch.testing.assert_close(receiver_input(model, 1, name, cache["blocks.1.hook_resid_pre"]),
-                                   cache[f"blocks.1.attn.hook_{name}"], rtol=0, atol=1e-5)
+    for name in ("q", "k", "v"):  # the receiver's input is recomputed exactly as the model does
+        torch.testing.assert_close(
+            receiver_input(model, 1, name, cache["blocks.1.hook_resid_pre"]),
+            cache[f"blocks.1.attn.hook_{name}"],
+            rtol=0,
+            atol=1e-5,
+        )
     results = {p.component: p for p in path_sweep(model, batch)}
     assert abs(results[component].recovered) > 0.05
     for other in set("qkv") - {component}:

@@ -26,7 +26,7 @@ def two_key_readers():
     token, sender, position, out = slice(0, 4), slice(4, 8), slice(8, 12), slice(12, 16)
     state["embed.weight"][:, token] = torch.eye(4)
     state["pos_embed.weight"][:, position] = torch.eye(4)
-    state["blocks.0.attn.v.weight"][:4, token] = torch.eye(4)        # zero scores: a uniform prefix average
+    state["blocks.0.attn.v.weight"][:4, token] = torch.eye(4)  # zero scores: a uniform prefix average
     state["blocks.0.attn.o.weight"][sender, :4] = 4 * torch.eye(4)
     for head in (slice(0, 8), slice(8, 16)):
         state["blocks.1.attn.q.weight"][head, position] = torch.randn(8, 4, generator=generator)
@@ -63,8 +63,9 @@ def test_a_joint_path_of_one_head_each_is_the_single_edge(component):
 
     model, batch = random_model(norm="LN"), hand_batch()
     # The single-head form and the one-head sets, in different replicas of one forward.
-    single, joint = path_patch_many(model, batch, [PathTarget((0, 1), None, (1, 0), component),
-                                                   PathTarget(((0, 1),), None, ((1, 0),), component)])
+    single, joint = path_patch_many(
+        model, batch, [PathTarget((0, 1), None, (1, 0), component), PathTarget(((0, 1),), None, ((1, 0),), component)]
+    )
     assert (joint.sender, joint.receiver) == (single.sender, single.receiver) == ((Head(0, 1),), (Head(1, 0),))
     for field in ("metric", "recovered", "restored", "attention_moved", "attention_recovered"):
         assert getattr(joint, field) == pytest.approx(getattr(single, field), abs=1e-6)
@@ -78,11 +79,15 @@ def test_redundant_receivers_need_the_joint_path():
 
     model = two_key_readers()
     batch = predicted_pairs(model)
-    first, second, joint = path_patch_many(model, batch, [
-        PathTarget((0, 0), None, (1, 0), "k"),
-        PathTarget((0, 0), None, (1, 1), "k"),
-        PathTarget(((0, 0),), None, ((1, 0), (1, 1)), "k"),
-    ])
+    first, second, joint = path_patch_many(
+        model,
+        batch,
+        [
+            PathTarget((0, 0), None, (1, 0), "k"),
+            PathTarget((0, 0), None, (1, 1), "k"),
+            PathTarget(((0, 0),), None, ((1, 0), (1, 1)), "k"),
+        ],
+    )
     assert (str(joint.sender), str(joint.receiver)) == ("L0H0", "L1H0+L1H1")
     # The sender reaches the logits only through the two receivers' keys, so the joint path equals
     # restoring its whole output (two exact interventions), where either edge alone falls short.
@@ -105,8 +110,11 @@ def test_joint_senders_add_their_writes_into_the_receiver_input():
     corrupt = corrupt_inputs(batch)
     _, clean_cache = model.run_with_cache(batch.inputs)
     _, corrupt_cache = model.run_with_cache(corrupt)
-    writes = sum((clean_cache["blocks.0.attn.hook_z"][:, :, h] - corrupt_cache["blocks.0.attn.hook_z"][:, :, h])
-                 @ model.W_O[0, h] for h in (0, 1))
+    writes = sum(
+        (clean_cache["blocks.0.attn.hook_z"][:, :, h] - corrupt_cache["blocks.0.attn.hook_z"][:, :, h])
+        @ model.W_O[0, h]
+        for h in (0, 1)
+    )
     key = (corrupt_cache["blocks.1.hook_resid_pre"] + writes) @ model.W_K[1, 0] + model.b_K[1, 0]
 
     def swap_key(k, hook):
@@ -122,12 +130,15 @@ def test_joint_senders_add_their_writes_into_the_receiver_input():
     assert all(abs(joint.metric - single) > 1e-4 for single in singles)
 
 
-@pytest.mark.parametrize("senders, receivers", [
-    (["L1H0"], ["L1H1"]),             # same block
-    (["L0H0", "L1H0"], ["L1H1"]),     # one sender not before the receivers
-    (["L0H0"], ["L1H0", "L2H0"]),     # receivers over two layers
-    ([], ["L1H0"]),
-])
+@pytest.mark.parametrize(
+    "senders, receivers",
+    [
+        (["L1H0"], ["L1H1"]),  # same block
+        (["L0H0", "L1H0"], ["L1H1"]),  # one sender not before the receivers
+        (["L0H0"], ["L1H0", "L2H0"]),  # receivers over two layers
+        ([], ["L1H0"]),
+    ],
+)
 def test_receivers_must_follow_every_sender_in_one_layer(senders, receivers):
     from probes.circuits.path_patching import joint_path_patch
 
@@ -146,7 +157,9 @@ def test_clean_values_swap_in_the_receivers_clean_value_input():
     corrupt = corrupt_inputs(batch)
     _, clean_cache = model.run_with_cache(batch.inputs)
     _, corrupt_cache = model.run_with_cache(corrupt)
-    write = (clean_cache["blocks.0.attn.hook_z"][:, :, 1] - corrupt_cache["blocks.0.attn.hook_z"][:, :, 1]) @ model.W_O[0, 1]
+    write = (clean_cache["blocks.0.attn.hook_z"][:, :, 1] - corrupt_cache["blocks.0.attn.hook_z"][:, :, 1]) @ model.W_O[
+        0, 1
+    ]
     key = (corrupt_cache["blocks.1.hook_resid_pre"] + write) @ model.W_K[1, 0] + model.b_K[1, 0]
 
     def swap(name, value):
@@ -154,13 +167,22 @@ def test_clean_values_swap_in_the_receivers_clean_value_input():
             act = act.clone()
             act[:, :, 0] = value
             return act
+
         return (name, hook)
 
     clean_v = swap("blocks.1.attn.hook_v", clean_cache["blocks.1.attn.hook_v"][:, :, 0])
-    expected = [outcome(replica_scored(model.run_with_hooks(corrupt, fwd_hooks=hooks), batch), batch)[0].metric
-                for hooks in ([swap("blocks.1.attn.hook_k", key), clean_v], [clean_v])]
-    with_path, values_only = path_patch_many(model, batch, [PathTarget((0, 1), None, (1, 0), "k", clean_values=True),
-                                                            PathTarget((0, 1), (), (1, 0), "k", clean_values=True)])
+    expected = [
+        outcome(replica_scored(model.run_with_hooks(corrupt, fwd_hooks=hooks), batch), batch)[0].metric
+        for hooks in ([swap("blocks.1.attn.hook_k", key), clean_v], [clean_v])
+    ]
+    with_path, values_only = path_patch_many(
+        model,
+        batch,
+        [
+            PathTarget((0, 1), None, (1, 0), "k", clean_values=True),
+            PathTarget((0, 1), (), (1, 0), "k", clean_values=True),
+        ],
+    )
     assert [with_path.metric, values_only.metric] == pytest.approx(expected, abs=1e-5)
     assert abs(with_path.metric - values_only.metric) > 1e-4 and with_path.clean_values
     with pytest.raises(UsageError):
@@ -176,6 +198,6 @@ def test_a_path_keeps_typed_heads_and_is_stored_by_their_names():
 
     patch = PathPatch(HeadSet(["L0H1", (0, 3)]), None, HeadSet([Head(1, 0)]), "k", 0.0, 0.5, 0.5, 0.1, 0.2)
     assert patch.sender == (Head(0, 1), Head(0, 3)) and str(patch.sender) == "L0H1+L0H3"
-    assert asdict(patch)["sender"] == patch.sender          # dataclasses.asdict rebuilds the HeadSet
+    assert asdict(patch)["sender"] == patch.sender  # dataclasses.asdict rebuilds the HeadSet
     stored = jsonable(patch)
     assert (stored["sender"], stored["receiver"], stored["where"]) == ("L0H1+L0H3", "L1H0", "all positions")

@@ -34,7 +34,7 @@ def test_the_oracle_ranks_every_planted_edge_first_unless_branches_are_alternati
     for p in planted:
         effects = edge_effects(p.model, p.batch, graph_of(p.spec))
         truth = torch.tensor([e in p.edges for e in effects.edges])
-        assert int(truth.sum()) == len(p.edges), p.name       # every planted edge is in the graph
+        assert int(truth.sum()) == len(p.edges), p.name  # every planted edge is in the graph
         score = auroc(effects.effect.abs(), truth)
         assert score < 0.95 if p.structure is Structure.ALTERNATIVES else score == 1.0, p.name
 
@@ -56,8 +56,11 @@ def test_distractor_heads_write_more_than_the_circuit_heads(planted):
 
     for p in planted:
         runs = record_runs(p.model, p.batch, graph_of(p.spec))
-        moved = {s: float((runs.base.writes[s] - runs.other.writes[s]).norm()) for s in runs.base.writes
-                 if isinstance(s, Head)}
+        moved = {
+            s: float((runs.base.writes[s] - runs.other.writes[s]).norm())
+            for s in runs.base.writes
+            if isinstance(s, Head)
+        }
         in_circuit = {e.sender for e in p.edges} | {e.receiver.node for e in p.edges}
         loudest = max(moved, key=moved.get)
         assert loudest not in in_circuit, p.name

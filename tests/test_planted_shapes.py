@@ -108,10 +108,14 @@ def test_the_sentence_mentions_stand_in_sets_only_when_there_are_some(shapes):
     graph, runs, single = measured(p)
     named = redundancy(p.model, p.batch, graph, graph.edges, single.normalised(), runs)
     for alternatives, says in ((0, False), (8, True)):
-        joint = joint_search(p.model, p.batch, graph, runs, single.normalised(), alternatives=alternatives,
-                             tighten=True)
-        sentence = structure_sentence(CircuitStructure(named, joint, redundancy(
-            p.model, p.batch, graph, joint.circuit, single.normalised(), runs)))
+        joint = joint_search(
+            p.model, p.batch, graph, runs, single.normalised(), alternatives=alternatives, tighten=True
+        )
+        sentence = structure_sentence(
+            CircuitStructure(
+                named, joint, redundancy(p.model, p.batch, graph, joint.circuit, single.normalised(), runs)
+            )
+        )
         assert ("counts the stand-in sets" in sentence) is says, sentence
         assert ("stand-in set(s)" in sentence) is says
 
@@ -127,4 +131,6 @@ def test_the_backup_chains_middle_heads_are_the_branches_and_its_ends_are_necess
     found = redundancy(p.model, p.batch, graph, p.edges, single.normalised())
     necessity = {g.sender: g.necessity for g in found.groups}
     assert necessity[Head(0, 0)] == pytest.approx(1.0, abs=0.01) and necessity[MLP(1)] == pytest.approx(1.0, abs=0.01)
-    assert necessity[Head(1, 0)] == pytest.approx(0.0, abs=0.01) and necessity[Head(1, 1)] == pytest.approx(0.0, abs=0.01)
+    assert necessity[Head(1, 0)] == pytest.approx(0.0, abs=0.01) and necessity[Head(1, 1)] == pytest.approx(
+        0.0, abs=0.01
+    )

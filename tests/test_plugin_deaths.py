@@ -54,7 +54,7 @@ def run_cli_in_child(body) -> tuple[int, str]:
     if child == 0:
         os.close(read)
         os.dup2(write, 2)
-        sys.stderr = open(write, "w")   # pytest's capture replaced sys.stderr
+        sys.stderr = open(write, "w")  # pytest's capture replaced sys.stderr
         code = 0
         try:
             run_cli(body)
@@ -81,8 +81,10 @@ def test_a_plugin_that_kills_its_process_is_one_line_naming_it(tmp_path, monkeyp
     task_cls, module = dying_task(tmp_path, monkeypatch, death)
     settings = TrainSettings(max_steps=5, batch_size=16, eval_every=5)
     out = tmp_path / "runs"
-    plans = [RunPlan(task_cls(small_winograd.params), name, spec, 0, settings, out / name / "seed0")
-             for name, spec in TINY_SPECS.items()]
+    plans = [
+        RunPlan(task_cls(small_winograd.params), name, spec, 0, settings, out / name / "seed0")
+        for name, spec in TINY_SPECS.items()
+    ]
     code, stderr = run_cli_in_child(lambda: train_family(plans, progress=False, jobs=jobs))
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert code == 2, stderr
@@ -100,10 +102,10 @@ def test_a_plugin_whose_vocabulary_changes_between_calls_is_refused(small_winogr
         name = "shifting"
         calls = 0
 
-        def vocabulary(self):   # a new order on every call, as a set turned into a list can give
+        def vocabulary(self):  # a new order on every call, as a set turned into a list can give
             tokens = super().vocabulary()
             Shifting.calls += 1
-            return tokens[Shifting.calls % len(tokens):] + tokens[:Shifting.calls % len(tokens)]
+            return tokens[Shifting.calls % len(tokens) :] + tokens[: Shifting.calls % len(tokens)]
 
     with pytest.raises(UsageError, match="task plugin 'shifting': vocabulary\\(\\) returned a different list"):
         plan_family(Shifting(small_winograd.params), None, [0], TrainSettings(max_steps=5), tmp_path / "runs")

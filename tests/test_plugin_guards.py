@@ -27,9 +27,14 @@ class Huge:
         return {"train": [self.example] * self.count, "validation": [self.example], "heldout": [self.example]}
 
 
-@pytest.mark.parametrize("count, length, fragment", [(10_000_000, 4, "more than toylens's limit of 2000000"),
-                                                     (10, 60_000, "60000-token example"),
-                                                     (1_000_000, 4000, "GiB as tensors")])
+@pytest.mark.parametrize(
+    "count, length, fragment",
+    [
+        (10_000_000, 4, "more than toylens's limit of 2000000"),
+        (10, 60_000, "60000-token example"),
+        (1_000_000, 4000, "GiB as tensors"),
+    ],
+)
 def test_oversized_plugin_data_is_refused(count, length, fragment):
     from tests.test_validation import FakeTask
     from tasks.validate import validate_task_examples
@@ -49,22 +54,28 @@ def boom(*args, **kwargs):
     raise RuntimeError("boom")
 
 
-@pytest.mark.parametrize("member, call", [
-    ("generate", lambda t: __import__("tasks.validate").validate.validate_task_examples(t, 0)),
-    ("vocabulary", lambda t: t.vocabulary()),
-    ("default_models", lambda t: __import__("tasks.validate").validate.validate_family(t)),
-    ("default_training", lambda t: t.default_training()),
-    ("expected_circuit", lambda t: t.expected_circuit("tiny", t.default_models()["tiny"])),
-])
+@pytest.mark.parametrize(
+    "member, call",
+    [
+        ("generate", lambda t: __import__("tasks.validate").validate.validate_task_examples(t, 0)),
+        ("vocabulary", lambda t: t.vocabulary()),
+        ("default_models", lambda t: __import__("tasks.validate").validate.validate_family(t)),
+        ("default_training", lambda t: t.default_training()),
+        ("expected_circuit", lambda t: t.expected_circuit("tiny", t.default_models()["tiny"])),
+    ],
+)
 @pytest.mark.parametrize("failure", ["raises", "exits", "wrong type"])
 def test_a_failing_plugin_member_is_one_line_naming_it(member, call, failure):
     def exits(*args, **kwargs):
         sys.exit(0)
 
-    body = {"raises": boom, "exits": exits, "wrong type": lambda self, *a: ["not", "a", "dict"] if member !=
-            "vocabulary" else {"a": 1}}[failure]
+    body = {
+        "raises": boom,
+        "exits": exits,
+        "wrong type": lambda self, *a: ["not", "a", "dict"] if member != "vocabulary" else {"a": 1},
+    }[failure]
     if failure == "wrong type" and member == "generate":
-        body = lambda self, seed: [1, 2]   # noqa: E731
+        body = lambda self, seed: [1, 2]  # noqa: E731
     task = plugin(**{member: body})()
     with pytest.raises(UsageError) as caught:
         call(task)
@@ -107,9 +118,14 @@ def test_a_non_finite_float_parameter_is_refused_by_train_and_sweep(tmp_path):
     assert not (tmp_path / "noise=inf").exists()
 
 
-@pytest.mark.parametrize("field, kind, fragment", [("steps", "int", "already a train option"),
-                                                   ("models", "str", "already a train option"),
-                                                   ("sizes", "list", "must be int, float, str or bool")])
+@pytest.mark.parametrize(
+    "field, kind, fragment",
+    [
+        ("steps", "int", "already a train option"),
+        ("models", "str", "already a train option"),
+        ("sizes", "list", "must be int, float, str or bool"),
+    ],
+)
 def test_plugin_params_that_cannot_be_flags_are_refused(field, kind, fragment):
     from dataclasses import field as dataclass_field, make_dataclass
 
@@ -123,11 +139,20 @@ def test_plugin_params_that_cannot_be_flags_are_refused(field, kind, fragment):
 
 
 PLUGINS = {
-    "exits on import": ("toylens-quitter", "quitter = quitter_plugin:Plugin",
-                        "import sys\nsys.exit(0)\n", "quitter", "failed to import: SystemExit"),
-    "claims winograd": ("toylens-copycat", "copycat = copycat_plugin:Plugin",
-                        "from tasks.winograd import WinogradTask\nclass Plugin(WinogradTask):\n    pass\n",
-                        "winograd", "two task plugins are named 'winograd'"),
+    "exits on import": (
+        "toylens-quitter",
+        "quitter = quitter_plugin:Plugin",
+        "import sys\nsys.exit(0)\n",
+        "quitter",
+        "failed to import: SystemExit",
+    ),
+    "claims winograd": (
+        "toylens-copycat",
+        "copycat = copycat_plugin:Plugin",
+        "from tasks.winograd import WinogradTask\nclass Plugin(WinogradTask):\n    pass\n",
+        "winograd",
+        "two task plugins are named 'winograd'",
+    ),
 }
 
 
@@ -146,5 +171,6 @@ def test_misbehaving_installed_plugins_are_refused_by_every_command(tmp_path, ca
     if name == "winograd":
         one_line(cli("tasks.winograd", "train", "--out", str(tmp_path / "runs"), env=env), fragment)
     assert not (tmp_path / "runs").exists()
-    assert contents(tmp_path).keys() == {f"{module}.py", f"{info.name}/METADATA", f"{info.name}/entry_points.txt"} \
-        | {p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("__pycache__/*")}
+    assert contents(tmp_path).keys() == {f"{module}.py", f"{info.name}/METADATA", f"{info.name}/entry_points.txt"} | {
+        p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("__pycache__/*")
+    }

@@ -33,8 +33,12 @@ def example_plugin() -> str:
     if installed_from("toylens-firstmark") != EXAMPLE.as_uri():
         # Without build isolation pip reuses the venv's setuptools instead of downloading one.
         isolation = ["--no-build-isolation"] if has_setuptools() else []
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *isolation, "-e", str(EXAMPLE)],
-                       check=True, capture_output=True, text=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", *isolation, "-e", str(EXAMPLE)],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         # The entry point is visible to this process at once; its module only once the new .pth
         # file is read, or every later registry lookup in this test session would fail to import it.
         site.addsitedir(sysconfig.get_paths()["purelib"])
@@ -57,8 +61,22 @@ def toylens(*args, cwd=None) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="session")
 def plugin_runs(example_plugin, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("plugin") / "firstmark"
-    result = toylens("toylens", "train", example_plugin, "--models", "bag-of-words,attn-only-2x1", "--seeds", "0-0",
-                     "--steps", "200", "--eval-every", "50", "--out", str(out), "--no-progress")
+    result = toylens(
+        "toylens",
+        "train",
+        example_plugin,
+        "--models",
+        "bag-of-words,attn-only-2x1",
+        "--seeds",
+        "0-0",
+        "--steps",
+        "200",
+        "--eval-every",
+        "50",
+        "--out",
+        str(out),
+        "--no-progress",
+    )
     assert result.returncode == 0, result.stderr
     return out
 
@@ -66,8 +84,9 @@ def plugin_runs(example_plugin, tmp_path_factory) -> Path:
 def test_plugin_is_listed(example_plugin):
     result = toylens("toylens", "list")
     assert result.returncode == 0, result.stderr
-    assert any(line.split()[0] == example_plugin and "marked letters came first" in line
-               for line in result.stdout.splitlines())
+    assert any(
+        line.split()[0] == example_plugin and "marked letters came first" in line for line in result.stdout.splitlines()
+    )
 
 
 def test_plugin_params_become_flags(example_plugin):

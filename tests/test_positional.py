@@ -73,7 +73,6 @@ def test_a_layout_that_varies_is_not_resolved_by_position(planted):
     assert not fixed_layout(shifted)
 
 
-
 def test_reused_effects_and_the_chunked_search_equal_measuring_everything():
     """Whole edges read their effect from the aggregated oracle and the search measures sizes in
     growing chunks: the same effects as running every edge of the positional graph, and the same

@@ -23,12 +23,16 @@ seeds = st.integers(min_value=0, max_value=2**32 - 1)
 def winograd_tasks(draw) -> WinogradTask:
     heldout = draw(st.floats(min_value=0.05, max_value=0.8))
     validation = draw(st.floats(min_value=0.05, max_value=0.9 - heldout))
-    params = WinogradParams(nouns=2 * draw(st.integers(min_value=2, max_value=8)), heldout_fraction=heldout,
-                            validation_fraction=validation, leaky=draw(st.booleans()))
+    params = WinogradParams(
+        nouns=2 * draw(st.integers(min_value=2, max_value=8)),
+        heldout_fraction=heldout,
+        validation_fraction=validation,
+        leaky=draw(st.booleans()),
+    )
     try:
         return WinogradTask(params)
     except UsageError:
-        assume(False)   # a split would be empty: the task refuses such parameters up front
+        assume(False)  # a split would be empty: the task refuses such parameters up front
 
 
 def ordered_pairs(task: WinogradTask, examples) -> set[tuple[str, str]]:
@@ -39,7 +43,7 @@ def ordered_pairs(task: WinogradTask, examples) -> set[tuple[str, str]]:
 @FEW
 @given(winograd_tasks(), seeds)
 def test_winograd_generation_is_deterministic_and_valid(task, seed):
-    splits = validate_task_examples(task, seed)   # contract, determinism, no sequence in two splits
+    splits = validate_task_examples(task, seed)  # contract, determinism, no sequence in two splits
     again = WinogradTask(task.params).generate(seed)
     assert splits == again
 
@@ -68,7 +72,7 @@ def test_winograd_counterfactual_changes_exactly_the_adjective_and_the_answer(ta
             changed = {i for i, (a, b) in enumerate(zip(clean, corrupt)) if a != b}
             assert len(clean) == len(corrupt) and changed == {ADJECTIVE, REFERENT}
             assert roles[clean[ADJECTIVE]] != roles[corrupt[ADJECTIVE]]
-            assert corrupt[REFERENT] == example.foils[0]          # the answer flips to the other noun
+            assert corrupt[REFERENT] == example.foils[0]  # the answer flips to the other noun
             assert {clean[REFERENT], corrupt[REFERENT]} == {clean[X], clean[Y]}
             assert example.answers == (clean[REFERENT],)
 
@@ -86,15 +90,18 @@ def induction_class():
 def induction_tasks(draw):
     cls = induction_class()
     low = draw(st.integers(min_value=2, max_value=8))
-    params = cls.Params(tokens=draw(st.integers(min_value=max(4, low), max_value=30)), min_repeat=low,
-                        max_repeat=draw(st.integers(min_value=low, max_value=10)),
-                        train=draw(st.integers(min_value=1, max_value=60)),
-                        validation=draw(st.integers(min_value=1, max_value=10)),
-                        heldout=draw(st.integers(min_value=1, max_value=10)))
+    params = cls.Params(
+        tokens=draw(st.integers(min_value=max(4, low), max_value=30)),
+        min_repeat=low,
+        max_repeat=draw(st.integers(min_value=low, max_value=10)),
+        train=draw(st.integers(min_value=1, max_value=60)),
+        validation=draw(st.integers(min_value=1, max_value=10)),
+        heldout=draw(st.integers(min_value=1, max_value=10)),
+    )
     try:
         return cls(params)
     except UsageError:
-        assume(False)   # too few distinct sequences for these sizes: the task refuses, rightly
+        assume(False)  # too few distinct sequences for these sizes: the task refuses, rightly
 
 
 @FEW
@@ -113,9 +120,9 @@ def test_induction_counterfactual_changes_every_induction_answer(task, seed):
         for example in examples:
             repeat = (len(example.tokens) - 1) // 2
             clean, corrupt = example.tokens, example.counterfactual
-            assert corrupt[repeat + 1:] == clean[repeat + 1:]           # the repeat itself is kept
-            assert sorted(corrupt[1:repeat + 1]) == sorted(clean[1:repeat + 1])
-            successor = {a: b for a, b in zip(corrupt[1:repeat], corrupt[2:repeat + 1])}
+            assert corrupt[repeat + 1 :] == clean[repeat + 1 :]  # the repeat itself is kept
+            assert sorted(corrupt[1 : repeat + 1]) == sorted(clean[1 : repeat + 1])
+            successor = {a: b for a, b in zip(corrupt[1:repeat], corrupt[2 : repeat + 1])}
             for position, answer in zip(example.positions, example.answers):
-                assert clean[position + 1 - repeat] == answer            # answer = successor in the first copy
-                assert successor.get(clean[position]) != answer         # ...which the counterfactual moves
+                assert clean[position + 1 - repeat] == answer  # answer = successor in the first copy
+                assert successor.get(clean[position]) != answer  # ...which the counterfactual moves

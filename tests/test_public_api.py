@@ -59,16 +59,22 @@ def test_every_public_name_resolves():
 def test_a_plugin_built_on_the_public_api_is_probed_through_it():
     task = CopyFirst()
     data = task.generate(0)["heldout"]
-    spec = ModelSpec(**{**task.default_models()["attn-only-1x2"].__dict__, "n_ctx": 8, "d_vocab": len(task.vocabulary())})
+    spec = ModelSpec(
+        **{**task.default_models()["attn-only-1x2"].__dict__, "n_ctx": 8, "d_vocab": len(task.vocabulary())}
+    )
     model = toylens.build_model(spec, seed=0)
-    batch = Batch.from_tokens([e.tokens for e in data], [e.positions for e in data],
-                              foils=[e.foils for e in data], counterfactual=[e.counterfactual for e in data])
+    batch = Batch.from_tokens(
+        [e.tokens for e in data],
+        [e.positions for e in data],
+        foils=[e.foils for e in data],
+        counterfactual=[e.counterfactual for e in data],
+    )
     assert batch.answers.tolist() == [e.tokens[4] for e in data]
 
     ablated = toylens.ablate(model, batch, [toylens.Head(0, 1)], method=toylens.Ablation.ZERO)
     assert ablated.heads == (toylens.Head(0, 1),) and ablated.label == "L0H1"
     baseline = toylens.ablate(model, batch, [], method=toylens.Ablation.ZERO)
-    assert ablated.logit_diff != pytest.approx(baseline.logit_diff)   # the head does write to the answer
+    assert ablated.logit_diff != pytest.approx(baseline.logit_diff)  # the head does write to the answer
 
     patching = toylens.activation_patching(model, batch)
     assert isinstance(patching, toylens.ActivationPatching)
@@ -102,7 +108,14 @@ def test_the_plugin_guide_code_defines_a_task():
 # experiments. A module may import its own layer or any below it.
 LAYERS = ("common", "models", "tasks", "probes", "toylens")
 # features sits beside circuits: it reuses their AUROC and Tracr ground truth, and the report may read it.
-PROBES_LAYERS = {"settings": 0, "circuits": 2, "features": 2, "census": 3, "report": 3, "chapter": 4}   # other modules: 1
+PROBES_LAYERS = {
+    "settings": 0,
+    "circuits": 2,
+    "features": 2,
+    "census": 3,
+    "report": 3,
+    "chapter": 4,
+}  # other modules: 1
 
 
 def layer_of(module: str) -> tuple[int, int]:
@@ -154,7 +167,9 @@ def import_graph() -> dict[str, dict[str, str]]:
         arrows = graph.setdefault(module, {})
         for name, line in imports_of(path):
             parts = name.split(".")
-            target = next((".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in modules), None)
+            target = next(
+                (".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in modules), None
+            )
             if target is not None and target != module:
                 arrows.setdefault(target, f"{path.relative_to(REPO)}:{line}")
     return graph
@@ -196,8 +211,12 @@ def test_layers_only_look_down():
     """common <- models <- tasks <- probes <- toylens, and within probes settings <- primitives <-
     circuits <- report/census <- chapter: no import, at any depth, reaches a layer above its own."""
     graph = import_graph()
-    up = [f"{where}: {module} imports {target}" for module, arrows in graph.items()
-          for target, where in arrows.items() if layer_of(target) > layer_of(module)]
+    up = [
+        f"{where}: {module} imports {target}"
+        for module, arrows in graph.items()
+        for target, where in arrows.items()
+        if layer_of(target) > layer_of(module)
+    ]
     assert not up, "\n".join(up)
 
 

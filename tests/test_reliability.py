@@ -18,10 +18,26 @@ from tests.conftest import TINY_SPECS, train_tiny
 
 # Tiny but real: the default attn-only-2x1 on 6-noun Winograd, a state saved every 15 steps and
 # evaluations every 10, so a kill usually lands between a logged evaluation and the next state.
-TRAIN = ["train", "--models", "attn-only-2x1", "--seeds", "0-0", "--steps", "120", "--batch-size", "16",
-         "--nouns", "6", "--eval-every", "10", "--checkpoint-every", "15", "--no-progress"]
+TRAIN = [
+    "train",
+    "--models",
+    "attn-only-2x1",
+    "--seeds",
+    "0-0",
+    "--steps",
+    "120",
+    "--batch-size",
+    "16",
+    "--nouns",
+    "6",
+    "--eval-every",
+    "10",
+    "--checkpoint-every",
+    "15",
+    "--no-progress",
+]
 RUN = Path("attn-only-2x1") / "seed0"
-TIMING = ("seconds", "train_seconds", "sha256")   # wall-clock fields (and metrics' checksum over them)
+TIMING = ("seconds", "train_seconds", "sha256")  # wall-clock fields (and metrics' checksum over them)
 
 
 def env() -> dict:
@@ -31,8 +47,13 @@ def env() -> dict:
 
 
 def start(out: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "tasks.winograd", *TRAIN, "--out", str(out), *extra],
-                            env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tasks.winograd", *TRAIN, "--out", str(out), *extra],
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def finish(process: subprocess.Popen) -> tuple[int, str, str]:
@@ -72,10 +93,12 @@ def without_timing(entry: dict) -> dict:
 def run_outcome(run_dir: Path) -> dict:
     from safetensors.torch import load_file
 
-    return {"weights": load_file(str(run_dir / "model.safetensors")),
-            "metrics": without_timing(json.loads((run_dir / "metrics.json").read_text())),
-            "log": [without_timing(json.loads(line)) for line in (run_dir / "log.jsonl").read_text().splitlines()],
-            "config": json.loads((run_dir / "config.json").read_text())}
+    return {
+        "weights": load_file(str(run_dir / "model.safetensors")),
+        "metrics": without_timing(json.loads((run_dir / "metrics.json").read_text())),
+        "log": [without_timing(json.loads(line)) for line in (run_dir / "log.jsonl").read_text().splitlines()],
+        "config": json.loads((run_dir / "config.json").read_text()),
+    }
 
 
 def assert_same_outcome(a: dict, b: dict) -> None:
@@ -211,12 +234,32 @@ def alive(pid: int) -> bool:
 
 
 def test_parallel_workers_exit_when_the_parent_is_killed(tmp_path):
-    process = subprocess.Popen([sys.executable, "-m", "tasks.winograd", "train", "--models", "attn-only-1x1",
-                                "--seeds", "0-1", "--jobs", "2", "--steps", "100000", "--nouns", "6",
-                                "--no-progress", "--out", str(tmp_path)],
-                               env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tasks.winograd",
+            "train",
+            "--models",
+            "attn-only-1x1",
+            "--seeds",
+            "0-1",
+            "--jobs",
+            "2",
+            "--steps",
+            "100000",
+            "--nouns",
+            "6",
+            "--no-progress",
+            "--out",
+            str(tmp_path),
+        ],
+        env=env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 120
-    while len(list(tmp_path.rglob("log.jsonl"))) < 2:   # both workers are training
+    while len(list(tmp_path.rglob("log.jsonl"))) < 2:  # both workers are training
         assert time.monotonic() < deadline and process.poll() is None
         time.sleep(0.1)
     workers = children(process.pid)
@@ -242,10 +285,10 @@ def test_a_run_written_before_a_spec_field_existed_loads_with_that_fields_defaul
     shutil.copytree(tiny_runs, copy)
     for config_path in copy.rglob("config.json"):
         config = json.loads(config_path.read_text())
-        assert config["spec"].pop("scale_scores") is True      # the default: the behaviour they have
+        assert config["spec"].pop("scale_scores") is True  # the default: the behaviour they have
         config["run_sha256"] = run_sha256(config)
         config_path.write_text(json.dumps(config))
     for run, original in zip(find_runs(copy), find_runs(tiny_runs), strict=True):
         assert_holds_its_stored_weights(run)
-        inputs = original.batches()["heldout"].inputs[:8]     # and computes as the full spec does
+        inputs = original.batches()["heldout"].inputs[:8]  # and computes as the full spec does
         assert torch.equal(run.load_model()(inputs), original.load_model()(inputs))

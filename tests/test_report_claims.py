@@ -58,9 +58,16 @@ def mirror_batch(n: int = 40) -> Batch:
     foils = B + A - answers
     rows = [[X, int(t), Y, Y, int(t)] for t in answers]
     partners = [[X, int(f), Y, Y, int(f)] for f in foils]
-    return Batch(tokens=torch.tensor(rows), lengths=torch.full((n,), 5), example_index=torch.arange(n),
-                 positions=torch.full((n,), 3), answers=answers, foils=foils,
-                 groups=["g"] * n, counterfactual=torch.tensor(partners))
+    return Batch(
+        tokens=torch.tensor(rows),
+        lengths=torch.full((n,), 5),
+        example_index=torch.arange(n),
+        positions=torch.full((n,), 3),
+        answers=answers,
+        foils=foils,
+        groups=["g"] * n,
+        counterfactual=torch.tensor(partners),
+    )
 
 
 class HandRun:
@@ -69,8 +76,14 @@ class HandRun:
     def __init__(self, model, batches: dict, name: str = "hand", seed: int = 0):
         self.model, self.loaded = model, 0
         self.model_name, self.seed, self.path = name, seed, Path("hand-run-not-on-disk")
-        self.spec = ModelSpec(n_layers=model.cfg.n_layers, d_model=model.cfg.d_model, n_heads=model.cfg.n_heads,
-                              mlp=not model.cfg.attn_only, n_ctx=model.cfg.n_ctx, d_vocab=model.cfg.d_vocab)
+        self.spec = ModelSpec(
+            n_layers=model.cfg.n_layers,
+            d_model=model.cfg.d_model,
+            n_heads=model.cfg.n_heads,
+            mlp=not model.cfg.attn_only,
+            n_ctx=model.cfg.n_ctx,
+            d_vocab=model.cfg.d_vocab,
+        )
         self.metrics = {"steps": 0}
         self.task = SimpleNamespace(vocabulary=lambda: WORDS)
         self._batches = batches
@@ -141,7 +154,7 @@ def test_share_is_guarded_against_a_zero_gap():
 # 3. Faithfulness true by construction is called that. Catches: "faithfulness 100%" for a circuit
 # holding every head output upstream of the scored logits.
 def test_a_circuit_keeping_everything_upstream_says_faithfulness_is_1_by_construction():
-    model, batch = hand_built("q"), hand_batch(32)       # 2 layers x 1 head, scored at p3
+    model, batch = hand_built("q"), hand_batch(32)  # 2 layers x 1 head, scored at p3
     graph = head_graph(model, batch.inputs.shape[1])
 
     def complete(kept):
@@ -149,7 +162,7 @@ def test_a_circuit_keeping_everything_upstream_says_faithfulness_is_1_by_constru
 
     upstream = {Head(0, 0): None, Head(1, 0): (3,)}
     assert complete(upstream)
-    assert not complete({Head(0, 0): (1, 2, 3), Head(1, 0): (3,)})   # p0 ablated
+    assert not complete({Head(0, 0): (1, 2, 3), Head(1, 0): (3,)})  # p0 ablated
     assert not complete({Head(0, 0): None, Head(1, 0): (2,)})
     result = faithfulness(model, batch, upstream, batch)
     assert result.normalised == pytest.approx(1.0, abs=1e-5)
@@ -178,8 +191,15 @@ def path(recovered: float):
 
 def seed_run(seed: int, recovered: float):
     circuit = SimpleNamespace(heads=("L0H3", "L1H3"))
-    return SimpleNamespace(model_name="block-2", seed=seed, circuit=circuit, path_positions=[path(recovered)],
-                           paths=[], labels={14: "p14"}, mechanism=None)
+    return SimpleNamespace(
+        model_name="block-2",
+        seed=seed,
+        circuit=circuit,
+        path_positions=[path(recovered)],
+        paths=[],
+        labels={14: "p14"},
+        mechanism=None,
+    )
 
 
 def test_a_path_below_threshold_is_never_listed_as_a_path():
@@ -201,7 +221,7 @@ def test_a_head_is_described_where_patching_shows_it_matters():
     gap = patching.clean.metric - patching.corrupt.metric
     head_out = patching.head_out.clone()
     head_out[0, :, 0] = patching.corrupt.metric
-    head_out[0, 2, 0] = patching.corrupt.metric + 0.73 * gap      # L0H0 matters at p2 only
+    head_out[0, 2, 0] = patching.corrupt.metric + 0.73 * gap  # L0H0 matters at p2 only
     patching = dataclasses.replace(patching, head_out=head_out)
     view = node_view(model, pairs, patching, Head(0, 0), None, DEFAULT.matters)
     assert [p for p, _ in view.matters] == [2] and view.matters[0][1] == pytest.approx(0.73, abs=1e-4)
@@ -219,13 +239,22 @@ def test_attention_names_each_key_above_the_stated_share():
 # 6. Collapsed runs are flagged, model means shown with and without them, and the share of the
 # top prediction after an ablation is shown. Catches: a constant-output run averaged in silently.
 def split(accuracy: float, top_share: float, top_token: int = 2) -> SplitAccuracy:
-    return SplitAccuracy(n=480, accuracy=Interval(accuracy, accuracy, accuracy, 480), loss=1.0, foil_rate=0.0,
-                         other_rate=0.0, by_group={}, top_token=top_token, top_share=top_share)
+    return SplitAccuracy(
+        n=480,
+        accuracy=Interval(accuracy, accuracy, accuracy, 480),
+        loss=1.0,
+        foil_rate=0.0,
+        other_rate=0.0,
+        by_group={},
+        top_token=top_token,
+        top_share=top_share,
+    )
 
 
 def run_accuracy(seed: int, heldout: float, train: float, top_share: float) -> RunAccuracy:
-    return RunAccuracy("attn-only-1x1", seed, "", 400, {"heldout": split(heldout, top_share),
-                                                        "train": split(train, top_share)}, 12.0)
+    return RunAccuracy(
+        "attn-only-1x1", seed, "", 400, {"heldout": split(heldout, top_share), "train": split(train, top_share)}, 12.0
+    )
 
 
 def test_a_collapsed_run_is_flagged_and_means_are_shown_with_and_without_it():
@@ -248,21 +277,21 @@ def test_train_accuracy_far_below_its_peers_is_collapse_too():
 def test_a_run_predicting_one_token_is_flagged_in_the_report(tmp_path):
     from probes.report.measure import render_parts
 
-    run = mirror_run(bias_to_a=10.0)          # always predicts A: right for half the examples
+    run = mirror_run(bias_to_a=10.0)  # always predicts A: right for half the examples
     section = render_parts([measure_run(run, tmp_path)], tmp_path)["accuracy"]
     assert "collapsed: predicts 'A' at 100% of held-out scored positions" in section.markdown
 
 
 def test_after_an_ablation_the_top_prediction_share_is_reported(mirror_measured):
     _, measured = mirror_measured
-    zero = measured.results["runs"].ablations[Ablation.ZERO][1]          # the one head zeroed: all logits 0
+    zero = measured.results["runs"].ablations[Ablation.ZERO][1]  # the one head zeroed: all logits 0
     from probes.report.document import ablation_table
     from probes.report.words import token_share
 
     assert zero.label == "L0H0" and zero.top_share == 1.0 and zero.top_token == A
     assert token_share(zero, WORDS) == "top prediction 'A' at 100%"
     row = next(line for line in ablation_table(measured.results["runs"]).splitlines() if line.startswith("| L0H0"))
-    assert row.split(" | ")[1] == "50% / +0.00 / 100%"        # zero: half right, but a constant output
+    assert row.split(" | ")[1] == "50% / +0.00 / 100%"  # zero: half right, but a constant output
 
 
 # 7. "Answers restored" is a share between the counterfactual's own rate (0) and the clean one (1).
@@ -275,7 +304,7 @@ def test_answers_restored_starts_at_the_counterfactual_runs_own_rate(mirror_meas
     assert patching.restored_share(patching.corrupt.restored) == 0.0
     assert patching.restored_share(patching.clean.restored) == 1.0
     rows = patching_table(measured.results["runs"]).splitlines()[2:]
-    assert rows == ["| L0H0 | p3 y | 100% | 100% |"]   # the never-run cells are left out
+    assert rows == ["| L0H0 | p3 y | 100% | 100% |"]  # the never-run cells are left out
 
 
 # 8. Verdicts use the logit difference too. Catches: "unused" beside a logit difference that fell
@@ -305,8 +334,9 @@ def test_ablate_with_the_training_reference_gives_the_reports_numbers(mirror_mea
 
 # Shortcut audit. Catches: an order-blind model at the best model's accuracy left unflagged.
 def model(name: str, heldout: float, shuffle: float):
-    return SimpleNamespace(model_name=name, heldout=Interval(heldout, heldout, heldout, 3),
-                           shuffle_max_logit_change=shuffle)
+    return SimpleNamespace(
+        model_name=name, heldout=Interval(heldout, heldout, heldout, 3), shuffle_max_logit_change=shuffle
+    )
 
 
 def test_the_shortcut_audit_flags_an_order_blind_model_at_the_top():
@@ -323,8 +353,15 @@ def test_the_shortcut_audit_flags_an_order_blind_model_at_the_top():
 def test_every_part_of_a_run_shares_one_model_load(mirror_measured):
     run, measured = mirror_measured
     assert run.loaded == 1
-    assert set(measured.results) == {"accuracy", "runs", "edge_circuits", "sublayers", "head_roles", "dynamics",
-                                     "examples"}
+    assert set(measured.results) == {
+        "accuracy",
+        "runs",
+        "edge_circuits",
+        "sublayers",
+        "head_roles",
+        "dynamics",
+        "examples",
+    }
 
 
 # 10. A circuit head that patching does not show at any one position is said to "matter only across
@@ -340,8 +377,11 @@ def unmatched_analysis(everywhere: float):
     head_all = patching.head_all.clone()
     head_all[0, 0] = patching.corrupt.metric + everywhere * gap
     knockout = {Head(0, 0): SimpleNamespace(normalised=0.88)}
-    analysis = SimpleNamespace(labels=[f"p{i}" for i in range(4)], patching=dataclasses.replace(patching, head_all=head_all),
-                               circuit=SimpleNamespace(knockout=knockout))
+    analysis = SimpleNamespace(
+        labels=[f"p{i}" for i in range(4)],
+        patching=dataclasses.replace(patching, head_all=head_all),
+        circuit=SimpleNamespace(knockout=knockout),
+    )
     return analysis, NodeView("L0H0@p3", [], {})
 
 
@@ -355,7 +395,8 @@ def test_a_head_that_matters_nowhere_under_patching_is_not_said_to_matter_across
     assert "the full model without it keeps 0.88 on the null scale" in words
     analysis, view = unmatched_analysis(everywhere=0.6)
     assert "and 60% at every position at once: it matters only across positions" in node_words(
-        Head(0, 0), None, view, analysis, DEFAULT)
+        Head(0, 0), None, view, analysis, DEFAULT
+    )
 
 
 # 11. Heads of one block cannot compose, and that is all it shows. Catches: "the decision happens
@@ -363,8 +404,12 @@ def test_a_head_that_matters_nowhere_under_patching_is_not_said_to_matter_across
 def test_a_circuit_within_one_block_claims_no_more_than_that():
     from probes.report.words import path_clause
 
-    analysis = SimpleNamespace(path_positions=[], paths=[], spec=ModelSpec(n_layers=2),
-                               circuit=SimpleNamespace(kept={Head(0, 0): (14,), Head(0, 2): (14,)}))
+    analysis = SimpleNamespace(
+        path_positions=[],
+        paths=[],
+        spec=ModelSpec(n_layers=2),
+        circuit=SimpleNamespace(kept={Head(0, 0): (14,), Head(0, 2): (14,)}),
+    )
     assert path_clause(analysis, DEFAULT) == "no composition between circuit heads: all of them are in block 1"
 
 
@@ -383,7 +428,9 @@ def test_edge_circuits_name_their_scale_and_the_oracle_is_not_scored_against_its
     result = edge_circuit(p.model, p.batch, graph_of(p.spec), compare_methods=False)
     run = EdgeRun("two-hop", 0, result, None)
     line = summary_line(run, DEFAULT)
-    assert "null scale" not in line and "of the gap on 8 pairs (every other edge given its counterfactual write)" in line
+    assert (
+        "null scale" not in line and "of the gap on 8 pairs (every other edge given its counterfactual write)" in line
+    )
     intro = render_edge_circuits([run], tmp_path, DEFAULT).markdown.split("\n")[0]
     assert "the gap scale, 0 = the empty circuit (= the counterfactual run)" in intro
     oracle_row = next(row for row in markdown_lines(result, "two-hop") if row.startswith("| oracle |"))
@@ -396,7 +443,7 @@ def test_edge_circuits_name_their_scale_and_the_oracle_is_not_scored_against_its
 def test_a_gap_too_small_to_trace_is_not_shared_out_per_head(tmp_path):
     from probes.report.document import run_section
 
-    batch = dataclasses.replace(mirror_batch(), counterfactual=mirror_batch().tokens)    # partner = itself
+    batch = dataclasses.replace(mirror_batch(), counterfactual=mirror_batch().tokens)  # partner = itself
     run = HandRun(mirror_model(), {"train": batch, "validation": batch, "heldout": batch})
     analysis = measure_run(run, tmp_path).results["runs"]
     assert analysis.circuit is None and "barely tells the pairs apart" in analysis.note

@@ -55,8 +55,8 @@ def test_the_page_shows_what_the_runs_and_the_report_stored(reported, tmp_path):
 
     # As if an earlier page had drawn it: written by toylens, so toylens may drop it.
     atomic_write(tmp_path / "figures" / "winograd" / "gone.png", lambda temp: Path(temp).write_bytes(b""))
-    assert page_of(reported, tmp_path) == text       # regenerating gives the same page ...
-    assert not (tmp_path / "figures" / "winograd" / "gone.png").exists()   # ... and drops figures it no longer shows
+    assert page_of(reported, tmp_path) == text  # regenerating gives the same page ...
+    assert not (tmp_path / "figures" / "winograd" / "gone.png").exists()  # ... and drops figures it no longer shows
 
 
 def test_a_sweep_folder_gives_its_census_page(finished_sweep, tmp_path):
@@ -106,8 +106,12 @@ def test_a_users_page_is_never_replaced(reported, tmp_path):
 def test_runs_without_a_report_are_one_line(tiny_runs, tmp_path):
     runs = tmp_path / "winograd"
     shutil.copytree(tiny_runs, runs, ignore=shutil.ignore_patterns("report", ".toylens.lock"))
-    done = subprocess.run([sys.executable, "-m", "toylens", "results", str(runs), "--out", str(tmp_path / "out")],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "toylens", "results", str(runs), "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "report.json does not exist; write it with python -m probes.circuit report" in done.stderr
 

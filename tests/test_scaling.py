@@ -59,8 +59,9 @@ def test_recomputed_scores_give_the_models_own_pattern(scaled):
 
 
 def test_trained_curves_end_to_end(small_winograd, tmp_path):
-    curves = measure_trained(small_winograd, widths=[8], seeds=[0], steps=20, every=10, out=tmp_path,
-                             jobs=1, progress=False)
+    curves = measure_trained(
+        small_winograd, widths=[8], seeds=[0], steps=20, every=10, out=tmp_path, jobs=1, progress=False
+    )
     assert [(c.d_k, c.scaled) for c in curves] == [(8, True), (8, False)]
     for c in curves:
         assert [p.step for p in c.points] == [0, 10, 20] and c.stop_reason == "step budget"

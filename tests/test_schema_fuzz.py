@@ -22,15 +22,22 @@ from hypothesis import strategies as st
 from common.cli import UsageError
 from tests.refusals import RUN, cli, one_line
 
-FUZZ = settings(max_examples=120, deadline=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 
 values = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(min_value=-2**70, max_value=2**70),
-              st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=6),
-              st.sampled_from(["", "../x", "winograd", "0", "true", "LN"])),
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(min_value=-(2**70), max_value=2**70),
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.text(max_size=6),
+        st.sampled_from(["", "../x", "winograd", "0", "true", "LN"]),
+    ),
     lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=4), inner, max_size=3)),
-    max_leaves=6)
+    max_leaves=6,
+)
 nested = st.integers(min_value=1, max_value=60).map(lambda depth: json.loads("[" * depth + "]" * depth))
 
 
@@ -118,7 +125,7 @@ def test_config_edits(fuzz_run):
         finally:
             write(fuzz_run / "config.json", original)
         if not sign:
-            assert identity(run.config) == identity(original)   # only provenance fields changed
+            assert identity(run.config) == identity(original)  # only provenance fields changed
         assert type(run.seed) is int and isinstance(run.model_name, str)
         # A parameter missing from the file takes its default (as spec fields do, so old runs load).
         assert all(task.params_dict()[k] == v for k, v in run.config["task"]["params"].items())
@@ -143,7 +150,7 @@ def test_metrics_edits(fuzz_run, monkeypatch):
         try:
             run = Run(fuzz_run)
             metrics = run.metrics
-            result = accuracy.measured_accuracy(run)   # the part that reads metrics.json
+            result = accuracy.measured_accuracy(run)  # the part that reads metrics.json
         except UsageError as error:
             assert_one_line(error)
             return
@@ -151,7 +158,7 @@ def test_metrics_edits(fuzz_run, monkeypatch):
             write(fuzz_run / "metrics.json", original)
         if not sign:
             assert metrics == original
-        if result != "measured again":   # believed only if every number is a number where it should be
+        if result != "measured again":  # believed only if every number is a number where it should be
             for split in result.splits.values():
                 assert type(split.n) is int and isinstance(split.accuracy.value, (int, float))
             accuracy.model_accuracy([result])
@@ -173,8 +180,16 @@ def saved_state(small_winograd, tmp_path_factory):
     spec = sized_spec(TINY_SPECS["attn-only-2x1"], small_winograd, batches)
     settings_ = TrainSettings(max_steps=50, batch_size=16, eval_every=10)
     path = tmp_path_factory.mktemp("state") / "train_state.safetensors"
-    train(build_model(spec, seed=0), batches["train"], batches["validation"], settings_, 0, progress=False,
-          state_path=path, checkpoint_every=20)
+    train(
+        build_model(spec, seed=0),
+        batches["train"],
+        batches["validation"],
+        settings_,
+        0,
+        progress=False,
+        state_path=path,
+        checkpoint_every=20,
+    )
     return path, spec, settings_
 
 
@@ -205,8 +220,12 @@ def test_train_state_edits(saved_state, tmp_path):
     names = sorted(tensors)
 
     @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-    @given(edits({k: v for k, v in metadata.items() if k != "sha256"}), st.sampled_from([None, *TENSOR_EDITS]),
-           st.sampled_from(names), st.booleans())
+    @given(
+        edits({k: v for k, v in metadata.items() if k != "sha256"}),
+        st.sampled_from([None, *TENSOR_EDITS]),
+        st.sampled_from(names),
+        st.booleans(),
+    )
     def check(edit, tensor_edit, name, sign):
         changed, _ = edit
         edited = dict(tensors)
@@ -233,15 +252,16 @@ def test_train_state_edits(saved_state, tmp_path):
             return
         assert all(torch.isfinite(v).all() for v in model.state_dict().values() if v.is_floating_point())
         assert type(loaded["step"]) is int and loaded["step"] <= settings_.max_steps
-        if not sign:   # an unsigned edit is believed only if it changed nothing
+        if not sign:  # an unsigned edit is believed only if it changed nothing
             assert loaded == progress
             assert all(torch.equal(model.state_dict()[k], v) for k, v in expected_weights.items())
 
     check()
 
 
-@pytest.mark.parametrize("edit", [lambda c: c.update(seed=[0]), lambda c: c["spec"].update(mlp="yes"),
-                                  lambda c: c.update(task=["winograd"])])
+@pytest.mark.parametrize(
+    "edit", [lambda c: c.update(seed=[0]), lambda c: c["spec"].update(mlp="yes"), lambda c: c.update(task=["winograd"])]
+)
 def test_config_edits_through_the_cli(tiny_runs, tmp_path, edit):
     from tasks.training.runs import run_sha256
 
@@ -258,9 +278,13 @@ def test_config_edits_through_the_cli(tiny_runs, tmp_path, edit):
 
 from tests.test_sweep_reliability import RUN as SWEEP_RUN, plan, resign  # noqa: E402
 
-SWEEP_FILES = {"circuit": SWEEP_RUN / "seed0" / "circuit.json", "point": Path("default") / "point.json",
-               "failed": SWEEP_RUN / "seed1" / "failed.json", "sweep": Path("sweep.json"),
-               "census": Path("census") / "census.json"}
+SWEEP_FILES = {
+    "circuit": SWEEP_RUN / "seed0" / "circuit.json",
+    "point": Path("default") / "point.json",
+    "failed": SWEEP_RUN / "seed1" / "failed.json",
+    "sweep": Path("sweep.json"),
+    "census": Path("census") / "census.json",
+}
 
 
 @pytest.fixture(scope="module")
@@ -317,9 +341,10 @@ def test_sweep_file_edits(fuzz_sweep, kind):
         finally:
             write(path, original)
         assert type(result["failed"]) is int
-        if not sign:   # believed only as it was, or counted as unreadable: never relabelled
-            assert all(result.get(seed) in (label, "unreadable") for seed, label in baseline.items()
-                       if seed != "failed"), (result, baseline)
+        if not sign:  # believed only as it was, or counted as unreadable: never relabelled
+            assert all(
+                result.get(seed) in (label, "unreadable") for seed, label in baseline.items() if seed != "failed"
+            ), (result, baseline)
             assert result["failed"] <= baseline["failed"]
 
     check()

@@ -11,8 +11,14 @@ import torch
 
 from models import ModelSpec
 from models.graph import MLP, Edge, Embed, Head, Input, Logits
-from probes.circuits.signature import (PREVIOUS, UNNAMED, MechanismSignature, attends_role, mechanism_signature,
-                                       relabelled_heads)
+from probes.circuits.signature import (
+    PREVIOUS,
+    UNNAMED,
+    MechanismSignature,
+    attends_role,
+    mechanism_signature,
+    relabelled_heads,
+)
 
 ROLES = [PREVIOUS, attends_role("adjective"), UNNAMED]
 
@@ -30,8 +36,9 @@ def random_circuit(rng: random.Random, n_layers: int = 3, n_heads: int = 4):
             receiver = Input(MLP(receiver_layer))
         else:
             receiver = Input(Head(receiver_layer, rng.randrange(n_heads)), rng.choice("qkv"))
-        senders = [Embed()] + [h for h in heads if h.layer < receiver_layer] + \
-                  [MLP(layer) for layer in range(receiver_layer)]
+        senders = (
+            [Embed()] + [h for h in heads if h.layer < receiver_layer] + [MLP(layer) for layer in range(receiver_layer)]
+        )
         edges.add(Edge(rng.choice(senders), receiver, rng.choice([None, None, 2])))
     return sorted(edges, key=str), roles
 
@@ -45,7 +52,7 @@ def relabel(edges, roles, rng: random.Random, n_heads: int = 4):
         return Head(node.layer, perm[node.layer][node.head]) if isinstance(node, Head) else node
 
     moved = [Edge(move(e.sender), Input(move(e.receiver.node), e.receiver.port), e.position) for e in edges]
-    rng.shuffle(moved)   # order of the edges is no part of a circuit either
+    rng.shuffle(moved)  # order of the edges is no part of a circuit either
     return moved, {move(head): role for head, role in roles.items()}, move
 
 
@@ -65,8 +72,10 @@ def test_a_different_role_or_input_is_a_different_mechanism():
     edges = [Edge(Head(0, 0), Input(Head(1, 1), "k")), Edge(Head(1, 1), Input(Logits()))]
     roles = {Head(0, 0): PREVIOUS, Head(1, 1): attends_role("adjective")}
     base = mechanism_signature(edges, roles)
-    assert base.text == ("L0 previous-token head -> L1 head that attends the adjective role.k; "
-                         "L1 head that attends the adjective role -> logits")
+    assert base.text == (
+        "L0 previous-token head -> L1 head that attends the adjective role.k; "
+        "L1 head that attends the adjective role -> logits"
+    )
     assert mechanism_signature(edges, {**roles, Head(0, 0): UNNAMED}) != base
     assert mechanism_signature([Edge(Head(0, 0), Input(Head(1, 1), "v")), edges[1]], roles) != base
     # A head's index never names it: an unmeasured role is said to be unnamed.
@@ -77,8 +86,10 @@ def test_heads_of_one_layer_and_role_apart_in_the_graph_are_told_apart():
     # Two unnamed layer-0 heads, one feeding a key, the other a value: two parts, each named once.
     edges = [Edge(Head(0, 0), Input(Head(1, 0), "k")), Edge(Head(0, 1), Input(Head(1, 0), "v"))]
     signature = mechanism_signature(edges, {})
-    assert [p for p in signature.parts if p.startswith("L0")] == ["L0 head of unnamed role (a)",
-                                                                 "L0 head of unnamed role (b)"]
+    assert [p for p in signature.parts if p.startswith("L0")] == [
+        "L0 head of unnamed role (a)",
+        "L0 head of unnamed role (b)",
+    ]
     # Two interchangeable heads are one part counted twice.
     twins = mechanism_signature([Edge(Head(0, 0), Input(Logits())), Edge(Head(0, 2), Input(Logits()))], {})
     assert "L0 head of unnamed role x2" in twins.parts and twins.edges == ("L0 head of unnamed role -> logits x2",)
@@ -89,8 +100,7 @@ def test_signature_json_round_trip_and_refusals():
 
     rng = random.Random(3)
     signature = mechanism_signature(*random_circuit(rng), basis="edge circuit")
-    signature = MechanismSignature(signature.parts, signature.edges, signature.basis, ("AND(a, b)",),
-                                   signature.heads)
+    signature = MechanismSignature(signature.parts, signature.edges, signature.basis, ("AND(a, b)",), signature.heads)
     again = MechanismSignature.from_dict(signature.to_dict(), "circuit.json", "retrace")
     assert again == signature and again.heads == signature.heads
     with pytest.raises(UsageError, match="heads"):
@@ -115,8 +125,9 @@ VARIANTS = {
     "block-2": ModelSpec(n_layers=2, d_model=16, n_heads=4, d_vocab=6, n_ctx=8),
     "attn-only-2x4": ModelSpec(n_layers=2, d_model=16, n_heads=4, mlp=False, d_vocab=6, n_ctx=8),
     "rotary-2x2": ModelSpec(n_layers=2, d_model=16, n_heads=2, positions="rotary", d_vocab=6, n_ctx=8),
-    "sinusoidal-no-norm": ModelSpec(n_layers=2, d_model=16, n_heads=2, positions="sinusoidal", norm=None,
-                                    d_vocab=6, n_ctx=8),
+    "sinusoidal-no-norm": ModelSpec(
+        n_layers=2, d_model=16, n_heads=2, positions="sinusoidal", norm=None, d_vocab=6, n_ctx=8
+    ),
     "unscaled-2x2": ModelSpec(n_layers=2, d_model=16, n_heads=2, scale_scores=False, d_vocab=6, n_ctx=8),
 }
 
@@ -143,9 +154,17 @@ def batch_of(n: int = 24):
     tokens = torch.randint(0, 6, (n, 6), generator=generator)
     counterfactual = tokens.clone()
     counterfactual[:, 1] = (tokens[:, 1] + 1 + torch.randint(0, 4, (n,), generator=generator)) % 6
-    return Batch(tokens=tokens, lengths=torch.full((n,), 6), example_index=torch.arange(n),
-                 positions=torch.full((n,), 4), answers=tokens[:, 5], foils=torch.full((n,), NO_FOIL),
-                 groups=["g"] * n, counterfactual=counterfactual, roles={"cue": torch.full((n,), 1)})
+    return Batch(
+        tokens=tokens,
+        lengths=torch.full((n,), 6),
+        example_index=torch.arange(n),
+        positions=torch.full((n,), 4),
+        answers=tokens[:, 5],
+        foils=torch.full((n,), NO_FOIL),
+        groups=["g"] * n,
+        counterfactual=counterfactual,
+        roles={"cue": torch.full((n,), 1)},
+    )
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
@@ -164,12 +183,14 @@ def test_a_model_with_permuted_heads_traces_to_one_mechanism(name):
         permute_heads(permuted, spec, 0, list(range(1, spec.n_heads)) + [0])
     with torch.no_grad():
         assert torch.allclose(model(batch.inputs), permuted(batch.inputs), atol=1e-5)
-    assert not torch.equal(model.state_dict()["blocks.0.attn.q.weight"], permuted.state_dict()["blocks.0.attn.q.weight"])
+    assert not torch.equal(
+        model.state_dict()["blocks.0.attn.q.weight"], permuted.state_dict()["blocks.0.attn.q.weight"]
+    )
     graph = graph_of(spec)
     # claim 0: every head gets its most attended target, so the roles moved with the heads are tested too
     signatures = [edge_signature(m, batch, graph, head_roles(m, batch, claim=0.0)) for m in (model, permuted)]
     assert signatures[0] is not None and signatures[0] == signatures[1]
-    assert signatures[0].heads != signatures[1].heads    # the same parts, played by other heads
+    assert signatures[0].heads != signatures[1].heads  # the same parts, played by other heads
     census = group_census(name, "p", {}, [fake_member(seed, s) for seed, s in enumerate(signatures)], 0)
     assert len(census.circuits) == 1 and census.circuits[0].count == 2
 
@@ -186,11 +207,15 @@ def fake_member(seed: int, signature):
 
 # ---- the census and the stored circuit ----------------------------------------------------------
 
+
 def two_block(head0: int, head1: int, port: str = "k"):
     """A previous-token head feeding MLP0, which feeds a layer-1 head's `port`, in other numbering."""
     roles = {Head(0, head0): PREVIOUS, Head(1, head1): attends_role("adjective")}
-    edges = [Edge(Head(0, head0), Input(MLP(0))), Edge(MLP(0), Input(Head(1, head1), port)),
-             Edge(Head(1, head1), Input(Logits()))]
+    edges = [
+        Edge(Head(0, head0), Input(MLP(0))),
+        Edge(MLP(0), Input(Head(1, head1), port)),
+        Edge(Head(1, head1), Input(Logits())),
+    ]
     return mechanism_signature(edges, roles, basis="edge circuit")
 
 
@@ -214,8 +239,9 @@ def test_a_stored_circuit_keeps_its_signature_and_is_labelled_by_it():
     from probes.circuits.labels import CircuitSummary, circuit_label
 
     def stored(head0, head1):
-        return CircuitSummary("block-2", head0, 2, 1.0, (f"L0H{head0}", f"L1H{head1}"), None, 0.9,
-                              signature=two_block(head0, head1))
+        return CircuitSummary(
+            "block-2", head0, 2, 1.0, (f"L0H{head0}", f"L1H{head1}"), None, 0.9, signature=two_block(head0, head1)
+        )
 
     one, other = stored(0, 1), stored(2, 3)
     again = CircuitSummary.from_dict(json.loads(json.dumps(one.to_dict())))

@@ -37,7 +37,8 @@ def swap_answers(entry: Path) -> None:
 CACHE_DAMAGE = {
     "answers swapped": swap_answers,
     "arrow truncated": lambda e: next((e / "train").glob("*.arrow")).write_bytes(
-        next((e / "train").glob("*.arrow")).read_bytes()[:300]),
+        next((e / "train").glob("*.arrow")).read_bytes()[:300]
+    ),
     "junk dataset_dict.json": lambda e: (e / "dataset_dict.json").write_text("{junk"),
     "empty state.json": lambda e: (e / "train" / "state.json").write_text(""),
     "checksums deleted": lambda e: (e / "toylens-checksums.json").unlink(),
@@ -59,11 +60,11 @@ def test_damaged_cached_data_is_rebuilt_with_one_line(tmp_path, monkeypatch, cap
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(lines) == 1 and "rebuilding it" in lines[0], lines
     assert again == fresh
-    assert {name: s.to_dict() for name, s in task_dataset(task, 0).items()} == fresh   # and it stays so
+    assert {name: s.to_dict() for name, s in task_dataset(task, 0).items()} == fresh  # and it stays so
     assert capsys.readouterr().err == ""
 
 
-EDITS = {   # (edit, signed as a forger would, fragment of the one line)
+EDITS = {  # (edit, signed as a forger would, fragment of the one line)
     "leaky as a string": (lambda c: c["task"]["params"].update(leaky="false"), True, "leaky must be bool"),
     "seed 1.5": (lambda c: c.update(seed=1.5), True, "seed must be an integer"),
     "scale_scores 'no'": (lambda c: c["spec"].update(scale_scores="no"), True, "scale_scores must be true or false"),
@@ -114,23 +115,37 @@ def metrics_edit(change):
 MALFORMED = {
     "config nested 200,000 deep": (lambda out: deep(out / RUN / "config.json"), "nested too deeply"),
     "metrics nested 200,000 deep": (lambda out: deep(out / RUN / "metrics.json"), "nested too deeply"),
-    "task a string": (lambda out: edit_json(out / RUN / "config.json", lambda c: c.update(task="winograd"), True),
-                      "task must be"),
-    "task null": (lambda out: edit_json(out / RUN / "config.json", lambda c: c.update(task=None), True),
-                  "task must be"),
-    "seed 'abc'": (lambda out: edit_json(out / RUN / "config.json", lambda c: c.update(seed="abc"), True),
-                   "seed must be"),
-    "seed 1e30": (lambda out: edit_json(out / RUN / "config.json", lambda c: c.update(seed=1e30), True),
-                  "seed must be"),
-    "data_seed 'x'": (lambda out: edit_json(out / RUN / "config.json", lambda c: c.update(data_seed="x"), True),
-                      "data_seed must be"),
-    "model_name a dict": (lambda out: edit_json(out / RUN / "config.json", lambda c: c.update(model_name={}), True),
-                          "model_name"),
+    "task a string": (
+        lambda out: edit_json(out / RUN / "config.json", lambda c: c.update(task="winograd"), True),
+        "task must be",
+    ),
+    "task null": (
+        lambda out: edit_json(out / RUN / "config.json", lambda c: c.update(task=None), True),
+        "task must be",
+    ),
+    "seed 'abc'": (
+        lambda out: edit_json(out / RUN / "config.json", lambda c: c.update(seed="abc"), True),
+        "seed must be",
+    ),
+    "seed 1e30": (
+        lambda out: edit_json(out / RUN / "config.json", lambda c: c.update(seed=1e30), True),
+        "seed must be",
+    ),
+    "data_seed 'x'": (
+        lambda out: edit_json(out / RUN / "config.json", lambda c: c.update(data_seed="x"), True),
+        "data_seed must be",
+    ),
+    "model_name a dict": (
+        lambda out: edit_json(out / RUN / "config.json", lambda c: c.update(model_name={}), True),
+        "model_name",
+    ),
     "metrics steps 'abc'": (metrics_edit(lambda m: m.update(steps="abc")), "steps must be an integer"),
     "metrics without held-out": (metrics_edit(lambda m: m["accuracy"].pop("heldout")), "accuracy must map"),
     # Also seen: probes.accuracy printed a held-out accuracy edited into metrics.json.
-    "metrics accuracy edited": (metrics_edit(lambda m: m["evaluation"]["splits"]["heldout"]["accuracy"].update(
-        value=0.123)), "was changed after toylens wrote it"),
+    "metrics accuracy edited": (
+        metrics_edit(lambda m: m["evaluation"]["splits"]["heldout"]["accuracy"].update(value=0.123)),
+        "was changed after toylens wrote it",
+    ),
 }
 
 
@@ -150,15 +165,19 @@ def test_a_malformed_config_is_refused_by_the_cli_too(tiny_runs, tmp_path):
     one_line(cli("probes.circuit", "report", str(out), "--jobs", "1"), "nested too deeply")
 
 
-@pytest.mark.parametrize("field, value, fragment", [
-    ("n_ctx", 10**9, "n_ctx must be an integer from 1 to 65536"),
-    ("d_model", 2**20, "d_model must be an integer from 1 to 16384"),
-    ("n_layers", 10**5, "n_layers must be an integer from 1 to 256"),
-    ("n_ctx", 65536, "more than toylens's limit of 16 GiB"),
-    ("d_model", 8192, "do not belong together"),   # fits in memory, but not the weights on disk
-])
-def test_absurd_model_sizes_in_a_config_are_refused_before_allocating(tiny_runs, tmp_path, capsys, field, value,
-                                                                      fragment):
+@pytest.mark.parametrize(
+    "field, value, fragment",
+    [
+        ("n_ctx", 10**9, "n_ctx must be an integer from 1 to 65536"),
+        ("d_model", 2**20, "d_model must be an integer from 1 to 16384"),
+        ("n_layers", 10**5, "n_layers must be an integer from 1 to 256"),
+        ("n_ctx", 65536, "more than toylens's limit of 16 GiB"),
+        ("d_model", 8192, "do not belong together"),  # fits in memory, but not the weights on disk
+    ],
+)
+def test_absurd_model_sizes_in_a_config_are_refused_before_allocating(
+    tiny_runs, tmp_path, capsys, field, value, fragment
+):
     from toylens.accuracy import main
 
     out = copy_runs(tiny_runs, tmp_path)
@@ -168,9 +187,14 @@ def test_absurd_model_sizes_in_a_config_are_refused_before_allocating(tiny_runs,
     assert time.monotonic() - started < 30
 
 
-@pytest.mark.parametrize("value, fragment", [(float("nan"), "NaN or infinite value"),
-                                             (float("inf"), "NaN or infinite value"),
-                                             (3e38, "logits are NaN or infinite")])
+@pytest.mark.parametrize(
+    "value, fragment",
+    [
+        (float("nan"), "NaN or infinite value"),
+        (float("inf"), "NaN or infinite value"),
+        (3e38, "logits are NaN or infinite"),
+    ],
+)
 def test_non_finite_weights_or_outputs_are_said(tiny_runs, tmp_path, capsys, value, fragment):
     import torch
     from safetensors.torch import load_file, save_file
@@ -186,7 +210,7 @@ def test_non_finite_weights_or_outputs_are_said(tiny_runs, tmp_path, capsys, val
     save_file(state, str(weights))
     edit_json(out / RUN / "config.json", lambda c: c.update(weights_sha256=sha256_file(weights)))
     one_line(in_process(main, [str(out)], capsys), fragment)
-    assert contents(out).get("summary.json") == before.get("summary.json")   # no summary of NaN accuracies
+    assert contents(out).get("summary.json") == before.get("summary.json")  # no summary of NaN accuracies
 
 
 def test_json_with_an_integer_past_pythons_digit_limit_is_one_line(tiny_runs, tmp_path, capsys):
@@ -194,7 +218,7 @@ def test_json_with_an_integer_past_pythons_digit_limit_is_one_line(tiny_runs, tm
 
     out = copy_runs(tiny_runs, tmp_path)
     metrics = out / RUN / "metrics.json"
-    metrics.write_text(metrics.read_text().replace('"steps": ', '"steps": 1' + "0" * 5000 + ", \"x\": ", 1))
+    metrics.write_text(metrics.read_text().replace('"steps": ', '"steps": 1' + "0" * 5000 + ', "x": ', 1))
     one_line(in_process(main, [str(out)], capsys), "metrics.json is not valid JSON")
 
 
@@ -210,14 +234,17 @@ def census_runs(tiny_runs: Path, tmp_path: Path) -> Path:
     out = copy_runs(tiny_runs, root)
     out = out.rename(root / "default")
     runs = {name: Run(out / name / "seed0") for name in ("attn-only-2x1", "bag-of-words")}
-    groups = tuple(PlannedGroup("default", {}, name, identity_of(run.config), (0, 1) if name == "attn-only-2x1" else (0,))
-                   for name, run in runs.items())
+    groups = tuple(
+        PlannedGroup("default", {}, name, identity_of(run.config), (0, 1) if name == "attn-only-2x1" else (0,))
+        for name, run in runs.items()
+    )
     (root / "sweep.json").write_text(json.dumps(SweepManifest("winograd", groups).record()))
     (out / "point.json").write_text(json.dumps(point_record("default", {})))
     run = runs["attn-only-2x1"]
     edge = PathFacts("L0H0", "L1H0", "q", 14, "p14 the", 0.9, 1.0)
-    summary = CircuitSummary("attn-only-2x1", 0, 2, run.metrics["accuracy"]["heldout"], ("L0H0@all", "L1H0@p14"),
-                             edge, 1.0)
+    summary = CircuitSummary(
+        "attn-only-2x1", 0, 2, run.metrics["accuracy"]["heldout"], ("L0H0@all", "L1H0@p14"), edge, 1.0
+    )
     (out / RUN / "circuit.json").write_text(json.dumps(circuit_record(summary, run.config)))
     return root
 
@@ -231,6 +258,7 @@ def edit_circuit(change):
         change(data)
         data.pop("sha256")
         (root / "default" / RUN / "circuit.json").write_text(json.dumps(signed(data)))
+
     return edit
 
 
@@ -238,6 +266,7 @@ def write_failed(record: dict):
     def write(root: Path) -> None:
         (root / "default" / "attn-only-2x1" / "seed1").mkdir()
         (root / "default" / "attn-only-2x1" / "seed1" / "failed.json").write_text(json.dumps(record))
+
     return write
 
 
@@ -245,28 +274,36 @@ def write_point(text: str):
     return lambda root: (root / "default" / "point.json").write_text(text)
 
 
-SWEEP_RECORDS = {   # damage, fragment of the reason its run(s) are unreadable
+SWEEP_RECORDS = {  # damage, fragment of the reason its run(s) are unreadable
     "circuit nodes not strings": (edit_circuit(lambda d: d.update(nodes=[1, 2])), "nodes must be a list of strings"),
     "edge component a number": (edit_circuit(lambda d: d["edge"].update(component=5)), "component must be a string"),
-    "edge recovered a string": (edit_circuit(lambda d: d["edge"].update(recovered="high")),
-                                "recovered must be a finite number"),
-    "edge recovered NaN": (edit_circuit(lambda d: d["edge"].update(recovered=float("nan"))),
-                           "recovered must be a finite number"),
+    "edge recovered a string": (
+        edit_circuit(lambda d: d["edge"].update(recovered="high")),
+        "recovered must be a finite number",
+    ),
+    "edge recovered NaN": (
+        edit_circuit(lambda d: d["edge"].update(recovered=float("nan"))),
+        "recovered must be a finite number",
+    ),
     "n_layers a string": (edit_circuit(lambda d: d.update(n_layers="2")), "n_layers must be an integer"),
-    "point values a list": (write_point('{"point": "default", "values": [1, 2], "sha256": "x"}'),
-                            "values must be an object"),
-    "point values a string": (write_point('{"point": "default", "values": "ab", "sha256": "x"}'),
-                              "values must be an object"),
-    "point name an object": (write_point('{"point": {"a": 1}, "values": {}, "sha256": "x"}'),
-                             "point must be a string"),
-    "failed model_name an object": (write_failed({"point": "default", "model_name": {"a": 1}, "seed": 1, "error": "x",
-                                                  "sha256": "x"}), "model_name must be a string"),
+    "point values a list": (
+        write_point('{"point": "default", "values": [1, 2], "sha256": "x"}'),
+        "values must be an object",
+    ),
+    "point values a string": (
+        write_point('{"point": "default", "values": "ab", "sha256": "x"}'),
+        "values must be an object",
+    ),
+    "point name an object": (write_point('{"point": {"a": 1}, "values": {}, "sha256": "x"}'), "point must be a string"),
+    "failed model_name an object": (
+        write_failed({"point": "default", "model_name": {"a": 1}, "seed": 1, "error": "x", "sha256": "x"}),
+        "model_name must be a string",
+    ),
 }
 
 
 @pytest.mark.parametrize("damage", SWEEP_RECORDS)
-def test_sweep_records_of_the_wrong_shape_make_their_runs_unreadable_in_one_line(tiny_runs, tmp_path, capsys,
-                                                                                 damage):
+def test_sweep_records_of_the_wrong_shape_make_their_runs_unreadable_in_one_line(tiny_runs, tmp_path, capsys, damage):
     from probes.census import take_census
     from toylens.census import main
 
@@ -275,7 +312,7 @@ def test_sweep_records_of_the_wrong_shape_make_their_runs_unreadable_in_one_line
     change(root)
     reasons = [why for group in take_census(root).groups for _, why in group.unreadable]
     assert reasons and all("\n" not in why for why in reasons) and any(fragment in why for why in reasons), reasons
-    main([str(root), "--out", str(tmp_path / "census")])     # exits 0: the census says what it could not read
+    main([str(root), "--out", str(tmp_path / "census")])  # exits 0: the census says what it could not read
     printed = capsys.readouterr().out
     assert "unreadable, not counted" in printed and fragment in printed
 
@@ -304,8 +341,15 @@ def tamper(state: dict, how: str) -> dict:
     return state
 
 
-@pytest.mark.parametrize("how, fragment", [("missing tensor", "do not match the spec"), ("transposed", "the spec expects"),
-                                           ("NaN", "NaN or infinite"), ("int8", "is torch.int8")])
+@pytest.mark.parametrize(
+    "how, fragment",
+    [
+        ("missing tensor", "do not match the spec"),
+        ("transposed", "the spec expects"),
+        ("NaN", "NaN or infinite"),
+        ("int8", "is torch.int8"),
+    ],
+)
 def test_a_damaged_snapshot_is_one_line(tiny_runs, tmp_path, capsys, how, fragment):
     from safetensors.torch import load_file
 

@@ -29,8 +29,9 @@ PARAMS = {"nouns": 8, "heldout_fraction": 0.5, "validation_fraction": 0.1, "leak
 
 
 def tiny_sweep(out: Path, grid=("d_model=16,32",), seeds="0-0"):
-    return plan_sweep(WinogradTask, PARAMS, TINY, ["attn-only-2x1"], parse_seeds(seeds),
-                      parse_grid(list(grid), WinogradTask), out)
+    return plan_sweep(
+        WinogradTask, PARAMS, TINY, ["attn-only-2x1"], parse_seeds(seeds), parse_grid(list(grid), WinogradTask), out
+    )
 
 
 def killed_in_training(deaths: dict, markers: str, function, job: SweepJob):
@@ -49,6 +50,7 @@ def killed_in_training(deaths: dict, markers: str, function, job: SweepJob):
 @dataclass
 class Killing:
     """`executor`, its sweep runs killed as `killed_in_training` says."""
+
     executor: object
     deaths: dict
     markers: str
@@ -59,11 +61,19 @@ class Killing:
 
 
 def sweep(out: Path, executor, **options):
-    return run_sweep(tiny_sweep(out), out, executor, "python -m tasks.winograd sweep (test)", progress=False,
-                     write=lambda line: None, **options)
+    return run_sweep(
+        tiny_sweep(out),
+        out,
+        executor,
+        "python -m tasks.winograd sweep (test)",
+        progress=False,
+        write=lambda line: None,
+        **options,
+    )
 
 
 # ---- parsing -------------------------------------------------------------------------------
+
 
 def test_seeds_ranges_and_lists():
     assert parse_seeds("0-3") == [0, 1, 2, 3]
@@ -78,35 +88,51 @@ def test_bad_seeds(text):
 
 
 def test_grid_values_get_their_fields_types():
-    grid = parse_grid(["d_model=64,128", "lr=1e-3,3e-3", "mlp=false", "norm=none,LN", "nouns=8", "residual=false"],
-                      WinogradTask)
-    assert dict(grid.axes) == {"d_model": (64, 128), "lr": (0.001, 0.003), "mlp": (False,), "norm": (None, "LN"),
-                               "nouns": (8,), "residual": (False,)}
+    grid = parse_grid(
+        ["d_model=64,128", "lr=1e-3,3e-3", "mlp=false", "norm=none,LN", "nouns=8", "residual=false"], WinogradTask
+    )
+    assert dict(grid.axes) == {
+        "d_model": (64, 128),
+        "lr": (0.001, 0.003),
+        "mlp": (False,),
+        "norm": (None, "LN"),
+        "nouns": (8,),
+        "residual": (False,),
+    }
     assert len(grid.points()) == 2 * 2 * 2
     assert dict(grid.axes)["norm"][1] is Norm.LN
-    assert dict(parse_grid(["attention=uniform,none"], WinogradTask).axes)["attention"] == (Attention.UNIFORM, Attention.NONE)
+    assert dict(parse_grid(["attention=uniform,none"], WinogradTask).axes)["attention"] == (
+        Attention.UNIFORM,
+        Attention.NONE,
+    )
     assert parse_grid([], WinogradTask).points() == [{}]
 
 
-@pytest.mark.parametrize("item, fragment", [
-    ("width=64", "unknown key 'width'"),
-    ("d_model=sixty", "'sixty' is not a int"),
-    ("lr=fast", "'fast' is not a float"),
-    ("mlp=maybe", "is not a bool"),
-    ("attention=sparse", "choose one of softmax, uniform"),
-    ("d_model", "write KEY=V1,V2"),
-    ("d_model=", "write KEY=V1,V2"),
-])
+@pytest.mark.parametrize(
+    "item, fragment",
+    [
+        ("width=64", "unknown key 'width'"),
+        ("d_model=sixty", "'sixty' is not a int"),
+        ("lr=fast", "'fast' is not a float"),
+        ("mlp=maybe", "is not a bool"),
+        ("attention=sparse", "choose one of softmax, uniform"),
+        ("d_model", "write KEY=V1,V2"),
+        ("d_model=", "write KEY=V1,V2"),
+    ],
+)
 def test_bad_grid(item, fragment):
     with pytest.raises(UsageError, match=fragment.replace("(", r"\(")):
         parse_grid([item], WinogradTask)
 
 
-@pytest.mark.parametrize("grid, fragment", [
-    (["d_model=30"], "does not divide d_model=30"),      # attn-only-2x1 has 1 head: fine; block-1 has 4
-    (["lr=2"], "lr must lie in"),
-    (["nouns=1"], "nouns"),
-])
+@pytest.mark.parametrize(
+    "grid, fragment",
+    [
+        (["d_model=30"], "does not divide d_model=30"),  # attn-only-2x1 has 1 head: fine; block-1 has 4
+        (["lr=2"], "lr must lie in"),
+        (["nouns=1"], "nouns"),
+    ],
+)
 def test_bad_points_are_refused_before_anything_runs(tmp_path, grid, fragment):
     with pytest.raises(UsageError, match=fragment):
         plan_sweep(WinogradTask, PARAMS, TINY, ["block-1"], [0], parse_grid(grid, WinogradTask), tmp_path)
@@ -134,12 +160,13 @@ def test_ray_stays_optional(monkeypatch):
 
     code = "import sys, toylens.cli, toylens.family, toylens.sweeps.plan, toylens.sweeps.executors; print('ray' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
-    monkeypatch.setitem(sys.modules, "ray", None)     # as if Ray were not installed
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
     with pytest.raises(UsageError, match=r"pip install -e '.\[ray\]'"):
         RayExecutor().run(len, [], print)
 
 
 # ---- a tiny sweep on the local pool --------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def local_sweep(tmp_path_factory):
@@ -157,8 +184,9 @@ def test_local_sweep_writes_each_point_and_the_census(local_sweep):
         run = out / f"d_model={width}" / "attn-only-2x1" / "seed0"
         assert json.loads((out / f"d_model={width}" / "point.json").read_text())["values"] == {"d_model": width}
         assert json.loads((run / "config.json").read_text())["spec"]["d_model"] == width
-        assert {"config.json", "model.safetensors", "metrics.json", "log.jsonl", "circuit.json"} <= \
-            {p.name for p in run.iterdir()}
+        assert {"config.json", "model.safetensors", "metrics.json", "log.jsonl", "circuit.json"} <= {
+            p.name for p in run.iterdir()
+        }
     census_command(out)
     groups = take_census(out).groups
     assert [(g.point, g.finished) for g in groups] == [("d_model=16", 1), ("d_model=32", 1)]
@@ -178,7 +206,7 @@ def test_interrupted_write_needs_resume_and_resume_redoes_only_it(local_sweep):
     out, _ = local_sweep
     run = out / "d_model=32" / "attn-only-2x1" / "seed0"
     weights = (run / "model.safetensors").read_bytes()
-    (run / "metrics.json").unlink()           # as a driver killed between its writes leaves it
+    (run / "metrics.json").unlink()  # as a driver killed between its writes leaves it
     with pytest.raises(UsageError, match="unfinished run; pass --resume"):
         sweep(out, LocalExecutor(jobs=1))
     resumed = sweep(out, LocalExecutor(jobs=1), resume=True)
@@ -186,12 +214,29 @@ def test_interrupted_write_needs_resume_and_resume_redoes_only_it(local_sweep):
     assert (run / "model.safetensors").read_bytes() == weights and (run / "metrics.json").is_file()
 
 
-SWEEP_ARGS = ["sweep", "--models", "attn-only-2x1", "--seeds", "0-0", "--grid", "d_model=16,32", "--steps", "20",
-              "--eval-every", "10", "--batch-size", "32", "--nouns", "8", "--no-progress"]
+SWEEP_ARGS = [
+    "sweep",
+    "--models",
+    "attn-only-2x1",
+    "--seeds",
+    "0-0",
+    "--grid",
+    "d_model=16,32",
+    "--steps",
+    "20",
+    "--eval-every",
+    "10",
+    "--batch-size",
+    "32",
+    "--nouns",
+    "8",
+    "--no-progress",
+]
 
 
-def test_local_pool_retries_a_killed_worker_and_records_a_run_that_keeps_killing_it(local_sweep, tmp_path,
-                                                                                      monkeypatch, capsys):
+def test_local_pool_retries_a_killed_worker_and_records_a_run_that_keeps_killing_it(
+    local_sweep, tmp_path, monkeypatch, capsys
+):
     """Both runs at once, in two workers: d_model=16's worker is killed once, d_model=32's on every
     attempt. The first is run again whole (bitwise the clean run's weights), untouched by the second's
     deaths; the second is recorded as failed with how its worker ended, and the sweep finishes."""
@@ -202,9 +247,12 @@ def test_local_pool_retries_a_killed_worker_and_records_a_run_that_keeps_killing
     out, markers = tmp_path / "sweep", tmp_path / "markers"
     markers.mkdir()
     make = toylens.sweeps.executors.make_executor
-    monkeypatch.setattr(toylens.sweeps.executors, "make_executor", lambda *args: Killing(
-        make(*args), {"d_model=16": 1, "d_model=32": 2}, str(markers)))
-    main_for_task("winograd", [*SWEEP_ARGS, "--jobs", "2", "--out", str(out)])    # exits 0: no SystemExit
+    monkeypatch.setattr(
+        toylens.sweeps.executors,
+        "make_executor",
+        lambda *args: Killing(make(*args), {"d_model=16": 1, "d_model=32": 2}, str(markers)),
+    )
+    main_for_task("winograd", [*SWEEP_ARGS, "--jobs", "2", "--out", str(out)])  # exits 0: no SystemExit
     printed = capsys.readouterr().out
     assert {p.name: p.read_text() for p in markers.iterdir()} == {"d_model=16": "xx", "d_model=32": "xx"}
     retried, lost = (out / f"d_model={width}" / "attn-only-2x1" / "seed0" for width in (16, 32))
@@ -217,11 +265,14 @@ def test_local_pool_retries_a_killed_worker_and_records_a_run_that_keeps_killing
     assert "sweep: 1 runs done, 1 failed, 0 kept" in printed
 
 
-@pytest.mark.parametrize("argv, fragment", [
-    (["--gpus-per-run", "1"], "reserves GPUs for Ray tasks: add --executor ray"),
-    (["--gpus-per-run", "1.5", "--executor", "ray"], "above 1 it must be a whole number"),
-    (["--gpus-per-run", "-1", "--executor", "ray"], "must be a finite number >= 0"),
-])
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["--gpus-per-run", "1"], "reserves GPUs for Ray tasks: add --executor ray"),
+        (["--gpus-per-run", "1.5", "--executor", "ray"], "above 1 it must be a whole number"),
+        (["--gpus-per-run", "-1", "--executor", "ray"], "must be a finite number >= 0"),
+    ],
+)
 def test_bad_gpus_per_run_is_one_line_before_anything_runs(tmp_path, capsys, argv, fragment):
     from toylens.cli import main_for_task
 
@@ -250,13 +301,20 @@ def test_a_run_failing_twice_is_recorded_and_rerun_later(tmp_path):
     assert record["error"] == "RuntimeError: out of memory"
     with pytest.raises(UsageError, match="no finished runs"):
         take_census(out)
-    again = run_sweep(tiny_sweep(out, grid=("d_model=16",)), out, LocalExecutor(jobs=1), "test", progress=False,
-                      write=lambda line: None)
+    again = run_sweep(
+        tiny_sweep(out, grid=("d_model=16",)),
+        out,
+        LocalExecutor(jobs=1),
+        "test",
+        progress=False,
+        write=lambda line: None,
+    )
     assert again.done == 1 and not (out / "d_model=16" / "attn-only-2x1" / "seed0" / FAILED).exists()
     assert take_census(out).groups[0].failed == 0
 
 
 # ---- a real two-node Ray cluster on this machine -------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def ray_cluster():
@@ -292,13 +350,13 @@ def test_ray_retries_a_worker_killed_mid_run_and_records_a_job_that_dies_twice(r
     killed_once = partial(killed_in_training, {run.point: 1}, str(tmp_path), run_job)
     found = collect(RayExecutor(address=ray_cluster.address), killed_once, [job])
     assert found[job].error is None
-    assert (tmp_path / run.point).read_text() == "xx"            # killed once mid-run, run again once
+    assert (tmp_path / run.point).read_text() == "xx"  # killed once mid-run, run again once
     weights = (local / run.point / "attn-only-2x1" / "seed0" / "model.safetensors").read_bytes()
     assert found[job].result.files["model.safetensors"] == weights
     lost = str(tmp_path / "lost")
     found = collect(RayExecutor(address=ray_cluster.address), always_die, [lost])
     assert found[lost].result is None and "died" in found[lost].error.lower()
-    assert Path(lost).read_text() == "xx"                         # tried twice, then given up
+    assert Path(lost).read_text() == "xx"  # tried twice, then given up
 
 
 def test_ray_sweep_through_the_driver_equals_the_local_run_bitwise(ray_cluster, local_sweep, tmp_path):
@@ -312,12 +370,12 @@ def test_ray_sweep_through_the_driver_equals_the_local_run_bitwise(ray_cluster, 
         metrics = [json.loads((d / "metrics.json").read_text()) for d in (mine, theirs)]
         for m in metrics:
             m.pop("train_seconds")
-            m.pop("sha256")       # covers the wall-clock training time too
+            m.pop("sha256")  # covers the wall-clock training time too
         assert metrics[0] == metrics[1]
         assert (mine / "circuit.json").read_text() == (theirs / "circuit.json").read_text()
         assert (mine / "log.jsonl").read_text().count("\n") == (theirs / "log.jsonl").read_text().count("\n")
     again = sweep(out, RayExecutor(address=ray_cluster.address))
-    assert (again.kept, again.done) == (2, 0)                     # finished runs are never sent again
+    assert (again.kept, again.done) == (2, 0)  # finished runs are never sent again
 
 
 def assigned_gpus(_item) -> list:
@@ -331,14 +389,26 @@ def test_ray_reserves_gpus_per_run_and_refuses_more_than_any_node_has(ray_cluste
 
     # No node has a GPU (nor has this machine): refused in one line, not left waiting forever.
     with pytest.raises(SystemExit) as stopped:
-        main_for_task("winograd", [*SWEEP_ARGS, "--executor", "ray", "--address", ray_cluster.address,
-                                   "--gpus-per-run", "1", "--out", str(tmp_path / "sweep")])
+        main_for_task(
+            "winograd",
+            [
+                *SWEEP_ARGS,
+                "--executor",
+                "ray",
+                "--address",
+                ray_cluster.address,
+                "--gpus-per-run",
+                "1",
+                "--out",
+                str(tmp_path / "sweep"),
+            ],
+        )
     err = capsys.readouterr().err
     assert stopped.value.code == 2 and err.count("\n") == 1 and "has that many GPUs (most: 0)" in err
-    node = ray_cluster.add_node(num_cpus=1, num_gpus=1)     # Ray takes a node's word for its GPUs
+    node = ray_cluster.add_node(num_cpus=1, num_gpus=1)  # Ray takes a node's word for its GPUs
     try:
         ray_cluster.wait_for_nodes()
         found = collect(RayExecutor(address=ray_cluster.address, gpus=1), assigned_gpus, [0])
     finally:
         ray_cluster.remove_node(node)
-    assert len(found[0].result) == 1                        # the task was given one GPU
+    assert len(found[0].result) == 1  # the task was given one GPU

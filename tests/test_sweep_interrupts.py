@@ -19,14 +19,26 @@ from tests.test_sweep_reliability import RUN, TINY_ARGS
 SEEDS = ["--seeds", "0-1"]
 # What a resumed sweep must reproduce bitwise; config.json, log.jsonl and metrics.json hold the
 # command line and wall times, which differ by design.
-COMPARED = [f"{RUN}/seed{seed}/{name}" for seed in (0, 1) for name in ("model.safetensors", "circuit.json")] + \
-           ["census/census.json"]
+COMPARED = [f"{RUN}/seed{seed}/{name}" for seed in (0, 1) for name in ("model.safetensors", "circuit.json")] + [
+    "census/census.json"
+]
 
 
 def sweep_argv(out: Path, jobs: int, *extra: str) -> list[str]:
     args = [arg for arg in TINY_ARGS if arg not in ("--jobs", "1")]
-    return [sys.executable, "-m", "tasks.winograd", "sweep", *args, *SEEDS, "--jobs", str(jobs), "--out", str(out),
-            *extra]
+    return [
+        sys.executable,
+        "-m",
+        "tasks.winograd",
+        "sweep",
+        *args,
+        *SEEDS,
+        "--jobs",
+        str(jobs),
+        "--out",
+        str(out),
+        *extra,
+    ]
 
 
 def environment(scratch: Path) -> dict:
@@ -39,27 +51,34 @@ def environment(scratch: Path) -> dict:
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("uninterrupted")
-    subprocess.run(sweep_argv(root / "sweep", 1), check=True, capture_output=True, env=environment(root / "tmp"),
-                   timeout=600)
+    subprocess.run(
+        sweep_argv(root / "sweep", 1), check=True, capture_output=True, env=environment(root / "tmp"), timeout=600
+    )
     return root / "sweep"
 
 
 def moment_reached(moment: str, scratch: Path, stdout: Path) -> bool:
-    if moment == "start-up":   # the driver has asked for its workers; they are importing
+    if moment == "start-up":  # the driver has asked for its workers; they are importing
         return "sending 2 runs" in stdout.read_text()
     if moment == "training":
         return any(scratch.rglob("log.jsonl"))
-    if moment == "tracing":    # a worker's run has its metrics.json: it is being traced now
+    if moment == "tracing":  # a worker's run has its metrics.json: it is being traced now
         return any(scratch.rglob("metrics.json"))
-    return "runs done" in stdout.read_text()   # census
+    return "runs done" in stdout.read_text()  # census
 
 
 def interrupt_at(moment: str, out: Path, jobs: int, scratch: Path) -> tuple[int, str, float]:
     """Run a sweep, press Ctrl-C twice at `moment`; (exit status, stderr, seconds until it ended)."""
     stdout = scratch.parent / "stdout.txt"
     with open(stdout, "w") as sink:
-        process = subprocess.Popen(sweep_argv(out, jobs), stdout=sink, stderr=subprocess.PIPE, text=True,
-                                   start_new_session=True, env=environment(scratch))
+        process = subprocess.Popen(
+            sweep_argv(out, jobs),
+            stdout=sink,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            env=environment(scratch),
+        )
         deadline = time.monotonic() + 300
         while not moment_reached(moment, scratch, stdout):
             assert process.poll() is None and time.monotonic() < deadline, f"ended before {moment}"
@@ -104,10 +123,16 @@ def test_ctrl_c_stops_in_seconds_with_one_line_and_resume_is_bitwise(uninterrupt
     assert code == 130 and seconds < 10, (code, seconds, stderr)
     assert len(lines) == 1 and lines[0].startswith("interrupted: ") and "--resume" in lines[0], stderr
     assert list(scratch.glob("toylens-*")) == [], "an interrupted worker left its temp folder"
-    for run in (out / RUN).glob("seed*"):   # whole runs only: a run folder with files has its metrics
+    for run in (out / RUN).glob("seed*"):  # whole runs only: a run folder with files has its metrics
         assert not any(run.iterdir()) or (run / "metrics.json").is_file(), sorted(run.iterdir())
-    resumed = subprocess.run(sweep_argv(out, jobs, "--resume"), capture_output=True, text=True, check=False,
-                             env=environment(scratch), timeout=600)
+    resumed = subprocess.run(
+        sweep_argv(out, jobs, "--resume"),
+        capture_output=True,
+        text=True,
+        check=False,
+        env=environment(scratch),
+        timeout=600,
+    )
     assert resumed.returncode == 0, resumed.stderr
     for name in COMPARED:
         assert (out / name).read_bytes() == (uninterrupted / name).read_bytes(), name
@@ -123,9 +148,9 @@ def test_a_ctrl_c_inside_held_interrupts_stops_the_command_when_the_block_ends()
         with pytest.raises(KeyboardInterrupt):
             with held_interrupts():
                 os.kill(os.getpid(), signal.SIGINT)
-                time.sleep(0.05)   # the handler runs here, in the block: it must not raise
+                time.sleep(0.05)  # the handler runs here, in the block: it must not raise
                 done.append("every file written")
         assert done == ["every file written"]
-        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN   # a second press is ignored
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # a second press is ignored
     finally:
         signal.signal(signal.SIGINT, previous)

@@ -24,8 +24,21 @@ from tests.test_sweep import PARAMS, TINY
 from toylens.sweeps.executors import LocalExecutor
 
 RUN = Path("default") / "attn-only-2x1"
-TINY_ARGS = ["--models", "attn-only-2x1", "--steps", "20", "--eval-every", "10", "--batch-size", "32", "--nouns", "8",
-             "--no-progress", "--jobs", "1"]
+TINY_ARGS = [
+    "--models",
+    "attn-only-2x1",
+    "--steps",
+    "20",
+    "--eval-every",
+    "10",
+    "--batch-size",
+    "32",
+    "--nouns",
+    "8",
+    "--no-progress",
+    "--jobs",
+    "1",
+]
 
 
 def plan(out: Path, seeds="0,1", grid=()):
@@ -33,15 +46,23 @@ def plan(out: Path, seeds="0,1", grid=()):
     from toylens.sweeps.plan import parse_grid, plan_sweep
     from toylens.arguments import parse_seeds
 
-    return plan_sweep(WinogradTask, PARAMS, TINY, ["attn-only-2x1"], parse_seeds(seeds),
-                      parse_grid(list(grid), WinogradTask), out)
+    return plan_sweep(
+        WinogradTask, PARAMS, TINY, ["attn-only-2x1"], parse_seeds(seeds), parse_grid(list(grid), WinogradTask), out
+    )
 
 
 def sweep(out: Path, **options):
     from toylens.sweeps.driver import run_sweep
 
-    return run_sweep(plan(out), out, LocalExecutor(jobs=1), "python -m tasks.winograd sweep (test)", progress=False,
-                     write=lambda line: None, **options)
+    return run_sweep(
+        plan(out),
+        out,
+        LocalExecutor(jobs=1),
+        "python -m tasks.winograd sweep (test)",
+        progress=False,
+        write=lambda line: None,
+        **options,
+    )
 
 
 @pytest.fixture
@@ -73,19 +94,30 @@ def census_of(out: Path):
 
 # ---- every file a sweep writes is checked against the run it describes --------------------------
 
+
 def edit_share(data):
-    data["edge"] = {"sender": "L0H0", "receiver": "L1H0", "component": "q", "position": 14, "position_label": "p14",
-                    "recovered": 0.01, "restored": 0.0}
+    data["edge"] = {
+        "sender": "L0H0",
+        "receiver": "L1H0",
+        "component": "q",
+        "position": 14,
+        "position_label": "p14",
+        "recovered": 0.01,
+        "restored": 0.0,
+    }
     data["nodes"] = ["L0H0", "L1H0@p14"]
 
 
-@pytest.mark.parametrize("edit, signed_again, fragment", [
-    (edit_share, False, "sha256 differs"),
-    (lambda d: d.update(heldout=1e308), False, "sha256 differs"),
-    (lambda d: d.update(faithfulness=float("nan")), False, "faithfulness must be a finite number"),
-    (lambda d: d.update(model_name="block-2", n_layers=1), True, "different model_name, n_layers"),
-    (lambda d: d.update(heldout=0.99), True, "different heldout"),
-])
+@pytest.mark.parametrize(
+    "edit, signed_again, fragment",
+    [
+        (edit_share, False, "sha256 differs"),
+        (lambda d: d.update(heldout=1e308), False, "sha256 differs"),
+        (lambda d: d.update(faithfulness=float("nan")), False, "faithfulness must be a finite number"),
+        (lambda d: d.update(model_name="block-2", n_layers=1), True, "different model_name, n_layers"),
+        (lambda d: d.update(heldout=0.99), True, "different heldout"),
+    ],
+)
 def test_an_edited_circuit_json_makes_its_run_unreadable_never_relabelled(copied, edit, signed_again, fragment):
     path = copied / RUN / "seed0" / "circuit.json"
     data = read(path)
@@ -112,7 +144,7 @@ def test_a_point_json_claiming_other_values_makes_its_runs_unreadable(copied):
     group = census_of(copied)
     assert group.finished == 0 and len(group.unreadable) == 2
     assert "records grid values" in group.unreadable[0][1]
-    write(path, {**read(path), "point": "d_model=64"})        # edited by hand: checksum
+    write(path, {**read(path), "point": "d_model=64"})  # edited by hand: checksum
     assert "sha256 differs" in census_of(copied).unreadable[0][1]
 
 
@@ -126,23 +158,28 @@ def test_a_stale_failed_json_beside_a_finished_run_is_not_counted_as_a_failure(c
     assert any("beside a finished run" in line for line in census.others)
     shutil.copy(copied / RUN / "seed0" / FAILED, copied / RUN / "seed1" / FAILED)
     (copied / RUN / "seed1" / "metrics.json").unlink()
-    group = census_of(copied)                                  # seed 0's record in seed 1's folder
+    group = census_of(copied)  # seed 0's record in seed 1's folder
     assert group.failed == 0 and "not the run folder it is in" in dict(group.unreadable)[1]
 
 
 def test_retraining_a_sweep_point_removes_its_circuit_and_the_census_says_so(copied):
     from toylens.cli import main_for_task
 
-    main_for_task("winograd", ["train", *TINY_ARGS, "--seeds", "0-0", "--lr", "0.003", "--overwrite",
-                               "--out", str(copied / "default")])
+    main_for_task(
+        "winograd",
+        ["train", *TINY_ARGS, "--seeds", "0-0", "--lr", "0.003", "--overwrite", "--out", str(copied / "default")],
+    )
     run = copied / RUN / "seed0"
     assert read(run / "config.json")["training"]["lr"] == 0.003 and not (run / "circuit.json").exists()
     group = census_of(copied)
-    assert group.finished == 1 and "other settings than the sweep planned (different training.lr" \
-        in dict(group.unreadable)[0]
+    assert (
+        group.finished == 1
+        and "other settings than the sweep planned (different training.lr" in dict(group.unreadable)[0]
+    )
 
 
 # ---- each run counted once; a census counts only its sweep's runs -------------------------------
+
 
 def test_runs_the_sweep_did_not_plan_are_not_counted_but_reported(copied, tiny_runs):
     from probes.census import take_census
@@ -158,15 +195,17 @@ def test_training_into_a_sweep_root_and_a_sweep_into_a_train_runs_folder_are_ref
     one_line(cli("tasks.winograd", "train", *TINY_ARGS, "--out", str(copied)), "is a sweep folder")
     runs = tmp_path / "runs"
     shutil.copytree(tiny_runs, runs)
-    one_line(cli("tasks.winograd", "sweep", *TINY_ARGS, "--seeds", "0-0", "--out", str(runs)),
-             "holds runs that no sweep planned")
+    one_line(
+        cli("tasks.winograd", "sweep", *TINY_ARGS, "--seeds", "0-0", "--out", str(runs)),
+        "holds runs that no sweep planned",
+    )
     assert contents(copied) == before and not (runs / "default").exists()
 
 
 def test_a_comparison_counts_each_seed_once(tiny_runs, tmp_path):
     runs = tmp_path / "winograd"
     shutil.copytree(tiny_runs, runs)
-    shutil.copytree(runs / "attn-only-2x1", runs / "default" / "attn-only-2x1")   # as a sweep into it did
+    shutil.copytree(runs / "attn-only-2x1", runs / "default" / "attn-only-2x1")  # as a sweep into it did
     one_line(cli("toylens", "accuracy", str(runs)), "both attn-only-2x1 seed 0", "counts each seed once")
 
 
@@ -182,14 +221,19 @@ def test_a_census_file_the_user_recreated_is_never_replaced(copied):
 
 # ---- one writer per run and per sweep root ----------------------------------------------------
 
-HOLD = "import sys, time; from common.lock import folder_lock\nwith folder_lock(sys.argv[1], 'test'):\n" \
-       "    print('held', flush=True); time.sleep(60)"
+HOLD = (
+    "import sys, time; from common.lock import folder_lock\nwith folder_lock(sys.argv[1], 'test'):\n"
+    "    print('held', flush=True); time.sleep(60)"
+)
 
 
-@pytest.mark.parametrize("held, command", [
-    ("sweep", ["train", "--out", "sweep/default"]),        # a sweep holds its root: a point is covered
-    ("sweep/default", ["sweep", "--out", "sweep"]),         # a training holds a point: the root is refused
-])
+@pytest.mark.parametrize(
+    "held, command",
+    [
+        ("sweep", ["train", "--out", "sweep/default"]),  # a sweep holds its root: a point is covered
+        ("sweep/default", ["sweep", "--out", "sweep"]),  # a training holds a point: the root is refused
+    ],
+)
 def test_a_writer_of_a_folder_above_or_below_a_held_one_is_refused_naming_the_holder(tmp_path, held, command):
     holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path / held)], stdout=subprocess.PIPE, text=True)
     try:
@@ -206,10 +250,14 @@ def test_a_sweep_and_a_training_started_at_once_into_one_folder_one_proceeds(tmp
     """The issue's mixed run: the sweep at lr 1e-3, the training at 3e-3, into one run folder."""
     out = tmp_path / "sweep"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    commands = [["tasks.winograd", "sweep", *TINY_ARGS, "--seeds", "0-0", "--lr", "0.001", "--out", str(out)],
-                ["tasks.winograd", "train", *TINY_ARGS, "--seeds", "0-0", "--lr", "0.003", "--out", str(out / "default")]]
-    started = [subprocess.Popen([sys.executable, "-m", *c], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True) for c in commands]
+    commands = [
+        ["tasks.winograd", "sweep", *TINY_ARGS, "--seeds", "0-0", "--lr", "0.001", "--out", str(out)],
+        ["tasks.winograd", "train", *TINY_ARGS, "--seeds", "0-0", "--lr", "0.003", "--out", str(out / "default")],
+    ]
+    started = [
+        subprocess.Popen([sys.executable, "-m", *c], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for c in commands
+    ]
     results = [(p.wait(timeout=300), p.stdout.read(), p.stderr.read()) for p in started]
     codes = sorted(code for code, _, _ in results)
     assert codes == [0, 2], results
@@ -217,7 +265,7 @@ def test_a_sweep_and_a_training_started_at_once_into_one_folder_one_proceeds(tmp
     one_line(refused, "in use by process")
     run = out / RUN / "seed0"
     lr = read(run / "config.json")["training"]["lr"]
-    if results[0][0] == 0:     # the sweep's run: its circuit describes exactly these weights and settings
+    if results[0][0] == 0:  # the sweep's run: its circuit describes exactly these weights and settings
         from probes.census import read_circuit
         from tasks.training.runs import Run
 
@@ -228,10 +276,14 @@ def test_a_sweep_and_a_training_started_at_once_into_one_folder_one_proceeds(tmp
 
 # ---- sizes and devices checked before work ---------------------------------------------------
 
+
 def test_a_huge_seed_range_is_refused_at_once_with_its_estimate(tmp_path):
     started = time.perf_counter()
-    line = one_line(cli("tasks.winograd", "sweep", *TINY_ARGS, "--seeds", "0-99999", "--out", str(tmp_path / "s")),
-                    "this sweep has 100000 runs", "pass --yes")
+    line = one_line(
+        cli("tasks.winograd", "sweep", *TINY_ARGS, "--seeds", "0-99999", "--out", str(tmp_path / "s")),
+        "this sweep has 100000 runs",
+        "pass --yes",
+    )
     assert time.perf_counter() - started < 60 and "roughly" in line
     assert not (tmp_path / "s").exists()
 
@@ -243,6 +295,7 @@ def test_a_device_this_machine_lacks_is_refused(tiny_runs, device):
 
 
 # ---- Ctrl-C pressed again and again gives one line --------------------------------------------
+
 
 def test_ctrl_c_pressed_during_the_interrupted_line_itself_stays_one_line(capsys):
     """The second press lands while the first one's line is being made (as it does when pressed
@@ -256,7 +309,7 @@ def test_ctrl_c_pressed_during_the_interrupted_line_itself_stays_one_line(capsys
                 time.sleep(0.005)
             return "finished runs are kept"
 
-    def command():   # as training does: the first press stops it, and it says how to continue
+    def command():  # as training does: the first press stops it, and it says how to continue
         try:
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(5)
@@ -288,12 +341,37 @@ def test_ctrl_c_pressed_twice_during_generate_or_training_is_one_line(tmp_path, 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for index, gap in enumerate([0.002, 0.02] if moment == "generate" else [0.01]):
         out = tmp_path / f"r{index}"
-        process = subprocess.Popen([sys.executable, "-m", "tasks.winograd", "train", "--models", "attn-only-2x1",
-                                    "--seeds", "0-0", "--steps", "100000", "--nouns", "24", "--jobs", "1",
-                                    "--no-progress", "--checkpoint-every", "20", "--out", str(out)],
-                                   env={**env, "TOYLENS_CACHE": str(tmp_path / f"cache{index}")},
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        wait_for(out / ".toylens.lock" if moment == "generate" else out / RUN.name / "seed0" / "train_state.safetensors", process)
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tasks.winograd",
+                "train",
+                "--models",
+                "attn-only-2x1",
+                "--seeds",
+                "0-0",
+                "--steps",
+                "100000",
+                "--nouns",
+                "24",
+                "--jobs",
+                "1",
+                "--no-progress",
+                "--checkpoint-every",
+                "20",
+                "--out",
+                str(out),
+            ],
+            env={**env, "TOYLENS_CACHE": str(tmp_path / f"cache{index}")},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        wait_for(
+            out / ".toylens.lock" if moment == "generate" else out / RUN.name / "seed0" / "train_state.safetensors",
+            process,
+        )
         generating = not (out / RUN.name / "seed0" / "config.json").exists()
         process.send_signal(signal.SIGINT)
         time.sleep(gap)
@@ -307,6 +385,7 @@ def test_ctrl_c_pressed_twice_during_generate_or_training_is_one_line(tmp_path, 
 
 
 # ---- stored fields of the wrong shape: one line -------------------------------------------------
+
 
 def test_a_renamed_model_name_is_one_line_or_a_correct_comparison(tiny_runs, tmp_path):
     from tasks.training.runs import run_sha256
@@ -327,16 +406,19 @@ def test_an_unfinished_run_whose_spec_is_a_list_is_one_line(copied):
 
     out = copied
     run = out / RUN / "seed0"
-    (run / "metrics.json").unlink()                     # unfinished
+    (run / "metrics.json").unlink()  # unfinished
     config = read(run / "config.json")
     config["spec"] = list(config["spec"])
     config["run_sha256"] = run_sha256(config)
     write(run / "config.json", config)
-    one_line(cli("tasks.winograd", "train", *TINY_ARGS, "--seeds", "0-0", "--resume", "--out", str(out / "default")),
-             "spec must be an object")
+    one_line(
+        cli("tasks.winograd", "train", *TINY_ARGS, "--seeds", "0-0", "--resume", "--out", str(out / "default")),
+        "spec must be an object",
+    )
 
 
 # ---- commands that take a runs folder, given a sweep folder ------------------------------------
+
 
 def test_commands_given_a_sweep_folder_of_several_points_say_why_not(tmp_path, finished_sweep):
     out = tmp_path / "sweep"
@@ -345,7 +427,11 @@ def test_commands_given_a_sweep_folder_of_several_points_say_why_not(tmp_path, f
     group = dict(manifest["groups"][0], point="d_model=64", values={"d_model": 64})
     group["identity"] = {**group["identity"], "spec": {**group["identity"]["spec"], "d_model": 64}}
     write(out / SWEEP, resign({**manifest, "groups": [*manifest["groups"], group]}))
-    for command in (["toylens", "edges", str(out)], ["toylens", "accuracy", str(out)], ["probes.circuit", "report", str(out)]):
+    for command in (
+        ["toylens", "edges", str(out)],
+        ["toylens", "accuracy", str(out)],
+        ["probes.circuit", "report", str(out)],
+    ):
         one_line(cli(*command), "is a sweep of 2 grid points", "toylens census")
 
 

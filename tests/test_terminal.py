@@ -14,33 +14,49 @@ from probes.health import budget_note
 from probes.report.render import WIDTH, accuracy_table
 from tasks.settings import StopReason
 
-ZERO_WIDTH = re.compile(r"\[(\d+(?:\.\d+)?%), \1\]")   # "[100.0%, 100.0%]"
+ZERO_WIDTH = re.compile(r"\[(\d+(?:\.\d+)?%), \1\]")  # "[100.0%, 100.0%]"
 
 
 def split(accuracy: float, n: int = 100) -> SplitAccuracy:
-    return SplitAccuracy(n=n, accuracy=wilson(round(accuracy * n), n), loss=1.0, foil_rate=0.0,
-                         other_rate=0.0, by_group={}, top_token=2, top_share=0.5)
+    return SplitAccuracy(
+        n=n,
+        accuracy=wilson(round(accuracy * n), n),
+        loss=1.0,
+        foil_rate=0.0,
+        other_rate=0.0,
+        by_group={},
+        top_token=2,
+        top_share=0.5,
+    )
 
 
 def run(seed: int, steps: int, stop: StopReason, heldout: float = 1.0, max_steps: int = 1000) -> RunAccuracy:
-    return RunAccuracy("attn-only-2x1", seed, "", steps, {"heldout": split(heldout), "train": split(heldout)},
-                       12.0, stop_reason=stop, max_steps=max_steps)
+    return RunAccuracy(
+        "attn-only-2x1",
+        seed,
+        "",
+        steps,
+        {"heldout": split(heldout), "train": split(heldout)},
+        12.0,
+        stop_reason=stop,
+        max_steps=max_steps,
+    )
 
 
 def test_runs_stopped_by_or_near_their_budget_are_budget_limited_and_others_are_not():
     assert "stopped by its 1000-step budget" in budget_note(run(0, 1000, StopReason.BUDGET))
     assert "solved at step 825 of its 1000-step budget" in budget_note(run(1, 825, StopReason.SOLVED))
-    assert budget_note(run(2, 400, StopReason.SOLVED)) is None       # solved with room to spare
-    assert budget_note(run(3, 900, StopReason.STALLED)) is None      # stopped for its own reason
-    assert budget_note(run(4, 900, StopReason.SOLVED, max_steps=0)) is None   # how it ended is unknown
+    assert budget_note(run(2, 400, StopReason.SOLVED)) is None  # solved with room to spare
+    assert budget_note(run(3, 900, StopReason.STALLED)) is None  # stopped for its own reason
+    assert budget_note(run(4, 900, StopReason.SOLVED, max_steps=0)) is None  # how it ended is unknown
 
 
 def test_three_seeds_at_100_percent_get_an_interval_of_nonzero_width_and_the_table_fits():
     model = model_accuracy([run(seed, 300, StopReason.SOLVED) for seed in range(3)])
-    assert model.heldout.low == model.heldout.high == 1.0    # the t interval over seeds: no information
+    assert model.heldout.low == model.heldout.high == 1.0  # the t interval over seeds: no information
     printed = accuracy_table([model])
     assert not ZERO_WIDTH.search(printed), printed
-    assert "[98.7%, 100.0%]" in printed      # Wilson over the 3 x 100 pooled held-out positions
+    assert "[98.7%, 100.0%]" in printed  # Wilson over the 3 x 100 pooled held-out positions
     assert max(map(len, printed.splitlines())) <= WIDTH
 
 
@@ -56,9 +72,28 @@ def main_job(tmp_path_factory):
     out = tmp_path_factory.mktemp("main") / "winograd"
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        main_for_task("winograd", ["train", "--nouns", "8", "--models", "bag-of-words,attn-only-2x1", "--seeds", "0-2",
-                                   "--steps", "50", "--eval-every", "25", "--jobs", "1", "--no-progress",
-                                   "--report", "--out", str(out)])
+        main_for_task(
+            "winograd",
+            [
+                "train",
+                "--nouns",
+                "8",
+                "--models",
+                "bag-of-words,attn-only-2x1",
+                "--seeds",
+                "0-2",
+                "--steps",
+                "50",
+                "--eval-every",
+                "25",
+                "--jobs",
+                "1",
+                "--no-progress",
+                "--report",
+                "--out",
+                str(out),
+            ],
+        )
     return printed.getvalue()
 
 

@@ -62,7 +62,7 @@ def test_reverse_true_edges_follow_the_program(programs):
     truth = tracr.true_edges(model, compiled, tracr.shape_graph(compiled))
     # the last layer's head copies the token at the opposite position to the output
     assert Edge(Head(3, 0), Input(Logits())) in truth and Edge(Embed(), Input(Head(3, 0), "v")) in truth
-    assert not any(e.sender == Head(1, 0) for e in truth)          # an empty attention layer writes nothing
+    assert not any(e.sender == Head(1, 0) for e in truth)  # an empty attention layer writes nothing
 
 
 def test_reverse_used_edges_are_acdcs_reference_circuit(programs):
@@ -75,7 +75,10 @@ def test_reverse_used_edges_are_acdcs_reference_circuit(programs):
     truth = tracr.true_edges(model, compiled, graph)
     assert len(truth) == 13
     assert {str(e) for e in tracr.inert_edges(model, compiled, graph, truth)} == {
-        "embed -> L0H0.q", "embed -> L0H0.k", "embed -> L3H0.q"}
+        "embed -> L0H0.q",
+        "embed -> L0H0.k",
+        "embed -> L3H0.q",
+    }
     assert {str(e) for e in tracr.used_edges(model, compiled, graph)} == set(tracr.ACDC_REVERSE)
 
 

@@ -31,8 +31,17 @@ def fresh_model(batches, small_winograd):
 
 
 def run(model, batches, tmp_path, **options):
-    return training.train(model, batches["train"], batches["validation"], SETTINGS, seed=0, progress=False,
-                          log_path=tmp_path / "log.jsonl", state_path=tmp_path / STATE, **options)
+    return training.train(
+        model,
+        batches["train"],
+        batches["validation"],
+        SETTINGS,
+        seed=0,
+        progress=False,
+        log_path=tmp_path / "log.jsonl",
+        state_path=tmp_path / STATE,
+        **options,
+    )
 
 
 def interrupt_at_call(monkeypatch, calls: int) -> None:
@@ -67,7 +76,7 @@ def test_resumed_training_matches_uninterrupted_training(batches, small_winograd
     assert [e["step"] for e in logged(tmp_path / "b" / "log.jsonl")] == [10, 20]
     monkeypatch.undo()
 
-    resumed = fresh_model(batches, small_winograd)   # a new process would start from scratch too
+    resumed = fresh_model(batches, small_winograd)  # a new process would start from scratch too
     result = run(resumed, batches, tmp_path / "b", checkpoint_every=15, resume=True)
 
     for name, tensor in straight.state_dict().items():
@@ -92,20 +101,24 @@ def test_damaged_state_is_refused_with_the_fix(batches, small_winograd, tmp_path
 
 def evaluations(losses, accuracies, every=25):
     """The same losses as the loss at every position and at the scored positions (either is watched)."""
-    return [{"step": every * (i + 1), "val_loss": loss, "val_scored_loss": loss, "val_accuracy": accuracy}
-            for i, (loss, accuracy) in enumerate(zip(losses, accuracies))]
+    return [
+        {"step": every * (i + 1), "val_loss": loss, "val_scored_loss": loss, "val_accuracy": accuracy}
+        for i, (loss, accuracy) in enumerate(zip(losses, accuracies))
+    ]
 
 
 def test_stop_reason_solved_stalled_or_none():
     settings = TrainSettings(stop_accuracy=0.99, stop_evals=3, plateau_steps=100, plateau_tolerance=0.01)
     # Solved: accuracy >= 0.99 at the last 3 evaluations, whatever the loss does.
-    assert training.stop_reason(evaluations([1.0, 0.9, 0.9, 0.95], [0.5, 0.99, 1.0, 1.0]), settings) == "validation solved"
+    assert (
+        training.stop_reason(evaluations([1.0, 0.9, 0.9, 0.95], [0.5, 0.99, 1.0, 1.0]), settings) == "validation solved"
+    )
     assert training.stop_reason(evaluations([1.0, 0.9, 0.9], [0.5, 1.0, 1.0]), settings) is None
     # Stalled: the best loss (0.5 at step 25) is not beaten by 1% for 100 steps; gains under 1% do not count.
     flat = evaluations([0.5, 0.6, 0.7, 0.498, 0.6], [0.1] * 5)
     assert training.stop_reason(flat[:4], settings) is None
     assert training.stop_reason(flat, settings) == "validation stalled"
-    improving = evaluations([0.5, 0.6, 0.7, 0.49, 0.6], [0.1] * 5)   # 2% better at step 100
+    improving = evaluations([0.5, 0.6, 0.7, 0.49, 0.6], [0.1] * 5)  # 2% better at step 100
     assert training.stop_reason(improving, settings) is None
 
 
@@ -149,8 +162,10 @@ def test_a_model_with_hooks_trains_through_the_bridge():
 def test_stalled_watches_the_chosen_metric():
     from tasks.settings import StopMetric
 
-    history = [{"step": 25 * (i + 1), "val_loss": 2.0 - 0.1 * i, "val_scored_loss": 0.69, "val_accuracy": 0.5}
-               for i in range(6)]
+    history = [
+        {"step": 25 * (i + 1), "val_loss": 2.0 - 0.1 * i, "val_scored_loss": 0.69, "val_accuracy": 0.5}
+        for i in range(6)
+    ]
     base = dict(plateau_steps=100, plateau_tolerance=0.01)
     assert training.stop_reason(history, TrainSettings(**base)) == "validation stalled"
     assert training.stop_reason(history, TrainSettings(**base, stop_metric=StopMetric.LOSS)) is None
@@ -167,7 +182,9 @@ def test_loss_on_scored_positions_only_ignores_the_rest(small_winograd):
     mask = training.scored_mask(batch)
     assert int(mask.sum()) == len(batch.positions)
     moved = logits.clone()
-    moved[~mask] += torch.randn_like(moved[~mask])   # change every unscored position's logits
-    assert torch.equal(training.scored_loss(logits, batch.tokens, mask), training.scored_loss(moved, batch.tokens, mask))
+    moved[~mask] += torch.randn_like(moved[~mask])  # change every unscored position's logits
+    assert torch.equal(
+        training.scored_loss(logits, batch.tokens, mask), training.scored_loss(moved, batch.tokens, mask)
+    )
     expected = torch.nn.functional.cross_entropy(logits[batch.example_index, batch.positions], batch.answers)
     assert torch.allclose(training.scored_loss(logits, batch.tokens, mask), expected)

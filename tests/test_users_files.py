@@ -35,7 +35,7 @@ def test_a_users_files_in_out_are_never_replaced(tmp_path, where):
     one_line(cli(*TRAIN, "--out", str(out), "--report"), "was not written by toylens", "move")
     after = contents(out)
     assert {name: after[name] for name in before} == before
-    assert not (out / "attn-only-2x1" / "seed0" / "model.safetensors").exists()   # refused before training
+    assert not (out / "attn-only-2x1" / "seed0" / "model.safetensors").exists()  # refused before training
 
 
 def test_toylens_replaces_only_what_its_manifest_lists(tmp_path):
@@ -43,11 +43,14 @@ def test_toylens_replaces_only_what_its_manifest_lists(tmp_path):
     from common.ownership import foreign_files, owned, remove
 
     write_json(tmp_path / "ours.json", {"a": 1})
-    write_json(tmp_path / "ours.json", {"a": 2})          # its own file: replaced
+    write_json(tmp_path / "ours.json", {"a": 2})  # its own file: replaced
     (tmp_path / "theirs.json").write_text("{}")
     assert owned(tmp_path / "ours.json") and not owned(tmp_path / "theirs.json")
-    for action in (lambda: write_json(tmp_path / "theirs.json", {}), lambda: remove(tmp_path / "theirs.json"),
-                   lambda: write_json(tmp_path / ".toylens.json", {})):
+    for action in (
+        lambda: write_json(tmp_path / "theirs.json", {}),
+        lambda: remove(tmp_path / "theirs.json"),
+        lambda: write_json(tmp_path / ".toylens.json", {}),
+    ):
         with pytest.raises(UsageError):
             action()
     assert (tmp_path / "theirs.json").read_text() == "{}"
@@ -80,8 +83,10 @@ def test_accuracy_of_one_run_folder_writes_no_summary_into_it(tiny_runs, tmp_pat
     assert contents(out / RUN) == before
 
 
-HOLD = ("import sys, time; from common.lock import folder_lock\n"
-        "with folder_lock(sys.argv[1], 'runs folder'):\n    print('held', flush=True); time.sleep(120)")
+HOLD = (
+    "import sys, time; from common.lock import folder_lock\n"
+    "with folder_lock(sys.argv[1], 'runs folder'):\n    print('held', flush=True); time.sleep(120)"
+)
 
 
 def test_a_second_writer_is_refused_naming_the_holder_and_a_dead_holder_is_taken_over(tiny_runs, tmp_path):
@@ -92,16 +97,18 @@ def test_a_second_writer_is_refused_naming_the_holder_and_a_dead_holder_is_taken
     try:
         assert holder.stdout.readline().strip() == "held"
         before = contents(out)
-        for argv in ((*TRAIN, "--nouns", "8", "--out", str(out)),
-                     (*TRAIN, "--nouns", "8", "--out", str(out), "--resume"),
-                     ("probes.circuit", "report", str(out), "--jobs", "1"),
-                     ("toylens", "accuracy", str(out))):
+        for argv in (
+            (*TRAIN, "--nouns", "8", "--out", str(out)),
+            (*TRAIN, "--nouns", "8", "--out", str(out), "--resume"),
+            ("probes.circuit", "report", str(out), "--jobs", "1"),
+            ("toylens", "accuracy", str(out)),
+        ):
             one_line(cli(*argv), f"is in use by process {holder.pid}")
         assert contents(out) == before
     finally:
-        holder.kill()   # SIGKILL: the lock file stays behind, naming a dead process
+        holder.kill()  # SIGKILL: the lock file stays behind, naming a dead process
         holder.wait()
-    with folder_lock(out, "runs folder"):   # taken over at once
+    with folder_lock(out, "runs folder"):  # taken over at once
         assert f"process {os.getpid()}" in (out / ".toylens.lock").read_text()
 
 
@@ -144,7 +151,7 @@ def test_a_report_is_published_whole_or_not_at_all(tiny_runs, tmp_path, monkeypa
     from toylens.report import report_command
 
     out = copy_runs(tiny_runs, tmp_path)
-    with staging(out / "report") as staged:   # an earlier complete report, with a figure of its own
+    with staging(out / "report") as staged:  # an earlier complete report, with a figure of its own
         atomic_write(staged / "report.md", lambda t: Path(t).write_text("old report"))
         atomic_write(staged / "figures" / "gone.png", lambda t: Path(t).write_text("old figure"))
         publish_folder(staged, out / "report")
@@ -157,9 +164,14 @@ def test_a_report_is_published_whole_or_not_at_all(tiny_runs, tmp_path, monkeypa
     else:
         report_command(out, None, jobs=1)
         files = {k: v for k, v in contents(out / "report").items() if not k.endswith(".toylens.json")}
-        assert files == {"report.json": b'{\n  "new": true\n}\n', "report.md": b"new report", "report.html": b"new page",
-                         "figures/attn-only-2x1.png": b"new figure", "figures/bag-of-words.png": b"new figure"}
-    assert [p.name for p in out.iterdir() if p.name.startswith((".report", ".toylens-tmp."))] == []   # no staging left
+        assert files == {
+            "report.json": b'{\n  "new": true\n}\n',
+            "report.md": b"new report",
+            "report.html": b"new page",
+            "figures/attn-only-2x1.png": b"new figure",
+            "figures/bag-of-words.png": b"new figure",
+        }
+    assert [p.name for p in out.iterdir() if p.name.startswith((".report", ".toylens-tmp."))] == []  # no staging left
 
 
 def kept(folder: Path) -> dict:
@@ -176,15 +188,24 @@ def test_a_report_path_that_is_a_users_file_is_refused(tiny_runs, tmp_path):
     assert kept(tmp_path) == before
 
 
-@pytest.mark.parametrize("where, fragment", [("the runs folder", "not part of a folder toylens published"),
-                                             ("a run folder", "is a run folder"),
-                                             ("above the runs folder", "not part of a folder toylens published"),
-                                             ("another runs folder", "not part of a folder toylens published")])
+@pytest.mark.parametrize(
+    "where, fragment",
+    [
+        ("the runs folder", "not part of a folder toylens published"),
+        ("a run folder", "is a run folder"),
+        ("above the runs folder", "not part of a folder toylens published"),
+        ("another runs folder", "not part of a folder toylens published"),
+    ],
+)
 def test_a_report_is_never_swapped_in_for_runs(tiny_runs, tmp_path, where, fragment):
     work = tmp_path / "work"
     out, other = copy_runs(tiny_runs, work), copy_runs(tiny_runs, work / "other")
-    target = {"the runs folder": out, "a run folder": out / RUN, "above the runs folder": work,
-              "another runs folder": other}[where]
+    target = {
+        "the runs folder": out,
+        "a run folder": out / RUN,
+        "above the runs folder": work,
+        "another runs folder": other,
+    }[where]
     before = kept(tmp_path)
     one_line(cli("probes.circuit", "report", str(out), "--jobs", "1", "--out", str(target)), fragment)
     assert kept(tmp_path) == before
@@ -205,8 +226,26 @@ def test_a_sweeps_point_folder_linked_elsewhere_is_not_written_through(tmp_path)
     out.mkdir()
     user.mkdir()
     os.symlink(user, out / "default")
-    one_line(cli("tasks.winograd", "sweep", "--models", "attn-only-2x1", "--seeds", "0-0", "--steps", "5", "--nouns", "6",
-                 "--jobs", "1", "--no-progress", "--out", str(out)), "default is a symbolic link")
+    one_line(
+        cli(
+            "tasks.winograd",
+            "sweep",
+            "--models",
+            "attn-only-2x1",
+            "--seeds",
+            "0-0",
+            "--steps",
+            "5",
+            "--nouns",
+            "6",
+            "--jobs",
+            "1",
+            "--no-progress",
+            "--out",
+            str(out),
+        ),
+        "default is a symbolic link",
+    )
     assert list(user.iterdir()) == []
 
 
@@ -237,7 +276,7 @@ def test_edges_never_write_over_or_through_a_users_figure(tiny_runs, tmp_path, c
     assert contents(out / "edges") == {"figures/edges_attn-only-2x1_seed0.png": b"mine\n"}
 
 
-OUTPUTS = {   # module, arguments, a file it writes last
+OUTPUTS = {  # module, arguments, a file it writes last
     "ladder": (("toylens", "ladder"), ("winograd", "--rungs", "no-context", "--nouns", "4", *QUICK), "ladder.json"),
     "positions": (("toylens", "positions"), ("--kinds", "learned", "--eval-sequences", "4", *QUICK), "positions.png"),
     "scaling": (("toylens", "scaling"), ("--init-only",), "scaling.json"),
@@ -250,7 +289,7 @@ def test_a_users_output_file_is_refused_before_any_work(tmp_path, command):
     module, argv, name = OUTPUTS[command]
     (tmp_path / name).write_text("mine\n")
     one_line(cli(*module, *argv, "--out", str(tmp_path)), "not written by toylens")
-    assert contents(tmp_path) == {name: b"mine\n"}   # nothing trained or measured into it first
+    assert contents(tmp_path) == {name: b"mine\n"}  # nothing trained or measured into it first
 
 
 def test_a_damaged_cache_entry_holding_a_users_file_is_refused_at_once(tmp_path, monkeypatch, capsys):
@@ -266,8 +305,8 @@ def test_a_damaged_cache_entry_holding_a_users_file_is_refused_at_once(tmp_path,
     capsys.readouterr()
     with pytest.raises(UsageError, match="notes.txt, which toylens did not write"):
         task_dataset(task, 0)
-    assert capsys.readouterr().err == ""              # no "rebuilding it" line before the refusal
-    assert [p.name for p in cache_root().iterdir()] == [entry.name]   # and nothing generated
+    assert capsys.readouterr().err == ""  # no "rebuilding it" line before the refusal
+    assert [p.name for p in cache_root().iterdir()] == [entry.name]  # and nothing generated
 
 
 def test_a_users_file_named_like_the_lock_is_never_overwritten(tmp_path):
@@ -280,6 +319,6 @@ def test_a_users_file_named_like_the_lock_is_never_overwritten(tmp_path):
             pass
     assert (tmp_path / ".toylens.lock").read_text() == "my notes"
     (tmp_path / ".toylens.lock").unlink()
-    for _ in range(2):   # its own lock, left behind by the last holder, is taken again
+    for _ in range(2):  # its own lock, left behind by the last holder, is taken again
         with folder_lock(tmp_path, "runs folder"):
             pass

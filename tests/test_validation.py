@@ -18,8 +18,9 @@ VOCABULARY = ["a", "b", "c", "d"]
 
 def good(offset: int = 0) -> Example:
     """A well-formed example: `a b c` scored at position 1 (answer c), foil d, partner `a b d`."""
-    return Example(tokens=(0, 1, 2 + offset % 2), positions=(1,), foils=(3 - offset % 2,),
-                   counterfactual=(0, 1, 3 - offset % 2))
+    return Example(
+        tokens=(0, 1, 2 + offset % 2), positions=(1,), foils=(3 - offset % 2,), counterfactual=(0, 1, 3 - offset % 2)
+    )
 
 
 class FakeTask(Task):
@@ -39,8 +40,11 @@ class FakeTask(Task):
 
 
 def fake(train: list[Example], disjoint: bool = False) -> Task:
-    cls = type("Fake", (FakeTask,), {"splits": {"train": train, "validation": [good()], "heldout": [good(1)]},
-                                     "disjoint_splits": disjoint})
+    cls = type(
+        "Fake",
+        (FakeTask,),
+        {"splits": {"train": train, "validation": [good()], "heldout": [good(1)]}, "disjoint_splits": disjoint},
+    )
     return cls()
 
 
@@ -65,8 +69,9 @@ def test_scored_position_out_of_range():
 
 def test_answer_not_in_vocabulary():
     bad = Example(tokens=(0, 1, 7), positions=(1,))
-    assert "train example 0 has answer id 7 (tokens[1+1]) that is not in the vocabulary (ids 0..3)" \
-        in refusal(fake([bad]))
+    assert "train example 0 has answer id 7 (tokens[1+1]) that is not in the vocabulary (ids 0..3)" in refusal(
+        fake([bad])
+    )
 
 
 def test_token_strings_instead_of_ids():
@@ -95,7 +100,9 @@ def test_non_deterministic_generation():
 
         def generate(self, seed):
             rng = random.Random()  # the bug: not seeded with `seed`
-            return {split: [good(rng.randrange(1000)) for _ in range(40)] for split in ("train", "validation", "heldout")}
+            return {
+                split: [good(rng.randrange(1000)) for _ in range(40)] for split in ("train", "validation", "heldout")
+            }
 
     message = refusal(Unseeded())
     assert "differs between two calls of generate(seed=0); generation must be deterministic" in message
@@ -105,8 +112,7 @@ def test_non_deterministic_generation():
 def test_missing_split():
     task = fake([good()])
     task.splits = {"train": [good()], "heldout": [good(1)]}
-    assert "generate() must return a dict with exactly the splits ['train', 'validation', 'heldout']" \
-        in refusal(task)
+    assert "generate() must return a dict with exactly the splits ['train', 'validation', 'heldout']" in refusal(task)
 
 
 PLUGIN_SOURCE = textwrap.dedent('''
@@ -147,26 +153,37 @@ def test_two_plugins_with_one_name(tmp_path, monkeypatch):
 
 def test_a_plugin_that_is_not_a_task(tmp_path, monkeypatch):
     install_fake_plugin(tmp_path, monkeypatch, "toylens-oops", "oops = fake_plugin:make")
-    with pytest.raises(UsageError, match=r"^task plugin 'oops' \(fake_plugin:make from package toylens-oops\) "
-                                         r"is not a subclass of tasks.base.Task"):
+    with pytest.raises(
+        UsageError,
+        match=r"^task plugin 'oops' \(fake_plugin:make from package toylens-oops\) "
+        r"is not a subclass of tasks.base.Task",
+    ):
         task_classes()
 
 
 def test_a_plugin_that_fails_to_import(tmp_path, monkeypatch):
     install_fake_plugin(tmp_path, monkeypatch, "toylens-broken", "broken = fake_plugin_missing:Plugin")
-    with pytest.raises(UsageError, match=r"^task plugin 'broken' \(fake_plugin_missing:Plugin from package "
-                                         r"toylens-broken\) failed to import: ModuleNotFoundError"):
+    with pytest.raises(
+        UsageError,
+        match=r"^task plugin 'broken' \(fake_plugin_missing:Plugin from package "
+        r"toylens-broken\) failed to import: ModuleNotFoundError",
+    ):
         task_classes()
 
 
-@pytest.mark.parametrize("family, fragments", [
-    ({"tiny": ModelSpec(d_model=8, n_heads=1), "odd": ModelSpec(d_model=32, n_heads=3)},
-     ("task plugin 'fake'", "default model 'odd'", "n_heads=3 does not divide d_model=32")),
-    ([ModelSpec()], ("task plugin 'fake'", "default_models()", "got list")),
-    ({"bad": "block-1"}, ("task plugin 'fake'", "default model 'bad'", "not a ModelSpec")),
-    # A model named report had its trained runs replaced when `--report` published runs/<task>/report.
-    ({"report": ModelSpec(d_model=8, n_heads=1)}, ("task plugin 'fake'", "model name 'report' is taken", "rename")),
-])
+@pytest.mark.parametrize(
+    "family, fragments",
+    [
+        (
+            {"tiny": ModelSpec(d_model=8, n_heads=1), "odd": ModelSpec(d_model=32, n_heads=3)},
+            ("task plugin 'fake'", "default model 'odd'", "n_heads=3 does not divide d_model=32"),
+        ),
+        ([ModelSpec()], ("task plugin 'fake'", "default_models()", "got list")),
+        ({"bad": "block-1"}, ("task plugin 'fake'", "default model 'bad'", "not a ModelSpec")),
+        # A model named report had its trained runs replaced when `--report` published runs/<task>/report.
+        ({"report": ModelSpec(d_model=8, n_heads=1)}, ("task plugin 'fake'", "model name 'report' is taken", "rename")),
+    ],
+)
 def test_a_bad_default_family_is_refused_before_training(family, fragments):
     from tasks.validate import validate_family
 
@@ -205,12 +222,16 @@ def test_a_plugin_hidden_by_a_folder_of_its_name_is_named_as_such(tmp_path, monk
     (tmp_path / "cwd" / "shadowed_plugin").mkdir(parents=True)
     monkeypatch.syspath_prepend(str(tmp_path / "cwd"))
     monkeypatch.delitem(sys.modules, "shadowed_plugin", raising=False)
-    with pytest.raises(UsageError, match=r"^task plugin 'shadowed': module 'shadowed_plugin' was found as the "
-                                         r"folder .*shadowed_plugin .*run from another folder$"):
+    with pytest.raises(
+        UsageError,
+        match=r"^task plugin 'shadowed': module 'shadowed_plugin' was found as the "
+        r"folder .*shadowed_plugin .*run from another folder$",
+    ):
         task_classes()
 
 
 # ---- mistakes a plugin author makes (found by writing unseen plugins against the guide) ---------
+
 
 def test_a_group_that_is_not_a_string_is_one_line():
     bad = Example(tokens=(0, 1, 2), positions=(1,), group=3, counterfactual=(0, 1, 3))
@@ -225,15 +246,24 @@ def test_a_position_scored_twice():
 def test_a_split_where_only_some_examples_have_a_partner():
     # Before: the split silently had no counterfactuals and the report said the task declares none.
     lacking = Example(tokens=(0, 1, 3), positions=(1,))
-    assert "train example 1 has no counterfactual while 2 of the 3 examples of its split have one" \
-        in refusal(fake([good(), lacking, good(1)]))
+    assert "train example 1 has no counterfactual while 2 of the 3 examples of its split have one" in refusal(
+        fake([good(), lacking, good(1)])
+    )
 
 
-@pytest.mark.parametrize("example, fragment", [
-    (Example(tokens=(0, 1, 2), positions=(1,), foils=(9,)), "has foil id 9 that is not in the vocabulary (ids 0..3"),
-    (Example(tokens=(0, 1, 2), positions=(1,), counterfactual=(0, 1, 8)),
-     "has counterfactual token id 8 outside the vocabulary (ids 0..3)"),
-])
+@pytest.mark.parametrize(
+    "example, fragment",
+    [
+        (
+            Example(tokens=(0, 1, 2), positions=(1,), foils=(9,)),
+            "has foil id 9 that is not in the vocabulary (ids 0..3",
+        ),
+        (
+            Example(tokens=(0, 1, 2), positions=(1,), counterfactual=(0, 1, 8)),
+            "has counterfactual token id 8 outside the vocabulary (ids 0..3)",
+        ),
+    ],
+)
 def test_an_id_outside_the_vocabulary_is_named(example, fragment):
     assert fragment in refusal(fake([example]))
 
@@ -247,12 +277,15 @@ def test_a_vocabulary_listing_a_token_twice():
         Repeats().vocabulary()
 
 
-@pytest.mark.parametrize("declared, fragment", [
-    (lambda graph: ["L0H0"], "got list"),
-    (lambda graph: frozenset({"L0H0"}), "'L0H0' is not one of them"),
-    (lambda graph: frozenset(graph.edges), "got all of them"),
-    (lambda graph: frozenset(), "got none of them"),
-])
+@pytest.mark.parametrize(
+    "declared, fragment",
+    [
+        (lambda graph: ["L0H0"], "got list"),
+        (lambda graph: frozenset({"L0H0"}), "'L0H0' is not one of them"),
+        (lambda graph: frozenset(graph.edges), "got all of them"),
+        (lambda graph: frozenset(), "got none of them"),
+    ],
+)
 def test_an_expected_circuit_that_is_not_edges_of_the_graph_is_refused(declared, fragment):
     from models.graph import graph_of
     from tasks.validate import validate_family
@@ -268,29 +301,36 @@ def test_an_expected_circuit_that_is_not_edges_of_the_graph_is_refused(declared,
     message = str(refused.value)
     assert message.startswith("task plugin 'fake': expected_circuit('tiny', spec) must return None or a frozenset")
     assert fragment in message and "\n" not in message
-    with pytest.raises(UsageError, match="expected_circuit"):   # before anything trains
+    with pytest.raises(UsageError, match="expected_circuit"):  # before anything trains
         validate_family(Declares())
     some = frozenset(list(graph_of(spec).edges)[:2])
-    assert type("Fine", (FakeTask,), {"expected_circuit": lambda self, n, s: some})().expected_circuit("tiny", spec) \
+    assert (
+        type("Fine", (FakeTask,), {"expected_circuit": lambda self, n, s: some})().expected_circuit("tiny", spec)
         == some
+    )
 
 
-@pytest.mark.parametrize("body, fragment", [
-    ("Params = object", "Params must be a frozen dataclass (the class, not an instance), got <class 'object'>"),
-    ("Params = NoParams()", "Params must be a frozen dataclass (the class, not an instance), got NoParams()"),
-    ("name = None", "has no task name; give the class `name = 'shapeless'`"),
-])
+@pytest.mark.parametrize(
+    "body, fragment",
+    [
+        ("Params = object", "Params must be a frozen dataclass (the class, not an instance), got <class 'object'>"),
+        ("Params = NoParams()", "Params must be a frozen dataclass (the class, not an instance), got NoParams()"),
+        ("name = None", "has no task name; give the class `name = 'shapeless'`"),
+    ],
+)
 def test_a_plugin_class_of_the_wrong_shape_is_one_line(tmp_path, monkeypatch, body, fragment):
     # Before: tracebacks from dataclasses.fields, Task.__init__ or `task.name` in every command.
     from importlib.metadata import EntryPoint
 
-    (tmp_path / "shapeless_plugin.py").write_text(textwrap.dedent(f'''
+    (tmp_path / "shapeless_plugin.py").write_text(
+        textwrap.dedent(f"""
         from tasks.base import NoParams
         from tests.test_validation import FakeTask
 
         class Plugin(FakeTask):
             {body}
-    '''))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "shapeless_plugin", raising=False)
     with pytest.raises(UsageError) as refused:

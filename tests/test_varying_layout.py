@@ -70,8 +70,14 @@ def markcopy_analyses(markcopy_runs):
 @pytest.fixture(scope="module")
 def early_runs(tmp_path_factory) -> Path:
     """binding scored at `?` (one token early): its answer is the queried variable, never a value."""
-    return train("binding-early", tmp_path_factory.mktemp("early") / "runs", ("bag-of-words", "attn-only-1x1"),
-                 params={"examples": 600}, max_steps=150, eval_every=50)
+    return train(
+        "binding-early",
+        tmp_path_factory.mktemp("early") / "runs",
+        ("bag-of-words", "attn-only-1x1"),
+        params={"examples": 600},
+        max_steps=150,
+        eval_every=50,
+    )
 
 
 # 1. The summary names a path from the graph view when its position varies, exactly the head-to-head
@@ -98,10 +104,14 @@ def test_the_report_says_whether_the_two_views_agree(markcopy_analyses):
     from probes.report.measure import views_section
     from probes.report.parts import MeasuredRun
 
-    measured = [MeasuredRun(run.model_name, run.seed, {"runs": analysis, "edge_circuits": edges})
-                for run, analysis, edges in markcopy_analyses]
+    measured = [
+        MeasuredRun(run.model_name, run.seed, {"runs": analysis, "edge_circuits": edges})
+        for run, analysis, edges in markcopy_analyses
+    ]
     section = views_section(measured, SMALL)
-    assert len(section.summary) == 3 and all("agree: both name heads L0H0, L1H0 and the paths L0H0 -> L1H0.k" in line for line in section.summary)
+    assert len(section.summary) == 3 and all(
+        "agree: both name heads L0H0, L1H0 and the paths L0H0 -> L1H0.k" in line for line in section.summary
+    )
 
 
 # The mechanism itself, by role: the previous-token head matters at the value (whose position varies)
@@ -122,8 +132,11 @@ def test_roles_give_the_mechanism_where_positions_vary(markcopy_analyses):
 # 2. The census counts one mechanism once across seeds: labels name components and heads, never a
 # position or the tokens there. Catches: "K-composition L0H0->L1H0 at p2 (M, g, ...)" and "... at
 # p4 (M, f, ...)" counted as two circuits, and seeds read as "no single path".
-@pytest.mark.xfail(strict=True, reason="signature roles flap at ROLE_CLAIM: the L0 head 'attends the current "
-                   "token' in two seeds and is unnamed in the third (same edges); issue 34 follow-up")
+@pytest.mark.xfail(
+    strict=True,
+    reason="signature roles flap at ROLE_CLAIM: the L0 head 'attends the current "
+    "token' in two seeds and is unnamed in the third (same edges); issue 34 follow-up",
+)
 def test_the_census_counts_one_mechanism_once_across_seeds(markcopy_runs, markcopy_analyses):
     """The labels the census counts (from each run's circuit.json facts) and its grouping of them;
     the signed files around them are tests/test_sweep_reliability.py's."""
@@ -133,7 +146,7 @@ def test_the_census_counts_one_mechanism_once_across_seeds(markcopy_runs, markco
 
     members = []
     for run, analysis, _ in markcopy_analyses:
-        stored = CircuitSummary.from_dict(json.loads(json.dumps(circuit_summary(analysis).to_dict())))   # as stored
+        stored = CircuitSummary.from_dict(json.loads(json.dumps(circuit_summary(analysis).to_dict())))  # as stored
         label = circuit_label(stored)
         members.append((run, label.kind, label.text, None))
     group = group_census("attn-only-2x1", "default", {}, members, 0)
@@ -154,7 +167,7 @@ def test_the_off_by_one_plugin_and_the_below_chance_collapse_are_flagged(early_r
     assert note is not None and "one token off" in note and "tokens[p + 1]" in note
     one = next(m for m in models if m.model_name == "attn-only-1x1")
     assert "below two-candidate chance" in one.suspect[0] and "neither answer nor foil" in one.suspect[0]
-    assert foil_blind_note(compare_runs(markcopy_runs)) is None      # a healthy task raises no check
+    assert foil_blind_note(compare_runs(markcopy_runs)) is None  # a healthy task raises no check
 
 
 def test_below_two_candidate_chance_is_flagged_from_the_rates():
@@ -166,13 +179,16 @@ def test_below_two_candidate_chance_is_flagged_from_the_rates():
         split = SplitAccuracy(1000, wilson(correct, 1000), 2.0, foil, other, {}, 3, 0.83)
         return RunAccuracy("attn-only-1x1", 0, "", 100, {"heldout": split}, shuffle)
 
-    note = candidate_note(run(49, 0.05, 0.90))     # the issue's 4.9%: one prediction at 83%
+    note = candidate_note(run(49, 0.05, 0.90))  # the issue's 4.9%: one prediction at 83%
     assert "below two-candidate chance: held-out 4.9%" in note and "neither answer nor foil at 90%" in note
     assert candidate_note(run(600, 0.4, 0.0)) is None
-    assert candidate_note(run(300, float("nan"), 0.1)) is None      # no foils: chance is not 50%
+    assert candidate_note(run(300, float("nan"), 0.1)) is None  # no foils: chance is not 50%
     # an order-blind run (shuffle ~0) picking the foil: the defeated shortcut the audit reports
     assert candidate_note(run(80, 0.92, 0.0, shuffle=3.8e-6)) is None
-    assert candidate_note(run(49, 0.05, 0.90, shuffle=3.8e-6)) == "neither answer nor foil at 90% of held-out scored positions"
+    assert (
+        candidate_note(run(49, 0.05, 0.90, shuffle=3.8e-6))
+        == "neither answer nor foil at 90% of held-out scored positions"
+    )
 
 
 # 4. The audit is inconclusive when no model learned the task, and --strict makes a failed or
@@ -188,8 +204,9 @@ def test_the_audit_is_inconclusive_without_a_learned_model_and_strict_exits_1(ea
 
     def accuracy(*args):
         env = {**__import__("os").environ, "PYTHONPATH": str(PLUGINS)}
-        return subprocess.run([sys.executable, "-m", "toylens", "accuracy", *args], capture_output=True, text=True,
-                              env=env, timeout=300)
+        return subprocess.run(
+            [sys.executable, "-m", "toylens", "accuracy", *args], capture_output=True, text=True, env=env, timeout=300
+        )
 
     strict = accuracy(str(early_runs), "--strict")
     assert strict.returncode == 1, strict.stderr
@@ -205,21 +222,25 @@ def test_strict_exits_1_on_a_failed_audit(capsys):
     from probes.health import strict_exit
 
     def model(name, heldout, shuffle):
-        return SimpleNamespace(model_name=name, heldout=Interval(heldout, heldout, heldout, 3),
-                               shuffle_max_logit_change=shuffle, runs=[])
+        return SimpleNamespace(
+            model_name=name, heldout=Interval(heldout, heldout, heldout, 3), shuffle_max_logit_change=shuffle, runs=[]
+        )
 
     with pytest.raises(SystemExit) as stopped:
         strict_exit([model("bag-of-words", 0.95, 1e-6), model("block-1", 1.0, 5.0)])
     assert stopped.value.code == 1 and "audit is failed" in capsys.readouterr().err
-    strict_exit([model("bag-of-words", 0.2, 1e-6), model("block-1", 1.0, 5.0)])   # passes: returns
+    strict_exit([model("bag-of-words", 0.2, 1e-6), model("block-1", 1.0, 5.0)])  # passes: returns
 
 
 # 5. Roles are checked like every other field; bad ones are refused with one line.
-@pytest.mark.parametrize("roles, fragment", [
-    ({"binder end": 1}, "role name 'binder end'"),
-    ({"end": 9}, "role 'end' at 9"),
-    ({"end": True}, "role 'end' at True"),
-])
+@pytest.mark.parametrize(
+    "roles, fragment",
+    [
+        ({"binder end": 1}, "role name 'binder end'"),
+        ({"end": 9}, "role 'end' at 9"),
+        ({"end": True}, "role 'end' at True"),
+    ],
+)
 def test_bad_roles_are_refused(roles, fragment):
     from tasks.base import Example
     from tasks.validate import check_example
@@ -313,8 +334,14 @@ def test_every_training_setting_is_a_flag_and_model_settings_apply():
     shown = run_python("-m", "toylens", "train", "markcopy", "--help").stdout
     for field in fields(TrainSettings):
         assert ("--steps" if field.name == "max_steps" else "--" + field.name.replace("_", "-")) in shown
-    task = type("T", (), {"default_training": lambda self: {"lr": 3e-3},
-                          "model_training": lambda self, name: {"lr": 1e-4} if name == "block-2" else {}})()
+    task = type(
+        "T",
+        (),
+        {
+            "default_training": lambda self: {"lr": 3e-3},
+            "model_training": lambda self, name: {"lr": 1e-4} if name == "block-2" else {},
+        },
+    )()
     assert model_settings(task, "block-2", {}).lr == 1e-4 and model_settings(task, "block-1", {}).lr == 3e-3
     args = type("A", (), {"lr": 0.02, "stop_metric": "accuracy"})()
     chosen = model_settings(task, "block-2", training_overrides(args))

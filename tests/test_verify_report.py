@@ -45,8 +45,13 @@ def test_the_tiny_report_verifies(reported, capsys):
     # In metric units: the tiny runs' metric is ~0.03, float32 noise ~1e-7.
     assert verify_report.main([str(reported), "--tolerance", "1e-6"]) == 0
     out = capsys.readouterr().out
-    for check in ("forward = the bridge's logits", "named edge circuit's faithfulness", "positional circuit's faithfulness",
-                  "normalised (0 = every head", "MIB scores"):
+    for check in (
+        "forward = the bridge's logits",
+        "named edge circuit's faithfulness",
+        "positional circuit's faithfulness",
+        "normalised (0 = every head",
+        "MIB scores",
+    ):
         assert f"{check}" in out and "FAIL" not in out
 
 
@@ -54,16 +59,33 @@ def first_edge_circuit(data):
     return data["edge_circuits"][0]
 
 
-@pytest.mark.parametrize("relative, change, caught", [
-    ("report/report.json", lambda d: first_edge_circuit(d).__setitem__("faithfulness", first_edge_circuit(d)["faithfulness"] + 0.5),
-     "named edge circuit's faithfulness"),
-    ("report/report.json", lambda d: first_edge_circuit(d)["positional"].__setitem__("faithfulness", 0.5),
-     "positional circuit's faithfulness"),
-    ("report/report.json", lambda d: next(r for r in d["runs"] if r["circuit"])["circuit"]["faithfulness"].__setitem__(
-        "normalised", 0.0), "normalised (0 = every head"),
-    ("report/mib/attn-only-2x1_seed0.json",
-     lambda d: d["edges"]["input->logits"].__setitem__("score", d["edges"]["input->logits"]["score"] + 1e-3), "MIB scores"),
-])
+@pytest.mark.parametrize(
+    "relative, change, caught",
+    [
+        (
+            "report/report.json",
+            lambda d: first_edge_circuit(d).__setitem__("faithfulness", first_edge_circuit(d)["faithfulness"] + 0.5),
+            "named edge circuit's faithfulness",
+        ),
+        (
+            "report/report.json",
+            lambda d: first_edge_circuit(d)["positional"].__setitem__("faithfulness", 0.5),
+            "positional circuit's faithfulness",
+        ),
+        (
+            "report/report.json",
+            lambda d: next(r for r in d["runs"] if r["circuit"])["circuit"]["faithfulness"].__setitem__(
+                "normalised", 0.0
+            ),
+            "normalised (0 = every head",
+        ),
+        (
+            "report/mib/attn-only-2x1_seed0.json",
+            lambda d: d["edges"]["input->logits"].__setitem__("score", d["edges"]["input->logits"]["score"] + 1e-3),
+            "MIB scores",
+        ),
+    ],
+)
 def test_an_altered_number_fails(reported, tmp_path, capsys, relative, change, caught):
     assert verify_report.main([str(edited(reported, tmp_path, relative, change)), "--tolerance", "1e-6"]) == 1
     failed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("FAIL")]
@@ -86,7 +108,7 @@ def test_the_path_table_states_the_naming_rule_and_its_scales(tmp_path):
     text = run_section(analysis, settings)
     assert "Path patches, sender at every position" in text
     assert "names a path when this patch or the sender's best single position below recovers 40% of the gap" in text
-    assert "receiver attention moved (TV: 0 = the counterfactual run's, 1 = disjoint)" in text   # its scale
+    assert "receiver attention moved (TV: 0 = the counterfactual run's, 1 = disjoint)" in text  # its scale
 
 
 def test_the_method_table_says_where_its_scales_are_0_and_1():
@@ -120,7 +142,9 @@ def test_an_attribution_graph_without_a_foil_names_the_metric_it_measured():
     p = two_hop(n=8)
     prompt = one_prompt(p.batch)
     prompt = dataclasses.replace(prompt, foils=torch.full_like(prompt.foils, NO_FOIL))
-    info = attribution_graph(p.model, prompt, p.spec, [f"t{i}" for i in range(p.spec.d_vocab)], "x", "x")["metadata"]["info"]
+    info = attribution_graph(p.model, prompt, p.spec, [f"t{i}" for i in range(p.spec.d_vocab)], "x", "x")["metadata"][
+        "info"
+    ]
     with torch.no_grad():
         logits = p.model(prompt.inputs)[0, int(prompt.positions[0])]
     assert info["metric"] == "answer log-prob"
@@ -162,8 +186,15 @@ def test_a_sweeps_timeline_verifies_and_an_altered_gap_fails(tmp_path, monkeypat
     out = tmp_path / "sweep"
     settings = {"max_steps": 20, "eval_every": 10, "batch_size": 32, "snapshot_every": 10}
     params = {"nouns": 8, "heldout_fraction": 0.5, "validation_fraction": 0.1, "leaky": False}
-    runs = plan_sweep(WinogradTask, params, settings, ["attn-only-2x1"], parse_seeds("0-0"),
-                      parse_grid(["d_model=16"], WinogradTask), out)
+    runs = plan_sweep(
+        WinogradTask,
+        params,
+        settings,
+        ["attn-only-2x1"],
+        parse_seeds("0-0"),
+        parse_grid(["d_model=16"], WinogradTask),
+        out,
+    )
     assert run_sweep(runs, out, InProcess(), "test", progress=False, write=lambda line: None).done == 1
     write_census(take_census(out), out / "census")
     checks = verify_report.Checks(1e-6)
@@ -188,8 +219,13 @@ def test_the_summary_legend_names_each_columns_basis():
     from probes.report.summary import LEGEND
 
     legend = " ".join(LEGEND)
-    for basis in ("held-out split's scored positions", "held-out counterfactual pairs", "mean over training rows",
-                  "held-out ablation rows", "each run's sentences"):
+    for basis in (
+        "held-out split's scored positions",
+        "held-out counterfactual pairs",
+        "mean over training rows",
+        "held-out ablation rows",
+        "each run's sentences",
+    ):
         assert basis in legend
 
 

@@ -1,8 +1,7 @@
 import pytest
 
 from models import UsageError
-from tasks.winograd import (CROSSED_ADJECTIVES, CROSSER_ADJECTIVES, SCORED_POSITION, WinogradParams,
-                            WinogradTask)
+from tasks.winograd import CROSSED_ADJECTIVES, CROSSER_ADJECTIVES, SCORED_POSITION, WinogradParams, WinogradTask
 
 
 def noun_pairs(task, examples):

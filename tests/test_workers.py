@@ -40,7 +40,11 @@ def wait_for(condition, seconds: float) -> bool:
 # or orphans running on after a SIGKILL of the command (seen: they overwrote a restarted family's runs).
 def test_workers_end_when_the_process_that_started_them_is_killed(tmp_path):
     pid_file = tmp_path / "worker.pid"
-    parent = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import time
         import toylens.workers as workers
         from tests.test_workers import write_pid_and_wait
@@ -48,18 +52,21 @@ def test_workers_end_when_the_process_that_started_them_is_killed(tmp_path):
         pool = workers.spawn_pool(1)
         pool.submit(write_pid_and_wait, {str(pid_file)!r})
         time.sleep(60)
-        """)], cwd=ROOT)
+        """),
+        ],
+        cwd=ROOT,
+    )
     worker = None
     try:
         assert wait_for(pid_file.exists, 60), "the worker never ran its job"
         worker = int(wait_for(lambda: pid_file.read_text(), 5) and pid_file.read_text())
         assert running(worker)
-        parent.send_signal(signal.SIGKILL)   # and left unreaped: a zombie is no parent to work for
+        parent.send_signal(signal.SIGKILL)  # and left unreaped: a zombie is no parent to work for
         assert wait_for(lambda: not running(worker), 10), "the worker outlived the process that started it"
     finally:
         parent.kill()
         parent.wait()
-        if worker and running(worker):   # this test failing leaves no orphan behind
+        if worker and running(worker):  # this test failing leaves no orphan behind
             os.kill(worker, signal.SIGKILL)
 
 

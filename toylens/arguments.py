@@ -15,8 +15,10 @@ MAX_RUNS = 100_000
 
 MAX_SEEDS = 1000
 
-SEEDS_HELP = ("seeds: exactly these, a range 0-2 (inclusive) or a list 0,3,5; a bare number is refused "
-              "(write 0-4 for five seeds, 5-5 for seed 5 alone)")
+SEEDS_HELP = (
+    "seeds: exactly these, a range 0-2 (inclusive) or a list 0,3,5; a bare number is refused "
+    "(write 0-4 for five seeds, 5-5 for seed 5 alone)"
+)
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -51,8 +53,9 @@ def seeds_option(text: str) -> list[int]:
     try:
         return parse_seeds(text)
     except UsageError as error:
-        raise argparse.ArgumentTypeError(str(error).removeprefix(f"--seeds {text!r}: ")
-                                         .removeprefix(f"--seeds {text}: ")) from None
+        raise argparse.ArgumentTypeError(
+            str(error).removeprefix(f"--seeds {text!r}: ").removeprefix(f"--seeds {text}: ")
+        ) from None
 
 
 def add_seeds_argument(parser: Parser, default: str = "0-2") -> None:
@@ -85,8 +88,9 @@ def add_training_flags(parser: Parser) -> None:
         flag = FLAG_NAMES.get(field.name, "--" + field.name.replace("_", "-"))
         default = getattr(TrainSettings, field.name)
         if isinstance(default, Enum):
-            group.add_argument(flag, dest=field.name, choices=[k.value for k in type(default)],
-                               help=f"toylens default {default.value}")
+            group.add_argument(
+                flag, dest=field.name, choices=[k.value for k in type(default)], help=f"toylens default {default.value}"
+            )
         else:
             kind = positive_int if field.name in POSITIVE else type(default)
             group.add_argument(flag, dest=field.name, type=kind, help=f"toylens default {default}")
@@ -102,8 +106,12 @@ def training_overrides(args) -> dict:
 
 
 def add_jobs_arguments(parser: Parser) -> None:
-    parser.add_argument("--jobs", type=positive_int, default=default_jobs(),
-                        help="runs trained at a time, one process and one thread each (default: CPU cores)")
+    parser.add_argument(
+        "--jobs",
+        type=positive_int,
+        default=default_jobs(),
+        help="runs trained at a time, one process and one thread each (default: CPU cores)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
@@ -115,8 +123,10 @@ def add_task_params(parser: Parser, task_cls: type, defaults: dict | None = None
     for field in dataclasses.fields(task_cls.Params):
         flag = "--" + field.name.replace("_", "-")
         if flag in taken or field.name in dests:
-            raise UsageError(f"task plugin {task_cls.name!r}: Params field {field.name!r} would be the flag "
-                             f"{flag}, which is already a train option; rename the field")
+            raise UsageError(
+                f"task plugin {task_cls.name!r}: Params field {field.name!r} would be the flag "
+                f"{flag}, which is already a train option; rename the field"
+            )
         kind = param_type(task_cls, field)
         default = (defaults or {}).get(field.name, field.default)
         if kind is bool:
@@ -146,6 +156,7 @@ def model_list(text: str | None, flag: str = "--models") -> list[str] | None:
         return None
     names = [name.strip() for name in text.split(",")]
     if not all(names):
-        raise UsageError(f"{flag} {text!r} has an empty name; list names separated by commas, or "
-                         f"leave {flag} out for all of them")
+        raise UsageError(
+            f"{flag} {text!r} has an empty name; list names separated by commas, or leave {flag} out for all of them"
+        )
     return names

@@ -10,28 +10,44 @@ from common.atomic import staging
 from common.cli import Parser, UsageError, positive_int, run_cli
 from tasks.registry import get_task_class, task_classes
 from tasks.validate import validate_family
-from toylens.arguments import (add_jobs_arguments, add_settings_arguments, add_task_params, model_list,
-                               settings_from_args, task_from_args)
+from toylens.arguments import (
+    add_jobs_arguments,
+    add_settings_arguments,
+    add_task_params,
+    model_list,
+    settings_from_args,
+    task_from_args,
+)
 
 
 def add_train_arguments(parser: Parser, task_cls: type) -> None:
     parser.add_argument("--models", help="comma-separated model names (default: the task's whole family)")
     add_settings_arguments(parser, f"runs/{task_cls.name}")
-    parser.add_argument("--checkpoint-every", type=positive_int,
-                        help="save the resumable train state every N steps (default: every 4th evaluation)")
+    parser.add_argument(
+        "--checkpoint-every",
+        type=positive_int,
+        help="save the resumable train state every N steps (default: every 4th evaluation)",
+    )
     existing = parser.add_mutually_exclusive_group()
     existing.add_argument("--overwrite", action="store_true", help="replace runs that differ or exist")
-    existing.add_argument("--resume", action="store_true",
-                          help="continue unfinished runs from their last checkpoint (same final weights)")
+    existing.add_argument(
+        "--resume", action="store_true", help="continue unfinished runs from their last checkpoint (same final weights)"
+    )
     add_jobs_arguments(parser)
-    parser.add_argument("--strict", action="store_true",
-                        help="exit with status 1 when the shortcut audit fails or is inconclusive (after "
-                             "everything is written)")
-    parser.add_argument("--report", action="store_true",
-                        help="then trace the circuits of these runs in the same worker processes and write "
-                             "OUT/report (as `python -m probes.circuit report OUT` does, without its start-up)")
-    parser.add_argument("--verbose", action="store_true",
-                        help="with --report: print every part's sentences above the summary tables")
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit with status 1 when the shortcut audit fails or is inconclusive (after everything is written)",
+    )
+    parser.add_argument(
+        "--report",
+        action="store_true",
+        help="then trace the circuits of these runs in the same worker processes and write "
+        "OUT/report (as `python -m probes.circuit report OUT` does, without its start-up)",
+    )
+    parser.add_argument(
+        "--verbose", action="store_true", help="with --report: print every part's sentences above the summary tables"
+    )
     add_task_params(parser, task_cls)
 
 
@@ -39,7 +55,7 @@ def train_command(task_cls: type, args) -> None:
     from tasks.data import cache_root
     from toylens.family import plan_family, train_family
 
-    cache_root()   # refuses an empty TOYLENS_CACHE before any folder is made
+    cache_root()  # refuses an empty TOYLENS_CACHE before any folder is made
     task = task_from_args(task_cls, args)
     settings = {name: settings_from_args(task, args, name) for name in validate_family(task)}
     models = model_list(args.models)
@@ -47,9 +63,16 @@ def train_command(task_cls: type, args) -> None:
     check_not_a_sweep(out)
     plans = plan_family(task, models, args.seeds, settings, out)
     report = out / "report" if args.report else None
-    with writing_runs(out, report), (staging(report) if report is not None else nullcontext()) as staged:
-        measured = train_family(plans, overwrite=args.overwrite, progress=not args.no_progress, resume=args.resume,
-                                checkpoint_every=args.checkpoint_every, jobs=args.jobs, report_out=staged)
+    with writing_runs(out, report), staging(report) if report is not None else nullcontext() as staged:
+        measured = train_family(
+            plans,
+            overwrite=args.overwrite,
+            progress=not args.no_progress,
+            resume=args.resume,
+            checkpoint_every=args.checkpoint_every,
+            jobs=args.jobs,
+            report_out=staged,
+        )
         # The comparison is a probe; the CLI composes training and probing, the packages stay apart.
         from toylens.accuracy import compare_runs_command
 
@@ -70,8 +93,10 @@ def check_not_a_sweep(out: Path) -> None:
     from tasks.training.sweeps import SWEEP, is_sweep
 
     if is_sweep(out):
-        raise UsageError(f"--out {out} is a sweep folder (it holds {SWEEP}); train into a folder of its own, or "
-                         f"into one of its grid points ({Path(out) / 'default'}, ...) to replace the sweep's runs there")
+        raise UsageError(
+            f"--out {out} is a sweep folder (it holds {SWEEP}); train into a folder of its own, or "
+            f"into one of its grid points ({Path(out) / 'default'}, ...) to replace the sweep's runs there"
+        )
 
 
 @contextmanager
@@ -101,12 +126,20 @@ def task_parser(task_cls: type, prog: str, own: bool = False) -> Parser:
     def named(command: str) -> str:
         return f"{prog} {command}" if own else f"toylens {command} {task_cls.name}"
 
-    add_train_arguments(commands.add_parser("train", prog=named("train"),
-                                            help=f"train the {task_cls.name} model family"), task_cls)
+    add_train_arguments(
+        commands.add_parser("train", prog=named("train"), help=f"train the {task_cls.name} model family"), task_cls
+    )
     from toylens.sweeps.plan import add_sweep_arguments
 
-    add_sweep_arguments(commands.add_parser("sweep", prog=named("sweep"), help=f"train and trace {task_cls.name} runs over seeds and a "
-                                            "grid of settings, locally or on Ray, then count their circuits"), task_cls)
+    add_sweep_arguments(
+        commands.add_parser(
+            "sweep",
+            prog=named("sweep"),
+            help=f"train and trace {task_cls.name} runs over seeds and a "
+            "grid of settings, locally or on Ray, then count their circuits",
+        ),
+        task_cls,
+    )
     return parser
 
 
@@ -143,9 +176,11 @@ def main(argv=None) -> None:
 
     def body():
         if argv[:1] == ["list"]:
-            if argv[1:]:   # a name given to list would be silently ignored
-                raise UsageError(f"list takes no arguments, got {' '.join(argv[1:])!r}; run toylens list "
-                                 "(toylens train NAME --help for one task's options)")
+            if argv[1:]:  # a name given to list would be silently ignored
+                raise UsageError(
+                    f"list takes no arguments, got {' '.join(argv[1:])!r}; run toylens list "
+                    "(toylens train NAME --help for one task's options)"
+                )
             for name, cls in task_classes().items():
                 validate_family(cls())
                 print(f"{name:<16} {summary_line(cls)}")
@@ -166,10 +201,12 @@ def main(argv=None) -> None:
         raise UsageError("usage: toylens list | toylens train|sweep NAME [options]")
 
     if argv in (["-h"], ["--help"], [], ["list", "-h"], ["list", "--help"]):
-        print("usage: toylens list | toylens train|sweep NAME [options]\n"
-              "  list         registered tasks (built-in and plugins)\n"
-              "  train NAME   train NAME's model family (toylens train NAME --help)\n"
-              "  sweep NAME   train and trace runs over seeds and a grid, locally or on Ray, then count\n"
-              "               their circuits (toylens sweep NAME --help)")
+        print(
+            "usage: toylens list | toylens train|sweep NAME [options]\n"
+            "  list         registered tasks (built-in and plugins)\n"
+            "  train NAME   train NAME's model family (toylens train NAME --help)\n"
+            "  sweep NAME   train and trace runs over seeds and a grid, locally or on Ray, then count\n"
+            "               their circuits (toylens sweep NAME --help)"
+        )
         return
     run_cli(body)

@@ -14,25 +14,36 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Command:
-    module: str                     # whose main() serves it
+    module: str  # whose main() serves it
     summary: str
-    prefix: tuple[str, ...] = ()    # arguments that main() expects before the user's
+    prefix: tuple[str, ...] = ()  # arguments that main() expects before the user's
 
 
 COMMANDS = {
     "list": Command("toylens.cli", "registered tasks (built-in and plugins)", ("list",)),
     "train": Command("toylens.cli", "train a task's model family: toylens train NAME [options]", ("train",)),
-    "sweep": Command("toylens.cli", "train and trace runs over seeds and a grid, then count their circuits: "
-                     "toylens sweep NAME [options]", ("sweep",)),
+    "sweep": Command(
+        "toylens.cli",
+        "train and trace runs over seeds and a grid, then count their circuits: toylens sweep NAME [options]",
+        ("sweep",),
+    ),
     "report": Command("toylens.report", "trace the circuits of a runs folder into RUNS_DIR/report/", ("report",)),
-    "results": Command("probes.report.outputs.results", "the results pages (docs/results) from runs folders "
-                       "and sweeps: toylens results RUNS_DIR [RUNS_DIR ...] --out docs/results"),
-    "export": Command("toylens.export", "MIB circuit files and attribution scores of a runs folder: "
-                      "toylens export mib|attribution RUNS_DIR"),
+    "results": Command(
+        "probes.report.outputs.results",
+        "the results pages (docs/results) from runs folders "
+        "and sweeps: toylens results RUNS_DIR [RUNS_DIR ...] --out docs/results",
+    ),
+    "export": Command(
+        "toylens.export",
+        "MIB circuit files and attribution scores of a runs folder: toylens export mib|attribution RUNS_DIR",
+    ),
     "screenshots": Command("toylens.screenshots", "PNG screenshots of a report.html, through Chromium"),
     "edges": Command("toylens.edges", "edge circuits by the exact oracle, EAP, EAP-IG and ACDC, with MIB files"),
-    "leaderboard": Command("toylens.leaderboard", "every edge method x ablation on the ground-truth models, scored and "
-                           "timed: docs/results/leaderboard.md and .html"),
+    "leaderboard": Command(
+        "toylens.leaderboard",
+        "every edge method x ablation on the ground-truth models, scored and "
+        "timed: docs/results/leaderboard.md and .html",
+    ),
     "accuracy": Command("toylens.accuracy", "the accuracy comparison of a runs folder, with CIs over seeds"),
     "features": Command("toylens.features", "TopK SAEs and transcoders per run, graded against the planted variables"),
     "census": Command("toylens.census", "count the circuits of a sweep's runs"),
@@ -63,4 +74,3 @@ def main(argv=None) -> None:
         print(f"error: unknown command {argv[0]!r}; one of: {', '.join(COMMANDS)} (toylens --help)", file=sys.stderr)
         raise SystemExit(2)
     importlib.import_module(command.module).main([*command.prefix, *argv[1:]])
-

@@ -2,8 +2,6 @@
 the fast methods (EAP, EAP-IG, ACDC) scored against the exact oracle, written to DIR (default
 RUNS_DIR/edges)."""
 
-
-
 from __future__ import annotations
 
 from pathlib import Path
@@ -31,11 +29,11 @@ def edges_command(runs_dir: Path, out: Path | None) -> None:
     from tasks.training.runs import find_runs
     from tasks.training.sweeps import runs_folder
 
-    runs_dir = runs_folder(runs_dir)   # a sweep's only grid point, or refused in one line
+    runs_dir = runs_folder(runs_dir)  # a sweep's only grid point, or refused in one line
     runs = [run for run in find_runs(runs_dir) if run.spec.attention == Attention.SOFTMAX]
     if not runs:
         raise UsageError(f"{runs_dir} holds no trained attention runs; train some first")
-    torch.set_num_threads(1)    # as the report's workers: small forwards lose to thread hand-offs
+    torch.set_num_threads(1)  # as the report's workers: small forwards lose to thread hand-offs
     out = out or runs_dir / "edges"
     # Every file in it is this command's, refused before any work; the files are written into a
     # staging folder and published as a whole, so a kill leaves the old set or the new one, never a
@@ -44,9 +42,15 @@ def edges_command(runs_dir: Path, out: Path | None) -> None:
     with staging(out) as staged:
         figures = write_edges(runs, staged)
         publish_folder(staged, out, subfolders=("figures",))
-    print(f"wrote {out / 'edges.md'}: {figures} of {len(runs)} runs traced, with a figure and MIB edge scores each"
-          + ("" if figures else f"; no run's clean - counterfactual gap reached {DEFAULT.min_gap:g} (the edge "
-                                 "circuit needs one: train longer), so no figures or MIB files"))
+    print(
+        f"wrote {out / 'edges.md'}: {figures} of {len(runs)} runs traced, with a figure and MIB edge scores each"
+        + (
+            ""
+            if figures
+            else f"; no run's clean - counterfactual gap reached {DEFAULT.min_gap:g} (the edge "
+            "circuit needs one: train longer), so no figures or MIB files"
+        )
+    )
 
 
 def write_edges(runs: list, folder: Path) -> int:
@@ -74,8 +78,12 @@ def write_edges(runs: list, folder: Path) -> int:
         figures += 1
         lines += markdown_lines(result, name, figure) + [f"({result.seconds:.1f} s)", ""]
         for method in result.methods:
-            write_mib(folder / f"mib_{slug(run.model_name)}_seed{run.seed}_{slug(method.scores.method)}.json",
-                      result, method.scores, run.spec.d_model)   # checked against MIB's reader rules first
+            write_mib(
+                folder / f"mib_{slug(run.model_name)}_seed{run.seed}_{slug(method.scores.method)}.json",
+                result,
+                method.scores,
+                run.spec.d_model,
+            )  # checked against MIB's reader rules first
     text = "\n".join(lines)
     atomic_write(folder / "edges.md", lambda temp: Path(temp).write_text(text))
     return figures
@@ -86,8 +94,12 @@ def main(argv=None) -> None:
 
     import argparse
 
-    parser = Parser(prog="toylens edges", description=__doc__.split("\n\n")[0],
-                    epilog=FILES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(
+        prog="toylens edges",
+        description=__doc__.split("\n\n")[0],
+        epilog=FILES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("runs_dir", type=folder_path, help="a task's runs folder (e.g. runs/winograd)")
     parser.add_argument("--out", type=folder_path, default=None, help="where the files go (default RUNS_DIR/edges)")
     args = parser.parse_args(argv)

@@ -36,10 +36,10 @@ def export_mib(runs_dir: Path, folder: Path) -> list[Path]:
     written = []
     for run in tqdm(attention_runs(runs_dir), desc="MIB edge scores", unit="run"):
         if run.spec.n_layers < 2:
-            continue    # as the report: one block has no edge between heads to score
+            continue  # as the report: one block has no edge between heads to score
         result = run_edge_circuit(run, acdc_threshold=None)
         if abs(result.oracle.gap) < DEFAULT.min_gap:
-            continue    # shares of a gap this small are noise (the report does not trace it either)
+            continue  # shares of a gap this small are noise (the report does not trace it either)
         for method in result.methods:
             path = folder / f"{slug(run.model_name)}_seed{run.seed}_{slug(method.scores.method)}.json"
             write_mib(path, result, method.scores, run.spec.d_model)
@@ -65,8 +65,14 @@ def export_attribution(runs_dir: Path, folder: Path, pairs: int) -> list[Path]:
         for i in range(len(chosen)):
             prompt = select_rows(chosen, [i])
             # One scored position per graph: the first (the viewer shows one output).
-            prompt = dataclasses.replace(prompt, example_index=prompt.example_index[:1], positions=prompt.positions[:1],
-                                         answers=prompt.answers[:1], foils=prompt.foils[:1], groups=prompt.groups[:1])
+            prompt = dataclasses.replace(
+                prompt,
+                example_index=prompt.example_index[:1],
+                positions=prompt.positions[:1],
+                answers=prompt.answers[:1],
+                foils=prompt.foils[:1],
+                groups=prompt.groups[:1],
+            )
             name = f"{slug(run.model_name)}_seed{run.seed}_pair{i}"
             data = attribution_graph(model, prompt, spec, words, name, f"toylens {run.model_name} seed {run.seed}")
             path = folder / f"{name}.json"
@@ -81,7 +87,7 @@ def export_command(kind: str, runs_dir: Path, out: Path | None, pairs: int) -> N
     from common.atomic import publish_folder, staging
     from common.ownership import check_publishable, check_replaceable
 
-    torch.set_num_threads(1)    # as the report's workers: small forwards lose to thread hand-offs
+    torch.set_num_threads(1)  # as the report's workers: small forwards lose to thread hand-offs
     out = out or Path(runs_dir) / "exports"
     folder = out / kind
     # The one rule for links (census's and edges'): OUT itself may not be one either.

@@ -18,8 +18,16 @@ from common.cli import check_not_too_broad
 from common.jsonfiles import differences, read_json
 from common.ownership import check_replaceable, clean_leftovers, remove, remove_tree
 from tasks.base import Task
-from tasks.training.runs import (LOG, METRICS, command_argv, command_line, metrics_sha256, package_versions,
-                        read_run_config, run_sha256)
+from tasks.training.runs import (
+    LOG,
+    METRICS,
+    command_argv,
+    command_line,
+    metrics_sha256,
+    package_versions,
+    read_run_config,
+    run_sha256,
+)
 from tasks.settings import StopReason, TrainSettings, recorded_training, settings_dict
 from tasks.validate import validate_family
 from toylens.workers import WorkerDied, map_jobs
@@ -39,29 +47,49 @@ class RunPlan:
 
     def identity(self) -> dict:
         """What must match for an existing run folder to count as this run."""
-        return {"task": {"name": self.task.name, "params": self.task.params_dict()},
-                "model_name": self.model_name, "spec": self.spec.to_dict(), "seed": self.seed,
-                "training": settings_dict(self.settings)}
+        return {
+            "task": {"name": self.task.name, "params": self.task.params_dict()},
+            "model_name": self.model_name,
+            "spec": self.spec.to_dict(),
+            "seed": self.seed,
+            "training": settings_dict(self.settings),
+        }
 
 
 def sized_spec(spec: ModelSpec, task: Task, batches: dict, context: int = 0, batch_size: int = 64) -> ModelSpec:
     """Fill in what the data decides (vocabulary size and context length, at least `context`);
     refuse a model that would not fit in memory to train at `batch_size`, before building it."""
     longest = max(int(batch.lengths.max()) for batch in batches.values())
-    return replace(spec, d_vocab=len(task.vocabulary()), n_ctx=max(longest - 1, context)).validate() \
+    return (
+        replace(spec, d_vocab=len(task.vocabulary()), n_ctx=max(longest - 1, context))
+        .validate()
         .check_memory(batch_size)
+    )
 
 
-def plan_family(task: Task, model_names: list[str] | None, seeds: list[int],
-                settings: TrainSettings | dict[str, TrainSettings], out: Path) -> list[RunPlan]:
+def plan_family(
+    task: Task,
+    model_names: list[str] | None,
+    seeds: list[int],
+    settings: TrainSettings | dict[str, TrainSettings],
+    out: Path,
+) -> list[RunPlan]:
     check_stable_vocabulary(task)
-    return plan_models(task, validate_family(task), model_names, seeds, settings, out, "model(s)",
-                       f" for task {task.name!r}")
+    return plan_models(
+        task, validate_family(task), model_names, seeds, settings, out, "model(s)", f" for task {task.name!r}"
+    )
 
 
-def plan_models(task: Task, specs: dict[str, ModelSpec], names: list[str] | None, seeds: list[int],
-                settings: TrainSettings | dict[str, TrainSettings], out: Path, kind: str,
-                owner: str = "") -> list[RunPlan]:
+def plan_models(
+    task: Task,
+    specs: dict[str, ModelSpec],
+    names: list[str] | None,
+    seeds: list[int],
+    settings: TrainSettings | dict[str, TrainSettings],
+    out: Path,
+    kind: str,
+    owner: str = "",
+) -> list[RunPlan]:
     """One RunPlan per chosen model of `specs` (default: all) and seed, into OUT/<model>/seed<k>;
     an unknown name is refused, saying what `kind` of name it is (and whose). `settings`: one for
     every model, or one per model name (tasks.settings.model_settings)."""
@@ -70,17 +98,22 @@ def plan_models(task: Task, specs: dict[str, ModelSpec], names: list[str] | None
     if unknown:
         raise UsageError(f"unknown {kind} {unknown}{owner}; known: {', '.join(specs)}")
     chosen = settings if isinstance(settings, dict) else dict.fromkeys(names, settings)
-    return [RunPlan(task, name, specs[name], seed, chosen[name], Path(out) / name / f"seed{seed}")
-            for name in names for seed in seeds]
+    return [
+        RunPlan(task, name, specs[name], seed, chosen[name], Path(out) / name / f"seed{seed}")
+        for name in names
+        for seed in seeds
+    ]
 
 
 def check_stable_vocabulary(task: Task) -> None:
     """Token ids are positions in the vocabulary, so one that changes between calls (a set turned
     into a list, a random order) would train on one numbering and record another."""
     if task.vocabulary() != task.vocabulary():
-        raise UsageError(f"task plugin {task.name!r}: vocabulary() returned a different list on a second call; "
-                         "it must return the same tokens in the same order every time (token ids are "
-                         "positions in it): sort it, or build it once in __init__")
+        raise UsageError(
+            f"task plugin {task.name!r}: vocabulary() returned a different list on a second call; "
+            "it must return the same tokens in the same order every time (token ids are "
+            "positions in it): sort it, or build it once in __init__"
+        )
 
 
 def runs_plugin_code(task: Task) -> bool:
@@ -99,22 +132,26 @@ def existing_status(plan: RunPlan, overwrite: bool, resume: bool = False) -> str
         return "redo"
     config = read_run_config(plan.run_dir)
     recorded = {key: config.get(key) for key in plan.identity()}
-    recorded["training"] = recorded_training(recorded["training"])   # settings added since: what it ran with
+    recorded["training"] = recorded_training(recorded["training"])  # settings added since: what it ran with
     # The data decides n_ctx and d_vocab, except a context asked for explicitly.
-    recorded_spec = ModelSpec.from_dict(config["spec"])   # fields added since: their defaults
+    recorded_spec = ModelSpec.from_dict(config["spec"])  # fields added since: their defaults
     recorded["training"] = {**settings_dict(TrainSettings()), **(config.get("training") or {})}
     recorded["spec"] = {**recorded_spec.to_dict(), "n_ctx": recorded_spec.n_ctx if plan.context else 0, "d_vocab": 0}
     wanted = {**plan.identity(), "spec": {**plan.spec.to_dict(), "n_ctx": plan.context, "d_vocab": 0}}
     differing = sorted(differences(recorded, wanted))
     if differing:
-        raise UsageError(f"{plan.run_dir} holds an incompatible run (different {', '.join(differing)}); "
-                         "pass --overwrite to replace it or choose another --out")
+        raise UsageError(
+            f"{plan.run_dir} holds an incompatible run (different {', '.join(differing)}); "
+            "pass --overwrite to replace it or choose another --out"
+        )
     if (plan.run_dir / METRICS).is_file():
         return "done"
     if resume:
         return "resume"
-    raise UsageError(f"{plan.run_dir} holds an unfinished run; pass --resume to continue it from its "
-                     "last checkpoint or --overwrite to start it again")
+    raise UsageError(
+        f"{plan.run_dir} holds an unfinished run; pass --resume to continue it from its "
+        "last checkpoint or --overwrite to start it again"
+    )
 
 
 def check_out_folder(out: Path, task: Task, planned: set[Path] | None = None) -> None:
@@ -125,15 +162,16 @@ def check_out_folder(out: Path, task: Task, planned: set[Path] | None = None) ->
     check_not_too_broad(out, "--out")
     if Path(out).exists() and not Path(out).is_dir():
         raise UsageError(f"--out {out} is a file, not a folder; choose a folder for the runs")
-    held_params = {}   # run folder -> its task parameters, once every config is known to be this task's
+    held_params = {}  # run folder -> its task parameters, once every config is known to be this task's
     for config_path in sorted(Path(out).rglob(CONFIG)) if Path(out).is_dir() else []:
         config = read_json(config_path, "move the folder away or choose another --out")
         info = config.get("task") if isinstance(config, dict) else None
         name = info.get("name") if isinstance(info, dict) else None
         if name != task.name:
             held = f"a run of task {name!r}" if isinstance(name, str) else "a config.json that is not a toylens run's"
-            raise UsageError(f"{out} already holds {held} ({config_path.parent}); "
-                             f"choose another --out for task {task.name!r}")
+            raise UsageError(
+                f"{out} already holds {held} ({config_path.parent}); choose another --out for task {task.name!r}"
+            )
         params = info.get("params")
         held_params[config_path.parent] = params if isinstance(params, dict) else {}
     for run_dir, params in held_params.items():
@@ -141,9 +179,11 @@ def check_out_folder(out: Path, task: Task, planned: set[Path] | None = None) ->
             continue
         differing = differences(params, task.params_dict())
         if differing:
-            raise UsageError(f"{out} holds runs of another variant of task {task.name!r} ({run_dir} "
-                             f"differs in {', '.join(differing)}); a runs folder holds one variant: choose another "
-                             "--out, or retrain its other models too (--models and --overwrite)")
+            raise UsageError(
+                f"{out} holds runs of another variant of task {task.name!r} ({run_dir} "
+                f"differs in {', '.join(differing)}); a runs folder holds one variant: choose another "
+                "--out, or retrain its other models too (--models and --overwrite)"
+            )
 
 
 def start_run(plan: RunPlan, spec: ModelSpec, command: str | None = None) -> dict:
@@ -158,11 +198,17 @@ def start_run(plan: RunPlan, spec: ModelSpec, command: str | None = None) -> dic
     plan.run_dir.mkdir(parents=True, exist_ok=True)
     # What described an earlier run here (a sweep's circuit summary, its failure record) goes too.
     for name in (METRICS, WEIGHTS, STATE, LOG, CIRCUIT, TIMELINE, FAILED):
-        remove(plan.run_dir / name)   # only files toylens wrote; train_family checked there are no others
+        remove(plan.run_dir / name)  # only files toylens wrote; train_family checked there are no others
     if (plan.run_dir / SNAPSHOTS).is_dir():
         remove_tree(plan.run_dir / SNAPSHOTS)
-    config = {**plan.identity(), "format": FORMAT, "spec": spec.to_dict(),
-              "vocabulary": plan.task.vocabulary(), "versions": package_versions(), "command": command or command_line()}
+    config = {
+        **plan.identity(),
+        "format": FORMAT,
+        "spec": spec.to_dict(),
+        "vocabulary": plan.task.vocabulary(),
+        "versions": package_versions(),
+        "command": command or command_line(),
+    }
     config["run_sha256"] = run_sha256(config)
     write_json(plan.run_dir / CONFIG, config)
     return config
@@ -176,8 +222,13 @@ def continue_run(plan: RunPlan) -> dict:
     return config
 
 
-def execute(plan: RunPlan, progress: bool = True, resume: bool = False,
-            checkpoint_every: int | None = None, command: str | None = None) -> dict:
+def execute(
+    plan: RunPlan,
+    progress: bool = True,
+    resume: bool = False,
+    checkpoint_every: int | None = None,
+    command: str | None = None,
+) -> dict:
     """Train one run (or continue it from its saved train state) and write its folder; returns its metrics."""
     from models import build_model
     from tasks.data import task_dataset, to_batch
@@ -190,21 +241,35 @@ def execute(plan: RunPlan, progress: bool = True, resume: bool = False,
     spec = sized_spec(plan.spec, plan.task, batches, plan.context, plan.settings.batch_size)
     model = build_model(spec, seed=plan.seed)
     config = continue_run(plan) if resume else start_run(plan, spec, command)
-    for folder in (plan.run_dir, plan.run_dir / SNAPSHOTS):   # temps a kill left mid-write
+    for folder in (plan.run_dir, plan.run_dir / SNAPSHOTS):  # temps a kill left mid-write
         clean_leftovers(folder)
-    result = train(model, batches["train"], batches["validation"], plan.settings, plan.seed,
-                   log_path=plan.run_dir / LOG, progress=progress, snapshot_dir=plan.run_dir / SNAPSHOTS,
-                   label=f"{plan.model_name} seed {plan.seed}", state_path=plan.run_dir / STATE,
-                   checkpoint_every=checkpoint_every, resume=resume)
+    result = train(
+        model,
+        batches["train"],
+        batches["validation"],
+        plan.settings,
+        plan.seed,
+        log_path=plan.run_dir / LOG,
+        progress=progress,
+        snapshot_dir=plan.run_dir / SNAPSHOTS,
+        label=f"{plan.model_name} seed {plan.seed}",
+        state_path=plan.run_dir / STATE,
+        checkpoint_every=checkpoint_every,
+        resume=resume,
+    )
     weights_sha256 = save_checkpoint(plan.run_dir, model, config)
     # Measured here, in the worker that holds the model, so the comparison after training reads it
     # (for these exact weights and spec only; folders move, so no path).
     evaluation = measure_accuracy(model, batches, plan.model_name, plan.seed, plan.run_dir, result.steps)
     record = {k: v for k, v in asdict(evaluation).items() if k not in ("path", *TRAINING_FIELDS)}
-    metrics = {"steps": result.steps, "stop_reason": result.stop_reason, "stop_rule": plan.settings.describe_stop(),
-               "train_seconds": round(result.seconds, 3),
-               "accuracy": {name: split.accuracy.value for name, split in evaluation.splits.items()},
-               EVALUATION: {**record, "weights_sha256": weights_sha256, "spec": spec.to_dict()}}
+    metrics = {
+        "steps": result.steps,
+        "stop_reason": result.stop_reason,
+        "stop_rule": plan.settings.describe_stop(),
+        "train_seconds": round(result.seconds, 3),
+        "accuracy": {name: split.accuracy.value for name, split in evaluation.splits.items()},
+        EVALUATION: {**record, "weights_sha256": weights_sha256, "spec": spec.to_dict()},
+    }
     metrics["sha256"] = metrics_sha256(metrics)
     write_json(plan.run_dir / METRICS, metrics)
     remove(plan.run_dir / STATE)  # a finished run is never resumed
@@ -217,8 +282,15 @@ def resume_command() -> str:
     return shlex.join(argv if "--resume" in argv else [*argv, "--resume"])
 
 
-def train_family(plans: list[RunPlan], overwrite: bool = False, progress: bool = True, resume: bool = False,
-                 checkpoint_every: int | None = None, jobs: int = 1, report_out: Path | None = None) -> list:
+def train_family(
+    plans: list[RunPlan],
+    overwrite: bool = False,
+    progress: bool = True,
+    resume: bool = False,
+    checkpoint_every: int | None = None,
+    jobs: int = 1,
+    report_out: Path | None = None,
+) -> list:
     """Train every plan not already done; with jobs > 1, that many runs at a time in worker processes.
     With `report_out`, each worker then measures what the circuit report shows for its run (kept runs
     too), saving the report's own start-up; returns those measurements in plan order (else Nones)."""
@@ -232,11 +304,19 @@ def train_family(plans: list[RunPlan], overwrite: bool = False, progress: bool =
         return train_locked(plans, out, overwrite, progress, resume, checkpoint_every, jobs, report_out)
 
 
-def train_locked(plans: list[RunPlan], out: Path, overwrite: bool, progress: bool, resume: bool,
-                 checkpoint_every: int | None, jobs: int, report_out: Path | None) -> list:
+def train_locked(
+    plans: list[RunPlan],
+    out: Path,
+    overwrite: bool,
+    progress: bool,
+    resume: bool,
+    checkpoint_every: int | None,
+    jobs: int,
+    report_out: Path | None,
+) -> list:
     statuses = [existing_status(plan, overwrite, resume) for plan in plans]
     for plan, status in zip(plans, statuses):
-        if status != "done":   # this run folder will be written: nothing of the user's may be in it
+        if status != "done":  # this run folder will be written: nothing of the user's may be in it
             check_replaceable(plan.run_dir, "run folder", within=out)
     todo = []
     for plan, status in zip(plans, statuses):
@@ -245,20 +325,38 @@ def train_locked(plans: list[RunPlan], out: Path, overwrite: bool, progress: boo
         elif status == "resume":
             print(f"{plan.run_dir}: resuming from its last checkpoint")
         if status != "done" or report_out is not None:
-            todo.append(TrainJob(plan, status == "resume", checkpoint_every, progress and jobs <= 1,
-                                 train=status != "done", report_out=report_out))
+            todo.append(
+                TrainJob(
+                    plan,
+                    status == "resume",
+                    checkpoint_every,
+                    progress and jobs <= 1,
+                    train=status != "done",
+                    report_out=report_out,
+                )
+            )
     task = plans[0].task
     try:
-        results = map_jobs(train_job, todo, jobs, f"training {len(todo)} runs, {min(jobs, len(todo))} at a time",
-                           progress=progress and jobs > 1, on_result=report_run, cost=job_cost,
-                           isolate=runs_plugin_code(task))
+        results = map_jobs(
+            train_job,
+            todo,
+            jobs,
+            f"training {len(todo)} runs, {min(jobs, len(todo))} at a time",
+            progress=progress and jobs > 1,
+            on_result=report_run,
+            cost=job_cost,
+            isolate=runs_plugin_code(task),
+        )
     except KeyboardInterrupt:
-        raise KeyboardInterrupt(f"unfinished runs are kept; continue them from their last checkpoint "
-                                f"with: {resume_command()}") from None
+        raise KeyboardInterrupt(
+            f"unfinished runs are kept; continue them from their last checkpoint with: {resume_command()}"
+        ) from None
     except WorkerDied as died:
-        raise UsageError(f"task plugin {task.name!r} ({type(task).__module__}): a worker process training its runs "
-                         f"died ({died.how}): the task's code ended the process (os._exit, a signal) or the system "
-                         f"killed it (out of memory?); fix the plugin, then continue with: {resume_command()}") from None
+        raise UsageError(
+            f"task plugin {task.name!r} ({type(task).__module__}): a worker process training its runs "
+            f"died ({died.how}): the task's code ended the process (os._exit, a signal) or the system "
+            f"killed it (out of memory?); fix the plugin, then continue with: {resume_command()}"
+        ) from None
     measured = {job.plan.run_dir: result for job, (_, result) in zip(todo, results)}
     return [measured.get(plan.run_dir) for plan in plans]
 
@@ -269,8 +367,10 @@ def report_run(job: "TrainJob", result: tuple, write=print) -> None:
         return
     heldout = metrics["accuracy"]["heldout"]
     watched = f" on {job.plan.settings.stop_metric.value}" if metrics["stop_reason"] == StopReason.STALLED else ""
-    write(f"{job.plan.model_name:>16} seed {job.plan.seed}: {metrics['steps']:>5} steps "
-          f"({metrics['stop_reason']}{watched}, {metrics['train_seconds']:.1f} s), held-out {heldout:.1%}")
+    write(
+        f"{job.plan.model_name:>16} seed {job.plan.seed}: {metrics['steps']:>5} steps "
+        f"({metrics['stop_reason']}{watched}, {metrics['train_seconds']:.1f} s), held-out {heldout:.1%}"
+    )
 
 
 def step_cost(spec: ModelSpec) -> float:
@@ -289,8 +389,8 @@ class TrainJob:
     plan: RunPlan
     resume: bool
     checkpoint_every: int | None
-    progress: bool          # per-step bar: only when runs go one at a time (bars would interleave)
-    train: bool = True      # False: already trained and kept; only measured for the report
+    progress: bool  # per-step bar: only when runs go one at a time (bars would interleave)
+    train: bool = True  # False: already trained and kept; only measured for the report
     report_out: Path | None = None
 
 
@@ -300,7 +400,7 @@ def announce_start(job: TrainJob) -> None:
     writes over a pool's bar, which redraws below it at its next update."""
     import sys
 
-    doing = (f"training (at most {job.plan.settings.max_steps} steps)" if job.train else "kept")
+    doing = f"training (at most {job.plan.settings.max_steps} steps)" if job.train else "kept"
     doing += ", then tracing its circuits" if job.report_out is not None else ""
     start = "\r\x1b[K" if sys.stdout.isatty() else ""
     print(f"{start}{job.plan.model_name:>16} seed {job.plan.seed}: {doing}", flush=True)
@@ -309,7 +409,7 @@ def announce_start(job: TrainJob) -> None:
 def train_job(job: TrainJob) -> tuple:
     """(metrics, or None for a kept run; what the circuit report shows for the run, or None)."""
     metrics = None
-    if not job.progress:   # no per-step bar names this run: say it started (a run trains and traces for a minute)
+    if not job.progress:  # no per-step bar names this run: say it started (a run trains and traces for a minute)
         announce_start(job)
     if job.train:
         metrics = execute(job.plan, progress=job.progress, resume=job.resume, checkpoint_every=job.checkpoint_every)

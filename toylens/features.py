@@ -43,7 +43,9 @@ def features_command(args) -> None:
     progress = not args.no_progress
     traced = []
     if args.tracr is not None:
-        grades = tracr_grades(args.tracr, Grid(tracr_sites(args.tracr), sizes, ks, args.steps, args.seed), out, progress)
+        grades = tracr_grades(
+            args.tracr, Grid(tracr_sites(args.tracr), sizes, ks, args.steps, args.seed), out, progress
+        )
     else:
         from tasks.training.runs import find_runs
 
@@ -54,8 +56,16 @@ def features_command(args) -> None:
             grades += run_grades(run, grid, root, progress)
             if not args.no_circuit:
                 traced += [one for one in [run_circuit(run, grid, root)] if one is not None]
-    text = "\n".join(section(grades, traced=traced, made_by=f"Made by `toylens features {args.made_by}`; "
-                              "regenerate it rather than edit it.")) + "\n"
+    text = (
+        "\n".join(
+            section(
+                grades,
+                traced=traced,
+                made_by=f"Made by `toylens features {args.made_by}`; regenerate it rather than edit it.",
+            )
+        )
+        + "\n"
+    )
     atomic_write(table, lambda temp: Path(temp).write_text(text))
     print(f"wrote {table}: {len(grades)} dictionaries graded, {len(traced)} feature circuits")
 
@@ -64,9 +74,16 @@ def main(argv=None) -> None:
     from common.cli import folder_path
 
     parser = Parser(prog="toylens features", description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs_dir", type=folder_path, nargs="?", default=None,
-                        help="a task's runs folder (e.g. runs/winograd); omit with --tracr")
-    parser.add_argument("--tracr", default=None, help="a stored Tracr program instead (reverse, hist, sort, frac_prevs)")
+    parser.add_argument(
+        "runs_dir",
+        type=folder_path,
+        nargs="?",
+        default=None,
+        help="a task's runs folder (e.g. runs/winograd); omit with --tracr",
+    )
+    parser.add_argument(
+        "--tracr", default=None, help="a stored Tracr program instead (reverse, hist, sort, frac_prevs)"
+    )
     parser.add_argument("--sizes", default="64,256", help="dictionary sizes, comma-separated (default 64,256)")
     parser.add_argument("--k", default="4,16", help="active features per position, comma-separated (default 4,16)")
     parser.add_argument("--steps", type=int, default=600, help="training steps per dictionary (default 600)")
@@ -76,11 +93,13 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--out", type=folder_path, default=None, help="where the files go (default RUNS_DIR/features)")
     parser.add_argument("--table", type=Path, default=None, help="where the markdown goes (default DIR/features.md)")
-    parser.add_argument("--no-circuit", action="store_true",
-                        help="grade only: no feature circuit through the transcoders of runs with MLPs")
+    parser.add_argument(
+        "--no-circuit",
+        action="store_true",
+        help="grade only: no feature circuit through the transcoders of runs with MLPs",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
     args.made_by = " ".join(argv)
     run_cli(features_command, args)
-

@@ -22,8 +22,8 @@ FILES = """files written:
 A user's method: a module that calls probes.circuits.leaderboard.register_method(name, run), where
 run(problem) returns EdgeScores over problem.graph.edges; pass it with --plugin MODULE."""
 
-GATE_AUROC = 0.95      # the issue's bar for the joint search and masks on the OR/AND models
-FAILS_AUROC = 0.95     # a cell below this AUROC, or missing a true edge from its circuit, is listed as a failure
+GATE_AUROC = 0.95  # the issue's bar for the joint search and masks on the OR/AND models
+FAILS_AUROC = 0.95  # a cell below this AUROC, or missing a true edge from its circuit, is listed as a failure
 
 
 def choose(text: str | None, known: list[str], what: str) -> list[str]:
@@ -51,12 +51,19 @@ def stored(path: Path, pairs: int, seed: int):
     try:
         cell = Cell(**data)
     except TypeError:
-        return None         # written by another version of the cell: recompute it
+        return None  # written by another version of the cell: recompute it
     return cell if (cell.pairs, cell.seed) == (pairs, seed) else None
 
 
-def run_cells(models: list[str], methods: list[str], ablations: list[str], pairs: int, seed: int, cells: Path,
-              progress: bool = True) -> tuple[list, int]:
+def run_cells(
+    models: list[str],
+    methods: list[str],
+    ablations: list[str],
+    pairs: int,
+    seed: int,
+    cells: Path,
+    progress: bool = True,
+) -> tuple[list, int]:
     """Every cell, from its stored JSON where it is there; returns (cells, how many were computed)."""
     import torch
     from tqdm import tqdm
@@ -64,7 +71,7 @@ def run_cells(models: list[str], methods: list[str], ablations: list[str], pairs
     from common.atomic import write_json
     from probes.circuits.leaderboard import METHODS, ablation_of, score_cell, truth_models
 
-    torch.set_num_threads(1)    # tiny forwards: threads cost more in hand-offs than they gain
+    torch.set_num_threads(1)  # tiny forwards: threads cost more in hand-offs than they gain
     builders, out, computed = truth_models(), [], 0
     bar = tqdm(total=len(models) * len(methods) * len(ablations), desc="leaderboard", unit="cell", disable=not progress)
     for model in models:
@@ -98,27 +105,88 @@ def summary_rows(cells: list) -> list[list[str]]:
         gates = [c.auroc for c in group if c.gate]
         family = {f: [c.auroc for c in group if c.family == f] for f in ("planted", "gate", "tracr")}
         found = [c.smallest / c.true_edges for c in group if c.smallest is not None]
-        rows.append([method, ablation, len(group), fixed(mean(c.auroc for c in group)),
-                     fixed(mean(gates) if gates else None), *(fixed(mean(v) if v else None) for v in family.values()),
-                     fixed(mean(c.cpr for c in group)), fixed(mean(c.cmd for c in group)),
-                     fixed(mean(found) if found else None, 2), len(group) - len(found),
-                     fixed(mean(c.precision for c in group)), fixed(mean(c.recall for c in group)),
-                     fixed(sum(c.wall_s for c in group), 1), fixed(sum(c.cpu_s for c in group), 1)])
+        rows.append(
+            [
+                method,
+                ablation,
+                len(group),
+                fixed(mean(c.auroc for c in group)),
+                fixed(mean(gates) if gates else None),
+                *(fixed(mean(v) if v else None) for v in family.values()),
+                fixed(mean(c.cpr for c in group)),
+                fixed(mean(c.cmd for c in group)),
+                fixed(mean(found) if found else None, 2),
+                len(group) - len(found),
+                fixed(mean(c.precision for c in group)),
+                fixed(mean(c.recall for c in group)),
+                fixed(sum(c.wall_s for c in group), 1),
+                fixed(sum(c.cpu_s for c in group), 1),
+            ]
+        )
     return rows
 
 
-SUMMARY_HEADERS = ["method", "ablation", "models", "AUROC", "AUROC on OR/AND", "AUROC planted", "AUROC gates",
-                   "AUROC Tracr", "CPR", "CMD", "smallest / true size", "no faithful top-k", "precision", "recall",
-                   "wall s", "CPU s"]
-CELL_HEADERS = ["model", "family", "method", "ablation", "edges", "true edges", "AUROC", "CPR", "CMD",
-                "smallest faithful", "own circuit", "from", "precision", "recall", "own circuit f", "truth f",
-                "wall s", "CPU s"]
+SUMMARY_HEADERS = [
+    "method",
+    "ablation",
+    "models",
+    "AUROC",
+    "AUROC on OR/AND",
+    "AUROC planted",
+    "AUROC gates",
+    "AUROC Tracr",
+    "CPR",
+    "CMD",
+    "smallest / true size",
+    "no faithful top-k",
+    "precision",
+    "recall",
+    "wall s",
+    "CPU s",
+]
+CELL_HEADERS = [
+    "model",
+    "family",
+    "method",
+    "ablation",
+    "edges",
+    "true edges",
+    "AUROC",
+    "CPR",
+    "CMD",
+    "smallest faithful",
+    "own circuit",
+    "from",
+    "precision",
+    "recall",
+    "own circuit f",
+    "truth f",
+    "wall s",
+    "CPU s",
+]
 
 
 def cell_row(c) -> list:
-    return [c.model, c.family, c.method, c.ablation, c.edges, c.true_edges, fixed(c.auroc), fixed(c.cpr), fixed(c.cmd),
-            "-" if c.smallest is None else c.smallest, c.circuit, c.circuit_from, fixed(c.precision), fixed(c.recall),
-            fixed(c.circuit_faithfulness), fixed(c.truth_faithfulness), fixed(c.wall_s, 2), fixed(c.cpu_s, 2)]
+    return [
+        c.model,
+        c.family,
+        c.method,
+        c.ablation,
+        c.edges,
+        c.true_edges,
+        fixed(c.auroc),
+        fixed(c.cpr),
+        fixed(c.cmd),
+        "-" if c.smallest is None else c.smallest,
+        c.circuit,
+        c.circuit_from,
+        fixed(c.precision),
+        fixed(c.recall),
+        fixed(c.circuit_faithfulness),
+        fixed(c.truth_faithfulness),
+        fixed(c.wall_s, 2),
+        fixed(c.cpu_s, 2),
+    ]
 
 
 def failures(cells: list) -> list[list[str]]:
@@ -126,10 +194,19 @@ def failures(cells: list) -> list[list[str]]:
     missing from its own circuit."""
     rows = []
     for method, ablation in dict.fromkeys((c.method, c.ablation) for c in cells):
-        bad = [c for c in cells if (c.method, c.ablation) == (method, ablation)
-               and (c.auroc < FAILS_AUROC or c.recall < 1.0)]
-        rows.append([method, ablation, len(bad), "; ".join(f"{c.model} (AUROC {c.auroc:.2f}, recall {c.recall:.2f})"
-                                                           for c in bad) or "none"])
+        bad = [
+            c
+            for c in cells
+            if (c.method, c.ablation) == (method, ablation) and (c.auroc < FAILS_AUROC or c.recall < 1.0)
+        ]
+        rows.append(
+            [
+                method,
+                ablation,
+                len(bad),
+                "; ".join(f"{c.model} (AUROC {c.auroc:.2f}, recall {c.recall:.2f})" for c in bad) or "none",
+            ]
+        )
     return rows
 
 
@@ -142,24 +219,34 @@ def inventory(models: list[str]) -> str:
         counts[registered[name].family] = counts.get(registered[name].family, 0) + 1
     tracr = [m for m, entry in registered.items() if entry.family == "tracr"]
     families = ", ".join(f"{n} {f}" for f, n in counts.items())
-    return (f"{len(models)} ground-truth models here ({families}); {len(registered)} registered, {len(tracr)} of "
-            f"them the stored Tracr fixtures ({', '.join(tracr) or 'none'}).")
+    return (
+        f"{len(models)} ground-truth models here ({families}); {len(registered)} registered, {len(tracr)} of "
+        f"them the stored Tracr fixtures ({', '.join(tracr) or 'none'})."
+    )
 
 
 def markdown(cells: list, models: list[str], seconds: float, computed: int, command: str) -> str:
     total = sum(c.wall_s for c in cells)
-    lines = ["# Ground-truth leaderboard", "",
-             f"Made by `{command}`; every number below is that command's, from the stored cells. Regenerate "
-             "this page rather than edit it. Truths: probes/circuits/truth (planted.py, gates.py, tracr.py); "
-             "scores: probes/circuits/leaderboard.py. " + inventory(models), "",
-             f"This run: {computed} of {len(cells)} cells computed, {seconds:.0f} s wall; the methods' own time over "
-             f"all cells sums to {total:.0f} s (the recorded runs, curves and smallest circuits are not counted in "
-             "it).",
-             "", "AUROC: recovering the true edges by |score|. CPR/CMD: MIB's areas over the top-k circuits. "
-             "Smallest / true size: the fewest top-ranked edges reaching 90% faithfulness over the true circuit's "
-             "edges. Precision/recall: of the method's own circuit (a pruner's kept edges, else its smallest "
-             "faithful circuit). Truth f: the true circuit's faithfulness under that ablation (the truths are "
-             "stated for counterfactual ablation).", "", "## Methods", ""]
+    lines = [
+        "# Ground-truth leaderboard",
+        "",
+        f"Made by `{command}`; every number below is that command's, from the stored cells. Regenerate "
+        "this page rather than edit it. Truths: probes/circuits/truth (planted.py, gates.py, tracr.py); "
+        "scores: probes/circuits/leaderboard.py. " + inventory(models),
+        "",
+        f"This run: {computed} of {len(cells)} cells computed, {seconds:.0f} s wall; the methods' own time over "
+        f"all cells sums to {total:.0f} s (the recorded runs, curves and smallest circuits are not counted in "
+        "it).",
+        "",
+        "AUROC: recovering the true edges by |score|. CPR/CMD: MIB's areas over the top-k circuits. "
+        "Smallest / true size: the fewest top-ranked edges reaching 90% faithfulness over the true circuit's "
+        "edges. Precision/recall: of the method's own circuit (a pruner's kept edges, else its smallest "
+        "faithful circuit). Truth f: the true circuit's faithfulness under that ablation (the truths are "
+        "stated for counterfactual ablation).",
+        "",
+        "## Methods",
+        "",
+    ]
     lines += table_lines(SUMMARY_HEADERS, summary_rows(cells))
     lines += ["", f"## Where each method fails (AUROC < {FAILS_AUROC} or a true edge missing from its circuit)", ""]
     lines += table_lines(["method", "ablation", "models", "which"], failures(cells))
@@ -168,22 +255,36 @@ def markdown(cells: list, models: list[str], seconds: float, computed: int, comm
 
 
 def table_lines(headers: list[str], rows: list[list]) -> list[str]:
-    return ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)] + \
-        ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]
+    return ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)] + [
+        "| " + " | ".join(str(v) for v in row) + " |" for row in rows
+    ]
 
 
 def html_page(cells: list, models: list[str], command: str) -> str:
     from common.html import escape, page, table
 
-    body = (f"<p class='note'>Made by <code>{escape(command)}</code>. {escape(inventory(models))} Click a column's "
-            "header to sort.</p><h2>Methods</h2>" + table(SUMMARY_HEADERS, summary_rows(cells))
-            + "<h2>Where each method fails</h2>" + table(["method", "ablation", "models", "which"], failures(cells))
-            + "<h2>Every cell</h2>" + table(CELL_HEADERS, [cell_row(c) for c in cells]))
+    body = (
+        f"<p class='note'>Made by <code>{escape(command)}</code>. {escape(inventory(models))} Click a column's "
+        "header to sort.</p><h2>Methods</h2>"
+        + table(SUMMARY_HEADERS, summary_rows(cells))
+        + "<h2>Where each method fails</h2>"
+        + table(["method", "ablation", "models", "which"], failures(cells))
+        + "<h2>Every cell</h2>"
+        + table(CELL_HEADERS, [cell_row(c) for c in cells])
+    )
     return page("Ground-truth leaderboard", body)
 
 
-def leaderboard_command(models: list[str], methods: list[str], ablations: list[str], pairs: int, seed: int,
-                        cells: Path, out: Path, command: str) -> None:
+def leaderboard_command(
+    models: list[str],
+    methods: list[str],
+    ablations: list[str],
+    pairs: int,
+    seed: int,
+    cells: Path,
+    out: Path,
+    command: str,
+) -> None:
     from common.atomic import atomic_write
 
     began = time.perf_counter()
@@ -193,24 +294,43 @@ def leaderboard_command(models: list[str], methods: list[str], ablations: list[s
     atomic_write(out / "leaderboard.md", lambda temp: Path(temp).write_text(text))
     html = html_page(found, models, command)
     atomic_write(out / "leaderboard.html", lambda temp: Path(temp).write_text(html))
-    print(f"wrote {out / 'leaderboard.md'} and leaderboard.html: {len(found)} cells ({computed} computed, "
-          f"the rest stored in {cells}) in {seconds:.0f} s")
+    print(
+        f"wrote {out / 'leaderboard.md'} and leaderboard.html: {len(found)} cells ({computed} computed, "
+        f"the rest stored in {cells}) in {seconds:.0f} s"
+    )
 
 
 def main(argv=None) -> None:
-    parser = Parser(prog="toylens leaderboard", description=__doc__.split("\n\n")[0], epilog=FILES,
-                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(
+        prog="toylens leaderboard",
+        description=__doc__.split("\n\n")[0],
+        epilog=FILES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--models", default=None, help="comma-separated model names (default: every one)")
     parser.add_argument("--methods", default=None, help="comma-separated method names (default: every registered one)")
     parser.add_argument("--ablations", default=None, help="comma-separated: counterfactual, mean, zero (default all)")
     parser.add_argument("--pairs", type=positive_int, default=32, help="counterfactual pairs per model (default 32)")
     parser.add_argument("--seed", type=int, default=0, help="the pairs' seed (default 0)")
-    parser.add_argument("--plugin", action="append", default=[], metavar="MODULE",
-                        help="import MODULE first (it registers methods); may be repeated")
-    parser.add_argument("--cells", type=folder_path, default=Path("runs/leaderboard"),
-                        help="where finished cells are stored (default runs/leaderboard)")
-    parser.add_argument("--out", type=folder_path, default=Path("docs/results"),
-                        help="where leaderboard.md and .html go (default docs/results)")
+    parser.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE first (it registers methods); may be repeated",
+    )
+    parser.add_argument(
+        "--cells",
+        type=folder_path,
+        default=Path("runs/leaderboard"),
+        help="where finished cells are stored (default runs/leaderboard)",
+    )
+    parser.add_argument(
+        "--out",
+        type=folder_path,
+        default=Path("docs/results"),
+        help="where leaderboard.md and .html go (default docs/results)",
+    )
     parser.add_argument("--list", action="store_true", help="print the models and methods and stop")
     args = parser.parse_args(argv)
     run_cli(dispatch, args, argv)
@@ -236,6 +356,13 @@ def dispatch(args, argv) -> None:
     methods = choose(args.methods, list(METHODS), "method")
     ablations = choose(args.ablations, [str(a) for a in EDGE_ABLATIONS], "ablation")
     words = list(sys.argv[1:] if argv is None else argv)
-    leaderboard_command(models, methods, ablations, args.pairs, args.seed, args.cells, args.out,
-                        " ".join(["toylens leaderboard", *words]))
-
+    leaderboard_command(
+        models,
+        methods,
+        ablations,
+        args.pairs,
+        args.seed,
+        args.cells,
+        args.out,
+        " ".join(["toylens leaderboard", *words]),
+    )

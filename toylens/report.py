@@ -13,7 +13,7 @@ def analysis_cost(run) -> int:
     spec = run.spec
     if spec.attention == Attention.UNIFORM:
         return 1
-    return spec.n_layers ** 2 * spec.n_heads * (2 if spec.mlp else 1)
+    return spec.n_layers**2 * spec.n_heads * (2 if spec.mlp else 1)
 
 
 def measure_for_report(run, out: Path, device: str | None = None):
@@ -24,8 +24,9 @@ def measure_for_report(run, out: Path, device: str | None = None):
     return measure_run(run, out, device=device)
 
 
-def report_command(runs_dir: Path, out: Path | None, jobs: int = 1, device: str | None = None,
-                   verbose: bool = False) -> None:
+def report_command(
+    runs_dir: Path, out: Path | None, jobs: int = 1, device: str | None = None, verbose: bool = False
+) -> None:
     from contextlib import ExitStack
     from functools import partial
 
@@ -39,7 +40,7 @@ def report_command(runs_dir: Path, out: Path | None, jobs: int = 1, device: str 
     from tasks.training.sweeps import runs_folder
     from toylens.workers import map_jobs
 
-    runs_dir = runs_folder(runs_dir)   # a sweep's only grid point, or refused in one line
+    runs_dir = runs_folder(runs_dir)  # a sweep's only grid point, or refused in one line
     out = Path(out or Path(runs_dir) / "report")
     # One writer at a time: the runs folder (training would change what is read) and the folder
     # the report is swapped into.
@@ -51,13 +52,19 @@ def report_command(runs_dir: Path, out: Path | None, jobs: int = 1, device: str 
             locks.enter_context(folder_lock(out.parent, "report's parent folder"))
         order = family_order(runs)
         runs = sorted(runs, key=lambda run: (order.index(run.model_name), run.seed))
-        if (out / CONFIG).exists():   # a run's manifest lists all its files, so check_publishable would pass it
-            raise UsageError(f"report folder {out} is a run folder; the report would replace the run: choose "
-                             "another --out")
+        if (out / CONFIG).exists():  # a run's manifest lists all its files, so check_publishable would pass it
+            raise UsageError(
+                f"report folder {out} is a run folder; the report would replace the run: choose another --out"
+            )
         check_publishable(out, "report folder")
         with staging(out) as staged:
-            measured = map_jobs(partial(measure_for_report, out=staged, device=device), runs, jobs,
-                                f"analysing {len(runs)} runs, {min(jobs, len(runs))} at a time", cost=analysis_cost)
+            measured = map_jobs(
+                partial(measure_for_report, out=staged, device=device),
+                runs,
+                jobs,
+                f"analysing {len(runs)} runs, {min(jobs, len(runs))} at a time",
+                cost=analysis_cost,
+            )
             publish_report(measured, out, task=runs[0].task.name, staged=staged, verbose=verbose)
 
 
@@ -77,8 +84,10 @@ def publish_report(measured: list, out: Path, task: str, staged: Path | None = N
 
     folder = Path(staged or out)
     sections = render_parts(measured, folder, DEFAULT)
-    written = [write_report(measured, sections, folder, task, DEFAULT),
-               write_html(measured, sections, folder, task, DEFAULT)]
+    written = [
+        write_report(measured, sections, folder, task, DEFAULT),
+        write_html(measured, sections, folder, task, DEFAULT),
+    ]
     write_report_mib(measured, folder, DEFAULT)
     if staged is not None:
         publish_folder(staged, out)
@@ -95,18 +104,29 @@ def main(argv=None) -> None:
     from common.cli import folder_path
     from toylens.workers import default_jobs
 
-    parser = Parser(prog="toylens",
-                    description="Trace which heads, at which positions, decide a task's answer.")
+    parser = Parser(prog="toylens", description="Trace which heads, at which positions, decide a task's answer.")
     commands = parser.add_subparsers(dest="command", required=True)
     report = commands.add_parser("report", help="analyse every run in RUNS_DIR and write RUNS_DIR/report/")
-    report.add_argument("runs_dir", type=folder_path, nargs="?", default=Path("runs/winograd"),
-                        help="a task's runs folder (default: runs/winograd)")
+    report.add_argument(
+        "runs_dir",
+        type=folder_path,
+        nargs="?",
+        default=Path("runs/winograd"),
+        help="a task's runs folder (default: runs/winograd)",
+    )
     report.add_argument("--out", type=folder_path, default=None, help="report folder (default: RUNS_DIR/report)")
-    report.add_argument("--jobs", type=positive_int, default=default_jobs(),
-                        help="runs analysed at a time, each in its own process (default: the CPU cores)")
-    report.add_argument("--device", type=device_name, default=None,
-                        help="where the models run: cpu (default), cuda, cuda:N or mps; the numbers are "
-                             "the same up to float rounding")
+    report.add_argument(
+        "--jobs",
+        type=positive_int,
+        default=default_jobs(),
+        help="runs analysed at a time, each in its own process (default: the CPU cores)",
+    )
+    report.add_argument(
+        "--device",
+        type=device_name,
+        default=None,
+        help="where the models run: cpu (default), cuda, cuda:N or mps; the numbers are the same up to float rounding",
+    )
     report.add_argument("--verbose", action="store_true", help="print every part's sentences above the tables")
     args = parser.parse_args(argv)
     run_cli(report_command, args.runs_dir, args.out, args.jobs, args.device, args.verbose)

@@ -23,8 +23,9 @@ def screenshots(report: Path, out: Path, graphs: list[str], attention: list[str]
     if browser_path is None:
         raise UsageError("no chromium on PATH: apt-get install chromium")
     out.mkdir(parents=True, exist_ok=True)
-    wanted = [(name, ".graph-box", "graph") for name in graphs] + [(name, ".attention-box", "attention")
-                                                                     for name in attention]
+    wanted = [(name, ".graph-box", "graph") for name in graphs] + [
+        (name, ".attention-box", "attention") for name in attention
+    ]
     written = []
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=browser_path, args=["--no-sandbox"])
@@ -34,8 +35,9 @@ def screenshots(report: Path, out: Path, graphs: list[str], attention: list[str]
             page.goto(Path(report).resolve().as_uri() + f"#run={run_id(model, int(seed))}")
             element = page.locator(selector)
             if element.count() != 1:
-                raise UsageError(f"{report} shows no {kind} for {model} seed {seed}; name a run it shows with "
-                                 f"--{kind} MODEL:SEED")
+                raise UsageError(
+                    f"{report} shows no {kind} for {model} seed {seed}; name a run it shows with --{kind} MODEL:SEED"
+                )
             path = out / f"report-{kind}-{run_id(model, int(seed))}.png"
             element.screenshot(path=str(path))
             written.append(path)
@@ -54,5 +56,13 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if not args.report.is_file():
         parser.error(f"{args.report} is not a report.html")
-    run_cli(lambda: print("\n".join(f"wrote {p}" for p in screenshots(
-        args.report, args.out, args.graph or ["block-2:1"], args.attention or ["attn-only-2x1:2"]))))
+    run_cli(
+        lambda: print(
+            "\n".join(
+                f"wrote {p}"
+                for p in screenshots(
+                    args.report, args.out, args.graph or ["block-2:1"], args.attention or ["attn-only-2x1:2"]
+                )
+            )
+        )
+    )

@@ -47,7 +47,7 @@ class Terminated(SystemExit):
 
 
 def terminate(signum, frame) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)   # a second SIGTERM ends it at once
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends it at once
     raise Terminated
 
 
@@ -82,11 +82,11 @@ def alive(pid: int) -> bool:
     """Whether process `pid` runs: a killed process stays a zombie until its own parent reaps it."""
     try:
         os.kill(pid, 0)
-    except (ProcessLookupError, PermissionError):   # PermissionError: another user's process took the number
+    except (ProcessLookupError, PermissionError):  # PermissionError: another user's process took the number
         return False
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):   # no /proc (not Linux): the signal test is all there is
+    except (OSError, IndexError):  # no /proc (not Linux): the signal test is all there is
         return True
 
 
@@ -101,8 +101,10 @@ class WorkerDied(UsageError):
     """A worker process ended without returning its job's result; `how` says how it ended."""
 
     def __init__(self, how: str, desc: str):
-        super().__init__(f"a worker process died ({how}) while {desc}: the system killed it (out of memory?) "
-                         "or code it ran ended it (os._exit, a signal)")
+        super().__init__(
+            f"a worker process died ({how}) while {desc}: the system killed it (out of memory?) "
+            "or code it ran ended it (os._exit, a signal)"
+        )
         self.how = how
 
 
@@ -140,12 +142,21 @@ def spawn_pool(workers: int):
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(list(PRELOAD))
     start_fork_server()
-    return ProcessPoolExecutor(max_workers=workers, mp_context=context,
-                               initializer=exit_with_parent, initargs=(os.getpid(),))
+    return ProcessPoolExecutor(
+        max_workers=workers, mp_context=context, initializer=exit_with_parent, initargs=(os.getpid(),)
+    )
 
 
-def map_jobs(function: Callable, items: Iterable, jobs: int, desc: str, progress: bool = True,
-             on_result: Callable | None = None, cost: Callable | None = None, isolate: bool = False) -> list:
+def map_jobs(
+    function: Callable,
+    items: Iterable,
+    jobs: int,
+    desc: str,
+    progress: bool = True,
+    on_result: Callable | None = None,
+    cost: Callable | None = None,
+    isolate: bool = False,
+) -> list:
     """`[function(item) for item in items]`, each in one torch thread; with jobs > 1 (or `isolate`),
     `jobs` at a time in worker processes (spawn_pool), the highest `cost(item)` first. One bar counts finished
     jobs; `on_result(item, result, write)` sees each result as it arrives. A worker process that
@@ -170,12 +181,13 @@ def map_jobs(function: Callable, items: Iterable, jobs: int, desc: str, progress
             for index, item in enumerate(items):
                 record(index, in_one_thread(function, item))
             return results
-        pools = []   # empty while the fork server starts: a Ctrl-C then must still end it
+        pools = []  # empty while the fork server starts: a Ctrl-C then must still end it
         try:
             pools.append(spawn_pool(max(1, min(jobs, len(items)))))
             pool = pools[0]
-            futures = {pool.submit(in_one_thread, function, items[index]): index
-                       for index in costliest_first(items, cost)}
+            futures = {
+                pool.submit(in_one_thread, function, items[index]): index for index in costliest_first(items, cost)
+            }
             processes = list((getattr(pool, "_processes", None) or {}).values())  # private, as in stop_all
             try:
                 for future in as_completed(futures):
@@ -227,9 +239,9 @@ def stop_all(pools: list, grace: float = 3.0) -> None:
         signal_quietly(server, signal.SIGSTOP)
     pids = set(children(server) if server is not None else ())
     for pool in pools:
-        pids |= set(getattr(pool, "_processes", None) or {})   # private: the executor has no public way
+        pids |= set(getattr(pool, "_processes", None) or {})  # private: the executor has no public way
         queue = getattr(pool, "_call_queue", None)
-        if queue is not None:   # a job no worker will read must not hold this process's exit
+        if queue is not None:  # a job no worker will read must not hold this process's exit
             queue.cancel_join_thread()
     if server is not None:
         signal_quietly(server, signal.SIGKILL)
@@ -245,14 +257,14 @@ def stop_all(pools: list, grace: float = 3.0) -> None:
 def signal_quietly(pid: int, signum: int) -> None:
     try:
         os.kill(pid, signum)
-    except (ProcessLookupError, PermissionError):   # gone already (its number possibly reused)
+    except (ProcessLookupError, PermissionError):  # gone already (its number possibly reused)
         pass
 
 
 def fork_server_pid() -> int | None:
     from multiprocessing import forkserver
 
-    return getattr(forkserver._forkserver, "_forkserver_pid", None)   # private: no public way
+    return getattr(forkserver._forkserver, "_forkserver_pid", None)  # private: no public way
 
 
 def children(pid: int) -> list[int]:
@@ -262,7 +274,7 @@ def children(pid: int) -> list[int]:
         try:
             if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
                 found.append(int(stat.parent.name))
-        except (OSError, IndexError, ValueError):   # ended while read
+        except (OSError, IndexError, ValueError):  # ended while read
             continue
     return found
 

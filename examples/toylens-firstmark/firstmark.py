@@ -29,8 +29,11 @@ class FirstMarkTask(Task):
         rng.shuffle(pairs)
         held = [p if rng.random() < 0.5 else p[::-1] for p in pairs[:14]]  # half of the 28 pairs
         trained = [p[::-1] for p in held] + pairs[14:] + [p[::-1] for p in pairs[14:]]
-        return {"train": self.sample(rng, trained, n, seen), "validation": self.sample(rng, trained, n // 5, seen),
-                "heldout": self.sample(rng, held, n // 5, seen)}
+        return {
+            "train": self.sample(rng, trained, n, seen),
+            "validation": self.sample(rng, trained, n // 5, seen),
+            "heldout": self.sample(rng, held, n // 5, seen),
+        }
 
     def sample(self, rng, orders, count, seen) -> list[Example]:
         index, examples = {word: i for i, word in enumerate(self.vocabulary())}, []
@@ -43,15 +46,23 @@ class FirstMarkTask(Task):
             if tokens not in seen:  # keeps the splits disjoint
                 seen.add(tokens)
                 letters[i], letters[j] = second, first  # the partner: marks swapped, so the answer flips
-                examples.append(Example(tokens, positions=(SLOTS,), foils=(index[second],),
-                                        group="adjacent" if j == i + 1 else "apart",
-                                        counterfactual=tuple(index[w] for w in [*letters, "first", second])))
+                examples.append(
+                    Example(
+                        tokens,
+                        positions=(SLOTS,),
+                        foils=(index[second],),
+                        group="adjacent" if j == i + 1 else "apart",
+                        counterfactual=tuple(index[w] for w in [*letters, "first", second]),
+                    )
+                )
         return examples
 
     def default_models(self) -> dict[str, ModelSpec]:
-        return {"bag-of-words": ModelSpec(d_model=64, n_heads=2, attention="uniform", positions="none"),
-                "attn-only-1x1": ModelSpec(d_model=64, n_heads=1, mlp=False, norm=None),
-                "attn-only-2x1": ModelSpec(n_layers=2, d_model=64, n_heads=1, mlp=False, norm=None)}
+        return {
+            "bag-of-words": ModelSpec(d_model=64, n_heads=2, attention="uniform", positions="none"),
+            "attn-only-1x1": ModelSpec(d_model=64, n_heads=1, mlp=False, norm=None),
+            "attn-only-2x1": ModelSpec(n_layers=2, d_model=64, n_heads=1, mlp=False, norm=None),
+        }
 
     def default_training(self) -> dict:
         return {"max_steps": 600, "lr": 3e-3}

@@ -30,15 +30,15 @@ OUT = Path("runs/chapter/cost")
 D_MODEL, N_HEADS = 512, 8
 EXTRAPOLATE_TO = 16_384
 FLOAT_BYTES = 4
-MIN_LENGTHS = 3     # measured whatever the budget, so there is always something to fit
-FIT_FROM = 256      # shorter sequences are dominated by per-call overhead, not the n^2 work
+MIN_LENGTHS = 3  # measured whatever the budget, so there is always something to fit
+FIT_FROM = 256  # shorter sequences are dominated by per-call overhead, not the n^2 work
 
 
 @dataclass(frozen=True)
 class CostPoint:
     n: int
-    seconds: float        # fastest forward
-    peak_bytes: int       # most bytes torch held at once during the forward, above the start
+    seconds: float  # fastest forward
+    peak_bytes: int  # most bytes torch held at once during the forward, above the start
     repeats: int
 
 
@@ -48,7 +48,7 @@ class CostCurve:
     points: list[CostPoint]
     time_exponent: float
     memory_exponent: float
-    peak_bytes_extrapolated: float   # the fitted memory law at EXTRAPOLATE_TO
+    peak_bytes_extrapolated: float  # the fitted memory law at EXTRAPOLATE_TO
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,8 @@ class CostResult:
     threads: int
     fit_from: int
     curves: list[CostCurve]
-    score_matrix_bytes: int          # n_heads x EXTRAPOLATE_TO^2 x 4 bytes: one float32 score tensor
-    max_output_difference: float     # SDPA vs TL bridge output, largest |difference|, at the first length
+    score_matrix_bytes: int  # n_heads x EXTRAPOLATE_TO^2 x 4 bytes: one float32 score tensor
+    max_output_difference: float  # SDPA vs TL bridge output, largest |difference|, at the first length
 
 
 def fit_exponent(ns, values, fit_from: int = FIT_FROM) -> tuple[float, float]:
@@ -97,8 +97,10 @@ def sdpa_forward(attention):
 
     def forward(x):
         batch, seq, _ = x.shape
-        q, k, v = (linear(x).view(batch, seq, module.n_heads, module.d_head).transpose(1, 2)
-                   for linear in (module.q, module.k, module.v))
+        q, k, v = (
+            linear(x).view(batch, seq, module.n_heads, module.d_head).transpose(1, 2)
+            for linear in (module.q, module.k, module.v)
+        )
         z = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1 / module.scale)
         return module.o(z.transpose(1, 2).reshape(batch, seq, -1))
 
@@ -151,7 +153,7 @@ def measure_lengths(max_len: int, budget: float, progress: bool) -> CostResult:
     attention = attention_layer(max_len)
     forwards = {"TL bridge": tl_forward(attention), "torch SDPA": sdpa_forward(attention)}
     generator = torch.Generator().manual_seed(0)
-    lengths = [64 * 2 ** i for i in range(int(math.log2(max_len / 64)) + 1)] if max_len >= 64 else [max_len]
+    lengths = [64 * 2**i for i in range(int(math.log2(max_len / 64)) + 1)] if max_len >= 64 else [max_len]
     with torch.no_grad():
         x = torch.randn(1, lengths[0], D_MODEL, generator=generator)
         difference = (forwards["TL bridge"](x) - forwards["torch SDPA"](x)).abs().max().item()
@@ -166,19 +168,26 @@ def measure_lengths(max_len: int, budget: float, progress: bool) -> CostResult:
         if slowest > budget and len(points["TL bridge"]) >= MIN_LENGTHS:  # the next would take ~4x as long
             break
     curves = [curve(name, pts) for name, pts in points.items()]
-    return CostResult(D_MODEL, N_HEADS, torch.get_num_threads(), FIT_FROM, curves,
-                      N_HEADS * EXTRAPOLATE_TO ** 2 * FLOAT_BYTES, difference)
+    return CostResult(
+        D_MODEL,
+        N_HEADS,
+        torch.get_num_threads(),
+        FIT_FROM,
+        curves,
+        N_HEADS * EXTRAPOLATE_TO**2 * FLOAT_BYTES,
+        difference,
+    )
 
 
 def curve(name: str, points: list[CostPoint]) -> CostCurve:
     ns = [p.n for p in points]
     time_exponent, _ = fit_exponent(ns, [p.seconds for p in points])
     memory_exponent, log_c = fit_exponent(ns, [p.peak_bytes for p in points])
-    return CostCurve(name, points, time_exponent, memory_exponent,
-                     math.exp(log_c) * EXTRAPOLATE_TO ** memory_exponent)
+    return CostCurve(name, points, time_exponent, memory_exponent, math.exp(log_c) * EXTRAPOLATE_TO**memory_exponent)
 
 
 # Rendering ----------------------------------------------------------------------------------------
+
 
 def cost_table(result: CostResult) -> str:
     from probes.report.render import table
@@ -188,18 +197,29 @@ def cost_table(result: CostResult) -> str:
         for p in c.points:
             by_n.setdefault(p.n, {})[c.implementation] = p
     names = [c.implementation for c in result.curves]
-    rows = [[n, f"{result.n_heads * n * n * FLOAT_BYTES / 2**20:,.1f}"]
-            + [f"{row[name].seconds * 1e3:,.1f} ms / {row[name].peak_bytes / 2**20:,.1f} MiB" for name in names]
-            for n, row in by_n.items()]
-    fits = [f"{c.implementation}: time ~ n^{c.time_exponent:.2f}, peak memory ~ n^{c.memory_exponent:.2f} "
-            f"(fitted on n >= {result.fit_from}); memory law at {EXTRAPOLATE_TO:,} tokens: "
-            f"{c.peak_bytes_extrapolated / 2**30:,.2f} GiB" for c in result.curves]
-    return "\n".join([table(["n", "one score tensor (MiB)", *[f"{n}: time / peak" for n in names]], rows), "", *fits,
-                      f"one float32 score tensor at {EXTRAPOLATE_TO:,} tokens, {result.n_heads} heads: "
-                      f"{result.score_matrix_bytes:,} bytes = {result.score_matrix_bytes / 2**30:.1f} GiB "
-                      f"({result.score_matrix_bytes / 1e9:.1f} GB)",
-                      f"SDPA vs TL bridge output: max |difference| {result.max_output_difference:.1e}; "
-                      f"{result.threads} torch thread(s)"])
+    rows = [
+        [n, f"{result.n_heads * n * n * FLOAT_BYTES / 2**20:,.1f}"]
+        + [f"{row[name].seconds * 1e3:,.1f} ms / {row[name].peak_bytes / 2**20:,.1f} MiB" for name in names]
+        for n, row in by_n.items()
+    ]
+    fits = [
+        f"{c.implementation}: time ~ n^{c.time_exponent:.2f}, peak memory ~ n^{c.memory_exponent:.2f} "
+        f"(fitted on n >= {result.fit_from}); memory law at {EXTRAPOLATE_TO:,} tokens: "
+        f"{c.peak_bytes_extrapolated / 2**30:,.2f} GiB"
+        for c in result.curves
+    ]
+    return "\n".join(
+        [
+            table(["n", "one score tensor (MiB)", *[f"{n}: time / peak" for n in names]], rows),
+            "",
+            *fits,
+            f"one float32 score tensor at {EXTRAPOLATE_TO:,} tokens, {result.n_heads} heads: "
+            f"{result.score_matrix_bytes:,} bytes = {result.score_matrix_bytes / 2**30:.1f} GiB "
+            f"({result.score_matrix_bytes / 1e9:.1f} GB)",
+            f"SDPA vs TL bridge output: max |difference| {result.max_output_difference:.1e}; "
+            f"{result.threads} torch thread(s)",
+        ]
+    )
 
 
 def cost_figure(result: CostResult):
@@ -209,12 +229,23 @@ def cost_figure(result: CostResult):
     axes = fig.subplots(1, 2)
     for c in result.curves:
         ns = [p.n for p in c.points]
-        axes[0].plot(ns, [p.seconds for p in c.points], marker="o", label=f"{c.implementation} (n^{c.time_exponent:.2f})")
-        axes[1].plot(ns, [p.peak_bytes / 2**20 for p in c.points], marker="o",
-                     label=f"{c.implementation} (n^{c.memory_exponent:.2f})")
+        axes[0].plot(
+            ns, [p.seconds for p in c.points], marker="o", label=f"{c.implementation} (n^{c.time_exponent:.2f})"
+        )
+        axes[1].plot(
+            ns,
+            [p.peak_bytes / 2**20 for p in c.points],
+            marker="o",
+            label=f"{c.implementation} (n^{c.memory_exponent:.2f})",
+        )
     ns = [p.n for p in result.curves[0].points]
-    axes[1].plot(ns, [result.n_heads * n * n * FLOAT_BYTES / 2**20 for n in ns], color="gray", linestyle=":",
-                 label="one score tensor (8 n^2 x 4 B)")
+    axes[1].plot(
+        ns,
+        [result.n_heads * n * n * FLOAT_BYTES / 2**20 for n in ns],
+        color="gray",
+        linestyle=":",
+        label="one score tensor (8 n^2 x 4 B)",
+    )
     for ax, label in zip(axes, ("forward time (s, fastest of repeats)", "peak memory above start (MiB, profiler)")):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
@@ -233,12 +264,14 @@ def cost_command(max_len: int, budget: float, out: Path) -> None:
     if max_len < 128:
         raise UsageError(f"--max-len {max_len} leaves fewer than two lengths to fit (64, 128, ...); use >= 128")
     if max_len > 8192:
-        raise UsageError(f"--max-len {max_len}: one n x n score tensor alone would need "
-                         f"{N_HEADS * max_len**2 * FLOAT_BYTES / 2**30:.0f} GiB; use at most 8192")
+        raise UsageError(
+            f"--max-len {max_len}: one n x n score tensor alone would need "
+            f"{N_HEADS * max_len**2 * FLOAT_BYTES / 2**30:.0f} GiB; use at most 8192"
+        )
     if not 0 < budget <= 60:
         raise UsageError(f"--budget {budget} must lie in (0, 60] seconds per forward")
     out = Path(out)
-    for name in ("cost.json", "cost.png"):   # a user's file there: refused before the measurement
+    for name in ("cost.json", "cost.png"):  # a user's file there: refused before the measurement
         claim_check(out / name)
     result = measure_cost(max_len, budget)
     print(cost_table(result))
@@ -250,11 +283,13 @@ def cost_command(max_len: int, budget: float, out: Path) -> None:
 def main(argv=None) -> None:
     from common.cli import folder_path
 
-    parser = Parser(prog="toylens cost",
-                    description="Attention's time and memory against sequence length, with fitted exponents.")
+    parser = Parser(
+        prog="toylens cost", description="Attention's time and memory against sequence length, with fitted exponents."
+    )
     parser.add_argument("--max-len", type=positive_int, default=4096, help="longest sequence (default 4096)")
-    parser.add_argument("--budget", type=float, default=1.0,
-                        help="stop doubling once a forward takes longer than this many seconds")
+    parser.add_argument(
+        "--budget", type=float, default=1.0, help="stop doubling once a forward takes longer than this many seconds"
+    )
     parser.add_argument("--out", type=folder_path, default=OUT)
     args = parser.parse_args(argv)
     run_cli(cost_command, args.max_len, args.budget, args.out)

@@ -36,7 +36,11 @@ from probes.shuffle import largest_change
 # average, so the uniform rungs use one head.
 RUNGS = (
     ("no-context", "no context", dict(attention=Attention.NONE, positions=Positions.NONE, n_heads=1)),
-    ("uniform-average", "uniform average", dict(attention=Attention.UNIFORM, positions=Positions.NONE, residual=False, n_heads=1)),
+    (
+        "uniform-average",
+        "uniform average",
+        dict(attention=Attention.UNIFORM, positions=Positions.NONE, residual=False, n_heads=1),
+    ),
     ("uniform+positions", "+ positions", dict(attention=Attention.UNIFORM, residual=False, n_heads=1)),
     ("uniform+residual", "+ residual", dict(attention=Attention.UNIFORM, n_heads=1)),
     ("attention-1-head", "attention, 1 head", dict(n_heads=1)),
@@ -73,8 +77,8 @@ SOURCE = {
 @dataclass(frozen=True)
 class SeedResult:
     seed: int
-    accuracy: Interval          # held-out, Wilson over scored positions
-    loss: float                 # held-out, mean cross-entropy of the answers (nats)
+    accuracy: Interval  # held-out, Wilson over scored positions
+    loss: float  # held-out, mean cross-entropy of the answers (nats)
     steps: int
     stop_reason: StopReason
     shuffle_max_logit_change: float
@@ -95,12 +99,12 @@ class RungResult:
     rung: str
     label: str
     spec: ModelSpec
-    accuracy: Interval          # mean over seeds, t interval
-    loss: Interval              # mean over seeds, t interval (bounded below by 0 only)
-    perplexity: Interval        # mean over seeds of exp(held-out loss), t interval (bounded below by 1)
-    shuffle_max_logit_change: float   # max over seeds
+    accuracy: Interval  # mean over seeds, t interval
+    loss: Interval  # mean over seeds, t interval (bounded below by 0 only)
+    perplexity: Interval  # mean over seeds of exp(held-out loss), t interval (bounded below by 1)
+    shuffle_max_logit_change: float  # max over seeds
     seeds: list[SeedResult]
-    bands: list[PositionBand]   # perplexity by position: how it changes along the context
+    bands: list[PositionBand]  # perplexity by position: how it changes along the context
 
 
 @dataclass(frozen=True)
@@ -108,8 +112,8 @@ class LadderResult:
     task: str
     params: dict
     training: dict
-    vocabulary: int             # uniform guessing scores loss ln(vocabulary)
-    heldout_n: int              # scored held-out positions per seed
+    vocabulary: int  # uniform guessing scores loss ln(vocabulary)
+    heldout_n: int  # scored held-out positions per seed
     rungs: list[RungResult]
 
 
@@ -118,12 +122,18 @@ def seed_result(run) -> SeedResult:
 
     measured = run_accuracy(run)
     heldout = measured.splits["heldout"]
-    return SeedResult(run.seed, heldout.accuracy, heldout.loss, int(run.metrics.get("steps", 0)),
-                      run.metrics["stop_reason"], measured.shuffle_max_logit_change)
+    return SeedResult(
+        run.seed,
+        heldout.accuracy,
+        heldout.loss,
+        int(run.metrics.get("steps", 0)),
+        run.metrics["stop_reason"],
+        measured.shuffle_max_logit_change,
+    )
 
 
-BANDS = 4             # equal bands of positions, first to last scored position
-BAND_ROWS = 256       # held-out examples (evenly spread) the bands are measured on
+BANDS = 4  # equal bands of positions, first to last scored position
+BAND_ROWS = 256  # held-out examples (evenly spread) the bands are measured on
 
 
 def band_losses(run, bands: int = BANDS) -> list[tuple[int, int, float]]:
@@ -148,9 +158,10 @@ def band_losses(run, bands: int = BANDS) -> list[tuple[int, int, float]]:
 
 def position_bands(runs: list) -> list[PositionBand]:
     per_seed = [band_losses(run) for run in runs]
-    return [PositionBand(first, last, mean_interval([math.exp(seed[i][2]) for seed in per_seed],
-                                                    bounds=(1.0, math.inf)))
-            for i, (first, last, _) in enumerate(per_seed[0])]
+    return [
+        PositionBand(first, last, mean_interval([math.exp(seed[i][2]) for seed in per_seed], bounds=(1.0, math.inf)))
+        for i, (first, last, _) in enumerate(per_seed[0])
+    ]
 
 
 def measure_ladder(plans: list) -> LadderResult:
@@ -163,16 +174,28 @@ def measure_ladder(plans: list) -> LadderResult:
     rungs = []
     for name, runs in by_rung.items():
         seeds = [seed_result(run) for run in runs]
-        rungs.append(RungResult(
-            rung=name, label=LABELS.get(name, name), spec=runs[0].spec,
-            accuracy=mean_interval([s.accuracy.value for s in seeds]),
-            loss=mean_interval([s.loss for s in seeds], bounds=(0.0, math.inf)),
-            perplexity=mean_interval([math.exp(s.loss) for s in seeds], bounds=(1.0, math.inf)),
-            shuffle_max_logit_change=largest_change(s.shuffle_max_logit_change for s in seeds), seeds=seeds,
-            bands=position_bands(runs)))
+        rungs.append(
+            RungResult(
+                rung=name,
+                label=LABELS.get(name, name),
+                spec=runs[0].spec,
+                accuracy=mean_interval([s.accuracy.value for s in seeds]),
+                loss=mean_interval([s.loss for s in seeds], bounds=(0.0, math.inf)),
+                perplexity=mean_interval([math.exp(s.loss) for s in seeds], bounds=(1.0, math.inf)),
+                shuffle_max_logit_change=largest_change(s.shuffle_max_logit_change for s in seeds),
+                seeds=seeds,
+                bands=position_bands(runs),
+            )
+        )
     task = plans[0].task
-    return LadderResult(task.name, task.params_dict(), asdict(plans[0].settings), len(task.vocabulary()),
-                        rungs[0].seeds[0].accuracy.n, rungs)
+    return LadderResult(
+        task.name,
+        task.params_dict(),
+        asdict(plans[0].settings),
+        len(task.vocabulary()),
+        rungs[0].seeds[0].accuracy.n,
+        rungs,
+    )
 
 
 def ladder_table(result: LadderResult) -> str:
@@ -180,16 +203,42 @@ def ladder_table(result: LadderResult) -> str:
     from probes.report.words import shuffle_text
 
     baseline = result.rungs[0].perplexity.value
-    rows = [[r.label, len(r.seeds), percent(r.accuracy), interval_text(r.loss), interval_text(r.perplexity, 2),
-             f"{r.perplexity.value / baseline:.2f}", SOURCE.get(r.rung, ""), shuffle_text(r.shuffle_max_logit_change),
-             steps_text(r.seeds)] for r in result.rungs]
-    return (f"{result.task}: held-out accuracy, loss and perplexity exp(loss) at the scored positions (n = "
-            f"{result.heldout_n} per seed; mean [95% t interval over seeds]); uniform guessing: loss ln "
-            f"{result.vocabulary} = {math.log(result.vocabulary):.2f}, perplexity {result.vocabulary}. Source: "
-            "validation perplexity on 1 MB of Shakespeare, context 128, width 128, 3000 steps\n"
-            + table(["rung", "seeds", "held-out accuracy", "held-out loss (nats)", "held-out perplexity",
-                     f"/ {result.rungs[0].label}", "source", "shuffle max|dlogit|", "steps"], rows)
-            + "\n\n" + bands_table(result))
+    rows = [
+        [
+            r.label,
+            len(r.seeds),
+            percent(r.accuracy),
+            interval_text(r.loss),
+            interval_text(r.perplexity, 2),
+            f"{r.perplexity.value / baseline:.2f}",
+            SOURCE.get(r.rung, ""),
+            shuffle_text(r.shuffle_max_logit_change),
+            steps_text(r.seeds),
+        ]
+        for r in result.rungs
+    ]
+    return (
+        f"{result.task}: held-out accuracy, loss and perplexity exp(loss) at the scored positions (n = "
+        f"{result.heldout_n} per seed; mean [95% t interval over seeds]); uniform guessing: loss ln "
+        f"{result.vocabulary} = {math.log(result.vocabulary):.2f}, perplexity {result.vocabulary}. Source: "
+        "validation perplexity on 1 MB of Shakespeare, context 128, width 128, 3000 steps\n"
+        + table(
+            [
+                "rung",
+                "seeds",
+                "held-out accuracy",
+                "held-out loss (nats)",
+                "held-out perplexity",
+                f"/ {result.rungs[0].label}",
+                "source",
+                "shuffle max|dlogit|",
+                "steps",
+            ],
+            rows,
+        )
+        + "\n\n"
+        + bands_table(result)
+    )
 
 
 def bands_table(result: LadderResult) -> str:
@@ -198,10 +247,14 @@ def bands_table(result: LadderResult) -> str:
     from probes.report.render import table
 
     bands = result.rungs[0].bands
-    rows = [[r.label] + [("-" if math.isnan(b.perplexity.value) else f"{b.perplexity.value:.2f}") for b in r.bands]
-            for r in result.rungs]
-    return (f"held-out perplexity by position (mean over seeds; {BAND_ROWS} evenly spread held-out examples per seed; "
-            "'-': no scored position there)\n" + table(["rung"] + [f"positions {b.first}-{b.last}" for b in bands], rows))
+    rows = [
+        [r.label] + [("-" if math.isnan(b.perplexity.value) else f"{b.perplexity.value:.2f}") for b in r.bands]
+        for r in result.rungs
+    ]
+    return (
+        f"held-out perplexity by position (mean over seeds; {BAND_ROWS} evenly spread held-out examples per seed; "
+        "'-': no scored position there)\n" + table(["rung"] + [f"positions {b.first}-{b.last}" for b in bands], rows)
+    )
 
 
 def interval_text(interval: Interval, digits: int = 3) -> str:
@@ -227,10 +280,16 @@ def ladder_figure(result: LadderResult):
     x = range(len(result.rungs))
     for ax, metric, name in ((top, "accuracy", "held-out accuracy"), (bottom, "loss", "held-out loss (nats)")):
         means = [getattr(r, metric).value for r in result.rungs]
-        errors = [[m - (getattr(r, metric).low if not math.isnan(getattr(r, metric).low) else m) for m, r in
-                   zip(means, result.rungs)],
-                  [(getattr(r, metric).high if not math.isnan(getattr(r, metric).high) else m) - m for m, r in
-                   zip(means, result.rungs)]]
+        errors = [
+            [
+                m - (getattr(r, metric).low if not math.isnan(getattr(r, metric).low) else m)
+                for m, r in zip(means, result.rungs)
+            ],
+            [
+                (getattr(r, metric).high if not math.isnan(getattr(r, metric).high) else m) - m
+                for m, r in zip(means, result.rungs)
+            ],
+        ]
         ax.bar(x, means, color="#9ecae1", yerr=errors, capsize=4)
         for i, rung in enumerate(result.rungs):
             values = [s.accuracy.value if metric == "accuracy" else s.loss for s in rung.seeds]
@@ -238,9 +297,18 @@ def ladder_figure(result: LadderResult):
         ax.set_ylabel(name)
     top.set_ylim(0, 1)
     bottom.axhline(math.log(result.vocabulary), color="grey", linestyle="--", linewidth=1)
-    bottom.text(len(result.rungs) - 0.5, math.log(result.vocabulary), f"uniform guess ln {result.vocabulary}",
-                ha="right", va="bottom", fontsize=8, color="grey")
+    bottom.text(
+        len(result.rungs) - 0.5,
+        math.log(result.vocabulary),
+        f"uniform guess ln {result.vocabulary}",
+        ha="right",
+        va="bottom",
+        fontsize=8,
+        color="grey",
+    )
     bottom.set_xticks(list(x), [r.label for r in result.rungs], rotation=30, ha="right")
-    top.set_title(f"{result.task}: the ladder (n = {result.heldout_n} held-out positions per seed, "
-                  f"{len(result.rungs[0].seeds)} seeds)")
+    top.set_title(
+        f"{result.task}: the ladder (n = {result.heldout_n} held-out positions per seed, "
+        f"{len(result.rungs[0].seeds)} seeds)"
+    )
     return fig

@@ -34,7 +34,7 @@ VARIANTS = (
     ("post", "post-norm", NormPlace.POST, False, 308.05),
     ("post+warmup", "post-norm + warmup", NormPlace.POST, True, 37.88),
 )
-SOURCE_GRADIENT_RATIO = {NormPlace.PRE: 1.32, NormPlace.POST: 1.65}   # last / first block at initialisation
+SOURCE_GRADIENT_RATIO = {NormPlace.PRE: 1.32, NormPlace.POST: 1.65}  # last / first block at initialisation
 
 
 def norm_specs(n_layers: int = 12, d_model: int = 128, n_heads: int = 4) -> dict[str, ModelSpec]:
@@ -52,8 +52,8 @@ def warmed(name: str) -> bool:
 @dataclass(frozen=True)
 class SeedScore:
     seed: int
-    loss: float          # held-out mean next-token cross-entropy (nats)
-    perplexity: float    # exp(loss)
+    loss: float  # held-out mean next-token cross-entropy (nats)
+    perplexity: float  # exp(loss)
     steps: int
     stop_reason: StopReason
 
@@ -64,7 +64,7 @@ class VariantResult:
     label: str
     norm_place: NormPlace
     warmup_steps: int
-    perplexity: Interval   # mean over seeds of exp(held-out loss), t interval
+    perplexity: Interval  # mean over seeds of exp(held-out loss), t interval
     source_perplexity: float
     seeds: list[SeedScore]
 
@@ -75,7 +75,7 @@ class GradientNorms:
 
     norm_place: NormPlace
     per_block: list[list[float]]
-    ratio: Interval                 # mean over seeds, t interval
+    ratio: Interval  # mean over seeds, t interval
     source_ratio: float
 
 
@@ -83,9 +83,9 @@ class GradientNorms:
 class NormsResult:
     task: str
     task_params: dict
-    training: dict                  # of the runs without warmup (the others differ in warmup_steps only)
+    training: dict  # of the runs without warmup (the others differ in warmup_steps only)
     spec: ModelSpec
-    heldout_n: int                  # scored held-out positions per seed
+    heldout_n: int  # scored held-out positions per seed
     vocabulary: int
     variants: list[VariantResult]
     gradients: list[GradientNorms]
@@ -105,8 +105,10 @@ def block_gradient_norms(model, batch, rows: int, seed: int) -> list[float]:
     forward.train()
     model.zero_grad(set_to_none=True)
     lm_loss(forward(tokens[:, :-1]), tokens, lengths).backward()
-    norms = [math.sqrt(sum(float(p.grad.pow(2).sum()) for p in block.parameters() if p.grad is not None))
-             for block in model.blocks]
+    norms = [
+        math.sqrt(sum(float(p.grad.pow(2).sum()) for p in block.parameters() if p.grad is not None))
+        for block in model.blocks
+    ]
     model.zero_grad(set_to_none=True)
     model.eval()
     return norms
@@ -120,22 +122,31 @@ def init_gradients(plans: list, rows: int) -> list[GradientNorms]:
 
     per_place: dict[NormPlace, list[list[float]]] = {}
     for plan in plans:
-        if warmed(plan.model_name):   # warmup changes training, not the model at initialisation
+        if warmed(plan.model_name):  # warmup changes training, not the model at initialisation
             continue
         run = Run(plan.run_dir)
         model = build_model(run.spec, seed=run.seed)
         per_place.setdefault(plan.spec.norm_place, []).append(
-            block_gradient_norms(model, run.batches()["train"], rows, run.seed))
-    return [GradientNorms(place, norms, mean_interval([n[-1] / n[0] for n in norms], bounds=(0.0, math.inf)),
-                          SOURCE_GRADIENT_RATIO[place]) for place, norms in per_place.items()]
+            block_gradient_norms(model, run.batches()["train"], rows, run.seed)
+        )
+    return [
+        GradientNorms(
+            place,
+            norms,
+            mean_interval([n[-1] / n[0] for n in norms], bounds=(0.0, math.inf)),
+            SOURCE_GRADIENT_RATIO[place],
+        )
+        for place, norms in per_place.items()
+    ]
 
 
 def seed_score(run) -> SeedScore:
     from probes.accuracy import run_accuracy
 
     heldout = run_accuracy(run).splits["heldout"]
-    return SeedScore(run.seed, heldout.loss, math.exp(heldout.loss), int(run.metrics.get("steps", 0)),
-                     run.metrics["stop_reason"])
+    return SeedScore(
+        run.seed, heldout.loss, math.exp(heldout.loss), int(run.metrics.get("steps", 0)), run.metrics["stop_reason"]
+    )
 
 
 def measure_variants(plans: list) -> list[VariantResult]:
@@ -149,9 +160,17 @@ def measure_variants(plans: list) -> list[VariantResult]:
         if folder not in by_variant:
             continue
         seeds = [seed_score(Run(plan.run_dir)) for plan in by_variant[folder]]
-        results.append(VariantResult(folder, label, place, by_variant[folder][0].settings.warmup_steps,
-                                     mean_interval([s.perplexity for s in seeds], bounds=(1.0, math.inf)),
-                                     source, seeds))
+        results.append(
+            VariantResult(
+                folder,
+                label,
+                place,
+                by_variant[folder][0].settings.warmup_steps,
+                mean_interval([s.perplexity for s in seeds], bounds=(1.0, math.inf)),
+                source,
+                seeds,
+            )
+        )
     return results
 
 
@@ -162,8 +181,16 @@ def measure_norms(plans: list, rows: int) -> NormsResult:
     plain = next(plan for plan in plans if not warmed(plan.model_name))
     variants = measure_variants(plans)
     task = plans[0].task
-    return NormsResult(task.name, task.params_dict(), asdict(plain.settings), first.spec,
-                       run_heldout_n(first), len(task.vocabulary()), variants, init_gradients(plans, rows))
+    return NormsResult(
+        task.name,
+        task.params_dict(),
+        asdict(plain.settings),
+        first.spec,
+        run_heldout_n(first),
+        len(task.vocabulary()),
+        variants,
+        init_gradients(plans, rows),
+    )
 
 
 def run_heldout_n(run) -> int:
@@ -177,20 +204,42 @@ def norms_table(result: NormsResult) -> str:
     from probes.report.render import table
 
     spec, training = result.spec, result.training
-    rows = [[v.label, v.warmup_steps or "-", len(v.seeds), interval_text(v.perplexity, 2),
-             ", ".join(f"{s.perplexity:.2f}" for s in v.seeds), f"{v.source_perplexity:.2f}",
-             steps_text(v.seeds)] for v in result.variants]
-    head = (f"{result.task}: {spec.n_layers} blocks, d_model {spec.d_model}, {spec.n_heads} heads, context "
-            f"{spec.n_ctx}, vocabulary {result.vocabulary}; AdamW lr {training['lr']}, batch {training['batch_size']}, "
-            f"at most {training['max_steps']} steps. Held-out perplexity exp(mean next-token loss), n = "
-            f"{result.heldout_n} scored positions per seed; mean [95% t interval over seeds]; 1 = always right, "
-            f"{result.vocabulary} = uniform guessing. Source: 12 blocks, 1000 steps, lr 3e-3, its own text.\n")
-    grads = [[g.norm_place + "-norm", len(g.per_block), " ".join(f"{x:.3g}" for x in mean_per_block(g.per_block)),
-              interval_text(g.ratio), f"{g.source_ratio:.2f}"] for g in result.gradients]
-    return (head + table(["variant", "warmup steps", "seeds", "held-out perplexity", "per seed", "source", "steps"], rows)
-            + "\n\nGradient norm per block at initialisation (L2 over the block's parameters, training loss on one "
-              "batch of training sequences), first to last block, mean over seeds; last/first per seed, mean [95% t]\n"
-            + table(["norm", "seeds", "per block (mean)", "last / first", "source"], grads))
+    rows = [
+        [
+            v.label,
+            v.warmup_steps or "-",
+            len(v.seeds),
+            interval_text(v.perplexity, 2),
+            ", ".join(f"{s.perplexity:.2f}" for s in v.seeds),
+            f"{v.source_perplexity:.2f}",
+            steps_text(v.seeds),
+        ]
+        for v in result.variants
+    ]
+    head = (
+        f"{result.task}: {spec.n_layers} blocks, d_model {spec.d_model}, {spec.n_heads} heads, context "
+        f"{spec.n_ctx}, vocabulary {result.vocabulary}; AdamW lr {training['lr']}, batch {training['batch_size']}, "
+        f"at most {training['max_steps']} steps. Held-out perplexity exp(mean next-token loss), n = "
+        f"{result.heldout_n} scored positions per seed; mean [95% t interval over seeds]; 1 = always right, "
+        f"{result.vocabulary} = uniform guessing. Source: 12 blocks, 1000 steps, lr 3e-3, its own text.\n"
+    )
+    grads = [
+        [
+            g.norm_place + "-norm",
+            len(g.per_block),
+            " ".join(f"{x:.3g}" for x in mean_per_block(g.per_block)),
+            interval_text(g.ratio),
+            f"{g.source_ratio:.2f}",
+        ]
+        for g in result.gradients
+    ]
+    return (
+        head
+        + table(["variant", "warmup steps", "seeds", "held-out perplexity", "per seed", "source", "steps"], rows)
+        + "\n\nGradient norm per block at initialisation (L2 over the block's parameters, training loss on one "
+        "batch of training sequences), first to last block, mean over seeds; last/first per seed, mean [95% t]\n"
+        + table(["norm", "seeds", "per block (mean)", "last / first", "source"], grads)
+    )
 
 
 def mean_per_block(per_seed: list[list[float]]) -> list[float]:
@@ -208,8 +257,13 @@ def norms_figure(result: NormsResult):
     for i, v in enumerate(result.variants):
         low = v.perplexity.low if not math.isnan(v.perplexity.low) else v.perplexity.value
         high = v.perplexity.high if not math.isnan(v.perplexity.high) else v.perplexity.value
-        left.bar(i, v.perplexity.value, color="#9ecae1", yerr=[[v.perplexity.value - low], [high - v.perplexity.value]],
-                 capsize=4)
+        left.bar(
+            i,
+            v.perplexity.value,
+            color="#9ecae1",
+            yerr=[[v.perplexity.value - low], [high - v.perplexity.value]],
+            capsize=4,
+        )
         left.plot([i] * len(v.seeds), [s.perplexity for s in v.seeds], "o", color="#08519c", markersize=4)
         left.plot(i, v.source_perplexity, "x", color="#d62728", markersize=8, label="source" if i == 0 else None)
     left.set_yscale("log")
@@ -221,6 +275,7 @@ def norms_figure(result: NormsResult):
     right.set_xlabel("block")
     right.set_ylabel("gradient norm at initialisation")
     right.legend()
-    fig.suptitle(f"{result.task}: pre- vs post-norm, {result.spec.n_layers} blocks "
-                 f"({len(result.variants[0].seeds)} seeds)")
+    fig.suptitle(
+        f"{result.task}: pre- vs post-norm, {result.spec.n_layers} blocks ({len(result.variants[0].seeds)} seeds)"
+    )
     return fig

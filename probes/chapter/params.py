@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from models.spec import ModelSpec
 
 GPT2_SMALL = dict(n_layers=12, d_model=768, n_heads=12, d_vocab=50257, n_ctx=1024)
-GPT2_SMALL_TIED = 124_439_808   # the chapter's number, for the table; the probe recomputes it
+GPT2_SMALL_TIED = 124_439_808  # the chapter's number, for the table; the probe recomputes it
 BLOCK_PARTS = ("ln1", "attn", "ln2", "mlp")
 MODEL_PARTS = ("embed", "pos_embed", "ln_final", "unembed")
 
@@ -32,14 +32,14 @@ MODEL_PARTS = ("embed", "pos_embed", "ln_final", "unembed")
 @dataclass(frozen=True)
 class ParamCount:
     spec: ModelSpec
-    counted: dict[str, int]        # component -> parameters of the built model (blocks summed)
-    formula: dict[str, int]        # component -> the chapter's formula for this spec
-    frozen: int                    # parameters the variant freezes (W_Q of uniform attention, W_pos of "none")
+    counted: dict[str, int]  # component -> parameters of the built model (blocks summed)
+    formula: dict[str, int]  # component -> the chapter's formula for this spec
+    frozen: int  # parameters the variant freezes (W_Q of uniform attention, W_pos of "none")
     per_block_counted: int
     per_block_formula: int
-    mlp_share_of_block: float      # counted MLP / counted block (0 without an MLP)
-    tied_total: int                # counted total with the unembedding tied to the embedding
-    buffers: dict[str, int]        # the unembedding's non-parameter tensors (TL's zero bias)
+    mlp_share_of_block: float  # counted MLP / counted block (0 without an MLP)
+    tied_total: int  # counted total with the unembedding tied to the embedding
+    buffers: dict[str, int]  # the unembedding's non-parameter tensors (TL's zero bias)
 
     @property
     def total(self) -> int:
@@ -85,18 +85,22 @@ def count_parameters(spec) -> ParamCount:
     counted = {name: counted[name] for name in formula_counts(spec)}
     per_block = numel(model.blocks[0])
     # TL's bridge keeps a zero unembedding bias as a buffer: in the state dict, never trained.
-    buffers = {f"unembed.{name.rsplit('.', 1)[-1]}": tensor.numel()
-               for name, tensor in model.unembed.named_buffers()}
+    buffers = {f"unembed.{name.rsplit('.', 1)[-1]}": tensor.numel() for name, tensor in model.unembed.named_buffers()}
     return ParamCount(
-        spec=spec, counted=counted, formula=formula_counts(spec),
+        spec=spec,
+        counted=counted,
+        formula=formula_counts(spec),
         frozen=sum(p.numel() for p in model.parameters() if not p.requires_grad),
-        per_block_counted=per_block, per_block_formula=sum(formula_counts(dataclasses.replace(spec, n_layers=1))[p]
-                                                           for p in BLOCK_PARTS),
+        per_block_counted=per_block,
+        per_block_formula=sum(formula_counts(dataclasses.replace(spec, n_layers=1))[p] for p in BLOCK_PARTS),
         mlp_share_of_block=numel(getattr(model.blocks[0], "mlp", None)) / per_block,
-        tied_total=sum(counted.values()) - counted["unembed"], buffers=buffers)
+        tied_total=sum(counted.values()) - counted["unembed"],
+        buffers=buffers,
+    )
 
 
 # Arguments -------------------------------------------------------------------------------------
+
 
 def parse_value(field, text: str):
     if field.type in ("int", int):
@@ -121,8 +125,10 @@ def spec_from_args(items: list[str]):
         return ModelSpec(**GPT2_SMALL).validate()
     if len(items) == 1 and "=" not in items[0]:
         if not Path(items[0]).is_dir():
-            raise UsageError(f"{items[0]!r} is neither gpt2, a run folder nor key=value; "
-                             "e.g. n_layers=2 d_model=128 d_vocab=64 n_ctx=32")
+            raise UsageError(
+                f"{items[0]!r} is neither gpt2, a run folder nor key=value; "
+                "e.g. n_layers=2 d_model=128 d_vocab=64 n_ctx=32"
+            )
         from tasks.training.runs import Run
 
         return Run(Path(items[0])).spec
@@ -132,7 +138,7 @@ def spec_from_args(items: list[str]):
         key, sep, text = item.partition("=")
         if not sep or key not in fields:
             raise UsageError(f"{item!r} is not FIELD=VALUE with a ModelSpec field; fields: {', '.join(fields)}")
-        if key in values:   # the last would silently win
+        if key in values:  # the last would silently win
             raise UsageError(f"{key} is given twice ({key}={values[key]} and {item}); give each field once")
         values[key] = parse_value(fields[key], text)
     if "d_vocab" not in values:
@@ -142,24 +148,37 @@ def spec_from_args(items: list[str]):
 
 # Rendering -------------------------------------------------------------------------------------
 
+
 def params_table(result: ParamCount) -> str:
     from probes.report.render import table
 
-    rows = [[name, f"{result.counted[name]:,}", f"{result.formula[name]:,}",
-             "" if result.counted[name] == result.formula[name] else "differs",
-             f"{result.counted[name] / result.total:.1%}"] for name in result.counted]
+    rows = [
+        [
+            name,
+            f"{result.counted[name]:,}",
+            f"{result.formula[name]:,}",
+            "" if result.counted[name] == result.formula[name] else "differs",
+            f"{result.counted[name] / result.total:.1%}",
+        ]
+        for name in result.counted
+    ]
     rows.append(["total", f"{result.total:,}", f"{result.formula_total:,}", "", "100%"])
     d = result.spec.d_model
-    lines = [table(["component", "counted (built model)", "formula", "", "share"], rows), "",
-             f"one block: {result.per_block_counted:,} counted, {result.per_block_formula:,} by formula "
-             f"(12d^2+13d = {12 * d * d + 13 * d:,} for a full block at d={d}); "
-             f"MLP share of a block {result.mlp_share_of_block:.1%}",
-             f"with the unembedding tied to the embedding: {result.tied_total:,}"]
+    lines = [
+        table(["component", "counted (built model)", "formula", "", "share"], rows),
+        "",
+        f"one block: {result.per_block_counted:,} counted, {result.per_block_formula:,} by formula "
+        f"(12d^2+13d = {12 * d * d + 13 * d:,} for a full block at d={d}); "
+        f"MLP share of a block {result.mlp_share_of_block:.1%}",
+        f"with the unembedding tied to the embedding: {result.tied_total:,}",
+    ]
     if result.frozen:
         lines.append(f"frozen by the spec's variant (not trained): {result.frozen:,}")
     if result.buffers:
-        lines.append("in the state dict but not parameters: "
-                     + ", ".join(f"{k} ({v:,}, a zero buffer)" for k, v in result.buffers.items()))
+        lines.append(
+            "in the state dict but not parameters: "
+            + ", ".join(f"{k} ({v:,}, a zero buffer)" for k, v in result.buffers.items())
+        )
     return "\n".join(lines)
 
 
@@ -189,14 +208,22 @@ def params_command(items: list[str], out: Path | None) -> None:
     result = count_parameters(spec)
     print(params_table(result))
     if items == ["gpt2"]:
-        print(f"GPT-2 small, tied: {result.tied_total:,} (source: {GPT2_SMALL_TIED:,}); as toylens builds it "
-              f"(untied unembedding): {result.total:,}")
+        print(
+            f"GPT-2 small, tied: {result.tied_total:,} (source: {GPT2_SMALL_TIED:,}); as toylens builds it "
+            f"(untied unembedding): {result.total:,}"
+        )
     if out is None:
         return
     out = Path(out)
-    write_json(out / "params.json", {**dataclasses.asdict(result), "total": result.total,
-                                     "formula_total": result.formula_total,
-                                     "counted_on": "meta device (build_model, shapes only)"})
+    write_json(
+        out / "params.json",
+        {
+            **dataclasses.asdict(result),
+            "total": result.total,
+            "formula_total": result.formula_total,
+            "counted_on": "meta device (build_model, shapes only)",
+        },
+    )
     save(params_figure(result), out / "params.png")
     print(f"\nwrote {out / 'params.json'} and {out / 'params.png'}")
 
@@ -204,10 +231,15 @@ def params_command(items: list[str], out: Path | None) -> None:
 def main(argv=None) -> None:
     from common.cli import folder_path
 
-    parser = Parser(prog="toylens params",
-                    description="Parameters per component of a model spec, counted and by formula.")
+    parser = Parser(
+        prog="toylens params", description="Parameters per component of a model spec, counted and by formula."
+    )
     parser.add_argument("spec", nargs="+", help="gpt2, a run folder, or ModelSpec fields as key=value")
-    parser.add_argument("--out", type=folder_path, default=None,
-                        help="also write params.json and params.png into this folder (default: print only)")
+    parser.add_argument(
+        "--out",
+        type=folder_path,
+        default=None,
+        help="also write params.json and params.png into this folder (default: print only)",
+    )
     args = parser.parse_args(argv)
     run_cli(params_command, args.spec, args.out)

@@ -38,8 +38,8 @@ class LengthScore:
 @dataclass(frozen=True)
 class LengthResult:
     factor: int
-    repeat: tuple[int, int]     # repeat lengths R evaluated (sequence = BOS + 2R tokens)
-    accuracy: Interval          # mean over seeds, t interval
+    repeat: tuple[int, int]  # repeat lengths R evaluated (sequence = BOS + 2R tokens)
+    accuracy: Interval  # mean over seeds, t interval
     loss: Interval
     seeds: list[LengthScore]
 
@@ -82,8 +82,16 @@ def longer_task(task, factor: int, sequences: int):
     from dataclasses import replace
 
     p = task.params
-    return type(task)(replace(p, min_repeat=factor * p.min_repeat, max_repeat=factor * p.max_repeat,
-                              train=1, validation=1, heldout=sequences))
+    return type(task)(
+        replace(
+            p,
+            min_repeat=factor * p.min_repeat,
+            max_repeat=factor * p.max_repeat,
+            train=1,
+            validation=1,
+            heldout=sequences,
+        )
+    )
 
 
 def score_lengths(model, batches: dict[int, "Batch"]) -> list[LengthScore]:  # noqa: F821
@@ -115,37 +123,66 @@ def measure_positions(plans: list, factors, sequences: int) -> PositionsResult:
     by_kind: dict[str, list] = {}
     for plan in plans:
         run = Run(plan.run_dir)
-        by_kind.setdefault(plan.model_name, []).append((run, score_lengths(run.load_model(),
-                                                                            length_batches(run, factors, sequences))))
+        by_kind.setdefault(plan.model_name, []).append(
+            (run, score_lengths(run.load_model(), length_batches(run, factors, sequences)))
+        )
     task = plans[0].task
     kinds = []
     for kind, measured in by_kind.items():
         lengths = []
         for i, factor in enumerate(factors):
             seeds = [scores[i] for _, scores in measured]
-            lengths.append(LengthResult(factor, (factor * task.params.min_repeat, factor * task.params.max_repeat),
-                                        mean_interval([s.accuracy.value for s in seeds]),
-                                        mean_interval([s.loss for s in seeds], bounds=(0.0, math.inf)), seeds))
-        kinds.append(KindResult(kind, [int(r.metrics.get("steps", 0)) for r, _ in measured],
-                                [r.metrics["stop_reason"] for r, _ in measured], lengths))
+            lengths.append(
+                LengthResult(
+                    factor,
+                    (factor * task.params.min_repeat, factor * task.params.max_repeat),
+                    mean_interval([s.accuracy.value for s in seeds]),
+                    mean_interval([s.loss for s in seeds], bounds=(0.0, math.inf)),
+                    seeds,
+                )
+            )
+        kinds.append(
+            KindResult(
+                kind,
+                [int(r.metrics.get("steps", 0)) for r, _ in measured],
+                [r.metrics["stop_reason"] for r, _ in measured],
+                lengths,
+            )
+        )
     first = Run(plans[0].run_dir)
-    return PositionsResult((task.params.min_repeat, task.params.max_repeat), first.spec.n_ctx,
-                           task.params_dict(), asdict(plans[0].settings), sequences, len(task.vocabulary()), kinds)
+    return PositionsResult(
+        (task.params.min_repeat, task.params.max_repeat),
+        first.spec.n_ctx,
+        task.params_dict(),
+        asdict(plans[0].settings),
+        sequences,
+        len(task.vocabulary()),
+        kinds,
+    )
 
 
 def positions_table(result: PositionsResult) -> str:
     from probes.chapter.ladder import interval_text
     from probes.report.render import percent, table
 
-    headers = ["positions"] + [f"{l.factor}x (R {l.repeat[0]}-{l.repeat[1]}) accuracy / loss"
-                               for l in result.kinds[0].lengths] + ["steps"]
-    rows = [[k.kind] + [f"{percent(l.accuracy)} / {interval_text(l.loss)}" for l in k.lengths]
-            + [f"{min(k.steps)}-{max(k.steps)}"] for k in result.kinds]
-    return (f"induction, trained on repeat length R {result.train_repeat[0]}-{result.train_repeat[1]} "
-            f"(sequences of {2 * result.train_repeat[0] + 1}-{2 * result.train_repeat[1] + 1} tokens), context "
-            f"{result.n_ctx}; accuracy and answer loss at the repeated positions, mean [95% t interval over seeds], "
-            f"{result.eval_sequences} sequences per length and seed; chance 1/{result.vocabulary - 1}, "
-            f"uniform-guess loss ln {result.vocabulary} = {math.log(result.vocabulary):.2f}\n" + table(headers, rows))
+    headers = (
+        ["positions"]
+        + [f"{l.factor}x (R {l.repeat[0]}-{l.repeat[1]}) accuracy / loss" for l in result.kinds[0].lengths]
+        + ["steps"]
+    )
+    rows = [
+        [k.kind]
+        + [f"{percent(l.accuracy)} / {interval_text(l.loss)}" for l in k.lengths]
+        + [f"{min(k.steps)}-{max(k.steps)}"]
+        for k in result.kinds
+    ]
+    return (
+        f"induction, trained on repeat length R {result.train_repeat[0]}-{result.train_repeat[1]} "
+        f"(sequences of {2 * result.train_repeat[0] + 1}-{2 * result.train_repeat[1] + 1} tokens), context "
+        f"{result.n_ctx}; accuracy and answer loss at the repeated positions, mean [95% t interval over seeds], "
+        f"{result.eval_sequences} sequences per length and seed; chance 1/{result.vocabulary - 1}, "
+        f"uniform-guess loss ln {result.vocabulary} = {math.log(result.vocabulary):.2f}\n" + table(headers, rows)
+    )
 
 
 def positions_figure(result: PositionsResult):
@@ -157,18 +194,24 @@ def positions_figure(result: PositionsResult):
         x = [l.factor for l in kind.lengths]
         for ax, metric in zip(axes, ("accuracy", "loss")):
             values = [getattr(l, metric) for l in kind.lengths]
-            line, = ax.plot(x, [v.value for v in values], "o-", label=kind.kind)
+            (line,) = ax.plot(x, [v.value for v in values], "o-", label=kind.kind)
             if not any(math.isnan(v.low) for v in values):
-                ax.fill_between(x, [v.low for v in values], [v.high for v in values], color=line.get_color(), alpha=0.15)
+                ax.fill_between(
+                    x, [v.low for v in values], [v.high for v in values], color=line.get_color(), alpha=0.15
+                )
     for ax, name in zip(axes, ("accuracy at repeated positions", "answer loss (nats)")):
         ax.set_xscale("log", base=2)
-        ax.set_xticks([l.factor for l in result.kinds[0].lengths],
-                      [f"{l.factor}x\n(R {l.repeat[0]}-{l.repeat[1]})" for l in result.kinds[0].lengths])
+        ax.set_xticks(
+            [l.factor for l in result.kinds[0].lengths],
+            [f"{l.factor}x\n(R {l.repeat[0]}-{l.repeat[1]})" for l in result.kinds[0].lengths],
+        )
         ax.set_xlabel("sequence length, relative to training")
         ax.set_ylabel(name)
     axes[0].set_ylim(0, 1)
     axes[1].axhline(math.log(result.vocabulary), color="grey", linestyle="--", linewidth=1)
     axes[0].legend(title="positions")
-    fig.suptitle(f"induction beyond the training length (trained on R {result.train_repeat[0]}-"
-                 f"{result.train_repeat[1]}; {len(result.kinds[0].steps)} seeds, 95% t intervals)")
+    fig.suptitle(
+        f"induction beyond the training length (trained on R {result.train_repeat[0]}-"
+        f"{result.train_repeat[1]}; {len(result.kinds[0].steps)} seeds, 95% t intervals)"
+    )
     return fig

@@ -26,19 +26,19 @@ from tasks.settings import StopReason
 
 
 DIMS = (4, 8, 16, 32, 64, 128, 256, 512, 1024)
-PAIRS = 20_000       # q.k pairs for the variance (the source's count)
-KEYS = 64            # keys per softmax row (the source: "one of 64 tokens")
-ROWS = 2_000         # softmax rows per d_k
+PAIRS = 20_000  # q.k pairs for the variance (the source's count)
+KEYS = 64  # keys per softmax row (the source: "one of 64 tokens")
+ROWS = 2_000  # softmax rows per d_k
 SATURATED = 0.99
-REPLAY_ROWS = 256    # held-out sequences each snapshot is replayed on
+REPLAY_ROWS = 256  # held-out sequences each snapshot is replayed on
 
 
 @dataclass(frozen=True)
 class RowStats:
     score_std: float
-    saturated: float          # share of rows whose largest weight exceeds SATURATED
-    entropy: float            # mean nats
-    jacobian_trace: float     # mean of 1 - sum p^2
+    saturated: float  # share of rows whose largest weight exceeds SATURATED
+    entropy: float  # mean nats
+    jacobian_trace: float  # mean of 1 - sum p^2
     rows: int
 
 
@@ -55,7 +55,7 @@ class TrainedPoint:
     step: int
     heldout_accuracy: float
     heldout_loss: float
-    attention: RowStats              # every layer's rows pooled
+    attention: RowStats  # every layer's rows pooled
     layers: list[RowStats]
 
 
@@ -80,8 +80,9 @@ def row_stats(scores, valid=None) -> RowStats:
         score_std=scores[valid].std().item(),
         saturated=(weights.max(-1).values > SATURATED).float().mean().item(),
         entropy=-torch.special.xlogy(weights, weights).sum(-1).mean().item(),
-        jacobian_trace=(1 - (weights ** 2).sum(-1)).mean().item(),
-        rows=weights.shape[0])
+        jacobian_trace=(1 - (weights**2).sum(-1)).mean().item(),
+        rows=weights.shape[0],
+    )
 
 
 def init_point(d_k: int, seed: int = 0, pairs: int = PAIRS, rows: int = ROWS, keys: int = KEYS) -> InitPoint:
@@ -105,14 +106,17 @@ def measure_init(dims=DIMS, seed: int = 0) -> list[InitPoint]:
 
 # Training -----------------------------------------------------------------------------------------
 
+
 def attention_inputs(model):
     """Forward pre-hooks that keep each native attention module's input; returns (store, handles)."""
     from models.bridge import native_attention
 
     store, handles = {}, []
     for layer, block in enumerate(model.blocks):
+
         def keep(module, args, kwargs, layer=layer):
             store[layer] = args[0] if args else kwargs["hidden_states"]
+
         handles.append(native_attention(block).register_forward_pre_hook(keep, with_kwargs=True))
     return store, handles
 
@@ -137,7 +141,7 @@ def trained_point(model, batch, step: int) -> TrainedPoint:
     batch = batch.to(device_of(model))
     store, handles = attention_inputs(model)
     try:
-        with torch.no_grad():   # one forward (not run_logits' chunks): the hooks keep one input per layer
+        with torch.no_grad():  # one forward (not run_logits' chunks): the hooks keep one input per layer
             scored = score_logits(logits_at_scored(model(batch.inputs), batch), batch)
     finally:
         for handle in handles:
@@ -146,14 +150,17 @@ def trained_point(model, batch, step: int) -> TrainedPoint:
     positions = torch.arange(seq, device=batch.lengths.device)
     query, key = positions[:, None], positions[None, :]
     real_query = (query[None] < (batch.lengths[:, None, None] - 1)) & (query[None] >= 1)
-    valid = ((key <= query)[None] & real_query)[:, None]               # [batch, 1, q, k]
+    valid = ((key <= query)[None] & real_query)[:, None]  # [batch, 1, q, k]
     with torch.no_grad():
-        scores = torch.cat([attention_scores(native_attention(block), store[layer])
-                            for layer, block in enumerate(model.blocks)], dim=1)
+        scores = torch.cat(
+            [attention_scores(native_attention(block), store[layer]) for layer, block in enumerate(model.blocks)], dim=1
+        )
     valid = valid.expand_as(scores)
     keep = valid.any(-1)
-    per_layer = [row_stats(scores[:, [layer]][keep[:, [layer]]], valid[:, [layer]][keep[:, [layer]]])
-                 for layer in range(scores.shape[1])]
+    per_layer = [
+        row_stats(scores[:, [layer]][keep[:, [layer]]], valid[:, [layer]][keep[:, [layer]]])
+        for layer in range(scores.shape[1])
+    ]
     return TrainedPoint(step, scored.accuracy, scored.loss.item(), row_stats(scores[keep], valid[keep]), per_layer)
 
 
@@ -174,14 +181,32 @@ def replay(run, rows: int = REPLAY_ROWS) -> list[TrainedPoint]:
 
 # Rendering ----------------------------------------------------------------------------------------
 
+
 def init_table(points: list[InitPoint]) -> str:
     from probes.report.render import table
 
-    rows = [[p.d_k, f"{p.var_qk:.2f}"] + [f"{getattr(s, f):{fmt}}" for f, fmt in
-                                          (("saturated", ".1%"), ("entropy", ".2f"), ("jacobian_trace", ".3f"))
-                                          for s in (p.scaled, p.unscaled)] for p in points]
-    return table(["d_k", "Var(q.k)", "saturated scaled", "unscaled", "entropy scaled", "unscaled",
-                  "Jacobian trace scaled", "unscaled"], rows)
+    rows = [
+        [p.d_k, f"{p.var_qk:.2f}"]
+        + [
+            f"{getattr(s, f):{fmt}}"
+            for f, fmt in (("saturated", ".1%"), ("entropy", ".2f"), ("jacobian_trace", ".3f"))
+            for s in (p.scaled, p.unscaled)
+        ]
+        for p in points
+    ]
+    return table(
+        [
+            "d_k",
+            "Var(q.k)",
+            "saturated scaled",
+            "unscaled",
+            "entropy scaled",
+            "unscaled",
+            "Jacobian trace scaled",
+            "unscaled",
+        ],
+        rows,
+    )
 
 
 def trained_table(curves: list[TrainedCurve]) -> str:
@@ -192,15 +217,38 @@ def trained_table(curves: list[TrainedCurve]) -> str:
         first, last = c.points[0], c.points[-1]
         peak = max(p.attention.score_std for p in c.points)
         best = max(c.points, key=lambda p: p.heldout_accuracy)
-        rows.append([c.d_k, "yes" if c.scaled else "no", c.seed, last.step,
-                     f"{best.heldout_accuracy:.1%} ({best.step})"
-                     + (" COLLAPSED" if best.heldout_accuracy - last.heldout_accuracy > 0.25 else ""),
-                     f"{first.attention.score_std:.2f} -> {last.attention.score_std:.2f} (max {peak:.2f})",
-                     f"{last.attention.entropy:.2f}", f"{last.attention.saturated:.1%}",
-                     f"{last.attention.jacobian_trace:.3f}", f"{last.heldout_accuracy:.1%}",
-                     f"{last.heldout_loss:.3f}"])
-    return table(["d_k", "scaled", "seed", "step", "best held-out (step)", "score std (init -> end)", "entropy", "saturated",
-                  "Jacobian trace", "held-out acc", "held-out loss"], rows)
+        rows.append(
+            [
+                c.d_k,
+                "yes" if c.scaled else "no",
+                c.seed,
+                last.step,
+                f"{best.heldout_accuracy:.1%} ({best.step})"
+                + (" COLLAPSED" if best.heldout_accuracy - last.heldout_accuracy > 0.25 else ""),
+                f"{first.attention.score_std:.2f} -> {last.attention.score_std:.2f} (max {peak:.2f})",
+                f"{last.attention.entropy:.2f}",
+                f"{last.attention.saturated:.1%}",
+                f"{last.attention.jacobian_trace:.3f}",
+                f"{last.heldout_accuracy:.1%}",
+                f"{last.heldout_loss:.3f}",
+            ]
+        )
+    return table(
+        [
+            "d_k",
+            "scaled",
+            "seed",
+            "step",
+            "best held-out (step)",
+            "score std (init -> end)",
+            "entropy",
+            "saturated",
+            "Jacobian trace",
+            "held-out acc",
+            "held-out loss",
+        ],
+        rows,
+    )
 
 
 def init_figure(points: list[InitPoint]):
@@ -209,11 +257,19 @@ def init_figure(points: list[InitPoint]):
 
     from common.figure import Figure
 
-    frame = pd.DataFrame([{"d_k": p.d_k, "scores": name, "Var(q.k)": p.var_qk, **asdict(stats)}
-                          for p in points for name, stats in (("/ sqrt(d_k)", p.scaled), ("unscaled", p.unscaled))])
-    panels = [("Var(q.k)", "Var(q.k) (line: = d_k)"), ("saturated", f"share of rows with max weight > {SATURATED}"),
-              ("entropy", f"row entropy (nats; uniform = ln {KEYS} = {math.log(KEYS):.2f})"),
-              ("jacobian_trace", "softmax Jacobian trace (1 - sum p^2)")]
+    frame = pd.DataFrame(
+        [
+            {"d_k": p.d_k, "scores": name, "Var(q.k)": p.var_qk, **asdict(stats)}
+            for p in points
+            for name, stats in (("/ sqrt(d_k)", p.scaled), ("unscaled", p.unscaled))
+        ]
+    )
+    panels = [
+        ("Var(q.k)", "Var(q.k) (line: = d_k)"),
+        ("saturated", f"share of rows with max weight > {SATURATED}"),
+        ("entropy", f"row entropy (nats; uniform = ln {KEYS} = {math.log(KEYS):.2f})"),
+        ("jacobian_trace", "softmax Jacobian trace (1 - sum p^2)"),
+    ]
     fig = Figure(figsize=(17, 3.6), layout="constrained")
     axes = fig.subplots(1, len(panels))
     for ax, (column, label) in zip(axes, panels):
@@ -232,20 +288,47 @@ def trained_figure(curves: list[TrainedCurve], task_name: str):
 
     from common.figure import Figure
 
-    frame = pd.DataFrame([{"step": p.step, "d_k": str(c.d_k), "scores": "/ sqrt(d_k)" if c.scaled else "unscaled",
-                           "seed": c.seed, "held-out accuracy": p.heldout_accuracy, **asdict(p.attention)}
-                          for c in curves for p in c.points])
-    panels = [("score_std", "score std"), ("entropy", "row entropy (nats)"),
-              ("saturated", f"share of rows max > {SATURATED}"), ("held-out accuracy", "held-out accuracy")]
+    frame = pd.DataFrame(
+        [
+            {
+                "step": p.step,
+                "d_k": str(c.d_k),
+                "scores": "/ sqrt(d_k)" if c.scaled else "unscaled",
+                "seed": c.seed,
+                "held-out accuracy": p.heldout_accuracy,
+                **asdict(p.attention),
+            }
+            for c in curves
+            for p in c.points
+        ]
+    )
+    panels = [
+        ("score_std", "score std"),
+        ("entropy", "row entropy (nats)"),
+        ("saturated", f"share of rows max > {SATURATED}"),
+        ("held-out accuracy", "held-out accuracy"),
+    ]
     fig = Figure(figsize=(17, 3.6), layout="constrained")
     axes = fig.subplots(1, len(panels))
     for ax, (column, label) in zip(axes, panels):
         # The band is the range over seeds (the 100% percentile interval), not a confidence interval.
-        sns.lineplot(data=frame, x="step", y=column, hue="d_k", style="scores", marker="o", markersize=3, ax=ax,
-                     errorbar=("pi", 100), legend=ax is axes[-1])
+        sns.lineplot(
+            data=frame,
+            x="step",
+            y=column,
+            hue="d_k",
+            style="scores",
+            marker="o",
+            markersize=3,
+            ax=ax,
+            errorbar=("pi", 100),
+            legend=ax is axes[-1],
+        )
         ax.set_ylabel(label)
     axes[-1].legend(loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8)
     axes[0].set_yscale("log")
-    fig.suptitle(f"trained on {task_name}: 2-layer 1-head attention-only, held-out replay "
-                 f"({len({c.seed for c in curves})} seed(s); band = range over seeds)")
+    fig.suptitle(
+        f"trained on {task_name}: 2-layer 1-head attention-only, held-out replay "
+        f"({len({c.seed for c in curves})} seed(s); band = range over seeds)"
+    )
     return fig

@@ -21,7 +21,7 @@ from probes.circuits.oracle import Direction, Runs, Writes, mlp_out_name, patche
 from tasks.data import Batch
 
 
-EDGE_ABLATIONS = (Ablation.COUNTERFACTUAL, Ablation.MEAN, Ablation.ZERO)   # what an edge can carry
+EDGE_ABLATIONS = (Ablation.COUNTERFACTUAL, Ablation.MEAN, Ablation.ZERO)  # what an edge can carry
 
 
 def reference_writes(model, batch: Batch, graph: Graph, reference) -> dict:

@@ -39,7 +39,7 @@ class Faithfulness:
     clean input (its metric is minus the clean one), so the second is the one a verdict uses."""
 
     metric: float
-    accuracy: float            # share of scored positions where the answer still wins
+    accuracy: float  # share of scored positions where the answer still wins
     clean: float
     corrupt: float
     empty: float
@@ -62,8 +62,8 @@ def scaled(outcome, clean, corrupt, empty) -> Faithfulness:
 @dataclass(frozen=True)
 class Curve:
     method: str
-    total: int                      # edges in the graph
-    sizes: tuple[int, ...]          # circuit sizes measured, 0 and total included
+    total: int  # edges in the graph
+    sizes: tuple[int, ...]  # circuit sizes measured, 0 and total included
     faithfulness: tuple[float, ...]
 
     @property
@@ -101,8 +101,9 @@ def ladder_sizes(total: int, ladder=LADDER) -> list[int]:
     return sorted({0, total, *(max(1, math.ceil(share * total)) for share in ladder)})
 
 
-def curve(model, batch: Batch, graph: Graph, method: str, score: torch.Tensor, runs: Runs | None = None,
-          ladder=LADDER) -> Curve:
+def curve(
+    model, batch: Batch, graph: Graph, method: str, score: torch.Tensor, runs: Runs | None = None, ladder=LADDER
+) -> Curve:
     """Faithfulness of the top-k circuits at each ladder share (k = ceil(share * edges), at least 1)."""
     runs = runs or record_runs(model, batch, graph, Direction.NOISE)
     order, total = ranked(graph.edges, score), len(graph.edges)
@@ -120,13 +121,20 @@ class SmallestCircuit:
     method: str
     target: float
     edges: tuple[Edge, ...] | None
-    faithfulness: Faithfulness      # of that circuit (of the full graph when none reaches target); clean =
-                                    # the full circuit, empty = no edge, as measured
-    every_k: tuple[float, ...]      # null-scale faithfulness of the top-k circuit for k = 0 .. edges
+    faithfulness: Faithfulness  # of that circuit (of the full graph when none reaches target); clean =
+    # the full circuit, empty = no edge, as measured
+    every_k: tuple[float, ...]  # null-scale faithfulness of the top-k circuit for k = 0 .. edges
 
 
-def smallest_circuit(model, batch: Batch, graph: Graph, method: str, score: torch.Tensor,
-                     runs: Runs | None = None, target: float = DEFAULT.circuit_target) -> SmallestCircuit:
+def smallest_circuit(
+    model,
+    batch: Batch,
+    graph: Graph,
+    method: str,
+    score: torch.Tensor,
+    runs: Runs | None = None,
+    target: float = DEFAULT.circuit_target,
+) -> SmallestCircuit:
     runs = runs or record_runs(model, batch, graph, Direction.NOISE)
     order = ranked(graph.edges, score)
     outcomes = circuit_outcomes(model, batch, graph, [order[:k] for k in range(len(order) + 1)], runs)

@@ -30,12 +30,30 @@ from probes.circuits.signature import MechanismSignature
 
 CIRCUIT = "circuit.json"
 # circuit.json's fields and their types: a stored file is checked before a census counts it.
-EDGE_FIELDS = {"sender": str, "receiver": str, "component": str, "position": int, "position_label": str,
-               "recovered": float, "restored": float, "everywhere": float}
-SUMMARY_FIELDS = {"model_name": str, "seed": int, "n_layers": int, "heldout": float, "nodes": list, "edge": dict,
-                  "faithfulness": float, "note": str, "summary": str, "signature": dict}
-NULLABLE = ("edge", "faithfulness", "signature")   # signature: null, or absent in files written before it
-PATHS = "paths"   # a list of EDGE_FIELDS objects, checked one by one
+EDGE_FIELDS = {
+    "sender": str,
+    "receiver": str,
+    "component": str,
+    "position": int,
+    "position_label": str,
+    "recovered": float,
+    "restored": float,
+    "everywhere": float,
+}
+SUMMARY_FIELDS = {
+    "model_name": str,
+    "seed": int,
+    "n_layers": int,
+    "heldout": float,
+    "nodes": list,
+    "edge": dict,
+    "faithfulness": float,
+    "note": str,
+    "summary": str,
+    "signature": dict,
+}
+NULLABLE = ("edge", "faithfulness", "signature")  # signature: null, or absent in files written before it
+PATHS = "paths"  # a list of EDGE_FIELDS objects, checked one by one
 
 
 @dataclass(frozen=True)
@@ -45,11 +63,11 @@ class PathFacts:
 
     sender: str
     receiver: str
-    component: str                  # q | k | v
-    position: int                   # the best single sender position patched (-1: none patched alone)
-    position_label: str             # that position's name in the report, e.g. 'p14' ('' when none)
-    recovered: float | None         # share of the clean - counterfactual gap the path closes there
-    restored: float | None          # share of scored answers it restores there
+    component: str  # q | k | v
+    position: int  # the best single sender position patched (-1: none patched alone)
+    position_label: str  # that position's name in the report, e.g. 'p14' ('' when none)
+    recovered: float | None  # share of the clean - counterfactual gap the path closes there
+    restored: float | None  # share of scored answers it restores there
     everywhere: float | None = None  # share of the gap with the sender patched at every position
 
     @property
@@ -71,7 +89,8 @@ def circuit_paths(everywhere: list, single: list, position_label) -> list[PathFa
     """Every head-to-head path measured, strongest first: `everywhere` the path patches with the
     sender at every position (probes.circuits.path_patching.PathPatch, positions None), `single`
     those at one sender position; `position_label(p)` names a position."""
-    def key(patch):   # stored by name: circuit.json keeps heads as L0H1
+
+    def key(patch):  # stored by name: circuit.json keeps heads as L0H1
         return str(patch.sender), str(patch.receiver), patch.component
 
     whole = {key(p): p for p in everywhere}
@@ -84,10 +103,23 @@ def circuit_paths(everywhere: list, single: list, position_label) -> list[PathFa
         one, at_once = best.get(name), whole.get(name)
         sender, receiver, component = name
         # Keywords, not two star-unpackings: the type checker (and a reader) sees which field is which.
-        position, label, recovered, restored = (one.positions[0], position_label(one.positions[0]), one.recovered,
-                                                one.restored) if one is not None else (-1, "", None, None)
-        paths.append(PathFacts(sender, receiver, component, position, label, recovered, restored,
-                               everywhere=None if at_once is None else at_once.recovered))
+        position, label, recovered, restored = (
+            (one.positions[0], position_label(one.positions[0]), one.recovered, one.restored)
+            if one is not None
+            else (-1, "", None, None)
+        )
+        paths.append(
+            PathFacts(
+                sender,
+                receiver,
+                component,
+                position,
+                label,
+                recovered,
+                restored,
+                everywhere=None if at_once is None else at_once.recovered,
+            )
+        )
     return sorted(paths, key=lambda e: -e.strength)
 
 
@@ -100,9 +132,11 @@ def path_chain(paths) -> list[PathFacts]:
     """The longest run of `paths` in series (each path's receiver the next one's sender), in the
     order the signal flows: the hops of a multi-hop circuit. Heads only send to later layers, so the
     search ends."""
+
     def longest(head: str, left: list) -> list:
-        runs = [[path, *longest(path.receiver, [p for p in left if p is not path])]
-                for path in left if path.sender == head]
+        runs = [
+            [path, *longest(path.receiver, [p for p in left if p is not path])] for path in left if path.sender == head
+        ]
         return max(runs, key=len, default=[])
 
     return max((longest(path.sender, list(paths)) for path in paths), key=len, default=[])
@@ -113,14 +147,14 @@ class CircuitSummary:
     model_name: str
     seed: int
     n_layers: int
-    heldout: float                  # held-out accuracy of the trained run
-    nodes: tuple[str, ...] = ()     # circuit heads with their positions, e.g. 'L1H0@p14'
-    edge: PathFacts | None = None        # the strongest path (paths[0])
+    heldout: float  # held-out accuracy of the trained run
+    nodes: tuple[str, ...] = ()  # circuit heads with their positions, e.g. 'L1H0@p14'
+    edge: PathFacts | None = None  # the strongest path (paths[0])
     faithfulness: float | None = None
-    note: str = ""                  # why no circuit was traced, if none was
-    summary: str = ""               # the report's sentence for this run
-    paths: tuple[PathFacts, ...] = ()    # every head-to-head path measured, strongest first
-    signature: MechanismSignature | None = None   # the mechanism up to relabelled heads (probes.circuits.signature)
+    note: str = ""  # why no circuit was traced, if none was
+    summary: str = ""  # the report's sentence for this run
+    paths: tuple[PathFacts, ...] = ()  # every head-to-head path measured, strongest first
+    signature: MechanismSignature | None = None  # the mechanism up to relabelled heads (probes.circuits.signature)
 
     def to_dict(self) -> dict:
         plain = asdict(dataclasses.replace(self, signature=None))
@@ -136,12 +170,20 @@ class CircuitSummary:
         if not isinstance(paths, list):
             raise UsageError(f"{where}: {PATHS} must be a list of objects; {fix}")
         edge = data.get("edge")
-        checked = [stored_edge(e, f"{where}: {name}", fix)
-                   for e, name in [(edge, "edge")] * (edge is not None) + [(p, PATHS) for p in paths]]
+        checked = [
+            stored_edge(e, f"{where}: {name}", fix)
+            for e, name in [(edge, "edge")] * (edge is not None) + [(p, PATHS) for p in paths]
+        ]
         signature = data.get("signature")
-        return cls(**{**data, "nodes": tuple(data.get("nodes", ())), "edge": checked[0] if edge else None,
-                      "paths": tuple(checked[1:] if edge else checked),
-                      "signature": None if signature is None else MechanismSignature.from_dict(signature, where, fix)})
+        return cls(
+            **{
+                **data,
+                "nodes": tuple(data.get("nodes", ())),
+                "edge": checked[0] if edge else None,
+                "paths": tuple(checked[1:] if edge else checked),
+                "signature": None if signature is None else MechanismSignature.from_dict(signature, where, fix),
+            }
+        )
 
 
 def stored_edge(data, where: str, fix: str) -> PathFacts:
@@ -152,15 +194,24 @@ def stored_edge(data, where: str, fix: str) -> PathFacts:
 def summarise(analysis, summary: str) -> CircuitSummary:
     """The facts of a probes.report.run_analysis.RunAnalysis that name its circuit (its mechanism's
     signature among them); `summary` the report's sentence for it (probes.report.words.describe)."""
-    base = dict(model_name=analysis.model_name, seed=analysis.seed, n_layers=analysis.spec.n_layers,
-                heldout=analysis.accuracy.splits["heldout"].accuracy.value, summary=summary)
+    base = dict(
+        model_name=analysis.model_name,
+        seed=analysis.seed,
+        n_layers=analysis.spec.n_layers,
+        heldout=analysis.accuracy.splits["heldout"].accuracy.value,
+        summary=summary,
+    )
     if analysis.circuit is None:
         return CircuitSummary(**base, note=analysis.note)
     paths = run_paths(analysis)
-    return CircuitSummary(**base, nodes=analysis.circuit.describe(),
-                          edge=paths[0] if paths else None, paths=tuple(paths),
-                          faithfulness=analysis.circuit.faithfulness.recovered,
-                          signature=getattr(analysis, "mechanism", None))
+    return CircuitSummary(
+        **base,
+        nodes=analysis.circuit.describe(),
+        edge=paths[0] if paths else None,
+        paths=tuple(paths),
+        faithfulness=analysis.circuit.faithfulness.recovered,
+        signature=getattr(analysis, "mechanism", None),
+    )
 
 
 def run_paths(analysis) -> list[PathFacts]:
@@ -171,16 +222,16 @@ def run_paths(analysis) -> list[PathFacts]:
 class LabelKind(StrEnum):
     """What a circuit label says was found (a StrEnum: files and tables show its value)."""
 
-    PATH = "path"                       # one or more named paths: the label is their mechanism
-    NO_SINGLE_PATH = "no single path"   # paths measured, none recovers the claim
-    ONE_BLOCK = "one block"             # no path measured: the circuit's heads do not compose
-    UNTRACED = "untraced"               # no circuit traced
+    PATH = "path"  # one or more named paths: the label is their mechanism
+    NO_SINGLE_PATH = "no single path"  # paths measured, none recovers the claim
+    ONE_BLOCK = "one block"  # no path measured: the circuit's heads do not compose
+    UNTRACED = "untraced"  # no circuit traced
 
 
 @dataclass(frozen=True)
 class CircuitLabel:
     kind: LabelKind
-    text: str    # what a census counts, e.g. 'K-composition L0H0->L1H0 + Q-composition L1H0->L2H0'
+    text: str  # what a census counts, e.g. 'K-composition L0H0->L1H0 + Q-composition L1H0->L2H0'
 
     @property
     def named(self) -> bool:
@@ -190,7 +241,8 @@ class CircuitLabel:
 def mechanism_text(paths) -> str:
     """Named paths as one mechanism, in the order the signal flows (sender layer, receiver layer,
     component), whatever order their strengths put them in."""
-    def numbers(head: str) -> tuple[int, ...]:   # 'L1H0' -> (1, 0), without importing torch
+
+    def numbers(head: str) -> tuple[int, ...]:  # 'L1H0' -> (1, 0), without importing torch
         return tuple(int(n) for n in re.findall(r"\d+", head))
 
     def flow(path):
@@ -213,7 +265,7 @@ def circuit_label(summary: CircuitSummary) -> CircuitLabel:
     paths = summary.paths or ((summary.edge,) if summary.edge is not None else ())
     named = named_paths(paths, DEFAULT.path_claim)
     kind = LabelKind.PATH if named else LabelKind.NO_SINGLE_PATH if paths else LabelKind.ONE_BLOCK
-    if summary.signature is not None:   # the mechanism up to relabelled heads: no head index in it
+    if summary.signature is not None:  # the mechanism up to relabelled heads: no head index in it
         return CircuitLabel(kind, summary.signature.text)
     if named:
         return CircuitLabel(kind, mechanism_text(named))

@@ -50,7 +50,7 @@ class Truth:
     """A model whose circuit is known: its true edges and, for a gate, its relations."""
 
     name: str
-    family: str                 # "planted", "gate" or "tracr"
+    family: str  # "planted", "gate" or "tracr"
     story: str
     model: object
     batch: Batch
@@ -79,8 +79,8 @@ class Entry:
 def planted_truth(build, family: str) -> Entry:
     def make(n: int, seed: int) -> Truth:
         p = build(n, seed)
-        return Truth(p.name, family, p.story, p.model, p.batch, graph_of(p.spec), p.edges,
-                     getattr(p, "relations", ()))
+        return Truth(p.name, family, p.story, p.model, p.batch, graph_of(p.spec), p.edges, getattr(p, "relations", ()))
+
     return Entry(family, make)
 
 
@@ -90,8 +90,16 @@ def tracr_truth(program: str) -> Entry:
 
         compiled = tracr.load(program)
         model, graph = tracr.bridge(compiled), tracr.shape_graph(compiled)
-        return Truth(f"tracr-{program}", "tracr", f"Tracr's {tracr.PROGRAMS[program].maker}, compiled", model,
-                     tracr.pairs(model, compiled, n, seed), graph, tracr.used_edges(model, compiled, graph))
+        return Truth(
+            f"tracr-{program}",
+            "tracr",
+            f"Tracr's {tracr.PROGRAMS[program].maker}, compiled",
+            model,
+            tracr.pairs(model, compiled, n, seed),
+            graph,
+            tracr.used_edges(model, compiled, graph),
+        )
+
     return Entry("tracr", make)
 
 
@@ -99,17 +107,29 @@ def tracr_fixtures() -> list[str]:
     """The programs with a stored fixture (weights and JSON) in the fixtures folder."""
     from probes.circuits.truth.tracr import FIXTURES, PROGRAMS
 
-    return [name for name in PROGRAMS
-            if (FIXTURES / f"{name}.json").is_file() and (FIXTURES / f"{name}.safetensors").is_file()]
+    return [
+        name
+        for name in PROGRAMS
+        if (FIXTURES / f"{name}.json").is_file() and (FIXTURES / f"{name}.safetensors").is_file()
+    ]
 
 
 def truth_models() -> dict[str, Entry]:
     """name -> its Entry, cheap to list: nothing is built here."""
     from probes.circuits.truth import gates, planted
 
-    planted_builds = (planted.two_hop, planted.induction, planted.mlp_xor, planted.three_hop, planted.backup_pair,
-                      planted.partial_pair, planted.saturated_mlp, planted.three_backups, planted.and_pair,
-                      planted.backup_chain)
+    planted_builds = (
+        planted.two_hop,
+        planted.induction,
+        planted.mlp_xor,
+        planted.three_hop,
+        planted.backup_pair,
+        planted.partial_pair,
+        planted.saturated_mlp,
+        planted.three_backups,
+        planted.and_pair,
+        planted.backup_chain,
+    )
     out = {build.__name__.replace("_", "-"): planted_truth(build, "planted") for build in planted_builds}
     out |= {build.__name__.replace("_", "-"): planted_truth(build, "gate") for build in gates.GATES}
     out |= {f"tracr-{name}": tracr_truth(name) for name in tracr_fixtures()}
@@ -143,8 +163,9 @@ class Method:
 METHODS: dict[str, Method] = {}
 
 
-def register_method(name: str, run: Callable[[Problem], EdgeScores], summary: str = "",
-                    replace: bool = False) -> Method:
+def register_method(
+    name: str, run: Callable[[Problem], EdgeScores], summary: str = "", replace: bool = False
+) -> Method:
     """Add a method to the leaderboard: `run(problem)` returns EdgeScores over problem.graph.edges
     (EdgeScores.circuit: the edges it keeps, if it prunes). Its row appears on the next run."""
     if not name or not name.replace("-", "").replace("_", "").isalnum():
@@ -194,12 +215,13 @@ def masks_method(p: Problem) -> EdgeScores:
 
 
 for _name, _run, _summary in (
-        ("oracle", oracle_method, "the exact oracle: every edge knocked out alone"),
-        ("eap", eap_method, "edge attribution patching (Syed et al. 2023)"),
-        ("eap-ig", eap_ig_method, "EAP with integrated gradients, 5 steps (Hanna et al. 2024)"),
-        ("acdc", acdc_method, "ACDC's greedy pruning, threshold 1% of the gap (Conmy et al. 2023)"),
-        ("joint", joint_method, "joint search by set effects, with stand-in searches (docs/joint.md)"),
-        ("masks", masks_method, "learned hard-concrete edge masks (Edge Pruning, Bhaskar et al. 2024)")):
+    ("oracle", oracle_method, "the exact oracle: every edge knocked out alone"),
+    ("eap", eap_method, "edge attribution patching (Syed et al. 2023)"),
+    ("eap-ig", eap_ig_method, "EAP with integrated gradients, 5 steps (Hanna et al. 2024)"),
+    ("acdc", acdc_method, "ACDC's greedy pruning, threshold 1% of the gap (Conmy et al. 2023)"),
+    ("joint", joint_method, "joint search by set effects, with stand-in searches (docs/joint.md)"),
+    ("masks", masks_method, "learned hard-concrete edge masks (Edge Pruning, Bhaskar et al. 2024)"),
+):
     register_method(_name, _run, _summary)
 
 
@@ -207,19 +229,19 @@ for _name, _run, _summary in (
 class Cell:
     model: str
     family: str
-    gate: bool                  # an OR/AND model (Truth.is_gate)
+    gate: bool  # an OR/AND model (Truth.is_gate)
     method: str
     ablation: str
     pairs: int
     seed: int
-    edges: int                  # in the graph
+    edges: int  # in the graph
     true_edges: int
     auroc: float
     cpr: float
     cmd: float
-    smallest: int | None        # None: no top-k circuit below the full graph reaches the target
-    circuit: int                # edges of the method's own circuit
-    circuit_from: str           # "kept" (the method prunes) or "smallest" (its ranking's smallest faithful circuit)
+    smallest: int | None  # None: no top-k circuit below the full graph reaches the target
+    circuit: int  # edges of the method's own circuit
+    circuit_from: str  # "kept" (the method prunes) or "smallest" (its ranking's smallest faithful circuit)
     precision: float
     recall: float
     circuit_faithfulness: float
@@ -238,9 +260,13 @@ def both_runs(batch: Batch) -> Batch:
     import dataclasses
 
     assert batch.counterfactual is not None, "ground-truth batches are counterfactual pairs"
-    return dataclasses.replace(batch, tokens=torch.cat([batch.tokens, batch.counterfactual]),
-                               lengths=torch.cat([batch.lengths, batch.lengths]), groups=batch.groups * 2,
-                               counterfactual=None)
+    return dataclasses.replace(
+        batch,
+        tokens=torch.cat([batch.tokens, batch.counterfactual]),
+        lengths=torch.cat([batch.lengths, batch.lengths]),
+        groups=batch.groups * 2,
+        counterfactual=None,
+    )
 
 
 def score_cell(truth: Truth, method: Method, ablation: Ablation, seed: int) -> Cell:
@@ -249,27 +275,49 @@ def score_cell(truth: Truth, method: Method, ablation: Ablation, seed: int) -> C
     from probes.circuits.oracle import circuit_outcomes
 
     model, batch, graph = truth.model, truth.batch, truth.graph
-    with torch.no_grad():   # reference_writes computes z @ W_O with grad: the masks would backprop into it twice
+    with torch.no_grad():  # reference_writes computes z @ W_O with grad: the masks would backprop into it twice
         runs = ablated_runs(model, batch, graph, ablation, both_runs(batch) if ablation is Ablation.MEAN else None)
     wall, cpu = time.perf_counter(), time.process_time()
     scores = method.run(Problem(model, batch, graph, runs))
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     if tuple(scores.edges) != tuple(graph.edges) or scores.score.shape != (len(graph.edges),):
-        raise UsageError(f"method {method.name!r} returned scores over other edges than the graph's "
-                         f"({len(scores.edges)} for {len(graph.edges)}); score problem.graph.edges in order")
+        raise UsageError(
+            f"method {method.name!r} returned scores over other edges than the graph's "
+            f"({len(scores.edges)} for {len(graph.edges)}); score problem.graph.edges in order"
+        )
     positive = torch.tensor([e in truth.edges for e in graph.edges])
     smallest = smallest_circuit(model, batch, graph, method.name, scores.score, runs)
     curve = curve_of(smallest)
     kept = scores.circuit is not None
-    own = frozenset(scores.circuit if scores.circuit is not None else
-                    smallest.edges if smallest.edges is not None else graph.edges)
+    own = frozenset(
+        scores.circuit if scores.circuit is not None else smallest.edges if smallest.edges is not None else graph.edges
+    )
     empty, full, circuit, true = circuit_outcomes(model, batch, graph, [[], graph.edges, own, truth.edges], runs)
     faithful = normalised([circuit.metric, true.metric], empty.metric, full.metric)
     hits = len(own & truth.edges)
-    return Cell(truth.name, truth.family, truth.is_gate, method.name, str(ablation), len(batch), seed,
-                len(graph.edges), len(truth.edges), auroc(scores.score.abs(), positive), curve.cpr, curve.cmd,
-                None if smallest.edges is None else len(smallest.edges), len(own), "kept" if kept else "smallest",
-                hits / len(own) if own else 0.0, hits / len(truth.edges), faithful[0], faithful[1], wall, cpu)
+    return Cell(
+        truth.name,
+        truth.family,
+        truth.is_gate,
+        method.name,
+        str(ablation),
+        len(batch),
+        seed,
+        len(graph.edges),
+        len(truth.edges),
+        auroc(scores.score.abs(), positive),
+        curve.cpr,
+        curve.cmd,
+        None if smallest.edges is None else len(smallest.edges),
+        len(own),
+        "kept" if kept else "smallest",
+        hits / len(own) if own else 0.0,
+        hits / len(truth.edges),
+        faithful[0],
+        faithful[1],
+        wall,
+        cpu,
+    )
 
 
 def ablation_of(text: str) -> Ablation:

@@ -47,12 +47,12 @@ from probes.circuits.oracle import Direction, Runs, mlp_out_name, record_runs
 from probes.patching import corrupt_inputs, outcome, replica_scored, replicas_per_forward
 from tasks.data import Batch
 
-SUFFICES = 0.9      # a set of components keeping this share of the gap suffices
-NEEDED = 0.1        # a share below this is no contribution (a partial backup carries at least this)
-EXHAUSTIVE = 8      # up to this many components every subset is measured (2^8 sets, batched; 2^10 took 35-47 s
-                    # on block-2 under load, the greedy search below 5-10x less)
+SUFFICES = 0.9  # a set of components keeping this share of the gap suffices
+NEEDED = 0.1  # a share below this is no contribution (a partial backup carries at least this)
+EXHAUSTIVE = 8  # up to this many components every subset is measured (2^8 sets, batched; 2^10 took 35-47 s
+# on block-2 under load, the greedy search below 5-10x less)
 PATH_CARRIES = 0.5  # a path carries the circuit when it keeps this share of the gap on its own
-MAX_PATHS = 64      # paths measured per circuit, the strongest by their weakest edge's effect alone
+MAX_PATHS = 64  # paths measured per circuit, the strongest by their weakest edge's effect alone
 
 
 class RelationKind(StrEnum):
@@ -69,17 +69,17 @@ Component = Head | MLP
 @dataclass(frozen=True)
 class Relation:
     kind: RelationKind
-    parts: tuple[tuple[Component, ...], ...]   # SERIES: one chain, in order; AND/OR: the groups/branches;
-                                               # PARTIAL_OR: (the backup, the branch it backs up); NECESSARY: one
-    alone: tuple[float, ...]                   # f of each part kept alone (with the necessary components)
-    together: float                            # f of all parts kept (with the necessary components)
-    without: tuple[float, ...] = ()            # SERIES/NECESSARY: f of the whole minus each member
+    parts: tuple[tuple[Component, ...], ...]  # SERIES: one chain, in order; AND/OR: the groups/branches;
+    # PARTIAL_OR: (the backup, the branch it backs up); NECESSARY: one
+    alone: tuple[float, ...]  # f of each part kept alone (with the necessary components)
+    together: float  # f of all parts kept (with the necessary components)
+    without: tuple[float, ...] = ()  # SERIES/NECESSARY: f of the whole minus each member
 
 
 @dataclass(frozen=True)
 class Path:
-    edges: tuple[Edge, ...]                    # embed -> ... -> logits, in order
-    effect: float                              # f of the path with its components' raw embedding inputs
+    edges: tuple[Edge, ...]  # embed -> ... -> logits, in order
+    effect: float  # f of the path with its components' raw embedding inputs
 
     @property
     def components(self) -> tuple[Component, ...]:
@@ -88,13 +88,13 @@ class Path:
 
 @dataclass(frozen=True)
 class Logic:
-    components: tuple[Component, ...]          # every head and MLP considered
-    minimal_sets: tuple[frozenset, ...]        # minimal sufficient sets of components
-    exhaustive: bool                           # every subset measured (else the bounded search)
-    limit: int                                 # the most components searched exhaustively
+    components: tuple[Component, ...]  # every head and MLP considered
+    minimal_sets: tuple[frozenset, ...]  # minimal sufficient sets of components
+    exhaustive: bool  # every subset measured (else the bounded search)
+    limit: int  # the most components searched exhaustively
     sets_measured: int
     relations: tuple[Relation, ...]
-    paths: tuple[Path, ...]                    # strongest first
+    paths: tuple[Path, ...]  # strongest first
     pairs: int
 
     @property
@@ -139,6 +139,7 @@ class KnockOut:
             else:
                 view = torch.where(out[:, 0, None, None, None], self.other[name][None], view)
             return view.reshape(act.shape)
+
         return patch
 
     @torch.no_grad()
@@ -148,11 +149,13 @@ class KnockOut:
         per_forward = replicas_per_forward(self.batch)
         names = sorted({name_of(c) for c in self.components})
         for first in range(0, len(sets), per_forward):
-            members = sets[first:first + per_forward]
+            members = sets[first : first + per_forward]
             hooks = [(name, self.hook(name, members)) for name in names]
             with self.model.hooks(fwd_hooks=hooks):
                 logits = forward_from(self.model, self.runs.base.resid_pre[0].repeat(len(members), 1, 1), 0)
-            out += [share(o.metric, self.empty, self.full) for o in outcome(replica_scored(logits, self.batch), self.batch)]
+            out += [
+                share(o.metric, self.empty, self.full) for o in outcome(replica_scored(logits, self.batch), self.batch)
+            ]
         return out
 
 
@@ -193,7 +196,7 @@ def bounded_sets(values: dict, f, components: tuple[Component, ...]) -> tuple[fr
         found.append(greedy_minimal(values, f, start))
         common = frozenset.intersection(*found)
         starts = [whole - {member} for member in ordered(found[-1])]
-        starts.append(whole - (frozenset().union(*found) - common))    # without every branch found so far
+        starts.append(whole - (frozenset().union(*found) - common))  # without every branch found so far
         missing = [s for s in starts if s not in values]
         values.update(zip(missing, f(missing)))
         queue += starts
@@ -242,9 +245,11 @@ def joined(members: frozenset, links: frozenset[Edge]) -> list[tuple[Component, 
     return [(m, ws) for m, ws in meets if len(ws) >= 2] + ([(None, sinks)] if len(sinks) >= 2 else [])
 
 
-def relations_of(values: dict[frozenset, float], f, sets: tuple[frozenset, ...], components,
-                 links: frozenset[Edge]) -> list[Relation]:
+def relations_of(
+    values: dict[frozenset, float], f, sets: tuple[frozenset, ...], components, links: frozenset[Edge]
+) -> list[Relation]:
     """The relations the minimal sets imply; `f` measures sets not yet in `values`."""
+
     def value(s: frozenset) -> float:
         if s not in values:
             values[s] = f([s])[0]
@@ -255,22 +260,37 @@ def relations_of(values: dict[frozenset, float], f, sets: tuple[frozenset, ...],
     out: dict[tuple, Relation] = {}
     for members in sets:
         for chain in chains(members, links):
-            out.setdefault((RelationKind.SERIES, chain), Relation(
-                RelationKind.SERIES, (chain,), (value(members),), value(members),
-                tuple(value(members - {c}) for c in chain)))
+            out.setdefault(
+                (RelationKind.SERIES, chain),
+                Relation(
+                    RelationKind.SERIES,
+                    (chain,),
+                    (value(members),),
+                    value(members),
+                    tuple(value(members - {c}) for c in chain),
+                ),
+            )
         for _, writers in joined(members, links):
             parts = tuple((w,) for w in writers)
-            out.setdefault((RelationKind.AND, parts), Relation(
-                RelationKind.AND, parts, tuple(value(members - (frozenset(writers) - {w})) for w in writers),
-                value(members)))
+            out.setdefault(
+                (RelationKind.AND, parts),
+                Relation(
+                    RelationKind.AND,
+                    parts,
+                    tuple(value(members - (frozenset(writers) - {w})) for w in writers),
+                    value(members),
+                ),
+            )
     if len(sets) >= 2:
         branches = tuple(ordered(s - necessary) for s in sets)
         out[RelationKind.OR, branches] = Relation(
-            RelationKind.OR, branches, tuple(value(s) for s in sets), value(frozenset().union(*sets)))
+            RelationKind.OR, branches, tuple(value(s) for s in sets), value(frozenset().union(*sets))
+        )
         if necessary:
             kept = ordered(necessary)
             out[RelationKind.NECESSARY, kept] = Relation(
-                RelationKind.NECESSARY, (kept,), (value(necessary),), 1.0, tuple(value(whole - {c}) for c in kept))
+                RelationKind.NECESSARY, (kept,), (value(necessary),), 1.0, tuple(value(whole - {c}) for c in kept)
+            )
     spares = ordered(whole - frozenset().union(*sets)) if sets else ()
     best = max(sets, key=value) if sets else frozenset()
     for spare in spares:
@@ -279,8 +299,11 @@ def relations_of(values: dict[frozenset, float], f, sets: tuple[frozenset, ...],
         backed = max(gains, key=lambda m: (gains[m], str(m)), default=None)
         if backed is not None and gains[backed] >= NEEDED:
             out[RelationKind.PARTIAL_OR, spare] = Relation(
-                RelationKind.PARTIAL_OR, ((spare,), (backed,)), (value(best - {backed} | {spare}), value(best)),
-                value(best | {spare}))
+                RelationKind.PARTIAL_OR,
+                ((spare,), (backed,)),
+                (value(best - {backed} | {spare}), value(best)),
+                value(best | {spare}),
+            )
     return list(out.values())
 
 
@@ -288,9 +311,13 @@ def linking_edges(graph: Graph, circuit: frozenset) -> frozenset[Edge]:
     """The circuit's edges, and every graph edge touching a component outside it (a backup the ranked
     circuit left out: how it is wired is not measured, so the graph's wiring stands in)."""
     inside = {e.sender for e in circuit} | {e.receiver.node for e in circuit}
-    return frozenset(circuit) | frozenset(e for e in graph.edges if not isinstance(e.sender, Embed)
-                                          and not isinstance(e.receiver.node, Logits)
-                                          and (e.sender not in inside or e.receiver.node not in inside))
+    return frozenset(circuit) | frozenset(
+        e
+        for e in graph.edges
+        if not isinstance(e.sender, Embed)
+        and not isinstance(e.receiver.node, Logits)
+        and (e.sender not in inside or e.receiver.node not in inside)
+    )
 
 
 def circuit_paths(graph: Graph, circuit: frozenset, single: dict[Edge, float]) -> list[tuple[Edge, ...]]:
@@ -314,8 +341,15 @@ def circuit_paths(graph: Graph, circuit: frozenset, single: dict[Edge, float]) -
     return found[:MAX_PATHS]
 
 
-def logic(model, batch: Batch, graph: Graph, circuit: frozenset, single, runs: Runs | None = None,
-          components: tuple[Component, ...] | None = None) -> Logic:
+def logic(
+    model,
+    batch: Batch,
+    graph: Graph,
+    circuit: frozenset,
+    single,
+    runs: Runs | None = None,
+    components: tuple[Component, ...] | None = None,
+) -> Logic:
     """`single`: each edge's share of the gap knocked out alone (EdgeEffects.normalised()).
     `components`: those to relate (default: every head and MLP of the graph, so a backup the ranked
     circuit left out is still seen)."""
@@ -334,8 +368,21 @@ def logic(model, batch: Batch, graph: Graph, circuit: frozenset, single, runs: R
     relations = relations_of(values, knock_out, sets, components, linking_edges(graph, frozenset(circuit)))
     share = dict(zip(graph.edges, single.tolist()))
     paths = circuit_paths(graph, frozenset(circuit), share)
-    raw = [frozenset(e for e in circuit if isinstance(e.sender, Embed) and e.receiver.node in
-                     {x.receiver.node for x in p[:-1]}) for p in paths]
+    raw = [
+        frozenset(
+            e for e in circuit if isinstance(e.sender, Embed) and e.receiver.node in {x.receiver.node for x in p[:-1]}
+        )
+        for p in paths
+    ]
     effects = f([frozenset(p) | r for p, r in zip(paths, raw)]) if paths else []
     found = sorted((Path(p, v) for p, v in zip(paths, effects)), key=lambda p: (-p.effect, len(p.edges)))
-    return Logic(components, sets, exhaustive, EXHAUSTIVE, knock_out.measured + f.measured, tuple(relations), tuple(found), len(batch))
+    return Logic(
+        components,
+        sets,
+        exhaustive,
+        EXHAUSTIVE,
+        knock_out.measured + f.measured,
+        tuple(relations),
+        tuple(found),
+        len(batch),
+    )

@@ -25,7 +25,7 @@ from probes.circuits.labels import CIRCUIT, CircuitLabel, CircuitSummary, circui
 
 TIMELINE = "timeline.json"
 TIMELINE_FIX = "rerun the sweep: it traces that run's snapshots again"
-PREDICTABLE = 0.9    # agreement with the final mechanism from which it counts as told
+PREDICTABLE = 0.9  # agreement with the final mechanism from which it counts as told
 ENTRY_FIELDS = {"step": int, "file": str, "weights_sha256": str, "gap": float, "circuit": dict}
 # snapshots: a list of ENTRY_FIELDS objects, checked by require_list then one by one (`list` would mean strings)
 TIMELINE_FIELDS = {"run_sha256": str, "weights_sha256": str, "model_name": str, "seed": int, "snapshots": object}
@@ -42,9 +42,9 @@ def require_list(data, name: str, where: str, fix: str):
 @dataclass(frozen=True)
 class SnapshotCircuit:
     step: int
-    file: str               # the weights measured, inside the run folder (a snapshot; the run's weights last)
-    weights_sha256: str     # of that file
-    gap: float              # clean - counterfactual metric on the run's pairs at this step
+    file: str  # the weights measured, inside the run folder (a snapshot; the run's weights last)
+    weights_sha256: str  # of that file
+    gap: float  # clean - counterfactual metric on the run's pairs at this step
     summary: CircuitSummary
 
     @property
@@ -52,17 +52,28 @@ class SnapshotCircuit:
         return circuit_label(self.summary)
 
     def to_dict(self) -> dict:
-        return {"step": self.step, "file": self.file, "weights_sha256": self.weights_sha256, "gap": self.gap,
-                "circuit": self.summary.to_dict()}
+        return {
+            "step": self.step,
+            "file": self.file,
+            "weights_sha256": self.weights_sha256,
+            "gap": self.gap,
+            "circuit": self.summary.to_dict(),
+        }
 
 
 def timeline_record(entries: list[SnapshotCircuit], config: dict) -> dict:
     """timeline.json for the run whose config.json is `config`."""
     from tasks.training.sweeps import signed
 
-    return signed({"run_sha256": config["run_sha256"], "weights_sha256": config["weights_sha256"],
-                   "model_name": config["model_name"], "seed": config["seed"],
-                   "snapshots": [entry.to_dict() for entry in entries]})
+    return signed(
+        {
+            "run_sha256": config["run_sha256"],
+            "weights_sha256": config["weights_sha256"],
+            "model_name": config["model_name"],
+            "seed": config["seed"],
+            "snapshots": [entry.to_dict() for entry in entries],
+        }
+    )
 
 
 def wants_timeline(config: dict, final: CircuitSummary) -> bool:
@@ -80,28 +91,42 @@ def read_timeline(run, final: CircuitLabel) -> tuple[SnapshotCircuit, ...]:
 
     path = run.path / TIMELINE
     where = str(path)
-    data = check_signed(require_list(read_json(path, TIMELINE_FIX), "snapshots", where, TIMELINE_FIX), TIMELINE_FIELDS,
-                        where, TIMELINE_FIX)
+    data = check_signed(
+        require_list(read_json(path, TIMELINE_FIX), "snapshots", where, TIMELINE_FIX),
+        TIMELINE_FIELDS,
+        where,
+        TIMELINE_FIX,
+    )
     recorded = {key: data[key] for key in ("run_sha256", "weights_sha256", "model_name", "seed")}
-    actual = {"run_sha256": run.config["run_sha256"], "weights_sha256": run.config.get("weights_sha256"),
-              "model_name": run.model_name, "seed": run.seed}
+    actual = {
+        "run_sha256": run.config["run_sha256"],
+        "weights_sha256": run.config.get("weights_sha256"),
+        "model_name": run.model_name,
+        "seed": run.seed,
+    }
     differing = [key for key in recorded if recorded[key] != actual[key]]
     if differing:
-        raise UsageError(f"{where} describes another run (different {', '.join(differing)}: copied from elsewhere, "
-                         f"or left from before the run was retrained); {TIMELINE_FIX}")
+        raise UsageError(
+            f"{where} describes another run (different {', '.join(differing)}: copied from elsewhere, "
+            f"or left from before the run was retrained); {TIMELINE_FIX}"
+        )
     if not data["snapshots"]:
         raise UsageError(f"{where}: snapshots is empty; {TIMELINE_FIX}")
     entries = tuple(stored_entry(entry, run, f"{where}: snapshot {i}") for i, entry in enumerate(data["snapshots"]))
     steps = [entry.step for entry in entries]
     if steps[0] != 0 or steps != sorted(set(steps)) or steps[-1] != run.metrics.get("steps"):
-        raise UsageError(f"{where}: steps {steps[:3]}...{steps[-1:]} must rise from 0 to the run's last step "
-                         f"({run.metrics.get('steps')}); {TIMELINE_FIX}")
+        raise UsageError(
+            f"{where}: steps {steps[:3]}...{steps[-1:]} must rise from 0 to the run's last step "
+            f"({run.metrics.get('steps')}); {TIMELINE_FIX}"
+        )
     if entries[-1].weights_sha256 != run.config.get("weights_sha256"):
         raise UsageError(f"{where}: its last step was not measured on the run's own weights; {TIMELINE_FIX}")
     if entries[-1].label != final:
-        raise UsageError(f"{where} names {entries[-1].label.text!r} at the final weights, but {CIRCUIT} names "
-                         f"{final.text!r} (measured on the same weights by the same rule: one was altered); "
-                         f"{TIMELINE_FIX}")
+        raise UsageError(
+            f"{where} names {entries[-1].label.text!r} at the final weights, but {CIRCUIT} names "
+            f"{final.text!r} (measured on the same weights by the same rule: one was altered); "
+            f"{TIMELINE_FIX}"
+        )
     return entries
 
 
@@ -117,7 +142,7 @@ def stored_entry(data, run, where: str) -> SnapshotCircuit:
         raise UsageError(f"{where}: the weights it was measured on ({weights}) are missing or changed; {TIMELINE_FIX}")
     try:
         summary = CircuitSummary.from_dict(data["circuit"], where, TIMELINE_FIX)
-    except TypeError:   # a field missing
+    except TypeError:  # a field missing
         raise UsageError(f"{where}: its circuit lacks a field; {TIMELINE_FIX}") from None
     if (summary.model_name, summary.seed) != (run.model_name, run.seed):
         raise UsageError(f"{where}: its circuit describes {summary.model_name} seed {summary.seed}; {TIMELINE_FIX}")
@@ -126,14 +151,15 @@ def stored_entry(data, run, where: str) -> SnapshotCircuit:
 
 # ---- over seeds: from which step the final mechanism can be told --------------------------------
 
+
 @dataclass(frozen=True)
 class StepAgreement:
     step: int
-    agree: Interval         # seeds whose mechanism at this step is their final one, Wilson 95% over seeds
+    agree: Interval  # seeds whose mechanism at this step is their final one, Wilson 95% over seeds
     agreeing: int
-    stopped: int            # of those seeds, the ones whose training had ended by this step (their
-                            # mechanism is then their final one by construction)
-    training: Interval      # the same share over the seeds still training at this step
+    stopped: int  # of those seeds, the ones whose training had ended by this step (their
+    # mechanism is then their final one by construction)
+    training: Interval  # the same share over the seeds still training at this step
 
 
 @dataclass(frozen=True)
@@ -143,15 +169,15 @@ class MechanismTimeline:
 
     runs: int
     steps: tuple[StepAgreement, ...]
-    predictable_from: int | None            # first step from which `agree` stays >= PREDICTABLE; None: never
+    predictable_from: int | None  # first step from which `agree` stays >= PREDICTABLE; None: never
     predictable_while_training: int | None  # the same on the seeds still training (steps with none skipped)
-    settled: dict                           # seed -> step from which its mechanism stays its final one
-    final_steps: dict                       # seed -> its last training step
-    first_traced: dict                      # seed -> first step whose gap was large enough to trace a circuit
-    first_traced_final: Interval            # seeds whose circuit at that first step is their final one
-    snapshot_steps: int                     # steps between snapshots (the runs' snapshot_every)
-    unreadable: tuple = ()                  # (seed, why): timeline.json fails a check, not counted
-    missing: tuple = ()                     # seeds trained with snapshots whose timeline.json is absent
+    settled: dict  # seed -> step from which its mechanism stays its final one
+    final_steps: dict  # seed -> its last training step
+    first_traced: dict  # seed -> first step whose gap was large enough to trace a circuit
+    first_traced_final: Interval  # seeds whose circuit at that first step is their final one
+    snapshot_steps: int  # steps between snapshots (the runs' snapshot_every)
+    unreadable: tuple = ()  # (seed, why): timeline.json fails a check, not counted
+    missing: tuple = ()  # seeds trained with snapshots whose timeline.json is absent
 
     def at(self, step: int) -> StepAgreement | None:
         return next((s for s in self.steps if s.step == step), None)
@@ -184,12 +210,18 @@ def first_lasting(steps: list[int], shares: list[float]) -> int | None:
     return first
 
 
-def mechanism_timeline(timelines: dict, snapshot_steps: int, unreadable: tuple = (),
-                       missing: tuple = ()) -> MechanismTimeline | None:
+def mechanism_timeline(
+    timelines: dict, snapshot_steps: int, unreadable: tuple = (), missing: tuple = ()
+) -> MechanismTimeline | None:
     """`timelines`: seed -> its checked entries (read_timeline). None when no seed has one."""
     if not timelines:
-        return None if not (unreadable or missing) else MechanismTimeline(
-            0, (), None, None, {}, {}, {}, wilson(0, 0), snapshot_steps, tuple(unreadable), tuple(missing))
+        return (
+            None
+            if not (unreadable or missing)
+            else MechanismTimeline(
+                0, (), None, None, {}, {}, {}, wilson(0, 0), snapshot_steps, tuple(unreadable), tuple(missing)
+            )
+        )
     grid = sorted({entry.step for entries in timelines.values() for entry in entries})
     # At the latest the final entry: a run keeps a timeline only when its final circuit was traced.
     first = {seed: next((e for e in entries if e.summary.nodes), entries[-1]) for seed, entries in timelines.items()}
@@ -199,15 +231,27 @@ def mechanism_timeline(timelines: dict, snapshot_steps: int, unreadable: tuple =
         stopped = {seed for seed, entries in timelines.items() if entries[-1].step <= step}
         training = [seed for seed in timelines if seed not in stopped]
         agreeing = sum(agree.values())
-        rows.append(StepAgreement(step, wilson(agreeing, len(agree)), agreeing, len(stopped),
-                                  wilson(sum(agree[s] for s in training), len(training))))
+        rows.append(
+            StepAgreement(
+                step,
+                wilson(agreeing, len(agree)),
+                agreeing,
+                len(stopped),
+                wilson(sum(agree[s] for s in training), len(training)),
+            )
+        )
     return MechanismTimeline(
-        runs=len(timelines), steps=tuple(rows),
+        runs=len(timelines),
+        steps=tuple(rows),
         predictable_from=first_lasting(grid, [r.agree.value for r in rows]),
         predictable_while_training=first_lasting(grid, [r.training.value for r in rows]),
         settled={seed: settled_step(entries) for seed, entries in sorted(timelines.items())},
         final_steps={seed: entries[-1].step for seed, entries in sorted(timelines.items())},
         first_traced={seed: entry.step for seed, entry in sorted(first.items())},
-        first_traced_final=wilson(sum(entry.label == timelines[seed][-1].label for seed, entry in first.items()),
-                                  len(first)),
-        snapshot_steps=snapshot_steps, unreadable=tuple(unreadable), missing=tuple(missing))
+        first_traced_final=wilson(
+            sum(entry.label == timelines[seed][-1].label for seed, entry in first.items()), len(first)
+        ),
+        snapshot_steps=snapshot_steps,
+        unreadable=tuple(unreadable),
+        missing=tuple(missing),
+    )

@@ -19,16 +19,16 @@ from probes.circuits.faithfulness import Curve, SmallestCircuit, curve, curve_of
 from probes.patching import metric_name
 from tasks.data import Batch
 
-TOP_SHARE = 0.1     # the oracle's top 10% of edges (by |effect|, above REFERENCE_NOISE of the gap) are the
-                    # reference set for AUROC
-ORACLE = "oracle"   # the exact effects' name as a method (judged against itself: 1 by construction)
+TOP_SHARE = 0.1  # the oracle's top 10% of edges (by |effect|, above REFERENCE_NOISE of the gap) are the
+# reference set for AUROC
+ORACLE = "oracle"  # the exact effects' name as a method (judged against itself: 1 by construction)
 
 
 @dataclass(frozen=True)
 class MethodResult:
     scores: EdgeScores
-    spearman: float             # rank correlation with the oracle's effects (signed)
-    auroc_top: float            # recovering the oracle's top TOP_SHARE edges above REFERENCE_NOISE, by |score|
+    spearman: float  # rank correlation with the oracle's effects (signed)
+    auroc_top: float  # recovering the oracle's top TOP_SHARE edges above REFERENCE_NOISE, by |score|
     auroc_expected: float | None  # recovering the expected (planted or declared) circuit
     curve: Curve
 
@@ -37,30 +37,50 @@ class MethodResult:
 class EdgeCircuit:
     graph: Graph
     pairs: int
-    metric: str                         # what the effects are changes of (probes.patching.metric_name)
+    metric: str  # what the effects are changes of (probes.patching.metric_name)
     oracle: EdgeEffects
-    methods: tuple[MethodResult, ...]   # the oracle first (its own ranking), then EAP, EAP-IG, ACDC (and,
-                                        # with joint_methods, the joint search and learned masks)
-    circuit: SmallestCircuit            # from the oracle's ranking
-    acdc_faithfulness: float | None     # of the circuit ACDC kept (None: ACDC not run)
+    methods: tuple[MethodResult, ...]  # the oracle first (its own ranking), then EAP, EAP-IG, ACDC (and,
+    # with joint_methods, the joint search and learned masks)
+    circuit: SmallestCircuit  # from the oracle's ranking
+    acdc_faithfulness: float | None  # of the circuit ACDC kept (None: ACDC not run)
     expected: frozenset | None
     seconds: float
 
 
-def judged(model, batch: Batch, graph: Graph, oracle: EdgeEffects, scores: EdgeScores, runs,
-           expected: frozenset | None, smallest: SmallestCircuit | None = None) -> MethodResult:
+def judged(
+    model,
+    batch: Batch,
+    graph: Graph,
+    oracle: EdgeEffects,
+    scores: EdgeScores,
+    runs,
+    expected: frozenset | None,
+    smallest: SmallestCircuit | None = None,
+) -> MethodResult:
     """`smallest`: smallest_circuit on this same ranking, whose every top-k circuit the curve reads
     instead of measuring its sizes again."""
     top = top_edges(oracle.normalised(), TOP_SHARE, REFERENCE_NOISE)
     truth = None if expected is None else torch.tensor([e in expected for e in graph.edges], device="cpu")
-    return MethodResult(scores, spearman(scores.score, oracle.effect), auroc(scores.score.abs(), top),
-                        None if truth is None else auroc(scores.score.abs(), truth),
-                        curve_of(smallest) if smallest else curve(model, batch, graph, scores.method, scores.score, runs))
+    return MethodResult(
+        scores,
+        spearman(scores.score, oracle.effect),
+        auroc(scores.score.abs(), top),
+        None if truth is None else auroc(scores.score.abs(), truth),
+        curve_of(smallest) if smallest else curve(model, batch, graph, scores.method, scores.score, runs),
+    )
 
 
-def edge_circuit(model, batch: Batch, graph: Graph, ig_steps: int = 5, acdc_threshold: float | None = 0.01,
-                 expected: frozenset[Edge] | None = None, compare_methods: bool = True,
-                 joint_methods: bool = False, runs: Runs | None = None) -> EdgeCircuit:
+def edge_circuit(
+    model,
+    batch: Batch,
+    graph: Graph,
+    ig_steps: int = 5,
+    acdc_threshold: float | None = 0.01,
+    expected: frozenset[Edge] | None = None,
+    compare_methods: bool = True,
+    joint_methods: bool = False,
+    runs: Runs | None = None,
+) -> EdgeCircuit:
     """Everything about `model`'s edges on `batch`'s counterfactual pairs (clean = the batch,
     counterfactual = its partners; edges outside a circuit get their counterfactual writes).
     acdc_threshold None skips the pruning (one forward per edge, in sequence: the slowest method);
@@ -73,18 +93,26 @@ def edge_circuit(model, batch: Batch, graph: Graph, ig_steps: int = 5, acdc_thre
     as_scores = EdgeScores(ORACLE, graph.edges, oracle.effect, oracle.seconds)
     pruned = None if acdc_threshold is None or not compare_methods else acdc(model, batch, graph, acdc_threshold)
     fast = [eap(model, batch, graph), eap_ig(model, batch, graph, ig_steps)] if compare_methods else []
-    joint = [joint_search(model, batch, graph, runs, oracle.normalised()).scores,
-             learned_masks(model, batch, graph, runs, oracle.normalised()).scores] if compare_methods and joint_methods else []
+    joint = (
+        [
+            joint_search(model, batch, graph, runs, oracle.normalised()).scores,
+            learned_masks(model, batch, graph, runs, oracle.normalised()).scores,
+        ]
+        if compare_methods and joint_methods
+        else []
+    )
     methods = [as_scores, *fast] + ([pruned] if pruned else []) + joint
     smallest = smallest_circuit(model, batch, graph, ORACLE, oracle.effect, runs)
-    results = tuple(judged(model, batch, graph, oracle, m, runs, expected, smallest if m is as_scores else None)
-                    for m in methods)
+    results = tuple(
+        judged(model, batch, graph, oracle, m, runs, expected, smallest if m is as_scores else None) for m in methods
+    )
     kept = None
     if pruned:
         empty, circuit, full = circuit_outcomes(model, batch, graph, [[], pruned.circuit, graph.edges], runs)
         kept = normalised([circuit.metric], empty.metric, full.metric)[0]
-    return EdgeCircuit(graph, len(batch), metric_name(batch), oracle, results, smallest, kept, expected,
-                       time.perf_counter() - began)
+    return EdgeCircuit(
+        graph, len(batch), metric_name(batch), oracle, results, smallest, kept, expected, time.perf_counter() - began
+    )
 
 
 def run_edge_circuit(run, device=None, **options) -> EdgeCircuit:

@@ -41,11 +41,12 @@ from models.resume import forward_from
 from probes.patching import Outcome, corrupt_inputs, outcome, replica_scored, replicas_per_forward
 from tasks.data import Batch
 
+
 class Direction(StrEnum):
     """Which run is the base and which supplies the patched writes (the module docstring)."""
 
-    NOISE = "noise"       # base = clean, other = the counterfactual
-    DENOISE = "denoise"   # base = the counterfactual, other = clean
+    NOISE = "noise"  # base = clean, other = the counterfactual
+    DENOISE = "denoise"  # base = the counterfactual, other = clean
 
 
 def mlp_out_name(layer: int) -> str:
@@ -61,8 +62,10 @@ FINAL_RESIDUAL, LOGITS_IN = "ln_final.hook_in", "unembed.hook_in"
 
 def keeper(store: dict, name: str):
     """A hook that stores the activation passing it in `store[name]`, unchanged."""
+
     def keep(value, hook):
         store[name] = value
+
     return keep
 
 
@@ -82,10 +85,15 @@ def model_graph(model) -> Graph:
     mlps = [] if model.cfg.attn_only else [MLP(l) for l in range(n_layers)]
     senders = tuple(sorted([Embed(), *heads, *mlps], key=lambda node: (stage(node, n_layers), node)))
     receivers = sorted([*heads, *mlps, Logits()], key=lambda node: (stage(node, n_layers), node))
-    inputs = tuple(Input(node, port) for node in receivers
-                   for port in (HEAD_PORTS if isinstance(node, Head) else ("in",)))
-    edges = tuple(Edge(sender, receiver) for receiver in inputs for sender in senders
-                  if stage(sender, n_layers) < stage(receiver.node, n_layers))
+    inputs = tuple(
+        Input(node, port) for node in receivers for port in (HEAD_PORTS if isinstance(node, Head) else ("in",))
+    )
+    edges = tuple(
+        Edge(sender, receiver)
+        for receiver in inputs
+        for sender in senders
+        if stage(sender, n_layers) < stage(receiver.node, n_layers)
+    )
     return Graph(n_layers, senders, inputs, edges)
 
 
@@ -110,9 +118,12 @@ def record(model, batch: Batch, tokens: torch.Tensor, graph: Graph, observe: tup
     logits, cache = model.run_with_cache(tokens.to(batch.tokens.device), names_filter=names)
     W_O = model.W_O
     resid_pre = {l: cache[get_act_name("resid_pre", l)] for l in range(n_layers)}
-    return Writes(outcome(replica_scored(logits, batch), batch)[0],
-                  {s: sender_write(W_O, s, cache.__getitem__) for s in graph.senders},
-                  {**resid_pre, n_layers: cache[FINAL_RESIDUAL]}, {name: cache[name] for name in observe})
+    return Writes(
+        outcome(replica_scored(logits, batch), batch)[0],
+        {s: sender_write(W_O, s, cache.__getitem__) for s in graph.senders},
+        {**resid_pre, n_layers: cache[FINAL_RESIDUAL]},
+        {name: cache[name] for name in observe},
+    )
 
 
 def sender_write(W_O: torch.Tensor, sender, read) -> torch.Tensor:
@@ -159,8 +170,7 @@ class EdgeHooks:
             patched = where.setdefault(edge.sender, {})
             whole = edge.position is None or (replica in patched and patched[replica] is None)
             patched[replica] = None if whole else tuple(sorted((*patched.get(replica, ()), edge.position)))
-        return tuple((sender, tuple(sorted(where[sender].items())))
-                     for sender in sorted(where, key=str))
+        return tuple((sender, tuple(sorted(where[sender].items()))) for sender in sorted(where, key=str))
 
     def delta(self, patches):
         """(replicas these patches touch, [those, n, pos, d] added to the input's residual): one
@@ -179,8 +189,11 @@ class EdgeHooks:
                 for i, (_, positions) in enumerate(patched):
                     mask[i, slice(None) if positions is None else list(positions)] = 1.0
                 change = mask[:, None, :, None] * change
-            out.index_add_(0, torch.tensor([row_of[r] for r in replicas], device=like.device),
-                           change.expand(len(replicas), *like.shape))
+            out.index_add_(
+                0,
+                torch.tensor([row_of[r] for r in replicas], device=like.device),
+                change.expand(len(replicas), *like.shape),
+            )
         return torch.tensor(rows, device=like.device), out
 
     def residual(self, name: str, rows: torch.Tensor) -> torch.Tensor:
@@ -191,7 +204,7 @@ class EdgeHooks:
         def hook(act, hook):
             act = act.clone()
             view = act.view(len(self.sets), self.n, *act.shape[1:])
-            computed = {}     # patches -> (rows, every head's input from the patched residual)
+            computed = {}  # patches -> (rows, every head's input from the patched residual)
             for head in heads:
                 patches = self.patches(Input(head, port))
                 if patches is None:
@@ -203,6 +216,7 @@ class EdgeHooks:
                 rows, value = computed[patches]
                 view[rows, :, :, head.head] = value.view(len(rows), *view.shape[1:])[:, :, :, head.head]
             return act
+
         return hook
 
     def single_input(self, receiver: Input, residual_name: str, norm):
@@ -215,6 +229,7 @@ class EdgeHooks:
             view = act.view(len(self.sets), self.n, *act.shape[1:])
             view[rows] = norm(self.residual(residual_name, rows) + delta)
             return act
+
         return hook
 
     def hooks(self, graph: Graph) -> list:
@@ -236,7 +251,9 @@ class EdgeHooks:
             elif isinstance(node, MLP) and node.layer >= self.start:
                 norm = native(model.blocks[node.layer].ln2)
                 # The MLP's own input hook (after ln2); get_act_name's hook_mlp_in fires only behind a flag.
-                out.append((f"blocks.{node.layer}.mlp.hook_in", self.single_input(receiver, resid_mid_name(node.layer), norm)))
+                out.append(
+                    (f"blocks.{node.layer}.mlp.hook_in", self.single_input(receiver, resid_mid_name(node.layer), norm))
+                )
             elif isinstance(node, Logits):
                 out.append((LOGITS_IN, self.single_input(receiver, FINAL_RESIDUAL, native(model.ln_final))))
         return out
@@ -244,8 +261,9 @@ class EdgeHooks:
 
 def start_layer(edges: Iterable[Edge], n_layers: int) -> int:
     """The first block that computes a receiver of these edges (n_layers: only the logits)."""
-    return min((n_layers if isinstance(e.receiver.node, Logits) else e.receiver.node.layer for e in edges),
-               default=n_layers)
+    return min(
+        (n_layers if isinstance(e.receiver.node, Logits) else e.receiver.node.layer for e in edges), default=n_layers
+    )
 
 
 @dataclass(frozen=True)
@@ -257,8 +275,9 @@ class Runs:
     other: Writes
 
 
-def record_runs(model, batch: Batch, graph: Graph, direction: Direction = Direction.NOISE,
-                observe: tuple[str, ...] = ()) -> Runs:
+def record_runs(
+    model, batch: Batch, graph: Graph, direction: Direction = Direction.NOISE, observe: tuple[str, ...] = ()
+) -> Runs:
     batch = batch.to(device_of(model))
     if not isinstance(direction, Direction):
         raise TypeError(f"direction must be a Direction (NOISE or DENOISE), got {direction!r}")
@@ -276,8 +295,9 @@ class Patched:
 
 
 @torch.no_grad()
-def patched_runs(model, batch: Batch, graph: Graph, sets: list[frozenset], runs: Runs,
-                 observe: tuple[str, ...] = ()) -> list[Patched]:
+def patched_runs(
+    model, batch: Batch, graph: Graph, sets: list[frozenset], runs: Runs, observe: tuple[str, ...] = ()
+) -> list[Patched]:
     """The base run with each set's edges patched from the other run. `observe`: hook names of
     blocks at or after every set's first receiver block (earlier blocks are not rerun)."""
     batch = batch.to(device_of(model))
@@ -285,7 +305,7 @@ def patched_runs(model, batch: Batch, graph: Graph, sets: list[frozenset], runs:
     order = sorted(range(len(sets)), key=lambda i: start_layer(sets[i], n_layers))
     results = [None] * len(sets)
     for first in range(0, len(order), per_forward):
-        chunk = order[first:first + per_forward]
+        chunk = order[first : first + per_forward]
         start = start_layer(sets[chunk[0]], n_layers)
         members = [sets[i] for i in chunk]
         hooks, seen = EdgeHooks(model, members, runs.base, runs.other, len(batch), start), {}
@@ -310,7 +330,7 @@ class EdgeEffects:
 
     direction: Direction
     edges: tuple[Edge, ...]
-    effect: torch.Tensor            # [edges]
+    effect: torch.Tensor  # [edges]
     base: Outcome
     other: Outcome
     pairs: int
@@ -331,20 +351,29 @@ class EdgeEffects:
         return [(self.edges[i], float(self.effect[i])) for i in order]
 
 
-def edge_effects(model, batch: Batch, graph: Graph, direction: Direction = Direction.NOISE,
-                 runs: Runs | None = None) -> EdgeEffects:
+def edge_effects(
+    model, batch: Batch, graph: Graph, direction: Direction = Direction.NOISE, runs: Runs | None = None
+) -> EdgeEffects:
     """Every edge of `graph` patched alone (see the module docstring for the directions); `runs`:
     the two recorded runs when the caller already has them (their direction wins)."""
     began = time.perf_counter()
     runs = record_runs(model, batch, graph, direction) if runs is None else runs
     outcomes = patched_outcomes(model, batch, graph, [frozenset([e]) for e in graph.edges], runs)
     effect = torch.tensor([o.metric for o in outcomes], device="cpu") - runs.base.outcome.metric
-    return EdgeEffects(runs.direction, graph.edges, effect, runs.base.outcome, runs.other.outcome, len(batch),
-                       time.perf_counter() - began)
+    return EdgeEffects(
+        runs.direction,
+        graph.edges,
+        effect,
+        runs.base.outcome,
+        runs.other.outcome,
+        len(batch),
+        time.perf_counter() - began,
+    )
 
 
-def circuit_outcomes(model, batch: Batch, graph: Graph, circuits: list[Iterable[Edge]],
-                     runs: Runs | None = None) -> list[Outcome]:
+def circuit_outcomes(
+    model, batch: Batch, graph: Graph, circuits: list[Iterable[Edge]], runs: Runs | None = None
+) -> list[Outcome]:
     """The clean run with every edge outside each circuit given its counterfactual value."""
     runs = runs or record_runs(model, batch, graph, Direction.NOISE)
     if runs.direction is not Direction.NOISE:

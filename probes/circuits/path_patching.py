@@ -30,17 +30,17 @@ COMPONENTS = HEAD_PORTS
 
 @dataclass(frozen=True)
 class PathPatch:
-    sender: HeadSet             # one head, or several for a joint path
-    positions: tuple[int, ...] | None   # sender positions patched; None = every position
-    receiver: HeadSet           # one head, or several in one layer
-    component: str              # q | k | v
+    sender: HeadSet  # one head, or several for a joint path
+    positions: tuple[int, ...] | None  # sender positions patched; None = every position
+    receiver: HeadSet  # one head, or several in one layer
+    component: str  # q | k | v
     metric: float
-    recovered: float            # share of the clean - corrupt gap closed
-    restored: float             # share of scored positions predicting the clean answer again
+    recovered: float  # share of the clean - corrupt gap closed
+    restored: float  # share of scored positions predicting the clean answer again
     # Receivers' scored rows. Several receivers: attention_moved is the mean over receivers;
     # attention_recovered the gap-weighted mean, 1 - sum TV(patched, clean) / sum TV(corrupt, clean),
     # so a receiver whose attention the corruption barely moves cannot blow up the ratio.
-    attention_moved: float      # total variation, patched vs corrupt
+    attention_moved: float  # total variation, patched vs corrupt
     attention_recovered: float  # 1 - TV(patched, clean) / TV(corrupt, clean)
     clean_values: bool = False  # receivers' values came from the clean run (see PathTarget)
 
@@ -55,7 +55,7 @@ class PathPatch:
 class PathTarget:
     sender: HeadSet
     positions: tuple[int, ...] | None
-    receiver: HeadSet                    # all patched together, in one layer
+    receiver: HeadSet  # all patched together, in one layer
     component: str
     # Receivers (of a q or k path) read their values from the clean run: the path alone decides
     # where they look, the clean run what they copy. A counterfactual that changes the copied
@@ -74,11 +74,12 @@ class PathTarget:
         if self.clean_values and self.component == "v":
             raise UsageError("clean_values goes with a q or k path; a v path already sets the values")
         if len(receivers.layers) > 1:
-            raise UsageError(f"receivers {receivers} span several layers; a later receiver would "
-                             f"read an earlier one's patched output, so patch one layer at a time")
+            raise UsageError(
+                f"receivers {receivers} span several layers; a later receiver would "
+                f"read an earlier one's patched output, so patch one layer at a time"
+            )
         if receivers[0].layer <= max(senders.layers):
-            raise UsageError(f"the receiver(s) {receivers} must sit in a later block than the "
-                             f"sender(s) {senders}")
+            raise UsageError(f"the receiver(s) {receivers} must sit in a later block than the sender(s) {senders}")
 
     @property
     def layer(self) -> int:
@@ -89,8 +90,12 @@ class PathTarget:
         position or one edge per patched position; with clean values, also every write into each
         receiver's v input (which then reads the clean residual)."""
         where = (None,) if self.positions is None else self.positions
-        edges = {Edge(sender, Input(receiver, self.component), p)
-                 for sender in self.sender for receiver in self.receiver for p in where}
+        edges = {
+            Edge(sender, Input(receiver, self.component), p)
+            for sender in self.sender
+            for receiver in self.receiver
+            for p in where
+        }
         if self.clean_values:
             edges |= {edge for receiver in self.receiver for edge in graph.into(Input(receiver, "v"))}
         return frozenset(edges)
@@ -109,8 +114,9 @@ def path_runs(model, batch: Batch, layers=None) -> Runs:
     """The two runs path patching moves between, with the attention patterns of `layers` (default
     every block after the first: any receiver's), for several path_patch_many calls to share."""
     layers = range(1, model.cfg.n_layers) if layers is None else sorted(layers)
-    return record_runs(model, batch, model_graph(model), Direction.DENOISE,
-                       observe=tuple(get_act_name("pattern", l) for l in layers))
+    return record_runs(
+        model, batch, model_graph(model), Direction.DENOISE, observe=tuple(get_act_name("pattern", l) for l in layers)
+    )
 
 
 @torch.no_grad()
@@ -129,25 +135,33 @@ def path_result(target: PathTarget, patched, runs: Runs, batch: Batch) -> PathPa
     """The path's metric on the gap scale and how far it moved the receivers' attention."""
     name = get_act_name("pattern", target.layer)
     clean, corrupt = runs.other, runs.base
-    rows = {run: {h: receiver_rows(observed[name], batch, h.head) for h in target.receiver}
-            for run, observed in (("patched", patched.observed), ("clean", clean.observed),
-                                  ("corrupt", corrupt.observed))}
+    rows = {
+        run: {h: receiver_rows(observed[name], batch, h.head) for h in target.receiver}
+        for run, observed in (("patched", patched.observed), ("clean", clean.observed), ("corrupt", corrupt.observed))
+    }
     moved = [total_variation(rows["patched"][h], rows["corrupt"][h]) for h in target.receiver]
     left = sum(total_variation(rows["patched"][h], rows["clean"][h]) for h in target.receiver)
     gap_tv = sum(total_variation(rows["corrupt"][h], rows["clean"][h]) for h in target.receiver)
     return PathPatch(
-        sender=target.sender, positions=target.positions, receiver=target.receiver,
-        component=target.component, metric=patched.outcome.metric,
+        sender=target.sender,
+        positions=target.positions,
+        receiver=target.receiver,
+        component=target.component,
+        metric=patched.outcome.metric,
         recovered=share(patched.outcome.metric, corrupt.outcome.metric, clean.outcome.metric),
-        restored=patched.outcome.restored, attention_moved=sum(moved) / len(moved),
-        attention_recovered=share(left, gap_tv, 0.0), clean_values=target.clean_values)
+        restored=patched.outcome.restored,
+        attention_moved=sum(moved) / len(moved),
+        attention_recovered=share(left, gap_tv, 0.0),
+        clean_values=target.clean_values,
+    )
 
 
 def joint_path_patch(model, batch: Batch, senders, receivers, component: str, positions=None) -> PathPatch:
     """The senders' summed writes at `positions` (None = all) reach only the `component` input of
     every receiver (one layer, later than every sender). Heads as Heads, (layer, head) or "L0H1"."""
-    target = PathTarget(HeadSet(senders), None if positions is None else tuple(positions),
-                        HeadSet(receivers), component)
+    target = PathTarget(
+        HeadSet(senders), None if positions is None else tuple(positions), HeadSet(receivers), component
+    )
     return path_patch_many(model, batch, [target])[0]
 
 
@@ -160,6 +174,11 @@ def path_sweep(model, batch: Batch, runs: Runs | None = None) -> list[PathPatch]
     """Every sender -> later receiver head, Q, K and V, sender patched at all positions (`runs`:
     path_runs of `batch`, when already recorded)."""
     heads = [Head(l, h) for l in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]
-    targets = [PathTarget(HeadSet([s]), None, HeadSet([r]), c)
-               for s in heads for r in heads if r.layer > s.layer for c in COMPONENTS]
+    targets = [
+        PathTarget(HeadSet([s]), None, HeadSet([r]), c)
+        for s in heads
+        for r in heads
+        if r.layer > s.layer
+        for c in COMPONENTS
+    ]
     return path_patch_many(model, batch, targets, runs)

@@ -30,20 +30,20 @@ from probes.patching import live_positions
 from probes.settings import DEFAULT
 from tasks.data import Batch
 
-FIRST_CHUNK = 8     # circuit sizes measured first while looking for the smallest one (then 16, 32, ...)
-REFINE = 0.01       # aggregated edges moving at least this share of the gap alone are resolved by position
+FIRST_CHUNK = 8  # circuit sizes measured first while looking for the smallest one (then 16, 32, ...)
+REFINE = 0.01  # aggregated edges moving at least this share of the gap alone are resolved by position
 
 
 @dataclass(frozen=True)
 class PositionalCircuit:
-    positions: tuple[int, ...]          # the live positions the graph resolves
-    graph: Graph                        # one edge per (sender, input, live position); below REFINE, whole edges
-    effects: EdgeEffects                # every positional edge alone (direction "noise")
-    edges: tuple[Edge, ...] | None      # smallest top-k positional circuit reaching `target` (None: none does)
-    faithfulness: Faithfulness          # of `edges` (of the whole graph when None); clean = the whole graph,
-                                        # empty = no edge, as measured
+    positions: tuple[int, ...]  # the live positions the graph resolves
+    graph: Graph  # one edge per (sender, input, live position); below REFINE, whole edges
+    effects: EdgeEffects  # every positional edge alone (direction "noise")
+    edges: tuple[Edge, ...] | None  # smallest top-k positional circuit reaching `target` (None: none does)
+    faithfulness: Faithfulness  # of `edges` (of the whole graph when None); clean = the whole graph,
+    # empty = no edge, as measured
     target: float
-    aggregated: tuple[Edge, ...]        # the position-aggregated circuit it is compared with
+    aggregated: tuple[Edge, ...]  # the position-aggregated circuit it is compared with
 
     @property
     def parents(self) -> tuple[Edge, ...]:
@@ -83,16 +83,26 @@ def positional_effects(model, batch: Batch, graph: Graph, oracle: EdgeEffects, r
     aggregated graph, so its effect is the oracle's (read, not run again); only the positional
     edges take a forward each."""
     began = time.perf_counter()
-    resolved = Graph(graph.n_layers, graph.senders, graph.inputs, tuple(e for e in graph.edges if e.position is not None))
+    resolved = Graph(
+        graph.n_layers, graph.senders, graph.inputs, tuple(e for e in graph.edges if e.position is not None)
+    )
     measured = dict(zip(resolved.edges, edge_effects(model, batch, resolved, runs=runs).effect.tolist()))
     whole = set(graph.edges) - set(resolved.edges)
     measured.update((e, v) for e, v in zip(oracle.edges, oracle.effect.tolist()) if e in whole)
-    return EdgeEffects(runs.direction, graph.edges, torch.tensor([measured[e] for e in graph.edges]),
-                       runs.base.outcome, runs.other.outcome, len(batch), time.perf_counter() - began)
+    return EdgeEffects(
+        runs.direction,
+        graph.edges,
+        torch.tensor([measured[e] for e in graph.edges]),
+        runs.base.outcome,
+        runs.other.outcome,
+        len(batch),
+        time.perf_counter() - began,
+    )
 
 
-def smallest(model, batch: Batch, graph: Graph, order: list[Edge], runs: Runs,
-             target: float) -> tuple[tuple[Edge, ...] | None, Faithfulness]:
+def smallest(
+    model, batch: Batch, graph: Graph, order: list[Edge], runs: Runs, target: float
+) -> tuple[tuple[Edge, ...] | None, Faithfulness]:
     """(the smallest top-k circuit of `order` reaching `target`, its faithfulness), or (None, the
     whole graph's faithfulness: 1 on the null scale by construction).
     Sizes are measured in growing chunks from k = 1: the circuit is usually about the aggregated
@@ -105,13 +115,20 @@ def smallest(model, batch: Batch, graph: Graph, order: list[Edge], runs: Runs,
         shares = normalised([o.metric for o in outcomes], empty.metric, full.metric)
         hit = next((i for i, f in enumerate(shares) if f >= target), None)
         if hit is not None:
-            return tuple(order[:sizes[hit]]), scaled(outcomes[hit], full, runs.other.outcome, empty)
+            return tuple(order[: sizes[hit]]), scaled(outcomes[hit], full, runs.other.outcome, empty)
         first, chunk = first + chunk, 2 * chunk
     return None, scaled(full, full, runs.other.outcome, empty)
 
 
-def positional_circuit(model, batch: Batch, spec: ModelSpec, oracle: EdgeEffects, aggregated: tuple[Edge, ...],
-                       target: float = DEFAULT.circuit_target, runs: Runs | None = None) -> PositionalCircuit:
+def positional_circuit(
+    model,
+    batch: Batch,
+    spec: ModelSpec,
+    oracle: EdgeEffects,
+    aggregated: tuple[Edge, ...],
+    target: float = DEFAULT.circuit_target,
+    runs: Runs | None = None,
+) -> PositionalCircuit:
     """`oracle`: the aggregated graph's edge effects on `batch`; `aggregated`: its circuit; `runs`:
     the oracle's recorded runs (record_runs on the aggregated graph, whose senders this graph shares)."""
     positions = tuple(live_positions(batch))
@@ -132,5 +149,9 @@ def strongest(result: PositionalCircuit, count: int) -> list[tuple[Edge, float]]
 def effect_by_position(result: PositionalCircuit) -> dict[Edge, torch.Tensor]:
     """Per aggregated edge of the positional circuit, its positional edges' shares alone [positions]."""
     share = dict(zip(result.graph.edges, result.effects.normalised().tolist()))
-    return {parent: torch.tensor([share.get(Edge(parent.sender, parent.receiver, p), float("nan"))
-                                  for p in result.positions]) for parent in result.parents}
+    return {
+        parent: torch.tensor(
+            [share.get(Edge(parent.sender, parent.receiver, p), float("nan")) for p in result.positions]
+        )
+        for parent in result.parents
+    }

@@ -27,18 +27,19 @@ from probes.circuits.methods.joint import JointCircuit, SetFaithfulness, joint_s
 from probes.circuits.oracle import Direction, Runs, record_runs
 from tasks.data import Batch
 
+
 class Structure(Enum):
     """How a circuit's parts share the answer."""
 
-    SERIES = "series"               # every part necessary on its own (a chain, an AND) or adding up
-    ALTERNATIVES = "alternatives"   # two or more parts each suffice; none is necessary
-    SHARED = "shared"               # parts each carry part; none suffices alone, their knock-outs overlap
+    SERIES = "series"  # every part necessary on its own (a chain, an AND) or adding up
+    ALTERNATIVES = "alternatives"  # two or more parts each suffice; none is necessary
+    SHARED = "shared"  # parts each carry part; none suffices alone, their knock-outs overlap
 
 
-REPORT_ALTERNATIVES = 2   # stand-in searches the report runs where an edge is backed up (each one a
-                          # whole joint search: 20-80 s on the induction runs at load ~25)
-NECESSARY = 0.1     # knocking a group out costs at least this share of the gap
-SUFFICES = 0.9      # a group alone among its peers keeps at least this share of the circuit's faithfulness
+REPORT_ALTERNATIVES = 2  # stand-in searches the report runs where an edge is backed up (each one a
+# whole joint search: 20-80 s on the induction runs at load ~25)
+NECESSARY = 0.1  # knocking a group out costs at least this share of the gap
+SUFFICES = 0.9  # a group alone among its peers keeps at least this share of the circuit's faithfulness
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class Group:
     sender: Head | MLP
     edges: frozenset
     necessity: float
-    sufficiency: float | None   # None: the group has no peer in the circuit
+    sufficiency: float | None  # None: the group has no peer in the circuit
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,8 @@ class Peers:
 
     layer: int
     groups: tuple[Group, ...]
-    together: float             # f(C) - f(C without every group of the layer): knocking all out costs
-    suffices: float             # the sufficiency bar: SUFFICES x f(C)
+    together: float  # f(C) - f(C without every group of the layer): knocking all out costs
+    suffices: float  # the sufficiency bar: SUFFICES x f(C)
 
     @property
     def overlap(self) -> float:
@@ -76,19 +77,23 @@ class Peers:
     def shared(self) -> bool:
         """No group suffices alone, and their single knock-outs add up to less than knocking all out
         (by more than NECESSARY): each carries part of an answer the others also carry."""
-        return (len(self.groups) >= 2 and not self.alternatives and self.together >= NECESSARY
-                and all(g.sufficiency < self.suffices for g in self.groups)
-                and sum(g.necessity for g in self.groups) < self.together - NECESSARY)
+        return (
+            len(self.groups) >= 2
+            and not self.alternatives
+            and self.together >= NECESSARY
+            and all(g.sufficiency < self.suffices for g in self.groups)
+            and sum(g.necessity for g in self.groups) < self.together - NECESSARY
+        )
 
 
 @dataclass(frozen=True)
 class Redundancy:
     circuit: frozenset
-    faithfulness: float                 # f(C)
-    groups: tuple[Group, ...]           # one per sender with an edge in the circuit
-    peers: tuple[Peers, ...]            # one per layer with a head in the circuit
-    additivity: float                   # sum of C's single-edge shares / f(C)
-    backed_up: frozenset                # edges of C whose knock-out from C costs >= NECESSARY, alone < NECESSARY
+    faithfulness: float  # f(C)
+    groups: tuple[Group, ...]  # one per sender with an edge in the circuit
+    peers: tuple[Peers, ...]  # one per layer with a head in the circuit
+    additivity: float  # sum of C's single-edge shares / f(C)
+    backed_up: frozenset  # edges of C whose knock-out from C costs >= NECESSARY, alone < NECESSARY
     pairs: int
 
     @property
@@ -104,17 +109,22 @@ class Redundancy:
         """Some layer's heads are alternatives or share the answer, some edge is needed in the circuit
         but not in the full model (something outside or inside stands in for it: an OR's signature),
         or the single-edge effects add up to less than the circuit's faithfulness."""
-        return (bool(self.alternative_sets or self.shared_sets or self.backed_up)
-                or self.additivity < 1 - NECESSARY)
+        return bool(self.alternative_sets or self.shared_sets or self.backed_up) or self.additivity < 1 - NECESSARY
 
     @property
     def structure(self) -> Structure:
-        return (Structure.ALTERNATIVES if self.alternative_sets else Structure.SHARED if self.shared_sets
-                else Structure.SERIES)
+        return (
+            Structure.ALTERNATIVES
+            if self.alternative_sets
+            else Structure.SHARED
+            if self.shared_sets
+            else Structure.SERIES
+        )
 
 
-def redundancy(model, batch: Batch, graph: Graph, circuit: frozenset, single: torch.Tensor,
-               runs: Runs | None = None) -> Redundancy:
+def redundancy(
+    model, batch: Batch, graph: Graph, circuit: frozenset, single: torch.Tensor, runs: Runs | None = None
+) -> Redundancy:
     """`single`: every edge's effect knocked out alone as a share of the gap (the oracle's
     EdgeEffects.normalised()). Costs 2 x groups + layers + edges + 1 faithfulness measurements, batched."""
     runs = runs or record_runs(model, batch, graph, Direction.NOISE)
@@ -135,15 +145,22 @@ def redundancy(model, batch: Batch, graph: Graph, circuit: frozenset, single: to
     edges = [e for e in graph.edges if e in circuit]
     sets += [circuit - {e} for e in edges]
     values = f(sets)
-    within = values[len(values) - len(edges):]
-    values = values[:len(values) - len(edges)]
-    whole, without, alone_among, without_layer = (values[0], values[1:1 + len(senders)],
-                                                  values[1 + len(senders):1 + 2 * len(senders)],
-                                                  values[1 + 2 * len(senders):])
-    groups = {s: Group(s, frozenset(out_of[s]), whole - w, a if len(peers_of[s]) > 1 else None)
-              for s, w, a in zip(senders, without, alone_among)}
-    peers = tuple(Peers(layer, tuple(groups[h] for h in heads if h.layer == layer), whole - gone, SUFFICES * whole)
-                  for layer, gone in zip(layers, without_layer))
+    within = values[len(values) - len(edges) :]
+    values = values[: len(values) - len(edges)]
+    whole, without, alone_among, without_layer = (
+        values[0],
+        values[1 : 1 + len(senders)],
+        values[1 + len(senders) : 1 + 2 * len(senders)],
+        values[1 + 2 * len(senders) :],
+    )
+    groups = {
+        s: Group(s, frozenset(out_of[s]), whole - w, a if len(peers_of[s]) > 1 else None)
+        for s, w, a in zip(senders, without, alone_among)
+    }
+    peers = tuple(
+        Peers(layer, tuple(groups[h] for h in heads if h.layer == layer), whole - gone, SUFFICES * whole)
+        for layer, gone in zip(layers, without_layer)
+    )
     share = dict(zip(graph.edges, single.abs().tolist()))
     additivity = sum(share[e] for e in circuit) / whole if whole else float("nan")
     backed_up = frozenset(e for e, w in zip(edges, within) if whole - w >= NECESSARY and share[e] < NECESSARY)
@@ -162,14 +179,23 @@ class CircuitStructure:
     joint_redundancy: Redundancy | None
 
 
-def circuit_structure(model, batch: Batch, graph: Graph, circuit: frozenset, single: torch.Tensor,
-                      runs: Runs | None = None) -> CircuitStructure:
+def circuit_structure(
+    model, batch: Batch, graph: Graph, circuit: frozenset, single: torch.Tensor, runs: Runs | None = None
+) -> CircuitStructure:
     runs = runs or record_runs(model, batch, graph, Direction.NOISE)
     named = redundancy(model, batch, graph, circuit, single, runs)
     if not named.redundant:
         return CircuitStructure(named, None, None)
-    joint = joint_search(model, batch, graph, runs, single, start=circuit,
-                         alternatives=REPORT_ALTERNATIVES if named.backed_up else 0, tighten=True)
+    joint = joint_search(
+        model,
+        batch,
+        graph,
+        runs,
+        single,
+        start=circuit,
+        alternatives=REPORT_ALTERNATIVES if named.backed_up else 0,
+        tighten=True,
+    )
     return CircuitStructure(named, joint, redundancy(model, batch, graph, joint.circuit, single, runs))
 
 

@@ -39,9 +39,9 @@ from probes.patching import Outcome, corrupt_inputs, live_positions, run_outcome
 from tasks.data import Batch
 
 MAX_POSITIONS = 3
-PREFIXES_PER_CALL = 2   # rank-order prefixes measured a call while adding heads
+PREFIXES_PER_CALL = 2  # rank-order prefixes measured a call while adding heads
 
-Kept = dict   # Head -> the positions its writes are kept at (a sorted tuple; None: every position)
+Kept = dict  # Head -> the positions its writes are kept at (a sorted tuple; None: every position)
 
 
 def where(head: Head, positions: Optional[tuple[int, ...]]) -> str:
@@ -57,16 +57,23 @@ def every_position(heads: Iterable) -> Kept:
 def head_graph(model, width: int) -> Graph:
     """The model's graph with every head's out-edges resolved by position (0 .. width - 1)."""
     graph = model_graph(model)
-    edges = tuple(Edge(e.sender, e.receiver, p) for e in graph.edges
-                  for p in (range(width) if isinstance(e.sender, Head) else (None,)))
+    edges = tuple(
+        Edge(e.sender, e.receiver, p)
+        for e in graph.edges
+        for p in (range(width) if isinstance(e.sender, Head) else (None,))
+    )
     return Graph(graph.n_layers, graph.senders, graph.inputs, edges)
 
 
 def circuit_edges(graph: Graph, kept: Kept) -> list[Edge]:
     """The edges of `graph` (a head_graph) the head circuit keeps: every edge whose sender is not a
     head, or is a kept head at one of its kept positions."""
-    return [e for e in graph.edges if not isinstance(e.sender, Head)
-            or (e.sender in kept and (kept[e.sender] is None or e.position in kept[e.sender]))]
+    return [
+        e
+        for e in graph.edges
+        if not isinstance(e.sender, Head)
+        or (e.sender in kept and (kept[e.sender] is None or e.position in kept[e.sender]))
+    ]
 
 
 class HeadCircuits:
@@ -74,8 +81,7 @@ class HeadCircuits:
     mean write over `reference` (a Batch, or a probes.ablation.Reference). `clean` and `corrupt`:
     those runs' Outcomes, when already measured."""
 
-    def __init__(self, model, batch: Batch, reference, clean: Outcome | None = None,
-                 corrupt: Outcome | None = None):
+    def __init__(self, model, batch: Batch, reference, clean: Outcome | None = None, corrupt: Outcome | None = None):
         self.model, self.batch = model, batch.to(device_of(model))
         self.graph = head_graph(model, self.batch.inputs.shape[1])
         # Recorded on the whole-edge graph: the writes are per sender, and its empty circuit (every
@@ -90,8 +96,13 @@ class HeadCircuits:
         """Each circuit's Outcome; circuits measured before are not measured again."""
         keys = [tuple(sorted(kept.items())) for kept in circuits]
         new = list({key: kept for key, kept in zip(keys, circuits) if key not in self.measured}.items())
-        found = circuit_outcomes(self.model, self.batch, self.graph,
-                                 [circuit_edges(self.graph, kept) for _, kept in new], self.runs) if new else []
+        found = (
+            circuit_outcomes(
+                self.model, self.batch, self.graph, [circuit_edges(self.graph, kept) for _, kept in new], self.runs
+            )
+            if new
+            else []
+        )
         self.measured.update(zip([key for key, _ in new], found))
         return [self.measured[key] for key in keys]
 
@@ -116,8 +127,11 @@ def reaches_scored(edge: Edge, scored: set[int], n_layers: int) -> bool:
     if edge.position > max(scored):
         return False
     node, last = edge.receiver.node, n_layers - 1
-    position_wise = (isinstance(node, Logits) or (isinstance(node, MLP) and node.layer == last)
-                     or (isinstance(node, Head) and node.layer == last and edge.receiver.port == "q"))
+    position_wise = (
+        isinstance(node, Logits)
+        or (isinstance(node, MLP) and node.layer == last)
+        or (isinstance(node, Head) and node.layer == last and edge.receiver.port == "q")
+    )
     return edge.position in scored or not position_wise
 
 
@@ -131,13 +145,13 @@ def upstream_complete(graph: Graph, edges: Iterable[Edge], batch: Batch) -> bool
 
 @dataclass(frozen=True)
 class Circuit:
-    kept: Kept                          # the heads in order, and the positions each is kept at
-    faithfulness: Faithfulness          # the heads as found (pinned to positions where possible)
-    head_faithfulness: Faithfulness     # the same heads at every position
+    kept: Kept  # the heads in order, and the positions each is kept at
+    faithfulness: Faithfulness  # the heads as found (pinned to positions where possible)
+    head_faithfulness: Faithfulness  # the same heads at every position
     knockout: dict[Head, Faithfulness]  # head -> the full model with only that head mean-ablated
     trace: list[tuple[tuple[Head, ...], float, float]]  # the search step by step: heads, recovered, normalised
-    upstream: bool = False              # the circuit keeps every edge that can reach the scored logits
-    head_upstream: bool = False         # ... its heads at every position do
+    upstream: bool = False  # the circuit keeps every edge that can reach the scored logits
+    head_upstream: bool = False  # ... its heads at every position do
 
     @property
     def heads(self) -> tuple[Head, ...]:
@@ -165,9 +179,15 @@ def search_circuit(model, batch: Batch, reference, patching, target: float = 0.9
     kept = pin_positions(measure, every_position(sorted(chosen)), patching, target)
     found, whole = measure([kept, every_position(sorted(chosen))])
     graph = measure.graph
-    return Circuit(kept, found, whole, knockout, trace,
-                   upstream_complete(graph, circuit_edges(graph, kept), measure.batch),
-                   upstream_complete(graph, circuit_edges(graph, every_position(chosen)), measure.batch))
+    return Circuit(
+        kept,
+        found,
+        whole,
+        knockout,
+        trace,
+        upstream_complete(graph, circuit_edges(graph, kept), measure.batch),
+        upstream_complete(graph, circuit_edges(graph, every_position(chosen)), measure.batch),
+    )
 
 
 def first_reaching(measure: HeadCircuits, trials: list[Kept], target: float, per_call: int):
@@ -175,7 +195,7 @@ def first_reaching(measure: HeadCircuits, trials: list[Kept], target: float, per
     measuring `per_call` trials a call: a batch costs one forward per replica on a CPU, so trials
     after the first hit are not worth measuring."""
     for first in range(0, len(trials), per_call):
-        results = measure(trials[first:first + per_call])
+        results = measure(trials[first : first + per_call])
         hit = next((i for i, r in enumerate(results) if r.recovered >= target), None)
         if hit is not None:
             return first + hit, results[hit]
@@ -186,8 +206,8 @@ def add_in_order(measure: HeadCircuits, ranked: list[Head], target: float, trace
     """The shortest prefix of `ranked` reaching `target` (all of it when none does)."""
     prefixes = [every_position(ranked[:k]) for k in range(1, len(ranked) + 1)]
     hit, _ = first_reaching(measure, prefixes, target, PREFIXES_PER_CALL)
-    chosen = ranked if hit is None else ranked[:hit + 1]
-    for k, result in enumerate(measure(prefixes[:len(chosen)]), 1):
+    chosen = ranked if hit is None else ranked[: hit + 1]
+    for k, result in enumerate(measure(prefixes[: len(chosen)]), 1):
         trace.append((tuple(ranked[:k]), result.recovered, result.normalised))
     return list(chosen)
 
@@ -203,7 +223,7 @@ def drop_unneeded(measure: HeadCircuits, chosen: list[Head], target: float, trac
         hit = next((i for i, r in enumerate(results) if r.recovered >= target), None)
         if hit is None:
             break
-        chosen, pending = fewer[hit], pending[hit + 1:]
+        chosen, pending = fewer[hit], pending[hit + 1 :]
         trace.append((tuple(chosen), results[hit].recovered, results[hit].normalised))
     return chosen
 
@@ -216,8 +236,9 @@ def pin_positions(measure: HeadCircuits, kept: Kept, patching, target: float) ->
     for head in list(kept):
         effect = patching.recovered(patching.head_out[head.layer, :, head.head]).abs()
         ranked = sorted(live, key=lambda p: -float(effect[p]))
-        trials = [{**kept, head: tuple(sorted(ranked[:count]))}
-                  for count in range(1, min(MAX_POSITIONS, len(ranked)) + 1)]
+        trials = [
+            {**kept, head: tuple(sorted(ranked[:count]))} for count in range(1, min(MAX_POSITIONS, len(ranked)) + 1)
+        ]
         hit, _ = first_reaching(measure, trials, target, 1)
         if hit is not None:
             kept = trials[hit]

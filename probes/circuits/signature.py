@@ -33,13 +33,13 @@ from common.cli import UsageError
 from common.jsonfiles import check_fields
 
 UNNAMED = "unnamed role"
-ROLE_CLAIM = 0.5     # mean attention mass on a role's target from which the head is named for it (more
-                     # than half its attention: no other target can hold as much)
+ROLE_CLAIM = 0.5  # mean attention mass on a role's target from which the head is named for it (more
+# than half its attention: no other target can hold as much)
 PREVIOUS, DUPLICATE, INDUCTION = "previous-token head", "duplicate-token head", "induction head"
 CURRENT = "attends the current token"
 DETECTOR_ROLES = {"previous_token": PREVIOUS, "duplicate_token": DUPLICATE, "induction": INDUCTION}
-SIGNATURE = "signature"    # its field in circuit.json, timeline.json and report.json
-LAST = 10**9         # the logits' stage: after every layer's
+SIGNATURE = "signature"  # its field in circuit.json, timeline.json and report.json
+LAST = 10**9  # the logits' stage: after every layer's
 FIELDS = {"parts": list, "edges": list, "heads": dict, "relations": list, "basis": str}
 
 
@@ -52,11 +52,13 @@ class MechanismSignature:
     """Equal signatures = one mechanism. `heads` says which heads play each part in this run and is
     left out of equality: it is what relabelling changes."""
 
-    parts: tuple[str, ...]          # every part, canonical order, e.g. 'L0 previous-token head', 'MLP0', 'logits'
-    edges: tuple[str, ...]          # the edges between parts, e.g. 'L0 previous-token head -> MLP0' ('x2': two edges)
-    basis: str = ""                 # what circuit it was computed from ('edge circuit' | 'head circuit')
-    relations: tuple[str, ...] | None = None   # AND / OR / series between parts (probes.circuits.logic); None: not measured
-    heads: tuple[tuple[str, tuple[str, ...]], ...] = field(default=(), compare=False)   # part -> heads, e.g. ('L0H1',)
+    parts: tuple[str, ...]  # every part, canonical order, e.g. 'L0 previous-token head', 'MLP0', 'logits'
+    edges: tuple[str, ...]  # the edges between parts, e.g. 'L0 previous-token head -> MLP0' ('x2': two edges)
+    basis: str = ""  # what circuit it was computed from ('edge circuit' | 'head circuit')
+    relations: tuple[str, ...] | None = (
+        None  # AND / OR / series between parts (probes.circuits.logic); None: not measured
+    )
+    heads: tuple[tuple[str, tuple[str, ...]], ...] = field(default=(), compare=False)  # part -> heads, e.g. ('L0H1',)
 
     @property
     def text(self) -> str:
@@ -68,9 +70,13 @@ class MechanismSignature:
         return dict(self.heads)
 
     def to_dict(self) -> dict:
-        return {"parts": list(self.parts), "edges": list(self.edges), "basis": self.basis,
-                "relations": None if self.relations is None else list(self.relations),
-                "heads": {part: list(heads) for part, heads in self.heads}}
+        return {
+            "parts": list(self.parts),
+            "edges": list(self.edges),
+            "basis": self.basis,
+            "relations": None if self.relations is None else list(self.relations),
+            "heads": {part: list(heads) for part, heads in self.heads},
+        }
 
     @classmethod
     def from_dict(cls, data, where: str, fix: str) -> "MechanismSignature":
@@ -80,12 +86,17 @@ class MechanismSignature:
         heads = data["heads"]
         if not all(isinstance(v, list) and all(isinstance(h, str) for h in v) for v in heads.values()):
             raise UsageError(f"{where}: {SIGNATURE}.heads must map each part to a list of head names; {fix}")
-        return cls(tuple(data["parts"]), tuple(data["edges"]), data["basis"],
-                   None if data["relations"] is None else tuple(data["relations"]),
-                   tuple((part, tuple(v)) for part, v in heads.items()))
+        return cls(
+            tuple(data["parts"]),
+            tuple(data["edges"]),
+            data["basis"],
+            None if data["relations"] is None else tuple(data["relations"]),
+            tuple((part, tuple(v)) for part, v in heads.items()),
+        )
 
 
 # ---- the canonical form ----------------------------------------------------------------------
+
 
 def initial_colour(node, roles: dict) -> tuple:
     """What relabelling heads within a layer leaves unchanged: where the node reads and writes along
@@ -132,8 +143,7 @@ def part_names(nodes: set, colour: dict, roles: dict) -> dict:
 
     words = {}
     for node in nodes:
-        words[colour[node]] = (head_words(node.layer, roles.get(node, UNNAMED)) if isinstance(node, Head)
-                               else str(node))
+        words[colour[node]] = head_words(node.layer, roles.get(node, UNNAMED)) if isinstance(node, Head) else str(node)
     same = Counter(words.values())
     letters = Counter()
     named = {}
@@ -161,7 +171,7 @@ def mechanism_signature(edges, roles: dict, heads=(), basis: str = "") -> Mechan
     counted = Counter((colour[s], port, position, colour[r]) for s, r, port, position in flat)
     lines = []
     for (s, port, position, r), count in sorted(counted.items()):
-        target = names[r] if port == "in" else f"{names[r]}.{port}"   # MLPs and the logits have one input
+        target = names[r] if port == "in" else f"{names[r]}.{port}"  # MLPs and the logits have one input
         where = "" if position < 0 else f" @p{position}"
         lines.append(f"{names[s]} -> {target}{where}" + (f" x{count}" if count > 1 else ""))
     by_part = {}
@@ -179,6 +189,7 @@ def relabelled_heads(signatures) -> bool:
 
 
 # ---- roles, measured ---------------------------------------------------------------------------
+
 
 def role_masses(model, batch) -> dict:
     """role words -> [layer, head] mean attention mass on that role's target: TL's head-detector
@@ -206,8 +217,7 @@ def head_roles(model, batch, claim: float = ROLE_CLAIM) -> dict:
     roles = {}
     for layer in range(n_layers):
         for head in range(n_heads):
-            best, mass = max(((role, float(m[layer, head])) for role, m in masses.items()),
-                             key=lambda item: item[1])
+            best, mass = max(((role, float(m[layer, head])) for role, m in masses.items()), key=lambda item: item[1])
             roles[Head(layer, head)] = best if mass >= claim else UNNAMED
     return roles
 
@@ -226,8 +236,9 @@ def edge_signature(model, pairs, graph, roles: dict | None = None, circuit=None)
     found = circuit if circuit is not None else edge_circuit(model, pairs, graph, compare_methods=False)
     if found.circuit.edges is None:
         return None
-    return mechanism_signature(found.circuit.edges, head_roles(model, pairs) if roles is None else roles,
-                               basis=EDGE_BASIS)
+    return mechanism_signature(
+        found.circuit.edges, head_roles(model, pairs) if roles is None else roles, basis=EDGE_BASIS
+    )
 
 
 def summary_signature(summary, roles: dict) -> MechanismSignature | None:

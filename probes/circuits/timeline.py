@@ -23,17 +23,17 @@ from probes.circuits.oracle import Direction, circuit_outcomes, edge_effects, re
 from probes.settings import DEFAULT, ReportSettings
 from tasks.data import Batch
 
-ENTERS = 0.5    # share of its final effect an edge must reach to have entered
-STABLE = 0.2    # an edge is stable once it stays within this share of its final effect
+ENTERS = 0.5  # share of its final effect an edge must reach to have entered
+STABLE = 0.2  # an edge is stable once it stays within this share of its final effect
 
 
 @dataclass(frozen=True)
 class CircuitTimeline:
     steps: tuple[int, ...]
-    edges: tuple[Edge, ...]              # the final model's circuit
-    effect: torch.Tensor                 # [snapshots, edges] each edge alone, / the final model's gap
-    gap: tuple[float, ...]               # clean - counterfactual metric at each snapshot
-    faithfulness: tuple[float | None, ...]   # of the circuit on each snapshot's gap scale (None: gap too small)
+    edges: tuple[Edge, ...]  # the final model's circuit
+    effect: torch.Tensor  # [snapshots, edges] each edge alone, / the final model's gap
+    gap: tuple[float, ...]  # clean - counterfactual metric at each snapshot
+    faithfulness: tuple[float | None, ...]  # of the circuit on each snapshot's gap scale (None: gap too small)
 
     def entered(self, edge: Edge) -> int | None:
         column = self.effect[:, self.edges.index(edge)]
@@ -51,8 +51,14 @@ class CircuitTimeline:
         return self.steps[first]
 
 
-def circuit_timeline(model, batch: Batch, graph: Graph, circuit: tuple[Edge, ...],
-                     snapshots: list[tuple[int, Callable]], settings: ReportSettings = DEFAULT) -> CircuitTimeline:
+def circuit_timeline(
+    model,
+    batch: Batch,
+    graph: Graph,
+    circuit: tuple[Edge, ...],
+    snapshots: list[tuple[int, Callable]],
+    settings: ReportSettings = DEFAULT,
+) -> CircuitTimeline:
     """`snapshots`: (step, load) in training order, the last the final model; `load(model)` puts
     that snapshot's weights into `model` (the caller restores the model's own afterwards)."""
     only = Graph(graph.n_layers, graph.senders, graph.inputs, tuple(circuit))

@@ -43,8 +43,8 @@ class Activations:
     """hook name -> [m, d] at the m real positions of the batch, in (row, position) order."""
 
     values: dict = field(hash=False)
-    rows: torch.Tensor          # [m] the batch row of each activation
-    positions: torch.Tensor     # [m] its position in that row
+    rows: torch.Tensor  # [m] the batch row of each activation
+    positions: torch.Tensor  # [m] its position in that row
 
 
 @torch.no_grad()
@@ -56,7 +56,11 @@ def collect(model, tokens: torch.Tensor, real: torch.Tensor, names: list[str]) -
     try:
         _, cache = chunked_cache(model, tokens, names)
     except KeyError as error:
-        raise UsageError(f"the model caches no hook {error}; choose a hook it has (e.g. "
-                         "blocks.0.hook_resid_post, or an MLP's blocks.0.mlp.hook_in)") from None
+        raise UsageError(
+            f"the model caches no hook {error}; choose a hook it has (e.g. "
+            "blocks.0.hook_resid_post, or an MLP's blocks.0.mlp.hook_in)"
+        ) from None
     rows, positions = torch.nonzero(real, as_tuple=True)
-    return Activations({name: cache[name][rows, positions].float().cpu() for name in names}, rows.cpu(), positions.cpu())
+    return Activations(
+        {name: cache[name][rows, positions].float().cpu() for name in names}, rows.cpu(), positions.cpu()
+    )

@@ -29,14 +29,21 @@ import torch
 from models.bridge import native
 from models.graph import MLP, Edge, Input, Logits
 from models.resume import forward_from
-from probes.circuits.oracle import (Direction, Runs, edge_effects, model_graph, patched_outcomes, record_runs,
-                                   resid_mid_name)
+from probes.circuits.oracle import (
+    Direction,
+    Runs,
+    edge_effects,
+    model_graph,
+    patched_outcomes,
+    record_runs,
+    resid_mid_name,
+)
 from probes.features.dictionary import Dictionary
 from probes.features.splice import spliced_logits
 from probes.patching import corrupt_inputs, outcome, replica_scored, scored_metric
 from tasks.data import Batch
 
-CHUNK = 32   # senders patched per batched recomputation
+CHUNK = 32  # senders patched per batched recomputation
 
 
 @dataclass(frozen=True)
@@ -71,8 +78,8 @@ class FeatureCircuit:
     attribution: torch.Tensor = field(hash=False)
     mlp_logits: dict = field(hash=False)
     head_edges: tuple[tuple[str, float], ...]
-    spliced_error: float    # max |logits with every transcoder and error node spliced - model's|
-    features_only_gap: float   # the metric gap with the error nodes dropped (the transcoders alone)
+    spliced_error: float  # max |logits with every transcoder and error node spliced - model's|
+    features_only_gap: float  # the metric gap with the error nodes dropped (the transcoders alone)
 
     @property
     def gap(self) -> float:
@@ -87,8 +94,8 @@ def mlp_in_name(layer: int) -> str:
 class Writes:
     """One run's transcoder activations and error writes, per layer."""
 
-    acts: dict      # layer -> [n, pos, d_sae]
-    errors: dict    # layer -> [n, pos, d_model]
+    acts: dict  # layer -> [n, pos, d_sae]
+    errors: dict  # layer -> [n, pos, d_model]
 
 
 def split_writes(runs: Runs, dictionaries: dict[int, Dictionary]) -> tuple[Writes, Writes]:
@@ -126,24 +133,40 @@ def feature_circuit(model, batch: Batch, dictionaries: dict[int, Dictionary], ru
     final = runs.base.resid_pre[graph.n_layers]
     column = {node: i for i, node in enumerate(receivers)}
     for first in range(0, len(changes), CHUNK):
-        chunk = changes[first:first + CHUNK]
-        deltas = torch.stack([delta for _, delta in chunk])          # [c, n, pos, d]
+        chunk = changes[first : first + CHUNK]
+        deltas = torch.stack([delta for _, delta in chunk])  # [c, n, pos, d]
         rows = torch.arange(first, first + len(chunk))
         effect[rows, -1] = logit_effects(model, batch, final, deltas, runs.base.outcome.metric)
         for receiver_layer in layers[1:]:
             later = [i for i, (node, _) in enumerate(chunk) if node.layer < receiver_layer]
             if later:
-                moved = feature_effects(model, batch, receiver_layer, runs.base.observed[resid_mid_name(receiver_layer)],
-                                        deltas[later], dictionaries[receiver_layer], clean.acts[receiver_layer])
+                moved = feature_effects(
+                    model,
+                    batch,
+                    receiver_layer,
+                    runs.base.observed[resid_mid_name(receiver_layer)],
+                    deltas[later],
+                    dictionaries[receiver_layer],
+                    clean.acts[receiver_layer],
+                )
                 start = column[Node(receiver_layer, 0)]
-                effect[rows[later], start:start + moved.shape[1]] = moved
+                effect[rows[later], start : start + moved.shape[1]] = moved
     mlp_logits = dict(zip(layers, oracle_mlp_logits(model, batch, graph, runs, layers)))
     return FeatureCircuit(
-        run, tuple(dictionaries[l].config.name for l in layers), len(batch), runs.base.outcome.metric,
-        runs.other.outcome.metric, senders, receivers, effect,
-        eap_logits(model, batch, final, [delta for _, delta in changes]), mlp_logits,
-        head_edges(model, batch, graph, runs), spliced_error(model, batch, dictionaries),
-        features_only_gap(model, batch, dictionaries))
+        run,
+        tuple(dictionaries[l].config.name for l in layers),
+        len(batch),
+        runs.base.outcome.metric,
+        runs.other.outcome.metric,
+        senders,
+        receivers,
+        effect,
+        eap_logits(model, batch, final, [delta for _, delta in changes]),
+        mlp_logits,
+        head_edges(model, batch, graph, runs),
+        spliced_error(model, batch, dictionaries),
+        features_only_gap(model, batch, dictionaries),
+    )
 
 
 def logit_effects(model, batch: Batch, final: torch.Tensor, deltas: torch.Tensor, clean_metric: float) -> torch.Tensor:
@@ -151,12 +174,19 @@ def logit_effects(model, batch: Batch, final: torch.Tensor, deltas: torch.Tensor
     return torch.tensor([o.metric for o in outcome(replica_scored(logits, batch), batch)]) - clean_metric
 
 
-def feature_effects(model, batch: Batch, layer: int, resid_mid: torch.Tensor, deltas: torch.Tensor,
-                    dictionary: Dictionary, clean_acts: torch.Tensor) -> torch.Tensor:
+def feature_effects(
+    model,
+    batch: Batch,
+    layer: int,
+    resid_mid: torch.Tensor,
+    deltas: torch.Tensor,
+    dictionary: Dictionary,
+    clean_acts: torch.Tensor,
+) -> torch.Tensor:
     """[senders, d_sae] each receiving feature of MLP `layer`'s transcoder: its change, mean over the
     scored positions."""
     ln2 = native(model.blocks[layer].ln2)
-    acts = dictionary.encode(ln2(resid_mid[None] + deltas).float())           # [c, n, pos, d_sae]
+    acts = dictionary.encode(ln2(resid_mid[None] + deltas).float())  # [c, n, pos, d_sae]
     scored = (acts - clean_acts[None])[:, batch.example_index, batch.positions]
     return scored.mean(1)
 
@@ -189,6 +219,8 @@ def spliced_error(model, batch: Batch, dictionaries: dict[int, Dictionary]) -> f
 
 
 def features_only_gap(model, batch: Batch, dictionaries: dict[int, Dictionary]) -> float:
-    metric = [scored_mean(spliced_logits(model, tokens, *dictionaries.values(), error_node=False), batch)
-              for tokens in (batch.inputs, corrupt_inputs(batch))]
+    metric = [
+        scored_mean(spliced_logits(model, tokens, *dictionaries.values(), error_node=False), batch)
+        for tokens in (batch.inputs, corrupt_inputs(batch))
+    ]
     return float(metric[1] - metric[0])

@@ -24,14 +24,14 @@ import torch
 from common.cli import UsageError
 
 KINDS = ("sae", "transcoder")
-AUX_WEIGHT = 1 / 32   # Gao et al.'s AuxK coefficient
+AUX_WEIGHT = 1 / 32  # Gao et al.'s AuxK coefficient
 
 
 @dataclass(frozen=True)
 class DictionaryConfig:
     """What defines one dictionary: which activations it reads and writes, its size and training."""
 
-    kind: str           # "sae": hook_in -> hook_in; "transcoder": an MLP's input hook -> its output hook
+    kind: str  # "sae": hook_in -> hook_in; "transcoder": an MLP's input hook -> its output hook
     hook_in: str
     hook_out: str
     d_in: int
@@ -49,8 +49,10 @@ class DictionaryConfig:
         if self.kind == "sae" and (self.hook_in != self.hook_out or self.d_in != self.d_out):
             raise UsageError(f"an SAE rebuilds the activations it reads; got {self.hook_in} -> {self.hook_out}")
         if not 1 <= self.k <= self.d_sae:
-            raise UsageError(f"k must be from 1 to the dictionary size {self.d_sae}, got k={self.k}; "
-                             "choose a smaller --k or a larger --sizes")
+            raise UsageError(
+                f"k must be from 1 to the dictionary size {self.d_sae}, got k={self.k}; "
+                "choose a smaller --k or a larger --sizes"
+            )
         for name in ("d_in", "d_out", "d_sae", "steps", "batch_size"):
             if getattr(self, name) < 1:
                 raise UsageError(f"dictionary {name} must be positive, got {getattr(self, name)}")
@@ -72,13 +74,13 @@ class Dictionary:
     """Trained weights (SAELens's names) and how well they rebuild the training activations."""
 
     config: DictionaryConfig
-    weights: dict = field(hash=False)       # W_enc, b_enc, W_dec, b_dec
-    fvu: float                              # fraction of variance unexplained (0 = exact, 1 = the mean)
-    dead: float                             # share of features that never fire on the training data
+    weights: dict = field(hash=False)  # W_enc, b_enc, W_dec, b_dec
+    fvu: float  # fraction of variance unexplained (0 = exact, 1 = the mean)
+    dead: float  # share of features that never fire on the training data
 
     def pre_activations(self, x: torch.Tensor) -> torch.Tensor:
         w = self.weights
-        centred = x - w["b_dec"] if self.config.kind == "sae" else x   # SAELens's apply_b_dec_to_input
+        centred = x - w["b_dec"] if self.config.kind == "sae" else x  # SAELens's apply_b_dec_to_input
         return centred @ w["W_enc"] + w["b_enc"]
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
@@ -94,8 +96,9 @@ def topk(pre: torch.Tensor, k: int) -> torch.Tensor:
     return torch.zeros_like(pre).scatter(-1, indices, values.relu())
 
 
-def train_dictionary(x_in: torch.Tensor, x_out: torch.Tensor, config: DictionaryConfig,
-                     progress: bool = True) -> Dictionary:
+def train_dictionary(
+    x_in: torch.Tensor, x_out: torch.Tensor, config: DictionaryConfig, progress: bool = True
+) -> Dictionary:
     """Train on rows of `x_in` [n, d_in] -> `x_out` [n, d_out] (the same tensor for an SAE)."""
     from tqdm import tqdm
 
@@ -105,10 +108,15 @@ def train_dictionary(x_in: torch.Tensor, x_out: torch.Tensor, config: Dictionary
     optimizer = torch.optim.Adam(params.values(), lr=config.lr)
     variance = (x_out - x_out.mean(0)).pow(2).sum(-1).mean().clamp_min(1e-12)
     since_fired = torch.zeros(config.d_sae)
-    dead_after = max(10, config.steps // 10)   # steps without firing before AuxK revives a latent
+    dead_after = max(10, config.steps // 10)  # steps without firing before AuxK revives a latent
     with torch.enable_grad():
-        for _ in tqdm(range(config.steps), desc=f"dictionary {config.name} {config.hook_in}", unit="step",
-                      disable=not progress, leave=False):
+        for _ in tqdm(
+            range(config.steps),
+            desc=f"dictionary {config.name} {config.hook_in}",
+            unit="step",
+            disable=not progress,
+            leave=False,
+        ):
             rows = torch.randint(0, len(x_in), (config.batch_size,), generator=generator)
             loss, fired = step_loss(params, x_in[rows], x_out[rows], config, variance, since_fired > dead_after)
             optimizer.zero_grad()
@@ -126,8 +134,11 @@ def initial_weights(x_in, x_out, config: DictionaryConfig, generator) -> dict:
     w_dec /= w_dec.norm(dim=1, keepdim=True)
     # Tied start (the encoder as the decoder's transpose) where the spaces agree; otherwise a scaled
     # random encoder, scaled to the input's spread so pre-activations start comparable.
-    w_enc = w_dec.T.clone() if config.d_in == config.d_out else \
-        torch.randn(config.d_in, config.d_sae, generator=generator) / config.d_in ** 0.5
+    w_enc = (
+        w_dec.T.clone()
+        if config.d_in == config.d_out
+        else torch.randn(config.d_in, config.d_sae, generator=generator) / config.d_in**0.5
+    )
     params = {"W_enc": w_enc, "b_enc": torch.zeros(config.d_sae), "W_dec": w_dec, "b_dec": x_out.mean(0).clone()}
     return {name: tensor.requires_grad_(True) for name, tensor in params.items()}
 
@@ -144,7 +155,9 @@ def step_loss(params, x_in, x_out, config, variance, dead):
         residual = (x_out - recon).detach()
         k_aux = min(int(dead.sum()), 2 * config.k)
         aux = topk(pre.masked_fill(~dead, float("-inf")), k_aux).nan_to_num(0.0) @ params["W_dec"]
-        loss = loss + AUX_WEIGHT * (aux - residual).pow(2).sum(-1).mean() / residual.pow(2).sum(-1).mean().clamp_min(1e-12)
+        loss = loss + AUX_WEIGHT * (aux - residual).pow(2).sum(-1).mean() / residual.pow(2).sum(-1).mean().clamp_min(
+            1e-12
+        )
     return loss, (acts > 0).any(0)
 
 

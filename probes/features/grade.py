@@ -20,16 +20,16 @@ from probes.circuits.methods.scores import auroc
 from probes.features.dictionary import Dictionary, DictionaryConfig
 from probes.features.variables import Variable
 
-RECOVERED = 0.9   # the MCC at which a feature recovers a variable (the issue's bar)
+RECOVERED = 0.9  # the MCC at which a feature recovers a variable (the issue's bar)
 
 
 @dataclass(frozen=True)
 class Recovery:
     variable: str
     kind: str
-    positives: int      # graded positions where the variable holds
-    counted: int        # graded positions
-    feature: int        # the best-matching feature's index
+    positives: int  # graded positions where the variable holds
+    counted: int  # graded positions
+    feature: int  # the best-matching feature's index
     mcc: float
     auroc: float
     cosine: float
@@ -42,9 +42,9 @@ class DictionaryGrade:
 
     run: str
     config: DictionaryConfig
-    fvu: float          # on `split`: 0 = rebuilt exactly, 1 = no better than the mean
-    l0: float           # mean active features per position (at most k)
-    dead: float         # share of features that never fire on `split`
+    fvu: float  # on `split`: 0 = rebuilt exactly, 1 = no better than the mean
+    l0: float  # mean active features per position (at most k)
+    dead: float  # share of features that never fire on `split`
     split: str
     rows: int
     recoveries: tuple[Recovery, ...]
@@ -65,8 +65,9 @@ def mcc_columns(active: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return torch.where(denominator > 0, (tp * tn - fp * fn) / denominator.clamp_min(1e-300), torch.zeros_like(tp))
 
 
-def recovery(variable: Variable, acts: torch.Tensor, x_out: torch.Tensor, w_dec: torch.Tensor,
-             linear: float | None = None) -> Recovery:
+def recovery(
+    variable: Variable, acts: torch.Tensor, x_out: torch.Tensor, w_dec: torch.Tensor, linear: float | None = None
+) -> Recovery:
     """`acts` [m, d_sae] the dictionary's feature activations, `x_out` [m, d_out] what it rebuilds;
     `linear`: the variable's linear_mcc at this hook when the caller already has it."""
     rows = variable.counted
@@ -75,8 +76,17 @@ def recovery(variable: Variable, acts: torch.Tensor, x_out: torch.Tensor, w_dec:
     best = int(scores.argmax())
     difference = x_out[labels].mean(0) - x_out[~labels].mean(0)
     cosine = float(torch.nn.functional.cosine_similarity(w_dec[best], difference, dim=0))
-    return Recovery(variable.name, variable.kind, int(labels.sum()), int(rows.sum()), best, float(scores[best]),
-                    auroc(acts[:, best], labels), cosine, linear_mcc(x_out, labels) if linear is None else linear)
+    return Recovery(
+        variable.name,
+        variable.kind,
+        int(labels.sum()),
+        int(rows.sum()),
+        best,
+        float(scores[best]),
+        auroc(acts[:, best], labels),
+        cosine,
+        linear_mcc(x_out, labels) if linear is None else linear,
+    )
 
 
 def linear_mcc(x: torch.Tensor, labels: torch.Tensor) -> float:
@@ -108,8 +118,16 @@ def feature_matches(acts: torch.Tensor, variables: list[Variable]) -> list[tuple
 
 
 @torch.no_grad()
-def grade(run: str, dictionary: Dictionary, x_in: torch.Tensor, x_out: torch.Tensor, variables: list[Variable],
-          split: str, threshold: float = RECOVERED, linear: dict | None = None) -> DictionaryGrade:
+def grade(
+    run: str,
+    dictionary: Dictionary,
+    x_in: torch.Tensor,
+    x_out: torch.Tensor,
+    variables: list[Variable],
+    split: str,
+    threshold: float = RECOVERED,
+    linear: dict | None = None,
+) -> DictionaryGrade:
     """`linear`: linear_presence(variables, x_out) when the caller already has it (one per hook)."""
     acts = dictionary.encode(x_in)
     residual = dictionary.decode(acts) - x_out
@@ -117,5 +135,14 @@ def grade(run: str, dictionary: Dictionary, x_in: torch.Tensor, x_out: torch.Ten
     w_dec = dictionary.weights["W_dec"]
     linear = linear_presence(variables, x_out) if linear is None else linear
     recoveries = tuple(recovery(v, acts, x_out, w_dec, linear[v.name]) for v in variables)
-    return DictionaryGrade(run, dictionary.config, fvu, float((acts > 0).sum(-1).double().mean()),
-                           float(((acts > 0).sum(0) == 0).double().mean()), split, len(x_in), recoveries, threshold)
+    return DictionaryGrade(
+        run,
+        dictionary.config,
+        fvu,
+        float((acts > 0).sum(-1).double().mean()),
+        float(((acts > 0).sum(0) == 0).double().mean()),
+        split,
+        len(x_in),
+        recoveries,
+        threshold,
+    )

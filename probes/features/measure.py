@@ -24,7 +24,7 @@ from probes.features.dictionary import DictionaryConfig, train_dictionary
 from probes.features.grade import DictionaryGrade, feature_matches, grade, linear_presence
 from probes.features.variables import Variable, task_variables, tracr_variables
 
-PAIRS = 64   # held-out counterfactual pairs the circuit is measured on (as the circuit report's)
+PAIRS = 64  # held-out counterfactual pairs the circuit is measured on (as the circuit report's)
 
 
 @dataclass(frozen=True)
@@ -42,31 +42,53 @@ class Grid:
             for size in self.sizes:
                 for k in self.ks:
                     if k < size:
-                        yield DictionaryConfig(site.kind, site.hook_in, site.hook_out, d_model, d_model, size, k,
-                                               steps=self.steps, seed=self.seed)
+                        yield DictionaryConfig(
+                            site.kind,
+                            site.hook_in,
+                            site.hook_out,
+                            d_model,
+                            d_model,
+                            size,
+                            k,
+                            steps=self.steps,
+                            seed=self.seed,
+                        )
 
 
-def trained_or_read(root: Path, config: DictionaryConfig, train: Activations, run: dict, context: int,
-                    progress: bool):
+def trained_or_read(root: Path, config: DictionaryConfig, train: Activations, run: dict, context: int, progress: bool):
     found = store.reusable(root, config, run)
     if found is not None:
         return found
-    torch.manual_seed(config.seed)   # nothing else draws, but keep the global state out of it
+    torch.manual_seed(config.seed)  # nothing else draws, but keep the global state out of it
     dictionary = train_dictionary(train.values[config.hook_in], train.values[config.hook_out], config, progress)
     store.save(root, dictionary, run, context)
     return dictionary
 
 
-def graded(label: str, grid: Grid, root: Path, train: Activations, held: Activations, d_model: int,
-           variables_at, run: dict, context: int, split: str, progress: bool) -> list[DictionaryGrade]:
+def graded(
+    label: str,
+    grid: Grid,
+    root: Path,
+    train: Activations,
+    held: Activations,
+    d_model: int,
+    variables_at,
+    run: dict,
+    context: int,
+    split: str,
+    progress: bool,
+) -> list[DictionaryGrade]:
     out, linear = [], {}
     for config in grid.configs(d_model):
         dictionary = trained_or_read(root, config, train, run, context, progress)
         variables, x_out = variables_at(config), held.values[config.hook_out]
         if config.hook_out not in linear:
             linear[config.hook_out] = linear_presence(variables, x_out)
-        out.append(grade(label, dictionary, held.values[config.hook_in], x_out, variables, split,
-                         linear=linear[config.hook_out]))
+        out.append(
+            grade(
+                label, dictionary, held.values[config.hook_in], x_out, variables, split, linear=linear[config.hook_out]
+            )
+        )
     return out
 
 
@@ -78,8 +100,19 @@ def run_grades(run, grid: Grid, root: Path, progress: bool = True) -> list[Dicti
     train_acts = collect(model, train.inputs, train.real_positions(), names)
     held_acts = collect(model, held.inputs, held.real_positions(), names)
     variables = task_variables(held, held_acts, run.config["vocabulary"])
-    return graded(f"{run.model_name} seed {run.seed}", grid, root, train_acts, held_acts, run.spec.d_model,
-                  lambda config: variables, store.run_identity(run.config), run.spec.n_ctx, "heldout", progress)
+    return graded(
+        f"{run.model_name} seed {run.seed}",
+        grid,
+        root,
+        train_acts,
+        held_acts,
+        run.spec.d_model,
+        lambda config: variables,
+        store.run_identity(run.config),
+        run.spec.n_ctx,
+        "heldout",
+        progress,
+    )
 
 
 @dataclass(frozen=True)
@@ -88,7 +121,7 @@ class TracedRun:
     variable on the held-out split (what the circuit's nodes are read as)."""
 
     circuit: FeatureCircuit
-    matches: dict   # layer -> [(variable, MCC)] per feature
+    matches: dict  # layer -> [(variable, MCC)] per feature
 
 
 def run_circuit(run, grid: Grid, root: Path, pairs: int = PAIRS) -> TracedRun | None:
@@ -127,11 +160,25 @@ def tracr_grades(name: str, grid: Grid, root: Path, progress: bool = True) -> li
     def variables_at(config: DictionaryConfig) -> list[Variable]:
         return cache.setdefault(config.hook_in, tracr_variables(acts.values[config.hook_in], compiled.residual_labels))
 
-    identity = {"run_sha256": canonical_sha256({"config": compiled.config, "labels": list(compiled.residual_labels)}),
-                "weights_sha256": canonical_sha256({k: v.tolist() for k, v in sorted(compiled.state.items())}),
-                "model_name": f"tracr-{name}", "seed": 0}
-    return graded(f"tracr {name}", grid, root, acts, acts, compiled.config["d_model"], variables_at, identity,
-                  compiled.config["n_ctx"], "domain (also trained on)", progress)
+    identity = {
+        "run_sha256": canonical_sha256({"config": compiled.config, "labels": list(compiled.residual_labels)}),
+        "weights_sha256": canonical_sha256({k: v.tolist() for k, v in sorted(compiled.state.items())}),
+        "model_name": f"tracr-{name}",
+        "seed": 0,
+    }
+    return graded(
+        f"tracr {name}",
+        grid,
+        root,
+        acts,
+        acts,
+        compiled.config["d_model"],
+        variables_at,
+        identity,
+        compiled.config["n_ctx"],
+        "domain (also trained on)",
+        progress,
+    )
 
 
 def tracr_sites(name: str) -> tuple[Site, ...]:

@@ -24,8 +24,11 @@ def splice_hooks(dictionary: Dictionary, error_node: bool = True) -> list:
         recon = dictionary.decode(dictionary.encode(seen.get("in", value).float())).to(value.dtype)
         return recon + (value - recon) if error_node else recon
 
-    return [(config.hook_out, replace)] if config.hook_in == config.hook_out else \
-        [(config.hook_in, keep_input), (config.hook_out, replace)]
+    return (
+        [(config.hook_out, replace)]
+        if config.hook_in == config.hook_out
+        else [(config.hook_in, keep_input), (config.hook_out, replace)]
+    )
 
 
 @torch.no_grad()

@@ -29,7 +29,7 @@ from probes.features.dictionary import Dictionary, DictionaryConfig
 CFG = "cfg.json"
 WEIGHTS = "sae_weights.safetensors"
 FORMAT = "toylens-dictionary/1"
-SAE_LENS_LAYOUT = "6.54.12"   # the SAELens release whose cfg.json layout this follows (checked by hand)
+SAE_LENS_LAYOUT = "6.54.12"  # the SAELens release whose cfg.json layout this follows (checked by hand)
 NAMES = ("W_enc", "b_enc", "W_dec", "b_dec")
 FIX = "delete the folder and train the dictionary again (toylens features RUNS_DIR)"
 
@@ -39,20 +39,38 @@ def folder_of(root: Path, config: DictionaryConfig) -> Path:
 
 
 def run_identity(run_config: dict) -> dict:
-    return {"run_sha256": run_config["run_sha256"], "weights_sha256": run_config["weights_sha256"],
-            "model_name": run_config["model_name"], "seed": run_config["seed"]}
+    return {
+        "run_sha256": run_config["run_sha256"],
+        "weights_sha256": run_config["weights_sha256"],
+        "model_name": run_config["model_name"],
+        "seed": run_config["seed"],
+    }
 
 
 def sae_lens_cfg(dictionary: Dictionary, run: dict, context_size: int) -> dict:
     config = dictionary.config
     return {
-        "architecture": "topk", "d_in": config.d_in, "d_sae": config.d_sae, "k": config.k,
-        "dtype": "float32", "device": "cpu", "apply_b_dec_to_input": config.kind == "sae",
-        "normalize_activations": "none", "reshape_activations": "none", "rescale_acts_by_decoder_norm": False,
-        "metadata": {"sae_lens_version": SAE_LENS_LAYOUT, "sae_lens_training_version": None,
-                     "model_name": run["model_name"], "hook_name": config.hook_in,
-                     "hook_name_out": config.hook_out, "hook_head_index": None, "prepend_bos": False,
-                     "context_size": context_size, "dataset_path": None},
+        "architecture": "topk",
+        "d_in": config.d_in,
+        "d_sae": config.d_sae,
+        "k": config.k,
+        "dtype": "float32",
+        "device": "cpu",
+        "apply_b_dec_to_input": config.kind == "sae",
+        "normalize_activations": "none",
+        "reshape_activations": "none",
+        "rescale_acts_by_decoder_norm": False,
+        "metadata": {
+            "sae_lens_version": SAE_LENS_LAYOUT,
+            "sae_lens_training_version": None,
+            "model_name": run["model_name"],
+            "hook_name": config.hook_in,
+            "hook_name_out": config.hook_out,
+            "hook_head_index": None,
+            "prepend_bos": False,
+            "context_size": context_size,
+            "dataset_path": None,
+        },
     }
 
 
@@ -61,9 +79,17 @@ def save(root: Path, dictionary: Dictionary, run: dict, context_size: int) -> Pa
     folder = folder_of(root, dictionary.config)
     weights = folder / WEIGHTS
     save_tensors(weights, {name: dictionary.weights[name] for name in NAMES}, {"format": FORMAT})
-    payload = {**sae_lens_cfg(dictionary, run, context_size),
-               "toylens": {"format": FORMAT, "dictionary": dictionary.config.to_dict(), "run": run,
-                           "fvu": dictionary.fvu, "dead": dictionary.dead, "weights_sha256": sha256_file(weights)}}
+    payload = {
+        **sae_lens_cfg(dictionary, run, context_size),
+        "toylens": {
+            "format": FORMAT,
+            "dictionary": dictionary.config.to_dict(),
+            "run": run,
+            "fvu": dictionary.fvu,
+            "dead": dictionary.dead,
+            "weights_sha256": sha256_file(weights),
+        },
+    }
     write_json(folder / CFG, {**payload, "sha256": canonical_sha256(payload)})
     return folder
 
@@ -81,8 +107,10 @@ def load(folder: Path, run: dict | None = None) -> Dictionary:
     if sha256_file(folder / WEIGHTS) != mine.get("weights_sha256"):
         raise UsageError(f"{folder / WEIGHTS} is not the file {CFG} was written with (SHA-256 differs); {FIX}")
     if run is not None and mine["run"] != run:
-        raise UsageError(f"{folder} was trained on another run ({mine['run']['run_sha256'][:12]}, not "
-                         f"{run['run_sha256'][:12]}: retrained or copied); {FIX}")
+        raise UsageError(
+            f"{folder} was trained on another run ({mine['run']['run_sha256'][:12]}, not "
+            f"{run['run_sha256'][:12]}: retrained or copied); {FIX}"
+        )
     try:
         config = DictionaryConfig.from_dict(mine["dictionary"])
     except TypeError as error:
@@ -93,13 +121,20 @@ def load(folder: Path, run: dict | None = None) -> Dictionary:
 
 
 def check_shapes(folder: Path, tensors: dict, config: DictionaryConfig) -> None:
-    shapes = {"W_enc": (config.d_in, config.d_sae), "b_enc": (config.d_sae,),
-              "W_dec": (config.d_sae, config.d_out), "b_dec": (config.d_out,)}
+    shapes = {
+        "W_enc": (config.d_in, config.d_sae),
+        "b_enc": (config.d_sae,),
+        "W_dec": (config.d_sae, config.d_out),
+        "b_dec": (config.d_out,),
+    }
     if set(tensors) != set(NAMES):
         raise UsageError(f"{folder / WEIGHTS} holds {sorted(tensors)}, not {list(NAMES)}; {FIX}")
     for name, shape in shapes.items():
-        if tuple(tensors[name].shape) != shape or tensors[name].dtype != torch.float32 \
-                or not bool(torch.isfinite(tensors[name]).all()):
+        if (
+            tuple(tensors[name].shape) != shape
+            or tensors[name].dtype != torch.float32
+            or not bool(torch.isfinite(tensors[name]).all())
+        ):
             raise UsageError(f"{folder / WEIGHTS}: {name} is not finite float32 {shape}; {FIX}")
 
 

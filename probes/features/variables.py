@@ -25,7 +25,7 @@ from tasks.data import Batch
 
 MIN_COUNT = 5
 MAX_VALUES = 12
-TRACR_ONE = 0.5   # a categorical Tracr dimension is exactly 0 or 1
+TRACR_ONE = 0.5  # a categorical Tracr dimension is exactly 0 or 1
 
 
 @dataclass(frozen=True)
@@ -34,9 +34,9 @@ class Variable:
     True are graded (scored positions for answers, foils and groups; every position for roles)."""
 
     name: str
-    kind: str                                   # answer | foil | group | role | tracr
-    labels: torch.Tensor = field(hash=False)    # [m] bool
-    counted: torch.Tensor = field(hash=False)   # [m] bool
+    kind: str  # answer | foil | group | role | tracr
+    labels: torch.Tensor = field(hash=False)  # [m] bool
+    counted: torch.Tensor = field(hash=False)  # [m] bool
 
     @property
     def positives(self) -> int:
@@ -95,5 +95,10 @@ def kept(variables: list[Variable]) -> list[Variable]:
 def tracr_variables(residual: torch.Tensor, labels: tuple[str, ...]) -> list[Variable]:
     """Tracr's categorical `variable:value` dimensions of `residual` [m, d_model] as variables."""
     everywhere = torch.ones(residual.shape[0], dtype=torch.bool)
-    return kept([Variable(label, "tracr", residual[:, i] > TRACR_ONE, everywhere)
-                 for i, label in enumerate(labels) if ":" in label])
+    return kept(
+        [
+            Variable(label, "tracr", residual[:, i] > TRACR_ONE, everywhere)
+            for i, label in enumerate(labels)
+            if ":" in label
+        ]
+    )

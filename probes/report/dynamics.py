@@ -11,18 +11,38 @@ from common.cli import Parser, UsageError, run_cli
 from models.components import Head
 from probes.dynamics import JSON, Dynamics, runs_dynamics
 
+
 def dynamics_table(results: list[Dynamics]) -> str:
     from probes.report.render import table
 
     rows = []
     for d in results:
         first, last = d.points[0], d.points[-1]
-        rows.append([d.model_name, d.seed, d.phase_change_step if d.phase_change_step is not None else "none",
-                     f"{first.scored_loss:.2f} -> {last.scored_loss:.2f}",
-                     f"{last.scored_accuracy:.1%}", f"{last.other_loss:.2f}", f"{last.other_accuracy:.1%}",
-                     f"{max(max(r) for r in last.induction):.2f}"])
-    return table(["model", "seed", "phase change", "scored loss", "scored acc", "other loss", "other acc",
-                  "best induction score"], rows)
+        rows.append(
+            [
+                d.model_name,
+                d.seed,
+                d.phase_change_step if d.phase_change_step is not None else "none",
+                f"{first.scored_loss:.2f} -> {last.scored_loss:.2f}",
+                f"{last.scored_accuracy:.1%}",
+                f"{last.other_loss:.2f}",
+                f"{last.other_accuracy:.1%}",
+                f"{max(max(r) for r in last.induction):.2f}",
+            ]
+        )
+    return table(
+        [
+            "model",
+            "seed",
+            "phase change",
+            "scored loss",
+            "scored acc",
+            "other loss",
+            "other acc",
+            "best induction score",
+        ],
+        rows,
+    )
 
 
 def dynamics_frame(results: list[Dynamics]):
@@ -61,8 +81,10 @@ def plot_dynamics(results: list[Dynamics]):
             if d.phase_change_step is not None:
                 ax.axvline(d.phase_change_step, color="gray", linestyle="--", linewidth=1)
             ax.set_ylabel(label)
-            ax.set_title(f"{d.model_name} seed {d.seed}" + (f": phase change ~{d.phase_change_step}"
-                                                           if col == 0 and d.phase_change_step else ""))
+            ax.set_title(
+                f"{d.model_name} seed {d.seed}"
+                + (f": phase change ~{d.phase_change_step}" if col == 0 and d.phase_change_step else "")
+            )
             ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     return fig
@@ -119,8 +141,10 @@ def dynamics_command(runs_dir: Path) -> None:
 def main(argv=None) -> None:
     from common.cli import folder_path
 
-    parser = Parser(prog="toylens dynamics",
-                    description="Replay training snapshots: scored vs other loss, head scores, phase change.")
+    parser = Parser(
+        prog="toylens dynamics",
+        description="Replay training snapshots: scored vs other loss, head scores, phase change.",
+    )
     parser.add_argument("runs_dir", type=folder_path, nargs="?", default=Path("runs/induction"))
     args = parser.parse_args(argv)
     run_cli(dynamics_command, args.runs_dir)

@@ -15,16 +15,16 @@ from common.figure import Figure
 from models.components import Head
 
 
-LABEL_CHARS = 22   # longest tick label drawn whole; longer ones keep their start and end
+LABEL_CHARS = 22  # longest tick label drawn whole; longer ones keep their start and end
 TICK_POINTS = 7
-CHAR_WIDTH = 0.6   # a character's width as a share of the font size (DejaVu Sans, measured on labels here)
+CHAR_WIDTH = 0.6  # a character's width as a share of the font size (DejaVu Sans, measured on labels here)
 
 
 def short_labels(labels: list[str], limit: int = LABEL_CHARS) -> list[str]:
     """Labels cut in the middle to `limit` characters, so two that start alike ("attends referent",
     "attends referent noun") still differ by their ends; whole when cutting would make two equal."""
     keep = (limit - 1) // 2
-    cut = [label if len(label) <= limit else f"{label[:keep]}…{label[-(limit - 1 - keep):]}" for label in labels]
+    cut = [label if len(label) <= limit else f"{label[:keep]}…{label[-(limit - 1 - keep) :]}" for label in labels]
     return cut if len(set(cut)) == len(set(labels)) else list(labels)
 
 
@@ -53,8 +53,13 @@ def draw_attention(ax, result, labels=None, group: str = "all", title: str | Non
     """Mean attention row at the scored positions, one row per head (result: ScoredAttention)."""
     mean = result.mean[group]
     n_layers, n_heads, width = mean.shape
-    heatmap(ax, mean.reshape(n_layers * n_heads, width).numpy(), labels or result.labels,
-            head_rows(n_layers, n_heads), "attention")
+    heatmap(
+        ax,
+        mean.reshape(n_layers * n_heads, width).numpy(),
+        labels or result.labels,
+        head_rows(n_layers, n_heads),
+        "attention",
+    )
     fitted_title(ax, title or f"attention at scored positions ({group}, {result.rows[group]} rows)")
     ax.set_xlabel("key position")
 
@@ -80,8 +85,9 @@ def example_attention_figure(view, heads=None):
     fig = Figure(figsize=(max(6, 0.4 * width + 2), 1.0 + (0.35 * len(shown) + 0.8) * n_scored), layout="constrained")
     axes = fig.subplots(n_scored, 1, squeeze=False)
     for ax, rows, position in zip(axes[:, 0], view.rows, view.positions):
-        heatmap(ax, rows.reshape(n_layers * n_heads, width)[shown].numpy(), labels, [names[i] for i in shown],
-                "attention")
+        heatmap(
+            ax, rows.reshape(n_layers * n_heads, width)[shown].numpy(), labels, [names[i] for i in shown], "attention"
+        )
         fitted_title(ax, f"example {view.example}, query p{position} {view.tokens[position]!r} (0 = none, 1 = all)", 9)
         ax.set_xlabel("key: token [role]")
     return fig
@@ -89,7 +95,7 @@ def example_attention_figure(view, heads=None):
 
 def draw_patching(ax, patching, labels) -> None:
     """Share of the clean - corrupt gap restored by each head's output at each position."""
-    recovered = patching.recovered(patching.head_out)            # [layer, pos, head]
+    recovered = patching.recovered(patching.head_out)  # [layer, pos, head]
     n_layers, width, n_heads = recovered.shape
     grid = recovered.permute(0, 2, 1).reshape(n_layers * n_heads, width).numpy()
     heatmap(ax, grid, labels, head_rows(n_layers, n_heads), "recovered", "RdBu", -1, 1)
@@ -98,8 +104,9 @@ def draw_patching(ax, patching, labels) -> None:
 
 def draw_residual(ax, patching, labels) -> None:
     recovered = patching.recovered(patching.resid_pre).numpy()
-    heatmap(ax, recovered, labels, [f"before block {l + 1}" for l in range(recovered.shape[0])],
-            "recovered", "RdBu", -1, 1)
+    heatmap(
+        ax, recovered, labels, [f"before block {l + 1}" for l in range(recovered.shape[0])], "recovered", "RdBu", -1, 1
+    )
     fitted_title(ax, "activation patching: residual stream restored")
 
 
@@ -125,13 +132,27 @@ def draw_roles(ax, view) -> None:
     roles = list(view.roles)
     attention = view.attention[SCORED]
     n_layers, n_heads = next(iter(attention.values())).shape
-    cells = [[float(attention[r][l, h]) if r in attention else float("nan") for r in roles]
-             + [float(view.recovered[r][l, h]) if r in view.recovered else float("nan") for r in roles]
-             for l in range(n_layers) for h in range(n_heads)]
-    heatmap(ax, torch.tensor(cells).numpy(), [f"attends {r}" for r in roles] + [f"patched at {r}" for r in roles],
-            head_rows(n_layers, n_heads), "mass / share of the gap", vmin=0.0, vmax=1.0)
-    fitted_title(ax, f"by role: attention from the scored position ({view.rows} examples) and patching at each "
-                 f"pair's own role position ({view.pairs} pairs); 0 = none, 1 = all", 9)
+    cells = [
+        [float(attention[r][l, h]) if r in attention else float("nan") for r in roles]
+        + [float(view.recovered[r][l, h]) if r in view.recovered else float("nan") for r in roles]
+        for l in range(n_layers)
+        for h in range(n_heads)
+    ]
+    heatmap(
+        ax,
+        torch.tensor(cells).numpy(),
+        [f"attends {r}" for r in roles] + [f"patched at {r}" for r in roles],
+        head_rows(n_layers, n_heads),
+        "mass / share of the gap",
+        vmin=0.0,
+        vmax=1.0,
+    )
+    fitted_title(
+        ax,
+        f"by role: attention from the scored position ({view.rows} examples) and patching at each "
+        f"pair's own role position ({view.pairs} pairs); 0 = none, 1 = all",
+        9,
+    )
 
 
 def run_figure(analysis):
@@ -149,7 +170,7 @@ def run_figure(analysis):
     width = max(7, 0.4 * len(analysis.labels) + 3)
     fig = Figure(figsize=(width, sum(heights)))
     axes = fig.subplots(len(heights), 1, gridspec_kw={"height_ratios": heights}, squeeze=False)[:, 0]
-    fig.subplots_adjust(left=0.16, right=0.92)   # before drawing: titles fold to the axes' width
+    fig.subplots_adjust(left=0.16, right=0.92)  # before drawing: titles fold to the axes' width
     draw_attention_groups(axes[0], analysis.attention, analysis.labels)
     if analysis.circuit is not None:
         draw_patching(axes[1], analysis.patching, analysis.labels)
@@ -164,6 +185,7 @@ def run_figure(analysis):
 def fit_margins(fig, axes, heights: list[float]) -> None:
     """Make room, in inches, above each panel for its title and below it for its rotated tick
     labels and axis label, growing the figure by that much (fixed fractions clipped them)."""
+
     def label_inches(ax) -> float:
         longest = max((len(t.get_text()) for t in ax.get_xticklabels()), default=0)
         return longest * TICK_POINTS * CHAR_WIDTH / 72 + (0.25 if ax.get_xlabel() else 0.0) + 0.15
@@ -175,7 +197,7 @@ def fit_margins(fig, axes, heights: list[float]) -> None:
     below = [label_inches(ax) for ax in axes]
     # One gap for all (a grid spaces its rows alike): the widest pair of labels below and title above.
     gap = max((b + a for b, a in zip(below[:-1], above[1:])), default=0.0)
-    top, bottom = above[0] + 0.45, below[-1]       # 0.45: the suptitle
+    top, bottom = above[0] + 0.45, below[-1]  # 0.45: the suptitle
     total = sum(heights) + gap * (len(heights) - 1) + top + bottom
     fig.set_figheight(total)
     fig.subplots_adjust(top=1 - top / total, bottom=bottom / total, hspace=gap / (sum(heights) / len(heights)))

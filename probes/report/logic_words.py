@@ -4,12 +4,11 @@ counterfactual run, 1 = the clean run)."""
 
 from __future__ import annotations
 
-from probes.circuits.logic import (NEEDED, PATH_CARRIES, SUFFICES, Logic, Path, Relation,
-                                   RelationKind)
+from probes.circuits.logic import NEEDED, PATH_CARRIES, SUFFICES, Logic, Path, Relation, RelationKind
 from probes.report.words import pct
 
-SHOWN_RELATIONS = 6   # sentences per run; every relation is in report.json
-SHOWN_BRANCHES = 4    # an OR's branches named in a sentence or cell
+SHOWN_RELATIONS = 6  # sentences per run; every relation is in report.json
+SHOWN_BRANCHES = 4  # an OR's branches named in a sentence or cell
 ORDER = (RelationKind.OR, RelationKind.PARTIAL_OR, RelationKind.AND, RelationKind.NECESSARY, RelationKind.SERIES)
 
 
@@ -35,37 +34,50 @@ def short_path(path: Path) -> str:
 def relation_sentence(r: Relation) -> str:
     if r.kind is RelationKind.SERIES:
         links = ", ".join(f"without {c} {pct(w)}" for c, w in zip(r.parts[0], r.without))
-        return (f"in series {' -> '.join(map(str, r.parts[0]))}: each link is needed (the minimal set keeps "
-                f"{pct(r.together)}; {links})")
+        return (
+            f"in series {' -> '.join(map(str, r.parts[0]))}: each link is needed (the minimal set keeps "
+            f"{pct(r.together)}; {links})"
+        )
     if r.kind is RelationKind.AND:
-        return (f"AND: {names(c for part in r.parts for c in part)} are jointly needed: each alone (the others "
-                f"knocked out) keeps {', '.join(pct(a) for a in r.alone)}, below the {pct(SUFFICES)} that suffices, "
-                f"together {pct(r.together)}")
+        return (
+            f"AND: {names(c for part in r.parts for c in part)} are jointly needed: each alone (the others "
+            f"knocked out) keeps {', '.join(pct(a) for a in r.alone)}, below the {pct(SUFFICES)} that suffices, "
+            f"together {pct(r.together)}"
+        )
     if r.kind is RelationKind.OR:
         shown = r.parts[:SHOWN_BRANCHES]
         more = f" and {len(r.parts) - len(shown)} more branches" if len(r.parts) > len(shown) else ""
-        return (f"OR: {' | '.join(branch(b) for b in shown)}{more} are alternatives: each branch suffices alone "
-                f"(keeps {', '.join(pct(a) for a in r.alone[:SHOWN_BRANCHES])}, at least {pct(SUFFICES)}), all of "
-                f"them {pct(r.together)}")
+        return (
+            f"OR: {' | '.join(branch(b) for b in shown)}{more} are alternatives: each branch suffices alone "
+            f"(keeps {', '.join(pct(a) for a in r.alone[:SHOWN_BRANCHES])}, at least {pct(SUFFICES)}), all of "
+            f"them {pct(r.together)}"
+        )
     if r.kind is RelationKind.PARTIAL_OR:
         (spare,), (backed,) = r.parts
-        return (f"partial OR: {spare} is a partial backup of {backed}: with {backed} knocked out it keeps "
-                f"{pct(r.alone[0])} (it adds at least {pct(NEEDED)} there), with {backed} "
-                f"{pct(r.alone[1])}, both {pct(r.together)}")
+        return (
+            f"partial OR: {spare} is a partial backup of {backed}: with {backed} knocked out it keeps "
+            f"{pct(r.alone[0])} (it adds at least {pct(NEEDED)} there), with {backed} "
+            f"{pct(r.alone[1])}, both {pct(r.together)}"
+        )
     without = ", ".join(f"without {c} {pct(w)}" for c, w in zip(r.parts[0], r.without))
     return f"{names(r.parts[0])} {'is' if len(r.parts[0]) == 1 else 'are'} in every minimal set: necessary ({without})"
 
 
 def basis(logic: Logic) -> str:
     n = len(logic.components)
-    search = (f"every one of the 2^{n} subsets" if logic.exhaustive else
-              f"a bounded search beyond {logic.limit} components: greedy removal from the whole and from the whole "
-              f"without each member of a set found, {logic.sets_measured} sets; its sets are minimal against "
-              f"removing any one member")
-    return (f"logic of {n} heads and MLPs on {logic.pairs} pairs (measured: {search}; each component outside a "
-            f"set given its counterfactual output; a set suffices at {pct(SUFFICES)} of the gap): "
-            f"{len(logic.minimal_sets)} minimal sufficient set(s): "
-            + "; ".join("{" + ", ".join(map(str, sorted(s, key=str))) + "}" for s in logic.minimal_sets))
+    search = (
+        f"every one of the 2^{n} subsets"
+        if logic.exhaustive
+        else f"a bounded search beyond {logic.limit} components: greedy removal from the whole and from the whole "
+        f"without each member of a set found, {logic.sets_measured} sets; its sets are minimal against "
+        f"removing any one member"
+    )
+    return (
+        f"logic of {n} heads and MLPs on {logic.pairs} pairs (measured: {search}; each component outside a "
+        f"set given its counterfactual output; a set suffices at {pct(SUFFICES)} of the gap): "
+        f"{len(logic.minimal_sets)} minimal sufficient set(s): "
+        + "; ".join("{" + ", ".join(map(str, sorted(s, key=str))) + "}" for s in logic.minimal_sets)
+    )
 
 
 def path_sentence(logic: Logic) -> str:
@@ -73,13 +85,18 @@ def path_sentence(logic: Logic) -> str:
     if carrying:
         shown = carrying[:3]
         more = f" and {len(carrying) - len(shown)} more" if len(carrying) > len(shown) else ""
-        return ("main path" + ("s" if len(carrying) > 1 else "") + f" (each keeps at least {pct(PATH_CARRIES)} of the "
-                "gap on its own, with the raw embeddings its components read): "
-                + "; ".join(f"{path_text(p)} ({pct(p.effect)})" for p in shown) + more)
+        return (
+            "main path" + ("s" if len(carrying) > 1 else "") + f" (each keeps at least {pct(PATH_CARRIES)} of the "
+            "gap on its own, with the raw embeddings its components read): "
+            + "; ".join(f"{path_text(p)} ({pct(p.effect)})" for p in shown)
+            + more
+        )
     if logic.paths:
         best = logic.paths[0]
-        return (f"no single path through the circuit keeps {pct(PATH_CARRIES)} of the gap on its own (the strongest, "
-                f"{path_text(best)}, keeps {pct(best.effect)}): the answer needs several paths together")
+        return (
+            f"no single path through the circuit keeps {pct(PATH_CARRIES)} of the gap on its own (the strongest, "
+            f"{path_text(best)}, keeps {pct(best.effect)}): the answer needs several paths together"
+        )
     return "the circuit has no path from the embeddings to the logits"
 
 
@@ -111,10 +128,22 @@ def mechanism_cell(logic: Logic | None) -> str:
 
 
 def logic_json(logic: Logic) -> dict:
-    return {"components": [str(c) for c in logic.components], "exhaustive": logic.exhaustive,
-            "sets_measured": logic.sets_measured, "pairs": logic.pairs, "suffices": SUFFICES,
-            "minimal_sets": [sorted(map(str, s)) for s in logic.minimal_sets],
-            "relations": [{"kind": r.kind.value, "parts": [[str(c) for c in p] for p in r.parts],
-                           "alone": list(r.alone), "together": r.together, "without": list(r.without)}
-                          for r in logic.relations],
-            "paths": [{"path": path_text(p), "effect": p.effect} for p in logic.paths]}
+    return {
+        "components": [str(c) for c in logic.components],
+        "exhaustive": logic.exhaustive,
+        "sets_measured": logic.sets_measured,
+        "pairs": logic.pairs,
+        "suffices": SUFFICES,
+        "minimal_sets": [sorted(map(str, s)) for s in logic.minimal_sets],
+        "relations": [
+            {
+                "kind": r.kind.value,
+                "parts": [[str(c) for c in p] for p in r.parts],
+                "alone": list(r.alone),
+                "together": r.together,
+                "without": list(r.without),
+            }
+            for r in logic.relations
+        ],
+        "paths": [{"path": path_text(p), "effect": p.effect} for p in logic.paths],
+    }

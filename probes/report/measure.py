@@ -56,17 +56,34 @@ def views_section(measured: list[MeasuredRun], settings: ReportSettings) -> Sect
     (probes.report.words.views_agree): the same or each difference with both numbers."""
     from probes.report.words import views_agree
 
-    found = [(m, views_agree(m.results["runs"], m.results["edge_circuits"].result, settings)) for m in measured
-             if getattr(m.results.get("runs"), "circuit", None) is not None
-             and m.results.get("edge_circuits") is not None
-             and settings.traces(m.results["edge_circuits"].result.oracle.gap)]
+    found = [
+        (m, views_agree(m.results["runs"], m.results["edge_circuits"].result, settings))
+        for m in measured
+        if getattr(m.results.get("runs"), "circuit", None) is not None
+        and m.results.get("edge_circuits") is not None
+        and settings.traces(m.results["edge_circuits"].result.oracle.gap)
+    ]
     if not found:
         return None
     lines = [f"{m.model_name} seed {m.seed}: {agreement.words}" for m, agreement in found]
-    text = ("The summary's paths (path patching: the sender's clean write restored into the counterfactual run, "
-            "at every position and at one position) against the edge circuit's head-to-head edges (the exact "
-            "oracle: one edge given its counterfactual write), both at the claim of "
-            f"{settings.path_claim:.0%} of the gap:\n\n" + "\n".join(f"- {line}" for line in lines))
-    return Section("Head view and edge view", text, lines,
-                   [{"model_name": m.model_name, "seed": m.seed, "agree": a.agree, "head_view": list(a.head_view),
-                     "edge_view": list(a.edge_view)} for m, a in found])
+    text = (
+        "The summary's paths (path patching: the sender's clean write restored into the counterfactual run, "
+        "at every position and at one position) against the edge circuit's head-to-head edges (the exact "
+        "oracle: one edge given its counterfactual write), both at the claim of "
+        f"{settings.path_claim:.0%} of the gap:\n\n" + "\n".join(f"- {line}" for line in lines)
+    )
+    return Section(
+        "Head view and edge view",
+        text,
+        lines,
+        [
+            {
+                "model_name": m.model_name,
+                "seed": m.seed,
+                "agree": a.agree,
+                "head_view": list(a.head_view),
+                "edge_view": list(a.edge_view),
+            }
+            for m, a in found
+        ],
+    )

@@ -29,9 +29,9 @@ class RunContext:
     """One run as the report's parts see it. Parts read it and never modify what it holds."""
 
     run: Run
-    out: Path | None                # the report folder (figures go under it); None: draw none
+    out: Path | None  # the report folder (figures go under it); None: draw none
     settings: ReportSettings = DEFAULT
-    device: str | None = None       # where the model runs (None: the CPU); results come back to the CPU
+    device: str | None = None  # where the model runs (None: the CPU); results come back to the CPU
 
     @cached_property
     def model(self):
@@ -105,27 +105,28 @@ class RunContext:
         from probes.circuits.named import edge_circuit
 
         expected = self.run.task.expected_circuit(self.run.model_name, self.spec)
-        return edge_circuit(self.model, self.pairs, self.edge_graph, compare_methods=False, expected=expected,
-                            runs=self.edge_runs)
+        return edge_circuit(
+            self.model, self.pairs, self.edge_graph, compare_methods=False, expected=expected, runs=self.edge_runs
+        )
 
 
 @dataclass(frozen=True)
 class Section:
     title: str
     markdown: str
-    summary: list[str]      # the part's sentences (report.json; printed with --verbose)
-    data: object            # JSON-able numbers behind the markdown
+    summary: list[str]  # the part's sentences (report.json; printed with --verbose)
+    data: object  # JSON-able numbers behind the markdown
     # What the part adds to the summary tables (probes.report.summary): per run, short cells by
     # column; per model, one short line across its seeds; family-wide short notes.
-    cells: dict = field(default_factory=dict)           # (model_name, seed) -> {column: text}
-    across_seeds: dict = field(default_factory=dict)    # model_name -> text
+    cells: dict = field(default_factory=dict)  # (model_name, seed) -> {column: text}
+    across_seeds: dict = field(default_factory=dict)  # model_name -> text
     notes: list = field(default_factory=list)
 
 
 @dataclass(frozen=True)
 class Part:
-    key: str                                        # its entry in report.json
-    measure: Callable[[RunContext], object]         # one run -> typed result, or None
+    key: str  # its entry in report.json
+    measure: Callable[[RunContext], object]  # one run -> typed result, or None
     render: Callable[[list, Path, ReportSettings], Section | None]
 
 
@@ -133,7 +134,7 @@ class Part:
 class MeasuredRun:
     model_name: str
     seed: int
-    results: dict = field(default_factory=dict)     # part key -> its measure's result (None: not called for)
+    results: dict = field(default_factory=dict)  # part key -> its measure's result (None: not called for)
 
 
 def jsonable(value):

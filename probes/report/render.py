@@ -38,24 +38,63 @@ def folded_last_column(headers: list[str], rows: list[list], width: int) -> list
     return folded
 
 
-WIDTH = 120   # terminal lines are at most this long: prose is folded, long health notes go under the table
+WIDTH = 120  # terminal lines are at most this long: prose is folded, long health notes go under the table
 
 
 def accuracy_table(models) -> str:
-    headers = ["model", "seeds", "held-out", "pooled Wilson 95%", "seed range", "foil", "train", "n/seed",
-               "shuffle max|dlogit|"]
-    rows = [[m.model_name, len(m.seeds), f"{m.heldout.value:.1%}", wilson_text(pooled(m.runs)), seed_range(m),
-             pct(m.heldout_foil_rate.value, 1), f"{m.train.value:.1%}", m.runs[0].splits["heldout"].n,
-             shuffle_text(m.shuffle_max_logit_change)] for m in models]
-    per_seed = [[m.model_name, r.seed, percent(r.splits["heldout"].accuracy), r.steps, by_group(r.splits["heldout"]),
-                 health_flags(m, r.seed)] for m in models for r in m.runs]
-    legend = ("held-out: mean over seeds; pooled Wilson 95%: over every seed's held-out scored positions together "
-              "(how well the examples pin that mean down, not how another seed would do: the seed range shows "
-              "that); foil: the share answering the foil (wrong answer); train: mean over seeds")
-    return "\n".join([fold(legend), table(headers, rows, WIDTH), "", *(fold(line) + "\n" for line in health_lines(models)),
-                      "per seed (Wilson 95% CI over held-out scored positions, taken as independent):",
-                      table(["model", "seed", "held-out", "steps", "held-out by group", "health"], per_seed, WIDTH),
-                      *seed_notes(models)])
+    headers = [
+        "model",
+        "seeds",
+        "held-out",
+        "pooled Wilson 95%",
+        "seed range",
+        "foil",
+        "train",
+        "n/seed",
+        "shuffle max|dlogit|",
+    ]
+    rows = [
+        [
+            m.model_name,
+            len(m.seeds),
+            f"{m.heldout.value:.1%}",
+            wilson_text(pooled(m.runs)),
+            seed_range(m),
+            pct(m.heldout_foil_rate.value, 1),
+            f"{m.train.value:.1%}",
+            m.runs[0].splits["heldout"].n,
+            shuffle_text(m.shuffle_max_logit_change),
+        ]
+        for m in models
+    ]
+    per_seed = [
+        [
+            m.model_name,
+            r.seed,
+            percent(r.splits["heldout"].accuracy),
+            r.steps,
+            by_group(r.splits["heldout"]),
+            health_flags(m, r.seed),
+        ]
+        for m in models
+        for r in m.runs
+    ]
+    legend = (
+        "held-out: mean over seeds; pooled Wilson 95%: over every seed's held-out scored positions together "
+        "(how well the examples pin that mean down, not how another seed would do: the seed range shows "
+        "that); foil: the share answering the foil (wrong answer); train: mean over seeds"
+    )
+    return "\n".join(
+        [
+            fold(legend),
+            table(headers, rows, WIDTH),
+            "",
+            *(fold(line) + "\n" for line in health_lines(models)),
+            "per seed (Wilson 95% CI over held-out scored positions, taken as independent):",
+            table(["model", "seed", "held-out", "steps", "held-out by group", "health"], per_seed, WIDTH),
+            *seed_notes(models),
+        ]
+    )
 
 
 def fold(line: str, width: int = WIDTH) -> str:
@@ -106,7 +145,7 @@ def seed_notes(models) -> list[str]:
     return ["", "health notes:", *notes] if notes else []
 
 
-MAX_GROUPS_SHOWN = 6   # a task with more groups (e.g. one per sequence length) keeps them in summary.json
+MAX_GROUPS_SHOWN = 6  # a task with more groups (e.g. one per sequence length) keeps them in summary.json
 
 
 def by_group(split) -> str:
@@ -136,8 +175,10 @@ def health_lines(models) -> list[str]:
         if m.collapsed:
             seeds = ", ".join(str(seed) for seed in m.collapsed)
             kept = [r for r in m.runs if r.seed not in m.collapsed]
-            lines.append(f"{m.model_name}: {len(m.collapsed)} of {len(m.seeds)} seeds collapsed (seed {seeds}); "
-                         f"held-out mean with them {seeds_text(m, m.runs)}, without them {seeds_text(m, kept)}")
+            lines.append(
+                f"{m.model_name}: {len(m.collapsed)} of {len(m.seeds)} seeds collapsed (seed {seeds}); "
+                f"held-out mean with them {seeds_text(m, m.runs)}, without them {seeds_text(m, kept)}"
+            )
         if m.suspect:
             lines.append(f"{m.model_name}: " + "; ".join(f"seed {seed} {note}" for seed, note in m.suspect.items()))
         if m.budget_limited:
@@ -160,9 +201,11 @@ def budget_line(model) -> str:
     for seed, reason in model.budget_limited.items():
         by_reason.setdefault(reason, []).append(seed)
     reasons = "; ".join(f"seed {', '.join(map(str, seeds))} {reason}" for reason, seeds in by_reason.items())
-    return (f"{model.model_name}: {len(model.budget_limited)} of {len(model.seeds)} seeds budget-limited ({reasons}); "
-            "their accuracy and circuits may be the budget's, not the model's: rerun with more --steps before "
-            "reading them as the model's")
+    return (
+        f"{model.model_name}: {len(model.budget_limited)} of {len(model.seeds)} seeds budget-limited ({reasons}); "
+        "their accuracy and circuits may be the budget's, not the model's: rerun with more --steps before "
+        "reading them as the model's"
+    )
 
 
 def md_table(headers: list[str], rows: list[list]) -> str:

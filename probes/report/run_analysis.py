@@ -30,20 +30,20 @@ if TYPE_CHECKING:
 class Basis:
     """The examples the run's numbers were measured on."""
 
-    heldout: int            # examples in the held-out split
-    ablation: int           # held-out examples every ablation number is measured on
-    train: int              # examples in the training split
-    reference: int          # training examples mean and resample ablation average over
-    pairs: int              # held-out counterfactual pairs for patching, path patching and the search
+    heldout: int  # examples in the held-out split
+    ablation: int  # held-out examples every ablation number is measured on
+    train: int  # examples in the training split
+    reference: int  # training examples mean and resample ablation average over
+    pairs: int  # held-out counterfactual pairs for patching, path patching and the search
 
 
 @dataclass(frozen=True)
 class NodeView:
     """Where patching shows a circuit head matters, and where it attends from there."""
 
-    node: str                               # the head and its kept positions (probes.circuits.search.where)
-    matters: list[tuple[int, float]]        # (position, share of the gap its output restores there), strongest first
-    attention: dict[int, dict[str, list]]   # position -> group (and "all") -> attention row over keys
+    node: str  # the head and its kept positions (probes.circuits.search.where)
+    matters: list[tuple[int, float]]  # (position, share of the gap its output restores there), strongest first
+    attention: dict[int, dict[str, list]]  # position -> group (and "all") -> attention row over keys
 
 
 @dataclass(frozen=True)
@@ -57,22 +57,22 @@ class RunAnalysis:
     spec: ModelSpec
     accuracy: RunAccuracy
     basis: Basis
-    note: str = ""                        # why no circuit was traced, if none was
-    attention: ScoredAttention | None = None   # ablation rows
+    note: str = ""  # why no circuit was traced, if none was
+    attention: ScoredAttention | None = None  # ablation rows
     pair: PairAttention | None = None
-    ablations: dict = None                # Ablation -> list[AblationResult] (head sweep, ablation rows)
-    patching: ActivationPatching | None = None   # pairs
-    paths: list = None                    # PathPatch, every head pair, all positions
-    path_positions: list = None           # PathPatch, circuit head pairs, one position at a time
+    ablations: dict = None  # Ablation -> list[AblationResult] (head sweep, ablation rows)
+    patching: ActivationPatching | None = None  # pairs
+    paths: list = None  # PathPatch, every head pair, all positions
+    path_positions: list = None  # PathPatch, circuit head pairs, one position at a time
     composition: Composition | None = None
     circuit: Circuit = None
-    circuit_ablation: AblationResult | None = None   # the circuit's heads mean-ablated (ablation rows)
-    node_views: list = None               # NodeView per circuit node
-    labels: list = None                   # key position labels
-    vocabulary: list = None               # token strings, for naming predictions
-    roles: RoleView | None = None         # for a task that names positions by role
-    figure: str | None = None             # its figure, relative to the report folder
-    mechanism: MechanismSignature | None = None   # the circuit up to relabelled heads (probes.circuits.signature)
+    circuit_ablation: AblationResult | None = None  # the circuit's heads mean-ablated (ablation rows)
+    node_views: list = None  # NodeView per circuit node
+    labels: list = None  # key position labels
+    vocabulary: list = None  # token strings, for naming predictions
+    roles: RoleView | None = None  # for a task that names positions by role
+    figure: str | None = None  # its figure, relative to the report folder
+    mechanism: MechanismSignature | None = None  # the circuit up to relabelled heads (probes.circuits.signature)
 
 
 def routes(paths: list, circuit: Circuit, floor: float) -> list:
@@ -119,8 +119,13 @@ def node_view(model, pairs, patching, head: Head, kept: tuple[int, ...] | None, 
 
 
 def basis(context) -> Basis:
-    return Basis(len(context.heldout), len(context.sample), len(context.batches["train"]),
-                 len(context.reference), len(context.pairs))
+    return Basis(
+        len(context.heldout),
+        len(context.sample),
+        len(context.batches["train"]),
+        len(context.reference),
+        len(context.pairs),
+    )
 
 
 def analyse_run(context) -> RunAnalysis:
@@ -131,8 +136,14 @@ def analyse_run(context) -> RunAnalysis:
     from probes.attention import role_view
 
     run, settings = context.run, context.settings
-    base = dict(model_name=run.model_name, seed=run.seed, path=str(run.path), spec=context.spec,
-                accuracy=context.accuracy, basis=basis(context))
+    base = dict(
+        model_name=run.model_name,
+        seed=run.seed,
+        path=str(run.path),
+        spec=context.spec,
+        accuracy=context.accuracy,
+        basis=basis(context),
+    )
     if context.spec.attention == Attention.UNIFORM:
         return RunAnalysis(**base, note="uniform attention: a bag of words has no circuit to trace")
     if context.spec.attention == Attention.NONE:
@@ -149,18 +160,29 @@ def analyse_run(context) -> RunAnalysis:
         return RunAnalysis(**base, note="the task declares no counterfactual pairs")
     model, sample, reference = context.model, context.sample, context.reference
     clean = clean_run(model, sample)
-    ablations = {method: head_ablation_sweep(model, sample, method, run.seed, reference, clean) for method in ABLATION_METHODS}
+    ablations = {
+        method: head_ablation_sweep(model, sample, method, run.seed, reference, clean) for method in ABLATION_METHODS
+    }
     patching = activation_patching(model, context.pairs)
-    analysis = RunAnalysis(**base, attention=scored_attention(model, sample, context.vocabulary),
-                           pair=pair_attention(model, context.heldout, 0, context.vocabulary),
-                           ablations=ablations, patching=patching,
-                           labels=position_labels(context.heldout.inputs, context.vocabulary),
-                           vocabulary=context.vocabulary, roles=role_view(model, sample, context.pairs, patching))
+    analysis = RunAnalysis(
+        **base,
+        attention=scored_attention(model, sample, context.vocabulary),
+        pair=pair_attention(model, context.heldout, 0, context.vocabulary),
+        ablations=ablations,
+        patching=patching,
+        labels=position_labels(context.heldout.inputs, context.vocabulary),
+        vocabulary=context.vocabulary,
+        roles=role_view(model, sample, context.pairs, patching),
+    )
     gap = patching.clean.metric - patching.corrupt.metric
     if not settings.traces(gap):
-        analysis = dataclasses.replace(analysis, note=(
-            f"clean minus counterfactual metric is only {gap:+.2f} (below {settings.min_gap:g} in size): the model "
-            "barely tells the pairs apart, so no share of that gap means much"))
+        analysis = dataclasses.replace(
+            analysis,
+            note=(
+                f"clean minus counterfactual metric is only {gap:+.2f} (below {settings.min_gap:g} in size): the model "
+                "barely tells the pairs apart, so no share of that gap means much"
+            ),
+        )
     else:
         analysis = dataclasses.replace(analysis, **trace_circuit(context, patching))
         analysis = dataclasses.replace(analysis, mechanism=run_mechanism(context, analysis))
@@ -197,8 +219,9 @@ def trace_circuit(context, patching) -> dict:
         **measured,
         composition=composition_scores(model, seed=seed) if model.cfg.n_layers > 1 else None,
         circuit_ablation=ablate(model, context.sample, circuit.heads, Ablation.MEAN, seed, context.reference),
-        node_views=[node_view(model, pairs, patching, head, kept, settings.matters)
-                    for head, kept in circuit.kept.items()],
+        node_views=[
+            node_view(model, pairs, patching, head, kept, settings.matters) for head, kept in circuit.kept.items()
+        ],
     )
 
 
@@ -209,13 +232,16 @@ def circuit_paths_measured(model, pairs, reference, patching, settings) -> dict:
     from probes.circuits.path_patching import PathTarget, path_patch_many, path_runs, path_sweep
 
     circuit = search_circuit(model, pairs, reference, patching, settings.circuit_target)
-    runs = path_runs(model, pairs) if model.cfg.n_layers > 1 else None       # both path patchings share them
+    runs = path_runs(model, pairs) if model.cfg.n_layers > 1 else None  # both path patchings share them
     paths = path_sweep(model, pairs, runs) if runs else []
-    targets = [PathTarget(p.sender, (position,), p.receiver, p.component)
-               for p in routes(paths, circuit, settings.route_floor)
-               for position in route_positions(patching, p.sender[0], pairs, settings.route_positions)]
-    return dict(circuit=circuit, paths=paths,
-                path_positions=path_patch_many(model, pairs, targets, runs) if targets else [])
+    targets = [
+        PathTarget(p.sender, (position,), p.receiver, p.component)
+        for p in routes(paths, circuit, settings.route_floor)
+        for position in route_positions(patching, p.sender[0], pairs, settings.route_positions)
+    ]
+    return dict(
+        circuit=circuit, paths=paths, path_positions=path_patch_many(model, pairs, targets, runs) if targets else []
+    )
 
 
 def draw_figure(analysis: RunAnalysis, out) -> str | None:
@@ -261,8 +287,9 @@ def snapshot_circuits(context, progress: bool = False) -> list[SnapshotCircuit]:
     steps = [(step, path) for step, path in snapshot_files(run.path) if step < final] + [(final, run.path / WEIGHTS)]
     entries = []
     try:
-        for step, path in tqdm(steps, desc=f"{run.model_name} seed {run.seed} snapshots", disable=not progress,
-                               leave=False):
+        for step, path in tqdm(
+            steps, desc=f"{run.model_name} seed {run.seed} snapshots", disable=not progress, leave=False
+        ):
             if step == final:
                 model.load_state_dict(own)
             else:
@@ -287,10 +314,18 @@ def snapshot_summary(context, step: int):
 
     run, model, pairs, settings = context.run, context.model, context.pairs, context.settings
     scored, sample = score_split(model, context.heldout)
-    accuracy = RunAccuracy(run.model_name, run.seed, str(run.path), step,
-                           {"heldout": split_accuracy(scored, sample.groups)}, math.nan)
-    analysis = RunAnalysis(run.model_name, run.seed, str(run.path), context.spec, accuracy, basis(context),
-                           labels=position_labels(context.heldout.inputs, context.vocabulary))
+    accuracy = RunAccuracy(
+        run.model_name, run.seed, str(run.path), step, {"heldout": split_accuracy(scored, sample.groups)}, math.nan
+    )
+    analysis = RunAnalysis(
+        run.model_name,
+        run.seed,
+        str(run.path),
+        context.spec,
+        accuracy,
+        basis(context),
+        labels=position_labels(context.heldout.inputs, context.vocabulary),
+    )
     gap = clean_gap(model, pairs)
     if settings.traces(gap):
         patching = activation_patching(model, pairs)
@@ -298,8 +333,11 @@ def snapshot_summary(context, step: int):
         analysis = dataclasses.replace(analysis, **circuit_paths_measured(model, pairs, reference, patching, settings))
         analysis = dataclasses.replace(analysis, mechanism=snapshot_mechanism(context, analysis))
     else:
-        analysis = dataclasses.replace(analysis, note=f"clean minus counterfactual metric {gap:+.2f} at step {step}: "
-                                                      f"below {settings.min_gap:g} in size, no circuit traced")
+        analysis = dataclasses.replace(
+            analysis,
+            note=f"clean minus counterfactual metric {gap:+.2f} at step {step}: "
+            f"below {settings.min_gap:g} in size, no circuit traced",
+        )
     return float(gap), summarise(analysis, "")
 
 
@@ -309,8 +347,11 @@ def snapshot_mechanism(context, analysis):
     from probes.circuits.named import edge_circuit
     from probes.report.edge_part import traceable
 
-    edges = edge_circuit(context.model, context.pairs, context.edge_graph, compare_methods=False) \
-        if traceable(context.spec) else None
+    edges = (
+        edge_circuit(context.model, context.pairs, context.edge_graph, compare_methods=False)
+        if traceable(context.spec)
+        else None
+    )
     return run_mechanism(context, analysis, edges)
 
 

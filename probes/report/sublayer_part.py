@@ -12,7 +12,7 @@ from probes.report.parts import RunContext, Section
 from probes.report.words import pct, verdict
 from probes.settings import ReportSettings
 
-DECODABLE = 0.95    # the probe's held-out accuracy from which the answer counts as readable there
+DECODABLE = 0.95  # the probe's held-out accuracy from which the answer counts as readable there
 
 
 def measure_sublayers(context: RunContext):
@@ -20,8 +20,11 @@ def measure_sublayers(context: RunContext):
 
     if context.spec.attention != Attention.SOFTMAX or not context.spec.residual:
         return None
-    return context.run.model_name, context.run.seed, sublayers(context.model, context.reference.batch,
-                                                              context.sample, context.reference)
+    return (
+        context.run.model_name,
+        context.run.seed,
+        sublayers(context.model, context.reference.batch, context.sample, context.reference),
+    )
 
 
 def mlp_words(result, settings: ReportSettings) -> list[str]:
@@ -29,8 +32,10 @@ def mlp_words(result, settings: ReportSettings) -> list[str]:
     for mlp in (m for m in result.mlps if m.method is Ablation.MEAN):
         word, numbers = verdict(result.intact, mlp.scores, settings)
         zero = next(m for m in result.mlps if m.layer == mlp.layer and m.method is Ablation.ZERO)
-        out.append(f"MLP{mlp.layer} {word}: mean-ablated it {numbers}; zero-ablated it keeps "
-                   f"{pct(zero.scores.accuracy)} accuracy")
+        out.append(
+            f"MLP{mlp.layer} {word}: mean-ablated it {numbers}; zero-ablated it keeps "
+            f"{pct(zero.scores.accuracy)} accuracy"
+        )
     return out
 
 
@@ -42,15 +47,21 @@ def profile_words(result, settings: ReportSettings) -> str:
     first = first_decodable(result)
     d0 = result.profile[0]
     steps = ", ".join(f"after {d.after} {pct(d.accuracy)}" for d in result.profile)
-    where = (f"decodable (>= {pct(DECODABLE)}) from after {first.after}" if first else
-             f"never decodable at {pct(DECODABLE)}")
-    text = (f"answer read by a linear probe (fit on {d0.train_rows} training rows, scored on {d0.heldout_rows} "
-            f"held-out positions, {d0.classes} answer tokens: chance {pct(1 / d0.classes)}): {steps}; {where}")
+    where = (
+        f"decodable (>= {pct(DECODABLE)}) from after {first.after}" if first else f"never decodable at {pct(DECODABLE)}"
+    )
+    text = (
+        f"answer read by a linear probe (fit on {d0.train_rows} training rows, scored on {d0.heldout_rows} "
+        f"held-out positions, {d0.classes} answer tokens: chance {pct(1 / d0.classes)}): {steps}; {where}"
+    )
     if first is None:
         return text
     stage = [d.after for d in result.profile].index(first.after)
-    later = [m for m in result.mlps if m.method is Ablation.MEAN
-             and [d.after for d in result.profile].index(f"MLP {m.layer}") >= stage]
+    later = [
+        m
+        for m in result.mlps
+        if m.method is Ablation.MEAN and [d.after for d in result.profile].index(f"MLP {m.layer}") >= stage
+    ]
     for mlp in later:
         word, _ = verdict(result.intact, mlp.scores, settings)
         role = "computes on it (needed)" if word == "needed" else f"amplifies or carries it ({word})"
@@ -63,13 +74,21 @@ def render_sublayers(results: list, out: Path, settings: ReportSettings) -> Sect
     for model_name, seed, result in results:
         words = [*mlp_words(result, settings), profile_words(result, settings)]
         lines.append(f"{model_name} seed {seed}: " + "; ".join(words))
-        data.append({"model_name": model_name, "seed": seed,
-                     "intact": vars(result.intact),
-                     "mlps": [{"layer": m.layer, "method": m.method.value, **vars(m.scores)} for m in result.mlps],
-                     "profile": [vars(d) for d in result.profile]})
-    intro = ("Each MLP's output replaced by its mean over the training reference rows at each position (or zero), "
-             "scored on the held-out ablation rows; verdicts by the block rule of Bases and scales. A linear probe "
-             "for the answer token after the embeddings and each sublayer (fit on training rows, scored held-out): "
-             "1 = the answer is linearly readable there.")
-    return Section("MLPs and where the answer appears", intro + "\n\n" + "\n".join(f"- {line}" for line in lines),
-                   lines, data)
+        data.append(
+            {
+                "model_name": model_name,
+                "seed": seed,
+                "intact": vars(result.intact),
+                "mlps": [{"layer": m.layer, "method": m.method.value, **vars(m.scores)} for m in result.mlps],
+                "profile": [vars(d) for d in result.profile],
+            }
+        )
+    intro = (
+        "Each MLP's output replaced by its mean over the training reference rows at each position (or zero), "
+        "scored on the held-out ablation rows; verdicts by the block rule of Bases and scales. A linear probe "
+        "for the answer token after the embeddings and each sublayer (fit on training rows, scored held-out): "
+        "1 = the answer is linearly readable there."
+    )
+    return Section(
+        "MLPs and where the answer appears", intro + "\n\n" + "\n".join(f"- {line}" for line in lines), lines, data
+    )

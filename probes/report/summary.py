@@ -10,21 +10,21 @@ from dataclasses import dataclass
 
 from models.spec import Attention
 
-WIDTH = 120     # a terminal line, at most
-FOLDED = "mechanism"    # the column the terminal prints under its table instead of in it
+WIDTH = 120  # a terminal line, at most
+FOLDED = "mechanism"  # the column the terminal prints under its table instead of in it
 
 
 @dataclass(frozen=True)
 class ModelTable:
     model_name: str
-    columns: tuple[str, ...]            # after "seed"
-    rows: tuple[tuple[str, ...], ...]   # seed first
-    across_seeds: tuple[str, ...]       # each part's line for the model
+    columns: tuple[str, ...]  # after "seed"
+    rows: tuple[tuple[str, ...], ...]  # seed first
+    across_seeds: tuple[str, ...]  # each part's line for the model
 
 
 @dataclass(frozen=True)
 class Summary:
-    legend: tuple[str, ...]             # what every column measures, its basis and scale
+    legend: tuple[str, ...]  # what every column measures, its basis and scale
     tables: tuple[ModelTable, ...]
     notes: tuple[str, ...]
 
@@ -93,10 +93,9 @@ def terminal_lines(summary: Summary) -> list[str]:
         folded = headers.index(FOLDED) if FOLDED in headers else None
         shown = [[c for i, c in enumerate(r) if i != folded] for r in [headers, *rows]]
         text = table(shown[0], shown[1:]).splitlines()
-        lines += [row.rstrip() for i, row in enumerate(text) if i != 1]   # no dashes: one screen
+        lines += [row.rstrip() for i, row in enumerate(text) if i != 1]  # no dashes: one screen
         if folded is not None:
-            lines += wrapped(f"{FOLDED}: " + " | ".join(f"{r[0]}: {r[folded]}" for r in rows if r[folded] != "-"),
-                             "  ")
+            lines += wrapped(f"{FOLDED}: " + " | ".join(f"{r[0]}: {r[folded]}" for r in rows if r[folded] != "-"), "  ")
         for line in t.across_seeds:
             lines += wrapped(line, "  ")
     for note in summary.notes:
@@ -116,12 +115,17 @@ def markdown_lines(summary: Summary) -> list[str]:
 
 # ---- each part's cells ----------------------------------------------------------------------
 
+
 def accuracy_cells(models) -> dict:
     """(model, seed) -> held-out accuracy and run health; `models`: probes.accuracy.ModelAccuracy."""
-    return {(m.model_name, r.seed): {"held-out": f"{r.splits['heldout'].accuracy.value:.1%}",
-                                     "health": "collapsed" if r.seed in m.collapsed
-                                     else "flagged" if r.seed in m.suspect else "ok"}
-            for m in models for r in m.runs}
+    return {
+        (m.model_name, r.seed): {
+            "held-out": f"{r.splits['heldout'].accuracy.value:.1%}",
+            "health": "collapsed" if r.seed in m.collapsed else "flagged" if r.seed in m.suspect else "ok",
+        }
+        for m in models
+        for r in m.runs
+    }
 
 
 def compact_circuit(analysis, settings) -> str:
@@ -138,7 +142,9 @@ def compact_circuit(analysis, settings) -> str:
         return "+".join(kept(*n) for n in nodes.items())
     in_paths = {head for path in paths for head in (path.sender, path.receiver)}
     others = [kept(*n) for n in nodes.items() if str(n[0]) not in in_paths]
-    shown = [f"{p.sender} ->{p.component} {p.receiver}" + (f" @p{p.position}" if p.position >= 0 else "") for p in paths]
+    shown = [
+        f"{p.sender} ->{p.component} {p.receiver}" + (f" @p{p.position}" if p.position >= 0 else "") for p in paths
+    ]
     return "+".join([", ".join(shown), *others])
 
 
@@ -168,8 +174,9 @@ def untraced_reason(analysis, settings) -> str:
 def block_verdicts(analysis, settings) -> str:
     from probes.report.words import intact, verdict, whole_layers
 
-    return "/".join(verdict(intact(analysis), result, settings)[0].removesuffix(" used")
-                    for _, result in whole_layers(analysis))
+    return "/".join(
+        verdict(intact(analysis), result, settings)[0].removesuffix(" used") for _, result in whole_layers(analysis)
+    )
 
 
 def circuit_cells(analysis, settings) -> dict:
@@ -177,8 +184,11 @@ def circuit_cells(analysis, settings) -> dict:
         return {"circuit / kind": untraced_reason(analysis, settings), "faith.": "-", "blocks": "-"}
     c = analysis.circuit
     faith = "1 (constr.)" if c.upstream else f"{c.faithfulness.normalised:.2f}"
-    return {"circuit / kind": f"{compact_circuit(analysis, settings)} / {circuit_kind(analysis, settings)}",
-            "faith.": faith, "blocks": block_verdicts(analysis, settings)}
+    return {
+        "circuit / kind": f"{compact_circuit(analysis, settings)} / {circuit_kind(analysis, settings)}",
+        "faith.": faith,
+        "blocks": block_verdicts(analysis, settings),
+    }
 
 
 def circuit_across_seeds(analyses, settings) -> dict:
@@ -199,8 +209,9 @@ def circuit_across_seeds(analyses, settings) -> dict:
         elif len(traced) == 1:
             text = f"one seed traced (seed {traced[0].seed})"
         elif groups:
-            text = (f"{len(groups)} circuits in {len(traced)} seeds: "
-                    + " | ".join(("seeds " if len(seeds) > 1 else "seed ") + ", ".join(seeds) for seeds in groups.values()))
+            text = f"{len(groups)} circuits in {len(traced)} seeds: " + " | ".join(
+                ("seeds " if len(seeds) > 1 else "seed ") + ", ".join(seeds) for seeds in groups.values()
+            )
         else:
             text = "no circuit traced"
         if untraced and groups:

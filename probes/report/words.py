@@ -15,14 +15,14 @@ from probes.ablation import Ablation
 from probes.settings import ReportSettings
 
 COMPONENT_WORDS = {"q": "query", "k": "keys", "v": "values"}
-MAX_GROUP_WORDS = 3   # more groups (e.g. induction's repeat lengths) are summarised by the all-group row
+MAX_GROUP_WORDS = 3  # more groups (e.g. induction's repeat lengths) are summarised by the all-group row
 
 
 def pct(value: float | None, digits: int = 0) -> str:
     if value is None or math.isnan(value):
         return "n/a"
     text = f"{value:.{digits}%}"
-    return text[1:] if text.startswith("-") and text.strip("-0.%") == "" else text     # no "-0%"
+    return text[1:] if text.startswith("-") and text.strip("-0.%") == "" else text  # no "-0%"
 
 
 def shuffle_text(change: float) -> str:
@@ -45,12 +45,15 @@ def token_share(result, vocabulary) -> str:
 def verdict(intact, ablated, settings: ReportSettings) -> tuple[str, str]:
     """('needed' | 'unused' | 'partly used', the numbers behind it) from two AblationResults, on
     accuracy and, where the task names foils, on the answer - foil logit difference."""
-    drop = round(intact.accuracy - ablated.accuracy, 9)   # accuracies are k/n: 1.0 - 0.98 must be 0.02
+    drop = round(intact.accuracy - ablated.accuracy, 9)  # accuracies are k/n: 1.0 - 0.98 must be 0.02
     kept = share(ablated.logit_diff, 0.0, intact.logit_diff)
     has_logit = not math.isnan(kept)
     numbers = f"keeps {pct(ablated.accuracy)} accuracy (intact {pct(intact.accuracy)})"
-    numbers += (f" and {pct(kept)} of the logit difference ({intact.logit_diff:+.2f} -> {ablated.logit_diff:+.2f})"
-                if has_logit else " (no foils: accuracy only)")
+    numbers += (
+        f" and {pct(kept)} of the logit difference ({intact.logit_diff:+.2f} -> {ablated.logit_diff:+.2f})"
+        if has_logit
+        else " (no foils: accuracy only)"
+    )
     if drop >= settings.needed_accuracy_drop or (has_logit and kept < settings.needed_logit_share):
         return "needed", numbers
     if drop <= settings.unused_accuracy_drop and (not has_logit or kept >= settings.unused_logit_share):
@@ -85,6 +88,7 @@ def block_sentences(analysis, settings: ReportSettings) -> list[str]:
 def attention_words(rows: dict, labels: list[str], settings: ReportSettings) -> str:
     """Every key holding at least `attention_shown` of the row (at most three), per group where the
     groups' strongest keys differ."""
+
     def keys(row):
         ranked = sorted(range(len(row)), key=lambda i: -row[i])
         shown = [i for i in ranked[:3] if row[i] >= settings.attention_shown] or ranked[:1]
@@ -101,12 +105,13 @@ def node_words(head, positions, view, analysis, settings: ReportSettings) -> str
     """'L0H0 (kept at every position; matters at p11 adj (73%), where it attends ...)' for a circuit
     head kept at `positions` (None: every position)."""
     labels = analysis.labels
-    kept = ("kept at every position" if positions is None
-            else "kept at " + " + ".join(labels[p] for p in positions))
+    kept = "kept at every position" if positions is None else "kept at " + " + ".join(labels[p] for p in positions)
     if not view.matters:
         return f"{head} ({kept}; {unmatched_words(head, analysis, settings)})"
-    where = "; ".join(f"{labels[p]} ({pct(r)} of the gap), where it {attention_words(view.attention[p], labels, settings)}"
-                      for p, r in view.matters)
+    where = "; ".join(
+        f"{labels[p]} ({pct(r)} of the gap), where it {attention_words(view.attention[p], labels, settings)}"
+        for p, r in view.matters
+    )
     return f"{head} ({kept}; patching its output matters at {where})"
 
 
@@ -116,13 +121,17 @@ def unmatched_words(head, analysis, settings: ReportSettings) -> str:
     it writes barely differs between the pairs, and the search kept it for what mean-ablating it
     costs (its knockout)."""
     everywhere = float(analysis.patching.recovered(analysis.patching.head_all[head.layer, head.head]))
-    text = (f"patching its output restores less than {pct(settings.matters)} of the gap at any one position "
-            f"and {pct(everywhere)} at every position at once")
+    text = (
+        f"patching its output restores less than {pct(settings.matters)} of the gap at any one position "
+        f"and {pct(everywhere)} at every position at once"
+    )
     if abs(everywhere) >= settings.matters:
         return text + ": it matters only across positions"
     knockout = analysis.circuit.knockout[head].normalised
-    return (text + f": it matters when mean-ablated (the full model without it keeps {knockout:.2f} on the null "
-            "scale), not through what differs between the pairs")
+    return (
+        text + f": it matters when mean-ablated (the full model without it keeps {knockout:.2f} on the null "
+        "scale), not through what differs between the pairs"
+    )
 
 
 def role_clause(analysis, settings: ReportSettings) -> str | None:
@@ -134,8 +143,10 @@ def role_clause(analysis, settings: ReportSettings) -> str | None:
         return None
     heads = []
     for head in analysis.circuit.kept:
-        effect = sorted(((float(r[head.layer, head.head]), role) for role, r in view.recovered.items()),
-                        key=lambda item: -abs(item[0]))
+        effect = sorted(
+            ((float(r[head.layer, head.head]), role) for role, r in view.recovered.items()),
+            key=lambda item: -abs(item[0]),
+        )
         where = [(share_, role) for share_, role in effect if abs(share_) >= settings.matters]
         if not where:
             heads.append(f"{head} matters at no role alone (best {effect[0][1]}, {pct(effect[0][0])})")
@@ -143,10 +154,15 @@ def role_clause(analysis, settings: ReportSettings) -> str | None:
         rows = view.attention.get(where[0][1], {})
         looked = sorted(((float(m[head.layer, head.head]), role) for role, m in rows.items()), key=lambda x: -x[0])
         shown = [f"{role} ({mass:.2f})" for mass, role in looked if mass >= settings.attention_shown]
-        heads.append(f"{head} matters at " + " and ".join(f"{role} ({pct(share_)} of the gap)" for share_, role in where)
-                     + (f" and from {where[0][1]} attends " + " and ".join(shown) if shown else ""))
-    return (f"by role (each pair patched at its own role positions, {view.pairs} pairs; attention over "
-            f"{view.rows} examples): " + ", ".join(heads))
+        heads.append(
+            f"{head} matters at "
+            + " and ".join(f"{role} ({pct(share_)} of the gap)" for share_, role in where)
+            + (f" and from {where[0][1]} attends " + " and ".join(shown) if shown else "")
+        )
+    return (
+        f"by role (each pair patched at its own role positions, {view.pairs} pairs; attention over "
+        f"{view.rows} examples): " + ", ".join(heads)
+    )
 
 
 def paths_of(analysis) -> list:
@@ -168,17 +184,26 @@ def views_words(path, analysis) -> str:
     every = ("(not measured)" if path.everywhere is None else pct(path.everywhere)) + " of the gap"
     if path.recovered is None:
         return f"{every} with the sender at every position (no single position patched)"
-    return (f"{every} with the sender at every position and {pct(path.recovered)} at its best single position "
-            f"({path.position_label})")
+    return (
+        f"{every} with the sender at every position and {pct(path.recovered)} at its best single position "
+        f"({path.position_label})"
+    )
 
 
 def edge_words(path, analysis) -> str:
     """One named path, by the edge oracle's name for it, with both views' numbers."""
-    restored = "" if path.restored is None else (
-        f", and patched there alone it restores {pct(analysis.patching.restored_share(path.restored))} of the "
-        "answers the counterfactual flips")
-    return (f"{path.oracle_name} ({path.mechanism}: {path.receiver} reads {path.sender}'s output through its "
-            f"{COMPONENT_WORDS[path.component]}) recovers {views_words(path, analysis)}{restored}")
+    restored = (
+        ""
+        if path.restored is None
+        else (
+            f", and patched there alone it restores {pct(analysis.patching.restored_share(path.restored))} of the "
+            "answers the counterfactual flips"
+        )
+    )
+    return (
+        f"{path.oracle_name} ({path.mechanism}: {path.receiver} reads {path.sender}'s output through its "
+        f"{COMPONENT_WORDS[path.component]}) recovers {views_words(path, analysis)}{restored}"
+    )
 
 
 def chain_words(paths) -> str:
@@ -196,14 +221,19 @@ def path_clause(analysis, settings: ReportSettings) -> str | None:
     paths = paths_of(analysis)
     chosen = named(analysis, settings)
     if chosen:
-        return (f"{'path' if len(chosen) == 1 else f'{len(chosen)} paths'} (named where the sender's write "
-                f"patched at every position or at one position recovers {pct(settings.path_claim)} of the gap): "
-                + ", and ".join(edge_words(path, analysis) for path in chosen) + chain_words(chosen))
+        return (
+            f"{'path' if len(chosen) == 1 else f'{len(chosen)} paths'} (named where the sender's write "
+            f"patched at every position or at one position recovers {pct(settings.path_claim)} of the gap): "
+            + ", and ".join(edge_words(path, analysis) for path in chosen)
+            + chain_words(chosen)
+        )
     if paths:
         through = " (paths through MLPs: the edge circuit's sentence)" if analysis.spec.mlp else ""
-        return (f"no head-to-head path recovers {pct(settings.path_claim)} of the gap, with the sender patched "
-                f"at every position or at any single one (the strongest, {paths[0].oracle_name}, recovers "
-                f"{views_words(paths[0], analysis)}){through}")
+        return (
+            f"no head-to-head path recovers {pct(settings.path_claim)} of the gap, with the sender patched "
+            f"at every position or at any single one (the strongest, {paths[0].oracle_name}, recovers "
+            f"{views_words(paths[0], analysis)}){through}"
+        )
     if analysis.spec.n_layers > 1:
         # Heads of one block cannot compose; whether later blocks' MLPs carry the decision on is
         # not measured here (MLPs are never ablated; the edge-circuit section shows their edges).
@@ -214,13 +244,16 @@ def path_clause(analysis, settings: ReportSettings) -> str | None:
 
 def faithfulness_clause(circuit) -> str:
     if circuit.upstream:
-        return ("the circuit contains every head output that can reach the scored logits, so its faithfulness "
-                "is 1 by construction (not a finding)")
+        return (
+            "the circuit contains every head output that can reach the scored logits, so its faithfulness "
+            "is 1 by construction (not a finding)"
+        )
     f, heads = circuit.faithfulness, circuit.head_faithfulness
     text = f"faithfulness {f.normalised:.2f} on the null scale ({pct(f.recovered)} of the clean - counterfactual gap)"
     if circuit.head_upstream:
-        return text + ("; its heads at every position are every head output upstream of the scored logits "
-                       "(1 by construction)")
+        return text + (
+            "; its heads at every position are every head output upstream of the scored logits (1 by construction)"
+        )
     return text + f"; its heads at every position: {heads.normalised:.2f} ({pct(heads.recovered)})"
 
 
@@ -228,19 +261,25 @@ def describe(analysis, settings: ReportSettings, vocabulary=None) -> str:
     heldout = analysis.accuracy.splits["heldout"]
     head = f"{analysis.model_name} seed {analysis.seed}: held-out {pct(heldout.accuracy.value, 1)} (n = {heldout.n})"
     if analysis.circuit is None:
-        return (f"{head}, shuffle max|dlogit| {shuffle_text(analysis.accuracy.shuffle_max_logit_change)}; "
-                f"no circuit ({analysis.note})")
+        return (
+            f"{head}, shuffle max|dlogit| {shuffle_text(analysis.accuracy.shuffle_max_logit_change)}; "
+            f"no circuit ({analysis.note})"
+        )
     b, circuit = analysis.basis, analysis.circuit
-    nodes = "; ".join(node_words(head, positions, view, analysis, settings)
-                      for (head, positions), view in zip(circuit.kept.items(), analysis.node_views))
+    nodes = "; ".join(
+        node_words(head, positions, view, analysis, settings)
+        for (head, positions), view in zip(circuit.kept.items(), analysis.node_views)
+    )
     parts = [head, f"circuit on {b.pairs} held-out pairs: {nodes}"]
     parts += [clause for clause in (role_clause(analysis, settings), path_clause(analysis, settings)) if clause]
     parts.append(faithfulness_clause(circuit))
     ablated = analysis.circuit_ablation
-    parts.append(f"on {b.ablation} of {b.heldout} held-out examples (means over {b.reference} of {b.train} "
-                 f"training rows), mean-ablating {HeadSet(circuit.heads)} leaves {pct(ablated.accuracy)} accuracy, "
-                 f"{foil_clause(ablated.foil_rate)}{token_share(ablated, vocabulary)}, logit difference {ablated.logit_diff:+.2f} "
-                 f"(intact {intact(analysis).logit_diff:+.2f})")
+    parts.append(
+        f"on {b.ablation} of {b.heldout} held-out examples (means over {b.reference} of {b.train} "
+        f"training rows), mean-ablating {HeadSet(circuit.heads)} leaves {pct(ablated.accuracy)} accuracy, "
+        f"{foil_clause(ablated.foil_rate)}{token_share(ablated, vocabulary)}, logit difference {ablated.logit_diff:+.2f} "
+        f"(intact {intact(analysis).logit_diff:+.2f})"
+    )
     parts += block_sentences(analysis, settings)
     return "; ".join(parts)
 
@@ -283,12 +322,15 @@ def seed_agreement(analyses, settings: ReportSettings) -> list[str]:
         kinds = defaultdict(list)
         for a in traced:
             kinds[signature(a, settings)].append(str(a.seed))
-        verdict_text = (agreement_words(next(iter(kinds.values())), traced) + ": "
-                        + describe_signature(next(iter(kinds)), settings) if len(kinds) == 1 else
-                        f"{len(kinds)} {'mechanisms' if all(a.mechanism for a in traced) else 'circuits'} in "
-                        f"{len(traced)} seeds: "
-                        + " | ".join(f"seed {', '.join(seeds)}: {describe_signature(sig, settings)}"
-                                     for sig, seeds in kinds.items()))
+        verdict_text = (
+            agreement_words(next(iter(kinds.values())), traced) + ": " + describe_signature(next(iter(kinds)), settings)
+            if len(kinds) == 1
+            else f"{len(kinds)} {'mechanisms' if all(a.mechanism for a in traced) else 'circuits'} in "
+            f"{len(traced)} seeds: "
+            + " | ".join(
+                f"seed {', '.join(seeds)}: {describe_signature(sig, settings)}" for sig, seeds in kinds.items()
+            )
+        )
         untraced = [str(a.seed) for a in runs if a.circuit is None]
         if untraced:
             verdict_text += f"; no circuit traced for seed {', '.join(untraced)}"
@@ -316,15 +358,15 @@ def circuit_summary(analysis):
     return summarise(analysis, describe(analysis, DEFAULT, analysis.vocabulary))
 
 
-HEAD_EDGE = re.compile(r"L\d+H\d+ -> L\d+H\d+\.[qkv]")   # a head-to-head edge of models.graph
+HEAD_EDGE = re.compile(r"L\d+H\d+ -> L\d+H\d+\.[qkv]")  # a head-to-head edge of models.graph
 
 
 @dataclass(frozen=True)
 class ViewAgreement:
     """The head view's named paths against the edge oracle's head-to-head edges, both at the claim."""
 
-    head_view: tuple[str, ...]       # oracle names of the paths the summary names
-    edge_view: tuple[str, ...]       # head-to-head edges whose effect alone is >= the claim
+    head_view: tuple[str, ...]  # oracle names of the paths the summary names
+    edge_view: tuple[str, ...]  # head-to-head edges whose effect alone is >= the claim
     agree: bool
     words: str
 
@@ -340,19 +382,31 @@ def views_agree(analysis, edges, settings: ReportSettings) -> ViewAgreement:
     chosen = {p.oracle_name for p in named(analysis, settings)}
     edge_view = tuple(sorted(strong))
     head_heads = {str(h) for h in analysis.circuit.heads}
-    edge_heads = ({str(e.sender) for e in edges.circuit.edges if isinstance(e.sender, Head)}
-                  if edges.circuit.edges is not None else set())
-    differ = [f"{name}: the edge oracle {pct(share.get(name, 0.0))} alone, path patching "
-              + (views_words(paths[name], analysis) if name in paths else "not measured")
-              for name in sorted(chosen ^ set(strong))]
+    edge_heads = (
+        {str(e.sender) for e in edges.circuit.edges if isinstance(e.sender, Head)}
+        if edges.circuit.edges is not None
+        else set()
+    )
+    differ = [
+        f"{name}: the edge oracle {pct(share.get(name, 0.0))} alone, path patching "
+        + (views_words(paths[name], analysis) if name in paths else "not measured")
+        for name in sorted(chosen ^ set(strong))
+    ]
     if head_heads != edge_heads:
-        differ.append(f"the head circuit has {', '.join(sorted(head_heads)) or 'no head'}, the edge circuit's "
-                      f"senders {', '.join(sorted(edge_heads)) or 'no head'}")
+        differ.append(
+            f"the head circuit has {', '.join(sorted(head_heads)) or 'no head'}, the edge circuit's "
+            f"senders {', '.join(sorted(edge_heads)) or 'no head'}"
+        )
     if not differ:
-        words = (f"the head view and the edge view agree: both name heads {', '.join(sorted(head_heads))} and "
-                 + (f"the paths {', '.join(edge_view)}" if chosen else
-                    f"no head-to-head path at {pct(settings.path_claim)} of the gap"))
+        words = f"the head view and the edge view agree: both name heads {', '.join(sorted(head_heads))} and " + (
+            f"the paths {', '.join(edge_view)}"
+            if chosen
+            else f"no head-to-head path at {pct(settings.path_claim)} of the gap"
+        )
         return ViewAgreement(tuple(sorted(chosen)), edge_view, True, words)
-    return ViewAgreement(tuple(sorted(chosen)), edge_view, False,
-                         f"the head view and the edge view differ at {pct(settings.path_claim)} of the gap: "
-                         + "; ".join(differ))
+    return ViewAgreement(
+        tuple(sorted(chosen)),
+        edge_view,
+        False,
+        f"the head view and the edge view differ at {pct(settings.path_claim)} of the gap: " + "; ".join(differ),
+    )

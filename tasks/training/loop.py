@@ -27,7 +27,7 @@ from tasks.settings import LossPositions, StopMetric, StopReason, TrainSettings
 if TYPE_CHECKING:
     from tqdm import tqdm
 
-SNAPSHOTS = "snapshots"   # run_dir/snapshots/step{N}.safetensors
+SNAPSHOTS = "snapshots"  # run_dir/snapshots/step{N}.safetensors
 # The train state (weights and AdamW moments) is ~20 ms to write for a 2-block model: at every
 # evaluation that was 1-3% of training; every 4th loses at most 100 steps (seconds) to a kill.
 CHECKPOINT_EVALS = 4
@@ -65,8 +65,11 @@ def scored_mask(batch: Batch) -> torch.Tensor:
 def evaluate(model, batch: Batch) -> dict:
     logits = model(batch.inputs)
     scored = score_logits(logits_at_scored(logits, batch), batch)
-    return {"val_loss": lm_loss(logits, batch.tokens, batch.lengths).item(), "val_accuracy": scored.accuracy,
-            "val_scored_loss": scored.loss.item()}
+    return {
+        "val_loss": lm_loss(logits, batch.tokens, batch.lengths).item(),
+        "val_accuracy": scored.accuracy,
+        "val_scored_loss": scored.loss.item(),
+    }
 
 
 WATCHED = {StopMetric.SCORED_LOSS: "val_scored_loss", StopMetric.ACCURACY: "val_accuracy", StopMetric.LOSS: "val_loss"}
@@ -74,13 +77,16 @@ WATCHED = {StopMetric.SCORED_LOSS: "val_scored_loss", StopMetric.ACCURACY: "val_
 
 def stop_reason(history: list[dict], settings: TrainSettings) -> StopReason | None:
     """Why training should stop after the last evaluation, or None. Validation only, never held-out."""
-    recent = history[-settings.stop_evals:]
+    recent = history[-settings.stop_evals :]
     if len(recent) == settings.stop_evals and all(h["val_accuracy"] >= settings.stop_accuracy for h in recent):
         return StopReason.SOLVED
     key, tolerance = WATCHED[settings.stop_metric], settings.plateau_tolerance
     # A loss must fall by a share of itself; accuracy rise by points (a share of ~0 would be nothing).
-    better = ((lambda value, best: value > best + tolerance) if settings.stop_metric is StopMetric.ACCURACY
-              else (lambda value, best: value < best * (1 - tolerance)))
+    better = (
+        (lambda value, best: value > best + tolerance)
+        if settings.stop_metric is StopMetric.ACCURACY
+        else (lambda value, best: value < best * (1 - tolerance))
+    )
     best, best_step = None, 0
     for entry in history:
         if best is None or better(entry[key], best):
@@ -90,24 +96,47 @@ def stop_reason(history: list[dict], settings: TrainSettings) -> StopReason | No
     return None
 
 
-def train(model, train_batch: Batch, validation_batch: Batch, settings: TrainSettings, seed: int,
-          log_path: Path | None = None, progress: bool = True, label: str = "",
-          snapshot_dir: Path | None = None, state_path: Path | None = None,
-          checkpoint_every: int | None = None, resume: bool = False) -> TrainResult:
+def train(
+    model,
+    train_batch: Batch,
+    validation_batch: Batch,
+    settings: TrainSettings,
+    seed: int,
+    log_path: Path | None = None,
+    progress: bool = True,
+    label: str = "",
+    snapshot_dir: Path | None = None,
+    state_path: Path | None = None,
+    checkpoint_every: int | None = None,
+    resume: bool = False,
+) -> TrainResult:
     """Train `model` in place. With `state_path`, the complete train state is saved there every
     `checkpoint_every` steps (default: every CHECKPOINT_EVALS evaluations); with `resume`, training
     continues from it and ends with exactly the weights and history of an uninterrupted run."""
     device = training_device()
     if device != "cpu":
         model.to(device, print_details=False)
-    run = start_training(model, train_batch.to(device), validation_batch.to(device), settings, seed,
-                         state_path if resume else None, log_path, progress, label)
+    run = start_training(
+        model,
+        train_batch.to(device),
+        validation_batch.to(device),
+        settings,
+        seed,
+        state_path if resume else None,
+        log_path,
+        progress,
+        label,
+    )
     try:
         stop = take_steps(run, snapshot_dir, state_path, checkpoint_every or CHECKPOINT_EVALS * settings.eval_every)
     finally:
         finish(run, device)
-    return TrainResult(steps=run.history[-1]["step"] if run.history else 0, stop_reason=stop or StopReason.BUDGET,
-                       seconds=run.seconds(), history=run.history)
+    return TrainResult(
+        steps=run.history[-1]["step"] if run.history else 0,
+        stop_reason=stop or StopReason.BUDGET,
+        seconds=run.seconds(),
+        history=run.history,
+    )
 
 
 @dataclass(frozen=True)
@@ -115,16 +144,16 @@ class Training:
     """One run in progress: what each step uses, and where its evaluations are recorded."""
 
     model: torch.nn.Module
-    forward: torch.nn.Module             # models.fused.training_forward(model): the same weights, fewer hooks
+    forward: torch.nn.Module  # models.fused.training_forward(model): the same weights, fewer hooks
     optimizer: FlatAdamW
-    generator: torch.Generator           # draws each step's rows; in the train state, so a resumed run draws the same
+    generator: torch.Generator  # draws each step's rows; in the train state, so a resumed run draws the same
     train_batch: Batch
-    train_scored: torch.Tensor | None    # [n, length - 1] the positions the loss is on, when only scored ones are
+    train_scored: torch.Tensor | None  # [n, length - 1] the positions the loss is on, when only scored ones are
     validation_batch: Batch
     settings: TrainSettings
-    steps_done: int                      # before this call: the resumed state's step, else 0
-    history: list[dict]                  # every evaluation so far, the resumed ones included
-    start: float                         # perf_counter at step 0 (a resumed run's seconds earlier)
+    steps_done: int  # before this call: the resumed state's step, else 0
+    history: list[dict]  # every evaluation so far, the resumed ones included
+    start: float  # perf_counter at step 0 (a resumed run's seconds earlier)
     log: TextIO | None
     bar: tqdm
 
@@ -132,8 +161,17 @@ class Training:
         return time.perf_counter() - self.start
 
 
-def start_training(model, train_batch: Batch, validation_batch: Batch, settings: TrainSettings, seed: int,
-                   resume_from: Path | None, log_path: Path | None, progress: bool, label: str) -> Training:
+def start_training(
+    model,
+    train_batch: Batch,
+    validation_batch: Batch,
+    settings: TrainSettings,
+    seed: int,
+    resume_from: Path | None,
+    log_path: Path | None,
+    progress: bool,
+    label: str,
+) -> Training:
     """A fresh run, or the one saved at `resume_from` when that file exists."""
     from tqdm.auto import tqdm
 
@@ -145,14 +183,35 @@ def start_training(model, train_batch: Batch, validation_batch: Batch, settings:
     history: list[dict] = list(done["history"])
     start = time.perf_counter() - done["seconds"]
     log = open_log(log_path, history) if log_path else None
-    bar = tqdm(range(done["step"] + 1, settings.max_steps + 1), desc=label, disable=not progress,
-               leave=False, dynamic_ncols=True, initial=done["step"], total=settings.max_steps)
-    return Training(model, forward, optimizer, generator, train_batch, train_scored, validation_batch, settings,
-                    done["step"], history, start, log, bar)
+    bar = tqdm(
+        range(done["step"] + 1, settings.max_steps + 1),
+        desc=label,
+        disable=not progress,
+        leave=False,
+        dynamic_ncols=True,
+        initial=done["step"],
+        total=settings.max_steps,
+    )
+    return Training(
+        model,
+        forward,
+        optimizer,
+        generator,
+        train_batch,
+        train_scored,
+        validation_batch,
+        settings,
+        done["step"],
+        history,
+        start,
+        log,
+        bar,
+    )
 
 
-def take_steps(run: Training, snapshot_dir: Path | None, state_path: Path | None,
-               checkpoint_every: int) -> StopReason | None:
+def take_steps(
+    run: Training, snapshot_dir: Path | None, state_path: Path | None, checkpoint_every: int
+) -> StopReason | None:
     """Steps up to the budget; why validation stopped them early, or None."""
     settings = run.settings
     snapshots = bool(snapshot_dir and settings.snapshot_every)
@@ -170,8 +229,13 @@ def take_steps(run: Training, snapshot_dir: Path | None, state_path: Path | None
             if stop:
                 return stop
         if state_path is not None and step % checkpoint_every == 0:
-            save_train_state(state_path, run.model, run.optimizer, run.generator,
-                             {"step": step, "history": run.history, "seconds": run.seconds()})
+            save_train_state(
+                state_path,
+                run.model,
+                run.optimizer,
+                run.generator,
+                {"step": step, "history": run.history, "seconds": run.seconds()},
+            )
     return None
 
 
@@ -180,11 +244,14 @@ def update(run: Training, step: int) -> torch.Tensor:
     rows = torch.randint(len(run.train_batch), (run.settings.batch_size,), generator=run.generator)
     tokens, lengths = run.train_batch.tokens[rows], run.train_batch.lengths[rows]
     logits = run.forward(tokens[:, :-1])
-    loss = (scored_loss(logits, tokens, run.train_scored[rows]) if run.train_scored is not None
-            else lm_loss(logits, tokens, lengths))
+    loss = (
+        scored_loss(logits, tokens, run.train_scored[rows])
+        if run.train_scored is not None
+        else lm_loss(logits, tokens, lengths)
+    )
     run.optimizer.zero_grad()
     loss.backward()
-    for group in run.optimizer.param_groups:   # a function of the step alone, so a resumed run matches
+    for group in run.optimizer.param_groups:  # a function of the step alone, so a resumed run matches
         group["lr"] = run.settings.lr_at(step)
     run.optimizer.step()
     return loss
@@ -193,8 +260,12 @@ def update(run: Training, step: int) -> torch.Tensor:
 def evaluate_and_stop(run: Training, step: int, loss: torch.Tensor) -> StopReason | None:
     """Evaluate on the validation split, record it, and say whether training stops here."""
     run.forward.eval()
-    entry = {"step": step, "train_loss": loss.item(), **evaluate(run.forward, run.validation_batch),
-             "seconds": round(run.seconds(), 3)}
+    entry = {
+        "step": step,
+        "train_loss": loss.item(),
+        **evaluate(run.forward, run.validation_batch),
+        "seconds": round(run.seconds(), 3),
+    }
     record(entry, run.history, run.log, run.bar, bar_loss(run.settings))
     stop = stop_reason(run.history, run.settings)
     if not stop:
@@ -244,8 +315,9 @@ def training_device() -> str:
 def open_log(log_path: Path, history: list[dict]):
     """The JSON-lines log, rewritten to hold exactly `history` (a resumed run drops lines logged
     after its last saved state), opened for appending."""
-    atomic_write(log_path, lambda temp: Path(temp).write_text("".join(json.dumps(h) + "\n" for h in history)),
-                 grows=True)
+    atomic_write(
+        log_path, lambda temp: Path(temp).write_text("".join(json.dumps(h) + "\n" for h in history)), grows=True
+    )
     return open(log_path, "a")
 
 

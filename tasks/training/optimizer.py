@@ -46,8 +46,10 @@ class FlatAdamW:
         missing = [i for i, p in enumerate(self.parameters) if p.grad is None]
         if missing:
             # AdamW skips a parameter without a gradient; one buffer cannot skip part of itself.
-            raise RuntimeError(f"FlatAdamW: trainable parameters {missing} got no gradient this step; "
-                               "every trainable parameter must take part in the loss")
+            raise RuntimeError(
+                f"FlatAdamW: trainable parameters {missing} got no gradient this step; "
+                "every trainable parameter must take part in the loss"
+            )
         self.flat.grad = torch.cat([p.grad.reshape(-1) for p in self.parameters])
         self.adamw.step()
 
@@ -58,9 +60,10 @@ class FlatAdamW:
         state = {}
         if moments is not None:
             pieces = {key: moments[key].split(self.sizes) for key in ("exp_avg", "exp_avg_sq")}
-            state = {index: {"step": moments["step"].clone(),
-                             **{key: pieces[key][index].view_as(p) for key in pieces}}
-                     for index, p in enumerate(self.parameters)}
+            state = {
+                index: {"step": moments["step"].clone(), **{key: pieces[key][index].view_as(p) for key in pieces}}
+                for index, p in enumerate(self.parameters)
+            }
         groups = [{**group, "params": list(range(len(self.parameters)))} for group in flat["param_groups"]]
         return {"state": state, "param_groups": groups}
 
@@ -70,9 +73,15 @@ class FlatAdamW:
         state = state_dict["state"]
         flat_state = {}
         if state:
-            flat_state = {0: {"step": state[0]["step"].clone(),
-                              **{key: torch.cat([state[i][key].reshape(-1) for i in range(len(self.parameters))])
-                                 for key in ("exp_avg", "exp_avg_sq")}}}
+            flat_state = {
+                0: {
+                    "step": state[0]["step"].clone(),
+                    **{
+                        key: torch.cat([state[i][key].reshape(-1) for i in range(len(self.parameters))])
+                        for key in ("exp_avg", "exp_avg_sq")
+                    },
+                }
+            }
         groups = [{**group, "params": [0]} for group in state_dict["param_groups"]]
         self.adamw.load_state_dict({"state": flat_state, "param_groups": groups})
 

@@ -54,8 +54,9 @@ def load_train_state(path: Path, model, optimizer, generator, settings) -> dict:
     fix = "pass --overwrite to start the run again"
     tensors, metadata = load_tensors(path, fix)
     if not isinstance(metadata, dict) or metadata.get("sha256") != state_sha256(tensors, metadata):
-        raise UsageError(f"{path} was changed after toylens wrote it (or written by an older toylens): its "
-                         f"checksum differs; {fix}")
+        raise UsageError(
+            f"{path} was changed after toylens wrote it (or written by an older toylens): its checksum differs; {fix}"
+        )
     progress = check_progress(metadata, settings, path, fix)
     weights = {name.removeprefix("model."): t for name, t in tensors.items() if name.startswith("model.")}
     check_state(path, weights, model.state_dict())
@@ -84,12 +85,16 @@ def check_progress(progress, settings, path: Path, fix: str) -> dict:
         raise UsageError(f"{path}: seconds must be a non-negative number, got {short(seconds)}; {fix}")
     steps = list(range(settings.eval_every, step + 1, settings.eval_every))
     if step == settings.max_steps and step % settings.eval_every:
-        steps.append(step)   # the last step is always evaluated
-    if not (isinstance(history, list) and [h.get("step") if isinstance(h, dict) else None for h in history] == steps
-            and all(set(h) == HISTORY_FIELDS and all(type(h[k]) in (int, float) for k in HISTORY_FIELDS)
-                    for h in history)):
-        raise UsageError(f"{path}: history must hold one evaluation per {settings.eval_every} steps up to step "
-                         f"{step}, each with {sorted(HISTORY_FIELDS)}; {fix}")
+        steps.append(step)  # the last step is always evaluated
+    if not (
+        isinstance(history, list)
+        and [h.get("step") if isinstance(h, dict) else None for h in history] == steps
+        and all(set(h) == HISTORY_FIELDS and all(type(h[k]) in (int, float) for k in HISTORY_FIELDS) for h in history)
+    ):
+        raise UsageError(
+            f"{path}: history must hold one evaluation per {settings.eval_every} steps up to step "
+            f"{step}, each with {sorted(HISTORY_FIELDS)}; {fix}"
+        )
     return {"step": step, "history": history, "seconds": float(seconds)}
 
 
@@ -98,7 +103,7 @@ def check_optimizer(tensors: dict, model, step: int, path: Path, fix: str) -> di
     (which ties the recorded step to the weights the optimizer moved)."""
     import torch
 
-    parameters = [p for p in model.parameters() if p.requires_grad]   # what tasks.training.loop.adamw steps
+    parameters = [p for p in model.parameters() if p.requires_grad]  # what tasks.training.loop.adamw steps
     state: dict[int, dict] = {}
     for name, tensor in tensors.items():
         if name.startswith("model.") or name == "generator":
@@ -108,15 +113,23 @@ def check_optimizer(tensors: dict, model, step: int, path: Path, fix: str) -> di
             raise UsageError(f"{path} holds an unexpected tensor {name!r}; {fix}")
         state.setdefault(int(parts[1]), {})[parts[2]] = tensor
     if set(state) != set(range(len(parameters))) or any(set(s) != ADAM_KEYS for s in state.values()):
-        raise UsageError(f"{path} does not hold AdamW's state for each of the model's "
-                         f"{len(parameters)} trainable parameters; {fix}")
+        raise UsageError(
+            f"{path} does not hold AdamW's state for each of the model's {len(parameters)} trainable parameters; {fix}"
+        )
     for index, parameter in enumerate(parameters):
         moments = state[index]
-        if any(moments[key].shape != parameter.shape or moments[key].dtype != parameter.dtype
-               for key in ("exp_avg", "exp_avg_sq")):
+        if any(
+            moments[key].shape != parameter.shape or moments[key].dtype != parameter.dtype
+            for key in ("exp_avg", "exp_avg_sq")
+        ):
             raise UsageError(f"{path}: AdamW state {index} does not fit the parameter's shape; {fix}")
-        if moments["step"].numel() != 1 or float(moments["step"]) != step \
-                or not all(bool(torch.isfinite(moments[k]).all()) for k in ADAM_KEYS):
-            raise UsageError(f"{path}: AdamW took {short(moments['step'].tolist())} steps but the state says "
-                             f"step {step} (or holds NaN); the file was altered; {fix}")
+        if (
+            moments["step"].numel() != 1
+            or float(moments["step"]) != step
+            or not all(bool(torch.isfinite(moments[k]).all()) for k in ADAM_KEYS)
+        ):
+            raise UsageError(
+                f"{path}: AdamW took {short(moments['step'].tolist())} steps but the state says "
+                f"step {step} (or holds NaN); the file was altered; {fix}"
+            )
     return state

@@ -50,7 +50,8 @@ def read_signed(path: Path, fields: dict, fix: str = FIX, nullable=()) -> dict:
 def check_values(values, where: str) -> dict:
     """Grid values: an object of JSON scalars (finite numbers)."""
     if not isinstance(values, dict) or not all(
-            isinstance(v, SCALARS) and not (isinstance(v, float) and not math.isfinite(v)) for v in values.values()):
+        isinstance(v, SCALARS) and not (isinstance(v, float) and not math.isfinite(v)) for v in values.values()
+    ):
         raise UsageError(f"{where}: values must be an object of grid values, got {short(values)}; {FIX}")
     return values
 
@@ -70,8 +71,10 @@ def read_point(folder: Path) -> dict:
     path = Path(folder) / POINT
     data = read_signed(path, POINT_FIELDS)
     if data["point"] != Path(folder).name:
-        raise UsageError(f"{path} describes grid point {data['point']!r}, not the folder it is in "
-                         f"({Path(folder).name!r}: copied from elsewhere); {FIX}")
+        raise UsageError(
+            f"{path} describes grid point {data['point']!r}, not the folder it is in "
+            f"({Path(folder).name!r}: copied from elsewhere); {FIX}"
+        )
     return check_values(data["values"], str(path))
 
 
@@ -85,24 +88,32 @@ def read_failed(run_dir: Path) -> str:
     data = read_signed(path, FAILED_FIELDS)
     here = (Path(run_dir).parent.parent.name, Path(run_dir).parent.name, Path(run_dir).name)
     if (data["point"], data["model_name"], f"seed{data['seed']}") != here:
-        raise UsageError(f"{path} describes {data['model_name']} seed {data['seed']} at {data['point']!r}, "
-                         f"not the run folder it is in (copied from elsewhere); {FIX}")
+        raise UsageError(
+            f"{path} describes {data['model_name']} seed {data['seed']} at {data['point']!r}, "
+            f"not the run folder it is in (copied from elsewhere); {FIX}"
+        )
     return data["error"]
 
 
 # ---- sweep.json: the runs a sweep planned ------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class PlannedGroup:
     point: str
-    values: dict          # the grid point's values
+    values: dict  # the grid point's values
     model_name: str
-    identity: dict        # what defines these runs except the seed (`identity_of`)
+    identity: dict  # what defines these runs except the seed (`identity_of`)
     seeds: tuple[int, ...]
 
     def to_dict(self) -> dict:
-        return {"point": self.point, "values": self.values, "model_name": self.model_name,
-                "identity": self.identity, "seeds": list(self.seeds)}
+        return {
+            "point": self.point,
+            "values": self.values,
+            "model_name": self.model_name,
+            "identity": self.identity,
+            "seeds": list(self.seeds),
+        }
 
 
 @dataclass(frozen=True)
@@ -130,18 +141,25 @@ def identity_of(identity: dict) -> dict:
 
     spec = identity.get("spec")
     spec = {**ModelSpec().to_dict(), **spec, "n_ctx": 0, "d_vocab": 0} if isinstance(spec, dict) else spec
-    return {"task": identity.get("task"), "model_name": identity.get("model_name"), "spec": spec,
-            "training": identity.get("training")}
+    return {
+        "task": identity.get("task"),
+        "model_name": identity.get("model_name"),
+        "spec": spec,
+        "training": identity.get("training"),
+    }
 
 
-ABSENT = object()   # a grid key no part of an identity has
+ABSENT = object()  # a grid key no part of an identity has
 
 
 def grid_value(identity: dict, key: str):
     """Where a grid key lands in a run's identity: a training setting, a task parameter or a spec field."""
     task = identity.get("task")
-    for part in (identity.get("training"), task.get("params") if isinstance(task, dict) else None,
-                 identity.get("spec")):
+    for part in (
+        identity.get("training"),
+        task.get("params") if isinstance(task, dict) else None,
+        identity.get("spec"),
+    ):
         if isinstance(part, dict) and key in part:
             return part[key]
     return ABSENT
@@ -159,9 +177,11 @@ def read_manifest(root: Path) -> SweepManifest:
 
     path = Path(root) / SWEEP
     if not path.is_file():
-        raise UsageError(f"{root} has no {SWEEP}, so it is not a sweep folder (or one written before toylens "
-                         "recorded what a sweep planned): rerun the sweep into a new folder, or for a train's runs "
-                         "folder use toylens accuracy")
+        raise UsageError(
+            f"{root} has no {SWEEP}, so it is not a sweep folder (or one written before toylens "
+            "recorded what a sweep planned): rerun the sweep into a new folder, or for a train's runs "
+            "folder use toylens accuracy"
+        )
     data = read_signed(path, {"format": str, "task": str, "groups": object})
     if data["format"] != FORMAT:
         raise UsageError(f"{path} is of format {data['format']!r}, not {FORMAT!r}; rerun the sweep into a new folder")
@@ -176,11 +196,13 @@ def read_manifest(root: Path) -> SweepManifest:
         seeds = item["seeds"]
         if not (isinstance(seeds, list) and all(type(s) is int and 0 <= s <= MAX_SEED for s in seeds)):
             raise UsageError(f"{where}: seeds must be a list of integers from 0 to {MAX_SEED}; {FIX}")
-        group = PlannedGroup(item["point"], check_values(item["values"], where), item["model_name"],
-                             item["identity"], tuple(seeds))
+        group = PlannedGroup(
+            item["point"], check_values(item["values"], where), item["model_name"], item["identity"], tuple(seeds)
+        )
         if (group.point, group.model_name) in seen or values_disagree(group.values, group.identity):
-            raise UsageError(f"{where} contradicts itself (a grid point twice, or values its runs' settings do "
-                             f"not have); {FIX}")
+            raise UsageError(
+                f"{where} contradicts itself (a grid point twice, or values its runs' settings do not have); {FIX}"
+            )
         seen.add((group.point, group.model_name))
         groups.append(group)
     return SweepManifest(data["task"], tuple(groups))
@@ -198,9 +220,11 @@ def merged(old: SweepManifest | None, new: SweepManifest, overwrite: bool) -> Sw
     for g in new.groups:
         before = groups.get((g.point, g.model_name))
         if before is not None and before.identity != g.identity and not overwrite:
-            raise UsageError(f"the sweep in this folder planned {g.model_name} at {g.point} with other settings "
-                             f"(different {', '.join(differences(before.identity, g.identity))}); pass "
-                             "--overwrite to replace those runs or choose another --out")
+            raise UsageError(
+                f"the sweep in this folder planned {g.model_name} at {g.point} with other settings "
+                f"(different {', '.join(differences(before.identity, g.identity))}); pass "
+                "--overwrite to replace those runs or choose another --out"
+            )
         seeds = sorted({*(before.seeds if before else ()), *g.seeds})
         groups[(g.point, g.model_name)] = PlannedGroup(g.point, g.values, g.model_name, g.identity, tuple(seeds))
     return SweepManifest(new.task, tuple(groups[key] for key in sorted(groups)))
@@ -221,5 +245,7 @@ def runs_folder(folder: Path) -> Path:
     if len(points) == 1:
         return folder / points[0]
     folders = ", ".join(str(folder / p) for p in points[:3]) + (" ..." if len(points) > 3 else "")
-    raise UsageError(f"{folder} is a sweep of {len(points)} grid points, whose runs repeat models and seeds; point "
-                     f"at one point's folder ({folders}) or count them all with toylens census {folder}")
+    raise UsageError(
+        f"{folder} is a sweep of {len(points)} grid points, whose runs repeat models and seeds; point "
+        f"at one point's folder ({folders}) or count them all with toylens census {folder}"
+    )

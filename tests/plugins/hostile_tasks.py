@@ -22,7 +22,7 @@ HOSTILE = (
     "$\\frac{$",
     "a$^$b",
     "x" * 10_000,
-    "\u202eevil\u202c",          # right-to-left override
+    "\u202eevil\u202c",  # right-to-left override
     "zero\u200bwidth\u200d",
     "line\u2028para\u2029",
     "{{7*7}}${7*7}",
@@ -31,7 +31,7 @@ HOSTILE = (
 # its double-escaped state, where only an unescaped '</script>' leaves it.
 ALL_AT_ONCE = f'<!--<script></script><img src=x class={PWNED} onerror="document.body.dataset.{PWNED}=1">$\\x$'
 FILLER = tuple(f"t{i}" for i in range(12))
-EVERY = len(HOSTILE)    # ALL_AT_ONCE's id
+EVERY = len(HOSTILE)  # ALL_AT_ONCE's id
 
 
 @dataclass(frozen=True)
@@ -49,8 +49,11 @@ class HostileTask(Task):
 
     def generate(self, seed: int) -> dict[str, list[Example]]:
         rng, seen, n = random.Random(seed), set(), self.params.examples
-        return {"train": self.sample(rng, n, seen), "validation": self.sample(rng, n // 5, seen),
-                "heldout": self.sample(rng, n // 5, seen)}
+        return {
+            "train": self.sample(rng, n, seen),
+            "validation": self.sample(rng, n // 5, seen),
+            "heldout": self.sample(rng, n // 5, seen),
+        }
 
     def sample(self, rng, count, seen) -> list[Example]:
         """`x y D x`, scored at D (answer x): D, every danger in one name, is in every example, so in
@@ -61,9 +64,17 @@ class HostileTask(Task):
             if (x, y) in seen:
                 continue
             seen.add((x, y))
-            group = HOSTILE[x % 3]     # markup in the group names the reports print
-            examples.append(Example((x, y, EVERY, x), (2,), (y,), group=group,
-                                    counterfactual=(other, y, EVERY, other), roles={"source": 0}))
+            group = HOSTILE[x % 3]  # markup in the group names the reports print
+            examples.append(
+                Example(
+                    (x, y, EVERY, x),
+                    (2,),
+                    (y,),
+                    group=group,
+                    counterfactual=(other, y, EVERY, other),
+                    roles={"source": 0},
+                )
+            )
         return examples
 
     def default_models(self) -> dict[str, ModelSpec]:

@@ -24,7 +24,11 @@ def small_family(names: tuple[str, ...], d_model: int = 32, n_heads: int = 2) ->
 
 def distinct_splits(task, seed: int, sample) -> dict[str, list[Example]]:
     rng, seen, n = random.Random(seed), set(), task.params.examples
-    return {"train": sample(rng, n, seen), "validation": sample(rng, n // 5, seen), "heldout": sample(rng, n // 5, seen)}
+    return {
+        "train": sample(rng, n, seen),
+        "validation": sample(rng, n // 5, seen),
+        "heldout": sample(rng, n // 5, seen),
+    }
 
 
 @dataclass(frozen=True)
@@ -54,18 +58,25 @@ class ReverseTask(Task):
         index, examples = {w: i for i, w in enumerate(self.vocabulary())}, []
         while len(examples) < count:
             n = rng.randint(self.params.shortest, self.params.longest)
-            word = rng.sample(LETTERS, n)                 # distinct letters: every answer is unambiguous
-            partner = word[1:] + word[:1]                 # rotated: every answer changes
+            word = rng.sample(LETTERS, n)  # distinct letters: every answer is unambiguous
+            partner = word[1:] + word[:1]  # rotated: every answer changes
             tokens = tuple(index[w] for w in [*word, "|", *reversed(word)])
             if tokens in seen:
                 continue
             seen.add(tokens)
-            positions = tuple(range(n, 2 * n))            # `|` and every answer but the last
+            positions = tuple(range(n, 2 * n))  # `|` and every answer but the last
             # the copy shortcut: the letter at the same offset in the input, where that differs
             foils = tuple(index[word[k]] if word[k] != word[n - 1 - k] else NO_FOIL for k in range(n))
-            examples.append(Example(tokens, positions, foils, group=f"length{n}",
-                                    counterfactual=tuple(index[w] for w in [*partner, "|", *reversed(partner)]),
-                                    roles={"first": 0, "separator": n}))
+            examples.append(
+                Example(
+                    tokens,
+                    positions,
+                    foils,
+                    group=f"length{n}",
+                    counterfactual=tuple(index[w] for w in [*partner, "|", *reversed(partner)]),
+                    roles={"first": 0, "separator": n},
+                )
+            )
         return examples
 
     def default_models(self) -> dict[str, ModelSpec]:
@@ -78,7 +89,7 @@ class ReverseTask(Task):
 @dataclass(frozen=True)
 class MajorityParams:
     examples: int = 1200
-    length: int = 9        # odd, so there is no tie (7 has only 714 distinct sequences)
+    length: int = 9  # odd, so there is no tie (7 has only 714 distinct sequences)
 
 
 class MajorityTask(Task):
@@ -112,9 +123,16 @@ class MajorityTask(Task):
                 continue
             seen.add(tokens)
             partner = [*body]
-            partner[body.index(winner)] = 1 - winner   # minority + 1 against minority: the other letter wins
-            examples.append(Example(tokens, (L,), (1 - winner,), group="close" if minority == (L - 1) // 2 else "clear",
-                                    counterfactual=(*partner, 3, 1 - winner)))
+            partner[body.index(winner)] = 1 - winner  # minority + 1 against minority: the other letter wins
+            examples.append(
+                Example(
+                    tokens,
+                    (L,),
+                    (1 - winner,),
+                    group="close" if minority == (L - 1) // 2 else "clear",
+                    counterfactual=(*partner, 3, 1 - winner),
+                )
+            )
         return examples
 
     def default_models(self) -> dict[str, ModelSpec]:

@@ -19,8 +19,8 @@ LETTERS = tuple("abcdefgh")
 @dataclass(frozen=True)
 class MarkCopyParams:
     examples: int = 1200
-    length: int = 7        # letters before the query, the marker among them
-    offset: int = 1        # the answer is the letter this many places after the marker
+    length: int = 7  # letters before the query, the marker among them
+    offset: int = 1  # the answer is the letter this many places after the marker
 
 
 class MarkCopyTask(Task):
@@ -33,8 +33,11 @@ class MarkCopyTask(Task):
 
     def generate(self, seed: int) -> dict[str, list[Example]]:
         rng, seen, n = random.Random(seed), set(), self.params.examples
-        return {"train": self.sample(rng, n, seen), "validation": self.sample(rng, n // 5, seen),
-                "heldout": self.sample(rng, n // 5, seen)}
+        return {
+            "train": self.sample(rng, n, seen),
+            "validation": self.sample(rng, n // 5, seen),
+            "heldout": self.sample(rng, n // 5, seen),
+        }
 
     def sample(self, rng, count, seen) -> list[Example]:
         index, length, examples = {w: i for i, w in enumerate(self.vocabulary())}, self.params.length, []
@@ -50,10 +53,16 @@ class MarkCopyTask(Task):
             if tokens in seen:
                 continue
             seen.add(tokens)
-            examples.append(Example(tokens, positions=(length,), foils=(index[base[j + k]],),
-                                    group="early" if i < length // 2 else "late",
-                                    counterfactual=tuple(index[w] for w in [*partner, "?", base[j + k]]),
-                                    roles={"marker": i, "value": i + k, "query": length}))
+            examples.append(
+                Example(
+                    tokens,
+                    positions=(length,),
+                    foils=(index[base[j + k]],),
+                    group="early" if i < length // 2 else "late",
+                    counterfactual=tuple(index[w] for w in [*partner, "?", base[j + k]]),
+                    roles={"marker": i, "value": i + k, "query": length},
+                )
+            )
         return examples
 
     def default_models(self) -> dict[str, ModelSpec]:
@@ -70,16 +79,16 @@ VARIABLES, VALUES = tuple("abcdefgh"), tuple("01234567")
 @dataclass(frozen=True)
 class BindingParams:
     examples: int = 3000
-    chains: int = 2        # chains (value -> variable [-> alias]), statements interleaved
-    fillers: int = 0       # extra one-hop statements `x = v ;` that no query asks about
-    hops: int = 2          # 2: the query names an alias (`b = a`) of a variable; 1: the variable itself
+    chains: int = 2  # chains (value -> variable [-> alias]), statements interleaved
+    fillers: int = 0  # extra one-hop statements `x = v ;` that no query asks about
+    hops: int = 2  # 2: the query names an alias (`b = a`) of a variable; 1: the variable itself
 
 
 class BindingTask(Task):
     """Two-hop variable binding with the statements interleaved at random."""
 
     name, Params, version = "binding", BindingParams, 1
-    score_offset = 0       # the scored position is the queried alias; binding-early moves it
+    score_offset = 0  # the scored position is the queried alias; binding-early moves it
 
     def __init__(self, params=None):
         super().__init__(params)
@@ -91,8 +100,11 @@ class BindingTask(Task):
 
     def generate(self, seed: int) -> dict[str, list[Example]]:
         rng, seen, n = random.Random(seed), set(), self.params.examples
-        return {"train": self.sample(rng, n, seen), "validation": self.sample(rng, n // 5, seen),
-                "heldout": self.sample(rng, n // 5, seen)}
+        return {
+            "train": self.sample(rng, n, seen),
+            "validation": self.sample(rng, n // 5, seen),
+            "heldout": self.sample(rng, n // 5, seen),
+        }
 
     def statements(self, rng):
         """[(lhs, rhs, chain)] interleaved, keeping each source before its alias; the chain values."""
@@ -123,16 +135,24 @@ class BindingTask(Task):
                     role = "source" if rhs in VALUES else "alias"
                     roles[f"{role}_value" if role == "source" else "alias_rhs"] = len(words) - 2
                     roles[f"{role}_end"] = len(words) - 1
-            query = [lhs for lhs, rhs, chain in order if chain == asked and (rhs in VARIABLES) == (self.params.hops == 2)][0]
+            query = [
+                lhs for lhs, rhs, chain in order if chain == asked and (rhs in VARIABLES) == (self.params.hops == 2)
+            ][0]
             tokens = tuple(index[w] for w in [*words, "?", query, values[asked]])
             if tokens in seen:
                 continue
             seen.add(tokens)
             scored = len(tokens) - 2 - self.score_offset
             roles["query"] = len(tokens) - 2
-            examples.append(Example(tokens, positions=(scored,), foils=(index[values[other]],),
-                                    counterfactual=tuple(index[w] for w in [*partner, "?", query, values[other]]),
-                                    roles=roles))
+            examples.append(
+                Example(
+                    tokens,
+                    positions=(scored,),
+                    foils=(index[values[other]],),
+                    counterfactual=tuple(index[w] for w in [*partner, "?", query, values[other]]),
+                    roles=roles,
+                )
+            )
         return examples
 
     def default_models(self) -> dict[str, ModelSpec]:

@@ -36,7 +36,7 @@ def ladder_command(args) -> None:
     out = args.out or Path("runs") / "ladder" / task.name
     rungs = model_list(args.rungs, "--rungs")
     plans = ladder_plans(task, args.seeds, settings, out, args.d_model, rungs)
-    for path in (out / LADDER_JSON, out / LADDER_FIGURE):   # a user's file there: refused before training
+    for path in (out / LADDER_JSON, out / LADDER_FIGURE):  # a user's file there: refused before training
         claim_check(path)
     train_family(plans, overwrite=args.overwrite, progress=not args.no_progress, jobs=args.jobs)
     result = measure_ladder(plans)
@@ -57,9 +57,11 @@ def main(argv=None) -> None:
     def body():
         task_name = argv[0] if argv and not argv[0].startswith("-") else None
         task_cls = get_task_class(task_name) if task_name else None
-        parser = Parser(prog="toylens ladder TASK",
-                        description="Train the ladder of models from no context to two blocks on TASK's data "
-                                    "and compare them on held-out data.")
+        parser = Parser(
+            prog="toylens ladder TASK",
+            description="Train the ladder of models from no context to two blocks on TASK's data "
+            "and compare them on held-out data.",
+        )
         if task_name is None:
             parser.add_argument("task", help="a registered task (toylens list)")
             parser.parse_args(argv)

@@ -21,16 +21,26 @@ MAX_LAYERS, MAX_WIDTH = 48, 4096
 SOURCE_TRAINING = {"max_steps": 1000, "lr": 3e-3}
 
 
-def norm_plans(task, seeds: list[int], settings, warmup_steps: int, out: Path, n_layers: int, d_model: int,
-               variants=None) -> list[RunPlan]:
+def norm_plans(
+    task, seeds: list[int], settings, warmup_steps: int, out: Path, n_layers: int, d_model: int, variants=None
+) -> list[RunPlan]:
     specs = norm_specs(n_layers, d_model)
     names = variants or list(specs)
     unknown = [name for name in names if name not in specs]
     if unknown:
         raise UsageError(f"unknown variant(s) {unknown}; known: {', '.join(specs)}")
-    return [RunPlan(task, name, specs[name], seed, replace(settings, warmup_steps=warmup_steps if warmed(name) else 0),
-                    Path(out) / name / f"seed{seed}")
-            for name in names for seed in seeds]
+    return [
+        RunPlan(
+            task,
+            name,
+            specs[name],
+            seed,
+            replace(settings, warmup_steps=warmup_steps if warmed(name) else 0),
+            Path(out) / name / f"seed{seed}",
+        )
+        for name in names
+        for seed in seeds
+    ]
 
 
 def norms_command(args) -> None:
@@ -41,19 +51,24 @@ def norms_command(args) -> None:
 
     task = task_from_args(args.task_cls, args)
     if args.layers > MAX_LAYERS or args.d_model > MAX_WIDTH:
-        raise UsageError(f"--layers {args.layers} / --d-model {args.d_model}: use at most {MAX_LAYERS} blocks and "
-                         f"width {MAX_WIDTH} for a toy model")
+        raise UsageError(
+            f"--layers {args.layers} / --d-model {args.d_model}: use at most {MAX_LAYERS} blocks and "
+            f"width {MAX_WIDTH} for a toy model"
+        )
     settings = settings_from_args(task, args, **SOURCE_TRAINING, snapshot_every=0)
     warmup = max(1, settings.max_steps // 10) if args.warmup_steps is None else args.warmup_steps
     if not 0 < warmup <= settings.max_steps:
         raise UsageError(f"--warmup-steps {warmup} must lie in 1..{settings.max_steps} (the step budget)")
     out = args.out or Path("runs") / "norms" / task.name
-    plans = norm_plans(task, args.seeds, settings, warmup, out, args.layers, args.d_model,
-                       model_list(args.variants, "--variants"))
+    plans = norm_plans(
+        task, args.seeds, settings, warmup, out, args.layers, args.d_model, model_list(args.variants, "--variants")
+    )
     if not any(not warmed(plan.model_name) for plan in plans):
-        raise UsageError("--variants needs pre or post (without warmup) too: the gradients at initialisation "
-                         "are measured on those runs' models")
-    for path in (out / NORMS_JSON, out / NORMS_FIGURE):   # a user's file there: refused before training
+        raise UsageError(
+            "--variants needs pre or post (without warmup) too: the gradients at initialisation "
+            "are measured on those runs' models"
+        )
+    for path in (out / NORMS_JSON, out / NORMS_FIGURE):  # a user's file there: refused before training
         claim_check(path)
     train_family(plans, overwrite=args.overwrite, progress=not args.no_progress, jobs=args.jobs)
     result = measure_norms(plans, settings.batch_size)
@@ -73,10 +88,12 @@ def main(argv=None) -> None:
 
     def body():
         task_name = argv[0] if argv and not argv[0].startswith("-") else None
-        parser = Parser(prog="toylens norms TASK",
-                        description="Train pre- and post-norm models, with and without learning-rate warmup (--warmup-steps: "
-                                    "its length in the +warmup variants, default a tenth of the steps), "
-                                    "on TASK's data; compare held-out perplexity and gradient norms at initialisation.")
+        parser = Parser(
+            prog="toylens norms TASK",
+            description="Train pre- and post-norm models, with and without learning-rate warmup (--warmup-steps: "
+            "its length in the +warmup variants, default a tenth of the steps), "
+            "on TASK's data; compare held-out perplexity and gradient norms at initialisation.",
+        )
         if task_name is None:
             parser.add_argument("task", help="a registered task (toylens list), e.g. text")
             parser.parse_args(argv)

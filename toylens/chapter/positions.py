@@ -21,8 +21,11 @@ DEFAULT_REPEAT = {"min_repeat": 8, "max_repeat": 12}
 
 def position_plans(task, kinds, seeds, settings, out: Path, factors, d_model: int = 128) -> list:
     context = context_for(task.params.max_repeat, factors)
-    return [RunPlan(task, kind, spec, seed, settings, Path(out) / kind / f"seed{seed}", context=context)
-            for kind, spec in position_specs(kinds, d_model).items() for seed in seeds]
+    return [
+        RunPlan(task, kind, spec, seed, settings, Path(out) / kind / f"seed{seed}", context=context)
+        for kind, spec in position_specs(kinds, d_model).items()
+        for seed in seeds
+    ]
 
 
 def parse_factors(text: str) -> tuple[int, ...]:
@@ -46,14 +49,16 @@ def positions_command(args) -> None:
     factors = parse_factors(args.factors)
     kinds = model_list(args.kinds, "--kinds")
     if max(factors) * task.params.max_repeat > task.params.tokens:
-        raise UsageError(f"{max(factors)}x repeat {max(factors) * task.params.max_repeat} needs that many distinct "
-                         f"tokens, only --tokens {task.params.tokens}; raise --tokens or lower --max-repeat")
+        raise UsageError(
+            f"{max(factors)}x repeat {max(factors) * task.params.max_repeat} needs that many distinct "
+            f"tokens, only --tokens {task.params.tokens}; raise --tokens or lower --max-repeat"
+        )
     if args.eval_sequences > 100_000:
         raise UsageError(f"--eval-sequences {args.eval_sequences} is absurd; use at most 100000")
     settings = settings_from_args(task, args, snapshot_every=0)
     out = args.out or Path("runs") / "positions"
     plans = position_plans(task, kinds, args.seeds, settings, out, factors, args.d_model)
-    for path in (out / POSITIONS_JSON, out / POSITIONS_FIGURE):   # a user's file there: refused before training
+    for path in (out / POSITIONS_JSON, out / POSITIONS_FIGURE):  # a user's file there: refused before training
         claim_check(path)
 
     train_family(plans, overwrite=args.overwrite, progress=not args.no_progress, jobs=args.jobs)
@@ -69,14 +74,18 @@ def main(argv=None) -> None:
     from toylens.arguments import add_jobs_arguments, add_settings_arguments, add_task_params
 
     def body():
-        parser = Parser(prog="toylens positions",
-                        description="Train induction models with each kind of position information on short "
-                                    "sequences and evaluate them on longer ones.")
+        parser = Parser(
+            prog="toylens positions",
+            description="Train induction models with each kind of position information on short "
+            "sequences and evaluate them on longer ones.",
+        )
         parser.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated (default {','.join(KINDS)})")
-        parser.add_argument("--factors", default="1,2,4", help="evaluated lengths, times the training length "
-                                                                "(default 1,2,4)")
-        parser.add_argument("--eval-sequences", type=positive_int, default=256,
-                            help="sequences per length and seed (default 256)")
+        parser.add_argument(
+            "--factors", default="1,2,4", help="evaluated lengths, times the training length (default 1,2,4)"
+        )
+        parser.add_argument(
+            "--eval-sequences", type=positive_int, default=256, help="sequences per length and seed (default 256)"
+        )
         parser.add_argument("--d-model", type=positive_int, default=128, help="width (default 128)")
         parser.add_argument("--overwrite", action="store_true", help="retrain runs already trained")
         add_settings_arguments(parser, "runs/positions")

@@ -7,8 +7,20 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from common.cli import Parser, UsageError, positive_int, run_cli
-from probes.chapter.scaling import (KEYS, PAIRS, REPLAY_ROWS, ROWS, SATURATED, TrainedCurve, init_figure, init_table,
-                            measure_init, replay, trained_figure, trained_table)
+from probes.chapter.scaling import (
+    KEYS,
+    PAIRS,
+    REPLAY_ROWS,
+    ROWS,
+    SATURATED,
+    TrainedCurve,
+    init_figure,
+    init_table,
+    measure_init,
+    replay,
+    trained_figure,
+    trained_table,
+)
 from toylens.arguments import add_seeds_argument
 
 OUT = Path("runs/chapter/scaling")
@@ -31,20 +43,28 @@ def scaling_settings(task, steps: int, every: int):
     from tasks.settings import TrainSettings
 
     settings = TrainSettings.from_dict(task.default_training())
-    return replace(settings, max_steps=steps, eval_every=every, snapshot_every=every, stop_accuracy=2.0,
-                   plateau_steps=steps + 1).validate()
+    return replace(
+        settings, max_steps=steps, eval_every=every, snapshot_every=every, stop_accuracy=2.0, plateau_steps=steps + 1
+    ).validate()
 
 
 def plan_runs(task, widths, seeds, steps: int, every: int, out: Path):
     from toylens.family import RunPlan
 
     settings = scaling_settings(task, steps, every)
-    return [RunPlan(task, model_name(d, s), scaling_spec(d, s), seed, settings, Path(out) / model_name(d, s) / f"seed{seed}")
-            for d in widths for s in (True, False) for seed in seeds]
+    return [
+        RunPlan(
+            task, model_name(d, s), scaling_spec(d, s), seed, settings, Path(out) / model_name(d, s) / f"seed{seed}"
+        )
+        for d in widths
+        for s in (True, False)
+        for seed in seeds
+    ]
 
 
-def measure_trained(task, widths, seeds, steps: int, every: int, out: Path, jobs: int,
-                    overwrite: bool = False, progress: bool = True) -> list[TrainedCurve]:
+def measure_trained(
+    task, widths, seeds, steps: int, every: int, out: Path, jobs: int, overwrite: bool = False, progress: bool = True
+) -> list[TrainedCurve]:
     from tasks.training.runs import Run
     from toylens.family import train_family
 
@@ -53,13 +73,15 @@ def measure_trained(task, widths, seeds, steps: int, every: int, out: Path, jobs
     curves = []
     for plan in plans:
         run = Run(plan.run_dir)
-        curves.append(TrainedCurve(plan.spec.d_model, plan.spec.scale_scores, plan.seed,
-                                   run.metrics["stop_reason"], replay(run)))
+        curves.append(
+            TrainedCurve(plan.spec.d_model, plan.spec.scale_scores, plan.seed, run.metrics["stop_reason"], replay(run))
+        )
     return curves
 
 
-def scaling_command(task_name: str, widths, seeds, steps: int, every: int, jobs: int, init_only: bool,
-                    out: Path, overwrite: bool) -> None:
+def scaling_command(
+    task_name: str, widths, seeds, steps: int, every: int, jobs: int, init_only: bool, out: Path, overwrite: bool
+) -> None:
     from common.atomic import write_json
     from common.ownership import claim_check
     from probes.report.figures import save
@@ -71,7 +93,7 @@ def scaling_command(task_name: str, widths, seeds, steps: int, every: int, jobs:
         raise UsageError(f"--every {every} exceeds --steps {steps}; snapshots need every <= steps")
     task = None if init_only else get_task_class(task_name)()
     out = Path(out)
-    for name in ("scaling_init.png", "scaling_trained.png", "scaling.json"):   # refused before any work
+    for name in ("scaling_init.png", "scaling_trained.png", "scaling.json"):  # refused before any work
         claim_check(out / name)
     points = measure_init()
     print(f"at initialisation (unit-variance q, k; {PAIRS} pairs for the variance, {ROWS} rows of {KEYS} keys):")
@@ -91,8 +113,10 @@ def scaling_command(task_name: str, widths, seeds, steps: int, every: int, jobs:
 def main(argv=None) -> None:
     from common.cli import folder_path
 
-    parser = Parser(prog="toylens scaling",
-                    description="sqrt(d_k): scores, saturation, entropy and gradients, at init and in training.")
+    parser = Parser(
+        prog="toylens scaling",
+        description="sqrt(d_k): scores, saturation, entropy and gradients, at init and in training.",
+    )
     parser.add_argument("--task", default="winograd", help="task to train on (default winograd)")
     parser.add_argument("--widths", type=positive_int, nargs="+", default=list(WIDTHS), help="d_k values trained")
     add_seeds_argument(parser, "0-1")
@@ -103,5 +127,15 @@ def main(argv=None) -> None:
     parser.add_argument("--overwrite", action="store_true", help="retrain runs already in --out")
     parser.add_argument("--out", type=folder_path, default=OUT)
     args = parser.parse_args(argv)
-    run_cli(scaling_command, args.task, args.widths, args.seeds, args.steps, args.every, args.jobs,
-            args.init_only, args.out, args.overwrite)
+    run_cli(
+        scaling_command,
+        args.task,
+        args.widths,
+        args.seeds,
+        args.steps,
+        args.every,
+        args.jobs,
+        args.init_only,
+        args.out,
+        args.overwrite,
+    )

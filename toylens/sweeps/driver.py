@@ -26,8 +26,16 @@ from tasks.training.runs import METRICS
 from tasks.training.sweeps import FAILED, failed_record, is_sweep
 
 from toylens.arguments import parse_seeds
-from toylens.sweeps.plan import (CONFIRM_RUNS, SweepRun, check_size, count_runs, first_run_estimate, parse_grid,
-                                 plan_sweep, write_records)
+from toylens.sweeps.plan import (
+    CONFIRM_RUNS,
+    SweepRun,
+    check_size,
+    count_runs,
+    first_run_estimate,
+    parse_grid,
+    plan_sweep,
+    write_records,
+)
 
 if TYPE_CHECKING:
     from toylens.family import RunPlan
@@ -35,15 +43,15 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class SweepJob:
-    plan: RunPlan         # its run_dir is where the driver will write
-    command: str          # the driver's command, recorded in the run's config.json
-    finished: dict | None = None   # a finished run's files (path -> bytes): trace its snapshots only
+    plan: RunPlan  # its run_dir is where the driver will write
+    command: str  # the driver's command, recorded in the run's config.json
+    finished: dict | None = None  # a finished run's files (path -> bytes): trace its snapshots only
 
 
 @dataclass(frozen=True)
 class RunFiles:
-    files: dict           # path inside the run folder -> bytes
-    seconds: float        # the worker's wall time for training and tracing
+    files: dict  # path inside the run folder -> bytes
+    seconds: float  # the worker's wall time for training and tracing
 
 
 def run_job(job: SweepJob) -> RunFiles:
@@ -72,8 +80,12 @@ def run_job(job: SweepJob) -> RunFiles:
             write_json(run_dir / CIRCUIT, circuit_record(circuit_summary(analyse_run(context)), run.config))
         if wants_timeline(run.config, read_circuit(run)):
             write_json(run_dir / TIMELINE, timeline_record(snapshot_circuits(context), run.config))
-        files = {p.relative_to(run_dir).as_posix(): p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()
-                 if job.finished is None or p.name == TIMELINE}
+        files = {
+            p.relative_to(run_dir).as_posix(): p.read_bytes()
+            for p in sorted(run_dir.rglob("*"))
+            if p.is_file()
+            if job.finished is None or p.name == TIMELINE
+        }
     return RunFiles(files, time.perf_counter() - started)
 
 
@@ -92,7 +104,7 @@ def write_run(run_dir: Path, files: dict) -> None:
             old.unlink()
     last = [CONFIG, METRICS]
     for name in sorted(files, key=lambda n: (n in last, last.index(n) if n in last else 0, n)):
-        if PurePosixPath(name).name == MANIFEST:   # the worker's own; writing here makes the driver's
+        if PurePosixPath(name).name == MANIFEST:  # the worker's own; writing here makes the driver's
             continue
         data = files[name]
         atomic_write(run_dir / name, lambda temp, data=data: Path(temp).write_bytes(data))
@@ -101,23 +113,31 @@ def write_run(run_dir: Path, files: dict) -> None:
 @dataclass(frozen=True)
 class SweepOutcome:
     runs: int
-    kept: int             # finished before this command: skipped (their snapshots may have been traced)
+    kept: int  # finished before this command: skipped (their snapshots may have been traced)
     done: int
     failed: int
-    seconds: float        # wall time of the runs this command executed
+    seconds: float  # wall time of the runs this command executed
     worker_seconds: float  # summed over the runs done (train + trace in the worker)
-    snapshots_traced: int = 0   # kept runs whose snapshots alone were traced
+    snapshots_traced: int = 0  # kept runs whose snapshots alone were traced
 
 
-def run_sweep(runs: list[SweepRun], out: Path, executor, command: str, resume: bool = False,
-              overwrite: bool = False, progress: bool = True, write=print) -> SweepOutcome:
+def run_sweep(
+    runs: list[SweepRun],
+    out: Path,
+    executor,
+    command: str,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: bool = True,
+    write=print,
+) -> SweepOutcome:
     from common.lock import folder_lock, folder_locks
     from toylens.family import check_out_folder
 
     from probes.report.outputs.census import check_census_files
 
     check_out_folder(out, runs[0].plan.task)
-    check_census_files(out)   # the census after training reads and writes these
+    check_census_files(out)  # the census after training reads and writes these
     # The root, then each grid point: a training into a point (a runs folder of its own) takes the
     # same lock file, so of the two exactly one proceeds however they interleave.
     with folder_lock(out, "sweep folder"):
@@ -133,9 +153,11 @@ def check_not_a_runs_folder(out: Path) -> None:
         return
     found = next(iter(sorted(Path(out).rglob(CONFIG))), None)
     if found is not None:
-        raise UsageError(f"--out {out} holds runs that no sweep planned ({found.parent}: a train's runs folder, or "
-                         "a sweep from before toylens recorded sweep.json); a sweep needs a folder of its own: "
-                         "choose another --out")
+        raise UsageError(
+            f"--out {out} holds runs that no sweep planned ({found.parent}: a train's runs folder, or "
+            "a sweep from before toylens recorded sweep.json); a sweep needs a folder of its own: "
+            "choose another --out"
+        )
 
 
 def needs_timeline(run: SweepRun) -> str | None:
@@ -162,8 +184,11 @@ def needs_timeline(run: SweepRun) -> str | None:
 def finished_files(run_dir: Path) -> dict:
     """A finished run's files for a worker (which needs no shared filesystem), without toylens's
     ownership records."""
-    return {p.relative_to(run_dir).as_posix(): p.read_bytes() for p in sorted(Path(run_dir).rglob("*"))
-            if p.is_file() and p.name not in (MANIFEST, LOCK)}
+    return {
+        p.relative_to(run_dir).as_posix(): p.read_bytes()
+        for p in sorted(Path(run_dir).rglob("*"))
+        if p.is_file() and p.name not in (MANIFEST, LOCK)
+    }
 
 
 def needs_retrace(run: SweepRun) -> str | None:
@@ -178,8 +203,9 @@ def needs_retrace(run: SweepRun) -> str | None:
     return None
 
 
-def sweep_locked(runs: list[SweepRun], out: Path, executor, command: str, resume: bool, overwrite: bool,
-                 progress: bool, write) -> SweepOutcome:
+def sweep_locked(
+    runs: list[SweepRun], out: Path, executor, command: str, resume: bool, overwrite: bool, progress: bool, write
+) -> SweepOutcome:
     from tqdm.auto import tqdm
 
     from toylens.family import existing_status, resume_command, step_cost
@@ -194,24 +220,26 @@ def sweep_locked(runs: list[SweepRun], out: Path, executor, command: str, resume
             write(f"{run.plan.run_dir}: its snapshots are not traced ({why}); tracing them (no retraining)")
             statuses[index] = "snapshots"
     for run, status in zip(runs, statuses):
-        if status != "done":   # this run folder will be written: nothing of the user's may be in it
+        if status != "done":  # this run folder will be written: nothing of the user's may be in it
             check_replaceable(run.plan.run_dir, "run folder", within=out)
-    todo = [SweepJob(run.plan, command, finished_files(run.plan.run_dir) if status == "snapshots" else None)
-            for run, status in zip(runs, statuses) if status != "done"]
+    todo = [
+        SweepJob(run.plan, command, finished_files(run.plan.run_dir) if status == "snapshots" else None)
+        for run, status in zip(runs, statuses)
+        if status != "done"
+    ]
     write_records(runs, out, overwrite)
     counts = {"done": 0, "failed": 0, "snapshots": 0, "worker_seconds": 0.0}
     parallel = getattr(executor, "jobs", None) or getattr(executor, "cpus", None) or 1
     if len(todo) < len(runs):
         write(f"{len(runs) - len(todo)} of {len(runs)} runs already finished with these settings: kept")
-    bar = tqdm(total=len(todo), desc=f"sweep ({executor.name})", unit="run", disable=not progress,
-               dynamic_ncols=True)
+    bar = tqdm(total=len(todo), desc=f"sweep ({executor.name})", unit="run", disable=not progress, dynamic_ncols=True)
 
     def on_outcome(job: SweepJob, outcome) -> None:
-        with held_interrupts():   # a Ctrl-C now waits until this run's files are all written
+        with held_interrupts():  # a Ctrl-C now waits until this run's files are all written
             record_outcome(job, outcome)
 
     def record_outcome(job: SweepJob, outcome) -> None:
-        if job.finished is not None:   # a finished run: only its timeline.json comes back, nothing else changes
+        if job.finished is not None:  # a finished run: only its timeline.json comes back, nothing else changes
             traced(job, outcome)
         elif outcome.error is None:
             write_run(job.plan.run_dir, outcome.result.files)
@@ -221,8 +249,10 @@ def sweep_locked(runs: list[SweepRun], out: Path, executor, command: str, resume
                 waiting = [other for other in todo if other is not job and other.finished is None]
                 bar.write(f"sweep: {first_run_estimate(job.plan, outcome.result.seconds, waiting, parallel)}")
         else:
-            write_json(job.plan.run_dir / FAILED, failed_record(job.plan.run_dir.parent.parent.name,
-                                                                job.plan.model_name, job.plan.seed, outcome.error))
+            write_json(
+                job.plan.run_dir / FAILED,
+                failed_record(job.plan.run_dir.parent.parent.name, job.plan.model_name, job.plan.seed, outcome.error),
+            )
             counts["failed"] += 1
             bar.write(f"{job.plan.run_dir}: failed twice ({outcome.error}); recorded in {FAILED}")
         bar.set_postfix(done=counts["done"], failed=counts["failed"], refresh=False)
@@ -233,9 +263,11 @@ def sweep_locked(runs: list[SweepRun], out: Path, executor, command: str, resume
             for name, data in outcome.result.files.items():
                 atomic_write(job.plan.run_dir / name, lambda temp, data=data: Path(temp).write_bytes(data))
             counts["snapshots"] += 1
-        else:   # the run itself stays finished and counted: no failed.json beside it
-            bar.write(f"{job.plan.run_dir}: tracing its snapshots failed twice ({outcome.error}); its circuit is "
-                      "counted, its timeline is not")
+        else:  # the run itself stays finished and counted: no failed.json beside it
+            bar.write(
+                f"{job.plan.run_dir}: tracing its snapshots failed twice ({outcome.error}); its circuit is "
+                "counted, its timeline is not"
+            )
         bar.update()
 
     started = time.perf_counter()
@@ -246,24 +278,35 @@ def sweep_locked(runs: list[SweepRun], out: Path, executor, command: str, resume
             executor.run(run_job, todo, on_outcome, cost=lambda job: step_cost(job.plan.spec))
     except KeyboardInterrupt:
         finished = len(runs) - len(todo) + counts["done"]
-        raise KeyboardInterrupt(f"{finished} of {len(runs)} runs finished and kept, {len(runs) - finished} missing "
-                                f"(sweep.json lists every planned run; a run is finished once its {METRICS} "
-                                f"exists); run the missing ones with: {resume_command()}") from None
+        raise KeyboardInterrupt(
+            f"{finished} of {len(runs)} runs finished and kept, {len(runs) - finished} missing "
+            f"(sweep.json lists every planned run; a run is finished once its {METRICS} "
+            f"exists); run the missing ones with: {resume_command()}"
+        ) from None
     finally:
         bar.close()
-    return SweepOutcome(len(runs), len(runs) - len(todo) + counts["snapshots"], counts["done"], counts["failed"],
-                        time.perf_counter() - started, counts["worker_seconds"], counts["snapshots"])
+    return SweepOutcome(
+        len(runs),
+        len(runs) - len(todo) + counts["snapshots"],
+        counts["done"],
+        counts["failed"],
+        time.perf_counter() - started,
+        counts["worker_seconds"],
+        counts["snapshots"],
+    )
 
 
 def check_gpus_per_run(gpus: float, executor: str) -> None:
     """Ray's rules for a task's GPUs, checked before anything runs; the local pool reserves none."""
-    if not 0 <= gpus < float("inf"):   # NaN fails too
+    if not 0 <= gpus < float("inf"):  # NaN fails too
         raise UsageError(f"--gpus-per-run must be a finite number >= 0, got {gpus}")
     if gpus > 1 and not gpus.is_integer():
         raise UsageError(f"--gpus-per-run {gpus:g}: above 1 it must be a whole number of GPUs (Ray's rule)")
     if gpus and executor != "ray":
-        raise UsageError("--gpus-per-run reserves GPUs for Ray tasks: add --executor ray (the local pool needs no "
-                         "flag: its runs train on a GPU whenever torch sees one)")
+        raise UsageError(
+            "--gpus-per-run reserves GPUs for Ray tasks: add --executor ray (the local pool needs no "
+            "flag: its runs train on a GPU whenever torch sees one)"
+        )
 
 
 def sweep_command(task_cls: type, args) -> None:
@@ -287,12 +330,15 @@ def sweep_command(task_cls: type, args) -> None:
     runs = plan_sweep(task_cls, params, training, models, seeds, grid, out)
     print(f"sweep: {check_size(runs, args.jobs, args.yes)}", flush=True)
     executor = make_executor(args.executor, args.jobs, args.address, args.gpus_per_run)
-    outcome = run_sweep(runs, out, executor, command_line(), resume=args.resume, overwrite=args.overwrite,
-                        progress=not args.no_progress)
+    outcome = run_sweep(
+        runs, out, executor, command_line(), resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress
+    )
     per_run = f", {outcome.worker_seconds / outcome.done:.1f} s per run in its worker" if outcome.done else ""
     traced = f" ({outcome.snapshots_traced} of them had their snapshots traced)" if outcome.snapshots_traced else ""
-    print(f"sweep: {outcome.done} runs done, {outcome.failed} failed, {outcome.kept} kept{traced}, "
-          f"in {outcome.seconds:.1f} s{per_run}")
+    print(
+        f"sweep: {outcome.done} runs done, {outcome.failed} failed, {outcome.kept} kept{traced}, "
+        f"in {outcome.seconds:.1f} s{per_run}"
+    )
     if outcome.done + outcome.kept == 0:
         print(f"no finished runs in {out}: no census (see each run's {FAILED})")
         return
@@ -301,6 +347,7 @@ def sweep_command(task_cls: type, args) -> None:
 
     try:
         census_command(out)
-    except KeyboardInterrupt:   # the census publishes its folder whole, so none or the old one is there
-        raise KeyboardInterrupt(f"all {outcome.runs} runs finished and kept, the census was not written; write it "
-                                f"with: {resume_command()}") from None
+    except KeyboardInterrupt:  # the census publishes its folder whole, so none or the old one is there
+        raise KeyboardInterrupt(
+            f"all {outcome.runs} runs finished and kept, the census was not written; write it with: {resume_command()}"
+        ) from None

@@ -25,7 +25,7 @@ ATTEMPTS = 2
 @dataclass(frozen=True)
 class Outcome:
     result: object = None
-    error: str | None = None      # the last attempt's error, one line, when every attempt failed
+    error: str | None = None  # the last attempt's error, one line, when every attempt failed
 
 
 def one_line(error: BaseException) -> str:
@@ -60,7 +60,7 @@ def start_idle(pools: list, running: dict, waiting: deque, function: Callable, i
         index = waiting.popleft()
         try:
             future = pools[slot].submit(in_one_thread, function, items[index])
-        except BrokenProcessPool:     # its worker died while idle (an OOM kill, say): no job was lost
+        except BrokenProcessPool:  # its worker died while idle (an OOM kill, say): no job was lost
             renew(pools, slot)
             future = pools[slot].submit(in_one_thread, function, items[index])
         running[future] = (slot, index)
@@ -93,8 +93,8 @@ class LocalExecutor:
 
         waiting = deque(costliest_first(items, cost))
         failures = [0] * len(items)
-        pools: list = []              # filled inside the try: a Ctrl-C while they start ends them too
-        running: dict = {}            # future -> (its pool's slot, its item's index)
+        pools: list = []  # filled inside the try: a Ctrl-C while they start ends them too
+        running: dict = {}  # future -> (its pool's slot, its item's index)
         try:
             pools.extend(spawn_pool(1) for _ in range(min(self.jobs, len(items))))
             while waiting or running:
@@ -107,7 +107,7 @@ class LocalExecutor:
                     if error is None:
                         on_outcome(items[index], Outcome(future.result()))
                     elif failures[index] < ATTEMPTS:
-                        waiting.appendleft(index)       # tried again next, as Ray retries at once
+                        waiting.appendleft(index)  # tried again next, as Ray retries at once
                     else:
                         on_outcome(items[index], Outcome(error=error))
         except BaseException:
@@ -143,8 +143,10 @@ class RayExecutor:
         the clusters this README starts by hand cannot.)"""
         most = max((node["Resources"].get("GPU", 0.0) for node in nodes if node["Alive"]), default=0.0)
         if self.gpus > most:
-            raise UsageError(f"--gpus-per-run {self.gpus:g}: no node of the Ray cluster ({self.target()}) has "
-                             f"that many GPUs (most: {most:g}); ask for fewer, or leave it out to train on CPUs")
+            raise UsageError(
+                f"--gpus-per-run {self.gpus:g}: no node of the Ray cluster ({self.target()}) has "
+                f"that many GPUs (most: {most:g}); ask for fewer, or leave it out to train on CPUs"
+            )
 
     def run(self, function: Callable, items: list, on_outcome: Callable, cost: Callable | None = None) -> None:
         try:
@@ -154,16 +156,24 @@ class RayExecutor:
         address = self.target()
         started = time.perf_counter()
         try:
-            ray.init(address=address, num_cpus=self.cpus if address == "local" else None, include_dashboard=False,
-                     log_to_driver=False, logging_level=logging.ERROR)
-        except (ValueError, ConnectionError) as error:   # e.g. "auto" with no cluster running
-            raise UsageError(f"Ray at {address!r}: {one_line(error)}; start the cluster (ray start --head) or fix "
-                             "--address or RAY_ADDRESS") from None
+            ray.init(
+                address=address,
+                num_cpus=self.cpus if address == "local" else None,
+                include_dashboard=False,
+                log_to_driver=False,
+                logging_level=logging.ERROR,
+            )
+        except (ValueError, ConnectionError) as error:  # e.g. "auto" with no cluster running
+            raise UsageError(
+                f"Ray at {address!r}: {one_line(error)}; start the cluster (ray start --head) or fix "
+                "--address or RAY_ADDRESS"
+            ) from None
         try:
             self.startup_seconds = time.perf_counter() - started
             self.check_gpus(ray.nodes())
-            remote = ray.remote(num_cpus=1, num_gpus=self.gpus, max_retries=ATTEMPTS - 1,
-                                retry_exceptions=True)(in_one_thread)
+            remote = ray.remote(num_cpus=1, num_gpus=self.gpus, max_retries=ATTEMPTS - 1, retry_exceptions=True)(
+                in_one_thread
+            )
             refs = {remote.remote(function, items[index]): items[index] for index in costliest_first(items, cost)}
             pending = list(refs)
             try:
@@ -205,5 +215,7 @@ def check_reachable(address: str) -> None:
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
     except OSError as error:
-        raise UsageError(f"nothing answers at Ray address {address!r} ({error.strerror or error}); start the "
-                         "cluster (ray start --head) or fix --address or RAY_ADDRESS") from None
+        raise UsageError(
+            f"nothing answers at Ray address {address!r} ({error.strerror or error}); start the "
+            "cluster (ray start --head) or fix --address or RAY_ADDRESS"
+        ) from None

@@ -28,7 +28,7 @@ from toylens.arguments import MAX_RUNS, SEEDS_HELP
 if TYPE_CHECKING:
     from toylens.family import RunPlan
 
-CONFIRM_RUNS = 1000   # a sweep larger than this starts only with --yes, after its time estimate
+CONFIRM_RUNS = 1000  # a sweep larger than this starts only with --yes, after its time estimate
 # One measurement to size a sweep before it starts (README, "Sizing"): an attn-only-2x1 Winograd run
 # (1000-step budget, step_cost 2) took 36.7 s to train and trace in its worker on 2 loaded cores.
 REFERENCE_RUN_SECONDS, REFERENCE_COST, REFERENCE_STEPS = 36.7, 2.0, 1000
@@ -45,8 +45,10 @@ def grid_fields(task_cls: type) -> dict[str, tuple[str, object]]:
             if only is not None and field.name not in only:
                 continue
             if field.name in found:
-                raise UsageError(f"task {task_cls.name!r} parameter {field.name!r} shadows a "
-                                 f"{found[field.name][0]} setting; rename the parameter to sweep it")
+                raise UsageError(
+                    f"task {task_cls.name!r} parameter {field.name!r} shadows a "
+                    f"{found[field.name][0]} setting; rename the parameter to sweep it"
+                )
             found[field.name] = (where, hints[field.name])
     return found
 
@@ -59,7 +61,7 @@ def parse_value(key: str, text: str, kind) -> object:
             return None
         return parse_value(key, text, next(o for o in options if o is not type(None)))
     if typing.get_origin(kind) is typing.Literal or (isinstance(kind, type) and issubclass(kind, enum.Enum)):
-        choices = options or tuple(member.value for member in kind)   # a Literal's args, an Enum's values
+        choices = options or tuple(member.value for member in kind)  # a Literal's args, an Enum's values
         if text not in choices:
             raise UsageError(f"--grid {key}={text}: choose one of {', '.join(map(str, choices))}")
         return text if options else kind(text)
@@ -73,7 +75,7 @@ def parse_value(key: str, text: str, kind) -> object:
 
 @dataclass(frozen=True)
 class Grid:
-    axes: tuple[tuple[str, tuple], ...] = ()    # (key, values) in the order given
+    axes: tuple[tuple[str, tuple], ...] = ()  # (key, values) in the order given
 
     def points(self) -> list[dict]:
         keys = [key for key, _ in self.axes]
@@ -102,20 +104,22 @@ def point_id(point: dict) -> str:
     """A folder name for a grid point: 'd_model=64_lr=0.001' ('default' for the empty grid)."""
     for key, value in point.items():
         if not re.fullmatch(r"[A-Za-z0-9.+-]+", str(value)):
-            raise UsageError(f"--grid {key}={value}: a grid value names a folder; use letters, digits, '.', '+' "
-                             "and '-' only")
+            raise UsageError(
+                f"--grid {key}={value}: a grid value names a folder; use letters, digits, '.', '+' and '-' only"
+            )
     return "_".join(f"{key}={value}" for key, value in point.items()) or "default"
 
 
 @dataclass(frozen=True)
 class SweepRun:
     plan: RunPlan
-    point: str            # its grid point's id
-    values: dict          # its grid point's values
+    point: str  # its grid point's id
+    values: dict  # its grid point's values
 
 
-def plan_sweep(task_cls: type, params: dict, training: dict, models: list[str] | None, seeds: list[int],
-               grid: Grid, out: Path) -> list[SweepRun]:
+def plan_sweep(
+    task_cls: type, params: dict, training: dict, models: list[str] | None, seeds: list[int], grid: Grid, out: Path
+) -> list[SweepRun]:
     """Every (point, model, seed), each checked (spec, task parameters, settings) before anything runs."""
     from tasks.registry import build_task
     from tasks.settings import model_settings
@@ -125,8 +129,10 @@ def plan_sweep(task_cls: type, params: dict, training: dict, models: list[str] |
     runs = []
     for point in grid.points():
         part = {kind: {k: v for k, v in point.items() if where[k][0] == kind} for kind in ("training", "task", "spec")}
-        task = build_task(task_cls, {**params, **part["task"]})   # the checks (and guards) train's values get
-        settings = {name: model_settings(task, name, {**training, **part["training"]}) for name in task.default_models()}
+        task = build_task(task_cls, {**params, **part["task"]})  # the checks (and guards) train's values get
+        settings = {
+            name: model_settings(task, name, {**training, **part["training"]}) for name in task.default_models()
+        }
         folder = Path(out) / point_id(point)
         for family_plan in plan_family(task, models, seeds, settings, folder):
             spec = replace(family_plan.spec, **part["spec"])
@@ -150,8 +156,14 @@ def estimated_seconds(runs: list[SweepRun]) -> float:
     """Train-and-trace seconds summed over runs, scaled from the reference run by step cost and budget."""
     from toylens.family import step_cost
 
-    return sum(REFERENCE_RUN_SECONDS * step_cost(run.plan.spec) / REFERENCE_COST
-               * run.plan.settings.max_steps / REFERENCE_STEPS for run in runs)
+    return sum(
+        REFERENCE_RUN_SECONDS
+        * step_cost(run.plan.spec)
+        / REFERENCE_COST
+        * run.plan.settings.max_steps
+        / REFERENCE_STEPS
+        for run in runs
+    )
 
 
 def run_cost(plan) -> float:
@@ -166,8 +178,10 @@ def first_run_estimate(first, seconds: float, remaining: list, jobs: int) -> str
     `seconds`): the up-front figure scales from a Winograd run, 7x too long for a task whose runs
     solve early (issue #37: 24.5 min predicted, 3.3 taken)."""
     left = seconds * sum(run_cost(job.plan) for job in remaining) / run_cost(first)
-    return (f"first run took {seconds:.0f} s; at that rate the other {len(remaining)} take roughly "
-            f"{duration(left / max(jobs, 1))} on {jobs} parallel jobs")
+    return (
+        f"first run took {seconds:.0f} s; at that rate the other {len(remaining)} take roughly "
+        f"{duration(left / max(jobs, 1))} on {jobs} parallel jobs"
+    )
 
 
 def duration(seconds: float) -> str:
@@ -180,9 +194,11 @@ def duration(seconds: float) -> str:
 def check_size(runs: list[SweepRun], jobs: int, confirmed: bool) -> str:
     """The sweep's size and time estimate in one line; refused above CONFIRM_RUNS runs unless confirmed."""
     total = estimated_seconds(runs)
-    line = (f"{len(runs)} runs, roughly {duration(total)} of train + trace in all, {duration(total / jobs)} on "
-            f"{jobs} parallel jobs (scaled from one measured run: {REFERENCE_RUN_SECONDS} s for attn-only-2x1 "
-            "Winograd on 2 loaded cores; revised from this sweep's own first run when it finishes)")
+    line = (
+        f"{len(runs)} runs, roughly {duration(total)} of train + trace in all, {duration(total / jobs)} on "
+        f"{jobs} parallel jobs (scaled from one measured run: {REFERENCE_RUN_SECONDS} s for attn-only-2x1 "
+        "Winograd on 2 loaded cores; revised from this sweep's own first run when it finishes)"
+    )
     if len(runs) > CONFIRM_RUNS and not confirmed:
         raise UsageError(f"this sweep has {line}; pass --yes to start it, or ask for fewer --seeds or grid values")
     return line
@@ -193,10 +209,19 @@ def planned_manifest(runs: list[SweepRun]) -> SweepManifest:
     groups: dict[tuple, list] = {}
     for run in runs:
         groups.setdefault((run.point, run.plan.model_name), []).append(run)
-    return SweepManifest(runs[0].plan.task.name, tuple(
-        PlannedGroup(point, members[0].values, model, identity_of(members[0].plan.identity()),
-                     tuple(sorted(m.plan.seed for m in members)))
-        for (point, model), members in sorted(groups.items())))
+    return SweepManifest(
+        runs[0].plan.task.name,
+        tuple(
+            PlannedGroup(
+                point,
+                members[0].values,
+                model,
+                identity_of(members[0].plan.identity()),
+                tuple(sorted(m.plan.seed for m in members)),
+            )
+            for (point, model), members in sorted(groups.items())
+        ),
+    )
 
 
 def write_records(runs: list[SweepRun], out: Path, overwrite: bool) -> None:
@@ -221,27 +246,45 @@ def add_sweep_arguments(parser, task_cls: type) -> None:
 
     parser.add_argument("--models", help="comma-separated model names (default: the task's whole family)")
     parser.add_argument("--seeds", default="0-2", help=f"{SEEDS_HELP} (default 0-2)")
-    parser.add_argument("--grid", nargs="+", default=[], metavar="KEY=V1,V2",
-                        help="values to sweep: training settings, task parameters or model-spec fields, "
-                             "e.g. --grid d_model=64,128 lr=1e-3,3e-3 (every combination is a grid point)")
+    parser.add_argument(
+        "--grid",
+        nargs="+",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="values to sweep: training settings, task parameters or model-spec fields, "
+        "e.g. --grid d_model=64,128 lr=1e-3,3e-3 (every combination is a grid point)",
+    )
     parser.add_argument("--out", type=folder_path, help=f"sweep folder (default runs/sweeps/{task_cls.name})")
     add_training_flags(parser)
-    parser.add_argument("--executor", choices=("local", "ray"), default="local",
-                        help="local: a process pool on this machine (default); ray: Ray Core tasks")
+    parser.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="local: a process pool on this machine (default); ray: Ray Core tasks",
+    )
     parser.add_argument("--address", help="Ray cluster to use (default: RAY_ADDRESS, else a local Ray instance)")
-    parser.add_argument("--jobs", type=positive_int, default=default_jobs(),
-                        help="runs at a time on this machine: processes, or the local Ray instance's CPUs "
-                             "(default: CPU cores; ignored with --address)")
-    parser.add_argument("--gpus-per-run", type=float, default=0.0,
-                        help="GPUs each Ray task reserves (--executor ray only; default 0)")
+    parser.add_argument(
+        "--jobs",
+        type=positive_int,
+        default=default_jobs(),
+        help="runs at a time on this machine: processes, or the local Ray instance's CPUs "
+        "(default: CPU cores; ignored with --address)",
+    )
+    parser.add_argument(
+        "--gpus-per-run", type=float, default=0.0, help="GPUs each Ray task reserves (--executor ray only; default 0)"
+    )
     existing = parser.add_mutually_exclusive_group()
-    existing.add_argument("--resume", action="store_true", help="continue an interrupted sweep (finished runs are "
-                                                                "always kept; unfinished ones are run again)")
+    existing.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue an interrupted sweep (finished runs are always kept; unfinished ones are run again)",
+    )
     existing.add_argument("--overwrite", action="store_true", help="run every point again, replacing its runs")
-    parser.add_argument("--yes", action="store_true",
-                        help=f"start a sweep of more than {CONFIRM_RUNS} runs (without it, such a sweep is refused "
-                             "with its time estimate)")
+    parser.add_argument(
+        "--yes",
+        action="store_true",
+        help=f"start a sweep of more than {CONFIRM_RUNS} runs (without it, such a sweep is refused "
+        "with its time estimate)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_task_params(parser, task_cls)
-
-

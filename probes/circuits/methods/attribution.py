@@ -39,9 +39,9 @@ from tasks.data import Batch
 class EdgeScores:
     method: str
     edges: tuple[Edge, ...]
-    score: torch.Tensor        # [edges], in metric units (change of the mean answer - foil logit)
+    score: torch.Tensor  # [edges], in metric units (change of the mean answer - foil logit)
     seconds: float
-    circuit: frozenset | None = None    # the edges a pruning method kept
+    circuit: frozenset | None = None  # the edges a pruning method kept
 
 
 class InputOffsets(EdgeHooks):
@@ -51,11 +51,12 @@ class InputOffsets(EdgeHooks):
     def __init__(self, model, graph: Graph, runs: Runs, n: int):
         super().__init__(model, [frozenset()], runs.base, runs.other, n, 0)
         like = runs.base.resid_pre[0]
-        self.offsets = {receiver: torch.zeros(like.shape, device=like.device, requires_grad=True)
-                        for receiver in graph.inputs}
+        self.offsets = {
+            receiver: torch.zeros(like.shape, device=like.device, requires_grad=True) for receiver in graph.inputs
+        }
 
     def patches(self, receiver):
-        return receiver         # every input gets its own offset
+        return receiver  # every input gets its own offset
 
     def delta(self, receiver):
         offset = self.offsets[receiver]
@@ -78,8 +79,15 @@ def input_gradients(model, batch: Batch, graph: Graph, runs: Runs, steps: int = 
     return total
 
 
-def gradient_scores(model, batch: Batch, graph: Graph, steps: int, name: str,
-                    direction: Direction = Direction.NOISE, runs: Runs | None = None) -> EdgeScores:
+def gradient_scores(
+    model,
+    batch: Batch,
+    graph: Graph,
+    steps: int,
+    name: str,
+    direction: Direction = Direction.NOISE,
+    runs: Runs | None = None,
+) -> EdgeScores:
     """`runs`: the two recorded runs when the caller has them (a mean or zero ablation's,
     probes.circuits.ablations); their direction wins."""
     began = time.perf_counter()
@@ -92,7 +100,9 @@ def gradient_scores(model, batch: Batch, graph: Graph, steps: int, name: str,
     return EdgeScores(name, graph.edges, torch.tensor(score, device="cpu"), time.perf_counter() - began)
 
 
-def eap(model, batch: Batch, graph: Graph, direction: Direction = Direction.NOISE, runs: Runs | None = None) -> EdgeScores:
+def eap(
+    model, batch: Batch, graph: Graph, direction: Direction = Direction.NOISE, runs: Runs | None = None
+) -> EdgeScores:
     return gradient_scores(model, batch, graph, 1, "EAP", direction, runs)
 
 
@@ -114,6 +124,10 @@ def acdc(model, batch: Batch, graph: Graph, threshold: float = 0.01, runs: Runs 
             score[edge] = metric - current
             if abs(metric - current) < threshold * abs(gap):
                 removed, current = trial, metric
-    return EdgeScores(f"ACDC (threshold {threshold:g})", graph.edges,
-                      torch.tensor([score[e] for e in graph.edges], device="cpu"),
-                      time.perf_counter() - began, frozenset(graph.edges) - removed)
+    return EdgeScores(
+        f"ACDC (threshold {threshold:g})",
+        graph.edges,
+        torch.tensor([score[e] for e in graph.edges], device="cpu"),
+        time.perf_counter() - began,
+        frozenset(graph.edges) - removed,
+    )

@@ -13,12 +13,22 @@ from probes.circuits.oracle import Runs, edge_effects
 from tasks.data import Batch
 
 
-def every_method(model, batch: Batch, graph: Graph, runs: Runs, ig_steps: int = 5, acdc_threshold: float = 0.01,
-                 masks: MaskSettings = MaskSettings()) -> list[EdgeScores]:
+def every_method(
+    model,
+    batch: Batch,
+    graph: Graph,
+    runs: Runs,
+    ig_steps: int = 5,
+    acdc_threshold: float = 0.01,
+    masks: MaskSettings = MaskSettings(),
+) -> list[EdgeScores]:
     oracle = edge_effects(model, batch, graph, runs=runs)
     single = oracle.normalised()
-    return [EdgeScores(ORACLE, graph.edges, oracle.effect, oracle.seconds),
-            eap(model, batch, graph, runs=runs), eap_ig(model, batch, graph, ig_steps, runs=runs),
-            acdc(model, batch, graph, acdc_threshold, runs=runs),
-            joint_search(model, batch, graph, runs, single).scores,
-            learned_masks(model, batch, graph, runs, single, masks).scores]
+    return [
+        EdgeScores(ORACLE, graph.edges, oracle.effect, oracle.seconds),
+        eap(model, batch, graph, runs=runs),
+        eap_ig(model, batch, graph, ig_steps, runs=runs),
+        acdc(model, batch, graph, acdc_threshold, runs=runs),
+        joint_search(model, batch, graph, runs, single).scores,
+        learned_masks(model, batch, graph, runs, single, masks).scores,
+    ]

@@ -41,10 +41,10 @@ from probes.circuits.methods.attribution import EdgeScores
 from probes.circuits.oracle import Direction, Runs, circuit_outcomes, record_runs
 from tasks.data import Batch
 
-THRESHOLD = 0.01    # of the gap: a drop costing less adds nothing
-TARGET = 0.9        # faithfulness a circuit must keep
-MAX_ALTERNATIVES = 8   # stand-in searches per circuit: each is a whole search again (on fresh block-2
-                       # weights most edges are individually unnecessary, and 40+ searches took minutes)
+THRESHOLD = 0.01  # of the gap: a drop costing less adds nothing
+TARGET = 0.9  # faithfulness a circuit must keep
+MAX_ALTERNATIVES = 8  # stand-in searches per circuit: each is a whole search again (on fresh block-2
+# weights most edges are individually unnecessary, and 40+ searches took minutes)
 
 
 class SetFaithfulness:
@@ -77,11 +77,16 @@ def in_graph_order(graph: Graph, edges) -> list[Edge]:
 class Pruned:
     circuit: frozenset
     faithfulness: float
-    cost: dict          # edge -> its score: here the largest drop of f measured when removing it
+    cost: dict  # edge -> its score: here the largest drop of f measured when removing it
 
 
-def prune(f: SetFaithfulness, allowed: frozenset, threshold: float = THRESHOLD, target: float = TARGET,
-          start: frozenset | None = None) -> Pruned:
+def prune(
+    f: SetFaithfulness,
+    allowed: frozenset,
+    threshold: float = THRESHOLD,
+    target: float = TARGET,
+    start: frozenset | None = None,
+) -> Pruned:
     """Passes 1-3 over `allowed`; pass 1 starts from `start` (a subset of allowed; default all of
     it), and pass 2 may bring back any allowed edge."""
     cost: dict = {}
@@ -91,17 +96,17 @@ def prune(f: SetFaithfulness, allowed: frozenset, threshold: float = THRESHOLD, 
 
     current = frozenset(allowed if start is None else start)
     value = f([current])[0]
-    for receiver in reversed(f.graph.inputs):          # pass 1: ACDC order, joint effect
+    for receiver in reversed(f.graph.inputs):  # pass 1: ACDC order, joint effect
         candidates = [e for e in f.graph.into(receiver) if e in current]
         while candidates:
             current, value, candidates = remove_into(f, current, value, candidates, threshold, note)
-    while value < target and len(current) < len(allowed):   # pass 2: forward selection
+    while value < target and len(current) < len(allowed):  # pass 2: forward selection
         candidates = in_graph_order(f.graph, allowed - current)
         gains = f([current | {edge} for edge in candidates])
         best = max(range(len(candidates)), key=lambda i: gains[i])
         note(candidates[best], gains[best] - value)
         current, value = current | {candidates[best]}, gains[best]
-    current, value = backward(f, current, value, threshold, target, note)   # pass 3
+    current, value = backward(f, current, value, threshold, target, note)  # pass 3
     return Pruned(current, value, cost)
 
 
@@ -128,6 +133,7 @@ def at_target(f: SetFaithfulness, circuit: frozenset, target: float = TARGET) ->
 
     def note(edge, drop):
         cost[edge] = max(cost.get(edge, 0.0), drop)
+
     current, value = backward(f, frozenset(circuit), f([frozenset(circuit)])[0], float("inf"), target, note)
     return Pruned(current, value, cost)
 
@@ -141,12 +147,12 @@ def remove_into(f: SetFaithfulness, current: frozenset, value: float, candidates
     alone = f([current - {e} for e in candidates])
     order = sorted(range(len(candidates)), key=lambda i: value - alone[i])
     ordered = [candidates[i] for i in order]
-    prefixes = f([current - frozenset(ordered[:j + 1]) for j in range(len(ordered))])
+    prefixes = f([current - frozenset(ordered[: j + 1]) for j in range(len(ordered))])
     before = value
     for j, edge in enumerate(ordered):
         note(edge, before - prefixes[j])
         if before - prefixes[j] >= threshold:
-            return current - frozenset(ordered[:j]), before, ordered[j + 1:]
+            return current - frozenset(ordered[:j]), before, ordered[j + 1 :]
         before = prefixes[j]
     return current - frozenset(ordered), before, []
 
@@ -158,22 +164,30 @@ class Alternative:
 
     replaced: frozenset
     replacement: frozenset
-    faithfulness: float     # of the circuit found without the replaced edges
+    faithfulness: float  # of the circuit found without the replaced edges
 
 
 @dataclass(frozen=True)
 class JointCircuit:
-    circuit: frozenset                  # the first circuit and every alternative's replacement
-    first: Pruned                       # the circuit pass 1-3 found from the whole graph
+    circuit: frozenset  # the first circuit and every alternative's replacement
+    first: Pruned  # the circuit pass 1-3 found from the whole graph
     alternatives: tuple[Alternative, ...]
-    faithfulness: float                 # of `circuit`
-    scores: EdgeScores                  # per edge: the largest cost of dropping it measured
-    sets_measured: int                  # faithfulness evaluations (the search's cost)
-    at_target: Pruned | None = None     # `circuit` pruned down to the target (joint_search's tighten)
+    faithfulness: float  # of `circuit`
+    scores: EdgeScores  # per edge: the largest cost of dropping it measured
+    sets_measured: int  # faithfulness evaluations (the search's cost)
+    at_target: Pruned | None = None  # `circuit` pruned down to the target (joint_search's tighten)
 
 
-def with_alternatives(find, measure, graph: Graph, first: Pruned, alone: dict, threshold: float, target: float,
-                      limit: int = MAX_ALTERNATIVES):
+def with_alternatives(
+    find,
+    measure,
+    graph: Graph,
+    first: Pruned,
+    alone: dict,
+    threshold: float,
+    target: float,
+    limit: int = MAX_ALTERNATIVES,
+):
     """The first circuit and, for every kept edge not necessary alone (`alone[e]` < threshold; the
     first `limit` of them in graph order), the circuit `find(allowed)` reaches without it:
     (union, alternatives, every edge's largest score). A replacement's own edges that are not
@@ -202,8 +216,9 @@ def with_alternatives(find, measure, graph: Graph, first: Pruned, alone: dict, t
         alternatives.append(Alternative(frozenset(replaced), frozenset(replacement), other.faithfulness))
         circuit |= other.circuit
         queue = [entry for entry in queue if not (entry[1] == before and entry[0] in replaced)]
-        queue += [(e, before | replaced, other.circuit) for e in in_graph_order(graph, replacement)
-                  if alone[e] < threshold]
+        queue += [
+            (e, before | replaced, other.circuit) for e in in_graph_order(graph, replacement) if alone[e] < threshold
+        ]
     return frozenset(circuit), tuple(alternatives), scores
 
 
@@ -216,9 +231,18 @@ def single_shares(model, batch: Batch, graph: Graph, runs: Runs, single: torch.T
     return dict(zip(graph.edges, single.abs().tolist()))
 
 
-def joint_search(model, batch: Batch, graph: Graph, runs: Runs | None = None, single: torch.Tensor | None = None,
-                 threshold: float = THRESHOLD, target: float = TARGET, alternatives: int = MAX_ALTERNATIVES,
-                 start: frozenset | None = None, tighten: bool = False) -> JointCircuit:
+def joint_search(
+    model,
+    batch: Batch,
+    graph: Graph,
+    runs: Runs | None = None,
+    single: torch.Tensor | None = None,
+    threshold: float = THRESHOLD,
+    target: float = TARGET,
+    alternatives: int = MAX_ALTERNATIVES,
+    start: frozenset | None = None,
+    tighten: bool = False,
+) -> JointCircuit:
     """`single`: each edge's normalised effect knocked out alone (the oracle's; measured when not
     given) decides which kept edges may have a backup; `alternatives`: how many stand-in searches
     at most (0 stops at the first circuit, one `prune`, without stand-ins); `start`: where the
@@ -232,10 +256,21 @@ def joint_search(model, batch: Batch, graph: Graph, runs: Runs | None = None, si
     circuit, found, costs = first.circuit, (), first.cost
     if alternatives:
         alone = single_shares(model, batch, graph, runs, single)
-        circuit, found, costs = with_alternatives(lambda allowed: prune(f, allowed, threshold, target),
-                                                  f, graph, first, alone, threshold, target, alternatives)
+        circuit, found, costs = with_alternatives(
+            lambda allowed: prune(f, allowed, threshold, target),
+            f,
+            graph,
+            first,
+            alone,
+            threshold,
+            target,
+            alternatives,
+        )
     value = f([circuit])[0]
     score = torch.tensor([costs.get(e, 0.0) for e in graph.edges], device="cpu") * (f.empty - f.full)
-    scores = EdgeScores(f"joint search (threshold {threshold:g})", graph.edges, score,
-                        time.perf_counter() - began, circuit)
-    return JointCircuit(circuit, first, found, value, scores, f.measured, at_target(f, circuit, target) if tighten else None)
+    scores = EdgeScores(
+        f"joint search (threshold {threshold:g})", graph.edges, score, time.perf_counter() - began, circuit
+    )
+    return JointCircuit(
+        circuit, first, found, value, scores, f.measured, at_target(f, circuit, target) if tighten else None
+    )

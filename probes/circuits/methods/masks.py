@@ -29,28 +29,35 @@ import torch
 from models.bridge import device_of
 from models.graph import Graph
 from models.resume import forward_from
-from probes.circuits.methods.joint import (TARGET, THRESHOLD, JointCircuit, Pruned, SetFaithfulness, single_shares,
-                                   with_alternatives)
+from probes.circuits.methods.joint import (
+    TARGET,
+    THRESHOLD,
+    JointCircuit,
+    Pruned,
+    SetFaithfulness,
+    single_shares,
+    with_alternatives,
+)
 from probes.circuits.methods.attribution import EdgeScores
 from probes.circuits.oracle import Direction, EdgeHooks, Runs, record_runs
 from probes.patching import replica_scored, scored_metric
 from tasks.data import Batch
 
-BETA, GAMMA, ZETA = 2 / 3, -0.1, 1.1    # hard-concrete temperature and stretch (Louizos et al. 2018)
+BETA, GAMMA, ZETA = 2 / 3, -0.1, 1.1  # hard-concrete temperature and stretch (Louizos et al. 2018)
 KEEP_PRIOR = math.log(-GAMMA / ZETA)
-MASK_ALTERNATIVES = 2   # stand-in learns: the planted backup pair needs both of its two; on fresh
-                        # block-2 weights the joint search's cap of 8 made masks 9 learns long
+MASK_ALTERNATIVES = 2  # stand-in learns: the planted backup pair needs both of its two; on fresh
+# block-2 weights the joint search's cap of 8 made masks 9 learns long
 
 
 @dataclass(frozen=True)
 class MaskSettings:
-    steps: int = 100              # at most; see check_every
-    check_every: int = 10         # steps between exact looks at the deterministic circuit: learning
-                                  # stops once it is smaller than the allowed edges, keeps the target
-                                  # and is the same as at the last look (on the planted models it
-                                  # settles by step 30 and never changes again)
+    steps: int = 100  # at most; see check_every
+    check_every: int = 10  # steps between exact looks at the deterministic circuit: learning
+    # stops once it is smaller than the allowed edges, keeps the target
+    # and is the same as at the last look (on the planted models it
+    # settles by step 30 and never changes again)
     learning_rate: float = 0.1
-    sparsity: float = 0.3         # weight of the expected share of edges kept
+    sparsity: float = 0.3  # weight of the expected share of edges kept
     initial_log_odds: float = 3.0  # every gate starts nearly open: the full model, f = 1
     seed: int = 0
 
@@ -81,7 +88,7 @@ class GatedEdges(EdgeHooks):
             return forward_from(self.model, self.base.resid_pre[0], 0)
 
     def patches(self, receiver):
-        return receiver if receiver in self.incoming else None      # every input gates its own edges
+        return receiver if receiver in self.incoming else None  # every input gates its own edges
 
     def delta(self, receiver):
         edges, index, where = self.incoming[receiver]
@@ -107,6 +114,7 @@ def learn(f: SetFaithfulness, allowed: frozenset, settings: MaskSettings, target
 
     def faithfulness(gates):
         return (scored_metric(replica_scored(hooks.forward(graph, gates), batch), batch).mean() - f.empty) / gap
+
     last = None
     for step in range(1, settings.steps + 1):
         u = torch.rand(len(graph.edges), generator=generator, device=device).clamp(1e-6, 1 - 1e-6)
@@ -143,9 +151,17 @@ def gate_values(graph: Graph, circuit: frozenset, device) -> torch.Tensor:
     return torch.tensor([float(e in circuit) for e in graph.edges], device=device)
 
 
-def learned_masks(model, batch: Batch, graph: Graph, runs: Runs | None = None, single: torch.Tensor | None = None,
-                  settings: MaskSettings = MaskSettings(), threshold: float = THRESHOLD,
-                  target: float = TARGET, alternatives: int = MASK_ALTERNATIVES) -> JointCircuit:
+def learned_masks(
+    model,
+    batch: Batch,
+    graph: Graph,
+    runs: Runs | None = None,
+    single: torch.Tensor | None = None,
+    settings: MaskSettings = MaskSettings(),
+    threshold: float = THRESHOLD,
+    target: float = TARGET,
+    alternatives: int = MASK_ALTERNATIVES,
+) -> JointCircuit:
     """`alternatives`: how many stand-in learns at most (each a whole learn again)."""
     began = time.perf_counter()
     runs = runs or record_runs(model, batch, graph, Direction.NOISE)
@@ -154,13 +170,18 @@ def learned_masks(model, batch: Batch, graph: Graph, runs: Runs | None = None, s
     first = learn(f, frozenset(graph.edges), settings, target)
     # Stand-ins are asked only of a first circuit that keeps the target: a rerun must keep it to
     # count, and on fresh block-2 weights 8 reruns from a 31% circuit cost 9x one learn for none.
-    circuit, found, keep = (with_alternatives(lambda allowed: learn(f, allowed, settings, target),
-                                              f, graph, first, alone, threshold, target, alternatives)
-                            if first.faithfulness >= target else (first.circuit, (), first.cost))
+    circuit, found, keep = (
+        with_alternatives(
+            lambda allowed: learn(f, allowed, settings, target), f, graph, first, alone, threshold, target, alternatives
+        )
+        if first.faithfulness >= target
+        else (first.circuit, (), first.cost)
+    )
     value = f([circuit])[0]
     # In metric units with the oracle's sign, as the other methods: the gap's change if the edge were
     # removed, scaled by how surely the masks keep it.
     score = torch.tensor([keep.get(e, 0.0) for e in graph.edges], device="cpu") * (f.empty - f.full)
-    scores = EdgeScores(f"learned masks (sparsity {settings.sparsity:g})", graph.edges, score,
-                        time.perf_counter() - began, circuit)
+    scores = EdgeScores(
+        f"learned masks (sparsity {settings.sparsity:g})", graph.edges, score, time.perf_counter() - began, circuit
+    )
     return JointCircuit(circuit, first, found, value, scores, f.measured)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 
 
-FLOAT_NOISE = 1e-6   # |score| below this share of the largest counts as 0 (a tie), not as a ranking
-REFERENCE_NOISE = 0.01   # an edge moving less than this share of the gap alone is not a reference edge
+FLOAT_NOISE = 1e-6  # |score| below this share of the largest counts as 0 (a tie), not as a ranking
+REFERENCE_NOISE = 0.01  # an edge moving less than this share of the gap alone is not a reference edge
 
 
 def auroc(scores: torch.Tensor, positive: torch.Tensor) -> float:

@@ -33,27 +33,27 @@ from models.graph import MLP, Edge, Embed, Head, Input, Logits
 from probes.circuits.redundancy import Structure
 from probes.circuits.truth.planted import LOUD, RAMP, SHARP, Planted, Weights, attend_position, copy, pairs_batch
 
-TRUE, FALSE, ASK = 5, 6, 4       # tokens of the gate models: words 0-3 (0, 1 positive), `?`, T, F
-GAIN = 8.0                       # unembedding scale: the clean metric is GAIN x g(full)
+TRUE, FALSE, ASK = 5, 6, 4  # tokens of the gate models: words 0-3 (0, 1 positive), `?`, T, F
+GAIN = 8.0  # unembedding scale: the clean metric is GAIN x g(full)
 
 
 class Kind(StrEnum):
-    OR = "OR"                    # each component alone keeps (about) everything
-    PARTIAL_OR = "PARTIAL_OR"    # one alone keeps everything, others part; none is necessary
-    AND = "AND"                  # each alone keeps at most part (below target); all together needed
-    SERIES = "SERIES"            # a chain: knocking out any link loses everything
-    ADDITIVE = "ADDITIVE"        # each keeps its own share alone; shares add up to 1
-    NECESSARY = "NECESSARY"      # an MLP that computes: mean-ablating it destroys the answer
-    CARRIES = "CARRIES"          # an MLP that only amplifies: the answer is decodable without it
+    OR = "OR"  # each component alone keeps (about) everything
+    PARTIAL_OR = "PARTIAL_OR"  # one alone keeps everything, others part; none is necessary
+    AND = "AND"  # each alone keeps at most part (below target); all together needed
+    SERIES = "SERIES"  # a chain: knocking out any link loses everything
+    ADDITIVE = "ADDITIVE"  # each keeps its own share alone; shares add up to 1
+    NECESSARY = "NECESSARY"  # an MLP that computes: mean-ablating it destroys the answer
+    CARRIES = "CARRIES"  # an MLP that only amplifies: the answer is decodable without it
 
 
 @dataclass(frozen=True)
 class Relation:
     kind: Kind
-    components: tuple            # Head / MLP senders, in the order `alone` and `knocked` follow
+    components: tuple  # Head / MLP senders, in the order `alone` and `knocked` follow
     alone: tuple[float, ...]
     knocked: tuple[float, ...]
-    mean_knocked: tuple[float, ...] | None = None   # `knocked` with mean ablation (NECESSARY, CARRIES)
+    mean_knocked: tuple[float, ...] | None = None  # `knocked` with mean ablation (NECESSARY, CARRIES)
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,7 @@ def word_batch(clean: torch.Tensor, other: torch.Tensor, width: int):
 
     def sequence(word):
         return torch.cat([word[:, None], torch.full((n, width - 1), ASK), answer_of(word)[:, None]], 1)
+
     return pairs_batch(sequence(clean), sequence(other), width - 1, answer_of(clean), answer_of(other))
 
 
@@ -122,7 +123,7 @@ def layout(spec: ModelSpec, width: int, extra: int):
 def base_weights(spec: ModelSpec, width: int) -> Weights:
     w = Weights(spec)
     w.state["embed.weight"][:, :7] = torch.eye(7)
-    w.state["pos_embed.weight"][:, 7:7 + width] = torch.eye(width)
+    w.state["pos_embed.weight"][:, 7 : 7 + width] = torch.eye(width)
     return w
 
 
@@ -144,13 +145,29 @@ def distract(w: Weights, position: list[int], junk: list[int], mlp_layer: int | 
 
 
 def spec_for(n_layers: int, n_heads: int, width: int, extra: int, mlp: bool = True) -> ModelSpec:
-    d_model = n_heads * -(-(7 + width + extra + 4) // n_heads)     # the smallest multiple of n_heads that fits
-    return ModelSpec(n_layers=n_layers, d_model=max(d_model, 2 * n_heads), n_heads=n_heads, mlp=mlp, norm=None,
-                     scale_scores=False, n_ctx=width, d_vocab=7)
+    d_model = n_heads * -(-(7 + width + extra + 4) // n_heads)  # the smallest multiple of n_heads that fits
+    return ModelSpec(
+        n_layers=n_layers,
+        d_model=max(d_model, 2 * n_heads),
+        n_heads=n_heads,
+        mlp=mlp,
+        norm=None,
+        scale_scores=False,
+        n_ctx=width,
+        d_vocab=7,
+    )
 
 
-def gate(name: str, story: str, kind: Kind, branches: tuple[tuple[Head, float], ...], points, n: int, seed: int,
-         structure: Structure = Structure.SERIES) -> Gate:
+def gate(
+    name: str,
+    story: str,
+    kind: Kind,
+    branches: tuple[tuple[Head, float], ...],
+    points,
+    n: int,
+    seed: int,
+    structure: Structure = Structure.SERIES,
+) -> Gate:
     """One gate (the module docstring): `branches` (head, weight), the MLP of the last layer drawing
     the curve through `points` of their weighted sum, normalised so the full input gives 1."""
     n_layers = 1 + max(head.layer for head, _ in branches)
@@ -177,72 +194,159 @@ def gate(name: str, story: str, kind: Kind, branches: tuple[tuple[Head, float], 
     alone = tuple(round(curve(points, weight), 6) for _, weight in branches)
     knocked = tuple(round(curve(points, total - weight), 6) for _, weight in branches)
     relation = Relation(kind, heads, alone, knocked)
-    return Gate(name, story, spec, w.load(), word_batch(*word_pairs(n, seed, False), width), frozenset(edges),
-                structure, heads if structure is not Structure.SERIES else (), (relation,))
+    return Gate(
+        name,
+        story,
+        spec,
+        w.load(),
+        word_batch(*word_pairs(n, seed, False), width),
+        frozenset(edges),
+        structure,
+        heads if structure is not Structure.SERIES else (),
+        (relation,),
+    )
 
 
-EITHER = ((0.0, 0.0), (1.0, 1.0))              # min(x, 1): any one weight-1 input suffices
-BOTH = ((0.0, 0.0), (1.0, 0.0), (2.0, 1.0))    # relu(x - 1): one weight-1 input alone gives nothing
-LINEAR = ((0.0, 0.0), (1.0, 1.0))              # x, for weights summing to 1
+EITHER = ((0.0, 0.0), (1.0, 1.0))  # min(x, 1): any one weight-1 input suffices
+BOTH = ((0.0, 0.0), (1.0, 0.0), (2.0, 1.0))  # relu(x - 1): one weight-1 input alone gives nothing
+LINEAR = ((0.0, 0.0), (1.0, 1.0))  # x, for weights summing to 1
 
 
 def or_across(n: int = 64, seed: int = 0) -> Gate:
-    return gate("or-across", "A layer-0 and a layer-1 head each alone suffice (an OR across layers)", Kind.OR,
-                ((Head(0, 0), 1.0), (Head(1, 0), 1.0)), EITHER, n, seed, Structure.ALTERNATIVES)
+    return gate(
+        "or-across",
+        "A layer-0 and a layer-1 head each alone suffice (an OR across layers)",
+        Kind.OR,
+        ((Head(0, 0), 1.0), (Head(1, 0), 1.0)),
+        EITHER,
+        n,
+        seed,
+        Structure.ALTERNATIVES,
+    )
 
 
 def or_within_l1(n: int = 64, seed: int = 0) -> Gate:
-    return gate("or-within-l1", "Two layer-1 heads each alone suffice (an OR within layer 1)", Kind.OR,
-                ((Head(1, 0), 1.0), (Head(1, 1), 1.0)), EITHER, n, seed, Structure.ALTERNATIVES)
+    return gate(
+        "or-within-l1",
+        "Two layer-1 heads each alone suffice (an OR within layer 1)",
+        Kind.OR,
+        ((Head(1, 0), 1.0), (Head(1, 1), 1.0)),
+        EITHER,
+        n,
+        seed,
+        Structure.ALTERNATIVES,
+    )
 
 
 def or_three_layers(n: int = 64, seed: int = 0) -> Gate:
-    return gate("or-three-layers", "One head in each of three layers, any one alone suffices (an OR of three)",
-                Kind.OR, ((Head(0, 0), 1.0), (Head(1, 0), 1.0), (Head(2, 0), 1.0)), EITHER, n, seed,
-                Structure.ALTERNATIVES)
+    return gate(
+        "or-three-layers",
+        "One head in each of three layers, any one alone suffices (an OR of three)",
+        Kind.OR,
+        ((Head(0, 0), 1.0), (Head(1, 0), 1.0), (Head(2, 0), 1.0)),
+        EITHER,
+        n,
+        seed,
+        Structure.ALTERNATIVES,
+    )
 
 
 def partial_or_across(n: int = 64, seed: int = 0) -> Gate:
-    return gate("partial-or-across", "A layer-0 head alone keeps 100%, a layer-1 head alone 50% (a partial OR)",
-                Kind.PARTIAL_OR, ((Head(0, 0), 1.0), (Head(1, 0), 0.5)), EITHER, n, seed)
+    return gate(
+        "partial-or-across",
+        "A layer-0 head alone keeps 100%, a layer-1 head alone 50% (a partial OR)",
+        Kind.PARTIAL_OR,
+        ((Head(0, 0), 1.0), (Head(1, 0), 0.5)),
+        EITHER,
+        n,
+        seed,
+    )
 
 
 def partial_or_three(n: int = 64, seed: int = 0) -> Gate:
-    return gate("partial-or-three", "One head alone keeps 100%, two others 50% each and 100% together "
-                "(a three-way partial OR)", Kind.PARTIAL_OR,
-                ((Head(0, 0), 1.0), (Head(0, 1), 0.5), (Head(1, 0), 0.5)), EITHER, n, seed)
+    return gate(
+        "partial-or-three",
+        "One head alone keeps 100%, two others 50% each and 100% together (a three-way partial OR)",
+        Kind.PARTIAL_OR,
+        ((Head(0, 0), 1.0), (Head(0, 1), 0.5), (Head(1, 0), 0.5)),
+        EITHER,
+        n,
+        seed,
+    )
 
 
 def and_across(n: int = 64, seed: int = 0) -> Gate:
-    return gate("and-across", "A layer-0 and a layer-1 head both needed: each alone keeps nothing (an AND "
-                "across layers)", Kind.AND, ((Head(0, 0), 1.0), (Head(1, 0), 1.0)), BOTH, n, seed)
+    return gate(
+        "and-across",
+        "A layer-0 and a layer-1 head both needed: each alone keeps nothing (an AND across layers)",
+        Kind.AND,
+        ((Head(0, 0), 1.0), (Head(1, 0), 1.0)),
+        BOTH,
+        n,
+        seed,
+    )
 
 
 def soft_and_across(n: int = 64, seed: int = 0) -> Gate:
-    return gate("soft-and-across", "A layer-0 and a layer-1 head each alone keep 25%, together 100% (a soft AND)",
-                Kind.AND, ((Head(0, 0), 1.0), (Head(1, 0), 1.0)), ((0.0, 0.0), (1.0, 0.25), (2.0, 1.0)), n, seed)
+    return gate(
+        "soft-and-across",
+        "A layer-0 and a layer-1 head each alone keep 25%, together 100% (a soft AND)",
+        Kind.AND,
+        ((Head(0, 0), 1.0), (Head(1, 0), 1.0)),
+        ((0.0, 0.0), (1.0, 0.25), (2.0, 1.0)),
+        n,
+        seed,
+    )
 
 
 def and_within_l1(n: int = 64, seed: int = 0) -> Gate:
-    return gate("and-within-l1", "Two layer-1 heads: one alone keeps 75%, the other nothing, together 100% "
-                "(an AND within layer 1)", Kind.AND, ((Head(1, 0), 1.0), (Head(1, 1), 0.5)),
-                ((0.0, 0.0), (0.5, 0.0), (1.0, 0.75), (1.5, 1.0)), n, seed)
+    return gate(
+        "and-within-l1",
+        "Two layer-1 heads: one alone keeps 75%, the other nothing, together 100% (an AND within layer 1)",
+        Kind.AND,
+        ((Head(1, 0), 1.0), (Head(1, 1), 0.5)),
+        ((0.0, 0.0), (0.5, 0.0), (1.0, 0.75), (1.5, 1.0)),
+        n,
+        seed,
+    )
 
 
 def and_three(n: int = 64, seed: int = 0) -> Gate:
-    return gate("and-three", "Three heads in three layers all needed: any two keep nothing (an AND of three)",
-                Kind.AND, ((Head(0, 0), 1.0), (Head(1, 0), 1.0), (Head(2, 0), 1.0)),
-                ((0.0, 0.0), (2.0, 0.0), (3.0, 1.0)), n, seed)
+    return gate(
+        "and-three",
+        "Three heads in three layers all needed: any two keep nothing (an AND of three)",
+        Kind.AND,
+        ((Head(0, 0), 1.0), (Head(1, 0), 1.0), (Head(2, 0), 1.0)),
+        ((0.0, 0.0), (2.0, 0.0), (3.0, 1.0)),
+        n,
+        seed,
+    )
 
 
 def adder(n: int = 64, seed: int = 0) -> Gate:
-    return gate("adder", "Three heads add their shares, 50%, 30% and 20% (an ADDER)", Kind.ADDITIVE,
-                ((Head(0, 0), 0.5), (Head(0, 1), 0.3), (Head(0, 2), 0.2)), LINEAR, n, seed, Structure.SHARED)
+    return gate(
+        "adder",
+        "Three heads add their shares, 50%, 30% and 20% (an ADDER)",
+        Kind.ADDITIVE,
+        ((Head(0, 0), 0.5), (Head(0, 1), 0.3), (Head(0, 2), 0.2)),
+        LINEAR,
+        n,
+        seed,
+        Structure.SHARED,
+    )
 
 
 def adder_across(n: int = 64, seed: int = 0) -> Gate:
-    return gate("adder-across", "A head in each of two layers adds 60% and 40% (an ADDER across layers)",
-                Kind.ADDITIVE, ((Head(0, 0), 0.6), (Head(1, 0), 0.4)), LINEAR, n, seed, Structure.SHARED)
+    return gate(
+        "adder-across",
+        "A head in each of two layers adds 60% and 40% (an ADDER across layers)",
+        Kind.ADDITIVE,
+        ((Head(0, 0), 0.6), (Head(1, 0), 0.4)),
+        LINEAR,
+        n,
+        seed,
+        Structure.SHARED,
+    )
 
 
 def chain(hops: int, n: int = 64, seed: int = 0) -> Gate:
@@ -269,8 +373,17 @@ def chain(hops: int, n: int = 64, seed: int = 0) -> Gate:
     edges = {Edge(Embed(), Input(heads[0], "v")), Edge(heads[-1], Input(Logits()))}
     edges |= {Edge(a, Input(b, "v")) for a, b in zip(heads, heads[1:])}
     relation = Relation(Kind.SERIES, heads, (0.0,) * hops, (0.0,) * hops)
-    return Gate(f"chain-{hops}", f"A chain of {hops} heads in series (V composition)", spec, w.load(),
-                word_batch(*word_pairs(n, seed, False), width), frozenset(edges), Structure.SERIES, (), (relation,))
+    return Gate(
+        f"chain-{hops}",
+        f"A chain of {hops} heads in series (V composition)",
+        spec,
+        w.load(),
+        word_batch(*word_pairs(n, seed, False), width),
+        frozenset(edges),
+        Structure.SERIES,
+        (),
+        (relation,),
+    )
 
 
 def chain_2(n: int = 64, seed: int = 0) -> Gate:
@@ -299,12 +412,12 @@ def mlp_chain(n: int = 64, seed: int = 0) -> Gate:
     attend_position(w, 0, 0, position, position[2])
     w.head(0, 0, "v")[0, adjectives] = torch.tensor([1.0, 1.0, -1.0, -1.0])
     w.head(0, 0, "o")[role, 0] = 1.0
-    write_ramps(w, 0, [role], role2, ((0.0, 0.0), (1.0, 2.0)))      # 2 relu(r) for r in {-1, 1}
+    write_ramps(w, 0, [role], role2, ((0.0, 0.0), (1.0, 2.0)))  # 2 relu(r) for r in {-1, 1}
     w.state["blocks.0.mlp.out.bias"][role2] = -1.0
     w.head(1, 0, "q")[0, role2] = SHARP
     w.head(1, 0, "k")[0, position[:2]] = torch.tensor([1.0, -1.0])
     copy(w, 1, 0, nouns, answer)
-    w.state["unembed.weight"][:4, answer[0]:answer[-1] + 1] = LOUD * torch.eye(4)
+    w.state["unembed.weight"][:4, answer[0] : answer[-1] + 1] = LOUD * torch.eye(4)
     # Distractors: L0H1 copies the adjective's identity, loud, into junk; an MLP0 neuron reads it.
     attend_position(w, 0, 1, position, position[2])
     copy(w, 0, 1, adjectives, junk[:4], LOUD)
@@ -319,11 +432,23 @@ def mlp_chain(n: int = 64, seed: int = 0) -> Gate:
     tokens = torch.stack([x, y, adjective, torch.full((n,), so), picks(adjective)], 1)
     counterfactual = torch.stack([x, y, flipped, torch.full((n,), so), picks(flipped)], 1)
     links = (Head(0, 0), MLP(0), Head(1, 0))
-    edges = {Edge(Embed(), Input(Head(0, 0), "v")), Edge(Head(0, 0), Input(MLP(0))),
-             Edge(MLP(0), Input(Head(1, 0), "q")), Edge(Head(1, 0), Input(Logits()))}
-    return Gate("mlp-chain", "L0H0 -> MLP0 -> L1H0's query -> logits, in series", spec, w.load(),
-                pairs_batch(tokens, counterfactual, 3, picks(adjective), picks(flipped)), frozenset(edges),
-                Structure.SERIES, (), (Relation(Kind.SERIES, links, (0.0,) * 3, (0.0,) * 3),))
+    edges = {
+        Edge(Embed(), Input(Head(0, 0), "v")),
+        Edge(Head(0, 0), Input(MLP(0))),
+        Edge(MLP(0), Input(Head(1, 0), "q")),
+        Edge(Head(1, 0), Input(Logits())),
+    }
+    return Gate(
+        "mlp-chain",
+        "L0H0 -> MLP0 -> L1H0's query -> logits, in series",
+        spec,
+        w.load(),
+        pairs_batch(tokens, counterfactual, 3, picks(adjective), picks(flipped)),
+        frozenset(edges),
+        Structure.SERIES,
+        (),
+        (Relation(Kind.SERIES, links, (0.0,) * 3, (0.0,) * 3),),
+    )
 
 
 def mlp_computes(n: int = 64, seed: int = 0) -> Gate:
@@ -341,7 +466,7 @@ def mlp_computes(n: int = 64, seed: int = 0) -> Gate:
         w.head(layer, 0, "v")[0, [0, 1]] = torch.tensor([-1.0, 1.0])
         w.head(layer, 0, "o")[bit, 0] = 1.0
     mlp_in, mlp_out, bias = (w.state[f"blocks.1.mlp.{p}"] for p in ("in.weight", "out.weight", "in.bias"))
-    mlp_in[0, [bit_a, bit_b]], mlp_in[1, [bit_a, bit_b]] = RAMP, -RAMP     # relu(+-(a + b) - 1) x RAMP
+    mlp_in[0, [bit_a, bit_b]], mlp_in[1, [bit_a, bit_b]] = RAMP, -RAMP  # relu(+-(a + b) - 1) x RAMP
     bias[:2] = -RAMP
     mlp_out[out, :2] = 2.0 / RAMP
     w.state["blocks.1.mlp.out.bias"][out] = -1.0
@@ -352,13 +477,32 @@ def mlp_computes(n: int = 64, seed: int = 0) -> Gate:
     ca, cb = torch.where(flip_a, 1 - a, a), torch.where(flip_a, b, 1 - b)
     label = lambda x, y: torch.where(x != y, TRUE, FALSE)  # noqa: E731
     ask = torch.full((n,), ASK)
-    batch = pairs_batch(torch.stack([a, b, ask, label(a, b)], 1), torch.stack([ca, cb, ask, label(ca, cb)], 1),
-                        2, label(a, b), label(ca, cb))
-    edges = {Edge(Embed(), Input(Head(0, 0), "v")), Edge(Embed(), Input(Head(1, 0), "v")),
-             Edge(Head(0, 0), Input(MLP(1))), Edge(Head(1, 0), Input(MLP(1))), Edge(MLP(1), Input(Logits()))}
+    batch = pairs_batch(
+        torch.stack([a, b, ask, label(a, b)], 1),
+        torch.stack([ca, cb, ask, label(ca, cb)], 1),
+        2,
+        label(a, b),
+        label(ca, cb),
+    )
+    edges = {
+        Edge(Embed(), Input(Head(0, 0), "v")),
+        Edge(Embed(), Input(Head(1, 0), "v")),
+        Edge(Head(0, 0), Input(MLP(1))),
+        Edge(Head(1, 0), Input(MLP(1))),
+        Edge(MLP(1), Input(Logits())),
+    }
     relation = Relation(Kind.NECESSARY, (MLP(1),), (1.0,), (0.0,), mean_knocked=(0.0,))
-    return Gate("mlp-computes", "An MLP that computes (XOR of two heads' bits): mean-ablating it destroys the answer",
-                spec, w.load(), batch, frozenset(edges), Structure.SERIES, (), (relation,))
+    return Gate(
+        "mlp-computes",
+        "An MLP that computes (XOR of two heads' bits): mean-ablating it destroys the answer",
+        spec,
+        w.load(),
+        batch,
+        frozenset(edges),
+        Structure.SERIES,
+        (),
+        (relation,),
+    )
 
 
 def mlp_carries(n: int = 64, seed: int = 0) -> Gate:
@@ -378,17 +522,45 @@ def mlp_carries(n: int = 64, seed: int = 0) -> Gate:
     w.state["blocks.0.mlp.out.bias"][out] = -1.0
     distract(w, position, junk, 0, neuron)
     w.state["unembed.weight"][TRUE, out], w.state["unembed.weight"][FALSE, out] = GAIN / 2, -GAIN / 2
-    edges = {Edge(Embed(), Input(Head(0, 0), "v")), Edge(Head(0, 0), Input(MLP(0))),
-             Edge(Head(0, 0), Input(Logits())), Edge(MLP(0), Input(Logits()))}
+    edges = {
+        Edge(Embed(), Input(Head(0, 0), "v")),
+        Edge(Head(0, 0), Input(MLP(0))),
+        Edge(Head(0, 0), Input(Logits())),
+        Edge(MLP(0), Input(Logits())),
+    }
     relation = Relation(Kind.CARRIES, (MLP(0),), (1.0,), (0.5,), mean_knocked=(0.5,))
-    return Gate("mlp-carries", "An MLP that only amplifies a head's answer: mean-ablating it keeps the answer",
-                spec, w.load(), word_batch(*word_pairs(n, seed, True), width), frozenset(edges),
-                Structure.SERIES, (), (relation,))
+    return Gate(
+        "mlp-carries",
+        "An MLP that only amplifies a head's answer: mean-ablating it keeps the answer",
+        spec,
+        w.load(),
+        word_batch(*word_pairs(n, seed, True), width),
+        frozenset(edges),
+        Structure.SERIES,
+        (),
+        (relation,),
+    )
 
 
-GATES = (or_across, or_within_l1, or_three_layers, partial_or_across, partial_or_three, and_across,
-         soft_and_across, and_within_l1, and_three, adder, adder_across, chain_2, chain_3, chain_4, mlp_chain,
-         mlp_computes, mlp_carries)
+GATES = (
+    or_across,
+    or_within_l1,
+    or_three_layers,
+    partial_or_across,
+    partial_or_three,
+    and_across,
+    soft_and_across,
+    and_within_l1,
+    and_three,
+    adder,
+    adder_across,
+    chain_2,
+    chain_3,
+    chain_4,
+    mlp_chain,
+    mlp_computes,
+    mlp_carries,
+)
 
 
 def gate_models(n: int = 64, seed: int = 0) -> list[Gate]:

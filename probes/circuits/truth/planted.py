@@ -25,8 +25,8 @@ from tasks.data import Batch
 if TYPE_CHECKING:
     from transformer_lens import TransformerBridge
 
-SHARP = 30.0    # attention score gap: softmax leaks e^-30 to the keys it should ignore
-LOUD = 10.0     # scale of the distractors' writes
+SHARP = 30.0  # attention score gap: softmax leaks e^-30 to the keys it should ignore
+LOUD = 10.0  # scale of the distractors' writes
 
 
 @dataclass(frozen=True)
@@ -34,11 +34,11 @@ class Planted:
     name: str
     story: str
     spec: ModelSpec
-    model: TransformerBridge      # with the planted weights, eval mode
+    model: TransformerBridge  # with the planted weights, eval mode
     batch: Batch
-    edges: frozenset              # the planted circuit, as graph edges
-    structure: Structure = Structure.SERIES   # the verdict a redundancy analysis must reach
-    branches: tuple = ()          # the heads whose branches are alternatives or share the answer
+    edges: frozenset  # the planted circuit, as graph edges
+    structure: Structure = Structure.SERIES  # the verdict a redundancy analysis must reach
+    branches: tuple = ()  # the heads whose branches are alternatives or share the answer
 
 
 class Weights:
@@ -61,9 +61,16 @@ class Weights:
 
 def pairs_batch(tokens: torch.Tensor, counterfactual: torch.Tensor, position: int, answers, foils) -> Batch:
     n = len(tokens)
-    return Batch(tokens=tokens, lengths=torch.full((n,), tokens.shape[1]), example_index=torch.arange(n),
-                 positions=torch.full((n,), position), answers=answers, foils=foils, groups=["planted"] * n,
-                 counterfactual=counterfactual)
+    return Batch(
+        tokens=tokens,
+        lengths=torch.full((n,), tokens.shape[1]),
+        example_index=torch.arange(n),
+        positions=torch.full((n,), position),
+        answers=answers,
+        foils=foils,
+        groups=["planted"] * n,
+        counterfactual=counterfactual,
+    )
 
 
 def copy(w: Weights, layer: int, head: int, source: list[int], target: list[int], scale: float = 1.0):
@@ -97,7 +104,7 @@ def two_hop(n: int = 64, seed: int = 0) -> Planted:
     w.head(1, 0, "q")[0, role] = SHARP
     w.head(1, 0, "k")[0, position[:2]] = torch.tensor([1.0, -1.0])
     copy(w, 1, 0, nouns, answer)
-    w.state["unembed.weight"][:4, answer[0]:answer[-1] + 1] = LOUD * torch.eye(4)
+    w.state["unembed.weight"][:4, answer[0] : answer[-1] + 1] = LOUD * torch.eye(4)
     # Distractors: L0H1 copies the adjective's identity, loud, into junk; L1H1 reads junk, writes junk.
     attend_position(w, 0, 1, position, position[2])
     copy(w, 0, 1, adjectives, junk[:4], LOUD)
@@ -112,10 +119,19 @@ def two_hop(n: int = 64, seed: int = 0) -> Planted:
     picks = lambda adj: torch.where(adj < 6, x, y)  # noqa: E731
     tokens = torch.stack([x, y, adjective, torch.full((n,), so), picks(adjective)], 1)
     counterfactual = torch.stack([x, y, flipped, torch.full((n,), so), picks(flipped)], 1)
-    edges = {Edge(Embed(), Input(Head(0, 0), "v")), Edge(Head(0, 0), Input(Head(1, 0), "q")),
-             Edge(Head(1, 0), Input(Logits()))}
-    return Planted("two-hop", two_hop.__doc__.split(".")[0], spec, w.load(),
-                   pairs_batch(tokens, counterfactual, 3, picks(adjective), picks(flipped)), frozenset(edges))
+    edges = {
+        Edge(Embed(), Input(Head(0, 0), "v")),
+        Edge(Head(0, 0), Input(Head(1, 0), "q")),
+        Edge(Head(1, 0), Input(Logits())),
+    }
+    return Planted(
+        "two-hop",
+        two_hop.__doc__.split(".")[0],
+        spec,
+        w.load(),
+        pairs_batch(tokens, counterfactual, 3, picks(adjective), picks(flipped)),
+        frozenset(edges),
+    )
 
 
 def induction(n: int = 64, seed: int = 0) -> Planted:
@@ -129,14 +145,14 @@ def induction(n: int = 64, seed: int = 0) -> Planted:
     position, previous, answer, junk = list(range(9, 15)), list(range(15, 23)), list(range(23, 31)), list(range(31, 47))
     w.state["embed.weight"][:, :9] = torch.eye(9)
     w.state["pos_embed.weight"][:, position] = torch.eye(6)
-    for p in range(1, 6):     # query at p, key at p - 1
+    for p in range(1, 6):  # query at p, key at p - 1
         w.head(0, 0, "q")[p, position[p]] = SHARP
         w.head(0, 0, "k")[p, position[p - 1]] = 1.0
     copy(w, 0, 0, tokens_, previous)
     w.head(1, 0, "q")[:8, tokens_] = SHARP * torch.eye(8)
     w.head(1, 0, "k")[:8, previous] = torch.eye(8)
     copy(w, 1, 0, tokens_, answer)
-    w.state["unembed.weight"][:8, answer[0]:answer[-1] + 1] = LOUD * torch.eye(8)
+    w.state["unembed.weight"][:8, answer[0] : answer[-1] + 1] = LOUD * torch.eye(8)
     # Distractors: L0H1 copies the current token, loud, into junk; L1H1 attends by junk and writes junk.
     for p in range(6):
         w.head(0, 1, "q")[p, position[p]] = SHARP
@@ -147,19 +163,29 @@ def induction(n: int = 64, seed: int = 0) -> Planted:
     copy(w, 1, 1, junk[:8], junk[8:], LOUD)
     generator = torch.Generator().manual_seed(seed)
     distinct = torch.stack([torch.randperm(8, generator=generator)[:4] for _ in range(n)])
-    first = torch.randint(0, 2, (n,), generator=generator) * 2            # q = a (0) or c (2)
+    first = torch.randint(0, 2, (n,), generator=generator) * 2  # q = a (0) or c (2)
     query = distinct.gather(1, first[:, None])[:, 0]
     swapped = distinct[:, [2, 1, 0, 3]]
 
     def sequence(body):
         after = body.gather(1, ((body == query[:, None]).int().argmax(1) + 1)[:, None])[:, 0]
         return torch.cat([torch.full((n, 1), bos), body, query[:, None], after[:, None]], 1), after
+
     tokens, answers = sequence(distinct)
     counterfactual, foils = sequence(swapped)
-    edges = {Edge(Embed(), Input(Head(0, 0), "v")), Edge(Head(0, 0), Input(Head(1, 0), "k")),
-             Edge(Head(1, 0), Input(Logits()))}
-    return Planted("induction", induction.__doc__.split(".")[0], spec, w.load(),
-                   pairs_batch(tokens, counterfactual, 5, answers, foils), frozenset(edges))
+    edges = {
+        Edge(Embed(), Input(Head(0, 0), "v")),
+        Edge(Head(0, 0), Input(Head(1, 0), "k")),
+        Edge(Head(1, 0), Input(Logits())),
+    }
+    return Planted(
+        "induction",
+        induction.__doc__.split(".")[0],
+        spec,
+        w.load(),
+        pairs_batch(tokens, counterfactual, 5, answers, foils),
+        frozenset(edges),
+    )
 
 
 def mlp_xor(n: int = 64, seed: int = 0) -> Planted:
@@ -178,11 +204,11 @@ def mlp_xor(n: int = 64, seed: int = 0) -> Planted:
         w.head(0, head, "v")[0, [zero, one]] = torch.tensor([-1.0, 1.0])
         w.head(0, head, "o")[bits[source] if head < 2 else junk[head - 2], 0] = 1.0 if head < 2 else LOUD
     mlp_in, mlp_out = w.state["blocks.0.mlp.in.weight"], w.state["blocks.0.mlp.out.weight"]
-    mlp_in[0, bits], mlp_in[1, bits] = 5.0, -5.0                 # gelu(+-5(a + b) - 5): 5 when they agree
+    mlp_in[0, bits], mlp_in[1, bits] = 5.0, -5.0  # gelu(+-5(a + b) - 5): 5 when they agree
     w.state["blocks.0.mlp.in.bias"][:2] = -5.0
     mlp_out[out, :2] = 1.0
-    w.state["blocks.0.mlp.out.bias"][out] = -2.5                   # +2.5 agree, -2.5 differ
-    mlp_in[2, junk[:2]] = 1.0                                      # the distractor neuron
+    w.state["blocks.0.mlp.out.bias"][out] = -2.5  # +2.5 agree, -2.5 differ
+    mlp_in[2, junk[:2]] = 1.0  # the distractor neuron
     mlp_out[junk[2:], 2] = LOUD
     w.state["unembed.weight"][true, out], w.state["unembed.weight"][false, out] = -4.0, 4.0
     generator = torch.Generator().manual_seed(seed)
@@ -192,10 +218,21 @@ def mlp_xor(n: int = 64, seed: int = 0) -> Planted:
     label = lambda x, y: torch.where(x != y, true, false)  # noqa: E731
     tokens = torch.stack([a, b, torch.full((n,), ask), label(a, b)], 1)
     counterfactual = torch.stack([ca, cb, torch.full((n,), ask), label(ca, cb)], 1)
-    edges = {Edge(Embed(), Input(Head(0, 0), "v")), Edge(Embed(), Input(Head(0, 1), "v")),
-             Edge(Head(0, 0), Input(MLP(0))), Edge(Head(0, 1), Input(MLP(0))), Edge(MLP(0), Input(Logits()))}
-    return Planted("mlp-xor", mlp_xor.__doc__.split(".")[0], spec, w.load(),
-                   pairs_batch(tokens, counterfactual, 2, label(a, b), label(ca, cb)), frozenset(edges))
+    edges = {
+        Edge(Embed(), Input(Head(0, 0), "v")),
+        Edge(Embed(), Input(Head(0, 1), "v")),
+        Edge(Head(0, 0), Input(MLP(0))),
+        Edge(Head(0, 1), Input(MLP(0))),
+        Edge(MLP(0), Input(Logits())),
+    }
+    return Planted(
+        "mlp-xor",
+        mlp_xor.__doc__.split(".")[0],
+        spec,
+        w.load(),
+        pairs_batch(tokens, counterfactual, 2, label(a, b), label(ca, cb)),
+        frozenset(edges),
+    )
 
 
 def three_hop(n: int = 64, seed: int = 0) -> Planted:
@@ -206,15 +243,20 @@ def three_hop(n: int = 64, seed: int = 0) -> Planted:
     spec = ModelSpec(n_layers=3, d_model=32, n_heads=2, mlp=False, norm=None, scale_scores=False, n_ctx=4, d_vocab=9)
     w = Weights(spec)
     words, ask = list(range(4)), 8
-    position, r1, r2, answer, junk = [9, 10, 11, 12], list(range(13, 17)), list(range(17, 21)), list(range(21, 25)), \
-        list(range(25, 32))
+    position, r1, r2, answer, junk = (
+        [9, 10, 11, 12],
+        list(range(13, 17)),
+        list(range(17, 21)),
+        list(range(21, 25)),
+        list(range(25, 32)),
+    )
     w.state["embed.weight"][:, :9] = torch.eye(9)
     w.state["pos_embed.weight"][:, position] = torch.eye(4)
     for layer, (source, target) in enumerate(((words, r1), (r1, r2), (r2, answer))):
         attend_position(w, layer, 0, position, position[layer])
         copy(w, layer, 0, source, target)
         attend_position(w, layer, 1, position, position[0])
-    w.state["unembed.weight"][:4, answer[0]:answer[-1] + 1] = LOUD * torch.eye(4)
+    w.state["unembed.weight"][:4, answer[0] : answer[-1] + 1] = LOUD * torch.eye(4)
     w.head(0, 1, "v")[0, words] = torch.tensor([1.0, 2.0, 3.0, 4.0])
     w.head(0, 1, "o")[junk[0], 0] = LOUD
     w.head(1, 1, "v")[0, junk[0]] = 1.0
@@ -229,10 +271,21 @@ def three_hop(n: int = 64, seed: int = 0) -> Planted:
 
     def sequence(word):
         return torch.cat([word[:, None], fillers, ask_column, word[:, None]], 1)
-    edges = {Edge(Embed(), Input(Head(0, 0), "v")), Edge(Head(0, 0), Input(Head(1, 0), "v")),
-             Edge(Head(1, 0), Input(Head(2, 0), "v")), Edge(Head(2, 0), Input(Logits()))}
-    return Planted("three-hop", three_hop.__doc__.split(".")[0], spec, w.load(),
-                   pairs_batch(sequence(first), sequence(other), 3, first, other), frozenset(edges))
+
+    edges = {
+        Edge(Embed(), Input(Head(0, 0), "v")),
+        Edge(Head(0, 0), Input(Head(1, 0), "v")),
+        Edge(Head(1, 0), Input(Head(2, 0), "v")),
+        Edge(Head(2, 0), Input(Logits())),
+    }
+    return Planted(
+        "three-hop",
+        three_hop.__doc__.split(".")[0],
+        spec,
+        w.load(),
+        pairs_batch(sequence(first), sequence(other), 3, first, other),
+        frozenset(edges),
+    )
 
 
 # A neuron of the two-branch models as a sum of ramps c * relu(x - t) over x = bit1 + bit2 (0, 1 or
@@ -256,8 +309,9 @@ def two_branches(name: str, story: str, structure: Structure, ramps, n: int, see
     answers every word right). Two distractor heads after the branches copy the word's identity,
     loud, into junk a further neuron reads and writes back to junk."""
     heads = branches + 2
-    spec = ModelSpec(n_layers=1, d_model=8 * heads, n_heads=heads, mlp=True, norm=None, scale_scores=False, n_ctx=2,
-                     d_vocab=7)
+    spec = ModelSpec(
+        n_layers=1, d_model=8 * heads, n_heads=heads, mlp=True, norm=None, scale_scores=False, n_ctx=2, d_vocab=7
+    )
     w = Weights(spec)
     ask, true, false = 4, 5, 6
     position, bits, out = [7, 8], list(range(9, 9 + branches)), 9 + branches
@@ -290,35 +344,73 @@ def two_branches(name: str, story: str, structure: Structure, ramps, n: int, see
     branch_heads = tuple(Head(0, head) for head in range(branches))
     edges = {Edge(MLP(0), Input(Logits()))}
     edges |= {edge for head in branch_heads for edge in (Edge(Embed(), Input(head, "v")), Edge(head, Input(MLP(0))))}
-    return Planted(name, story, spec, w.load(),
-                   pairs_batch(tokens, counterfactual, 1, torch.full((n,), true), torch.full((n,), false)),
-                   frozenset(edges), structure, branch_heads)
+    return Planted(
+        name,
+        story,
+        spec,
+        w.load(),
+        pairs_batch(tokens, counterfactual, 1, torch.full((n,), true), torch.full((n,), false)),
+        frozenset(edges),
+        structure,
+        branch_heads,
+    )
 
 
 def backup_pair(n: int = 64, seed: int = 0) -> Planted:
-    return two_branches("backup-pair", "Two heads each carry the answer alone (an OR): either suffices",
-                        Structure.ALTERNATIVES, NEURONS[Structure.ALTERNATIVES], n, seed)
+    return two_branches(
+        "backup-pair",
+        "Two heads each carry the answer alone (an OR): either suffices",
+        Structure.ALTERNATIVES,
+        NEURONS[Structure.ALTERNATIVES],
+        n,
+        seed,
+    )
 
 
 def partial_pair(n: int = 64, seed: int = 0) -> Planted:
-    return two_branches("partial-pair", "Two heads each keep 70% of the answer alone; both are needed for 90%",
-                        Structure.SHARED, NEURONS[Structure.SHARED], n, seed)
+    return two_branches(
+        "partial-pair",
+        "Two heads each keep 70% of the answer alone; both are needed for 90%",
+        Structure.SHARED,
+        NEURONS[Structure.SHARED],
+        n,
+        seed,
+    )
 
 
 def saturated_mlp(n: int = 64, seed: int = 0) -> Planted:
-    return two_branches("saturated-mlp", "An MLP flat at the clean input: each of its two inputs moves 33% of "
-                        "the gap while its gradient there is 0", Structure.SHARED, SATURATED, n, seed)
+    return two_branches(
+        "saturated-mlp",
+        "An MLP flat at the clean input: each of its two inputs moves 33% of the gap while its gradient there is 0",
+        Structure.SHARED,
+        SATURATED,
+        n,
+        seed,
+    )
 
 
 def three_backups(n: int = 64, seed: int = 0) -> Planted:
-    return two_branches("three-backups", "Three heads each carry the answer alone (an OR of three): any one suffices",
-                        Structure.ALTERNATIVES, NEURONS[Structure.ALTERNATIVES], n, seed, branches=3)
+    return two_branches(
+        "three-backups",
+        "Three heads each carry the answer alone (an OR of three): any one suffices",
+        Structure.ALTERNATIVES,
+        NEURONS[Structure.ALTERNATIVES],
+        n,
+        seed,
+        branches=3,
+    )
 
 
 def and_pair(n: int = 64, seed: int = 0) -> Planted:
     # relu(x - 1) is 0, 0, 1: one bit alone gives nothing
-    return two_branches("and-pair", "Two heads both needed (an AND): either knocked out loses the answer",
-                        Structure.SERIES, ((1.0, 1.0),), n, seed)
+    return two_branches(
+        "and-pair",
+        "Two heads both needed (an AND): either knocked out loses the answer",
+        Structure.SERIES,
+        ((1.0, 1.0),),
+        n,
+        seed,
+    )
 
 
 def backup_chain(n: int = 64, seed: int = 0) -> Planted:
@@ -362,15 +454,36 @@ def backup_chain(n: int = 64, seed: int = 0) -> Planted:
 
     def sequence(word, answer):
         return torch.stack([word, torch.full((n,), filler), torch.full((n,), ask), torch.full((n,), answer)], 1)
-    edges = {Edge(Embed(), Input(Head(0, 0), "v")), Edge(Head(0, 0), Input(Head(1, 0), "v")),
-             Edge(Head(0, 0), Input(Head(1, 1), "v")), Edge(Head(1, 0), Input(MLP(1))),
-             Edge(Head(1, 1), Input(MLP(1))), Edge(MLP(1), Input(Logits()))}
-    return Planted("backup-chain", backup_chain.__doc__.split(".")[0], spec, w.load(),
-                   pairs_batch(sequence(positive, true), sequence(negative, false), 2, torch.full((n,), true),
-                               torch.full((n,), false)), frozenset(edges), Structure.ALTERNATIVES,
-                   (Head(1, 0), Head(1, 1)))
+
+    edges = {
+        Edge(Embed(), Input(Head(0, 0), "v")),
+        Edge(Head(0, 0), Input(Head(1, 0), "v")),
+        Edge(Head(0, 0), Input(Head(1, 1), "v")),
+        Edge(Head(1, 0), Input(MLP(1))),
+        Edge(Head(1, 1), Input(MLP(1))),
+        Edge(MLP(1), Input(Logits())),
+    }
+    return Planted(
+        "backup-chain",
+        backup_chain.__doc__.split(".")[0],
+        spec,
+        w.load(),
+        pairs_batch(
+            sequence(positive, true), sequence(negative, false), 2, torch.full((n,), true), torch.full((n,), false)
+        ),
+        frozenset(edges),
+        Structure.ALTERNATIVES,
+        (Head(1, 0), Head(1, 1)),
+    )
 
 
 def planted_models(n: int = 64, seed: int = 0) -> list[Planted]:
-    return [two_hop(n, seed), induction(n, seed), mlp_xor(n, seed), three_hop(n, seed), backup_pair(n, seed),
-            partial_pair(n, seed), saturated_mlp(n, seed)]
+    return [
+        two_hop(n, seed),
+        induction(n, seed),
+        mlp_xor(n, seed),
+        three_hop(n, seed),
+        backup_pair(n, seed),
+        partial_pair(n, seed),
+        saturated_mlp(n, seed),
+    ]

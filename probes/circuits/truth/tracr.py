@@ -42,32 +42,49 @@ from tasks.base import NO_FOIL
 from tasks.data import Batch
 
 FIXTURES = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "tracr"
-WEIGHT_ZERO = 1e-6      # |weight| below this is no read or write (Tracr's weights are exact 0 or O(1))
-OUTPUT_NOISE = 1e-4     # a logit moving less than this has not moved (Tracr's logits are O(1))
+WEIGHT_ZERO = 1e-6  # |weight| below this is no read or write (Tracr's weights are exact 0 or O(1))
+OUTPUT_NOISE = 1e-4  # a logit moving less than this has not moved (Tracr's logits are O(1))
 
 
 @dataclass(frozen=True)
 class Program:
     name: str
-    maker: str                  # the function in tracr.compiler.lib
+    maker: str  # the function in tracr.compiler.lib
     vocab: tuple
     max_seq_len: int
-    paper: dict | None          # Ablation -> ACDC's AUC (Conmy et al. 2023, Tracr table), where it reports one
-    distinct: bool = False      # inputs are permutations of the vocabulary (sort_unique's premise)
+    paper: dict | None  # Ablation -> ACDC's AUC (Conmy et al. 2023, Tracr table), where it reports one
+    distinct: bool = False  # inputs are permutations of the vocabulary (sort_unique's premise)
     acdc_length: int | None = None  # ACDC's inputs: permutations of the vocabulary at this length
 
 
 # ACDC's reference circuit for reverse (acdc/tracr_task/utils.py, get_tracr_reverse_edges: "edges
 # generated from ACDC run with threshold epsilon, metric l2 and zero ablation"), in this graph's
 # names: its token and position embeddings are our one embed, its head-internal q/k/v edges dropped.
-ACDC_REVERSE = ("embed -> L0H0.v", "embed -> MLP0", "L0H0 -> MLP0", "embed -> MLP1", "MLP0 -> MLP1", "MLP1 -> MLP2",
-                "MLP2 -> L3H0.q", "embed -> L3H0.k", "embed -> L3H0.v", "L3H0 -> logits")
+ACDC_REVERSE = (
+    "embed -> L0H0.v",
+    "embed -> MLP0",
+    "L0H0 -> MLP0",
+    "embed -> MLP1",
+    "MLP0 -> MLP1",
+    "MLP1 -> MLP2",
+    "MLP2 -> L3H0.q",
+    "embed -> L3H0.k",
+    "embed -> L3H0.v",
+    "L3H0 -> logits",
+)
 
 PROGRAMS = {
-    "reverse": Program("reverse", "make_reverse", ("a", "b", "c"), 5,
-                       {Ablation.COUNTERFACTUAL: 0.200, Ablation.ZERO: 1.000}, acdc_length=3),
-    "frac_prevs": Program("frac_prevs", "make_frac_prevs", ("x", "y"), 5,
-                          {Ablation.COUNTERFACTUAL: 0.600, Ablation.ZERO: 1.000}),
+    "reverse": Program(
+        "reverse",
+        "make_reverse",
+        ("a", "b", "c"),
+        5,
+        {Ablation.COUNTERFACTUAL: 0.200, Ablation.ZERO: 1.000},
+        acdc_length=3,
+    ),
+    "frac_prevs": Program(
+        "frac_prevs", "make_frac_prevs", ("x", "y"), 5, {Ablation.COUNTERFACTUAL: 0.600, Ablation.ZERO: 1.000}
+    ),
     "sort": Program("sort", "make_sort_unique", (1, 2, 3, 4, 5, 6), 4, None, distinct=True),
     "hist": Program("hist", "make_hist", ("a", "b", "c"), 5, None),
 }
@@ -91,11 +108,11 @@ class Compiled:
     """What a fixture holds: the bridge config and state dict, and Tracr's encodings."""
 
     name: str
-    config: dict                # TransformerBridgeConfig fields
-    state: dict                 # native state dict (tensors)
+    config: dict  # TransformerBridgeConfig fields
+    state: dict  # native state dict (tensors)
     residual_labels: tuple[str, ...]
-    input_map: dict             # input value (as str) -> token id
-    output_map: dict | None     # categorical output value (as str) -> logit index; None: numerical
+    input_map: dict  # input value (as str) -> token id
+    output_map: dict | None  # categorical output value (as str) -> logit index; None: numerical
     output_label: str
 
 
@@ -112,34 +129,63 @@ def compile_program(program: Program) -> Compiled:
 
     try:
         from tracr.compiler import compiling
-    except ImportError as error:   # tracr itself, or the jax it imports
-        raise UsageError(f"compiling Tracr programs needs the tracr extra ({error.name or error} is not installed): "
-                         "pip install -e .[tracr]; the stored fixtures run without it") from None
-    from transformer_lens.utilities.tracr import (infer_tracr_output_label, make_tracr_transformer_bridge_config,
-                                                  make_tracr_transformer_bridge_state_dict)
+    except ImportError as error:  # tracr itself, or the jax it imports
+        raise UsageError(
+            f"compiling Tracr programs needs the tracr extra ({error.name or error} is not installed): "
+            "pip install -e .[tracr]; the stored fixtures run without it"
+        ) from None
+    from transformer_lens.utilities.tracr import (
+        infer_tracr_output_label,
+        make_tracr_transformer_bridge_config,
+        make_tracr_transformer_bridge_state_dict,
+    )
 
-    model = compiling.compile_rasp_to_model(rasp_program(program), vocab=set(program.vocab),
-                                            max_seq_len=program.max_seq_len, compiler_bos="BOS")
+    model = compiling.compile_rasp_to_model(
+        rasp_program(program), vocab=set(program.vocab), max_seq_len=program.max_seq_len, compiler_bos="BOS"
+    )
     labels = tuple(str(label) for label in model.residual_labels)
     categorical = getattr(model.output_encoder, "encoding_map", None) is not None
     view = model
     if not categorical:
         output_label = next(label for label in labels if ":" not in label and label.startswith(program.name))
-        view = types.SimpleNamespace(params=model.params, model_config=model.model_config, output_encoder=NumericalOutput(),
-                                     residual_labels=[f"{l}:value" if l == output_label else l for l in labels])
+        view = types.SimpleNamespace(
+            params=model.params,
+            model_config=model.model_config,
+            output_encoder=NumericalOutput(),
+            residual_labels=[f"{l}:value" if l == output_label else l for l in labels],
+        )
     else:
         output_label = infer_tracr_output_label(model)
     config = make_tracr_transformer_bridge_config(view)
     state = make_tracr_transformer_bridge_state_dict(view, output_label)
-    fields = {name: getattr(config, name) for name in ("n_layers", "d_model", "d_head", "n_ctx", "d_vocab", "d_vocab_out",
-                                                       "d_mlp", "n_heads", "act_fn", "normalization_type")}
+    fields = {
+        name: getattr(config, name)
+        for name in (
+            "n_layers",
+            "d_model",
+            "d_head",
+            "n_ctx",
+            "d_vocab",
+            "d_vocab_out",
+            "d_mlp",
+            "n_heads",
+            "act_fn",
+            "normalization_type",
+        )
+    }
     fields["attention_dir"] = "causal" if model.model_config.causal else "bidirectional"
     if not categorical:
         state["head.weight"] = torch.cat([state["head.weight"], torch.zeros_like(state["head.weight"])])
         fields["d_vocab_out"] = 2
-    return Compiled(program.name, fields, state, labels, {str(k): int(v) for k, v in model.input_encoder.encoding_map.items()},
-                    {str(k): int(v) for k, v in model.output_encoder.encoding_map.items()} if categorical else None,
-                    output_label)
+    return Compiled(
+        program.name,
+        fields,
+        state,
+        labels,
+        {str(k): int(v) for k, v in model.input_encoder.encoding_map.items()},
+        {str(k): int(v) for k, v in model.output_encoder.encoding_map.items()} if categorical else None,
+        output_label,
+    )
 
 
 def save(compiled: Compiled, folder: Path) -> None:
@@ -147,8 +193,14 @@ def save(compiled: Compiled, folder: Path) -> None:
 
     folder.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in compiled.state.items()}, str(folder / f"{compiled.name}.safetensors"))
-    meta = {"name": compiled.name, "config": compiled.config, "residual_labels": list(compiled.residual_labels),
-            "input_map": compiled.input_map, "output_map": compiled.output_map, "output_label": compiled.output_label}
+    meta = {
+        "name": compiled.name,
+        "config": compiled.config,
+        "residual_labels": list(compiled.residual_labels),
+        "input_map": compiled.input_map,
+        "output_map": compiled.output_map,
+        "output_label": compiled.output_label,
+    }
     (folder / f"{compiled.name}.json").write_text(json.dumps(meta, indent=1) + "\n")
 
 
@@ -158,18 +210,27 @@ def load(name: str, folder: Path = FIXTURES) -> Compiled:
 
     weights, meta_path = folder / f"{name}.safetensors", folder / f"{name}.json"
     if not weights.is_file() or not meta_path.is_file():
-        raise UsageError(f"no Tracr fixture {name!r} in {folder}; make it with "
-                         "`python benchmarks/make_tracr_fixtures.py` (needs `pip install -e .[tracr]`)")
+        raise UsageError(
+            f"no Tracr fixture {name!r} in {folder}; make it with "
+            "`python benchmarks/make_tracr_fixtures.py` (needs `pip install -e .[tracr]`)"
+        )
     remake = "remake it with `python benchmarks/make_tracr_fixtures.py` (needs `pip install -e .[tracr]`)"
     try:
         meta = json.loads(meta_path.read_text())
-        compiled = Compiled(meta["name"], dict(meta["config"]), {}, tuple(meta["residual_labels"]),
-                            dict(meta["input_map"]), meta["output_map"], str(meta["output_label"]))
-    except (ValueError, KeyError, TypeError, AttributeError) as error:   # not JSON, not UTF-8, a field missing
+        compiled = Compiled(
+            meta["name"],
+            dict(meta["config"]),
+            {},
+            tuple(meta["residual_labels"]),
+            dict(meta["input_map"]),
+            meta["output_map"],
+            str(meta["output_label"]),
+        )
+    except (ValueError, KeyError, TypeError, AttributeError) as error:  # not JSON, not UTF-8, a field missing
         raise UsageError(f"{meta_path} is not a Tracr fixture toylens wrote ({str(error)[:120]}); {remake}") from None
     try:
         state = load_file(str(weights))
-    except (SafetensorError, OSError, ValueError) as error:   # truncated or not a safetensors file
+    except (SafetensorError, OSError, ValueError) as error:  # truncated or not a safetensors file
         raise UsageError(f"{weights} is not a complete safetensors file ({str(error)[:120]}); {remake}") from None
     check_weights(compiled, state, weights, remake)
     return dataclasses.replace(compiled, state=state)
@@ -180,8 +241,11 @@ def check_weights(compiled: Compiled, state: dict, weights: Path, remake: str) -
     would otherwise fail deep inside the bridge)."""
     c = compiled.config
     try:
-        wanted = {"tok_embed.weight": (c["d_vocab"], c["d_model"]), "pos.weight": (c["n_ctx"], c["d_model"]),
-                  "head.weight": (c["d_vocab_out"], c["d_model"])}
+        wanted = {
+            "tok_embed.weight": (c["d_vocab"], c["d_model"]),
+            "pos.weight": (c["n_ctx"], c["d_model"]),
+            "head.weight": (c["d_vocab_out"], c["d_model"]),
+        }
     except (KeyError, TypeError) as error:
         raise UsageError(f"{weights}: its config lacks {error}; {remake}") from None
     for key, shape in wanted.items():
@@ -253,8 +317,9 @@ def with_bos(compiled: Compiled, body: torch.Tensor) -> torch.Tensor:
     return torch.cat([torch.full((n, 1), compiled.input_map["BOS"]), body, torch.zeros(n, 1, dtype=torch.long)], 1)
 
 
-def pairs(model, compiled: Compiled, n: int = 64, seed: int = 0, length: int | None = None,
-          distinct: bool | None = None) -> Batch:
+def pairs(
+    model, compiled: Compiled, n: int = 64, seed: int = 0, length: int | None = None, distinct: bool | None = None
+) -> Batch:
     """`n` random inputs of `length` tokens after BOS (default: the full compiled length; `distinct`:
     no token twice, default the program's premise) and independent random counterfactuals of the
     same length, scored where their outputs differ."""
@@ -269,18 +334,27 @@ def pairs(model, compiled: Compiled, n: int = 64, seed: int = 0, length: int | N
         else:
             body = ids[torch.randint(0, len(ids), (n, length), generator=generator)]
         return with_bos(compiled, body)
+
     clean, counterfactual = draw(), draw()
     a, b = outputs(model, clean[:, :-1], compiled), outputs(model, counterfactual[:, :-1], compiled)
     differ = (a != b) if compiled.output_map is not None else (a - b).abs() > WEIGHT_ZERO
-    differ[:, 0] = False                                       # BOS carries no output
+    differ[:, 0] = False  # BOS carries no output
     rows, positions = torch.nonzero(differ, as_tuple=True)
     if compiled.output_map is not None:
         answers, foils = a[rows, positions], b[rows, positions]
     else:
         higher = a[rows, positions] > b[rows, positions]
         answers, foils = torch.where(higher, 0, 1), torch.where(higher, 1, 0)
-    return Batch(tokens=clean, lengths=torch.full((n,), clean.shape[1]), example_index=rows, positions=positions,
-                 answers=answers, foils=foils, groups=[compiled.name] * n, counterfactual=counterfactual)
+    return Batch(
+        tokens=clean,
+        lengths=torch.full((n,), clean.shape[1]),
+        example_index=rows,
+        positions=positions,
+        answers=answers,
+        foils=foils,
+        groups=[compiled.name] * n,
+        counterfactual=counterfactual,
+    )
 
 
 def domain(compiled: Compiled, length: int) -> torch.Tensor:
@@ -288,7 +362,11 @@ def domain(compiled: Compiled, length: int) -> torch.Tensor:
     import itertools
 
     ids = body_values(compiled).tolist()
-    bodies = itertools.permutations(ids, length) if PROGRAMS[compiled.name].distinct else itertools.product(ids, repeat=length)
+    bodies = (
+        itertools.permutations(ids, length)
+        if PROGRAMS[compiled.name].distinct
+        else itertools.product(ids, repeat=length)
+    )
     return with_bos(compiled, torch.tensor(list(bodies)))
 
 
@@ -298,9 +376,16 @@ def every_position(compiled: Compiled, tokens: torch.Tensor) -> Batch:
     n, width = tokens.shape[0], tokens.shape[1] - 1
     rows, positions = torch.meshgrid(torch.arange(n), torch.arange(1, width), indexing="ij")
     rows, positions = rows.flatten(), positions.flatten()
-    return Batch(tokens=tokens, lengths=torch.full((n,), tokens.shape[1]), example_index=rows, positions=positions,
-                 answers=torch.zeros_like(rows), foils=torch.full_like(rows, NO_FOIL), groups=[compiled.name] * n,
-                 counterfactual=tokens)
+    return Batch(
+        tokens=tokens,
+        lengths=torch.full((n,), tokens.shape[1]),
+        example_index=rows,
+        positions=positions,
+        answers=torch.zeros_like(rows),
+        foils=torch.full_like(rows, NO_FOIL),
+        groups=[compiled.name] * n,
+        counterfactual=tokens,
+    )
 
 
 def zero_logit_moves(model, compiled: Compiled, graph: Graph, edges: list, length: int) -> list[float]:
@@ -345,16 +430,16 @@ def used_edges(model, compiled: Compiled, graph: Graph) -> frozenset:
 @dataclass(frozen=True)
 class TracrRow:
     program: str
-    inputs: str                 # "full" (every input at the compiled length) or "ACDC's" (acdc_pairs)
-    length: int                 # tokens after BOS
+    inputs: str  # "full" (every input at the compiled length) or "ACDC's" (acdc_pairs)
+    length: int  # tokens after BOS
     ablation: Ablation
     edges: int
-    read_edges: int             # true_edges: read off the weights
-    used_edges: int             # used_edges: read and not inert
-    scored: int                 # scored positions (where the clean and counterfactual outputs differ)
-    auroc: dict                 # method -> AUROC of recovering the used edges by |score|
-    oracle_read: float          # the oracle's AUROC against the read edges
-    seconds: dict               # method -> seconds
+    read_edges: int  # true_edges: read off the weights
+    used_edges: int  # used_edges: read and not inert
+    scored: int  # scored positions (where the clean and counterfactual outputs differ)
+    auroc: dict  # method -> AUROC of recovering the used edges by |score|
+    oracle_read: float  # the oracle's AUROC against the read edges
+    seconds: dict  # method -> seconds
 
 
 def tracr_table(names=tuple(PROGRAMS), ablations=None, n: int = 64, folder: Path = FIXTURES) -> list[TracrRow]:
@@ -378,8 +463,19 @@ def tracr_table(names=tuple(PROGRAMS), ablations=None, n: int = 64, folder: Path
             for ablation in ablations or EDGE_ABLATIONS:
                 runs = ablated_runs(model, batch, graph, ablation)
                 methods = every_method(model, batch, graph, runs)
-                rows.append(TracrRow(name, inputs, batch.inputs.shape[1] - 1, ablation, len(graph.edges), len(read),
-                                     len(used), len(batch.positions),
-                                     {m.method: auroc(m.score.abs(), positive) for m in methods},
-                                     auroc(methods[0].score.abs(), read_positive), {m.method: m.seconds for m in methods}))
+                rows.append(
+                    TracrRow(
+                        name,
+                        inputs,
+                        batch.inputs.shape[1] - 1,
+                        ablation,
+                        len(graph.edges),
+                        len(read),
+                        len(used),
+                        len(batch.positions),
+                        {m.method: auroc(m.score.abs(), positive) for m in methods},
+                        auroc(methods[0].score.abs(), read_positive),
+                        {m.method: m.seconds for m in methods},
+                    )
+                )
     return rows

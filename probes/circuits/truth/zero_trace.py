@@ -11,8 +11,7 @@ import torch
 
 from models.graph import MLP, Edge, Graph, Head
 from probes.ablation import Ablation
-from probes.circuits.truth.tracr import (Compiled, acdc_pairs, inert_edges, pairs, read_write_dims,
-                                         true_edges, variables)
+from probes.circuits.truth.tracr import Compiled, acdc_pairs, inert_edges, pairs, read_write_dims, true_edges, variables
 from tasks.data import Batch
 
 
@@ -23,15 +22,15 @@ class ZeroTrace:
     zeroed, and the edge's effect at the full length and on ACDC's shorter inputs."""
 
     edge: Edge
-    variables: tuple            # the variables the sender writes and the receiver reads
-    write: tuple                # (mean, largest std across inputs) of the write there (write_stats)
-    write_acdc: tuple           # the same on ACDC's inputs
-    observed: str               # what the receiver computes: "attention pattern", "head output", ...
-    change: float               # max |zeroed - clean| of it at the scored positions
-    change_bos: float           # the same at BOS (never scored)
-    effect: float               # zero-ablation effect / gap, full length
-    effect_acdc: float          # the same on ACDC's inputs
-    inert: bool                 # in inert_edges: no logit moves on any input of the domain
+    variables: tuple  # the variables the sender writes and the receiver reads
+    write: tuple  # (mean, largest std across inputs) of the write there (write_stats)
+    write_acdc: tuple  # the same on ACDC's inputs
+    observed: str  # what the receiver computes: "attention pattern", "head output", ...
+    change: float  # max |zeroed - clean| of it at the scored positions
+    change_bos: float  # the same at BOS (never scored)
+    effect: float  # zero-ablation effect / gap, full length
+    effect_acdc: float  # the same on ACDC's inputs
+    inert: bool  # in inert_edges: no logit moves on any input of the domain
 
 
 def receiver_output(edge) -> tuple[str, str]:
@@ -43,7 +42,11 @@ def receiver_output(edge) -> tuple[str, str]:
     node = edge.receiver.node
     if isinstance(node, Head):
         qk = edge.receiver.port in ("q", "k")
-        return ("attention pattern", get_act_name("pattern", node.layer)) if qk else ("head output", get_act_name("z", node.layer))
+        return (
+            ("attention pattern", get_act_name("pattern", node.layer))
+            if qk
+            else ("head output", get_act_name("z", node.layer))
+        )
     if isinstance(node, MLP):
         return "MLP output", mlp_out_name(node.layer)
     return "logits", LOGITS_IN
@@ -75,10 +78,20 @@ def trace_zero_edges(model, compiled: Compiled, graph: Graph, n: int = 64) -> li
             _, cache = model.run_with_cache(batch.inputs, names_filter=[name])
         zeroed = patched_runs(model, batch, graph, [frozenset([edge])], runs, observe=(name,))[0].observed[name]
         scored, bos = at_positions(cache[name] - zeroed, what, edge, batch)
-        traces.append(ZeroTrace(edge, tuple(sorted(variables(dims, compiled.residual_labels))),
-                                write_stats(runs.base.writes[edge.sender], dims, edge, batch),
-                                write_stats(acdc_runs.base.writes[edge.sender], dims, edge, acdc_batch),
-                                what, scored, bos, float(effect[index]), float(acdc_effect[index]), edge in inert))
+        traces.append(
+            ZeroTrace(
+                edge,
+                tuple(sorted(variables(dims, compiled.residual_labels))),
+                write_stats(runs.base.writes[edge.sender], dims, edge, batch),
+                write_stats(acdc_runs.base.writes[edge.sender], dims, edge, acdc_batch),
+                what,
+                scored,
+                bos,
+                float(effect[index]),
+                float(acdc_effect[index]),
+                edge in inert,
+            )
+        )
     return traces
 
 
@@ -87,7 +100,7 @@ def write_stats(write: torch.Tensor, dims: torch.Tensor, edge, batch: Batch) -> 
     receiver reads it: at the scored positions for a query, MLP or the logits, at every position
     for a key or value (every key position is read)."""
     if edge.receiver.port in ("k", "v"):
-        values = write[..., dims]                                 # [n, pos, dims]
+        values = write[..., dims]  # [n, pos, dims]
         return float(values.mean()), float(values.std(0).max())
     values = write[batch.example_index, batch.positions][:, dims]
     return float(values.mean()), float(values.std(0).max())
@@ -96,11 +109,9 @@ def write_stats(write: torch.Tensor, dims: torch.Tensor, edge, batch: Batch) -> 
 def at_positions(difference: torch.Tensor, what: str, edge, batch: Batch) -> tuple[float, float]:
     """max |difference| at the scored positions and at BOS (a pattern's query positions)."""
     if what == "attention pattern":
-        head = difference[:, edge.receiver.node.head]             # [n, query, key]
+        head = difference[:, edge.receiver.node.head]  # [n, query, key]
     elif what == "head output":
-        head = difference[:, :, edge.receiver.node.head]          # [n, pos, d_head]
+        head = difference[:, :, edge.receiver.node.head]  # [n, pos, d_head]
     else:
         head = difference
     return float(head[batch.example_index, batch.positions].abs().max()), float(head[:, 0].abs().max())
-
-

@@ -13,18 +13,18 @@ import torch
 from models.spec import Attention
 from probes.report.parts import RunContext
 
-EXAMPLE_PAIRS = 2   # evenly spread over the report's patching pairs: the first and the last
+EXAMPLE_PAIRS = 2  # evenly spread over the report's patching pairs: the first and the last
 
 
 @dataclass(frozen=True)
 class ExamplePair:
-    example: int                    # which of the run's example pairs (0 .. EXAMPLE_PAIRS - 1)
-    scored: tuple[int, ...]         # the example's scored positions
-    answers: tuple[str, ...]        # per scored position: the answer token ...
-    foils: tuple[str, ...]          # ... and the foil ('' when the task names none)
-    clean_tokens: tuple[str, ...]   # the input the model reads (answers excluded)
+    example: int  # which of the run's example pairs (0 .. EXAMPLE_PAIRS - 1)
+    scored: tuple[int, ...]  # the example's scored positions
+    answers: tuple[str, ...]  # per scored position: the answer token ...
+    foils: tuple[str, ...]  # ... and the foil ('' when the task names none)
+    clean_tokens: tuple[str, ...]  # the input the model reads (answers excluded)
     corrupt_tokens: tuple[str, ...]
-    clean: torch.Tensor             # [layer, head, query, key]
+    clean: torch.Tensor  # [layer, head, query, key]
     corrupt: torch.Tensor
 
 
@@ -51,13 +51,18 @@ def measure_examples(context: RunContext) -> RunExamples | None:
         length = int(batch.lengths[row]) - 1
         mine = batch.example_index == row
         foils = batch.foils[mine].tolist()
-        pairs.append(ExamplePair(
-            example=row, scored=tuple(batch.positions[mine].tolist()),
-            answers=tuple(words[t] for t in batch.answers[mine].tolist()),
-            foils=tuple("" if f == NO_FOIL else words[f] for f in foils),
-            clean_tokens=tuple(words[t] for t in batch.inputs[row, :length].tolist()),
-            corrupt_tokens=tuple(words[t] for t in corrupt_inputs(batch)[row, :length].tolist()),
-            clean=clean[row, :, :, :length, :length], corrupt=corrupt[row, :, :, :length, :length]))
+        pairs.append(
+            ExamplePair(
+                example=row,
+                scored=tuple(batch.positions[mine].tolist()),
+                answers=tuple(words[t] for t in batch.answers[mine].tolist()),
+                foils=tuple("" if f == NO_FOIL else words[f] for f in foils),
+                clean_tokens=tuple(words[t] for t in batch.inputs[row, :length].tolist()),
+                corrupt_tokens=tuple(words[t] for t in corrupt_inputs(batch)[row, :length].tolist()),
+                clean=clean[row, :, :, :length, :length],
+                corrupt=corrupt[row, :, :, :length, :length],
+            )
+        )
     return RunExamples(context.run.model_name, context.run.seed, tuple(pairs))
 
 

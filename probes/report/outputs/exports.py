@@ -76,9 +76,11 @@ def mib_json(result, scores, d_model: int, circuit=None) -> dict:
     if unknown:
         raise UsageError(f"edges {sorted(unknown)[:3]} are not in MIB's graph of this model")
     used = {mib_node(node) for e in circuit for node in (e.sender, e.receiver.node)}
-    return {"cfg": {"n_layers": graph.n_layers, "n_heads": n_heads, "parallel_attn_mlp": False, "d_model": d_model},
-            "nodes": {n: {"in_graph": n in used or n == "logits"} for n in names},
-            "edges": {e: {"score": score.get(e, 0.0), "in_graph": e in kept} for e in edge_names}}
+    return {
+        "cfg": {"n_layers": graph.n_layers, "n_heads": n_heads, "parallel_attn_mlp": False, "d_model": d_model},
+        "nodes": {n: {"in_graph": n in used or n == "logits"} for n in names},
+        "edges": {e: {"score": score.get(e, 0.0), "in_graph": e in kept} for e in edge_names},
+    }
 
 
 def mib_problems(data) -> list[str]:
@@ -90,7 +92,11 @@ def mib_problems(data) -> list[str]:
         return [f"cfg must hold exactly {sorted(MIB_CFG)}"]
     for key, kind in MIB_CFG.items():
         # bool is an int in Python: a flag given for a count (or a count for a flag) is refused.
-        if not isinstance(cfg[key], kind) or (kind is int and isinstance(cfg[key], bool)) or (kind is int and cfg[key] < 1):
+        if (
+            not isinstance(cfg[key], kind)
+            or (kind is int and isinstance(cfg[key], bool))
+            or (kind is int and cfg[key] < 1)
+        ):
             problems.append(f"cfg.{key} must be a {'positive int' if kind is int else kind.__name__}")
     if problems:
         return problems
@@ -98,15 +104,21 @@ def mib_problems(data) -> list[str]:
     if not isinstance(data["nodes"], dict) or not isinstance(data["edges"], dict):
         return ["nodes and edges must be objects keyed by name"]
     problems += [f"unknown node {n!r}" for n in data["nodes"] if n not in nodes]
-    problems += [f"node {n!r} needs a bool in_graph" for n, v in data["nodes"].items()
-                 if not isinstance(v, dict) or not isinstance(v.get("in_graph"), bool)]
+    problems += [
+        f"node {n!r} needs a bool in_graph"
+        for n, v in data["nodes"].items()
+        if not isinstance(v, dict) or not isinstance(v.get("in_graph"), bool)
+    ]
     problems += [f"unknown edge {e!r}" for e in data["edges"] if e not in set(edges)]
     problems += [f"missing edge {e!r}" for e in edges if e not in data["edges"]]
     for name, entry in data["edges"].items():
         if not isinstance(entry, dict) or not isinstance(entry.get("in_graph"), bool):
             problems.append(f"edge {name!r} needs a bool in_graph")
-        elif not isinstance(entry.get("score"), (int, float)) or isinstance(entry["score"], bool) \
-                or not math.isfinite(entry["score"]):
+        elif (
+            not isinstance(entry.get("score"), (int, float))
+            or isinstance(entry["score"], bool)
+            or not math.isfinite(entry["score"])
+        ):
             problems.append(f"edge {name!r} needs a finite number score")
     return problems
 
@@ -114,8 +126,10 @@ def mib_problems(data) -> list[str]:
 def check_mib(data, where: str) -> None:
     problems = mib_problems(data)
     if problems:
-        raise UsageError(f"{where} is not a valid MIB edge-score file: {problems[0]}"
-                         + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+        raise UsageError(
+            f"{where} is not a valid MIB edge-score file: {problems[0]}"
+            + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
+        )
 
 
 def mib_scores(data) -> dict[str, float]:
@@ -127,24 +141,43 @@ def mib_scores(data) -> dict[str, float]:
 # ---- the attribution graph ------------------------------------------------------------------
 
 FEATURE_TYPES = ("embedding", "logit", "cross layer transcoder", "mlp reconstruction error")
-NODE_FIELDS = {"node_id": str, "feature": int, "layer": str, "ctx_idx": int, "feature_type": str,
-               "jsNodeId": str, "clerp": str}
+NODE_FIELDS = {
+    "node_id": str,
+    "feature": int,
+    "layer": str,
+    "ctx_idx": int,
+    "feature_type": str,
+    "jsNodeId": str,
+    "clerp": str,
+}
 # Neuronpedia's schema requires the first four metadata fields and no qParams field; circuit-tracer's
 # graph model also requires transcoder_list, clickedId and sg_pos, so they are written (empty) too.
 METADATA_FIELDS = {"slug": str, "scan": str, "prompt_tokens": list, "prompt": str, "transcoder_list": list}
 QPARAMS_FIELDS = {"pinnedIds": list, "supernodes": list, "linkType": str, "clickedId": str, "sg_pos": str}
 # The optional metadata.info fields the schema types (the others are free), and its generator's.
-INFO_FIELDS = {"description": (str, "a string"), "creator_name": (str, "a string"), "creator_url": (str, "a string"),
-               "source_urls": (list, "an array"), "generator": (dict, "an object"),
-               "create_time_ms": ((int, float), "a number")}
+INFO_FIELDS = {
+    "description": (str, "a string"),
+    "creator_name": (str, "a string"),
+    "creator_url": (str, "a string"),
+    "source_urls": (list, "an array"),
+    "generator": (dict, "an object"),
+    "create_time_ms": ((int, float), "a number"),
+}
 GENERATOR_FIELDS = ("name", "version", "url", "email")
-LINK_FLOOR = 0.01   # links whose |effect| is below this share of the prompt's clean - counterfactual gap are left out
+LINK_FLOOR = 0.01  # links whose |effect| is below this share of the prompt's clean - counterfactual gap are left out
 PORT_FEATURE = {"q": 0, "k": 1, "v": 2}
 
 
 def node(node_id: str, feature: int, layer: str, position: int, kind: str, label: str) -> dict:
-    return {"node_id": node_id, "feature": feature, "layer": layer, "ctx_idx": position, "feature_type": kind,
-            "jsNodeId": node_id, "clerp": label}
+    return {
+        "node_id": node_id,
+        "feature": feature,
+        "layer": layer,
+        "ctx_idx": position,
+        "feature_type": kind,
+        "jsNodeId": node_id,
+        "clerp": label,
+    }
 
 
 def component_node(component, port: str, position: int, tokens: list[int], words: list[str], n_heads: int) -> dict:
@@ -158,16 +191,28 @@ def component_node(component, port: str, position: int, tokens: list[int], words
         return node(f"E_{token}_{position}", token, "E", position, "embedding", f"'{words[position]}' (p{position})")
     if isinstance(component, MLP):
         feature = 4 * n_heads
-        return node(f"{component.layer}_{feature}_{position}", feature, str(component.layer), position,
-                    "mlp reconstruction error", f"MLP{component.layer} at {where}")
+        return node(
+            f"{component.layer}_{feature}_{position}",
+            feature,
+            str(component.layer),
+            position,
+            "mlp reconstruction error",
+            f"MLP{component.layer} at {where}",
+        )
     if port in ("q", "out"):
         label = f"{component} at {where}: its query (q) input and its output"
         feature = 4 * component.head
     else:
         label = f"{component} {'key' if port == 'k' else 'value'} ({port}) input at {where}"
         feature = 4 * component.head + PORT_FEATURE[port]
-    return node(f"{component.layer}_{feature}_{position}", feature, str(component.layer), position,
-                "cross layer transcoder", label)
+    return node(
+        f"{component.layer}_{feature}_{position}",
+        feature,
+        str(component.layer),
+        position,
+        "cross layer transcoder",
+        label,
+    )
 
 
 def attribution_graph(model, pair, spec, vocabulary: list[str], slug: str, scan: str) -> dict:
@@ -182,7 +227,7 @@ def attribution_graph(model, pair, spec, vocabulary: list[str], slug: str, scan:
     if len(pair) != 1 or len(pair.answers) != 1:
         raise UsageError("an attribution graph is one prompt scored at one position")
     scored = int(pair.positions[0])
-    tokens = pair.inputs[0, :int(pair.lengths[0]) - 1].tolist()
+    tokens = pair.inputs[0, : int(pair.lengths[0]) - 1].tolist()
     words = [vocabulary[t] for t in tokens]
     graph = graph_of(spec, positions=tuple(range(scored + 1)))
     effects = edge_effects(model, pair, graph)
@@ -190,41 +235,64 @@ def attribution_graph(model, pair, spec, vocabulary: list[str], slug: str, scan:
     answer, foil = int(pair.answers[0]), int(pair.foils[0])
     foil_word = None if foil == NO_FOIL else vocabulary[foil]
     nodes, links = {}, []
-    logit = node(f"L_{answer}_{scored}", answer, str(graph.n_layers + 1), scored, "logit",
-                 f"logit '{vocabulary[answer]}'" + (f" - logit '{foil_word}'" if foil_word else "") + f" at p{scored}")
+    logit = node(
+        f"L_{answer}_{scored}",
+        answer,
+        str(graph.n_layers + 1),
+        scored,
+        "logit",
+        f"logit '{vocabulary[answer]}'" + (f" - logit '{foil_word}'" if foil_word else "") + f" at p{scored}",
+    )
     for edge, effect in zip(graph.edges, effects.effect.tolist()):
         if abs(effect) < LINK_FLOOR * abs(gap):
             continue
         source = component_node(edge.sender, "out", edge.position, tokens, words, spec.n_heads)
         receiver = edge.receiver.node
-        target = logit if isinstance(receiver, Logits) else \
-            component_node(receiver, edge.receiver.port, edge.position, tokens, words, spec.n_heads)
+        target = (
+            logit
+            if isinstance(receiver, Logits)
+            else component_node(receiver, edge.receiver.port, edge.position, tokens, words, spec.n_heads)
+        )
         nodes.setdefault(source["node_id"], source)
         nodes.setdefault(target["node_id"], target)
         # Positive: the clean write supports the answer (corrupting the edge alone lowers the metric).
         links.append({"source": source["node_id"], "target": target["node_id"], "weight": -effect})
     prompt = " ".join(words)
-    return {"metadata": {"slug": slug, "scan": scan, "prompt_tokens": words, "prompt": prompt,
-                         "info": {"metric": metric_name(pair),
-                                  "clean_metric": effects.base.metric, "counterfactual_metric": effects.other.metric,
-                                  "counterfactual_tokens": [vocabulary[t] for t in
-                                                            pair.counterfactual[0, :len(tokens)].tolist()],
-                                  "link_weight": "exact change in the metric when the edge alone is given its "
-                                                 "counterfactual write, negated (positive: the edge supports the answer)",
-                                  "link_floor": f"links below {LINK_FLOOR:.0%} of |clean - counterfactual| left out",
-                                  "generator": {"name": "toylens"}},
-                         "transcoder_list": []},
-            "qParams": {"pinnedIds": [], "supernodes": [], "linkType": "both", "clickedId": "", "sg_pos": ""},
-            "nodes": list(nodes.values()), "links": links}
+    return {
+        "metadata": {
+            "slug": slug,
+            "scan": scan,
+            "prompt_tokens": words,
+            "prompt": prompt,
+            "info": {
+                "metric": metric_name(pair),
+                "clean_metric": effects.base.metric,
+                "counterfactual_metric": effects.other.metric,
+                "counterfactual_tokens": [vocabulary[t] for t in pair.counterfactual[0, : len(tokens)].tolist()],
+                "link_weight": "exact change in the metric when the edge alone is given its "
+                "counterfactual write, negated (positive: the edge supports the answer)",
+                "link_floor": f"links below {LINK_FLOOR:.0%} of |clean - counterfactual| left out",
+                "generator": {"name": "toylens"},
+            },
+            "transcoder_list": [],
+        },
+        "qParams": {"pinnedIds": [], "supernodes": [], "linkType": "both", "clickedId": "", "sg_pos": ""},
+        "nodes": list(nodes.values()),
+        "links": links,
+    }
 
 
 def attribution_problems(data) -> list[str]:
     """What breaks the attribution-graph structure (an empty list: it passes)."""
+
     def typed(obj, fields, where):
         if not isinstance(obj, dict):
             return [f"{where} must be an object"]
-        return [f"{where}.{k} must be {t.__name__}" for k, t in fields.items()
-                if not isinstance(obj.get(k), t) or (t is int and isinstance(obj.get(k), bool))]
+        return [
+            f"{where}.{k} must be {t.__name__}"
+            for k, t in fields.items()
+            if not isinstance(obj.get(k), t) or (t is int and isinstance(obj.get(k), bool))
+        ]
 
     if not isinstance(data, dict) or not {"metadata", "qParams", "nodes", "links"} <= set(data):
         return ["top level must hold metadata, qParams, nodes and links"]
@@ -250,8 +318,11 @@ def attribution_problems(data) -> list[str]:
     logits = [n for n in data["nodes"] if isinstance(n, dict) and n.get("feature_type") == "logit"]
     if not logits:
         problems.append("no logit node")
-    layers = [int(n["layer"]) for n in data["nodes"] if isinstance(n, dict) and str(n.get("layer", "E")).isdigit()
-              and n.get("feature_type") != "logit"]
+    layers = [
+        int(n["layer"])
+        for n in data["nodes"]
+        if isinstance(n, dict) and str(n.get("layer", "E")).isdigit() and n.get("feature_type") != "logit"
+    ]
     if logits and layers and any(int(n["layer"]) <= max(layers) for n in logits):
         problems.append("a logit node must sit above every other layer (n_layers + 1)")
     for i, link in enumerate(data["links"]):
@@ -265,16 +336,23 @@ def attribution_problems(data) -> list[str]:
 def info_problems(info) -> list[str]:
     if not isinstance(info, dict):
         return ["metadata.info must be an object"]
-    problems = [f"metadata.info.{k} must be {what}" for k, (kind, what) in INFO_FIELDS.items()
-                if k in info and (not isinstance(info[k], kind) or isinstance(info[k], bool))]
+    problems = [
+        f"metadata.info.{k} must be {what}"
+        for k, (kind, what) in INFO_FIELDS.items()
+        if k in info and (not isinstance(info[k], kind) or isinstance(info[k], bool))
+    ]
     generator = info.get("generator", {})
     if isinstance(generator, dict):
-        problems += [f"metadata.info.generator.{k} must be a string" for k in GENERATOR_FIELDS
-                     if k in generator and not isinstance(generator[k], str)]
+        problems += [
+            f"metadata.info.generator.{k} must be a string"
+            for k in GENERATOR_FIELDS
+            if k in generator and not isinstance(generator[k], str)
+        ]
     return problems
 
 
 # ---- writing -------------------------------------------------------------------------------
+
 
 def write_mib(path, result, scores, d_model: int) -> None:
     """One MIB file, checked against the rules before it is written."""

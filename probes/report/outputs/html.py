@@ -25,7 +25,7 @@ from common.html import escape, image_uri, json_script, page, sandboxed_frame, t
 from probes.report.outputs.exports import slug
 from probes.settings import ReportSettings
 
-DECIMALS = 3    # attention weights and shares in the page's data: enough for any view of them
+DECIMALS = 3  # attention weights and shares in the page's data: enough for any view of them
 
 
 def asset(name: str) -> str:
@@ -45,6 +45,7 @@ def run_id(model_name: str, seed: int) -> str:
 
 # ---- one run's data ------------------------------------------------------------------------
 
+
 def graph_data(edge_run) -> dict | None:
     """The edge graph with every edge's exact effect, its place in the oracle ranking and each
     method's rank; None when the run's edges were not traced."""
@@ -57,31 +58,67 @@ def graph_data(edge_run) -> dict | None:
     graph, oracle, smallest = result.graph, result.oracle, result.circuit
     alone = oracle.normalised().tolist()
     circuit = set(smallest.edges or ())
-    orders = {m.scores.method: {e: i + 1 for i, e in enumerate(ranked(graph.edges, m.scores.score))}
-              for m in result.methods}
+    orders = {
+        m.scores.method: {e: i + 1 for i, e in enumerate(ranked(graph.edges, m.scores.score))} for m in result.methods
+    }
     oracle_rank = orders[result.methods[0].scores.method]
     every = smallest.every_k
 
     def kind(node):
-        return "head" if isinstance(node, Head) else "mlp" if isinstance(node, MLP) else \
-            "logits" if isinstance(node, Logits) else "embed"
+        return (
+            "head"
+            if isinstance(node, Head)
+            else "mlp"
+            if isinstance(node, MLP)
+            else "logits"
+            if isinstance(node, Logits)
+            else "embed"
+        )
 
-    nodes = [{"id": str(n), "kind": kind(n), "layer": getattr(n, "layer", None), "head": getattr(n, "head", None)}
-             for n in [*graph.senders, Logits()]]
+    nodes = [
+        {"id": str(n), "kind": kind(n), "layer": getattr(n, "layer", None), "head": getattr(n, "head", None)}
+        for n in [*graph.senders, Logits()]
+    ]
     edges = []
     for i, e in enumerate(graph.edges):
         k = oracle_rank[e]
-        edges.append({"id": str(e), "s": str(e.sender), "r": str(e.receiver.node), "port": e.receiver.port,
-                      "effect": rounded(oracle.effect[i].item(), 4), "alone": rounded(alone[i]),
-                      "in": e in circuit, "ranks": {method: order[e] for method, order in orders.items()},
-                      "before": rounded(every[k - 1]), "after": rounded(every[k])})
-    return {"nodes": nodes, "edges": edges, "n_layers": graph.n_layers, "pairs": result.pairs,
-            "metric": result.metric, "clean": rounded(oracle.base.metric), "counterfactual": rounded(oracle.other.metric),
-            "target": smallest.target, "size": len(smallest.edges) if smallest.edges else None,
-            "faithfulness": rounded(smallest.faithfulness.normalised), "every_k": rounded(list(every)),
-            "curves": [{"method": m.scores.method, "sizes": list(m.curve.sizes),
-                        "faithfulness": rounded(list(m.curve.faithfulness)), "cpr": rounded(m.curve.cpr),
-                        "cmd": rounded(m.curve.cmd)} for m in result.methods]}
+        edges.append(
+            {
+                "id": str(e),
+                "s": str(e.sender),
+                "r": str(e.receiver.node),
+                "port": e.receiver.port,
+                "effect": rounded(oracle.effect[i].item(), 4),
+                "alone": rounded(alone[i]),
+                "in": e in circuit,
+                "ranks": {method: order[e] for method, order in orders.items()},
+                "before": rounded(every[k - 1]),
+                "after": rounded(every[k]),
+            }
+        )
+    return {
+        "nodes": nodes,
+        "edges": edges,
+        "n_layers": graph.n_layers,
+        "pairs": result.pairs,
+        "metric": result.metric,
+        "clean": rounded(oracle.base.metric),
+        "counterfactual": rounded(oracle.other.metric),
+        "target": smallest.target,
+        "size": len(smallest.edges) if smallest.edges else None,
+        "faithfulness": rounded(smallest.faithfulness.normalised),
+        "every_k": rounded(list(every)),
+        "curves": [
+            {
+                "method": m.scores.method,
+                "sizes": list(m.curve.sizes),
+                "faithfulness": rounded(list(m.curve.faithfulness)),
+                "cpr": rounded(m.curve.cpr),
+                "cmd": rounded(m.curve.cmd),
+            }
+            for m in result.methods
+        ],
+    }
 
 
 def examples_data(examples, analysis) -> list:
@@ -91,12 +128,25 @@ def examples_data(examples, analysis) -> list:
         return []
     out = []
     for pair in examples.pairs:
+
         def triangle(pattern):
-            return [[rounded(pattern[l, h, q, :q + 1].tolist(), 2) for q in range(pattern.shape[2])]
-                    for l in range(pattern.shape[0]) for h in range(pattern.shape[1])]
-        out.append({"scored": list(pair.scored), "answers": list(pair.answers), "foils": list(pair.foils),
-                    "clean_tokens": list(pair.clean_tokens), "corrupt_tokens": list(pair.corrupt_tokens),
-                    "clean": triangle(pair.clean), "corrupt": triangle(pair.corrupt)})
+            return [
+                [rounded(pattern[l, h, q, : q + 1].tolist(), 2) for q in range(pattern.shape[2])]
+                for l in range(pattern.shape[0])
+                for h in range(pattern.shape[1])
+            ]
+
+        out.append(
+            {
+                "scored": list(pair.scored),
+                "answers": list(pair.answers),
+                "foils": list(pair.foils),
+                "clean_tokens": list(pair.clean_tokens),
+                "corrupt_tokens": list(pair.corrupt_tokens),
+                "clean": triangle(pair.clean),
+                "corrupt": triangle(pair.corrupt),
+            }
+        )
     return out
 
 
@@ -106,12 +156,22 @@ def head_data(analysis) -> dict:
         return {}
     mean = analysis.attention.mean["all"]
     n_layers, n_heads, _ = mean.shape
-    nodes = [] if analysis.circuit is None else [
-        {"head": str(head), "positions": None if kept is None else list(kept)} for head, kept in analysis.circuit.kept.items()]
-    return {"n_layers": n_layers, "n_heads": n_heads, "labels": list(analysis.labels or analysis.attention.labels),
-            "mean_rows": analysis.attention.rows["all"],
-            "mean": {f"L{l}H{h}": rounded(mean[l, h].tolist()) for l in range(n_layers) for h in range(n_heads)},
-            "circuit": nodes}
+    nodes = (
+        []
+        if analysis.circuit is None
+        else [
+            {"head": str(head), "positions": None if kept is None else list(kept)}
+            for head, kept in analysis.circuit.kept.items()
+        ]
+    )
+    return {
+        "n_layers": n_layers,
+        "n_heads": n_heads,
+        "labels": list(analysis.labels or analysis.attention.labels),
+        "mean_rows": analysis.attention.rows["all"],
+        "mean": {f"L{l}H{h}": rounded(mean[l, h].tolist()) for l in range(n_layers) for h in range(n_heads)},
+        "circuit": nodes,
+    }
 
 
 def run_data(measured, cells: dict, settings: ReportSettings) -> dict:
@@ -124,13 +184,20 @@ def run_data(measured, cells: dict, settings: ReportSettings) -> dict:
         words.append(describe(analysis, settings, analysis.vocabulary))
     if edge_run is not None:
         words.append(summary_line(edge_run, settings))
-    return {"id": run_id(measured.model_name, measured.seed), "model": measured.model_name, "seed": measured.seed,
-            "cells": cells.get((measured.model_name, measured.seed), {}), "words": words,
-            "heads": head_data(analysis), "graph": graph_data(edge_run),
-            "examples": examples_data(measured.results.get("examples"), analysis)}
+    return {
+        "id": run_id(measured.model_name, measured.seed),
+        "model": measured.model_name,
+        "seed": measured.seed,
+        "cells": cells.get((measured.model_name, measured.seed), {}),
+        "words": words,
+        "heads": head_data(analysis),
+        "graph": graph_data(edge_run),
+        "examples": examples_data(measured.results.get("examples"), analysis),
+    }
 
 
 # ---- the page ------------------------------------------------------------------------------
+
 
 def summary_html(summary) -> str:
     parts = ['<ul class="note">' + "".join(f"<li>{escape(line)}</li>" for line in summary.legend) + "</ul>"]
@@ -146,20 +213,33 @@ def figures_html(folder: Path, pattern: str, title: str) -> str:
     figures = sorted((Path(folder) / "figures").glob(pattern))
     if not figures:
         return ""
-    return f'<section class="extra"><h2>{escape(title)}</h2>' + "".join(
-        f'<figure><img alt="{escape(f.stem)}" src="{image_uri(f)}"><figcaption class="note">{escape(f.name)}'
-        "</figcaption></figure>" for f in figures) + "</section>"
+    return (
+        f'<section class="extra"><h2>{escape(title)}</h2>'
+        + "".join(
+            f'<figure><img alt="{escape(f.stem)}" src="{image_uri(f)}"><figcaption class="note">{escape(f.name)}'
+            "</figcaption></figure>"
+            for f in figures
+        )
+        + "</section>"
+    )
 
 
 def views_html(data: dict, summary_block: str = "", extra: str = "") -> str:
     """The body that assets/report.js fills: navigation, the summary, one panel per run."""
-    return (f'<nav id="nav"></nav><section id="summary" class="panel">{summary_block}</section>'
-            f'<section id="run" class="panel"></section>{extra}{json_script("report-data", data)}')
+    return (
+        f'<nav id="nav"></nav><section id="summary" class="panel">{summary_block}</section>'
+        f'<section id="run" class="panel"></section>{extra}{json_script("report-data", data)}'
+    )
 
 
 def report_page(data: dict, title: str, summary_block: str, extra: str = "") -> str:
-    return page(title, views_html(data, summary_block, extra), style=asset("report.css"), script=asset("report.js"),
-                heading='<p class="note">Self-contained: every script, style, number and image is in this file.</p>')
+    return page(
+        title,
+        views_html(data, summary_block, extra),
+        style=asset("report.css"),
+        script=asset("report.js"),
+        heading='<p class="note">Self-contained: every script, style, number and image is in this file.</p>',
+    )
 
 
 def report_data(measured: list, sections: dict, task: str, settings: ReportSettings) -> dict:
@@ -170,8 +250,12 @@ def report_data(measured: list, sections: dict, task: str, settings: ReportSetti
     for t in summary.tables:
         for row in t.rows:
             cells[t.model_name, int(row[0])] = dict(zip(t.columns, row[1:]))
-    return {"task": task, "legend": list(LEGEND), "path_claim": settings.path_claim,
-            "runs": [run_data(m, cells, settings) for m in measured]}
+    return {
+        "task": task,
+        "legend": list(LEGEND),
+        "path_claim": settings.path_claim,
+        "runs": [run_data(m, cells, settings) for m in measured],
+    }
 
 
 def write_html(measured: list, sections: dict, out: Path, task: str, settings: ReportSettings) -> Path:
@@ -205,11 +289,12 @@ def run_views(run, settings: ReportSettings | None = None) -> str:
     torch.set_num_threads(1)
     try:
         measured = [measure_run(run, None, settings)]
-        with tempfile.TemporaryDirectory() as scratch:    # a part that draws (dynamics) draws here
+        with tempfile.TemporaryDirectory() as scratch:  # a part that draws (dynamics) draws here
             sections = render_parts(measured, Path(scratch), settings)
             data = report_data(measured, sections, run.task.name, settings)
     finally:
         torch.set_num_threads(threads)
-    frame = page(f"{run.model_name} seed {run.seed}", views_html(data), style=asset("report.css"),
-                 script=asset("report.js"))
+    frame = page(
+        f"{run.model_name} seed {run.seed}", views_html(data), style=asset("report.css"), script=asset("report.js")
+    )
     return sandboxed_frame(frame, "width:100%;height:1400px;border:0")

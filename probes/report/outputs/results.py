@@ -31,18 +31,18 @@ from probes.report.document import md_table
 from probes.report.words import pct, shuffle_text
 
 REPORT = Path("report") / "report.json"
-POINT = "point.json"        # written by a sweep beside each grid point's runs
+POINT = "point.json"  # written by a sweep beside each grid point's runs
 FIGURES = "figures"
-EDGES = Path("edges") / "edges.md"     # written by toylens edges RUNS_DIR
+EDGES = Path("edges") / "edges.md"  # written by toylens edges RUNS_DIR
 MAX_TEXT_BYTES = 4 * 1024 * 1024
 SPEC_SHOWN = ("n_layers", "d_model", "n_heads", "attention", "positions", "mlp", "norm")
 
 
 @dataclass(frozen=True)
 class Page:
-    name: str                                    # the page's file name in OUT
+    name: str  # the page's file name in OUT
     markdown: str
-    figures: tuple[tuple[str, Callable], ...] = ()   # (name in the page's figure folder, write(temp_path))
+    figures: tuple[tuple[str, Callable], ...] = ()  # (name in the page's figure folder, write(temp_path))
 
     @property
     def figure_folder(self) -> str:
@@ -52,13 +52,14 @@ class Page:
 
 # ---- reading what the runs stored -------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class StoredReport:
     """The parts of report.json a page shows, type-checked."""
 
     task: str
     summary: tuple[str, ...]
-    runs: tuple[tuple[str, int], ...]     # (model, seed) of every run the report analysed
+    runs: tuple[tuple[str, int], ...]  # (model, seed) of every run the report analysed
     figures: tuple[tuple[str, str], ...]  # (caption, path relative to the report folder)
 
 
@@ -73,7 +74,9 @@ def read_report(runs_dir: Path) -> StoredReport:
     if not isinstance(data, dict):
         raise UsageError(f"{path} must be a JSON object; {fix}")
     summary = data.get("summary")
-    if not isinstance(data.get("task"), str) or not (isinstance(summary, list) and all(isinstance(s, str) for s in summary)):
+    if not isinstance(data.get("task"), str) or not (
+        isinstance(summary, list) and all(isinstance(s, str) for s in summary)
+    ):
         raise UsageError(f"{path}: task (a string) or summary (a list of strings) is missing or wrong; {fix}")
     runs, edges = entries(data, "runs", path, fix), entries(data, "edge_circuits", path, fix)
     if not runs:
@@ -82,7 +85,10 @@ def read_report(runs_dir: Path) -> StoredReport:
     for model, seed, figure in runs:
         if figure and model not in first:
             first[model] = (f"{model} seed {seed}", figure)
-    figures = [*first.values(), *((f"{model} seed {seed}, edge circuit", figure) for model, seed, figure in edges if figure)]
+    figures = [
+        *first.values(),
+        *((f"{model} seed {seed}, edge circuit", figure) for model, seed, figure in edges if figure),
+    ]
     return StoredReport(data["task"], tuple(summary), tuple((m, s) for m, s, _ in runs), tuple(figures))
 
 
@@ -96,8 +102,13 @@ def entries(data: dict, key: str, path: Path, fix: str) -> list[tuple[str, int, 
         where = f"{path}: {key}[{index}]"
         if not isinstance(item, dict):
             raise UsageError(f"{where} must be a JSON object; {fix}")
-        fields = check_fields({k: item.get(k) for k in ("model_name", "seed", "figure")},
-                              {"model_name": str, "seed": int, "figure": str}, where, fix, nullable=("figure",))
+        fields = check_fields(
+            {k: item.get(k) for k in ("model_name", "seed", "figure")},
+            {"model_name": str, "seed": int, "figure": str},
+            where,
+            fix,
+            nullable=("figure",),
+        )
         figure = fields["figure"] and figure_path(fields["figure"], where, fix)
         out.append((fields["model_name"], fields["seed"], figure))
     return out
@@ -114,17 +125,19 @@ def figure_path(text: str, where: str, fix: str) -> str:
 
 # ---- a family's page ----------------------------------------------------------------------------
 
+
 def steps_text(runs) -> str:
     """Steps per stop reason, e.g. '125-800 (validation solved)'."""
     by_reason = defaultdict(list)
     for run in runs:
         by_reason[run.metrics["stop_reason"]].append(run.metrics["steps"])
-    return "; ".join(f"{min(s)}" + (f"-{max(s)}" if max(s) != min(s) else "") + f" ({reason})"
-                     for reason, s in by_reason.items())
+    return "; ".join(
+        f"{min(s)}" + (f"-{max(s)}" if max(s) != min(s) else "") + f" ({reason})" for reason, s in by_reason.items()
+    )
 
 
 def interval_text(interval) -> str:
-    if math.isnan(interval.low):   # one seed has no interval
+    if math.isnan(interval.low):  # one seed has no interval
         return pct(interval.value, 1)
     return f"{pct(interval.value, 1)} [{pct(interval.low, 1)}, {pct(interval.high, 1)}]"
 
@@ -136,30 +149,59 @@ def accuracy_section(models, runs) -> str:
     for m in models:
         seeds = ", ".join(pct(r.splits["heldout"].accuracy.value, 1) for r in m.runs)
         mine = [run for run in runs if run.model_name == m.model_name]
-        rows.append([m.model_name, len(m.seeds), interval_text(m.heldout), seeds, pct(m.heldout_foil_rate.value, 1),
-                     pct(m.train.value, 1), shuffle_text(m.shuffle_max_logit_change), steps_text(mine)])
+        rows.append(
+            [
+                m.model_name,
+                len(m.seeds),
+                interval_text(m.heldout),
+                seeds,
+                pct(m.heldout_foil_rate.value, 1),
+                pct(m.train.value, 1),
+                shuffle_text(m.shuffle_max_logit_change),
+                steps_text(mine),
+            ]
+        )
     sizes = sorted({r.splits["heldout"].n for m in models for r in m.runs})
     n = f"{sizes[0]:,}" if len(sizes) == 1 else f"{sizes[0]:,}-{sizes[-1]:,}"
-    table = md_table(["model", "seeds", "held-out, mean [95% t interval over seeds]", "per seed",
-                      "wrong answer (foil), mean", "train, mean", "shuffle max abs dlogit", "steps (stop reason)"], rows)
+    table = md_table(
+        [
+            "model",
+            "seeds",
+            "held-out, mean [95% t interval over seeds]",
+            "per seed",
+            "wrong answer (foil), mean",
+            "train, mean",
+            "shuffle max abs dlogit",
+            "steps (stop reason)",
+        ],
+        rows,
+    )
     health = "".join(f"\n\n{line.strip()}" for line in health_lines(models))
-    return (f"Held-out accuracy at the scored positions, n = {n} per run (each run's metrics.json, measured "
-            "after training; per-seed Wilson intervals are in `toylens accuracy RUNS_DIR`). The "
-            "shuffle test permutes each held-out prefix before the scored position and reports the largest "
-            f"change of a scored logit (0 = order-blind).\n\n{table}{health}")
+    return (
+        f"Held-out accuracy at the scored positions, n = {n} per run (each run's metrics.json, measured "
+        "after training; per-seed Wilson intervals are in `toylens accuracy RUNS_DIR`). The "
+        "shuffle test permutes each held-out prefix before the scored position and reports the largest "
+        f"change of a scored logit (0 = order-blind).\n\n{table}{health}"
+    )
 
 
 def setup_section(runs, order: list[str]) -> str:
     """The task's parameters, the training settings and each model's spec, as config.json records them."""
+
     def settings(key):
-        values = list(dict.fromkeys(json.dumps(run.config[key]["params"] if key == "task" else run.config[key],
-                                               sort_keys=True) for run in runs))
+        values = list(
+            dict.fromkeys(
+                json.dumps(run.config[key]["params"] if key == "task" else run.config[key], sort_keys=True)
+                for run in runs
+            )
+        )
         return "; ".join(", ".join(f"{k}={v}" for k, v in json.loads(text).items()) or "(none)" for text in values)
 
     specs = {run.model_name: run.spec for run in runs}
     rows = [[name] + [getattr(specs[name], key) for key in SPEC_SHOWN] for name in order]
-    return (f"Task parameters: {settings('task')}.\n\nTraining settings: {settings('training')}.\n\n"
-            + md_table(["model", *SPEC_SHOWN], rows))
+    return f"Task parameters: {settings('task')}.\n\nTraining settings: {settings('training')}.\n\n" + md_table(
+        ["model", *SPEC_SHOWN], rows
+    )
 
 
 def family_page(runs_dir: Path, made_by: str) -> Page:
@@ -171,31 +213,55 @@ def family_page(runs_dir: Path, made_by: str) -> Page:
     report = read_report(runs_dir)
     found = {(run.model_name, run.seed) for run in runs}
     if set(report.runs) != found:
-        raise UsageError(f"{runs_dir / REPORT} analysed other runs than {runs_dir} holds "
-                         f"({len(report.runs)} against {len(found)}); rewrite it with python -m probes.circuit "
-                         f"report {runs_dir}")
+        raise UsageError(
+            f"{runs_dir / REPORT} analysed other runs than {runs_dir} holds "
+            f"({len(report.runs)} against {len(found)}); rewrite it with python -m probes.circuit "
+            f"report {runs_dir}"
+        )
     task = runs[0].task
     if report.task != task.name:
-        raise UsageError(f"{runs_dir / REPORT} is a report of task {report.task!r}, the runs are {task.name!r}; "
-                         f"rewrite it with python -m probes.circuit report {runs_dir}")
+        raise UsageError(
+            f"{runs_dir / REPORT} is a report of task {report.task!r}, the runs are {task.name!r}; "
+            f"rewrite it with python -m probes.circuit report {runs_dir}"
+        )
     figures = tuple((Path(path).name, copier(runs_dir / "report" / path)) for _, path in report.figures)
     models = compare_runs(runs_dir)
     accuracy = accuracy_section(models, runs)
-    text = [f"# Results: {task.name}", "",
-            f"Made by `{made_by}` from the {len(runs)} runs in `{runs_dir}` and their circuit report "
-            f"(`{runs_dir / REPORT}`); every number below is read from those files. Regenerate this page "
-            "rather than edit it.", "",
-            trained_with(runs), "",
-            "## Setup", "", task_words(task), "", setup_section(runs, [m.model_name for m in models]), "",
-            "## Accuracy", "", accuracy, "",
-            "## The circuit report's summary", "",
-            "Each line as the report states it; the report's own header (`report/report.md`) gives the "
-            "examples each number is measured on and its scale.", "",
-            *[f"- {line}" for line in report.summary if line not in accuracy], ""]
+    text = [
+        f"# Results: {task.name}",
+        "",
+        f"Made by `{made_by}` from the {len(runs)} runs in `{runs_dir}` and their circuit report "
+        f"(`{runs_dir / REPORT}`); every number below is read from those files. Regenerate this page "
+        "rather than edit it.",
+        "",
+        trained_with(runs),
+        "",
+        "## Setup",
+        "",
+        task_words(task),
+        "",
+        setup_section(runs, [m.model_name for m in models]),
+        "",
+        "## Accuracy",
+        "",
+        accuracy,
+        "",
+        "## The circuit report's summary",
+        "",
+        "Each line as the report states it; the report's own header (`report/report.md`) gives the "
+        "examples each number is measured on and its scale.",
+        "",
+        *[f"- {line}" for line in report.summary if line not in accuracy],
+        "",
+    ]
     page = Page(f"{task.name}.md", "", figures)
     if figures:
-        text += ["## Figures", "", "Each model's first traced seed (the other seeds' figures are in the report) and every edge "
-                 "circuit.", ""]
+        text += [
+            "## Figures",
+            "",
+            "Each model's first traced seed (the other seeds' figures are in the report) and every edge circuit.",
+            "",
+        ]
         for (caption, _), (target, _) in zip(report.figures, figures):
             text += [f"![{caption}]({page.figure_folder}/{target})", ""]
     return dataclasses.replace(page, markdown="\n".join(text))
@@ -220,6 +286,7 @@ def copier(source: Path) -> Callable:
 
 # ---- a family's edge-method comparison -------------------------------------------------------------
 
+
 def edges_page(path: Path, task: str, made_by: str) -> Page:
     """What `toylens edges RUNS_DIR` wrote (RUNS_DIR/edges/edges.md: every number measured by
     that command), with the figures it links."""
@@ -230,9 +297,11 @@ def edges_page(path: Path, task: str, made_by: str) -> Page:
     figures = tuple((Path(figure_path(link, str(path), fix)).name, copier(path.parent / link)) for link in links)
     body = text.replace("](figures/", f"]({FIGURES}/{name}/")
     title, rest = body.split("\n", 1) if body.startswith("# ") else ("# Edge circuits", body)
-    header = (f"Made by `{made_by}` from `{path}`, which `toylens edges {path.parent.parent}` wrote; every "
-              "number below is that command's. Regenerate this page rather than edit it. What each column means: "
-              "[edges.md](../edges.md).")
+    header = (
+        f"Made by `{made_by}` from `{path}`, which `toylens edges {path.parent.parent}` wrote; every "
+        "number below is that command's. Regenerate this page rather than edit it. What each column means: "
+        "[edges.md](../edges.md)."
+    )
     return Page(f"{name}.md", "\n".join([f"{title}: {task}", "", header, rest]), figures)
 
 
@@ -247,6 +316,7 @@ def read_text(path: Path, fix: str) -> str:
 
 # ---- a sweep's page ---------------------------------------------------------------------------
 
+
 def census_page(runs_dir: Path, made_by: str) -> Page:
     from probes.census import take_census
     from probes.report.outputs.census import TIMELINE_FIGURE, draw, draw_timeline, markdown
@@ -255,20 +325,29 @@ def census_page(runs_dir: Path, made_by: str) -> Page:
     runs_dir = Path(runs_dir)
     census = take_census(runs_dir)
     groups = census.groups
-    runs = find_runs(runs_dir, family=False)   # the sweep's points repeat models, seeds and task variants
+    runs = find_runs(runs_dir, family=False)  # the sweep's points repeat models, seeds and task variants
     task = runs[0].task.name
-    name = f"census-{path_name(runs_dir.resolve().name, 'sweep folder')}"   # one page per sweep, named by its folder
+    name = f"census-{path_name(runs_dir.resolve().name, 'sweep folder')}"  # one page per sweep, named by its folder
     figure = "census.png"
     timeline = any(g.timeline is not None and g.timeline.runs for g in groups)
-    title, body = markdown(census, f"{FIGURES}/{name}/{figure}",
-                           f"{FIGURES}/{name}/{TIMELINE_FIGURE}" if timeline else None).split("\n", 1)
-    text = "\n".join([f"{title}: {task}", "",
-                      f"Made by `{made_by}` from the sweep in `{runs_dir}` ({sum(g.finished for g in groups)} "
-                      "finished runs); every number below is read from its runs' stored files. Regenerate "
-                      "this page rather than edit it.", "",
-                      trained_with(runs), body])
-    figures = ((figure, lambda temp: draw(census, Path(temp))),) + \
-        (((TIMELINE_FIGURE, lambda temp: draw_timeline(census, Path(temp))),) if timeline else ())
+    title, body = markdown(
+        census, f"{FIGURES}/{name}/{figure}", f"{FIGURES}/{name}/{TIMELINE_FIGURE}" if timeline else None
+    ).split("\n", 1)
+    text = "\n".join(
+        [
+            f"{title}: {task}",
+            "",
+            f"Made by `{made_by}` from the sweep in `{runs_dir}` ({sum(g.finished for g in groups)} "
+            "finished runs); every number below is read from its runs' stored files. Regenerate "
+            "this page rather than edit it.",
+            "",
+            trained_with(runs),
+            body,
+        ]
+    )
+    figures = ((figure, lambda temp: draw(census, Path(temp))),) + (
+        ((TIMELINE_FIGURE, lambda temp: draw_timeline(census, Path(temp))),) if timeline else ()
+    )
     return Page(f"{name}.md", text, figures)
 
 
@@ -278,19 +357,22 @@ def is_sweep(runs_dir: Path) -> bool:
 
 # ---- writing ------------------------------------------------------------------------------------
 
+
 def write_pages(pages: list[Page], out: Path) -> list[Path]:
     from common.ownership import claim_check
 
     out = Path(out)
-    for target in [out / p.name for p in pages] + [out / p.figure_folder / name for p in pages for name, _ in p.figures]:
-        claim_check(target)   # refuse before anything is written
+    for target in [out / p.name for p in pages] + [
+        out / p.figure_folder / name for p in pages for name, _ in p.figures
+    ]:
+        claim_check(target)  # refuse before anything is written
     written = []
     for page in pages:
         folder = out / page.figure_folder
         kept = {name for name, _ in page.figures}
         for name, write in page.figures:
             atomic_write(folder / name, write)
-        for old in folder.glob("*.png"):   # a figure an earlier page showed and this one does not
+        for old in folder.glob("*.png"):  # a figure an earlier page showed and this one does not
             if old.name not in kept:
                 remove(old)
         atomic_write(out / page.name, lambda temp, page=page: Path(temp).write_text(page.markdown + "\n"))
@@ -310,8 +392,10 @@ def results_command(runs_dirs: list[Path], out: Path, made_by: str) -> None:
     pages = [page for d in runs_dirs for page in pages_of(d, made_by)]
     names = [p.name for p in pages]
     if len(set(names)) < len(names):
-        raise UsageError(f"two of these folders would write the same page ({names}); give one folder per task "
-                         "and kind (a family, a sweep)")
+        raise UsageError(
+            f"two of these folders would write the same page ({names}); give one folder per task "
+            "and kind (a family, a sweep)"
+        )
     for path in write_pages(pages, out):
         print(f"wrote {path}")
 
@@ -321,10 +405,13 @@ def main(argv=None) -> None:
     from common.cli import folder_path
 
     argv = sys.argv[1:] if argv is None else argv
-    parser = Parser(prog="toylens results",
-                    description="Write results pages (markdown + figures) from trained runs and their reports.")
-    parser.add_argument("runs_dirs", type=folder_path, nargs="+",
-                        help="a family's runs folder (with its report) or a sweep's folder")
+    parser = Parser(
+        prog="toylens results",
+        description="Write results pages (markdown + figures) from trained runs and their reports.",
+    )
+    parser.add_argument(
+        "runs_dirs", type=folder_path, nargs="+", help="a family's runs folder (with its report) or a sweep's folder"
+    )
     parser.add_argument("--out", type=folder_path, default=Path("docs/results"), help="default docs/results")
     args = parser.parse_args(argv)
     made_by = shlex.join(["python", "-m", "probes.report.outputs.results", *argv])
