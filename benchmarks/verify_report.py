@@ -703,23 +703,36 @@ def check_curve(checks: Checks, name: str, runs: EdgeRuns, stored: dict, graph: 
     checks.values(f"{name}: report.html's edge effects (metric change, 4 decimals)", effects, 0.5e-4 + 1e-6)
 
 
-def check_views(checks: Checks, name: str, runs: EdgeRuns, view: dict, claim: float) -> None:
+def check_views(checks: Checks, name: str, runs: EdgeRuns, view: dict, claim: float, entry: dict, stored: dict) -> None:
     """The head view (path patching: a head's clean write restored into one later head's q, k or v
     input in the counterfactual run, at every position at once or at one position) and the edge view
-    (head-to-head edges whose share alone, noising, is at least the claim), each recomputed."""
+    (head-to-head edges whose share alone, noising, is at least the claim), each recomputed; the
+    head circuit's heads (the report's runs entry) and the heads among the edge circuit's senders
+    (its edge_circuits entry). The views agree when they name the same paths and the same heads."""
     heads = set(runs.W.heads())
     pairs = [(s, r) for s, r in all_edges(runs.W) if s in heads and r.split(".")[0] in heads]
     edge_view = sorted(f"{s} -> {r}" for s, r in pairs if abs(runs.every_alone()[s, r]) >= claim)
     head_view = sorted(
         f"{s} -> {r}" for s, r in pairs if max(runs.denoise([(s, r, p)]) for p in [None, *range(runs.T)]) >= claim
     )
+    circuit = entry.get("circuit") or {}
+    kept = circuit["kept"] if "kept" in circuit else parse_kept((circuit.get("faithfulness") or {}).get("nodes", []))
+    head_circuit = sorted(kept)
+    edge_senders = sorted({s for s, _, _ in (parse_edge(e["edge"]) for e in stored["circuit"]) if s in heads})
     checks.truth(
         f"{name}: edge view {edge_view}", edge_view == view["edge_view"], len(pairs), f"report: {view['edge_view']}"
     )
     checks.truth(
         f"{name}: head view {head_view}", head_view == view["head_view"], len(pairs), f"report: {view['head_view']}"
     )
-    checks.truth(f"{name}: the views agree iff they name the same paths", view["agree"] == (edge_view == head_view), 1)
+    checks.truth(
+        f"{name}: the views' heads {head_circuit} and {edge_senders}",
+        (head_circuit, edge_senders) == (view["head_circuit"], view["edge_senders"]),
+        2,
+        f"report: {view['head_circuit']} and {view['edge_senders']}",
+    )
+    same = edge_view == head_view and head_circuit == edge_senders
+    checks.truth(f"{name}: the views agree iff they name the same paths and heads", view["agree"] == same, 1)
 
 
 def check_at_target(checks: Checks, name: str, runs: EdgeRuns, at_target: dict, target: float) -> None:
@@ -1068,7 +1081,7 @@ def verify_runs(checks: Checks, runs_dir: Path, joint: bool) -> None:
         circuit = check_edges(checks, name, runs, stored)
         check_redundancy(checks, name, runs, circuit, stored)
         if key in views:
-            check_views(checks, name, runs, views[key], settings["path_claim"])
+            check_views(checks, name, runs, views[key], settings["path_claim"], entries[key], stored)
         check_curve(checks, name, runs, stored, page.get(f"{run.model_name}-seed{run.seed}", {}).get("graph"))
         found = ((stored.get("redundancy") or {}).get("joint") or {}).get("at_target")
         if found:

@@ -1,4 +1,5 @@
-"""Head ablation: replace chosen heads' outputs (`hook_z`, every position) and re-score the task.
+"""Component ablation: replace chosen heads' outputs (`hook_z`) and MLPs' outputs (`hook_mlp_out`),
+at every position, and re-score the task.
 
 Methods (`Ablation`): ZERO (z = 0), MEAN (z = its mean over a reference batch at the same position) and
 RESAMPLE (z from another, randomly drawn reference example at the same position). Mean and
@@ -18,6 +19,7 @@ from transformer_lens.utilities import get_act_name
 from common.cli import UsageError
 from models.bridge import attention_adds_residual, device_of
 from models.components import Head
+from models.graph import MLP
 from models.resume import resumable, resume
 from tasks.data import Batch
 from tasks.evaluate import TOKENS_PER_FORWARD, Scored, logits_at_scored, score_logits
@@ -52,18 +54,37 @@ def parse_heads(heads) -> tuple[Head, ...]:
     return tuple(dict.fromkeys(Head.of(head) for head in heads))
 
 
-def check_heads(model, heads) -> None:
+def parse_components(components) -> tuple[tuple[Head, ...], tuple[MLP, ...]]:
+    """(heads, MLPs), each distinct and in order, from Heads, (layer, head) pairs, names like "L0H1",
+    MLPs or names like "MLP0"."""
+    mlps = [c for c in components if isinstance(c, MLP) or (isinstance(c, str) and c.startswith("MLP"))]
+    return parse_heads(c for c in components if c not in mlps), tuple(dict.fromkeys(map(mlp_of, mlps)))
+
+
+def mlp_of(value) -> MLP:
+    if isinstance(value, MLP):
+        return value
+    if not value[3:].isdigit():
+        raise UsageError(f"MLP name {value!r} is not MLP<layer>, e.g. MLP0")
+    return MLP(int(value[3:]))
+
+
+def check_heads(model, heads, mlps=()) -> None:
     for layer, head in heads:
         if not (0 <= layer < model.cfg.n_layers and 0 <= head < model.cfg.n_heads):
             raise UsageError(
                 f"head {Head(layer, head)} does not exist: the model has "
                 f"{model.cfg.n_layers} layers of {model.cfg.n_heads} heads"
             )
+    for mlp in mlps:
+        if model.cfg.attn_only or not 0 <= mlp.layer < model.cfg.n_layers:
+            has = "no MLPs (attention only)" if model.cfg.attn_only else f"MLP0 to MLP{model.cfg.n_layers - 1}"
+            raise UsageError(f"{mlp} does not exist: the model has {has}")
 
 
 @dataclass(frozen=True)
 class AblationResult:
-    heads: tuple[Head, ...]  # () is the unablated baseline
+    heads: tuple[Head, ...]  # () with no mlps is the unablated baseline
     method: Ablation
     accuracy: float
     logit_diff: float  # mean answer - foil logit over scored positions with a foil
@@ -72,10 +93,11 @@ class AblationResult:
     n: int = 0  # scored positions measured
     top_token: int = -1  # the most often predicted token ...
     top_share: float = 0.0  # ... and its share of the scored positions (a constant output: ~1)
+    mlps: tuple[MLP, ...] = ()  # MLPs ablated with the heads
 
     @property
     def label(self) -> str:
-        return ", ".join(map(str, self.heads)) if self.heads else "none"
+        return ", ".join(map(str, (*self.heads, *self.mlps))) or "none"
 
 
 def fit_width(values: torch.Tensor, width: int, fill: torch.Tensor) -> torch.Tensor:
@@ -147,25 +169,31 @@ def replacement_z(model, batch: Batch, layers, method: Ablation, seed: int, refe
         z = cached_z(model, reference.inputs, layers)
     if method is Ablation.MEAN:
         return {layer: position_mean(z[layer], reference, width).expand(len(batch), -1, -1, -1) for layer in layers}
-    valid = reference.real_positions().float()[:, :, None, None]
-    out = {}
     rows = resample_rows(batch, reference, seed)
-    for layer in layers:
-        overall = (z[layer] * valid).sum((0, 1)) / valid.sum()
-        out[layer] = fit_width(z[layer][rows], width, overall[None, None])
-    return out
+    return {layer: fit_width(z[layer][rows], width, real_mean(z[layer], reference)[None, None]) for layer in layers}
 
 
 def position_mean(values: torch.Tensor, reference: Batch, width: int) -> torch.Tensor:
     """[width, ...]: `values` ([reference rows, pos, ...]) averaged at each position over the
     reference's real positions."""
-    valid = reference.real_positions().float().view(*values.shape[:2], *[1] * (values.dim() - 2))
+    valid = real_mask(values, reference)
     total = (values * valid).sum(0)
     # Positions no reference row reaches fall back to the mean over all real positions.
     overall = total.sum(0) / valid.sum()
     per_position = total / valid.sum(0).clamp(min=1)
     per_position = torch.where(valid.sum(0) > 0, per_position, overall)
     return fit_width(per_position[None], width, overall[None, None])[0]
+
+
+def real_mask(values: torch.Tensor, reference: Batch) -> torch.Tensor:
+    """1 at the reference's real positions, 0 at padding, shaped to broadcast over `values`."""
+    return reference.real_positions().float().view(*values.shape[:2], *[1] * (values.dim() - 2))
+
+
+def real_mean(values: torch.Tensor, reference: Batch) -> torch.Tensor:
+    """`values` ([reference rows, pos, ...]) averaged over every real position of the reference."""
+    valid = real_mask(values, reference)
+    return (values * valid).sum((0, 1)) / valid.sum()
 
 
 def resample_rows(batch: Batch, reference: Batch, seed: int) -> torch.Tensor:
@@ -208,14 +236,15 @@ def training_reference(run, rows: int | None = None) -> Batch:
 def ablation_hooks(
     model,
     batch: Batch,
-    heads,
+    components,
     method: Ablation = Ablation.MEAN,
     seed: int = 0,
     reference: "Batch | Reference | None" = None,
 ) -> list:
-    """Forward hooks that ablate `heads` for a run over `batch.inputs` (or any tensor of its shape)."""
-    heads = parse_heads(heads)
-    check_heads(model, heads)
+    """Forward hooks that ablate `components` (heads and MLPs, see `parse_components`) for a run over
+    `batch.inputs` (or any tensor of its shape)."""
+    heads, mlps = parse_components(components)
+    check_heads(model, heads, mlps)
     check_method(method, reference)
     batch = batch.to(device_of(model))
     layers = sorted({layer for layer, _ in heads})
@@ -229,7 +258,31 @@ def ablation_hooks(
 
         return replace
 
-    return [(get_act_name("z", layer), hook(layer, [h for l, h in heads if l == layer])) for layer in layers]
+    head_hooks = [(get_act_name("z", layer), hook(layer, [h for l, h in heads if l == layer])) for layer in layers]
+    return head_hooks + mlp_ablation_hooks(model, batch, mlps, method, seed, reference)
+
+
+def mlp_ablation_hooks(model, batch: Batch, mlps, method: Ablation, seed: int, reference) -> list:
+    """Hooks that replace each MLP's output (hook_mlp_out) as `replacement_z` does a head's z."""
+    names = [get_act_name("mlp_out", mlp.layer) for mlp in mlps]
+    if method is Ablation.ZERO or not names:
+        return [(name, lambda out, hook: torch.zeros_like(out)) for name in names]
+    if isinstance(reference, Reference) and all(name in reference.writes for name in names):
+        writes, reference = reference.writes, reference.batch
+    else:
+        reference = reference.batch if isinstance(reference, Reference) else reference.to(device_of(model))
+        writes = chunked_cache(model, reference.inputs, names)[1]
+    width = batch.inputs.shape[1]
+    if method is Ablation.MEAN:
+        values = {name: position_mean(writes[name], reference, width)[None] for name in names}
+    else:
+        rows = resample_rows(batch, reference, seed)
+        values = {
+            name: fit_width(writes[name][rows], width, real_mean(writes[name], reference)[None, None]) for name in names
+        }
+    return [
+        (name, lambda out, hook, value=values[name]: value[:, : out.shape[1]].expand_as(out).clone()) for name in names
+    ]
 
 
 @torch.no_grad()
@@ -247,7 +300,7 @@ def ablated_scored(
     return score_logits(logits_at_scored(logits, batch), batch)
 
 
-def ablation_result(scored: Scored, batch: Batch, heads, method: Ablation) -> AblationResult:
+def ablation_result(scored: Scored, batch: Batch, components, method: Ablation) -> AblationResult:
     row_groups = [batch.groups[i] for i in scored.example_index.tolist()]
     by_group = {}
     for group in sorted(set(row_groups)):
@@ -257,8 +310,9 @@ def ablation_result(scored: Scored, batch: Batch, heads, method: Ablation) -> Ab
             "accuracy": scored.correct[mask].float().mean().item(),
             "logit_diff": nanmean(scored.logit_diff[mask]),
         }
+    heads, mlps = parse_components(components)
     return AblationResult(
-        heads=parse_heads(heads),
+        heads=heads,
         method=method,
         accuracy=scored.accuracy,
         logit_diff=nanmean(scored.logit_diff),
@@ -267,6 +321,7 @@ def ablation_result(scored: Scored, batch: Batch, heads, method: Ablation) -> Ab
         n=len(scored.predicted),
         top_token=scored.top_prediction[0],
         top_share=scored.top_prediction[1],
+        mlps=mlps,
     )
 
 
@@ -282,10 +337,19 @@ def ablate(
     seed: int = 0,
     reference: "Batch | Reference | None" = None,
 ) -> AblationResult:
-    """Score `batch` with `heads` ("L0H1" or (0, 1)) ablated at every position; mean and resample
-    take their values from `reference` (see `training_reference`)."""
+    """Score `batch` with `heads` (heads "L0H1" or (0, 1), MLPs "MLP0" or models.graph.MLP) ablated at
+    every position; mean and resample take their values from `reference` (see `training_reference`)."""
     scored = ablated_scored(model, batch, heads, method, seed, reference)
     return ablation_result(scored, batch, heads, method)
+
+
+def mlp_ablation_sweep(
+    model, batch: Batch, method: Ablation = Ablation.MEAN, seed: int = 0, reference: "Batch | Reference | None" = None
+) -> list[AblationResult]:
+    """Each MLP alone ablated (none for an attention-only model): the rows the head sweep's table
+    gains, so it can say whether an MLP computes or only carries."""
+    layers = [] if model.cfg.attn_only else range(model.cfg.n_layers)
+    return [ablate(model, batch, [MLP(layer)], method, seed, reference) for layer in layers]
 
 
 def sweep_targets(model) -> list[tuple[tuple[int, int], ...]]:

@@ -1,8 +1,8 @@
 """MLPs ablated, and where along the residual stream the answer appears.
 
 - MLP ablation: an MLP's output (hook_mlp_out, every position) replaced by its mean over the
-  reference's training rows at each position (MEAN) or by zero (ZERO), and the task re-scored, as
-  probes.ablation does for heads' z.
+  reference's training rows at each position (MEAN) or by zero (ZERO), and the task re-scored
+  (probes.ablation's hooks, the same as for heads' z).
 - Decodability: a linear probe (multinomial logistic regression, fit on training rows' scored
   positions) for the answer token from the residual stream after the embeddings and after each
   attention and MLP sublayer, scored on held-out rows. 1 = the answer can be read linearly there;
@@ -19,7 +19,8 @@ import torch
 from transformer_lens.utilities import get_act_name
 
 from models.bridge import device_of
-from probes.ablation import Ablation, Reference, chunked_cache, position_mean
+from models.graph import MLP
+from probes.ablation import Ablation, Reference, ablation_hooks, chunked_cache
 from tasks.data import Batch
 from tasks.evaluate import logits_at_scored, score_logits
 
@@ -58,15 +59,6 @@ class Sublayers:
     profile: tuple[Decodable, ...]
 
 
-def mlp_hooks(model, batch: Batch, layer: int, method: Ablation, reference: Reference) -> list:
-    width = batch.inputs.shape[1]
-    name = get_act_name("mlp_out", layer)
-    if method is Ablation.ZERO:
-        return [(name, lambda act, hook: torch.zeros_like(act))]
-    mean = position_mean(reference.writes[name], reference.batch, width)
-    return [(name, lambda act, hook: mean.expand_as(act).clone())]
-
-
 @torch.no_grad()
 def scores(model, batch: Batch, hooks: list) -> Scores:
     logits = model.run_with_hooks(batch.inputs, fwd_hooks=hooks)
@@ -77,7 +69,8 @@ def scores(model, batch: Batch, hooks: list) -> Scores:
 
 def ablate_mlp(model, batch: Batch, layer: int, method: Ablation, reference: Reference) -> MLPAblation:
     batch = batch.to(device_of(model))
-    return MLPAblation(layer, method, scores(model, batch, mlp_hooks(model, batch, layer, method, reference)))
+    hooks = ablation_hooks(model, batch, [MLP(layer)], method, reference=reference)
+    return MLPAblation(layer, method, scores(model, batch, hooks))
 
 
 def stages(model) -> list[tuple[str, str]]:

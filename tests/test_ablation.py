@@ -174,3 +174,74 @@ def test_one_ablation_enum_for_heads_and_edges():
     assert ablations.Ablation is Ablation and Ablation.RESAMPLE not in ablations.EDGE_ABLATIONS
     with pytest.raises(UsageError, match="edge ablation must be one of counterfactual, mean, zero, got"):
         ablations.ablated_runs(None, None, None, Ablation.RESAMPLE)
+
+
+@pytest.fixture(scope="module")
+def mlp_model(small_winograd):
+    data = task_dataset(small_winograd, 0)
+    heldout, train = to_batch(data["heldout"]), to_batch(data["train"])
+    spec = ModelSpec(
+        n_layers=2, d_model=16, n_heads=2, norm=None, n_ctx=heldout.inputs.shape[1], d_vocab=len(small_winograd.vocabulary())
+    )
+    return build_model(spec, seed=6), heldout, train
+
+
+def logits_with_mlp_out(model, batch, layer, replacement):
+    """The model's scored logits with MLP `layer`'s output set to `replacement` ([pos, d] or [n, pos, d]),
+    through a plain hook written here rather than the hooks under test."""
+
+    def hook(out, hook):
+        return replacement.expand_as(out).clone()
+
+    logits = model.run_with_hooks(batch.inputs, fwd_hooks=[(f"blocks.{layer}.hook_mlp_out", hook)])
+    return logits[batch.example_index, batch.positions]
+
+
+@pytest.mark.parametrize("method", ABLATION_METHODS)
+def test_an_mlp_is_ablated_by_name_as_a_head_is(mlp_model, method):
+    """Zero: its output 0; mean: its per-position mean over the reference's rows (every reference row
+    is as long as the batch's here); resample: a seeded reference row's output at each position."""
+    model, heldout, train = mlp_model
+    width = heldout.inputs.shape[1]
+    assert bool(train.real_positions()[:, :width].all()), "the reference's rows are padded: the mean below is not plain"
+    _, cache = model.run_with_cache(train.inputs)
+    outputs = cache["blocks.1.hook_mlp_out"][:, :width]
+    replacement = {
+        Ablation.ZERO: torch.zeros(width, model.cfg.d_model),
+        Ablation.MEAN: outputs.mean(0),
+        Ablation.RESAMPLE: outputs[resample_rows(heldout, train, 3)],
+    }[method]
+    logits = logits_with_mlp_out(model, heldout, 1, replacement)
+    expected = logits.argmax(-1)
+    result = ablated_scored(model, heldout, ["MLP1"], method, seed=3, reference=train)
+    assert torch.equal(result.predicted, expected)
+    answer = logits.gather(1, heldout.answers[:, None])[:, 0]
+    assert torch.allclose(result.loss, torch.nn.functional.cross_entropy(logits, heldout.answers), atol=1e-6)
+    assert not torch.allclose(answer, logits_with_mlp_out(model, heldout, 1, outputs.mean(0) + 1.0).gather(
+        1, heldout.answers[:, None])[:, 0]), "the MLP's output does not reach the answer: the test cannot tell"
+    named = ablate(model, heldout, ["MLP1"], method, seed=3, reference=train)
+    assert named.label == "MLP1" and named.heads == () and named.mlps[0].layer == 1
+    assert named.accuracy == pytest.approx(float((expected == heldout.answers).float().mean()))
+
+
+def test_heads_and_mlps_ablate_together_and_a_missing_mlp_is_one_line(mlp_model, setup):
+    model, heldout, train = mlp_model
+    both = ablate(model, heldout, ["L0H1", "MLP0"], Ablation.ZERO)
+    assert both.label == "L0H1, MLP0"
+    with pytest.raises(UsageError, match="MLP2 does not exist: the model has MLP0 to MLP1"):
+        ablate(model, heldout, ["MLP2"], Ablation.ZERO)
+    with pytest.raises(UsageError, match="MLPx"):
+        ablate(model, heldout, ["MLPx"], Ablation.ZERO)
+    attn_only, heldout, _ = setup
+    with pytest.raises(UsageError, match="MLP0 does not exist: the model has no MLPs"):
+        ablate(attn_only, heldout, ["MLP0"], Ablation.ZERO)
+
+
+def test_the_mlp_sweep_has_one_row_per_mlp_and_none_without_mlps(mlp_model, setup):
+    from probes.ablation import mlp_ablation_sweep
+
+    model, heldout, train = mlp_model
+    rows = mlp_ablation_sweep(model, heldout, Ablation.MEAN, reference=train)
+    assert [r.label for r in rows] == ["MLP0", "MLP1"]
+    attn_only, heldout, train = setup
+    assert mlp_ablation_sweep(attn_only, heldout, Ablation.MEAN, reference=train) == []

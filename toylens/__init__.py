@@ -34,6 +34,7 @@ _SOURCES = {
     # probes and their results
     "ablate": "probes.ablation",
     "head_ablation_sweep": "probes.ablation",
+    "mlp_ablation_sweep": "probes.ablation",
     "AblationResult": "probes.ablation",
     "ablation_hooks": "probes.ablation",
     "ABLATION_METHODS": "probes.ablation",

@@ -83,6 +83,8 @@ def views_section(measured: list[MeasuredRun], settings: ReportSettings) -> Sect
                 "agree": a.agree,
                 "head_view": list(a.head_view),
                 "edge_view": list(a.edge_view),
+                "head_circuit": list(a.head_circuit),
+                "edge_senders": list(a.edge_senders),
             }
             for m, a in found
         ],

@@ -367,7 +367,9 @@ class ViewAgreement:
 
     head_view: tuple[str, ...]  # oracle names of the paths the summary names
     edge_view: tuple[str, ...]  # head-to-head edges whose effect alone is >= the claim
-    agree: bool
+    head_circuit: tuple[str, ...]  # the head circuit's heads
+    edge_senders: tuple[str, ...]  # the heads among the edge circuit's senders
+    agree: bool  # the same paths and the same heads
     words: str
 
 
@@ -392,6 +394,7 @@ def views_agree(analysis, edges, settings: ReportSettings) -> ViewAgreement:
         + (views_words(paths[name], analysis) if name in paths else "not measured")
         for name in sorted(chosen ^ set(strong))
     ]
+    heads = tuple(sorted(head_heads)), tuple(sorted(edge_heads))
     if head_heads != edge_heads:
         differ.append(
             f"the head circuit has {', '.join(sorted(head_heads)) or 'no head'}, the edge circuit's "
@@ -403,10 +406,11 @@ def views_agree(analysis, edges, settings: ReportSettings) -> ViewAgreement:
             if chosen
             else f"no head-to-head path at {pct(settings.path_claim)} of the gap"
         )
-        return ViewAgreement(tuple(sorted(chosen)), edge_view, True, words)
+        return ViewAgreement(tuple(sorted(chosen)), edge_view, *heads, True, words)
     return ViewAgreement(
         tuple(sorted(chosen)),
         edge_view,
+        *heads,
         False,
         f"the head view and the edge view differ at {pct(settings.path_claim)} of the gap: " + "; ".join(differ),
     )
