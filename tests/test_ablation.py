@@ -181,7 +181,12 @@ def mlp_model(small_winograd):
     data = task_dataset(small_winograd, 0)
     heldout, train = to_batch(data["heldout"]), to_batch(data["train"])
     spec = ModelSpec(
-        n_layers=2, d_model=16, n_heads=2, norm=None, n_ctx=heldout.inputs.shape[1], d_vocab=len(small_winograd.vocabulary())
+        n_layers=2,
+        d_model=16,
+        n_heads=2,
+        norm=None,
+        n_ctx=heldout.inputs.shape[1],
+        d_vocab=len(small_winograd.vocabulary()),
     )
     return build_model(spec, seed=6), heldout, train
 
@@ -217,8 +222,9 @@ def test_an_mlp_is_ablated_by_name_as_a_head_is(mlp_model, method):
     assert torch.equal(result.predicted, expected)
     answer = logits.gather(1, heldout.answers[:, None])[:, 0]
     assert torch.allclose(result.loss, torch.nn.functional.cross_entropy(logits, heldout.answers), atol=1e-6)
-    assert not torch.allclose(answer, logits_with_mlp_out(model, heldout, 1, outputs.mean(0) + 1.0).gather(
-        1, heldout.answers[:, None])[:, 0]), "the MLP's output does not reach the answer: the test cannot tell"
+    assert not torch.allclose(
+        answer, logits_with_mlp_out(model, heldout, 1, outputs.mean(0) + 1.0).gather(1, heldout.answers[:, None])[:, 0]
+    ), "the MLP's output does not reach the answer: the test cannot tell"
     named = ablate(model, heldout, ["MLP1"], method, seed=3, reference=train)
     assert named.label == "MLP1" and named.heads == () and named.mlps[0].layer == 1
     assert named.accuracy == pytest.approx(float((expected == heldout.answers).float().mean()))

@@ -97,7 +97,9 @@ def render_accuracy(entries: list[AccuracyEntry], out: Path, settings: ReportSet
 def ablation_table(analysis) -> str:
     """Rows: none, each head, each whole layer, then each MLP; a column per ablation method."""
     methods = list(analysis.ablations)
-    results = {method: [*analysis.ablations[method], *(analysis.mlp_ablations or {}).get(method, [])] for method in methods}
+    results = {
+        method: [*analysis.ablations[method], *(analysis.mlp_ablations or {}).get(method, [])] for method in methods
+    }
     by_target = {method: {(r.heads, r.mlps): r for r in results[method]} for method in methods}
     targets = [(r.heads, r.mlps) for r in results[Ablation.MEAN]]
     groups = sorted(by_target[Ablation.MEAN][(), ()].by_group)
