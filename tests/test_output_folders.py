@@ -156,7 +156,7 @@ def test_a_full_disk_fails_the_export_in_one_line_and_leaves_nothing(
 
     full_disk(monkeypatch, tmp_path)
     result = in_process(main, [kind, str(tiny_runs), "--out", str(tmp_path / "exports"), "--pairs", "1"], capsys)
-    line = one_line(result, f"could not write {tmp_path / 'exports' / kind}", "No space left on device", "bytes free")
+    line = one_line(result, f"could not write {tmp_path / 'exports' / kind}", "No space left on device", "free there")
     assert ".toylens-tmp" not in line
     assert not (tmp_path / "exports" / kind).exists() and temps(tmp_path) == []
 
