@@ -71,7 +71,8 @@ def test_a_bad_fixture_is_one_line_from_load(tmp_path, how):
     )
 
 
-def test_the_table_script_refuses_a_truncated_fixture_in_one_line(tmp_path):
+@pytest.mark.parametrize("how", ["missing", "truncated", "corrupt"])
+def test_the_table_script_refuses_a_bad_fixture_in_one_line(tmp_path, how):
     one_line(
         script(
             "benchmarks/tracr_table.py",
@@ -80,9 +81,10 @@ def test_the_table_script_refuses_a_truncated_fixture_in_one_line(tmp_path):
             "--pairs",
             "4",
             "--fixtures",
-            str(broken_fixtures(tmp_path, "truncated")),
+            str(broken_fixtures(tmp_path, how)),
         ),
-        "hist.safetensors is not a complete safetensors file",
+        "hist",
+        "make_tracr_fixtures",
     )
 
 
