@@ -374,7 +374,9 @@ def read(args) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from common.cli import Parser  # argparse's errors on one line, as every toylens command's
+
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("runs_dir", type=Path)
     parser.add_argument("--reader-python", help="python of the environment with TransformerLens < 4")
     parser.add_argument("--eap-ig", required=True, help="an EAP-IG checkout (its src/eap is imported)")

@@ -19,7 +19,6 @@ a 2-block 4-head model on 64 pairs under 10 s. One torch thread, as the report u
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 from pathlib import Path
@@ -208,7 +207,9 @@ def scaling(task, pairs, max_layers: int, max_heads: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from common.cli import Parser  # argparse's errors on one line, as every toylens command's
+
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3, help="repeats of the timed comparisons; best kept")
     parser.add_argument("--max-layers", type=int, default=4)

@@ -7,7 +7,6 @@ Used to check that a change leaves the report's numbers as they were (docs/perfo
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -54,7 +53,9 @@ def differences(a, b, path: str = "") -> tuple[float, str, list]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python benchmarks/compare_reports.py", description=__doc__.split("\n")[0])
+    from common.cli import Parser  # argparse's errors on one line, as every toylens command's
+
+    parser = Parser(prog="python benchmarks/compare_reports.py", description=__doc__.split("\n")[0])
     parser.add_argument("first")
     parser.add_argument("second")
     args = parser.parse_args()

@@ -13,7 +13,6 @@ of both are printed side by side so a faster run with a different conclusion can
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 import tempfile
@@ -47,7 +46,9 @@ def train_baseline(out: Path, seeds: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from common.cli import Parser  # argparse's errors on one line, as every toylens command's
+
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline-seeds", type=int, default=1, choices=range(1, SEEDS + 1))
     args = parser.parse_args()
     python = sys.executable

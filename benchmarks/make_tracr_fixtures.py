@@ -14,10 +14,10 @@ from probes.circuits.truth.tracr import FIXTURES, PROGRAMS, compile_program, sav
 
 
 def main() -> None:
-    from common.cli import Parser, run_cli
+    from common.cli import Parser, out_path, run_cli
 
     parser = Parser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=FIXTURES)
+    parser.add_argument("--out", type=out_path, default=FIXTURES)
     args = parser.parse_args()
     run_cli(make_fixtures, args.out)  # a UsageError (no tracr or jax) is one line, exit 2
 

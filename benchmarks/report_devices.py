@@ -10,7 +10,6 @@ compared, the worst relative difference and each mismatch. Needs the device; exi
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import subprocess
@@ -63,7 +62,9 @@ def train_and_report(device: str, seeds: str) -> list[dict]:
 def main() -> None:
     from common.cli import device_name
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from common.cli import Parser  # argparse's errors on one line, as every toylens command's
+
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", type=device_name, default="cuda")
     parser.add_argument("--seeds", default="0-0")
     args = parser.parse_args()

@@ -13,7 +13,6 @@ same weights, or the numbers are not compared.
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from pathlib import Path
@@ -33,7 +32,9 @@ def timed_sweep(executor, out: Path, args) -> tuple[float, object]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from common.cli import Parser  # argparse's errors on one line, as every toylens command's
+
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=8, help="runs in the sweep: seeds 0..N-1 (a count, so not --seeds)")
     parser.add_argument("--cpus", type=int, default=2)
     parser.add_argument("--steps", type=int, default=300, help="step budget per run (default 300)")

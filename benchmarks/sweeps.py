@@ -12,7 +12,6 @@ with its 95% t interval.
 
 from __future__ import annotations
 
-import argparse
 import os
 
 os.environ.setdefault("TQDM_DISABLE", "1")  # transformer_lens.patching draws a bar per sweep
@@ -30,7 +29,9 @@ from timing import interleaved_ratio
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from common.cli import Parser  # argparse's errors on one line, as every toylens command's
+
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=8, help="interleaved repeats of each pair")
     args = parser.parse_args()

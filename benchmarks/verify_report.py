@@ -23,7 +23,6 @@ exports; report.md's sentences against report.json; the census over training (--
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import re
@@ -1115,7 +1114,9 @@ def joint_at_target(run, batch, circuit) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from common.cli import Parser  # argparse's errors on one line, as every toylens command's
+
+    parser = Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs_dir", type=Path, help="a runs folder with report/report.json")
     parser.add_argument("--sweep", type=Path, help="a sweep folder trained with --snapshot-every (its census)")
     parser.add_argument("--joint", action="store_true", help="also run the joint search here and check its at_target")

@@ -16,6 +16,7 @@ from pathlib import Path
 from common.cli import UsageError
 from common.jsonfiles import json_text
 from common.ownership import (
+    MANIFEST,
     TEMP,
     adopt_all,
     check_publishable,
@@ -32,21 +33,26 @@ def atomic_write(path: Path, write, grows: bool = False) -> None:
     Refuses (UsageError) to replace a file toylens did not write. `grows`: toylens appends to the
     file afterwards (a log), so what it vouches for is the file's start."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    made(path.parent)
     claim_check(path)
     clean_leftovers(path.parent)
+    written = 0
     try:
         with temp_folder(path.parent, path.name) as folder:
             temp = folder / path.name
             try:
-                write(temp)
-            except Exception as error:  # noqa: BLE001
-                raise as_disk_full(error) from None
-            os.chmod(temp, 0o666 & ~current_umask())  # safetensors makes 0600; give the usual permissions
-            record(path, version_of(temp), grows)
-            os.replace(temp, path)
+                try:
+                    write(temp)
+                except Exception as error:  # noqa: BLE001
+                    raise as_disk_full(error) from None
+                os.chmod(temp, 0o666 & ~current_umask())  # safetensors makes 0600; give the usual permissions
+                record(path, version_of(temp), grows)
+                os.replace(temp, path)
+            except OSError:
+                written = tree_bytes(staged_root(path) or folder)  # measured before the temps go
+                raise
     except OSError as error:
-        raise write_failed(error, path) from None
+        raise write_failed(error, path.parent, path.name, written) from None
 
 
 # The file system refused to store more (full, over quota, read-only, file too large): the
@@ -54,22 +60,44 @@ def atomic_write(path: Path, write, grows: bool = False) -> None:
 DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)
 
 
-def write_failed(error: OSError, path: Path) -> Exception:
-    """A UsageError naming the output folder (not the temp folder it was staged in) for a write the
-    file system refused; any other OSError unchanged."""
+def write_failed(error: OSError, folder: Path, name: str | None = None, written: int = 0) -> Exception:
+    """A UsageError for a write into `folder` (of file `name`, or of the folder itself) that the
+    file system refused, naming the output folder (the one a staging folder will be published as)
+    and the free space it needs: more than the `written` bytes it had written when refused (staged
+    files and the refused one's start); any other OSError unchanged."""
     if error.errno not in DISK_ERRORS:
         return error
-    folder = published_path(Path(path).parent)
-    try:
-        free = (
-            f"{shutil.disk_usage(Path(path).parent if Path(path).parent.exists() else folder.parent).free:,} bytes free"
-        )
-    except OSError:
-        free = "free space unknown"
-    return UsageError(
-        f"could not write {folder}: {os.strerror(error.errno)} while writing {Path(path).name} "
-        f"({free} there); free space (or choose another --out) and rerun; no partial file was left"
+    root = staged_root(folder) or Path(folder)
+    inside = (Path(folder) / (name or "")).relative_to(root).as_posix()
+    needs = (
+        "make it writable (or choose another --out)"
+        if error.errno == errno.EROFS
+        else f"it needs {f'more than {written:,} bytes' if written else 'more space'} free there: free some "
+        "(or choose another --out)"
     )
+    return UsageError(
+        f"could not write {published_path(root)}: {os.strerror(error.errno)}"
+        f"{f' while writing {inside}' if inside != '.' else ''}; {needs} and rerun; no partial or temp file was left"
+    )
+
+
+def made(folder: Path) -> None:
+    """mkdir -p `folder`; a refusal of the file system is the command's one line."""
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise write_failed(error, folder) from None
+
+
+def staged_root(path: Path) -> Path | None:
+    """The outermost staging folder (`staging`'s) that is `path` or holds it, if any."""
+    return next(
+        (p for p in [*reversed(Path(path).parents), Path(path)] if p.name.startswith(TEMP) and ".new." in p.name), None
+    )
+
+
+def tree_bytes(folder: Path) -> int:
+    return sum((Path(root) / name).lstat().st_size for root, _dirs, files in os.walk(folder) for name in files)
 
 
 def published_path(path: Path) -> Path:
@@ -123,7 +151,7 @@ def publish_folder(staged: Path, out: Path, subfolders: tuple[str, ...] = ()) ->
     try:
         adopt_all(staged)
     except OSError as error:
-        raise write_failed(error, staged / ".toylens.json") from None
+        raise write_failed(error, staged, MANIFEST, tree_bytes(staged)) from None
     old = out.with_name(f"{TEMP}{os.getpid()}.{out.name}.old")
     if out.exists():
         os.replace(out, old)
@@ -138,12 +166,21 @@ def staging(out: Path):
     """A new empty toylens temp folder beside `out` to write a folder's contents into before
     publish_folder; removed if the work fails or is interrupted (or, after a kill, by the next
     write beside it)."""
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    clean_leftovers(Path(out).parent)
-    staged = Path(tempfile.mkdtemp(dir=Path(out).parent, prefix=f"{TEMP}{os.getpid()}.{Path(out).name}.new."))
-    os.chmod(staged, 0o777 & ~current_umask())  # mkdtemp makes 0700; the published folder is a normal one
+    parent = Path(out).parent
+    new = [folder for folder in [parent, *parent.parents] if not folder.exists()]  # deepest first
+    made(parent)
+    clean_leftovers(parent)
+    staged = None
     try:
+        staged = Path(tempfile.mkdtemp(dir=parent, prefix=f"{TEMP}{os.getpid()}.{Path(out).name}.new."))
+        os.chmod(staged, 0o777 & ~current_umask())  # mkdtemp makes 0700; the published folder is a normal one
         yield staged
-    except BaseException:
-        shutil.rmtree(staged, ignore_errors=True)
+    except BaseException as error:
+        if staged is not None:
+            shutil.rmtree(staged, ignore_errors=True)
+        for folder in new:  # made for this output: a failed one leaves the folders as they were
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+        if isinstance(error, OSError):  # mkdtemp's, or a write's not yet named
+            raise write_failed(error, out) from None
         raise

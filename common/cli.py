@@ -57,6 +57,18 @@ def folder_path(text: str) -> Path:
     return Path(text)
 
 
+def out_path(text: str) -> Path:
+    """argparse type for what a command writes (--out, --table, --cells): folder_path's rule, and the
+    one rule for links (census's and edges'): the path may not be a symbolic link, since toylens
+    does not write through links; refused while parsing, so before any work."""
+    path = folder_path(text)
+    if path.is_symlink():
+        raise argparse.ArgumentTypeError(
+            f"{path} is a symbolic link; toylens does not write through links: remove it or choose another folder"
+        )
+    return path
+
+
 def check_not_too_broad(path: Path, what: str = "") -> None:
     """Refuse the file-system root, the home folder and the folders above it as a toylens folder:
     finding runs walks every file under it (seen: `--out /` walked into /proc)."""

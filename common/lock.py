@@ -22,6 +22,7 @@ import socket
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+from common.atomic import made, write_failed
 from common.cli import UsageError
 from common.ownership import LOCK, MANIFEST
 
@@ -51,7 +52,7 @@ def folder_lock(folder: Path, what: str):
             f"{what} {folder} is a symbolic link; toylens does not write through links: point at the folder itself"
         )
     check_free(above(Path(key)), what, folder, fcntl.LOCK_SH)
-    folder.mkdir(parents=True, exist_ok=True)
+    made(folder)
     path = folder / LOCK
     if path.is_symlink():
         raise UsageError(f"{path} is a symbolic link; remove it (toylens does not write through links)")
@@ -60,7 +61,10 @@ def folder_lock(folder: Path, what: str):
             f"{path} is not a regular file (a folder, a FIFO or a device), so not toylens's lock; "
             "move it away or choose another folder"
         )
-    handle = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        handle = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as error:  # a read-only or full file system: the command's one line
+        raise write_failed(error, folder, LOCK) from None
     try:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -89,6 +89,17 @@ def in_process(main, argv, capsys) -> tuple[int, str, str]:
     return stopped.value.code, captured.out, captured.err
 
 
+def finished(main, argv, capsys) -> tuple[int, str, str]:
+    """in_process for a command that may succeed (exit status 0) or stop (SystemExit)."""
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as stopped:
+        code = stopped.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
 def limited_memory():
     """preexec_fn: 2 GiB of address space, so a command that would fill memory fails fast instead."""
     resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, 2 * 2**30))

@@ -71,7 +71,8 @@ def test_a_bad_fixture_is_one_line_from_load(tmp_path, how):
     )
 
 
-def test_the_table_script_refuses_a_truncated_fixture_in_one_line(tmp_path):
+@pytest.mark.parametrize("how", ["missing", "truncated", "corrupt"])
+def test_the_table_script_refuses_a_bad_fixture_in_one_line(tmp_path, how):
     one_line(
         script(
             "benchmarks/tracr_table.py",
@@ -80,9 +81,10 @@ def test_the_table_script_refuses_a_truncated_fixture_in_one_line(tmp_path):
             "--pairs",
             "4",
             "--fixtures",
-            str(broken_fixtures(tmp_path, "truncated")),
+            str(broken_fixtures(tmp_path, how)),
         ),
-        "hist.safetensors is not a complete safetensors file",
+        "hist",
+        "make_tracr_fixtures",
     )
 
 
@@ -104,3 +106,23 @@ def test_every_benchmark_script_runs_its_body_under_run_cli():
         inside = {ast.unparse(call.func) for node in mains for call in ast.walk(node) if isinstance(call, ast.Call)}
         assert "run_cli" in calls | inside, f"{path.name}: its body does not run under run_cli"
     assert checked >= 10
+
+
+def test_no_benchmark_script_builds_a_bare_argparse_parser():
+    """argparse's own parser prints its usage block with a bad argument; common.cli.Parser says it in one line."""
+    offenders = [
+        path.name for path in (ROOT / "benchmarks").glob("*.py") if "argparse.ArgumentParser(" in path.read_text()
+    ]
+    assert offenders == []
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["benchmarks/verify_report.py", "--tolerance", "x"], "--tolerance"),
+        (["benchmarks/circuit_graph.py", "--pairs", "many"], "--pairs"),
+        (["benchmarks/compare_reports.py", "nowhere.json", "nowhere-else.json"], "nowhere.json"),
+    ],
+)
+def test_a_bad_argument_or_file_to_a_benchmark_script_is_one_line(tmp_path, argv, fragment):
+    one_line(script(*argv), fragment)

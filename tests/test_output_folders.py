@@ -156,7 +156,7 @@ def test_a_full_disk_fails_the_export_in_one_line_and_leaves_nothing(
 
     full_disk(monkeypatch, tmp_path)
     result = in_process(main, [kind, str(tiny_runs), "--out", str(tmp_path / "exports"), "--pairs", "1"], capsys)
-    line = one_line(result, f"could not write {tmp_path / 'exports' / kind}", "No space left on device", "bytes free")
+    line = one_line(result, f"could not write {tmp_path / 'exports' / kind}", "No space left on device", "free there")
     assert ".toylens-tmp" not in line
     assert not (tmp_path / "exports" / kind).exists() and temps(tmp_path) == []
 
@@ -253,3 +253,22 @@ def test_a_report_killed_while_replacing_an_earlier_one_leaves_it_and_the_rerun_
     assert contents(out) == before  # the earlier report, whole, not a mix with the killed one's files
     report_command(tiny_runs, out)
     assert report_files(contents(out)) == report_files(before) and temps(tmp_path) == []
+
+
+@pytest.mark.parametrize("command", ["edges", "mib"])
+def test_a_users_file_in_an_output_folder_is_kept_and_the_rerun_refused_in_one_line(
+    tiny_runs, tmp_path, traced, capsys, command
+):
+    from toylens.edges import main as edges_main
+    from toylens.export import main as export_main
+
+    main, argv, folder = (
+        (edges_main, [str(tiny_runs), "--out", str(tmp_path / "edges")], tmp_path / "edges")
+        if command == "edges"
+        else (export_main, ["mib", str(tiny_runs), "--out", str(tmp_path / "exports")], tmp_path / "exports" / "mib")
+    )
+    main(argv)  # the earlier output
+    (folder / "notes.md").write_text("mine\n")
+    before = contents(folder)
+    one_line(in_process(main, argv, capsys), f"{folder / 'notes.md'}", "not written by toylens")
+    assert contents(folder) == before and temps(tmp_path) == []

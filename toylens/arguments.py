@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from common.cli import Parser, UsageError, folder_path, positive_int
+from common.cli import Parser, UsageError, out_path, positive_int
 from tasks.registry import build_task, param_type
 from tasks.training.runs import MAX_SEED
 from toylens.workers import default_jobs
@@ -65,7 +65,7 @@ def add_seeds_argument(parser: Parser, default: str = "0-2") -> None:
 def add_settings_arguments(parser: Parser, default_out: str) -> None:
     """Seeds, runs folder and the training settings a command may override."""
     add_seeds_argument(parser)
-    parser.add_argument("--out", type=folder_path, help=f"runs folder (default {default_out})")
+    parser.add_argument("--out", type=out_path, help=f"runs folder (default {default_out})")
     add_training_flags(parser)
 
 

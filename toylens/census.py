@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from common.cli import Parser, UsageError, folder_path, run_cli
+from common.cli import Parser, UsageError, folder_path, out_path, run_cli
 from probes.census import take_census
 from probes.report.outputs.census import summary_lines, write_census
 
@@ -33,7 +33,7 @@ def main(argv=None) -> None:
     )
     parser.add_argument("runs_dir", type=folder_path, help="a sweep folder (e.g. runs/sweeps/winograd)")
     parser.add_argument(
-        "--out", type=folder_path, default=None, help="where census.md/json/png go (default RUNS_DIR/census)"
+        "--out", type=out_path, default=None, help="where census.md/json/png go (default RUNS_DIR/census)"
     )
     args = parser.parse_args(argv)
     run_cli(census_command, args.runs_dir, args.out)

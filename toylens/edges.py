@@ -90,7 +90,7 @@ def write_edges(runs: list, folder: Path) -> int:
 
 
 def main(argv=None) -> None:
-    from common.cli import folder_path
+    from common.cli import folder_path, out_path
 
     import argparse
 
@@ -101,7 +101,7 @@ def main(argv=None) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("runs_dir", type=folder_path, help="a task's runs folder (e.g. runs/winograd)")
-    parser.add_argument("--out", type=folder_path, default=None, help="where the files go (default RUNS_DIR/edges)")
+    parser.add_argument("--out", type=out_path, default=None, help="where the files go (default RUNS_DIR/edges)")
     args = parser.parse_args(argv)
     if not args.runs_dir.is_dir():
         parser.error(f"{args.runs_dir} is not a folder of runs")

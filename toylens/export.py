@@ -103,12 +103,12 @@ def export_command(kind: str, runs_dir: Path, out: Path | None, pairs: int) -> N
 
 
 def main(argv=None) -> None:
-    from common.cli import folder_path
+    from common.cli import folder_path, out_path
 
     parser = Parser(prog="toylens export", description=__doc__.splitlines()[0])
     parser.add_argument("kind", choices=("mib", "attribution"))
     parser.add_argument("runs_dir", type=folder_path)
-    parser.add_argument("--out", type=folder_path, default=None, help="default RUNS_DIR/exports")
+    parser.add_argument("--out", type=out_path, default=None, help="default RUNS_DIR/exports")
     parser.add_argument("--pairs", type=positive_int, default=2, help="attribution: prompts per run (default 2)")
     args = parser.parse_args(argv)
     if not args.runs_dir.is_dir():

@@ -71,7 +71,7 @@ def features_command(args) -> None:
 
 
 def main(argv=None) -> None:
-    from common.cli import folder_path
+    from common.cli import folder_path, out_path
 
     parser = Parser(prog="toylens features", description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -91,8 +91,10 @@ def main(argv=None) -> None:
     # One thread by default, as the report: on a loaded 2-core machine a second thread made these
     # small matmuls ~10x slower (a dictionary took 22 s instead of 2 s, measured).
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
-    parser.add_argument("--out", type=folder_path, default=None, help="where the files go (default RUNS_DIR/features)")
-    parser.add_argument("--table", type=Path, default=None, help="where the markdown goes (default DIR/features.md)")
+    parser.add_argument("--out", type=out_path, default=None, help="where the files go (default RUNS_DIR/features)")
+    parser.add_argument(
+        "--table", type=out_path, default=None, help="where the markdown goes (default DIR/features.md)"
+    )
     parser.add_argument(
         "--no-circuit",
         action="store_true",

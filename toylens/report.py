@@ -101,7 +101,7 @@ def publish_report(measured: list, out: Path, task: str, staged: Path | None = N
 
 def main(argv=None) -> None:
     from common.cli import Parser, device_name, positive_int, run_cli
-    from common.cli import folder_path
+    from common.cli import folder_path, out_path
     from toylens.workers import default_jobs
 
     parser = Parser(prog="toylens", description="Trace which heads, at which positions, decide a task's answer.")
@@ -114,7 +114,7 @@ def main(argv=None) -> None:
         default=Path("runs/winograd"),
         help="a task's runs folder (default: runs/winograd)",
     )
-    report.add_argument("--out", type=folder_path, default=None, help="report folder (default: RUNS_DIR/report)")
+    report.add_argument("--out", type=out_path, default=None, help="report folder (default: RUNS_DIR/report)")
     report.add_argument(
         "--jobs",
         type=positive_int,

@@ -46,11 +46,11 @@ def screenshots(report: Path, out: Path, graphs: list[str], attention: list[str]
 
 
 def main(argv=None) -> None:
-    from common.cli import folder_path
+    from common.cli import folder_path, out_path
 
     parser = Parser(prog="toylens screenshots", description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("report", type=folder_path)
-    parser.add_argument("--out", type=folder_path, default=Path("docs/figures"))
+    parser.add_argument("--out", type=out_path, default=Path("docs/figures"))
     parser.add_argument("--graph", action="append", help="MODEL:SEED (default block-2:1, a Winograd run)")
     parser.add_argument("--attention", action="append", help="MODEL:SEED (default attn-only-2x1:2, a Winograd run)")
     args = parser.parse_args(argv)

@@ -281,7 +281,7 @@ def cost_command(max_len: int, budget: float, out: Path) -> None:
 
 
 def main(argv=None) -> None:
-    from common.cli import folder_path
+    from common.cli import out_path
 
     parser = Parser(
         prog="toylens cost", description="Attention's time and memory against sequence length, with fitted exponents."
@@ -290,6 +290,6 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--budget", type=float, default=1.0, help="stop doubling once a forward takes longer than this many seconds"
     )
-    parser.add_argument("--out", type=folder_path, default=OUT)
+    parser.add_argument("--out", type=out_path, default=OUT)
     args = parser.parse_args(argv)
     run_cli(cost_command, args.max_len, args.budget, args.out)

@@ -180,7 +180,7 @@ def equalities_command(d_model: int, n_heads: int, length: int, batch: int, seed
 
 
 def main(argv=None) -> None:
-    from common.cli import folder_path
+    from common.cli import out_path
 
     parser = Parser(
         prog="toylens equalities",
@@ -192,6 +192,6 @@ def main(argv=None) -> None:
     parser.add_argument("--length", type=positive_int, default=64)
     parser.add_argument("--batch", type=positive_int, default=8)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=folder_path, help="also write the result as JSON to this file")
+    parser.add_argument("--out", type=out_path, help="also write the result as JSON to this file")
     args = parser.parse_args(argv)
     run_cli(equalities_command, args.d_model, args.heads, args.length, args.batch, args.seed, args.out)

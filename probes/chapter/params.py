@@ -229,7 +229,7 @@ def params_command(items: list[str], out: Path | None) -> None:
 
 
 def main(argv=None) -> None:
-    from common.cli import folder_path
+    from common.cli import out_path
 
     parser = Parser(
         prog="toylens params", description="Parameters per component of a model spec, counted and by formula."
@@ -237,7 +237,7 @@ def main(argv=None) -> None:
     parser.add_argument("spec", nargs="+", help="gpt2, a run folder, or ModelSpec fields as key=value")
     parser.add_argument(
         "--out",
-        type=folder_path,
+        type=out_path,
         default=None,
         help="also write params.json and params.png into this folder (default: print only)",
     )

@@ -111,7 +111,7 @@ def scaling_command(
 
 
 def main(argv=None) -> None:
-    from common.cli import folder_path
+    from common.cli import out_path
 
     parser = Parser(
         prog="toylens scaling",
@@ -125,7 +125,7 @@ def main(argv=None) -> None:
     parser.add_argument("--jobs", type=positive_int, default=2)
     parser.add_argument("--init-only", action="store_true", help="skip training")
     parser.add_argument("--overwrite", action="store_true", help="retrain runs already in --out")
-    parser.add_argument("--out", type=folder_path, default=OUT)
+    parser.add_argument("--out", type=out_path, default=OUT)
     args = parser.parse_args(argv)
     run_cli(
         scaling_command,

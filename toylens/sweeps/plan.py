@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from common.cli import UsageError, folder_path
+from common.cli import UsageError, out_path
 from models import ModelSpec
 from tasks.settings import TrainSettings
 from tasks.training.sweeps import POINT, PlannedGroup, SweepManifest, identity_of
@@ -254,7 +254,7 @@ def add_sweep_arguments(parser, task_cls: type) -> None:
         help="values to sweep: training settings, task parameters or model-spec fields, "
         "e.g. --grid d_model=64,128 lr=1e-3,3e-3 (every combination is a grid point)",
     )
-    parser.add_argument("--out", type=folder_path, help=f"sweep folder (default runs/sweeps/{task_cls.name})")
+    parser.add_argument("--out", type=out_path, help=f"sweep folder (default runs/sweeps/{task_cls.name})")
     add_training_flags(parser)
     parser.add_argument(
         "--executor",

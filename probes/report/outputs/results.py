@@ -402,7 +402,7 @@ def results_command(runs_dirs: list[Path], out: Path, made_by: str) -> None:
 
 def main(argv=None) -> None:
     from common.cli import Parser, run_cli
-    from common.cli import folder_path
+    from common.cli import folder_path, out_path
 
     argv = sys.argv[1:] if argv is None else argv
     parser = Parser(
@@ -412,7 +412,7 @@ def main(argv=None) -> None:
     parser.add_argument(
         "runs_dirs", type=folder_path, nargs="+", help="a family's runs folder (with its report) or a sweep's folder"
     )
-    parser.add_argument("--out", type=folder_path, default=Path("docs/results"), help="default docs/results")
+    parser.add_argument("--out", type=out_path, default=Path("docs/results"), help="default docs/results")
     args = parser.parse_args(argv)
     made_by = shlex.join(["python", "-m", "probes.report.outputs.results", *argv])
     run_cli(results_command, args.runs_dirs, args.out, made_by)
