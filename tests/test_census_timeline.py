@@ -331,3 +331,20 @@ def test_any_field_of_timeline_json_replaced_is_one_line_or_read(tmp_path_factor
             assert "\n" not in str(error)
 
     check()
+
+
+def test_a_seed_whose_heads_are_relabelled_between_snapshots_does_not_switch():
+    from tests.test_signature import two_block
+
+    def step(i: int, heads: tuple[int, int]) -> SnapshotCircuit:
+        facts = replace(summary(0, Q), signature=two_block(*heads))
+        return SnapshotCircuit(25 * i, f"snapshots/step{25 * i}.safetensors", "0" * 64, 1.0, facts)
+
+    relabelled = (step(0, (0, 1)), step(1, (1, 2)), step(2, (0, 3)))
+    t = mechanism_timeline({0: relabelled}, 25)
+    assert t.settled == {0: 0} and [r.agreeing for r in t.steps] == [1, 1, 1]
+    # A real change (the layer-1 head reads MLP0 through its query) is still a switch.
+    switched = (replace(relabelled[0], summary=replace(summary(0, Q), signature=two_block(0, 1, "q"))),) + relabelled[
+        1:
+    ]
+    assert mechanism_timeline({0: switched}, 25).settled == {0: 25}

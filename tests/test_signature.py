@@ -3,6 +3,7 @@ mechanism differs; stored as JSON; traced on a model whose heads were permuted (
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 
@@ -116,6 +117,47 @@ def test_relabelled_heads_is_said_only_when_signatures_agree_and_heads_differ():
     assert not relabelled_heads([one, mechanism_signature([Edge(Head(0, 0), Input(MLP(0)))], {})])
 
 
+def masses(previous: float, current: float):
+    """RoleMasses of a 2x1 model: L0H0's previous-token mass (every row) and current-token mass
+    (scored rows); L1H0 attends the value role from the scored rows."""
+    from probes.circuits.signature import CURRENT, RoleMasses
+
+    return RoleMasses(
+        {PREVIOUS: torch.tensor([[previous], [0.1]])},
+        {CURRENT: torch.tensor([[current], [0.0]]), attends_role("value"): torch.tensor([[0.0], [0.9]])},
+    )
+
+
+# markcopy's layer-0 head, read only through the layer-1 keys and values, attended the current token
+# at the scored position in one seed of three: the same circuit counted as two mechanisms.
+def test_attention_at_the_scored_positions_names_only_a_head_read_there():
+    from probes.circuits.signature import CURRENT, circuit_roles
+
+    reader = Edge(Head(1, 0), Input(Logits()))
+    by_key = [Edge(Head(0, 0), Input(Head(1, 0), "k")), Edge(Head(0, 0), Input(Head(1, 0), "v")), reader]
+    roles = [circuit_roles(by_key, masses(0.3, current)) for current in (0.0, 0.64)]
+    assert roles[0] == roles[1] == {Head(0, 0): UNNAMED, Head(1, 0): attends_role("value")}
+    assert circuit_roles(by_key, masses(0.8, 0.64))[Head(0, 0)] == PREVIOUS  # every row: read anywhere
+    # Read at the scored position, through a query or an MLP into the logits: its attention there names it.
+    by_query = [Edge(Head(0, 0), Input(Head(1, 0), "q")), reader]
+    by_mlp = [Edge(Head(0, 0), Input(MLP(0))), Edge(MLP(0), Input(Logits()))]
+    for edges in (by_query, by_mlp):
+        assert circuit_roles(edges, masses(0.3, 0.64))[Head(0, 0)] == CURRENT
+        assert circuit_roles(edges, masses(0.3, 0.0))[Head(0, 0)] == UNNAMED
+    # A head circuit's head that feeds no other writes to the logits: read there.
+    assert circuit_roles([], masses(0.3, 0.64), heads=[Head(0, 0)], sinks={Head(0, 0)})[Head(0, 0)] == CURRENT
+
+
+def test_a_role_at_the_scored_position_is_the_current_token_not_a_second_role():
+    from models.spec import build_model
+    from probes.circuits.signature import CURRENT, role_masses
+
+    batch = batch_of()
+    batch = dataclasses.replace(batch, roles={**batch.roles, "query": batch.positions.clone()})
+    measured = role_masses(build_model(VARIANTS["attn-only-2x4"], seed=0).eval(), batch)
+    assert set(measured.scored) == {CURRENT, attends_role("cue")}
+
+
 # ---- a model whose heads were permuted ---------------------------------------------------------
 
 # Every model variant with more than one head per layer whose heads can be permuted by moving their
@@ -172,7 +214,7 @@ def test_a_model_with_permuted_heads_traces_to_one_mechanism(name):
     from models.graph import graph_of
     from models.spec import build_model
     from probes.census import group_census
-    from probes.circuits.signature import edge_signature, head_roles
+    from probes.circuits.signature import edge_signature, role_masses
 
     spec = VARIANTS[name]
     batch = batch_of()
@@ -188,7 +230,7 @@ def test_a_model_with_permuted_heads_traces_to_one_mechanism(name):
     )
     graph = graph_of(spec)
     # claim 0: every head gets its most attended target, so the roles moved with the heads are tested too
-    signatures = [edge_signature(m, batch, graph, head_roles(m, batch, claim=0.0)) for m in (model, permuted)]
+    signatures = [edge_signature(m, batch, graph, role_masses(m, batch, claim=0.0)) for m in (model, permuted)]
     assert signatures[0] is not None and signatures[0] == signatures[1]
     assert signatures[0].heads != signatures[1].heads  # the same parts, played by other heads
     census = group_census(name, "p", {}, [fake_member(seed, s) for seed, s in enumerate(signatures)], 0)

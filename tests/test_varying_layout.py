@@ -131,12 +131,9 @@ def test_roles_give_the_mechanism_where_positions_vary(markcopy_analyses):
 
 # 2. The census counts one mechanism once across seeds: labels name components and heads, never a
 # position or the tokens there. Catches: "K-composition L0H0->L1H0 at p2 (M, g, ...)" and "... at
-# p4 (M, f, ...)" counted as two circuits, and seeds read as "no single path".
-@pytest.mark.xfail(
-    strict=True,
-    reason="signature roles flap at ROLE_CLAIM: the L0 head 'attends the current "
-    "token' in two seeds and is unnamed in the third (same edges); issue 34 follow-up",
-)
+# p4 (M, f, ...)" counted as two circuits, and seeds read as "no single path"; and the layer-0 head,
+# read only through the layer-1 keys and values, named by its attention at the scored position (it
+# "attends the current token" in some seeds and not in others: one circuit counted as two).
 def test_the_census_counts_one_mechanism_once_across_seeds(markcopy_runs, markcopy_analyses):
     """The labels the census counts (from each run's circuit.json facts) and its grouping of them;
     the signed files around them are tests/test_sweep_reliability.py's."""

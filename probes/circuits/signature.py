@@ -20,8 +20,14 @@ Roles come from measurement (`head_roles`): TransformerLens's head-detector patt
 query row (probes.heads: previous-token, duplicate-token, induction), and attention at the scored
 positions (probes.attention: on the current token, on a role's position). A head gets the role
 whose mean attention mass is largest when it is at least ROLE_CLAIM; otherwise its role is
-UNNAMED, never its index. Relations between parts (AND / OR / in series, from minimal sufficient
-sets) have a slot, `relations`, filled by probes.circuits.logic when it is run.
+UNNAMED, never its index. Attention at the scored positions names a head only when the circuit
+reads that head's output there (`read_at_scored`: into the logits, or into a query or an MLP read
+there in turn); a head read only through keys and values is read at the positions it is attended
+from, so what it does at the scored position is no part of the mechanism. Without that rule the
+same circuit flapped between seeds: markcopy's layer-0 head, read only through the layer-1 keys
+and values, attended the current token at the scored position in some seeds and not in others.
+Relations between parts (AND / OR / in series, from minimal sufficient sets) have a slot,
+`relations`, filled by probes.circuits.logic when it is run.
 """
 
 from __future__ import annotations
@@ -191,35 +197,69 @@ def relabelled_heads(signatures) -> bool:
 # ---- roles, measured ---------------------------------------------------------------------------
 
 
-def role_masses(model, batch) -> dict:
-    """role words -> [layer, head] mean attention mass on that role's target: TL's head-detector
-    patterns over every query row (probes.heads.attention_scores), and at the scored positions the
-    current token and each position role the task names (probes.attention.role_attention)."""
+@dataclass(frozen=True)
+class RoleMasses:
+    """Each head's mean attention mass on each role's target, measured two ways: `everywhere` over
+    every query row (TL's head detectors), `scored` from the scored positions only. role words ->
+    [layer, head]."""
+
+    everywhere: dict
+    scored: dict
+    claim: float = ROLE_CLAIM
+
+    def role(self, head, read_at_scored: bool) -> str:
+        """The role with the largest mass when it reaches the claim, else UNNAMED; attention at the
+        scored positions competes only for a head read there. Ties go to the first role in
+        role_masses' order (the same for every head, so relabelling keeps them)."""
+        masses = {**self.everywhere, **(self.scored if read_at_scored else {})}
+        best, mass = max(((r, float(m[head.layer, head.head])) for r, m in masses.items()), key=lambda item: item[1])
+        return best if mass >= self.claim else UNNAMED
+
+
+def role_masses(model, batch, claim: float = ROLE_CLAIM) -> RoleMasses:
+    """TL's head-detector patterns over every query row (probes.heads.attention_scores), and at the
+    scored positions the current token and each position role the task names
+    (probes.attention.role_attention). A role that sits at the scored position in every row is the
+    current token, not a second role with the same mass (which float noise would break ties for)."""
     from probes.attention import offsets, patterns, role_attention
     from probes.heads import attention_scores
 
     batch = batch.to("cpu")
-    masses = {DETECTOR_ROLES[name]: score for name, score in attention_scores(model, batch).items()}
+    everywhere = {DETECTOR_ROLES[name]: score for name, score in attention_scores(model, batch).items()}
     attention = patterns(model, batch.inputs)
     rows = attention[batch.example_index, :, :, batch.positions]
-    masses[CURRENT] = offsets(rows, batch.positions)[:, :, 0]
-    masses.update({attends_role(role): mass for role, mass in role_attention(attention, batch).items()})
-    return masses
+    scored = {CURRENT: offsets(rows, batch.positions)[:, :, 0]}
+    at_query = {
+        role for role, where in batch.roles.items() if bool((where[batch.example_index] == batch.positions).all())
+    }
+    scored.update(
+        {attends_role(role): mass for role, mass in role_attention(attention, batch).items() if role not in at_query}
+    )
+    return RoleMasses(everywhere, scored, claim)
 
 
-def head_roles(model, batch, claim: float = ROLE_CLAIM) -> dict:
-    """Head -> its role: the role with the largest mass when it reaches `claim`, else UNNAMED. Ties
-    go to the first role in role_masses' order (the same for every head, so relabelling keeps them)."""
+def read_at_scored(edges, sinks=()) -> set:
+    """The nodes whose output the circuit reads at the scored positions: the logits' senders and
+    `sinks`, and, in turn, whatever feeds a query or an MLP among them (a query and an MLP read the
+    stream at the position they write; keys and values read the positions attended to)."""
+    from models.graph import Logits
+
+    read = {Logits(), *sinks}
+    grown = True
+    while grown:
+        before = len(read)
+        read |= {e.sender for e in edges if e.receiver.node in read and e.receiver.port in ("q", "in")}
+        grown = len(read) > before
+    return read
+
+
+def circuit_roles(edges, measured: RoleMasses, heads=(), sinks=()) -> dict:
+    """Head -> its role in the circuit of `edges` (and `heads` without an edge)."""
     from models.components import Head
 
-    masses = role_masses(model, batch)
-    n_layers, n_heads = next(iter(masses.values())).shape
-    roles = {}
-    for layer in range(n_layers):
-        for head in range(n_heads):
-            best, mass = max(((role, float(m[layer, head])) for role, m in masses.items()), key=lambda item: item[1])
-            roles[Head(layer, head)] = best if mass >= claim else UNNAMED
-    return roles
+    read = read_at_scored(edges, sinks)
+    nodes = {n for e in edges for n in (e.sender, e.receiver.node)} | set(heads)
+    return {n: measured.role(n, n in read) for n in nodes if isinstance(n, Head)}
 
 
 # ---- from a traced circuit ---------------------------------------------------------------------
@@ -227,24 +267,26 @@ def head_roles(model, batch, claim: float = ROLE_CLAIM) -> dict:
 EDGE_BASIS, HEAD_BASIS = "edge circuit", "head circuit"
 
 
-def edge_signature(model, pairs, graph, roles: dict | None = None, circuit=None) -> MechanismSignature | None:
-    """The signature of the exact oracle's smallest edge circuit on `pairs` (`circuit`: the
-    probes.circuits.named.EdgeCircuit already measured; None measures it, the oracle alone); None
-    when no circuit smaller than the whole graph reaches the target."""
+def edge_signature(model, pairs, graph, roles: RoleMasses | None = None, circuit=None) -> MechanismSignature | None:
+    """The signature of the exact oracle's smallest edge circuit on `pairs` (`roles`: role_masses,
+    None measures them on `pairs`; `circuit`: the probes.circuits.named.EdgeCircuit already
+    measured, None measures it, the oracle alone); None when no circuit smaller than the whole
+    graph reaches the target."""
     from probes.circuits.named import edge_circuit
 
     found = circuit if circuit is not None else edge_circuit(model, pairs, graph, compare_methods=False)
     if found.circuit.edges is None:
         return None
-    return mechanism_signature(
-        found.circuit.edges, head_roles(model, pairs) if roles is None else roles, basis=EDGE_BASIS
-    )
+    edges = found.circuit.edges
+    measured = role_masses(model, pairs) if roles is None else roles
+    return mechanism_signature(edges, circuit_roles(edges, measured), basis=EDGE_BASIS)
 
 
-def summary_signature(summary, roles: dict) -> MechanismSignature | None:
+def summary_signature(summary, roles: RoleMasses) -> MechanismSignature | None:
     """The signature of a head circuit (probes.circuits.labels.CircuitSummary): its heads, and each
     named path as an edge into its receiver's q, k or v (a one-block circuit has heads alone: no
-    head composes with another). None when no circuit was traced."""
+    head composes with another). A head that feeds no other head of the circuit writes to the
+    logits, so it is read at the scored positions. None when no circuit was traced."""
     from models.components import Head
     from models.graph import Edge, Input
     from probes.settings import DEFAULT
@@ -254,4 +296,5 @@ def summary_signature(summary, roles: dict) -> MechanismSignature | None:
         return None
     paths = [p for p in summary.paths or ((summary.edge,) if summary.edge else ()) if p.strength >= DEFAULT.path_claim]
     edges = [Edge(Head.parse(p.sender), Input(Head.parse(p.receiver), p.component)) for p in paths]
-    return mechanism_signature(edges, roles, heads, basis=HEAD_BASIS)
+    sinks = set(heads) - {e.sender for e in edges}
+    return mechanism_signature(edges, circuit_roles(edges, roles, heads, sinks), heads, basis=HEAD_BASIS)

@@ -200,10 +200,10 @@ def run_mechanism(context, analysis, edges=None):
     (multi-block runs; `edges` the EdgeCircuit measured on the weights now in the model, default
     the context's), else of the head circuit (one-block runs, or no edge circuit below the whole
     graph); None when neither was traced."""
-    from probes.circuits.signature import edge_signature, head_roles, summary_signature
+    from probes.circuits.signature import edge_signature, role_masses, summary_signature
     from probes.report.edge_part import traceable
 
-    roles = head_roles(context.model, context.sample)
+    roles = role_masses(context.model, context.sample)
     if traceable(context.spec):
         found = edges if edges is not None else context.edge_circuit
         if context.settings.traces(found.oracle.gap) and found.circuit.edges is not None:
