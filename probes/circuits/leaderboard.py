@@ -93,7 +93,7 @@ def tracr_truth(program: str) -> Entry:
         return Truth(
             f"tracr-{program}",
             "tracr",
-            f"Tracr's {tracr.PROGRAMS[program].maker}, compiled",
+            f"{tracr.PROGRAMS[program].source}, compiled by Tracr",
             model,
             tracr.pairs(model, compiled, n, seed),
             graph,
