@@ -93,11 +93,11 @@ def tracr_truth(program: str) -> Entry:
         return Truth(
             f"tracr-{program}",
             "tracr",
-            f"Tracr's {tracr.PROGRAMS[program].maker}, compiled",
+            f"{tracr.PROGRAMS[program].source}, compiled by Tracr",
             model,
             tracr.pairs(model, compiled, n, seed),
             graph,
-            tracr.used_edges(model, compiled, graph),
+            tracr.recorded_edges(compiled, graph, "used"),  # the fixture's, checked by tests/test_tracr.py
         )
 
     return Entry("tracr", make)

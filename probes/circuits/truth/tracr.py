@@ -38,23 +38,13 @@ from common.cli import UsageError
 from models import ModelSpec
 from models.graph import MLP, Embed, Graph, Head, Input, Logits, graph_of
 from probes.ablation import Ablation
+from probes.circuits.truth.tracr_programs import PROGRAMS, Program
 from tasks.base import NO_FOIL
 from tasks.data import Batch
 
 FIXTURES = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "tracr"
 WEIGHT_ZERO = 1e-6  # |weight| below this is no read or write (Tracr's weights are exact 0 or O(1))
 OUTPUT_NOISE = 1e-4  # a logit moving less than this has not moved (Tracr's logits are O(1))
-
-
-@dataclass(frozen=True)
-class Program:
-    name: str
-    maker: str  # the function in tracr.compiler.lib
-    vocab: tuple
-    max_seq_len: int
-    paper: dict | None  # Ablation -> ACDC's AUC (Conmy et al. 2023, Tracr table), where it reports one
-    distinct: bool = False  # inputs are permutations of the vocabulary (sort_unique's premise)
-    acdc_length: int | None = None  # ACDC's inputs: permutations of the vocabulary at this length
 
 
 # ACDC's reference circuit for reverse (acdc/tracr_task/utils.py, get_tracr_reverse_edges: "edges
@@ -73,35 +63,6 @@ ACDC_REVERSE = (
     "L3H0 -> logits",
 )
 
-PROGRAMS = {
-    "reverse": Program(
-        "reverse",
-        "make_reverse",
-        ("a", "b", "c"),
-        5,
-        {Ablation.COUNTERFACTUAL: 0.200, Ablation.ZERO: 1.000},
-        acdc_length=3,
-    ),
-    "frac_prevs": Program(
-        "frac_prevs", "make_frac_prevs", ("x", "y"), 5, {Ablation.COUNTERFACTUAL: 0.600, Ablation.ZERO: 1.000}
-    ),
-    "sort": Program("sort", "make_sort_unique", (1, 2, 3, 4, 5, 6), 4, None, distinct=True),
-    "hist": Program("hist", "make_hist", ("a", "b", "c"), 5, None),
-}
-
-
-def rasp_program(program: Program):
-    from tracr.compiler import lib
-    from tracr.rasp import rasp
-
-    if program.name == "frac_prevs":
-        return lib.make_frac_prevs(rasp.tokens == "x")
-    if program.name == "sort":
-        return lib.make_sort_unique(rasp.tokens, rasp.tokens)
-    if program.name == "hist":
-        return lib.make_hist()
-    return getattr(lib, program.maker)(rasp.tokens)
-
 
 @dataclass(frozen=True)
 class Compiled:
@@ -114,6 +75,8 @@ class Compiled:
     input_map: dict  # input value (as str) -> token id
     output_map: dict | None  # categorical output value (as str) -> logit index; None: numerical
     output_label: str
+    truth: dict | None = None  # "read" / "used" -> the edges as strings (derive_truth), as the fixture records them
+    provenance: dict | None = None  # the program's source, the versions that compiled and converted it, the date
 
 
 class NumericalOutput:
@@ -128,34 +91,32 @@ def compile_program(program: Program) -> Compiled:
     import types
 
     try:
-        from tracr.compiler import compiling
+        from tracr.compiler import compiling, lib
+        from tracr.rasp import rasp
     except ImportError as error:  # tracr itself, or the jax it imports
         raise UsageError(
             f"compiling Tracr programs needs the tracr extra ({error.name or error} is not installed): "
             "pip install -e .[tracr]; the stored fixtures run without it"
         ) from None
     from transformer_lens.utilities.tracr import (
-        infer_tracr_output_label,
         make_tracr_transformer_bridge_config,
         make_tracr_transformer_bridge_state_dict,
     )
 
+    output = program.build(rasp, lib)
     model = compiling.compile_rasp_to_model(
-        rasp_program(program), vocab=set(program.vocab), max_seq_len=program.max_seq_len, compiler_bos="BOS"
+        output, vocab=set(program.vocab), max_seq_len=program.max_seq_len, compiler_bos="BOS"
     )
     labels = tuple(str(label) for label in model.residual_labels)
     categorical = getattr(model.output_encoder, "encoding_map", None) is not None
-    view = model
+    view, output_label = model, output.label  # the output SOp's residual name (its label carries RASP's id)
     if not categorical:
-        output_label = next(label for label in labels if ":" not in label and label.startswith(program.name))
         view = types.SimpleNamespace(
             params=model.params,
             model_config=model.model_config,
             output_encoder=NumericalOutput(),
             residual_labels=[f"{l}:value" if l == output_label else l for l in labels],
         )
-    else:
-        output_label = infer_tracr_output_label(model)
     config = make_tracr_transformer_bridge_config(view)
     state = make_tracr_transformer_bridge_state_dict(view, output_label)
     fields = {
@@ -188,6 +149,42 @@ def compile_program(program: Program) -> Compiled:
     )
 
 
+def with_truth(compiled: Compiled, program: Program) -> Compiled:
+    """The compiled program with what its fixture records besides the weights: its read and used
+    edges (derived from the converted weights here, so the fixture states them without jax) and
+    where it came from."""
+    import datetime
+    from importlib.metadata import version
+
+    model, graph = bridge(compiled), shape_graph(compiled)
+    order = lambda edges: [str(e) for e in graph.edges if e in edges]  # noqa: E731
+    truth = {"read": order(true_edges(model, compiled, graph)), "used": order(used_edges(model, compiled, graph))}
+    provenance = {
+        "program": program.source,
+        "vocab": list(program.vocab),
+        "max_seq_len": program.max_seq_len,
+        "tracr": f"tracr-pypi {version('tracr-pypi')} (jax {version('jax')})",
+        "converter": f"transformer-lens {version('transformer-lens')} transformer_lens.utilities.tracr",
+        "compiled": datetime.date.today().isoformat(),
+    }
+    return dataclasses.replace(compiled, truth=truth, provenance=provenance)
+
+
+def recorded_edges(compiled: Compiled, graph: Graph, kind: str) -> frozenset:
+    """The fixture's recorded edges of `kind` ("read" or "used") as edges of `graph`."""
+    if compiled.truth is None or kind not in compiled.truth:
+        raise UsageError(
+            f"Tracr fixture {compiled.name!r} records no {kind} edges; remake it with `python benchmarks/make_tracr_fixtures.py`"
+        )
+    by_name = {str(e): e for e in graph.edges}
+    unknown = [name for name in compiled.truth[kind] if name not in by_name]
+    if unknown:
+        raise UsageError(
+            f"Tracr fixture {compiled.name!r} records edges its graph lacks ({', '.join(unknown[:3])}); remake it"
+        )
+    return frozenset(by_name[name] for name in compiled.truth[kind])
+
+
 def save(compiled: Compiled, folder: Path) -> None:
     from safetensors.torch import save_file
 
@@ -200,6 +197,8 @@ def save(compiled: Compiled, folder: Path) -> None:
         "input_map": compiled.input_map,
         "output_map": compiled.output_map,
         "output_label": compiled.output_label,
+        "truth": compiled.truth,
+        "provenance": compiled.provenance,
     }
     (folder / f"{compiled.name}.json").write_text(json.dumps(meta, indent=1) + "\n")
 
@@ -225,6 +224,8 @@ def load(name: str, folder: Path = FIXTURES) -> Compiled:
             dict(meta["input_map"]),
             meta["output_map"],
             str(meta["output_label"]),
+            meta.get("truth"),
+            meta.get("provenance"),
         )
     except (ValueError, KeyError, TypeError, AttributeError) as error:  # not JSON, not UTF-8, a field missing
         raise UsageError(f"{meta_path} is not a Tracr fixture toylens wrote ({str(error)[:120]}); {remake}") from None
