@@ -24,8 +24,10 @@ VOLATILE = {
     "metrics.json": ("train_seconds", "sha256"),
     "config.json": ("command", "resumed_by"),
 }
-# The manifest records each file's checksum and size: for the files above they differ with them.
-# The lock file holds its writer's process id.
+# The manifest records the checksum and size of each version toylens wrote of a file: for the files
+# above they differ with them, and so do those of files since removed (the train state, holding its
+# wall time); a resumed run's log has the version it was cut back to as well. The manifest's names,
+# and the versions of every other file, must be equal. The lock file holds its writer's process id.
 UNCOMPARED = {LOCK}
 
 PRESSES = 2  # pressed twice 10 ms apart (issue 38, item 7): the second lands during the shutdown
@@ -107,7 +109,10 @@ def comparable(path: Path):
         return [{k: v for k, v in record.items() if k not in VOLATILE[path.name]} for record in records]
     if path.name == MANIFEST:
         files = json.loads(path.read_text())["files"]
-        return {name: entry if name not in VOLATILE else len(entry["versions"]) for name, entry in files.items()}
+        return {
+            name: entry if name not in VOLATILE and (path.parent / name).exists() else None
+            for name, entry in files.items()
+        }
     return path.read_bytes()
 
 

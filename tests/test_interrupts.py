@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from tests.interrupting import (
     UNCOMPARED,
@@ -34,25 +33,21 @@ def workers_running(pgid: int) -> bool:
     return sum("multiprocessing.forkserver" in line for line in group_processes(pgid)) >= 2
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("uninterrupted") / "runs"
-    subprocess.run(train_argv(out), check=True, capture_output=True, env=environment(out.parent / "tmp"), timeout=600)
-    return out
-
-
-def test_ctrl_c_mid_training_with_two_jobs_then_resume_gives_the_uninterrupted_runs(trained, tmp_path):
+def test_ctrl_c_mid_training_with_two_jobs_then_resume_gives_the_uninterrupted_runs(tmp_path):
     """Pressed once a run has saved a checkpoint (mid-training): `--resume` continues from it and
-    ends with the uninterrupted runs' files."""
-    out = tmp_path / "runs"
+    ends with the files of the same training uninterrupted, made first in the same folder (the
+    runs' summary names their folders)."""
+    out, reference, scratch = tmp_path / "runs", tmp_path / "reference", tmp_path / "tmp"
+    subprocess.run(train_argv(out), check=True, capture_output=True, env=environment(scratch), timeout=600)
+    out.rename(reference)
     mid_training = lambda pgid: any(out.rglob(STATE))  # noqa: E731
-    code, stderr, seconds = press_ctrl_c(train_argv(out), mid_training, environment(tmp_path / "tmp"), tmp_path / "out")
+    code, stderr, seconds = press_ctrl_c(train_argv(out), mid_training, environment(scratch), tmp_path / "out")
     assert "--resume" in assert_interrupted(code, stderr, seconds)
     resumed = subprocess.run(
-        train_argv(out, "--resume"), capture_output=True, text=True, env=environment(tmp_path / "tmp"), timeout=600
+        train_argv(out, "--resume"), capture_output=True, text=True, env=environment(scratch), timeout=600
     )
     assert resumed.returncode == 0, resumed.stderr
-    assert_same_files(out, trained)
+    assert_same_files(out, reference)
 
 
 def test_ctrl_c_mid_report_with_two_jobs_leaves_the_folder_as_it_was(tiny_runs, tmp_path):
