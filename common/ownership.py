@@ -169,8 +169,12 @@ def record(path: Path, written: Version, grows: bool = False) -> None:
         entries = manifest_entries(path.parent)
         before = entries.get(path.name, Written())
         kept = tuple(
-            v for v in before.versions or () if path.exists() and Written((v,), before.grows).vouches_for(path)
+            v
+            for v in before.versions or ()
+            if v != written and path.exists() and Written((v,), before.grows).vouches_for(path)
         )
+        # The same content written again (a resumed sweep's sweep.json) is one version, so the
+        # manifest reads as if it had been written once.
         entries[path.name] = Written((*kept, written), grows)
         write_manifest(path.parent, entries)
 

@@ -1,63 +1,66 @@
-"""Ctrl-C with worker processes (training and the report with `--jobs 2`), pressed once or twice,
-gives the one `interrupted:` line within 10 s, exit 130 and no worker tracebacks."""
+"""Ctrl-C with worker processes (training and the report with `--jobs 2`), pressed twice mid-way,
+gives the one `interrupted:` line within 10 s, exit 130 and no worker tracebacks; what the command
+leaves lets it finish as if never interrupted (issue 40)."""
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
-import time
-
-import pytest
-
-from tests.refusals import copy_runs
+from pathlib import Path
 
 
-@pytest.mark.parametrize("command", ["train", "report"])
-def test_ctrl_c_with_two_jobs_is_one_line(tiny_runs, tmp_path, command):
-    if command == "train":
-        argv = (
-            "tasks.winograd",
-            "train",
-            "--models",
-            "attn-only-2x1",
-            "--seeds",
-            "0-1",
-            "--jobs",
-            "2",
-            "--steps",
-            "100000",
-            "--nouns",
-            "6",
-            "--no-progress",
-            "--out",
-            str(tmp_path / "runs"),
-        )
-        ready = lambda: len(list((tmp_path / "runs").rglob("log.jsonl"))) >= 1  # noqa: E731
-    else:
-        out = copy_runs(tiny_runs, tmp_path)
-        argv = ("probes.circuit", "report", str(out), "--jobs", "2")
-        ready = lambda: any(p.name.startswith(".toylens-tmp.") and ".report.new" in p.name for p in out.iterdir())  # noqa: E731
-    process = subprocess.Popen(
-        [sys.executable, "-m", *argv],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
+from tests.interrupting import (
+    UNCOMPARED,
+    assert_interrupted,
+    assert_same_files,
+    environment,
+    group_processes,
+    press_ctrl_c,
+)
+from tests.refusals import contents, copy_runs
+from tasks.training.resume import STATE
+
+TRAIN = ["--models", "attn-only-2x1", "--seeds", "0-1", "--jobs", "2", "--no-progress"]
+TRAIN += ["--steps", "40", "--eval-every", "10", "--checkpoint-every", "10", "--nouns", "6"]
+
+
+def train_argv(out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "tasks.winograd", "train", *TRAIN, "--out", str(out), *extra]
+
+
+def workers_running(pgid: int) -> bool:
+    """Whether a worker has been forked: it carries its fork server's command line."""
+    return sum("multiprocessing.forkserver" in line for line in group_processes(pgid)) >= 2
+
+
+def test_ctrl_c_mid_training_with_two_jobs_then_resume_gives_the_uninterrupted_runs(tmp_path):
+    """Pressed once a run has saved a checkpoint (mid-training): `--resume` continues from it and
+    ends with the files of the same training uninterrupted, made first in the same folder (the
+    runs' summary names their folders)."""
+    out, reference, scratch = tmp_path / "runs", tmp_path / "reference", tmp_path / "tmp"
+    subprocess.run(train_argv(out), check=True, capture_output=True, env=environment(scratch), timeout=600)
+    out.rename(reference)
+    mid_training = lambda pgid: any(out.rglob(STATE))  # noqa: E731
+    code, stderr, seconds = press_ctrl_c(train_argv(out), mid_training, environment(scratch), tmp_path / "out")
+    assert "--resume" in assert_interrupted(code, stderr, seconds)
+    resumed = subprocess.run(
+        train_argv(out, "--resume"), capture_output=True, text=True, env=environment(scratch), timeout=600
     )
-    deadline = time.monotonic() + 240
-    while not ready():
-        assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()
-        time.sleep(0.1)
-    time.sleep(1.0)  # workers started: one may be idle, waiting for a job
-    for _ in range(2):  # pressed twice 10 ms apart (issue 38, item 7): still the one line
-        os.killpg(process.pid, signal.SIGINT)
-        time.sleep(0.01)
-    pressed = time.monotonic()
-    _, stderr = process.communicate(timeout=120)
-    assert time.monotonic() - pressed < 10, "Ctrl-C took more than 10 s to stop the command"
-    lines = [line for line in stderr.splitlines() if line.strip() and "%|" not in line]  # not the progress bar
-    assert process.returncode == 130, stderr
-    assert len(lines) == 1 and lines[0].startswith("interrupted: ") and "Traceback" not in stderr, stderr
+    assert resumed.returncode == 0, resumed.stderr
+    assert_same_files(out, reference)
+
+
+def test_ctrl_c_mid_report_with_two_jobs_leaves_the_folder_as_it_was(tiny_runs, tmp_path):
+    """Pressed while the workers analyse the runs: every file in the folder is as before, byte for
+    byte, and no temp file is left (the report is published whole or not at all). So the report run
+    next reads what an uninterrupted one reads, and writes its files."""
+    out = copy_runs(tiny_runs, tmp_path)
+
+    def files() -> dict:
+        return {name: data for name, data in contents(out).items() if Path(name).name not in UNCOMPARED}
+
+    before = files()
+    argv = [sys.executable, "-m", "probes.circuit", "report", str(out), "--jobs", "2"]
+    code, stderr, seconds = press_ctrl_c(argv, workers_running, environment(tmp_path / "tmp"), tmp_path / "out")
+    assert_interrupted(code, stderr, seconds)
+    assert files() == before
