@@ -113,9 +113,10 @@ def graph_of(spec: ModelSpec, positions: Optional[tuple[int, ...]] = None) -> Gr
     """The graph of `spec`; with `positions`, one edge per (sender, input, position) in it."""
     heads = [Head(layer, head) for layer in range(spec.n_layers) for head in range(spec.n_heads)]
     mlps = [MLP(layer) for layer in range(spec.n_layers)] if spec.mlp else []
-    senders = tuple(sorted([Embed(), *heads, *mlps], key=lambda node: (stage(node, spec.n_layers), node)))
+    nodes: list[Sender] = [Embed(), *heads, *mlps]
+    senders = tuple(sorted(nodes, key=lambda node: (stage(node, spec.n_layers), node)))
     ports = tuple(p for p in HEAD_PORTS if not (p == "q" and spec.attention == Attention.UNIFORM))
-    receivers = [*heads, *mlps, Logits()]
+    receivers: list[Receiver] = [*heads, *mlps, Logits()]
     inputs = tuple(
         Input(node, port)
         for node in sorted(receivers, key=lambda n: (stage(n, spec.n_layers), n))

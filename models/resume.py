@@ -13,6 +13,7 @@ against the full forward.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -63,7 +64,7 @@ def resume(modules: Resumable, residual, start: int, at=None):
         return logits if at is None else logits[at]
     for block in blocks[:-1]:
         (residual,) = block(residual)
-    last = blocks[-1]
+    last: Any = blocks[-1]  # its parts (ln1, attn, mlp) are submodules torch types as Tensor | Module
     if refusal(last) is None:  # native modules (no hook attached): queries at `at` alone
         attended = attention_at(last.attn, last.ln1(residual), at)
     else:

@@ -46,6 +46,8 @@ class AlibiBias(torch.nn.Module):
     because TL's own ALiBi code (`alibi_utils`) belongs to the HF Bloom/MPT bridges, whose attention
     modules the native model does not use."""
 
+    slopes: torch.Tensor  # a buffer: torch's Module.__getattr__ alone would type it Tensor | Module
+
     def __init__(self, n_heads: int, scale: float):
         super().__init__()
         self.register_buffer("slopes", alibi_slopes(n_heads) * scale, persistent=False)

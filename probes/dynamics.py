@@ -159,8 +159,8 @@ def run_dynamics(run, rows: int = ROWS, model=None) -> Dynamics:
             points.append(snapshot_point(model, batch, step))
     finally:
         model.load_state_dict(own)
-    step, interval, fall = phase_change(points)
-    return Dynamics(run.model_name, run.seed, str(run.path), points, step, interval, fall)
+    change, interval, fall = phase_change(points)
+    return Dynamics(run.model_name, run.seed, str(run.path), points, change, interval, fall)
 
 
 def runs_dynamics(runs_dir: Path) -> list[Dynamics]:

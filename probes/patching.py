@@ -56,17 +56,18 @@ def replica_scored(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
     return logits[:, batch.example_index, batch.positions]
 
 
-def require_pairs(batch: Batch) -> None:
+def require_pairs(batch: Batch) -> torch.Tensor:
+    """The batch's counterfactual partners; a one-line refusal when it has none."""
     if batch.counterfactual is None:
         raise UsageError(
             "the task declares no counterfactual pairs, so patching has nothing to "
             "compare; give each Example a counterfactual"
         )
+    return batch.counterfactual
 
 
 def corrupt_inputs(batch: Batch) -> torch.Tensor:
-    require_pairs(batch)
-    return batch.counterfactual[:, :-1]
+    return require_pairs(batch)[:, :-1]
 
 
 @dataclass(frozen=True)

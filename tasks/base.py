@@ -144,7 +144,7 @@ def guarded(member: str, method):
         result = plugin_call(self, f"{member}()", method, self, *args, **kwargs)
         return check(self, result, *args, **kwargs) if check else result
 
-    call.guarded = True
+    call.guarded = True  # type: ignore[attr-defined]  # a marker on the wrapper, read by getattr in __init_subclass__
     return call
 
 

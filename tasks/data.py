@@ -46,7 +46,7 @@ def fingerprint(task: Task, seed: int) -> str:
 
 
 def examples_to_columns(examples: list[Example]) -> dict[str, list]:
-    columns = {
+    columns: dict[str, list] = {
         "tokens": [list(e.tokens) for e in examples],
         "positions": [list(e.positions) for e in examples],
         "foils": [list(e.foils) or [NO_FOIL] * len(e.positions) for e in examples],
@@ -250,6 +250,7 @@ def role_tensors(names: list[list[str]] | None, positions: list[list[int]] | Non
     """Role name -> [n] position per example (-1 where an example does not name that role)."""
     if not names:
         return {}
+    assert positions is not None  # examples_to_columns writes the two role columns together
     known = sorted({name for row in names for name in row})
     where = [dict(zip(row, at)) for row, at in zip(names, positions)]
     return {name: tensor([row.get(name, -1) for row in where]) for name in known}

@@ -7,7 +7,7 @@ from importlib.metadata import entry_points
 
 from common.cli import path_name
 from models import UsageError
-from tasks.base import plugin_call
+from tasks.base import Task, plugin_call
 
 GROUP = "toylens.tasks"
 
@@ -28,9 +28,7 @@ def shadowing_folder(module_name: str) -> str | None:
     return ", ".join(getattr(module, "__path__", [])) or module_name
 
 
-def load_task_class(entry) -> type:
-    from tasks.base import Task
-
+def load_task_class(entry) -> type[Task]:
     try:
         cls = entry.load()
     # A third-party plugin can fail in any way on import (sys.exit included); say which one.
@@ -63,11 +61,11 @@ def load_task_class(entry) -> type:
     return cls
 
 
-def task_classes(entries=None, skip_broken_except: str | None = None) -> dict[str, type]:
+def task_classes(entries=None, skip_broken_except: str | None = None) -> dict[str, type[Task]]:
     """Task classes by name, from `entries` (default: every installed plugin). With
     `skip_broken_except`, a plugin that fails to import is skipped unless registered under that
     name: it claims no name, so it need not stop an unrelated task."""
-    found: dict[str, tuple[type, object]] = {}
+    found: dict[str, tuple[type[Task], object]] = {}
     for entry in entry_points(group=GROUP) if entries is None else entries:
         try:
             cls = load_task_class(entry)
@@ -85,7 +83,7 @@ def task_classes(entries=None, skip_broken_except: str | None = None) -> dict[st
     return {name: found[name][0] for name in sorted(found)}
 
 
-def get_task_class(name: str) -> type:
+def get_task_class(name: str) -> type[Task]:
     # Every plugin loads, since any of them may claim `name` under another entry-point name.
     classes = task_classes(skip_broken_except=name)
     if name not in classes:
@@ -94,7 +92,7 @@ def get_task_class(name: str) -> type:
     return classes[name]
 
 
-def build_task(cls: type, values: dict):
+def build_task(cls: type[Task], values: dict) -> Task:
     """`cls(cls.Params(**values))` with each value of exactly its field's type (JSON and the command
     line give int, float, str or bool); anything a plugin raises becomes one line naming it."""
     import math
@@ -114,7 +112,7 @@ def build_task(cls: type, values: dict):
     return cls(params)
 
 
-def param_type(cls: type, field) -> type:
+def param_type(cls: type[Task], field) -> type:
     """int, float, str or bool: the field types a command-line flag and a JSON file can carry."""
     kind = {"int": int, "float": float, "str": str, "bool": bool}.get(str(field.type), field.type)
     if kind not in (int, float, str, bool):

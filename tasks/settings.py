@@ -140,10 +140,10 @@ class TrainSettings:
         )
 
 
-CHOICES = {"stop_metric": StopMetric, "loss_positions": LossPositions}
+CHOICES: dict[str, type[Enum]] = {"stop_metric": StopMetric, "loss_positions": LossPositions}
 
 
-def choice(kind: type, value, name: str):
+def choice(kind: type[Enum], value, name: str):
     """An Enum member from its value (the command line and JSON give strings)."""
     try:
         return kind(value)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numbers
 import re
 from dataclasses import replace
+from typing import TypeGuard
 
 from common.cli import path_name
 from common.jsonfiles import not_unicode
@@ -262,7 +263,7 @@ def check_partners(task: Task, split: str, examples: list[Example]) -> None:
         )
 
 
-def is_int(value) -> bool:
+def is_int(value) -> TypeGuard[int]:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 

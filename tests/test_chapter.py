@@ -9,6 +9,7 @@ import math
 import random
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 import torch
@@ -83,6 +84,29 @@ def test_a_run_written_before_warmup_existed_is_kept(small_winograd, tmp_path):
     config_path.write_text(json.dumps(config))
     plan = tiny_plans(small_winograd, tmp_path, {"bag-of-words": TINY_SPECS["bag-of-words"]}, steps=4)[0]
     assert existing_status(plan, overwrite=False) == "done"
+
+
+def test_a_run_written_before_stop_metric_existed_is_read_as_what_it_ran_with(small_winograd, tmp_path):
+    """It stopped on the validation loss (LEGACY), not today's default: the same as a run asked for with
+    stop_metric loss, and a different run from one asked for with the default."""
+    from tasks.settings import StopMetric
+    from tasks.training.runs import run_sha256
+    from tests.conftest import tiny_plans
+    from toylens.family import existing_status
+
+    specs = {"bag-of-words": TINY_SPECS["bag-of-words"]}
+    train_tiny(small_winograd, tmp_path, specs, steps=4)
+    config_path = tmp_path / "bag-of-words" / "seed0" / "config.json"
+    config = json.loads(config_path.read_text())
+    del config["training"]["stop_metric"]  # as the toylens before the setting wrote it
+    config["run_sha256"] = run_sha256(config)
+    config_path.write_text(json.dumps(config))
+    plan = tiny_plans(small_winograd, tmp_path, specs, steps=4)[0]
+    assert plan.settings.stop_metric is not StopMetric.LOSS
+    with pytest.raises(UsageError, match="incompatible run"):
+        existing_status(plan, overwrite=False)
+    as_it_ran = replace(plan, settings=replace(plan.settings, stop_metric=StopMetric.LOSS))
+    assert existing_status(as_it_ran, overwrite=False) == "done"
 
 
 def test_text_windows_cover_each_stretch_and_score_every_position(corpus):

@@ -69,6 +69,14 @@ def test_no_python_m_module_outside_toylens_and_the_two_aliases():
     assert runnable_modules() == ALIASES
 
 
+def test_benchmark_scripts_stay_scripts_each_named_in_the_docs_which_say_why():
+    pages = [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]
+    text = "\n".join(page.read_text() for page in pages)
+    unnamed = [p.name for p in sorted((ROOT / "benchmarks").glob("*.py")) if f"benchmarks/{p.name}" not in text]
+    assert not unnamed, f"benchmark scripts no page names: {unnamed}"
+    assert "The benchmarks stay scripts, not `toylens` commands" in (ROOT / "docs" / "architecture.md").read_text()
+
+
 @pytest.mark.parametrize("command", sorted(USER_COMMANDS - {"list"}))
 def test_each_commands_usage_line_names_the_toylens_form(command, capsys):
     argv = [command, "winograd", "--help"] if command in ("train", "sweep") else [command, "--help"]

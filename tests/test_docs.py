@@ -1,9 +1,12 @@
 """The README's first screen works as written, and nothing the docs name can go stale unnoticed: the
 two documented commands exactly, the five most used commands run (cheap ones for real, the others'
 `--help` naming every flag they pass), every `python -m X` in README.md and docs/ one of the
-documented aliases (or pytest, pip, the plugin guide's own module), every `toylens COMMAND` a
-command whose `--help` runs, every repository path and module named a file that exists, every
-script and relative link a file, and every page in docs/ linked from the README or another page."""
+documented aliases (or pytest, pip, the plugin guide's own module) whose `--help` runs, every
+`toylens COMMAND` a command whose `--help` runs, every repository path and module named a file that
+exists, every script and relative link a file, every page in docs/ in the grouped index
+(docs/index.md, linked from the README), and docs/architecture.md naming every module of the
+packages in its package's row. Each check is a function of a page's text, and a broken text is
+shown to be reported (so no check passes for a reader that finds nothing)."""
 
 from __future__ import annotations
 
@@ -108,14 +111,38 @@ def test_each_most_used_command_runs_or_its_help_names_its_flags(command):
         assert path == "runs/winograd", "the first screen's commands read the main job's runs"
 
 
+# One command surface: everything else is `toylens COMMAND` (tests/test_commands.py).
+ENTRIES = {"tasks.winograd", "probes.circuit", "toylens", "pytest", "pip", "mytask"}
+OWN_ENTRIES = ("tasks.winograd", "probes.circuit", "toylens")  # toylens's own: their commands' --help runs
+PYTHON_M_COMMAND = re.compile(rf"python -m ({'|'.join(map(re.escape, OWN_ENTRIES))}) ([a-z][\w-]*)")
+
+
 def documented_modules() -> list[str]:
     return sorted({name for page in DOCS for name in MODULE.findall(page.read_text())})
 
 
+def unknown_entries(text: str) -> list[str]:
+    """`python -m X` forms in `text` that are not one of the entries."""
+    return sorted({f"python -m {name}" for name in MODULE.findall(text)} - {f"python -m {e}" for e in ENTRIES})
+
+
 def test_the_docs_name_python_m_forms():
     assert {"tasks.winograd", "probes.circuit", "pytest"} <= set(documented_modules())
-    # One command surface: everything else is `toylens COMMAND` (tests/test_commands.py).
-    assert set(documented_modules()) <= {"tasks.winograd", "probes.circuit", "toylens", "pytest", "pip", "mytask"}
+    assert not [line for page in DOCS for line in unknown_entries(page.read_text())]
+
+
+def documented_python_m_commands() -> list[tuple[str, str]]:
+    return sorted({found for page in DOCS for found in PYTHON_M_COMMAND.findall(page.read_text())})
+
+
+def test_the_docs_name_python_m_commands():
+    assert {("tasks.winograd", "train"), ("probes.circuit", "report")} <= set(documented_python_m_commands())
+
+
+@pytest.mark.parametrize("module, command", documented_python_m_commands())
+def test_every_documented_python_m_command_s_help_runs(module, command):
+    done = python(module, command, "--help")
+    assert done.returncode == 0 and done.stdout.startswith("usage: toylens"), (module, command, done.stderr)
 
 
 @pytest.mark.parametrize("name", documented_modules())
@@ -135,16 +162,21 @@ def test_every_documented_python_m_form_is_an_entry(name):
     importlib.import_module(name)
 
 
+def relative_links(text: str) -> list[str]:
+    """The link targets in `text` that are files of the repository (no URLs, no anchors alone)."""
+    return [t.split("#")[0] for t in LINK.findall(text) if not re.match(r"[a-z]+:", t) and not t.startswith("#")]
+
+
+def missing_files(text: str, folder: Path) -> list[str]:
+    """Scripts and relative links of a page in `folder` that name no file."""
+    scripts = [script for script in SCRIPT.findall(text) if not (ROOT / script).is_file()]
+    return scripts + [target for target in relative_links(text) if not (folder / target).exists()]
+
+
 def test_every_documented_script_and_link_exists():
-    missing = []
-    for page in DOCS:
-        text = page.read_text()
-        missing += [f"{page.name}: {script}" for script in SCRIPT.findall(text) if not (ROOT / script).is_file()]
-        for target in LINK.findall(text):
-            if re.match(r"[a-z]+:", target) or target.startswith("#"):
-                continue
-            if not (page.parent / target.split("#")[0]).exists():
-                missing.append(f"{page.relative_to(ROOT)}: {target}")
+    missing = [
+        f"{page.relative_to(ROOT)}: {name}" for page in DOCS for name in missing_files(page.read_text(), page.parent)
+    ]
     assert not missing, missing
 
 
@@ -168,10 +200,11 @@ COMMAND = re.compile(r"(?:`|bin/)toylens ([a-z][\w-]*)(?: ([a-z][\w-]*))?")
 BUILT_IN = ("winograd", "induction", "text")  # train and sweep take a task; a plugin's is the reader's
 
 
-def missing_paths(page: Path) -> list[str]:
-    names = {m.rstrip(".") for m in REPO_PATH.findall(page.read_text())}
+def missing_paths(text: str) -> list[str]:
+    """The repository paths `text` names that do not exist."""
+    names = {m.rstrip(".") for m in REPO_PATH.findall(text)}
     names = {n for n in names if not any(Path(part).stem.isupper() for part in n.split("/"))}  # NAME.safetensors
-    return [f"{page.relative_to(ROOT)}: {name}" for name in sorted(names) if not (ROOT / name).exists()]
+    return [name for name in sorted(names) if not (ROOT / name).exists()]
 
 
 def module_file(dotted: str) -> Path | None:
@@ -190,18 +223,18 @@ def names_a_module_or_its_attribute(dotted: str) -> bool:
     return False
 
 
+def stale_modules(text: str) -> list[str]:
+    """The dotted modules (or their attributes) `text` names that do not exist."""
+    return [name for name in sorted(set(DOTTED.findall(text))) if not names_a_module_or_its_attribute(name)]
+
+
 def test_every_repository_path_named_in_the_docs_exists():
-    missing = [line for page in DOCS for line in missing_paths(page)]
+    missing = [f"{page.relative_to(ROOT)}: {name}" for page in DOCS for name in missing_paths(page.read_text())]
     assert not missing, missing
 
 
 def test_every_module_named_in_the_docs_exists():
-    stale = [
-        f"{page.relative_to(ROOT)}: {name}"
-        for page in DOCS
-        for name in sorted(set(DOTTED.findall(page.read_text())))
-        if not names_a_module_or_its_attribute(name)
-    ]
+    stale = [f"{page.relative_to(ROOT)}: {name}" for page in DOCS for name in stale_modules(page.read_text())]
     assert not stale, stale
 
 
@@ -214,6 +247,13 @@ def documented_commands() -> list[tuple[str, ...]]:
             else:
                 found.add((command,))
     return sorted(found)
+
+
+def unknown_commands(text: str) -> list[str]:
+    """The `toylens COMMAND`s `text` names that the console does not have."""
+    from toylens.console import COMMANDS
+
+    return sorted({f"toylens {command}" for command, _ in COMMAND.findall(text) if command not in COMMANDS})
 
 
 def test_the_docs_name_toylens_commands():
@@ -234,30 +274,74 @@ def test_every_documented_toylens_command_exists_and_its_help_runs(argv, capsys)
     assert capsys.readouterr().out.startswith("usage: toylens") or argv == ("list",)
 
 
-def linked_pages() -> set[Path]:
-    targets = set()
-    for page in DOCS:
-        for target in LINK.findall(page.read_text()):
-            if not re.match(r"[a-z]+:", target) and not target.startswith("#"):
-                resolved = (page.parent / target.split("#")[0]).resolve()
-                if resolved != page.resolve():
-                    targets.add(resolved)
-    return targets
+INDEX = ROOT / "docs" / "index.md"
+GROUPS = ["Start", "Results", "Methods", "Reference", "Reliability"]
 
 
-def test_no_page_in_docs_is_unlinked():
-    orphans = [str(page.relative_to(ROOT)) for page in DOCS if page != README and page.resolve() not in linked_pages()]
-    assert not orphans, f"linked from neither README.md nor another page: {orphans}"
-
-
-def test_architecture_names_each_packages_files_where_they_are():
-    """docs/architecture.md's table: every file a package's row names lies in that package."""
-    rows = re.findall(r"^\| `([\w/]+/)` \| (.*) \|$", (ROOT / "docs" / "architecture.md").read_text(), flags=re.M)
-    assert len(rows) >= 8
-    misplaced = [
-        f"{package}{name}"
-        for package, cell in rows
-        for name in re.findall(r"`([\w/]+\.py)`", cell)
-        if not (ROOT / package / name).is_file()
+def unindexed(index_text: str) -> list[str]:
+    """The pages under docs/ that the index (given as text) does not link."""
+    linked = {(INDEX.parent / target).resolve() for target in relative_links(index_text)}
+    return [
+        str(page.relative_to(ROOT)) for page in DOCS if page not in (README, INDEX) and page.resolve() not in linked
     ]
-    assert not misplaced, misplaced
+
+
+def test_the_readme_links_the_grouped_index_and_the_index_every_page():
+    assert INDEX.resolve() in {(ROOT / target).resolve() for target in relative_links(README.read_text())}
+    text = INDEX.read_text()
+    assert re.findall(r"^## (.+)$", text, flags=re.M) == GROUPS
+    assert not unindexed(text), f"pages not in docs/index.md: {unindexed(text)}"
+
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+PACKAGES = ("common", "models", "tasks", "probes", "toylens")
+
+
+def architecture_files(text: str) -> list[str]:
+    """The files docs/architecture.md's table names, each under its row's package (`probes/circuits/`'s
+    `methods/joint.py` is probes/circuits/methods/joint.py)."""
+    rows = re.findall(r"^\| `([\w/]+/)` \| (.*) \|$", text, flags=re.M)
+    return [f"{package}{name}" for package, cell in rows for name in re.findall(r"`([\w/]+\.py)`", cell)]
+
+
+def misplaced_files(text: str) -> list[str]:
+    """Files the table names that are not where their row says."""
+    return [name for name in architecture_files(text) if not (ROOT / name).is_file()]
+
+
+def unnamed_modules(text: str) -> list[str]:
+    """Modules of the packages the table does not name (an `__init__.py` is named by its package's files)."""
+    named = set(architecture_files(text))
+    files = sorted(str(p.relative_to(ROOT)) for package in PACKAGES for p in (ROOT / package).rglob("*.py"))
+    return [f for f in files if f not in named and not f.endswith("/__init__.py")]
+
+
+def test_architecture_names_every_module_in_its_package_s_row():
+    text = ARCHITECTURE.read_text()
+    assert len(architecture_files(text)) > 100
+    assert not misplaced_files(text), misplaced_files(text)
+    assert not unnamed_modules(text), f"modules docs/architecture.md does not name: {unnamed_modules(text)}"
+
+
+def test_the_checks_report_a_broken_page():
+    """Each check finds what a page gets wrong: a path, a module, a command, a python -m form, a link, a page
+    left out of the index, a module left out of the architecture or named in the wrong row."""
+    broken = (
+        "Read `probes/circuits/nowhere.py` and `probes.circuits.nowhere`, run `toylens frobnicate` and "
+        "`.venv/bin/python -m tasks.nowhere train`, see [the page](nowhere.md)."
+    )
+    assert missing_paths(broken) == ["probes/circuits/nowhere.py"]
+    assert stale_modules(broken) == ["probes.circuits.nowhere"]
+    assert unknown_commands(broken) == ["toylens frobnicate"]
+    assert unknown_entries(broken) == ["python -m tasks.nowhere"]
+    assert missing_files(broken, ROOT / "docs") == ["nowhere.md"]
+    # The real pages, each with one thing broken.
+    readme = README.read_text()
+    assert missing_paths(readme.replace("docs/results/winograd.md", "docs/results/winogrid.md")) == [
+        "docs/results/winogrid.md"
+    ]
+    assert unknown_commands(readme.replace("toylens edges", "toylens edgez")) == ["toylens edgez"]
+    assert unindexed(INDEX.read_text().replace("(tracr.md)", "(guide.md)")) == ["docs/tracr.md"]
+    architecture = ARCHITECTURE.read_text()
+    assert unnamed_modules(architecture.replace("`fused.py`", "fused")) == ["models/fused.py"]
+    assert misplaced_files(architecture.replace("`fused.py`,", "`fuse.py`,")) == ["models/fuse.py"]

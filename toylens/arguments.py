@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from common.cli import Parser, UsageError, out_path, positive_int
+from tasks.base import Task
 from tasks.registry import build_task, param_type
 from tasks.training.runs import MAX_SEED
 from toylens.workers import default_jobs
@@ -115,7 +116,7 @@ def add_jobs_arguments(parser: Parser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
-def add_task_params(parser: Parser, task_cls: type, defaults: dict | None = None) -> None:
+def add_task_params(parser: Parser, task_cls: type[Task], defaults: dict | None = None) -> None:
     """One flag per field of the task's Params; `defaults` replaces some of the Params defaults."""
     params = parser.add_argument_group(f"{task_cls.name} task parameters")
     taken = {option for action in parser._actions for option in action.option_strings}
@@ -135,7 +136,7 @@ def add_task_params(parser: Parser, task_cls: type, defaults: dict | None = None
             params.add_argument(flag, type=kind, default=default, help=f"default {default}")
 
 
-def task_from_args(task_cls: type, args):
+def task_from_args(task_cls: type[Task], args):
     if len(args.seeds) > MAX_SEEDS:
         raise UsageError(f"--seeds asks for {len(args.seeds)} seeds, which is absurd; use at most {MAX_SEEDS}")
     return build_task(task_cls, {f.name: getattr(args, f.name) for f in dataclasses.fields(task_cls.Params)})

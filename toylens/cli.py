@@ -8,6 +8,7 @@ from pathlib import Path
 
 from common.atomic import staging
 from common.cli import Parser, UsageError, positive_int, run_cli
+from tasks.base import Task
 from tasks.registry import get_task_class, task_classes
 from tasks.validate import validate_family
 from toylens.arguments import (
@@ -20,7 +21,7 @@ from toylens.arguments import (
 )
 
 
-def add_train_arguments(parser: Parser, task_cls: type) -> None:
+def add_train_arguments(parser: Parser, task_cls: type[Task]) -> None:
     parser.add_argument("--models", help="comma-separated model names (default: the task's whole family)")
     add_settings_arguments(parser, f"runs/{task_cls.name}")
     parser.add_argument(
@@ -51,7 +52,7 @@ def add_train_arguments(parser: Parser, task_cls: type) -> None:
     add_task_params(parser, task_cls)
 
 
-def train_command(task_cls: type, args) -> None:
+def train_command(task_cls: type[Task], args) -> None:
     from tasks.data import cache_root
     from toylens.family import plan_family, train_family
 
@@ -113,11 +114,11 @@ def writing_runs(out: Path, report: Path | None):
         yield
 
 
-def summary_line(task_cls: type) -> str:
+def summary_line(task_cls: type[Task]) -> str:
     return (task_cls.__doc__ or task_cls.name).strip().splitlines()[0]
 
 
-def task_parser(task_cls: type, prog: str, own: bool = False) -> Parser:
+def task_parser(task_cls: type[Task], prog: str, own: bool = False) -> Parser:
     """`own`: a plugin's own `python -m mytask` ran, and its usage lines name it; otherwise they name
     the one command surface, whichever alias (`python -m tasks.winograd`) ran."""
     parser = Parser(prog=prog, description=task_cls.__doc__)
@@ -143,7 +144,7 @@ def task_parser(task_cls: type, prog: str, own: bool = False) -> Parser:
     return parser
 
 
-def run_command(task_cls: type, args) -> None:
+def run_command(task_cls: type[Task], args) -> None:
     if args.command == "sweep":
         from toylens.sweeps.driver import sweep_command
 

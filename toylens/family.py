@@ -132,10 +132,10 @@ def existing_status(plan: RunPlan, overwrite: bool, resume: bool = False) -> str
         return "redo"
     config = read_run_config(plan.run_dir)
     recorded = {key: config.get(key) for key in plan.identity()}
-    recorded["training"] = recorded_training(recorded["training"])  # settings added since: what it ran with
+    # Settings added since: what the run ran with (LEGACY) where that is not today's default, else the default.
+    recorded["training"] = {**settings_dict(TrainSettings()), **recorded_training(config.get("training") or {})}
     # The data decides n_ctx and d_vocab, except a context asked for explicitly.
     recorded_spec = ModelSpec.from_dict(config["spec"])  # fields added since: their defaults
-    recorded["training"] = {**settings_dict(TrainSettings()), **(config.get("training") or {})}
     recorded["spec"] = {**recorded_spec.to_dict(), "n_ctx": recorded_spec.n_ctx if plan.context else 0, "d_vocab": 0}
     wanted = {**plan.identity(), "spec": {**plan.spec.to_dict(), "n_ctx": plan.context, "d_vocab": 0}}
     differing = sorted(differences(recorded, wanted))
@@ -166,8 +166,8 @@ def check_out_folder(out: Path, task: Task, planned: set[Path] | None = None) ->
     for config_path in sorted(Path(out).rglob(CONFIG)) if Path(out).is_dir() else []:
         config = read_json(config_path, "move the folder away or choose another --out")
         info = config.get("task") if isinstance(config, dict) else None
-        name = info.get("name") if isinstance(info, dict) else None
-        if name != task.name:
+        if not isinstance(info, dict) or info.get("name") != task.name:
+            name = info.get("name") if isinstance(info, dict) else None
             held = f"a run of task {name!r}" if isinstance(name, str) else "a config.json that is not a toylens run's"
             raise UsageError(
                 f"{out} already holds {held} ({config_path.parent}); choose another --out for task {task.name!r}"

@@ -75,7 +75,8 @@ def head_equalities(d_model: int, n_heads: int, length: int, batch: int, seed: i
                 .transpose(1, 2)
             )
 
-        z = torch.nn.functional.scaled_dot_product_attention(*map(heads, projections), is_causal=True)
+        q, k, v = map(heads, projections)
+        z = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
         by_sdpa = torch.nn.functional.linear(
             z.transpose(1, 2).reshape(batch, length, d_model), attn.o.weight, attn.o.bias
         )

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
+from typing import Protocol, Sequence
 
 from models import ModelSpec
 from models.spec import Attention, Norm, Positions
@@ -263,7 +264,17 @@ def interval_text(interval: Interval, digits: int = 3) -> str:
     return f"{interval.value:.{digits}f} [{interval.low:.{digits}f}, {interval.high:.{digits}f}]"
 
 
-def steps_text(seeds: list[SeedResult]) -> str:
+class Stopped(Protocol):
+    """How a seed's training ended, as steps_text reads it (SeedResult here, norms.SeedScore)."""
+
+    @property
+    def steps(self) -> int: ...
+
+    @property
+    def stop_reason(self) -> StopReason: ...
+
+
+def steps_text(seeds: Sequence[Stopped]) -> str:
     steps = sorted(s.steps for s in seeds)
     reasons = sorted({s.stop_reason.replace("validation ", "") for s in seeds})
     span = f"{steps[0]}" if steps[0] == steps[-1] else f"{steps[0]}-{steps[-1]}"

@@ -15,15 +15,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from common.cli import Parser, UsageError, run_cli
-from models.spec import Positions
+from models.spec import ModelSpec, Positions
 
-if TYPE_CHECKING:
-    from models.spec import ModelSpec
-
-GPT2_SMALL = dict(n_layers=12, d_model=768, n_heads=12, d_vocab=50257, n_ctx=1024)
+GPT2_SMALL = ModelSpec(n_layers=12, d_model=768, n_heads=12, d_vocab=50257, n_ctx=1024)
 GPT2_SMALL_TIED = 124_439_808  # the chapter's number, for the table; the probe recomputes it
 BLOCK_PARTS = ("ln1", "attn", "ln2", "mlp")
 MODEL_PARTS = ("embed", "pos_embed", "ln_final", "unembed")
@@ -119,10 +115,8 @@ def parse_value(field, text: str):
 
 def spec_from_args(items: list[str]):
     """A ModelSpec from `gpt2`, a run folder, or key=value fields."""
-    from models import ModelSpec
-
     if items == ["gpt2"]:
-        return ModelSpec(**GPT2_SMALL).validate()
+        return GPT2_SMALL.validate()
     if len(items) == 1 and "=" not in items[0]:
         if not Path(items[0]).is_dir():
             raise UsageError(

@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from models import ModelSpec
 from models.spec import Positions
 from tasks.settings import StopReason
 from common.cli import UsageError
 from common.stats import Interval, mean_interval, wilson
+
+if TYPE_CHECKING:
+    from tasks.data import Batch
 
 KINDS = (Positions.LEARNED, Positions.SINUSOIDAL, Positions.ROTARY, Positions.ALIBI, Positions.NONE)
 
@@ -94,7 +98,7 @@ def longer_task(task, factor: int, sequences: int):
     )
 
 
-def score_lengths(model, batches: dict[int, "Batch"]) -> list[LengthScore]:  # noqa: F821
+def score_lengths(model, batches: dict[int, Batch]) -> list[LengthScore]:
     """Accuracy and answer loss of `model` on each length's batch."""
     from tasks.evaluate import score_split
 

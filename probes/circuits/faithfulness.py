@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import torch
 
@@ -79,7 +80,7 @@ class Curve:
         return trapezoid(self.shares, [abs(1 - f) for f in self.faithfulness])
 
 
-def trapezoid(x: list[float], y: list[float]) -> float:
+def trapezoid(x: Sequence[float], y: Sequence[float]) -> float:
     return sum((x[i + 1] - x[i]) * (y[i] + y[i + 1]) / 2 for i in range(len(x) - 1))
 
 

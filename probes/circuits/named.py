@@ -108,6 +108,7 @@ def edge_circuit(
     )
     kept = None
     if pruned:
+        assert pruned.circuit is not None  # acdc's scores always carry the edges it kept
         empty, circuit, full = circuit_outcomes(model, batch, graph, [[], pruned.circuit, graph.edges], runs)
         kept = normalised([circuit.metric], empty.metric, full.metric)[0]
     return EdgeCircuit(

@@ -36,7 +36,7 @@ from transformer_lens.utilities import get_act_name
 
 from common.cli import UsageError
 from models.bridge import device_of, native
-from models.graph import HEAD_PORTS, MLP, Edge, Embed, Graph, Head, Input, Logits, stage
+from models.graph import HEAD_PORTS, MLP, Edge, Embed, Graph, Head, Input, Logits, Receiver, Sender, stage
 from models.resume import forward_from
 from probes.patching import Outcome, corrupt_inputs, outcome, replica_scored, replicas_per_forward
 from tasks.data import Batch
@@ -82,9 +82,11 @@ def model_graph(model) -> Graph:
     model, not only a ModelSpec's."""
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
     heads = [Head(l, h) for l in range(n_layers) for h in range(n_heads)]
-    mlps = [] if model.cfg.attn_only else [MLP(l) for l in range(n_layers)]
-    senders = tuple(sorted([Embed(), *heads, *mlps], key=lambda node: (stage(node, n_layers), node)))
-    receivers = sorted([*heads, *mlps, Logits()], key=lambda node: (stage(node, n_layers), node))
+    mlps: list[MLP] = [] if model.cfg.attn_only else [MLP(l) for l in range(n_layers)]
+    nodes: list[Sender] = [Embed(), *heads, *mlps]
+    senders = tuple(sorted(nodes, key=lambda node: (stage(node, n_layers), node)))
+    reading: list[Receiver] = [*heads, *mlps, Logits()]
+    receivers = sorted(reading, key=lambda node: (stage(node, n_layers), node))
     inputs = tuple(
         Input(node, port) for node in receivers for port in (HEAD_PORTS if isinstance(node, Head) else ("in",))
     )
@@ -303,7 +305,7 @@ def patched_runs(
     batch = batch.to(device_of(model))
     n_layers, per_forward = graph.n_layers, replicas_per_forward(batch)
     order = sorted(range(len(sets)), key=lambda i: start_layer(sets[i], n_layers))
-    results = [None] * len(sets)
+    results: dict[int, Patched] = {}  # by set, filled in the order of `order`
     for first in range(0, len(order), per_forward):
         chunk = order[first : first + per_forward]
         start = start_layer(sets[chunk[0]], n_layers)
@@ -315,7 +317,7 @@ def patched_runs(
         views = {name: value.view(len(members), len(batch), *value.shape[1:]) for name, value in seen.items()}
         for replica, (i, result) in enumerate(zip(chunk, outcome(replica_scored(logits, batch), batch))):
             results[i] = Patched(result, {name: view[replica] for name, view in views.items()})
-    return results
+    return [results[i] for i in range(len(sets))]
 
 
 def patched_outcomes(model, batch: Batch, graph: Graph, sets: list[frozenset], runs: Runs) -> list[Outcome]:

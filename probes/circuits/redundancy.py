@@ -70,7 +70,7 @@ class Peers:
         """The groups that each suffice, when none of the layer's groups is necessary."""
         if len(self.groups) < 2 or any(g.necessity >= NECESSARY for g in self.groups):
             return ()
-        sufficient = tuple(g for g in self.groups if g.sufficiency >= self.suffices)
+        sufficient = tuple(g for g in self.groups if g.sufficiency is not None and g.sufficiency >= self.suffices)
         return sufficient if len(sufficient) >= 2 else ()
 
     @property
@@ -81,7 +81,7 @@ class Peers:
             len(self.groups) >= 2
             and not self.alternatives
             and self.together >= NECESSARY
-            and all(g.sufficiency < self.suffices for g in self.groups)
+            and all(g.sufficiency is not None and g.sufficiency < self.suffices for g in self.groups)
             and sum(g.necessity for g in self.groups) < self.together - NECESSARY
         )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 from common.stats import Interval
 from probes.accuracy import pooled
@@ -15,8 +16,8 @@ def percent(interval: Interval) -> str:
     return f"{interval.value:6.1%} [{interval.low:.1%}, {interval.high:.1%}]"
 
 
-def table(headers: list[str], rows: list[list[str]], width: int | None = None) -> str:
-    """Columns padded to their longest cell; with `width`, a last cell that would pass it continues
+def table(headers: list[str], rows: Sequence[Sequence[object]], width: int | None = None) -> str:
+    """Columns padded to their longest cell (each cell printed with str); with `width`, a last cell that would pass it continues
     on rows of its own under that column (the other columns are short: model, seed, numbers)."""
     if width is not None:
         rows = folded_last_column(headers, rows, width)
@@ -26,12 +27,12 @@ def table(headers: list[str], rows: list[list[str]], width: int | None = None) -
     return "\n".join(line(cells).rstrip() for cells in [headers, ["-" * w for w in widths], *rows])
 
 
-def folded_last_column(headers: list[str], rows: list[list], width: int) -> list[list]:
+def folded_last_column(headers: list[str], rows: Sequence[Sequence[object]], width: int) -> list[list]:
     import textwrap
 
     start = sum(max(len(str(c)) for c in column) + 2 for column in zip(headers[:-1], *(row[:-1] for row in rows)))
     room = max(width - start, 20)
-    folded = []
+    folded: list[list] = []
     for row in rows:
         pieces = textwrap.wrap(str(row[-1]), room) or [""]
         folded += [[*row[:-1], pieces[0]], *([""] * (len(row) - 1) + [piece] for piece in pieces[1:])]

@@ -26,6 +26,7 @@ from tasks.settings import LossPositions, StopMetric, StopReason, TrainSettings
 
 if TYPE_CHECKING:
     from tqdm import tqdm
+    from transformer_lens import TransformerBridge
 
 SNAPSHOTS = "snapshots"  # run_dir/snapshots/step{N}.safetensors
 # The train state (weights and AdamW moments) is ~20 ms to write for a 2-block model: at every
@@ -143,7 +144,7 @@ def train(
 class Training:
     """One run in progress: what each step uses, and where its evaluations are recorded."""
 
-    model: torch.nn.Module
+    model: TransformerBridge
     forward: torch.nn.Module  # models.fused.training_forward(model): the same weights, fewer hooks
     optimizer: FlatAdamW
     generator: torch.Generator  # draws each step's rows; in the train state, so a resumed run draws the same
@@ -178,8 +179,9 @@ def start_training(
     train_scored = scored_mask(train_batch) if settings.loss_positions is LossPositions.SCORED else None
     forward = training_forward(model)
     generator, optimizer = torch.Generator().manual_seed(seed), adamw(model, settings)
-    resuming = resume_from is not None and Path(resume_from).is_file()
-    done = load_train_state(resume_from, model, optimizer, generator, settings) if resuming else FRESH
+    done = FRESH
+    if resume_from is not None and Path(resume_from).is_file():
+        done = load_train_state(resume_from, model, optimizer, generator, settings)
     history: list[dict] = list(done["history"])
     start = time.perf_counter() - done["seconds"]
     log = open_log(log_path, history) if log_path else None
@@ -214,16 +216,16 @@ def take_steps(
 ) -> StopReason | None:
     """Steps up to the budget; why validation stopped them early, or None."""
     settings = run.settings
-    snapshots = bool(snapshot_dir and settings.snapshot_every)
-    if snapshots and run.steps_done == 0:
-        save_snapshot(run.model, snapshot_dir, 0)
+    snapshots = snapshot_dir if settings.snapshot_every else None  # the folder snapshots go to, if any
+    if snapshots is not None and run.steps_done == 0:
+        save_snapshot(run.model, snapshots, 0)
     # Mode switches only around evaluations: the bridge's train() walks every wrapper twice and
     # cost ~5 ms, a tenth of a one-block step, when called every step (measured).
     run.forward.train()
     for step in run.bar:
         loss = update(run, step)
-        if snapshots and step % settings.snapshot_every == 0:
-            save_snapshot(run.model, snapshot_dir, step)
+        if snapshots is not None and step % settings.snapshot_every == 0:
+            save_snapshot(run.model, snapshots, step)
         if step % settings.eval_every == 0 or step == settings.max_steps:
             stop = evaluate_and_stop(run, step, loss)
             if stop:

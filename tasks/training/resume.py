@@ -10,14 +10,26 @@ resuming from it replays the remaining steps bit for bit. Nothing is pickled.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypedDict
 
 from models import UsageError
 from common.jsonfiles import canonical_sha256, short
 from models.checkpoint import check_state, cpu_tensors, load_tensors, save_tensors
+from tasks.validate import is_int
 
 STATE = "train_state.safetensors"
 STATE_FORMAT = "toylens-train-state/1"
-FRESH = {"step": 0, "history": [], "seconds": 0.0}
+
+
+class Progress(TypedDict):
+    """How far a run got: its step, every evaluation so far, and the seconds it trained."""
+
+    step: int
+    history: list[dict]
+    seconds: float
+
+
+FRESH: Progress = {"step": 0, "history": [], "seconds": 0.0}
 HISTORY_FIELDS = {"step", "train_loss", "val_loss", "val_scored_loss", "val_accuracy", "seconds"}
 ADAM_KEYS = {"step", "exp_avg", "exp_avg_sq"}
 
@@ -48,7 +60,7 @@ def state_sha256(tensors: dict, metadata: dict) -> str:
     return digest.hexdigest()
 
 
-def load_train_state(path: Path, model, optimizer, generator, settings) -> dict:
+def load_train_state(path: Path, model, optimizer, generator, settings) -> Progress:
     """Restore model, optimizer and generator in place from `path`, after one schema check of the
     whole file; returns the saved progress."""
     fix = "pass --overwrite to start the run again"
@@ -72,16 +84,16 @@ def load_train_state(path: Path, model, optimizer, generator, settings) -> dict:
     return progress
 
 
-def check_progress(progress, settings, path: Path, fix: str) -> dict:
+def check_progress(progress, settings, path: Path, fix: str) -> Progress:
     """step, history and seconds of exactly their types, and consistent with each other and the
     run's settings: evaluations come every eval_every steps, so the history fixes the step."""
     if not isinstance(progress, dict) or progress.get("format") != STATE_FORMAT:
         found = progress.get("format") if isinstance(progress, dict) else progress
         raise UsageError(f"{path} has format {short(found)}, not {STATE_FORMAT!r}; {fix}")
     step, history, seconds = progress.get("step"), progress.get("history"), progress.get("seconds")
-    if type(step) is not int or not 0 < step <= settings.max_steps:
+    if not (is_int(step) and 0 < step <= settings.max_steps):
         raise UsageError(f"{path}: step must be an integer from 1 to {settings.max_steps}, got {short(step)}; {fix}")
-    if type(seconds) not in (int, float) or not 0 <= seconds < 1e9:
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < 1e9:
         raise UsageError(f"{path}: seconds must be a non-negative number, got {short(seconds)}; {fix}")
     steps = list(range(settings.eval_every, step + 1, settings.eval_every))
     if step == settings.max_steps and step % settings.eval_every:

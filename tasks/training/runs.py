@@ -52,8 +52,8 @@ def run_sha256(config: dict) -> str:
     return canonical_sha256({key: config[key] for key in RUN_IDENTITY if key in config})
 
 
-def package_versions() -> dict:
-    found = {"python": platform.python_version()}
+def package_versions() -> dict[str, str | None]:
+    found: dict[str, str | None] = {"python": platform.python_version()}
     for package in ("torch", "transformer-lens", "toylens", "datasets", "safetensors"):
         try:
             found[package] = version(package)

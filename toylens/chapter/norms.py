@@ -55,7 +55,8 @@ def norms_command(args) -> None:
             f"--layers {args.layers} / --d-model {args.d_model}: use at most {MAX_LAYERS} blocks and "
             f"width {MAX_WIDTH} for a toy model"
         )
-    settings = settings_from_args(task, args, **SOURCE_TRAINING, snapshot_every=0)
+    # One recipe for every variant (no per-model settings).
+    settings = settings_from_args(task, args, model_name=None, **SOURCE_TRAINING, snapshot_every=0)
     warmup = max(1, settings.max_steps // 10) if args.warmup_steps is None else args.warmup_steps
     if not 0 < warmup <= settings.max_steps:
         raise UsageError(f"--warmup-steps {warmup} must lie in 1..{settings.max_steps} (the step budget)")

@@ -22,6 +22,7 @@ from common.cli import UsageError, held_interrupts
 from common.atomic import atomic_write, write_json
 from common.ownership import LOCK, MANIFEST, check_replaceable, owned, remove
 from models.checkpoint import CONFIG
+from tasks.base import Task
 from tasks.training.runs import METRICS
 from tasks.training.sweeps import FAILED, failed_record, is_sweep
 
@@ -119,6 +120,16 @@ class SweepOutcome:
     seconds: float  # wall time of the runs this command executed
     worker_seconds: float  # summed over the runs done (train + trace in the worker)
     snapshots_traced: int = 0  # kept runs whose snapshots alone were traced
+
+
+@dataclass
+class Tally:
+    """What a sweep's outcomes add up to so far (mutable: each outcome counts into it as it arrives)."""
+
+    done: int = 0
+    failed: int = 0
+    snapshots: int = 0
+    worker_seconds: float = 0.0
 
 
 def run_sweep(
@@ -228,7 +239,7 @@ def sweep_locked(
         if status != "done"
     ]
     write_records(runs, out, overwrite)
-    counts = {"done": 0, "failed": 0, "snapshots": 0, "worker_seconds": 0.0}
+    counts = Tally()
     parallel = getattr(executor, "jobs", None) or getattr(executor, "cpus", None) or 1
     if len(todo) < len(runs):
         write(f"{len(runs) - len(todo)} of {len(runs)} runs already finished with these settings: kept")
@@ -243,9 +254,9 @@ def sweep_locked(
             traced(job, outcome)
         elif outcome.error is None:
             write_run(job.plan.run_dir, outcome.result.files)
-            counts["done"] += 1
-            counts["worker_seconds"] += outcome.result.seconds
-            if counts["done"] == 1 and len(todo) > 1:
+            counts.done += 1
+            counts.worker_seconds += outcome.result.seconds
+            if counts.done == 1 and len(todo) > 1:
                 waiting = [other for other in todo if other is not job and other.finished is None]
                 bar.write(f"sweep: {first_run_estimate(job.plan, outcome.result.seconds, waiting, parallel)}")
         else:
@@ -253,16 +264,16 @@ def sweep_locked(
                 job.plan.run_dir / FAILED,
                 failed_record(job.plan.run_dir.parent.parent.name, job.plan.model_name, job.plan.seed, outcome.error),
             )
-            counts["failed"] += 1
+            counts.failed += 1
             bar.write(f"{job.plan.run_dir}: failed twice ({outcome.error}); recorded in {FAILED}")
-        bar.set_postfix(done=counts["done"], failed=counts["failed"], refresh=False)
+        bar.set_postfix(done=counts.done, failed=counts.failed, refresh=False)
         bar.update()
 
     def traced(job: SweepJob, outcome) -> None:
         if outcome.error is None:
             for name, data in outcome.result.files.items():
                 atomic_write(job.plan.run_dir / name, lambda temp, data=data: Path(temp).write_bytes(data))
-            counts["snapshots"] += 1
+            counts.snapshots += 1
         else:  # the run itself stays finished and counted: no failed.json beside it
             bar.write(
                 f"{job.plan.run_dir}: tracing its snapshots failed twice ({outcome.error}); its circuit is "
@@ -277,7 +288,7 @@ def sweep_locked(
         if todo:
             executor.run(run_job, todo, on_outcome, cost=lambda job: step_cost(job.plan.spec))
     except KeyboardInterrupt:
-        finished = len(runs) - len(todo) + counts["done"]
+        finished = len(runs) - len(todo) + counts.done
         raise KeyboardInterrupt(
             f"{finished} of {len(runs)} runs finished and kept, {len(runs) - finished} missing "
             f"(sweep.json lists every planned run; a run is finished once its {METRICS} "
@@ -287,12 +298,12 @@ def sweep_locked(
         bar.close()
     return SweepOutcome(
         len(runs),
-        len(runs) - len(todo) + counts["snapshots"],
-        counts["done"],
-        counts["failed"],
+        len(runs) - len(todo) + counts.snapshots,
+        counts.done,
+        counts.failed,
         time.perf_counter() - started,
-        counts["worker_seconds"],
-        counts["snapshots"],
+        counts.worker_seconds,
+        counts.snapshots,
     )
 
 
@@ -309,7 +320,7 @@ def check_gpus_per_run(gpus: float, executor: str) -> None:
         )
 
 
-def sweep_command(task_cls: type, args) -> None:
+def sweep_command(task_cls: type[Task], args) -> None:
     """`toylens sweep TASK ...`: plan, check, run on the chosen executor, write the census."""
     from tasks.training.runs import command_line
     from toylens.sweeps.executors import make_executor

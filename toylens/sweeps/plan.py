@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from common.cli import UsageError, out_path
 from models import ModelSpec
+from tasks.base import Task
 from tasks.settings import TrainSettings
 from tasks.training.sweeps import POINT, PlannedGroup, SweepManifest, identity_of
 from toylens.arguments import MAX_RUNS, SEEDS_HELP
@@ -35,7 +36,7 @@ REFERENCE_RUN_SECONDS, REFERENCE_COST, REFERENCE_STEPS = 36.7, 2.0, 1000
 SPEC_KEYS = ("n_layers", "d_model", "n_heads", "mlp", "attention", "positions", "norm", "scale_scores", "residual")
 
 
-def grid_fields(task_cls: type) -> dict[str, tuple[str, object]]:
+def grid_fields(task_cls: type[Task]) -> dict[str, tuple[str, object]]:
     """Every key a grid may set: name -> (where it goes: 'training' | 'task' | 'spec', its type)."""
     found: dict[str, tuple[str, object]] = {}
     sources = [("training", TrainSettings, None), ("task", task_cls.Params, None), ("spec", ModelSpec, SPEC_KEYS)]
@@ -82,7 +83,7 @@ class Grid:
         return [dict(zip(keys, values)) for values in itertools.product(*(v for _, v in self.axes))]
 
 
-def parse_grid(items: list[str], task_cls: type) -> Grid:
+def parse_grid(items: list[str], task_cls: type[Task]) -> Grid:
     """['d_model=64,128', 'lr=1e-3,3e-3'] -> Grid, every value typed; one line naming any problem."""
     known = grid_fields(task_cls)
     axes = []
@@ -118,7 +119,13 @@ class SweepRun:
 
 
 def plan_sweep(
-    task_cls: type, params: dict, training: dict, models: list[str] | None, seeds: list[int], grid: Grid, out: Path
+    task_cls: type[Task],
+    params: dict,
+    training: dict,
+    models: list[str] | None,
+    seeds: list[int],
+    grid: Grid,
+    out: Path,
 ) -> list[SweepRun]:
     """Every (point, model, seed), each checked (spec, task parameters, settings) before anything runs."""
     from tasks.registry import build_task
@@ -143,7 +150,7 @@ def plan_sweep(
     return runs
 
 
-def count_runs(task_cls: type, params: dict, models: list[str] | None, seeds: list[int], grid: Grid) -> int:
+def count_runs(task_cls: type[Task], params: dict, models: list[str] | None, seeds: list[int], grid: Grid) -> int:
     """How many runs a sweep asks for, counted before any is planned."""
     from tasks.registry import build_task
     from tasks.validate import validate_family
@@ -239,7 +246,7 @@ def write_records(runs: list[SweepRun], out: Path, overwrite: bool) -> None:
         write_json(Path(out) / point / POINT, point_record(point, values))
 
 
-def add_sweep_arguments(parser, task_cls: type) -> None:
+def add_sweep_arguments(parser, task_cls: type[Task]) -> None:
     from toylens.arguments import add_task_params, add_training_flags
     from toylens.workers import default_jobs
     from common.cli import positive_int

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from models.bridge import device_of
-from models.graph import Edge, Graph
+from models.graph import Edge, Graph, Input
 from models.resume import forward_from
 from probes.circuits.oracle import Direction, EdgeHooks, Runs, patched_outcomes, record_runs
 from probes.patching import replica_scored, scored_metric
@@ -67,7 +67,7 @@ def input_gradients(model, batch: Batch, graph: Graph, runs: Runs, steps: int = 
     """Per receiver input, d mean-metric / d input [n, pos, d], averaged over `steps` embeddings
     base + (k / steps)(other - base), k = 0 .. steps - 1."""
     batch = batch.to(device_of(model))
-    total = {receiver: 0 for receiver in graph.inputs}
+    total: dict[Input, torch.Tensor | int] = {receiver: 0 for receiver in graph.inputs}
     start, end = runs.base.resid_pre[0], runs.other.resid_pre[0]
     for k in range(steps):
         hooks = InputOffsets(model, graph, runs, len(batch))
@@ -75,6 +75,7 @@ def input_gradients(model, batch: Batch, graph: Graph, runs: Runs, steps: int = 
             logits = forward_from(model, start + (k / steps) * (end - start), 0)
             scored_metric(replica_scored(logits, batch), batch).mean().backward()
         for receiver, offset in hooks.offsets.items():
+            assert offset.grad is not None  # every offset is added into its input, and every input reaches the metric
             total[receiver] = total[receiver] + offset.grad / steps
     return total
 

@@ -59,6 +59,11 @@ class Weights:
         return self.model.eval()
 
 
+def story_of(build) -> str:
+    """A planted model's story: the first sentence of its builder's docstring."""
+    return (build.__doc__ or build.__name__).split(".")[0]
+
+
 def pairs_batch(tokens: torch.Tensor, counterfactual: torch.Tensor, position: int, answers, foils) -> Batch:
     n = len(tokens)
     return Batch(
@@ -126,7 +131,7 @@ def two_hop(n: int = 64, seed: int = 0) -> Planted:
     }
     return Planted(
         "two-hop",
-        two_hop.__doc__.split(".")[0],
+        story_of(two_hop),
         spec,
         w.load(),
         pairs_batch(tokens, counterfactual, 3, picks(adjective), picks(flipped)),
@@ -180,7 +185,7 @@ def induction(n: int = 64, seed: int = 0) -> Planted:
     }
     return Planted(
         "induction",
-        induction.__doc__.split(".")[0],
+        story_of(induction),
         spec,
         w.load(),
         pairs_batch(tokens, counterfactual, 5, answers, foils),
@@ -227,7 +232,7 @@ def mlp_xor(n: int = 64, seed: int = 0) -> Planted:
     }
     return Planted(
         "mlp-xor",
-        mlp_xor.__doc__.split(".")[0],
+        story_of(mlp_xor),
         spec,
         w.load(),
         pairs_batch(tokens, counterfactual, 2, label(a, b), label(ca, cb)),
@@ -280,7 +285,7 @@ def three_hop(n: int = 64, seed: int = 0) -> Planted:
     }
     return Planted(
         "three-hop",
-        three_hop.__doc__.split(".")[0],
+        story_of(three_hop),
         spec,
         w.load(),
         pairs_batch(sequence(first), sequence(other), 3, first, other),
@@ -465,7 +470,7 @@ def backup_chain(n: int = 64, seed: int = 0) -> Planted:
     }
     return Planted(
         "backup-chain",
-        backup_chain.__doc__.split(".")[0],
+        story_of(backup_chain),
         spec,
         w.load(),
         pairs_batch(

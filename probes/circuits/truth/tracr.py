@@ -36,7 +36,7 @@ import torch
 
 from common.cli import UsageError
 from models import ModelSpec
-from models.graph import MLP, Embed, Graph, Head, Input, Logits, graph_of
+from models.graph import MLP, Embed, Graph, Head, Input, Logits, Sender, graph_of
 from probes.ablation import Ablation
 from probes.circuits.truth.tracr_programs import PROGRAMS, Program
 from tasks.base import NO_FOIL
@@ -273,10 +273,10 @@ def variables(dims: torch.Tensor, labels: tuple[str, ...]) -> frozenset:
     return frozenset(labels[i].split(":")[0] for i in torch.nonzero(dims).flatten().tolist())
 
 
-def read_write_dims(model) -> tuple[dict, dict]:
+def read_write_dims(model) -> tuple[dict[Sender, torch.Tensor], dict[Input, torch.Tensor]]:
     """(sender -> [d_model] bool: the residual dimensions it writes, receiver input -> those it reads)."""
     nz = lambda w, dim: (w.detach().abs() > WEIGHT_ZERO).any(dim)  # noqa: E731
-    writes = {Embed(): nz(model.W_E, 0) | nz(model.W_pos, 0)}
+    writes: dict[Sender, torch.Tensor] = {Embed(): nz(model.W_E, 0) | nz(model.W_pos, 0)}
     reads = {Input(Logits()): nz(model.W_U, 1)}
     for layer in range(model.cfg.n_layers):
         for head in range(model.cfg.n_heads):

@@ -231,6 +231,7 @@ def told_text(t: MechanismTimeline, step: int | None, training: bool) -> str:
             f"{round(i.value * i.n)}/{i.n} = {i.value:.0%} [{i.low:.0%}, {i.high:.0%}] at step {best.step})"
         )
     row = t.at(step)
+    assert row is not None  # a told-from step is one of the timeline's own steps (first_lasting)
     i = row.training if training else row.agree
     stopped = "" if training else f"; {row.stopped} of them had stopped training by then"
     return (

@@ -155,7 +155,7 @@ NODE_FIELDS = {
 METADATA_FIELDS = {"slug": str, "scan": str, "prompt_tokens": list, "prompt": str, "transcoder_list": list}
 QPARAMS_FIELDS = {"pinnedIds": list, "supernodes": list, "linkType": str, "clickedId": str, "sg_pos": str}
 # The optional metadata.info fields the schema types (the others are free), and its generator's.
-INFO_FIELDS = {
+INFO_FIELDS: dict[str, tuple[type | tuple[type, ...], str]] = {
     "description": (str, "a string"),
     "creator_name": (str, "a string"),
     "creator_url": (str, "a string"),
@@ -246,6 +246,7 @@ def attribution_graph(model, pair, spec, vocabulary: list[str], slug: str, scan:
     for edge, effect in zip(graph.edges, effects.effect.tolist()):
         if abs(effect) < LINK_FLOOR * abs(gap):
             continue
+        assert edge.position is not None  # the graph is resolved by position: graph_of(spec, positions=...)
         source = component_node(edge.sender, "out", edge.position, tokens, words, spec.n_heads)
         receiver = edge.receiver.node
         target = (
