@@ -815,14 +815,15 @@ def pct(value: float, digits: int = 0) -> str:
 
 
 def sections(markdown: str, level: str) -> dict:
-    """'model seed k' -> the text under its heading of `level` ('###' or '####')."""
+    """'model seed k' -> the text under its headings of `level` ('###' or '####'): a run's story
+    and its appendix section, together."""
     out, name = {}, None
     for line in markdown.splitlines():
         if line.startswith("#"):
             match = re.match(rf"^{level} (\S+ seed \d+)$", line)
             name = match.group(1) if match else None
             if name:
-                out[name] = []
+                out.setdefault(name, [])
             continue
         if name:
             out[name].append(line)
@@ -860,6 +861,11 @@ def check_words(checks: Checks, runs_dir: Path) -> None:
             )
         if named:
             expected.append(f"add up to {pct(named['additivity'])} of its faithfulness {pct(named['faithfulness'])}")
+        story = (
+            f"Edges: {len(headline['circuit'])} of {e['graph']['edges']} keep {pct(headline['faithfulness'])} of "
+            f"the gap on {e['pairs']} pairs ({headline['method']}"
+        )
+        checks.truth(f"{name}: the story's mechanism states the headline circuit", story in run_text.get(name, ""), 1)
         missing = [x for x in expected if x not in text]
         checks.truth(
             f"{name}: edge sentences state report.json's numbers",

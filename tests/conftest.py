@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,46 @@ def finished_sweep(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("sweep") / "sweep"
     assert sweep(out).done == 2
     return out
+
+
+@dataclass(frozen=True)
+class MainJob:
+    printed: str  # what the command printed
+    runs: Path  # its runs folder (the report in runs / "report")
+
+
+@pytest.fixture(scope="session")
+def main_job_run(tmp_path_factory) -> MainJob:
+    """The main job's command on a tiny family: 3 seeds of two models, 50 steps (so every run is
+    stopped by its step cap), with --report and --no-progress, printed output captured."""
+    import contextlib
+    import io
+
+    from toylens.cli import main_for_task
+
+    out = tmp_path_factory.mktemp("main") / "winograd"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        main_for_task(
+            "winograd",
+            [
+                "train",
+                "--nouns",
+                "8",
+                "--models",
+                "bag-of-words,attn-only-2x1",
+                "--seeds",
+                "0-2",
+                "--steps",
+                "50",
+                "--eval-every",
+                "25",
+                "--jobs",
+                "1",
+                "--no-progress",
+                "--report",
+                "--out",
+                str(out),
+            ],
+        )
+    return MainJob(printed.getvalue(), out)

@@ -61,40 +61,8 @@ def test_three_seeds_at_100_percent_get_an_interval_of_nonzero_width_and_the_tab
 
 
 @pytest.fixture(scope="module")
-def main_job(tmp_path_factory):
-    """The main job's command on a tiny family: 3 seeds of two models, 50 steps (so every run is
-    stopped by its step cap), with --report and --no-progress, printed output captured."""
-    import contextlib
-    import io
-
-    from toylens.cli import main_for_task
-
-    out = tmp_path_factory.mktemp("main") / "winograd"
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        main_for_task(
-            "winograd",
-            [
-                "train",
-                "--nouns",
-                "8",
-                "--models",
-                "bag-of-words,attn-only-2x1",
-                "--seeds",
-                "0-2",
-                "--steps",
-                "50",
-                "--eval-every",
-                "25",
-                "--jobs",
-                "1",
-                "--no-progress",
-                "--report",
-                "--out",
-                str(out),
-            ],
-        )
-    return printed.getvalue()
+def main_job(main_job_run) -> str:
+    return main_job_run.printed
 
 
 def test_the_main_jobs_terminal_has_no_line_over_120_characters(main_job):

@@ -288,6 +288,8 @@ def render_circuits(analyses: list, out: Path, settings: ReportSettings) -> Sect
 
 # ---- the report as a whole -----------------------------------------------------------------
 
+APPENDIX = "## Appendix"  # report.md's story ends here
+
 
 def header(analysis, settings: ReportSettings) -> str:
     """Where every number comes from and what its scale means; `analysis`: a traced RunAnalysis."""
@@ -334,7 +336,10 @@ def header(analysis, settings: ReportSettings) -> str:
     return "\n".join(lines)
 
 
-def markdown(task: str, sections: dict, analysis, settings: ReportSettings) -> str:
+def markdown(task: str, sections: dict, stories: list, analysis, settings: ReportSettings) -> str:
+    """The summary tables, the bases, each run's story (probes.report.story), then the parts'
+    sections as the appendix: a reader stops before it; every number stays in it."""
+    from probes.report.story import story_markdown
     from probes.report.summary import markdown_lines, summary_of
 
     text = [
@@ -342,13 +347,21 @@ def markdown(task: str, sections: dict, analysis, settings: ReportSettings) -> s
         "",
         "## Summary",
         "",
-        "One table per model, a row per seed (each run's sentences are in its section below).",
+        "One table per model, a row per seed (each run's mechanism and evidence are in its section below).",
         "",
         *markdown_lines(summary_of(sections)),
         "",
         "## Bases and scales",
         "",
         header(analysis, settings),
+        "",
+    ]
+    if stories:
+        text += ["## Mechanisms", "", story_markdown(stories), ""]
+    text += [
+        APPENDIX,
+        "",
+        "The parts' sections in full: every table, every position's detail, each run's whole sentence.",
         "",
     ]
     for section in sections.values():
@@ -371,6 +384,9 @@ def write_report(measured: list, sections: dict, out: Path, task: str, settings:
             **{key: section.data for key, section in sections.items()},
         },
     )
-    text = markdown(task, sections, analysis, settings)
+    from probes.report.story import run_story
+
+    stories = [run_story(m, settings) for m in measured if m.results.get("runs") is not None]
+    text = markdown(task, sections, stories, analysis, settings)
     atomic_write(out / "report.md", lambda path: Path(path).write_text(text))
     return out / "report.md"

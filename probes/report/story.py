@@ -1,0 +1,203 @@
+"""report.md as a story: per run, what its circuit is in a few lines (the mechanism), then the
+evidence as bullets, each one finding with its numbers. Built from the typed results the report's
+parts measured (probes.report.parts.MeasuredRun); the tables, every position's detail and each
+run's whole sentence stay in the parts' sections, which probes.report.document puts in the
+appendix."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from models.components import HeadSet
+from probes.report.words import COMPONENT_WORDS, pct
+from probes.settings import ReportSettings
+
+SHOWN_RELATIONS = 2  # relations of the logic stated in a run's evidence (the appendix has up to six)
+
+INTRO = (
+    "Per run: what its circuit is in a few lines, then the evidence, one finding a bullet with its "
+    "numbers (bases and scales above). The tables, every position's detail and each run's whole "
+    "sentence are in the Appendix."
+)
+
+
+@dataclass(frozen=True)
+class RunStory:
+    title: str  # 'model seed k', as the appendix's sections name the run
+    mechanism: tuple[str, ...]  # 1-5 lines: what the circuit is
+    evidence: tuple[str, ...]  # one finding a line
+    figure: str | None  # relative to the report folder
+
+
+def traced_edges(measured, settings: ReportSettings):
+    """The run's edge part (probes.report.edge_part.EdgeRun) when it found a circuit below the
+    whole graph, else None."""
+    edges = measured.results.get("edge_circuits")
+    if edges is None or not settings.traces(edges.result.oracle.gap) or edges.result.circuit.edges is None:
+        return None
+    return edges
+
+
+def run_story(measured, settings: ReportSettings) -> RunStory:
+    analysis, edges = measured.results["runs"], traced_edges(measured, settings)
+    title = f"{measured.model_name} seed {measured.seed}"
+    figure = edges.figure if edges is not None and edges.figure else analysis.figure
+    mechanism = mechanism_lines(analysis, edges, settings)
+    return RunStory(title, tuple(mechanism), tuple(evidence_lines(analysis, edges, settings)), figure)
+
+
+def sentence(text: str) -> str:
+    """`text` with its first letter upper case (str.capitalize lowers the rest: 'L0h0')."""
+    return text[:1].upper() + text[1:]
+
+
+# ---- the mechanism --------------------------------------------------------------------------
+
+
+def mechanism_lines(analysis, edges, settings: ReportSettings) -> list[str]:
+    from probes.health import budget_note
+
+    if analysis.circuit is None:
+        lines = [f"No circuit: {analysis.note}."]
+    else:
+        lines = [circuit_line(analysis, settings), heads_line(analysis, settings)]
+        if edges is not None:
+            lines.append(edges_line(edges))
+        lines.append(ablation_line(analysis, settings))
+    budget = budget_note(analysis.accuracy, settings)
+    if budget is not None:
+        lines.append(f"Budget-limited: {budget}; what it learned may be the budget's, not the model's.")
+    return lines
+
+
+def circuit_line(analysis, settings: ReportSettings) -> str:
+    """'Q-composition: L0H0 ->q L1H0 @p14; L1H0 reads L0H0's output through its query (98% of the gap).'"""
+    from probes.report.summary import circuit_kind, compact_circuit
+    from probes.report.words import named
+
+    reads = "".join(
+        f"; {p.receiver} reads {p.sender}'s output through its {COMPONENT_WORDS[p.component]} "
+        f"({pct(p.strength)} of the gap)"
+        for p in named(analysis, settings)
+    )
+    return f"{sentence(circuit_kind(analysis, settings))}: {compact_circuit(analysis, settings)}{reads}."
+
+
+def heads_line(analysis, settings: ReportSettings) -> str:
+    """Each circuit head where patching its output matters most, and what it attends there."""
+    from probes.report.words import attention_words
+
+    labels, said = analysis.labels, []
+    for (head, _), view in zip(analysis.circuit.kept.items(), analysis.node_views):
+        if not view.matters:
+            said.append(f"{head} restores less than {pct(settings.matters)} of the gap at any one position")
+            continue
+        position, share = view.matters[0]
+        said.append(
+            f"{head} matters most at {labels[position]} ({pct(share)} of the gap), where it "
+            f"{attention_words(view.attention[position], labels, settings)}"
+        )
+    return sentence("; ".join(said)) + "."
+
+
+def edges_line(edges) -> str:
+    """The headline edge circuit and what its components are to each other (probes.circuits.logic)."""
+    from probes.circuits.redundancy import headline
+
+    kept, faithfulness, method = headline(edges.result, edges.structure)
+    line = (
+        f"Edges: {len(kept)} of {len(edges.result.graph.edges)} keep {pct(faithfulness)} of the gap on "
+        f"{edges.result.pairs} pairs ({method}, every other edge given its counterfactual write)"
+    )
+    return line + (f"; {logic_gist(edges.logic)}." if edges.logic is not None else ".")
+
+
+def logic_gist(logic) -> str:
+    """The main path, or the relations that stand in for one, in a few words."""
+    from probes.circuits.logic import PATH_CARRIES, RelationKind
+    from probes.report.logic_words import ORDER, branch, names, path_text
+
+    carrying = logic.carrying_paths
+    if carrying:
+        more = f" (and {len(carrying) - 1} more)" if len(carrying) > 1 else ""
+        return f"main path {path_text(carrying[0])} keeps {pct(carrying[0].effect)} on its own{more}"
+    words = {
+        RelationKind.SERIES: lambda r: "in series " + " -> ".join(map(str, r.parts[0])),
+        RelationKind.AND: lambda r: f"{names(c for part in r.parts for c in part)} jointly needed (AND)",
+        RelationKind.OR: lambda r: " | ".join(branch(b) for b in r.parts) + " each suffice (OR)",
+        RelationKind.PARTIAL_OR: lambda r: f"{r.parts[0][0]} partly backs up {r.parts[1][0]}",
+        RelationKind.NECESSARY: lambda r: f"{names(r.parts[0])} in every minimal set",
+    }
+    ranked = sorted(logic.relations, key=lambda r: ORDER.index(r.kind))
+    # Of several chains, the longest says most (the others share its links).
+    series = [r for r in ranked if r.kind is RelationKind.SERIES]
+    shown = [r for r in ranked if r.kind is not RelationKind.SERIES]
+    shown += [max(series, key=lambda r: len(r.parts[0]))] if series else []
+    found = ", ".join(words[r.kind](r) for r in shown[:SHOWN_RELATIONS])
+    return f"no single path keeps {pct(PATH_CARRIES)} on its own" + (f": {found}" if found else "")
+
+
+def ablation_line(analysis, settings: ReportSettings) -> str:
+    from probes.report.summary import block_verdicts
+    from probes.report.words import intact
+
+    ablated = analysis.circuit_ablation
+    blocks = ", ".join(f"block {i + 1} {v}" for i, v in enumerate(block_verdicts(analysis, settings).split("/")))
+    return (
+        f"Mean-ablating its heads leaves {pct(ablated.accuracy)} accuracy (intact {pct(intact(analysis).accuracy)}); "
+        f"a whole block's heads: {blocks}."
+    )
+
+
+# ---- the evidence ---------------------------------------------------------------------------
+
+
+def evidence_lines(analysis, edges, settings: ReportSettings) -> list[str]:
+    from probes.report.words import block_sentences, faithfulness_clause, path_clause, role_clause, shuffle_text
+
+    heldout = analysis.accuracy.splits["heldout"]
+    lines = [
+        f"held-out {pct(heldout.accuracy.value, 1)} [{heldout.accuracy.low:.1%}, {heldout.accuracy.high:.1%}] "
+        f"(Wilson 95%, n = {heldout.n}), train {pct(analysis.accuracy.splits['train'].accuracy.value, 1)}; "
+        f"permuting the prefix moves the scored logits by at most {shuffle_text(analysis.accuracy.shuffle_max_logit_change)}"
+    ]
+    if analysis.circuit is None:
+        return lines
+    b = analysis.basis
+    lines.append(
+        f"head circuit on {b.pairs} held-out pairs, {HeadSet(analysis.circuit.heads)}: "
+        + faithfulness_clause(analysis.circuit)
+    )
+    lines += [clause for clause in (path_clause(analysis, settings), role_clause(analysis, settings)) if clause]
+    lines += block_sentences(analysis, settings)
+    if edges is not None:
+        lines += edge_evidence(analysis, edges, settings)
+    return lines
+
+
+def edge_evidence(analysis, edges, settings: ReportSettings) -> list[str]:
+    from probes.report.logic_words import ORDER, path_sentence, relation_sentence
+    from probes.report.words import views_agree
+
+    lines = []
+    if edges.logic is not None:
+        ranked = sorted(edges.logic.relations, key=lambda r: ORDER.index(r.kind))
+        lines += [relation_sentence(r) for r in ranked[:SHOWN_RELATIONS]]
+        if len(ranked) > SHOWN_RELATIONS:
+            lines.append(f"{len(ranked) - SHOWN_RELATIONS} more relations in the Appendix and report.json")
+        lines.append(path_sentence(edges.logic))
+    return lines + [views_agree(analysis, edges.result, settings).words]
+
+
+# ---- markdown -------------------------------------------------------------------------------
+
+
+def story_markdown(stories: list[RunStory]) -> str:
+    blocks = [INTRO]
+    for s in stories:
+        block = [f"### {s.title}", "", "Mechanism:", *(f"- {line}" for line in s.mechanism), "", "Evidence:"]
+        block += [f"- {line}" for line in s.evidence]
+        if s.figure:
+            block += ["", f"![{s.title}]({s.figure})"]
+        blocks.append("\n".join(block))
+    return "\n\n".join(blocks)
