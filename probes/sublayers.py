@@ -2,7 +2,7 @@
 
 - MLP ablation: an MLP's output (hook_mlp_out, every position) replaced by its mean over the
   reference's training rows at each position (MEAN) or by zero (ZERO), and the task re-scored
-  (probes.ablation's hooks, the same as for heads' z).
+  (probes.ablation.mlp_ablation_sweep, the same hooks as for heads' z).
 - Decodability: a linear probe (multinomial logistic regression, fit on training rows' scored
   positions) for the answer token from the residual stream after the embeddings and after each
   attention and MLP sublayer, scored on held-out rows. 1 = the answer can be read linearly there;
@@ -19,8 +19,7 @@ import torch
 from transformer_lens.utilities import get_act_name
 
 from models.bridge import device_of
-from models.graph import MLP
-from probes.ablation import Ablation, Reference, ablation_hooks, chunked_cache
+from probes.ablation import Ablation, Reference, chunked_cache, mlp_ablation_sweep
 from tasks.data import Batch
 from tasks.evaluate import logits_at_scored, score_logits
 
@@ -65,12 +64,6 @@ def scores(model, batch: Batch, hooks: list) -> Scores:
     scored = score_logits(logits_at_scored(logits, batch), batch)
     diff = scored.logit_diff
     return Scores(scored.accuracy, diff.nanmean().item() if len(diff) else float("nan"), len(scored.predicted))
-
-
-def ablate_mlp(model, batch: Batch, layer: int, method: Ablation, reference: Reference) -> MLPAblation:
-    batch = batch.to(device_of(model))
-    hooks = ablation_hooks(model, batch, [MLP(layer)], method, reference=reference)
-    return MLPAblation(layer, method, scores(model, batch, hooks))
 
 
 def stages(model) -> list[tuple[str, str]]:
@@ -134,12 +127,18 @@ def decodability(model, train: Batch, heldout: Batch) -> tuple[Decodable, ...]:
     return tuple(out)
 
 
-def sublayers(model, train: Batch, heldout: Batch, reference: Reference) -> Sublayers:
-    """`train`: the rows the probe is fit on; `heldout`: the rows ablations and the probe are scored on."""
+def sublayers(
+    model, train: Batch, heldout: Batch, reference: Reference, mlp_ablations: dict | None = None
+) -> Sublayers:
+    """`train`: the rows the probe is fit on; `heldout`: the rows ablations and the probe are scored on;
+    `mlp_ablations`: Ablation -> probes.ablation.mlp_ablation_sweep on `heldout` with `reference`
+    (measured when not given; the report passes the ones its ablation table shows)."""
+    methods = (Ablation.MEAN, Ablation.ZERO)
+    found = mlp_ablations or {m: mlp_ablation_sweep(model, heldout, m, reference=reference) for m in methods}
     layers = [] if model.cfg.attn_only else range(model.cfg.n_layers)
     mlps = tuple(
-        ablate_mlp(model, heldout, layer, method, reference)
+        MLPAblation(layer, m, Scores(found[m][layer].accuracy, found[m][layer].logit_diff, found[m][layer].n))
         for layer in layers
-        for method in (Ablation.MEAN, Ablation.ZERO)
+        for m in methods
     )
     return Sublayers(scores(model, heldout.to(device_of(model)), []), mlps, decodability(model, train, heldout))

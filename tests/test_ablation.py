@@ -21,20 +21,25 @@ from tasks.data import task_dataset, to_batch
 from tasks.evaluate import score_model
 
 
-@pytest.fixture(scope="module")
-def setup(small_winograd):
-    data = task_dataset(small_winograd, 0)
+def untrained(task, mlp: bool, seed: int):
+    """A norm-free 2-layer, 2-head model (with or without MLPs) and the task's held-out and training rows."""
+    data = task_dataset(task, 0)
     heldout, train = to_batch(data["heldout"]), to_batch(data["train"])
     spec = ModelSpec(
         n_layers=2,
         d_model=16,
         n_heads=2,
-        mlp=False,
+        mlp=mlp,
         norm=None,
         n_ctx=heldout.inputs.shape[1],
-        d_vocab=len(small_winograd.vocabulary()),
+        d_vocab=len(task.vocabulary()),
     )
-    return build_model(spec, seed=5), heldout, train
+    return build_model(spec, seed=seed), heldout, train
+
+
+@pytest.fixture(scope="module")
+def setup(small_winograd):
+    return untrained(small_winograd, mlp=False, seed=5)
 
 
 def direct_logits(model, batch, z_means):
@@ -178,17 +183,7 @@ def test_one_ablation_enum_for_heads_and_edges():
 
 @pytest.fixture(scope="module")
 def mlp_model(small_winograd):
-    data = task_dataset(small_winograd, 0)
-    heldout, train = to_batch(data["heldout"]), to_batch(data["train"])
-    spec = ModelSpec(
-        n_layers=2,
-        d_model=16,
-        n_heads=2,
-        norm=None,
-        n_ctx=heldout.inputs.shape[1],
-        d_vocab=len(small_winograd.vocabulary()),
-    )
-    return build_model(spec, seed=6), heldout, train
+    return untrained(small_winograd, mlp=True, seed=6)
 
 
 def logits_with_mlp_out(model, batch, layer, replacement):

@@ -76,6 +76,17 @@ class RunContext:
         return spread_subset(self.heldout, self.settings.ablation_rows)
 
     @cached_property
+    def mlp_ablations(self) -> dict:
+        """Ablation -> each MLP alone ablated on the sample (the ablation table's MLP rows and the
+        sublayer part's verdicts: one measurement for both)."""
+        from probes.ablation import ABLATION_METHODS, mlp_ablation_sweep
+
+        return {
+            method: mlp_ablation_sweep(self.model, self.sample, method, self.run.seed, self.reference)
+            for method in ABLATION_METHODS
+        }
+
+    @cached_property
     def pairs(self):
         """The held-out counterfactual pairs patching and circuit search use (ReportSettings.pair_count)."""
         from tasks.data import spread_subset

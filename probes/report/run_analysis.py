@@ -131,7 +131,7 @@ def basis(context) -> Basis:
 
 def analyse_run(context) -> RunAnalysis:
     """The circuit part's measure: the run's RunAnalysis, with its figure drawn under the report."""
-    from probes.ablation import ABLATION_METHODS, clean_run, head_ablation_sweep, mlp_ablation_sweep
+    from probes.ablation import ABLATION_METHODS, clean_run, head_ablation_sweep
     from probes.attention import pair_attention, position_labels, scored_attention
     from probes.patching import activation_patching
     from probes.attention import role_view
@@ -164,16 +164,13 @@ def analyse_run(context) -> RunAnalysis:
     ablations = {
         method: head_ablation_sweep(model, sample, method, run.seed, reference, clean) for method in ABLATION_METHODS
     }
-    mlp_ablations = {
-        method: mlp_ablation_sweep(model, sample, method, run.seed, reference) for method in ABLATION_METHODS
-    }
     patching = activation_patching(model, context.pairs)
     analysis = RunAnalysis(
         **base,
         attention=scored_attention(model, sample, context.vocabulary),
         pair=pair_attention(model, context.heldout, 0, context.vocabulary),
         ablations=ablations,
-        mlp_ablations=mlp_ablations,
+        mlp_ablations=context.mlp_ablations,
         patching=patching,
         labels=position_labels(context.heldout.inputs, context.vocabulary),
         vocabulary=context.vocabulary,

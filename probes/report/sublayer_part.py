@@ -23,7 +23,7 @@ def measure_sublayers(context: RunContext):
     return (
         context.run.model_name,
         context.run.seed,
-        sublayers(context.model, context.reference.batch, context.sample, context.reference),
+        sublayers(context.model, context.reference.batch, context.sample, context.reference, context.mlp_ablations),
     )
 
 
