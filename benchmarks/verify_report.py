@@ -347,8 +347,7 @@ def head_circuits(W: Weights, circuit: dict) -> list[tuple[str, dict, dict]]:
     """(what, kept, stored Faithfulness) of a run's head circuit: the circuit, its heads at every
     position, each knock-out (the full model minus one head) and each step of the search's trace.
     A result naming its heads ('nodes') is read as named; otherwise from the circuit's 'kept'."""
-    kept = circuit["kept"] if "kept" in circuit else parse_kept(circuit["faithfulness"]["nodes"])
-    kept = {head: None if where is None else tuple(where) for head, where in kept.items()}
+    kept = {head: None if where is None else tuple(where) for head, where in circuit_kept(circuit).items()}
     out = [("circuit", kept, circuit["faithfulness"])]
     if circuit.get("head_faithfulness"):
         out.append(("its heads at every position", dict.fromkeys(kept), circuit["head_faithfulness"]))
@@ -360,6 +359,11 @@ def head_circuits(W: Weights, circuit: dict) -> list[tuple[str, dict, dict]]:
             (f"trace {'+'.join(heads)}", dict.fromkeys(heads), {"recovered": recovered, "normalised": normalised})
         )
     return out
+
+
+def circuit_kept(circuit: dict) -> dict:
+    """A stored head circuit's heads -> kept positions: its 'kept', else parsed from its faithfulness's nodes."""
+    return circuit["kept"] if "kept" in circuit else parse_kept((circuit.get("faithfulness") or {}).get("nodes", []))
 
 
 def parse_kept(nodes: list[str]) -> dict:
@@ -714,9 +718,7 @@ def check_views(checks: Checks, name: str, runs: EdgeRuns, view: dict, claim: fl
     head_view = sorted(
         f"{s} -> {r}" for s, r in pairs if max(runs.denoise([(s, r, p)]) for p in [None, *range(runs.T)]) >= claim
     )
-    circuit = entry.get("circuit") or {}
-    kept = circuit["kept"] if "kept" in circuit else parse_kept((circuit.get("faithfulness") or {}).get("nodes", []))
-    head_circuit = sorted(kept)
+    head_circuit = sorted(circuit_kept(entry.get("circuit") or {}))
     edge_senders = sorted({s for s, _, _ in (parse_edge(e["edge"]) for e in stored["circuit"]) if s in heads})
     checks.truth(
         f"{name}: edge view {edge_view}", edge_view == view["edge_view"], len(pairs), f"report: {view['edge_view']}"
