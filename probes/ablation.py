@@ -157,11 +157,14 @@ def reference_activations(model, batch: Batch) -> Reference:
     return Reference(batch, {l: cache[get_act_name("z", l)] for l in layers}, {name: cache[name] for name in writes})
 
 
-def replacement_z(model, batch: Batch, layers, method: Ablation, seed: int, reference: "Batch | Reference") -> dict:
+def replacement_z(
+    model, batch: Batch, layers, method: Ablation, seed: int, reference: "Batch | Reference | None"
+) -> dict:
     """Per layer, the [n, pos, head, d_head] values the ablated heads' z is replaced with."""
     width = batch.inputs.shape[1]
     if method is Ablation.ZERO or not layers:
         return {layer: None for layer in layers}
+    assert reference is not None, "check_method refuses a mean or resample ablation without reference="
     if isinstance(reference, Reference):
         z, reference = reference.z, reference.batch
     else:
@@ -439,7 +442,10 @@ def replayed_scores(model, batch: Batch, clean: CleanRun, targets, values: dict)
             stacked = torch.cat([ablated_residual(model, batch, clean, heads, values) for heads in chunk])
             if not model.cfg.attn_only:
                 block = modules.blocks[layer]
-                stacked = stacked + block.mlp(block.ln2(stacked))
+                mlp, ln2 = block.mlp, block.ln2
+                # nn.Module's __getattr__ is typed Tensor | Module; a block's mlp and ln2 are modules.
+                assert isinstance(mlp, torch.nn.Module) and isinstance(ln2, torch.nn.Module)
+                stacked = stacked + mlp(ln2(stacked))
             if last:
                 logits = resume(modules, stacked, layer + 1)[:, 0]
             else:

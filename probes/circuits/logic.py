@@ -83,7 +83,8 @@ class Path:
 
     @property
     def components(self) -> tuple[Component, ...]:
-        return tuple(e.sender for e in self.edges[1:])
+        # Only the first edge leaves the embedding, so the filter drops nothing; it narrows the type.
+        return tuple(e.sender for e in self.edges[1:] if not isinstance(e.sender, Embed))
 
 
 @dataclass(frozen=True)
@@ -236,7 +237,7 @@ def chains(members: frozenset, links: frozenset[Edge]) -> list[tuple[Component, 
     return [c for c in found if len(c) >= 2]
 
 
-def joined(members: frozenset, links: frozenset[Edge]) -> list[tuple[Component, tuple[Component, ...]]]:
+def joined(members: frozenset, links: frozenset[Edge]) -> list[tuple[Component | None, tuple[Component, ...]]]:
     """Where two or more members meet: (a member, the members writing to it) with two or more writers,
     and (None, the members writing to no member) when there are two or more of those."""
     to = member_links(members, links)

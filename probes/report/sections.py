@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from models.components import Head, HeadSet
 from models.spec import Attention
@@ -16,6 +16,8 @@ from probes.report.render import md_table
 from probes.report.words import pct as percent
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from probes.circuits.path_patching import PathPatch
     from probes.circuits.timeline import CircuitTimeline
     from probes.dynamics import Dynamics, SnapshotPoint
@@ -74,6 +76,7 @@ def run_heads(context) -> RunHeads:
     pairs = spread_subset(heldout, context.settings.role_path_pairs)
     paths = path_patch_many(model, pairs, edges + joint + with_values) if edges else []
     n_edges, n_joint = len(edges), len(joint)
+    no_values: list[PathPatch | None] = [None, None]
     return RunHeads(
         run.model_name,
         run.seed,
@@ -82,7 +85,7 @@ def run_heads(context) -> RunHeads:
         induction.heads,
         paths[:n_edges],
         paths[n_edges : n_edges + n_joint],
-        *(paths[n_edges + n_joint :] or [None, None]),
+        *(paths[n_edges + n_joint :] or no_values),
     )
 
 
@@ -121,7 +124,9 @@ def names(heads: list[Head]) -> str:
 def role_line(run: RunRoles, claim: float) -> str:
     """One run's head roles and the paths between them, in a summary line; an edge is named as a
     path only when it recovers `claim` of the gap."""
-    heads, report = run.heads, run.heads.report
+    heads = run.heads
+    assert heads is not None, "a summary line is written only for a run whose head roles were measured"
+    report = heads.report
     line = (
         f"{run.model_name} seed {run.seed}: previous-token head(s) {names(heads.previous)}, "
         f"induction head(s) {names(heads.induction)} (baseline {pct(report.baseline_accuracy)}"
@@ -142,6 +147,7 @@ def role_line(run: RunRoles, claim: float) -> str:
             f"(Q {pct(joint['q'].recovered)}, V {pct(joint['v'].recovered)})"
         )
     if heads.k_with_clean_values is not None:
+        assert heads.clean_values_alone is not None, "run_heads measures the two together"
         line += (
             f"; with clean values {pct(heads.k_with_clean_values.recovered)} "
             f"(clean values alone {pct(heads.clean_values_alone.recovered)})"
@@ -153,7 +159,7 @@ def head_roles_section(measured: list[RunRoles], out: Path, settings) -> Section
     from probes.heads import LAYER_SHARE
 
     position_rows, role_rows, path_rows, summary = [], [], [], []
-    data = {"induction_share": measured[0].induction_share, "runs": []}
+    data: dict[str, Any] = {"induction_share": measured[0].induction_share, "runs": []}
     for run in measured:
         final = run.final
         position_rows.append(
@@ -248,6 +254,7 @@ def head_roles_section(measured: list[RunRoles], out: Path, settings) -> Section
 
 def role_cell(run: RunRoles) -> str:
     heads = run.heads
+    assert heads is not None, "a cell is made only for a run whose head roles were measured"
     return f"prev {HeadSet(heads.previous) or 'none'}, ind {HeadSet(heads.induction) or 'none'}"
 
 
@@ -281,7 +288,7 @@ def measure_timeline(context) -> CircuitTimeline | None:
         return None
     own = {name: value.clone() for name, value in model.state_dict().items()}
     fix = "retrain the run to rewrite its snapshots"
-    snapshots = [
+    snapshots: list[tuple[int, Callable]] = [
         (step, lambda m, path=path: load_weights(m, path, fix=fix)) for step, path in snapshot_files(context.run.path)
     ]
     snapshots.append((int(context.run.metrics["steps"]), lambda m: m.load_state_dict(own)))
@@ -363,6 +370,7 @@ def dynamics_section(measured: list[RunDynamics], out: Path, settings) -> Sectio
         parts += ["", timeline_intro(settings), ""]
         for run in timed:
             line = timeline_line(run)
+            assert line is not None, "a timed run has a timeline"
             summary.append(line)
             figure = timeline_figure(run.timeline, run.dynamics, Path(out) / "figures")
             parts += [
@@ -397,6 +405,7 @@ def timeline_intro(settings) -> str:
 
 def timeline_json(run: RunDynamics) -> dict:
     t = run.timeline
+    assert t is not None, "only timed runs are written"
     return {
         "model": run.dynamics.model_name,
         "seed": run.dynamics.seed,
