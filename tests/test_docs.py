@@ -345,3 +345,17 @@ def test_the_checks_report_a_broken_page():
     architecture = ARCHITECTURE.read_text()
     assert unnamed_modules(architecture.replace("`fused.py`", "fused")) == ["models/fused.py"]
     assert misplaced_files(architecture.replace("`fused.py`,", "`fuse.py`,")) == ["models/fuse.py"]
+
+
+def test_the_model_counts_the_docs_state_are_the_registries():
+    """The leaderboard's model counts are typed into prose; this keeps them from going stale."""
+    from collections import Counter
+
+    from probes.circuits.leaderboard import truth_models
+    from probes.circuits.truth.tracr_programs import PROGRAMS
+
+    kinds = Counter(entry.family for entry in truth_models().values())
+    board = (ROOT / "docs/leaderboard.md").read_text()
+    for label, kind in (("Planted", "planted"), ("Gates", "gate"), ("Tracr", "tracr")):
+        assert f"**{label}** ({kinds[kind]}" in board, (label, kinds[kind])
+    assert f"toylens compiles {len(PROGRAMS)} programs" in (ROOT / "docs/tracr.md").read_text()
