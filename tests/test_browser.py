@@ -202,3 +202,32 @@ def test_the_census_page_fits_its_view_offline(browser, census_html, width):
     assert page.evaluate("document.documentElement.scrollWidth <= innerWidth")
     assert boxes_outside(page, "body", "h1, h2, h3, p, li") == []
     page.close()
+
+
+def test_the_main_path_is_a_chain_to_the_logits_drawn_with_a_halo(browser, report_html):
+    path, run_id = report_html
+    page, errors, _ = opened(browser, path, f"#run={run_id}")
+    graph = next(r for r in page_data(page)["runs"] if r["id"] == run_id)["graph"]
+    by_id = {e["id"]: e for e in graph["edges"]}
+    chain = [by_id[i] for i in graph["main_path"]]
+    assert chain and chain[-1]["r"] == "logits" and all(e["in"] for e in chain)
+    assert all(a["r"] == b["s"] for a, b in zip(chain, chain[1:]))
+    assert sorted(h.get_attribute("data-halo") for h in page.locator("path.halo").all()) == sorted(graph["main_path"])
+    assert errors == []
+    page.close()
+
+
+def test_the_main_path_follows_the_strongest_weakest_link():
+    from probes.report.outputs.html import main_path
+
+    def edge(s, r, alone, inside=True):
+        return {"id": f"{s}->{r}", "s": s, "r": r, "alone": alone, "in": inside}
+
+    edges = [
+        edge("embed", "L0H0", 0.9),
+        edge("L0H0", "logits", 0.2),  # strong start, weak end
+        edge("embed", "L1H0", 0.5),
+        edge("L1H0", "logits", 0.6),
+        edge("embed", "logits", 0.99, inside=False),  # outside the circuit
+    ]
+    assert main_path(edges) == ["embed->L1H0", "L1H0->logits"]
