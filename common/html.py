@@ -17,7 +17,8 @@ body { font: 14px/1.45 system-ui, sans-serif; margin: 0; color: #222; }
 header { background: #1f2d3d; color: #fff; padding: 8px 16px; }
 header h1 { font-size: 18px; margin: 0 0 4px; }
 main { padding: 8px 16px 40px; }
-table { border-collapse: collapse; margin: 6px 0 12px; font-size: 13px; }
+/* a table wider than the view scrolls inside its own box, never the page sideways */
+table { border-collapse: collapse; margin: 6px 0 12px; font-size: 13px; display: block; max-width: 100%; overflow-x: auto; }
 th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: left; vertical-align: top; }
 th { background: #eef1f5; }
 table.sortable th { cursor: pointer; user-select: none; }

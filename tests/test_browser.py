@@ -167,3 +167,67 @@ def test_hovering_the_first_edge_reads_as_a_sentence_and_the_attention_has_a_sca
     assert "top 0 edges" not in page.evaluate("""(() => edgeSentence({in: true, before: 0, after: 0}, 1))()""")
     assert errors == []
     page.close()
+
+
+@pytest.fixture(scope="module")
+def census_html(tmp_path_factory):
+    """A census page with a long label, so its table is wider than a phone's view."""
+    from types import SimpleNamespace
+
+    from probes.census import Census, group_census
+    from probes.report.outputs.census import write_census
+
+    def member(seed, label):
+        run = SimpleNamespace(seed=seed, metrics={"stop_reason": "validation solved", "accuracy": {"heldout": 1.0}})
+        return run, "path", label, 0.8
+
+    labels = ["Q-composition " + "L0H0->L1H0 " * 6, "K-composition b"]
+    group = group_census("attn-only-2x1", "default", {}, [member(s, label) for s, label in enumerate(labels)], 0)
+    folder = tmp_path_factory.mktemp("census") / "census"
+    write_census(Census((group,), ()), folder)
+    return folder / "census.html"
+
+
+@pytest.mark.parametrize("width", [1300, 420])
+def test_the_census_page_fits_its_view_offline(browser, census_html, width):
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    errors, requests = [], []
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("request", lambda request: requests.append(request.url))
+    page.goto(census_html.as_uri())
+    page.wait_for_load_state("load")
+    assert errors == [] and requests == [census_html.as_uri()]
+    # Wide tables scroll inside their own box; the page itself never scrolls sideways.
+    assert page.evaluate("document.documentElement.scrollWidth <= innerWidth")
+    assert boxes_outside(page, "body", "h1, h2, h3, p, li") == []
+    page.close()
+
+
+def test_the_main_path_is_a_chain_to_the_logits_drawn_with_a_halo(browser, report_html):
+    path, run_id = report_html
+    page, errors, _ = opened(browser, path, f"#run={run_id}")
+    graph = next(r for r in page_data(page)["runs"] if r["id"] == run_id)["graph"]
+    by_id = {e["id"]: e for e in graph["edges"]}
+    chain = [by_id[i] for i in graph["main_path"]]
+    assert chain and chain[-1]["r"] == "logits" and all(e["in"] for e in chain)
+    assert all(a["r"] == b["s"] for a, b in zip(chain, chain[1:]))
+    assert sorted(h.get_attribute("data-halo") for h in page.locator("path.halo").all()) == sorted(graph["main_path"])
+    assert errors == []
+    page.close()
+
+
+def test_the_main_path_follows_the_strongest_weakest_link():
+    from probes.report.outputs.html import main_path
+
+    def edge(s, r, alone, inside=True):
+        return {"id": f"{s}->{r}", "s": s, "r": r, "alone": alone, "in": inside}
+
+    edges = [
+        edge("embed", "L0H0", 0.9),
+        edge("L0H0", "logits", 0.2),  # strong start, weak end
+        edge("embed", "L1H0", 0.5),
+        edge("L1H0", "logits", 0.6),
+        edge("embed", "logits", 0.99, inside=False),  # outside the circuit
+    ]
+    assert main_path(edges) == ["embed->L1H0", "L1H0->logits"]

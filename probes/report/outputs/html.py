@@ -46,6 +46,28 @@ def run_id(model_name: str, seed: int) -> str:
 # ---- one run's data ------------------------------------------------------------------------
 
 
+def main_path(edges: list[dict]) -> list[str]:
+    """The circuit's main path: of the circuit's chains of edges that end at the logits, the one whose
+    weakest edge carries the most alone (a chain is only as strong as its weakest link)."""
+    into: dict[str, list[dict]] = {}
+    for e in edges:
+        if e["in"]:
+            into.setdefault(e["r"], []).append(e)
+    best: dict[str, tuple[float, list[str]]] = {}
+
+    def widest(node: str) -> tuple[float, list[str]]:
+        # the widest chain from any source to `node`; a node nothing in the circuit feeds starts one
+        if node not in best:
+            chains = [
+                (min(abs(e["alone"] or 0), widest(e["s"])[0]), [*widest(e["s"])[1], e["id"]])
+                for e in into.get(node, [])
+            ]
+            best[node] = max(chains, key=lambda c: c[0]) if chains else (float("inf"), [])
+        return best[node]
+
+    return widest("logits")[1]
+
+
 def graph_data(edge_run) -> dict | None:
     """The edge graph with every edge's exact effect, its place in the oracle ranking and each
     method's rank; None when the run's edges were not traced."""
@@ -99,6 +121,7 @@ def graph_data(edge_run) -> dict | None:
     return {
         "nodes": nodes,
         "edges": edges,
+        "main_path": main_path(edges),
         "n_layers": graph.n_layers,
         "pairs": result.pairs,
         "metric": result.metric,

@@ -116,8 +116,11 @@ function drawGraph(box, run) {
   const used = new Set(graph.edges.filter(e => e.in).flatMap(e => [e.s, e.r]));
   const ordered = [...graph.edges.filter(e => !e.in), ...graph.edges.filter(e => e.in)];   // circuit edges on top
   const edgeLayer = svg('g', {class: 'edges'}, root), hitLayer = svg('g', {class: 'hits'}, root);
+  const main = new Set(graph.main_path || []);
   for (const e of ordered) {
     const d = edgePath(place[e.s], place[e.r], e.port);
+    if (main.has(e.id))   // the main path drawn with a halo under its edges
+      svg('path', {d, class: 'halo', 'data-halo': e.id, fill: 'none', stroke: '#ffd54a', 'stroke-width': 12, 'stroke-linecap': 'round'}, edgeLayer);
     const width = e.in ? 1 + 5 * Math.abs(e.alone || 0) / largest : 1;
     svg('path', {d, class: 'edge' + (e.in ? ' in-circuit' : ''), 'data-edge': e.id, stroke: e.in ? PORT_COLOUR[e.port] : '#bbb',
       'stroke-width': width, 'marker-end': e.in ? `url(#arrow-${e.port})` : '', fill: 'none'}, edgeLayer);
