@@ -156,6 +156,16 @@ def held_interrupts():
         raise KeyboardInterrupt
 
 
+def entry(main) -> None:
+    """Run an entry point's `main` with Ctrl-C handled from its first moment: pressed while the
+    command's modules import (torch and TransformerLens take the first second or so), before
+    run_cli takes over, it is the same one line and exit 130, not a KeyboardInterrupt traceback."""
+    import signal
+
+    signal.signal(signal.SIGINT, interrupt_once)
+    body(main)
+
+
 def body(command, *args) -> None:
     try:
         command(*args)
