@@ -124,6 +124,7 @@ def run_cli(command, *args) -> None:
             signal.signal(signal.SIGINT, previous)
 
 
+_pressed: list[bool] = []  # not empty once Ctrl-C was pressed
 _held: list[bool] = []  # one entry per open held_interrupts block: whether a Ctrl-C came during it
 
 
@@ -134,6 +135,7 @@ def interrupt_once(signum, frame) -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _pressed.append(True)
     if _held:
         _held[-1] = True
         return
@@ -156,6 +158,16 @@ def held_interrupts():
         raise KeyboardInterrupt
 
 
+def entry(main) -> None:
+    """Run an entry point's `main` with Ctrl-C handled from its first moment: pressed while the
+    command's modules import (torch and TransformerLens take the first second or so), before
+    run_cli takes over, it is the same one line and exit 130, not a KeyboardInterrupt traceback."""
+    import signal
+
+    signal.signal(signal.SIGINT, interrupt_once)
+    body(main)
+
+
 def body(command, *args) -> None:
     try:
         command(*args)
@@ -164,8 +176,7 @@ def body(command, *args) -> None:
         sys.exit(EXIT_USAGE)
     except KeyboardInterrupt as interrupt:
         # Training raises KeyboardInterrupt(how to resume); elsewhere every file written is complete.
-        print(f"\ninterrupted: {str(interrupt) or 'stopped; every file written so far is complete'}", file=sys.stderr)
-        sys.exit(130)
+        interrupted(str(interrupt))
     except BrokenPipeError:
         # The reader went away (e.g. `| head`): not an error of the user's input.
         sys.stderr.close()
@@ -174,3 +185,14 @@ def body(command, *args) -> None:
         # The file system refused (permissions, disk full, a file where a folder should be).
         say(f"error: {error}; check the path and its permissions or free space")
         sys.exit(EXIT_USAGE)
+    except Exception:
+        if not _pressed:
+            raise
+        # Imported code swallowed the KeyboardInterrupt (seen in numpy's lazy submodule import,
+        # whose next use then recursed without end): what fails after a press is the press's.
+        interrupted("")
+
+
+def interrupted(how: str) -> None:
+    print(f"\ninterrupted: {how or 'stopped; every file written so far is complete'}", file=sys.stderr)
+    sys.exit(130)

@@ -2,6 +2,11 @@
 into the command layer (`toylens report`). The circuit code itself lives in `probes.circuits`."""
 
 if __name__ == "__main__":
-    from toylens.report import main
+    from common.cli import entry
 
-    main()
+    def main() -> None:
+        from toylens.report import main
+
+        main()
+
+    entry(main)

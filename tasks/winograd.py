@@ -139,6 +139,7 @@ class WinogradTask(Task):
 
 
 if __name__ == "__main__":
+    from common.cli import entry
     from toylens.cli import main_for_task
 
-    main_for_task("winograd")
+    entry(lambda: main_for_task("winograd"))

@@ -11,6 +11,8 @@ import importlib
 import sys
 from dataclasses import dataclass
 
+from common.cli import entry
+
 
 @dataclass(frozen=True)
 class Command:
@@ -65,6 +67,10 @@ def usage() -> str:
 
 
 def main(argv=None) -> None:
+    entry(lambda: dispatch(argv))
+
+
+def dispatch(argv) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
