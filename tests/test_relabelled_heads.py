@@ -4,6 +4,8 @@ circuit.json, to the same mechanism signature and one census row (tests/plugins/
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -13,7 +15,7 @@ from tests.test_varying_layout import SMALL, train
 
 # The task's variants whose circuit is traced at the tiny budget (block-1 cannot solve it in one
 # layer; no-residual, unscaled-no-positions, sinusoidal-no-norm, rotary-2x2 and post-norm are not
-# covered yet: post-norm's circuit search fails in models.resume.forward_from, found here).
+# covered yet; post-norm is refused in words, test below).
 TRACED = ("attn-only-2x2", "block-2")
 
 
@@ -50,3 +52,18 @@ def test_a_trained_model_with_permuted_heads_is_one_mechanism(neighbour_runs, na
     assert moved != {part: sorted(heads) for part, heads in before.signature.heads}
     census = group_census(name, "p", {}, [fake_member(s, x.signature) for s, x in enumerate((before, after))], 0)
     assert [c.count for c in census.circuits] == [2]
+
+
+def test_a_post_norm_snapshot_is_refused_in_words_not_traced(tmp_path):
+    """The post-norm 2-layer model once reached the edge oracle and died on a KeyError
+    ('blocks.0.hook_resid_mid': TL 4 aliases it to ln2.hook_in, which a post-norm block calls after
+    its MLP); snapshot_summary now refuses it as analyse_run does."""
+    from probes.report.parts import RunContext
+    from probes.report.run_analysis import snapshot_summary
+    from tasks.training.runs import find_runs
+
+    runs = train("neighbour", tmp_path / "runs", ("post-norm",), max_steps=400)
+    (run,) = find_runs(runs)
+    gap, summary = snapshot_summary(RunContext(run, None, SMALL), 0)
+    assert summary.signature is None and "post-norm" in summary.note
+    assert math.isfinite(gap)  # measured on the full forward, which post-norm runs

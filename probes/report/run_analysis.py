@@ -129,6 +129,25 @@ def basis(context) -> Basis:
     )
 
 
+def untraced_reason(spec) -> str | None:
+    """Why the circuit of a model of `spec` is not traced, or None where it is."""
+    if spec.attention == Attention.UNIFORM:
+        return "uniform attention: a bag of words has no circuit to trace"
+    if spec.attention == Attention.NONE:
+        return "no attention: each position reads only its own token, no circuit to trace"
+    if spec.norm_place == NormPlace.POST:
+        # Path patching and the edge oracle recompute a receiver's input as its block's pre-norm
+        # LayerNorm of the residual and read the MLP's input at hook_resid_mid, which TL 4's block
+        # bridge aliases to ln2.hook_in: a post-norm block calls ln2 after its MLP (or never, attention
+        # only), so that hook holds another tensor or does not fire.
+        return "post-norm blocks: not traced (the tracer assumes pre-norm blocks)"
+    if not spec.residual:
+        # Path patching and the circuit search send a head's write to later layers through the
+        # residual stream; without it a write reaches the next block only.
+        return "attention replaces the residual stream: not traced (the tracer assumes one)"
+    return None
+
+
 def analyse_run(context) -> RunAnalysis:
     """The circuit part's measure: the run's RunAnalysis, with its figure drawn under the report."""
     from probes.ablation import ABLATION_METHODS, clean_run, head_ablation_sweep
@@ -145,18 +164,9 @@ def analyse_run(context) -> RunAnalysis:
         accuracy=context.accuracy,
         basis=basis(context),
     )
-    if context.spec.attention == Attention.UNIFORM:
-        return RunAnalysis(**base, note="uniform attention: a bag of words has no circuit to trace")
-    if context.spec.attention == Attention.NONE:
-        return RunAnalysis(**base, note="no attention: each position reads only its own token, no circuit to trace")
-    if context.spec.norm_place == NormPlace.POST:
-        # Path patching and the edge oracle recompute a receiver's input as its block's pre-norm
-        # LayerNorm of the residual; a post-norm block reads the raw residual instead.
-        return RunAnalysis(**base, note="post-norm blocks: not traced (the tracer assumes pre-norm blocks)")
-    if not context.spec.residual:
-        # Path patching and the circuit search send a head's write to later layers through the
-        # residual stream; without it a write reaches the next block only.
-        return RunAnalysis(**base, note="attention replaces the residual stream: not traced (the tracer assumes one)")
+    untraced = untraced_reason(context.spec)
+    if untraced is not None:
+        return RunAnalysis(**base, note=untraced)
     if context.heldout.counterfactual is None:
         return RunAnalysis(**base, note="the task declares no counterfactual pairs")
     model, sample, reference = context.model, context.sample, context.reference
@@ -329,7 +339,10 @@ def snapshot_summary(context, step: int):
         labels=position_labels(context.heldout.inputs, context.vocabulary),
     )
     gap = clean_gap(model, pairs)
-    if settings.traces(gap):
+    untraced = untraced_reason(context.spec)
+    if untraced is not None:
+        analysis = dataclasses.replace(analysis, note=untraced)
+    elif settings.traces(gap):
         patching = activation_patching(model, pairs)
         reference = reference_activations(model, training_reference(run, settings.reference_rows))
         analysis = dataclasses.replace(analysis, **circuit_paths_measured(model, pairs, reference, patching, settings))
