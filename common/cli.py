@@ -165,7 +165,22 @@ def entry(main) -> None:
     import signal
 
     signal.signal(signal.SIGINT, interrupt_once)
-    body(main)
+    try:
+        body(main)
+    except SystemExit as stop:
+        if not _pressed:
+            raise
+        # After a press the process ends here, not in the interpreter's teardown: that teardown puts
+        # SIGINT back to its default, so a second press landing in it ended the process by SIGINT
+        # (status -2) after the one line (seen under load in tests/test_early_interrupts.py).
+        # The exit functions (temp folders, Ray, logging) still run, with presses ignored.
+        import atexit
+        import os
+
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(stop.code if isinstance(stop.code, int) else 1)
 
 
 def body(command, *args) -> None:
@@ -194,5 +209,10 @@ def body(command, *args) -> None:
 
 
 def interrupted(how: str) -> None:
+    import signal
+
+    # Ignored from here on whatever imported code did to the handler after the first press: a second
+    # press during the exit would otherwise end the process by SIGINT (status -2) after the line.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     print(f"\ninterrupted: {how or 'stopped; every file written so far is complete'}", file=sys.stderr)
     sys.exit(130)

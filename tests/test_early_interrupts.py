@@ -15,20 +15,31 @@ import pytest
 
 from tests.interrupting import PRESSES, assert_interrupted, environment
 
-DELAYS = (0.1, 0.2, 0.3, 0.5)  # seconds after the start, before the command's own work. Earlier (50 ms on a
-# loaded machine) the press lands in the interpreter's own start-up (site, the editable-install finder),
-# before any toylens code runs to catch it.
+DELAYS = (0.0, 0.1, 0.2, 0.4)  # seconds after torch began to load (the command's heavy imports, which
+# follow the handler's installation), before the command's own work. A fixed delay from the start is
+# not a moment: on a loaded machine 0.1 s still lands in the interpreter's own start-up (site, the
+# editable-install finder), before any toylens code runs to catch it.
 TOYLENS = str(Path(sys.executable).parent / "toylens")
 TRAIN = ["--models", "attn-only-2x1", "--seeds", "0-0", "--steps", "40", "--nouns", "6", "--no-progress"]
 
 
+def importing_torch(process: subprocess.Popen, limit: float = 60.0) -> None:
+    """Wait until `process` has mapped torch's library: its imports have begun."""
+    maps = Path(f"/proc/{process.pid}/maps")
+    ends = time.monotonic() + limit
+    while "libtorch" not in maps.read_text(errors="replace"):
+        assert process.poll() is None and time.monotonic() < ends, "torch never began to load"
+        time.sleep(0.005)
+
+
 def press_early(argv: list[str], delay: float, env: dict) -> tuple[int, str, float]:
-    """Start `argv`, press Ctrl-C `delay` s later (PRESSES times, 10 ms apart); (exit status, stderr,
+    """Start `argv`, press Ctrl-C `delay` s after torch began to load (PRESSES times, 10 ms apart); (exit status, stderr,
     seconds from the press until it ended). Fails if the command had already ended: the press
     would then test nothing."""
     process = subprocess.Popen(
         argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env
     )
+    importing_torch(process)
     time.sleep(delay)
     assert process.poll() is None, f"ended before the press: {process.stderr.read()}"
     for _ in range(PRESSES):
