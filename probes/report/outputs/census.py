@@ -9,7 +9,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from common.cli import UsageError
-from common.jsonfiles import read_json, strict
+from common.jsonfiles import strict
+from common.store import read_json
 from probes.census import Census, GroupCensus, Share, part_words
 from probes.circuits.mechanism_timeline import PREDICTABLE, MechanismTimeline
 from tasks.training.sweeps import FAILED, check_signed, signed

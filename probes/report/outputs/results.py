@@ -25,7 +25,8 @@ from typing import Callable
 from common.cli import UsageError
 from common.atomic import atomic_write
 from common.cli import path_name
-from common.jsonfiles import check_fields, read_json
+from common.jsonfiles import check_fields
+from common.store import read_json
 from common.ownership import remove
 from probes.report.document import md_table
 from probes.report.words import pct, shuffle_text
