@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from common.cli import UsageError
+from common.jsonfiles import strict
 
 MAX_JSON_BYTES = 64 * 1024 * 1024  # no file toylens writes comes near this; refuse before reading
 
@@ -45,6 +46,12 @@ def json_or_none(path: Path):
         return None if path.is_symlink() or not path.is_file() else parse_json(path)
     except (ValueError, RecursionError, OSError):
         return None
+
+
+def as_read_back(payload):
+    """`payload` as a JSON file holding it is read back (a dict's int keys as strings, tuples as
+    lists, NaN as null), without the file."""
+    return json.loads(json.dumps(strict(payload)))
 
 
 def unique_keys(pairs: list) -> dict:

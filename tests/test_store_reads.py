@@ -15,10 +15,7 @@ READ = re.compile(
 )
 
 READERS = {
-    "common/store.py": 5,  # the store: strict and lenient JSON, safetensors with and without metadata
-    # Not files: each parses a string that a stored record already held, after the store read it.
-    "probes/report/outputs/census.py": 1,  # a record round-tripped to sign it as read back
-    "probes/report/outputs/results.py": 1,  # JSON-encoded values from the runs' records
+    "common/store.py": 6,  # the store: strict and lenient JSON, safetensors with and without metadata
 }
 
 
