@@ -1,5 +1,5 @@
-"""JSON written and read the one way (strict: no NaN), schema checks for stored JSON, and file
-checksums: every file toylens reads is untrusted until it passes these."""
+"""JSON written the one way (strict: no NaN), schema checks for stored JSON (read by `common.store`),
+and file checksums: every file toylens reads is untrusted until it passes these."""
 
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ import math
 from pathlib import Path
 
 from common.cli import UsageError
-
-MAX_JSON_BYTES = 64 * 1024 * 1024  # no file toylens writes comes near this; refuse before reading
 
 
 def strict(value):
@@ -38,33 +36,6 @@ def not_unicode(text: str) -> bool:
 def json_text(payload) -> str:
     """The text write_json stores: strict JSON, indented, sorted keys."""
     return json.dumps(strict(payload), indent=2, sort_keys=True, allow_nan=False) + "\n"
-
-
-def read_json(path: Path, fix: str):
-    """The JSON value in `path`; anything that is not (not a regular file, too big, not UTF-8, not
-    JSON, a key twice, nested too deep for the parser) is a UsageError naming `fix`."""
-    path = Path(path)
-    if not path.is_file():  # a FIFO or device would block the read forever (or fill memory: /dev/zero)
-        raise UsageError(f"{path} is not a regular file (a folder, a FIFO, a device or a dangling link); {fix}")
-    if path.stat().st_size > MAX_JSON_BYTES:
-        raise UsageError(
-            f"{path} is {path.stat().st_size} bytes, more than any toylens JSON file ({MAX_JSON_BYTES}); {fix}"
-        )
-    try:
-        return json.loads(path.read_text(), object_pairs_hook=unique_keys)
-    except ValueError as error:  # not UTF-8, not JSON, a key twice, or an integer past Python's 4300-digit limit
-        raise UsageError(f"{path} is not valid JSON ({getattr(error, 'msg', error)}); {fix}") from None
-    except RecursionError:
-        raise UsageError(f"{path} is nested too deeply to be a toylens file; {fix}") from None
-
-
-def unique_keys(pairs: list) -> dict:
-    """A JSON object whose keys are distinct: with a key twice, Python keeps the last value and other
-    readers (jq, JavaScript engines) may keep another, so the file says two things."""
-    keys = [key for key, _ in pairs]
-    if len(set(keys)) < len(keys):
-        raise ValueError(f"key {next(k for k in keys if keys.count(k) > 1)!r} twice in one object")
-    return dict(pairs)
 
 
 def differences(recorded: dict, wanted: dict, prefix: str = "") -> list[str]:

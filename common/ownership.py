@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.cli import UsageError
+from common.store import json_or_none
 
 MANIFEST = ".toylens.json"
 LOCK = ".toylens.lock"  # common.lock's; never a user's file
@@ -97,10 +98,7 @@ def read_manifest(folder: Path) -> dict[str, Written] | None:
     path = Path(folder) / MANIFEST
     if not (path.exists() or path.is_symlink()):
         return {}
-    try:
-        data = None if path.is_symlink() or not path.is_file() else json.loads(path.read_text())
-    except (ValueError, RecursionError, OSError):
-        return None
+    data = json_or_none(path)
     files = data.get("files") if isinstance(data, dict) and data.get("written_by") == "toylens" else None
     if isinstance(files, list):  # written by a toylens that recorded names only
         return {name: Written(None) for name in files if isinstance(name, str)}

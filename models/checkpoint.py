@@ -18,7 +18,8 @@ from pathlib import Path
 
 from common.cli import UsageError
 from common.atomic import atomic_write, write_json
-from common.jsonfiles import read_json, sha256_file
+from common.jsonfiles import sha256_file
+from common.store import damage, load_tensors, read_json, read_tensors, stored_values
 from models.spec import ModelSpec, build_model, stored_spec
 
 WEIGHTS = "model.safetensors"
@@ -41,21 +42,6 @@ def cpu_tensors(tensors: dict) -> dict:
     refuses tensors that share storage, as the parameters do while training's optimizer holds them
     in one buffer (tasks.training.optimizer)."""
     return {name: tensor.detach().to("cpu", copy=True).contiguous() for name, tensor in tensors.items()}
-
-
-def load_tensors(path: Path, fix: str, header_only: bool = False) -> tuple[dict, dict]:
-    """(tensors, metadata) saved by `save_tensors` (with `header_only`, no tensors are read: {});
-    a damaged file is a UsageError naming `fix`."""
-    from safetensors import SafetensorError, safe_open
-
-    if not Path(path).is_file():  # a FIFO would block the read forever
-        raise UsageError(f"{path} is not a regular file (a folder, a FIFO, a device or a dangling link); {fix}")
-    try:
-        with safe_open(str(path), framework="pt") as handle:
-            metadata = json.loads((handle.metadata() or {})["toylens"])
-            return ({} if header_only else {name: handle.get_tensor(name) for name in handle.keys()}), metadata
-    except (SafetensorError, OSError, KeyError, TypeError, ValueError, RecursionError) as error:
-        raise UsageError(f"{path} is {damage(path)} ({error}); {fix}") from None
 
 
 def load_weights(model, path: Path, fix: str) -> None:
@@ -104,15 +90,6 @@ def read_config(run_dir: Path) -> dict:
     return config
 
 
-def damage(path: Path) -> str:
-    """Why a weights file does not load, in words: pickles get named as such."""
-    with open(path, "rb") as handle:
-        head = handle.read(4)
-    if head.startswith(b"PK\x03\x04") or (head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05")):
-        return "a pickle (torch.save), not safetensors; toylens never unpickles a file"
-    return "corrupt or truncated"
-
-
 def inspect_checkpoint(run_dir: Path) -> tuple[dict, ModelSpec]:
     """(config, spec) after every check that needs no torch: files present, no pickles, config
     fields, spec, vocabulary size, and the weights' SHA-256 against the one config.json recorded."""
@@ -156,33 +133,14 @@ def inspect_checkpoint(run_dir: Path) -> tuple[dict, ModelSpec]:
     return config, spec
 
 
-def stored_values(path: Path) -> int:
-    """How many numbers a safetensors file holds, read from its header alone."""
-    import math
-
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(str(path), framework="numpy") as handle:
-            return sum(math.prod(handle.get_slice(name).get_shape()) for name in handle.keys())
-    except (SafetensorError, OSError, ValueError) as error:
-        raise UsageError(f"{path} is {damage(path)} ({error}); retrain the run") from None
-
-
 def load_checkpoint(run_dir: Path):
     """(model in eval mode, config dict), after checking the files agree with each other."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     config, spec = inspect_checkpoint(run_dir)
     weights = Path(run_dir) / WEIGHTS
-    try:
-        state = load_file(str(weights))
-    except (SafetensorError, OSError, ValueError) as error:
-        raise UsageError(f"{weights} is {damage(weights)} ({error}); retrain the run") from None
+    state = read_tensors(weights, lambda error: f"{weights} is {damage(weights)} ({error}); retrain the run")
     import torch
 
-    with torch.device("cpu"):  # where load_file put the weights, whatever default a notebook set
+    with torch.device("cpu"):  # where read_tensors put the weights, whatever default a notebook set
         model = build_model(spec, seed=config["seed"])
     check_state(weights, state, model.state_dict())
     model.load_state_dict(state)

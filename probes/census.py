@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.cli import UsageError
-from common.jsonfiles import read_json
+from common.store import read_json
 from common.stats import Interval, mean_interval, wilson
 from probes.circuits.labels import CIRCUIT, NULLABLE, PATHS, SUMMARY_FIELDS, CircuitSummary, LabelKind, circuit_label
 from probes.circuits.mechanism_timeline import (

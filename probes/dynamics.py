@@ -52,7 +52,7 @@ def snapshot_files(run_dir: Path) -> list[tuple[int, Path]]:
     step whose weights it does not hold) and be the one training wrote there (the folder's manifest
     vouches for it): a snapshot copied from another run would be replayed as this run's."""
     from common.ownership import MANIFEST, owned
-    from models.checkpoint import load_tensors
+    from common.store import load_tensors
     from tasks.training.loop import SNAPSHOTS
 
     folder = Path(run_dir) / SNAPSHOTS

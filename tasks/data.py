@@ -16,7 +16,8 @@ from common.cli import UsageError, path_name
 
 if TYPE_CHECKING:  # torch is imported lazily so `toylens list` stays fast; annotations only
     import torch
-from common.jsonfiles import read_json, sha256_file
+from common.jsonfiles import sha256_file
+from common.store import read_json
 from common.ownership import MANIFEST, TEMP, adopt_all, clean_leftovers, foreign_files, remove_tree
 from tasks.base import NO_FOIL, SPLITS, Example, Task
 

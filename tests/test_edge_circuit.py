@@ -64,13 +64,12 @@ def test_the_edges_command_refuses_a_missing_folder(tmp_path, capsys):
     assert exit_.value.code == 2 and "is not a folder of runs" in capsys.readouterr().err
 
 
-def test_the_edges_command_writes_report_figures_and_mib_files(tiny_runs, tmp_path, monkeypatch):
+def test_the_edges_command_writes_report_figures_and_mib_files(tiny_runs, tmp_path):
     from probes.settings import ReportSettings
-    from toylens.edges import main
+    from toylens.edges import edges_command
 
     # A 150-step run barely tells its pairs apart: below the report's min_gap it would not be traced.
-    monkeypatch.setattr("probes.settings.DEFAULT", ReportSettings(min_gap=0.0))
-    main([str(tiny_runs), "--out", str(tmp_path)])
+    edges_command(tiny_runs, tmp_path, ReportSettings(min_gap=0.0))
     text = (tmp_path / "edges.md").read_text()
     assert "#### attn-only-2x1 seed 0" in text and "bag-of-words" not in text
     assert (tmp_path / "figures" / "edges-attn-only-2x1-seed0.png").is_file()  # the report's own name

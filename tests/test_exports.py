@@ -144,13 +144,12 @@ def test_attribution_graph_passes_neuronpedias_own_schema(planted):
     assert [list(e.absolute_path) for e in validator.iter_errors(data)] == [["metadata", "info", "generator"]]
 
 
-def test_the_export_commands_write_valid_files(tiny_runs, tmp_path, monkeypatch):
+def test_the_export_commands_write_valid_files(tiny_runs, tmp_path):
     from probes.settings import ReportSettings
-    from toylens.export import main
+    from toylens.export import export_command, main
 
     # A 150-step run barely tells its pairs apart: below the report's min_gap it is not exported.
-    monkeypatch.setattr("probes.settings.DEFAULT", ReportSettings(min_gap=0.0))
-    main(["mib", str(tiny_runs), "--out", str(tmp_path)])
+    export_command("mib", tiny_runs, tmp_path, 2, ReportSettings(min_gap=0.0))
     files = sorted(f for f in (tmp_path / "mib").glob("*.json") if not f.name.startswith("."))
     assert [f.name for f in files] == [
         "attn-only-2x1_seed0_eap-ig--5-steps.json",

@@ -23,15 +23,14 @@ pytestmark = pytest.mark.skipif(
 SCRIPT = Path(__file__).parents[1] / "benchmarks" / "check_exports_with_readers.py"
 
 
-def test_eap_igs_reader_and_the_viewers_schemas_accept_the_exports(tiny_runs, tmp_path, monkeypatch):
+def test_eap_igs_reader_and_the_viewers_schemas_accept_the_exports(tiny_runs, tmp_path):
     from probes.settings import ReportSettings
-    from toylens.export import main
+    from toylens.export import export_command, main
 
     runs = tmp_path / "winograd"
     shutil.copytree(tiny_runs, runs)
     # A 150-step run barely tells its pairs apart: below the report's min_gap it is not exported.
-    monkeypatch.setattr("probes.settings.DEFAULT", ReportSettings(min_gap=0.0))
-    main(["mib", str(runs)])
+    export_command("mib", runs, None, 2, ReportSettings(min_gap=0.0))
     main(["attribution", str(runs), "--pairs", "1"])
     command = [
         sys.executable,

@@ -293,38 +293,34 @@ def one_run(tiny_runs, tmp_path) -> Path:
     return runs
 
 
-def gap(monkeypatch, min_gap: float) -> None:
+def gap(min_gap: float):
     from probes.settings import ReportSettings
 
-    monkeypatch.setattr("probes.settings.DEFAULT", ReportSettings(min_gap=min_gap))
+    return ReportSettings(min_gap=min_gap)
 
 
-def test_a_kill_at_any_write_of_edges_leaves_no_mix_and_the_rerun_matches(one_run, tmp_path, monkeypatch):
+def test_a_kill_at_any_write_of_edges_leaves_no_mix_and_the_rerun_matches(one_run, tmp_path):
     from tests.refusals import contents
     from tests.test_output_folders import without_timings
     from toylens.edges import edges_command
 
     area = tmp_path / "area"
-    gap(monkeypatch, 1e9)  # the earlier output: the run not traced (edges.md alone)
-    edges_command(one_run, area / "edges")
+    edges_command(one_run, area / "edges", gap(1e9))  # the earlier output: the run not traced (edges.md alone)
     old = contents(area / "edges")
-    gap(monkeypatch, 0.0)
-    run = lambda: edges_command(one_run, area / "edges")  # noqa: E731
+    run = lambda: edges_command(one_run, area / "edges", gap(0.0))  # noqa: E731
     assert_every_kill_recovers(area, area / "edges", old, run, run, without_timings)
 
 
 @pytest.mark.parametrize("kind", ["mib", "attribution"])
-def test_a_kill_at_any_write_of_an_export_leaves_no_mix_and_the_rerun_matches(one_run, tmp_path, monkeypatch, kind):
+def test_a_kill_at_any_write_of_an_export_leaves_no_mix_and_the_rerun_matches(one_run, tmp_path, kind):
     from tests.refusals import contents
     from toylens.export import export_command
 
     area = tmp_path / "area"
     # The earlier output: the run not traced (no mib files), or two attribution pairs (not one).
-    gap(monkeypatch, 1e9 if kind == "mib" else 0.0)
-    export_command(kind, one_run, area / "exports", 2)
+    export_command(kind, one_run, area / "exports", 2, gap(1e9 if kind == "mib" else 0.0))
     old = contents(area / "exports" / kind)
-    gap(monkeypatch, 0.0)
-    run = lambda: export_command(kind, one_run, area / "exports", 1)  # noqa: E731
+    run = lambda: export_command(kind, one_run, area / "exports", 1, gap(0.0))  # noqa: E731
     assert_every_kill_recovers(area, area / "exports" / kind, old, run, run, lambda files: files)
 
 

@@ -121,17 +121,18 @@ def test_an_interrupted_edges_run_changes_nothing_and_a_rerun_matches(tiny_runs,
     assert without_timings(contents(tmp_path / "edges")) == without_timings(before)
 
 
-def test_files_a_rerun_no_longer_writes_are_removed(tiny_runs, tmp_path, traced, monkeypatch):
+def test_files_a_rerun_no_longer_writes_are_removed(tiny_runs, tmp_path):
     from probes.settings import ReportSettings
     from toylens.edges import edges_command
     from toylens.export import export_command
 
-    edges_command(tiny_runs, tmp_path / "edges")
-    export_command("mib", tiny_runs, tmp_path / "exports", 1)
+    traced = ReportSettings(min_gap=0.0)  # a 150-step run barely tells its pairs apart
+    edges_command(tiny_runs, tmp_path / "edges", traced)
+    export_command("mib", tiny_runs, tmp_path / "exports", 1, traced)
     assert list((tmp_path / "edges").glob("mib_*.json")) and list((tmp_path / "exports" / "mib").glob("*.json"))
-    monkeypatch.setattr(NO_GAP, ReportSettings(min_gap=1e9))  # as a retrained run too weak to trace
-    edges_command(tiny_runs, tmp_path / "edges")
-    export_command("mib", tiny_runs, tmp_path / "exports", 1)
+    weak = ReportSettings(min_gap=1e9)  # as a retrained run too weak to trace
+    edges_command(tiny_runs, tmp_path / "edges", weak)
+    export_command("mib", tiny_runs, tmp_path / "exports", 1, weak)
     assert sorted(contents(tmp_path / "edges")) == [".toylens.json", "edges.md"]
     assert sorted(contents(tmp_path / "exports" / "mib")) == [".toylens.json"]
 

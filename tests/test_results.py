@@ -116,15 +116,14 @@ def test_runs_without_a_report_are_one_line(tiny_runs, tmp_path):
     assert "report.json does not exist; write it with python -m probes.circuit report" in done.stderr
 
 
-def test_the_edges_commands_page_comes_with_its_figures(reported, tmp_path, monkeypatch):
+def test_the_edges_commands_page_comes_with_its_figures(reported, tmp_path):
     from probes.settings import ReportSettings
-    from toylens.edges import main
+    from toylens.edges import edges_command
 
     runs = tmp_path / "winograd"
     shutil.copytree(reported, runs)
     # A 150-step run barely tells its pairs apart: below the report's min_gap it would draw no figure.
-    monkeypatch.setattr("probes.settings.DEFAULT", ReportSettings(min_gap=0.0))
-    main([str(runs)])
+    edges_command(runs, None, ReportSettings(min_gap=0.0))
     written = (runs / "edges" / "edges.md").read_text()
     page_of(runs, tmp_path / "out")
     text = (tmp_path / "out" / "winograd-edges.md").read_text()

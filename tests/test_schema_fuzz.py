@@ -210,7 +210,8 @@ TENSOR_EDITS = ["delete", "dtype", "shape", "nan", "value", "extra"]
 def test_train_state_edits(saved_state, tmp_path):
     import torch
 
-    from models.checkpoint import load_tensors, save_tensors
+    from common.store import load_tensors
+    from models.checkpoint import save_tensors
     from tasks.training.resume import state_sha256
 
     path, spec, settings_ = saved_state

@@ -85,7 +85,9 @@ def fill(disk: Path) -> None:
 def test_on_a_small_tmpfs_a_command_fits_or_fails_in_one_line_leaving_the_earlier_output(
     runs, small_disk, kind, monkeypatch, capsys, request
 ):
-    gap(monkeypatch, 0.0)  # the tiny attention run's edges are traced
+    # The commands run as users run them (their mains), so the tiny attention run's edges are traced
+    # under the module's default settings.
+    monkeypatch.setattr("probes.settings.DEFAULT", gap(0.0))
     main, argv, out = command(kind, runs, small_disk)
     first = finished(main, argv, capsys)
     size = request.node.callspec.params["small_disk"]
@@ -113,7 +115,7 @@ def test_on_a_small_tmpfs_a_command_fits_or_fails_in_one_line_leaving_the_earlie
 def test_on_a_read_only_file_system_a_command_fails_in_one_line_leaving_the_earlier_output(
     runs, small_disk, kind, monkeypatch, capsys
 ):
-    gap(monkeypatch, 0.0)
+    monkeypatch.setattr("probes.settings.DEFAULT", gap(0.0))
     main, argv, out = command(kind, runs, small_disk)
     assert finished(main, argv, capsys)[0] == 0
     earlier = contents(small_disk)
@@ -137,7 +139,7 @@ def test_a_refused_write_fails_in_one_line_and_leaves_the_earlier_output(
 ):
     import common.atomic
 
-    gap(monkeypatch, 0.0)
+    monkeypatch.setattr("probes.settings.DEFAULT", gap(0.0))
     main, argv, out = command(kind, runs, tmp_path / "area")
     assert finished(main, argv, capsys)[0] == 0
     earlier = users_view(tmp_path / "area")

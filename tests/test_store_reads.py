@@ -1,7 +1,7 @@
-"""Where the package reads stored files (JSON, safetensors, anything torch or NumPy would unpickle).
-Not yet one store module (issue 36): READERS lists, per file, how many such calls it holds today, and
-the test fails on a call anywhere else or on a count that changed, naming the places, so a new reader
-cannot slip in and the list shrinks as reads move into one module."""
+"""Where the package reads stored files (JSON, safetensors, anything torch or NumPy would unpickle):
+only in the store, `common.store` (issue 36). READERS lists, per file, how many such calls it holds,
+and the test fails on a call anywhere else or on a count that changed, naming the places, so a new
+reader cannot slip in beside the store."""
 
 from __future__ import annotations
 
@@ -15,12 +15,7 @@ READ = re.compile(
 )
 
 READERS = {
-    "common/jsonfiles.py": 1,  # strict JSON: every config, metrics, circuit and report file
-    "common/ownership.py": 1,  # the ownership manifest, read leniently (a damaged one is rewritten)
-    "models/checkpoint.py": 4,  # weights and their metadata
-    "probes/circuits/truth/tracr.py": 2,  # the stored tracr fixtures
-    "probes/report/outputs/census.py": 1,  # not a file: a record round-tripped to sign it as read back
-    "probes/report/outputs/results.py": 1,  # not a file: JSON-encoded values from the runs' records
+    "common/store.py": 6,  # the store: strict and lenient JSON, safetensors with and without metadata
 }
 
 

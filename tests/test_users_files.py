@@ -120,7 +120,7 @@ def fake_report(monkeypatch, fail: bool):
     import toylens.report
     from common.atomic import atomic_write, write_json
 
-    def measure(run, out, device=None):
+    def measure(run, out, device=None, settings=None):
         atomic_write(Path(out) / "figures" / f"{run.model_name}.png", lambda t: Path(t).write_text("new figure"))
         return None, [], f"figures/{run.model_name}.png"
 

@@ -25,10 +25,10 @@ def reported(tiny_runs, tmp_path_factory):
     runs = tmp_path_factory.mktemp("verify") / "winograd"
     shutil.copytree(tiny_runs, runs, ignore=lambda folder, names: ["report"] if Path(folder) == Path(tiny_runs) else [])
     settings = ReportSettings(min_gap=0.0)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("probes.settings.DEFAULT", settings)
-        out = runs / "report"
-        publish_report([measure_run(run, out, settings) for run in find_runs(runs)], out, task="winograd")
+    out = runs / "report"
+    publish_report(
+        [measure_run(run, out, settings) for run in find_runs(runs)], out, task="winograd", settings=settings
+    )
     return runs
 
 

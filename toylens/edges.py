@@ -10,6 +10,7 @@ from common.cli import Parser, UsageError, run_cli
 from common.atomic import atomic_write, publish_folder, staging
 from common.ownership import check_publishable
 from models.spec import Attention
+from probes.settings import ReportSettings
 
 FILES = """files written to DIR:
   edges.md                                  every run's circuit, method table and figure
@@ -22,7 +23,8 @@ FILES = """files written to DIR:
                                             MIB's evaluation scripts or EAP-IG's Graph.from_json"""
 
 
-def edges_command(runs_dir: Path, out: Path | None) -> None:
+def edges_command(runs_dir: Path, out: Path | None, settings: ReportSettings | None = None) -> None:
+    """With `settings` None, the report's (`probes.settings.DEFAULT`)."""
     import torch
 
     from probes.settings import DEFAULT
@@ -34,26 +36,27 @@ def edges_command(runs_dir: Path, out: Path | None) -> None:
     if not runs:
         raise UsageError(f"{runs_dir} holds no trained attention runs; train some first")
     torch.set_num_threads(1)  # as the report's workers: small forwards lose to thread hand-offs
+    settings = settings or DEFAULT
     out = out or runs_dir / "edges"
     # Every file in it is this command's, refused before any work; the files are written into a
     # staging folder and published as a whole, so a kill leaves the old set or the new one, never a
     # mix, and what a rerun no longer writes (an untraced run's figure and MIB files) is gone.
     check_publishable(out, "edges folder", subfolders=("figures",))
     with staging(out) as staged:
-        figures = write_edges(runs, staged)
+        figures = write_edges(runs, staged, settings)
         publish_folder(staged, out, subfolders=("figures",))
     print(
         f"wrote {out / 'edges.md'}: {figures} of {len(runs)} runs traced, with a figure and MIB edge scores each"
         + (
             ""
             if figures
-            else f"; no run's clean - counterfactual gap reached {DEFAULT.min_gap:g} (the edge "
+            else f"; no run's clean - counterfactual gap reached {settings.min_gap:g} (the edge "
             "circuit needs one: train longer), so no figures or MIB files"
         )
     )
 
 
-def write_edges(runs: list, folder: Path) -> int:
+def write_edges(runs: list, folder: Path, settings: ReportSettings) -> int:
     """edges.md, the figures and the MIB files of `runs` into `folder`; how many runs were traced."""
     from tqdm import tqdm
 
@@ -62,16 +65,15 @@ def write_edges(runs: list, folder: Path) -> int:
     from probes.report.edge_render import circuit_figure, figure_name, markdown_lines
     from probes.report.figures import save
     from probes.report.outputs.exports import slug, write_mib
-    from probes.settings import DEFAULT
 
     lines = ["# Edge circuits", ""]
     figures = 0
     for run in tqdm(runs, desc="edge circuits", unit="run"):
         result = run_edge_circuit(run)
         name = f"{run.model_name} seed {run.seed}"
-        if not DEFAULT.traces(result.oracle.gap):
+        if not settings.traces(result.oracle.gap):
             # As the report: shares of a gap this small are noise, so no circuit, curve or export.
-            lines += [f"#### {name}", "", summary_line(EdgeRun(run.model_name, run.seed, result, None), DEFAULT), ""]
+            lines += [f"#### {name}", "", summary_line(EdgeRun(run.model_name, run.seed, result, None), settings), ""]
             continue
         figure = f"figures/{figure_name(run.model_name, run.seed)}"
         save(circuit_figure(result, name), folder / figure)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from common.cli import Parser, UsageError, positive_int, run_cli
 from models.spec import Attention
+from probes.settings import ReportSettings
 
 
 def attention_runs(runs_dir: Path) -> list:
@@ -26,19 +27,18 @@ def attention_runs(runs_dir: Path) -> list:
     return runs
 
 
-def export_mib(runs_dir: Path, folder: Path) -> list[Path]:
+def export_mib(runs_dir: Path, folder: Path, settings: ReportSettings) -> list[Path]:
     from tqdm import tqdm
 
     from probes.circuits.named import run_edge_circuit
     from probes.report.outputs.exports import slug, write_mib
-    from probes.settings import DEFAULT
 
     written = []
     for run in tqdm(attention_runs(runs_dir), desc="MIB edge scores", unit="run"):
         if run.spec.n_layers < 2:
             continue  # as the report: one block has no edge between heads to score
         result = run_edge_circuit(run, acdc_threshold=None)
-        if abs(result.oracle.gap) < DEFAULT.min_gap:
+        if abs(result.oracle.gap) < settings.min_gap:
             continue  # shares of a gap this small are noise (the report does not trace it either)
         for method in result.methods:
             path = folder / f"{slug(run.model_name)}_seed{run.seed}_{slug(method.scores.method)}.json"
@@ -81,11 +81,15 @@ def export_attribution(runs_dir: Path, folder: Path, pairs: int) -> list[Path]:
     return written
 
 
-def export_command(kind: str, runs_dir: Path, out: Path | None, pairs: int) -> None:
+def export_command(
+    kind: str, runs_dir: Path, out: Path | None, pairs: int, settings: ReportSettings | None = None
+) -> None:
+    """With `settings` None, the report's (`probes.settings.DEFAULT`)."""
     import torch
 
     from common.atomic import publish_folder, staging
     from common.ownership import check_publishable, check_replaceable
+    from probes.settings import DEFAULT
 
     torch.set_num_threads(1)  # as the report's workers: small forwards lose to thread hand-offs
     out = out or Path(runs_dir) / "exports"
@@ -96,7 +100,11 @@ def export_command(kind: str, runs_dir: Path, out: Path | None, pairs: int) -> N
     # one, never a mix, and files a rerun no longer writes are gone with the old folder.
     check_publishable(folder, f"{kind} export folder")
     with staging(folder) as staged:
-        written = export_mib(runs_dir, staged) if kind == "mib" else export_attribution(runs_dir, staged, pairs)
+        written = (
+            export_mib(runs_dir, staged, settings or DEFAULT)
+            if kind == "mib"
+            else export_attribution(runs_dir, staged, pairs)
+        )
         publish_folder(staged, folder)
     written = [folder / path.relative_to(staged) for path in written]
     print(f"wrote {len(written)} {kind} files under {out / kind} (each checked against the format's rules)")

@@ -15,7 +15,8 @@ from models.checkpoint import CONFIG, FORMAT, WEIGHTS, save_checkpoint
 from models.spec import Attention
 from common.atomic import write_json
 from common.cli import check_not_too_broad
-from common.jsonfiles import differences, read_json
+from common.jsonfiles import differences
+from common.store import read_json
 from common.ownership import check_replaceable, clean_leftovers, remove, remove_tree
 from tasks.base import Task
 from tasks.training.runs import (

@@ -42,7 +42,7 @@ def cell_path(cells: Path, model: str, method: str, ablation: str) -> Path:
 
 def stored(path: Path, pairs: int, seed: int):
     """The cell stored at `path` if it was measured on the same pairs and seed (else None)."""
-    from common.jsonfiles import read_json
+    from common.store import read_json
     from probes.circuits.leaderboard import Cell
 
     if not path.is_file():

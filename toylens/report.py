@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from models.spec import Attention
+from probes.settings import ReportSettings
 
 
 def analysis_cost(run) -> int:
@@ -16,17 +17,24 @@ def analysis_cost(run) -> int:
     return spec.n_layers**2 * spec.n_heads * (2 if spec.mlp else 1)
 
 
-def measure_for_report(run, out: Path, device: str | None = None):
+def measure_for_report(run, out: Path, device: str | None = None, settings: ReportSettings | None = None):
     """Everything the report needs from one run (probes.report.parts.MeasuredRun), its figure drawn here so
-    the workers share the drawing too."""
+    the workers share the drawing too. With `settings` None, the report's (`probes.settings.DEFAULT`)."""
     from probes.report.measure import measure_run
+    from probes.settings import DEFAULT
 
-    return measure_run(run, out, device=device)
+    return measure_run(run, out, settings or DEFAULT, device=device)
 
 
 def report_command(
-    runs_dir: Path, out: Path | None, jobs: int = 1, device: str | None = None, verbose: bool = False
+    runs_dir: Path,
+    out: Path | None,
+    jobs: int = 1,
+    device: str | None = None,
+    verbose: bool = False,
+    settings: ReportSettings | None = None,
 ) -> None:
+    """With `settings` None, the report's (`probes.settings.DEFAULT`), measured and written with."""
     from contextlib import ExitStack
     from functools import partial
 
@@ -36,11 +44,13 @@ def report_command(
     from common.lock import folder_lock
     from models.checkpoint import CONFIG
     from probes.accuracy import family_order
+    from probes.settings import DEFAULT
     from tasks.training.runs import find_runs
     from tasks.training.sweeps import runs_folder
     from toylens.workers import map_jobs
 
     runs_dir = runs_folder(runs_dir)  # a sweep's only grid point, or refused in one line
+    settings = settings or DEFAULT
     out = Path(out or Path(runs_dir) / "report")
     # One writer at a time: the runs folder (training would change what is read) and the folder
     # the report is swapped into.
@@ -59,21 +69,28 @@ def report_command(
         check_publishable(out, "report folder")
         with staging(out) as staged:
             measured = map_jobs(
-                partial(measure_for_report, out=staged, device=device),
+                partial(measure_for_report, out=staged, device=device, settings=settings),
                 runs,
                 jobs,
                 f"analysing {len(runs)} runs, {min(jobs, len(runs))} at a time",
                 cost=analysis_cost,
             )
-            publish_report(measured, out, task=runs[0].task.name, staged=staged, verbose=verbose)
+            publish_report(measured, out, task=runs[0].task.name, staged=staged, verbose=verbose, settings=settings)
 
 
-def publish_report(measured: list, out: Path, task: str, staged: Path | None = None, verbose: bool = False) -> None:
+def publish_report(
+    measured: list,
+    out: Path,
+    task: str,
+    staged: Path | None = None,
+    verbose: bool = False,
+    settings: ReportSettings | None = None,
+) -> None:
     """Write and summarise the report from each run's `measure_for_report` result (in report order):
     report.md, report.json and report.html. With `staged` (the folder the runs' figures were drawn
     into), the report is completed there and then swapped in for `out` as a whole, so no reader sees
     a half-written or mixed report. The terminal gets the summary tables; `verbose` adds every
-    part's sentences."""
+    part's sentences. With `settings` None, the report's (`probes.settings.DEFAULT`)."""
     from common.atomic import publish_folder
     from probes.report.measure import render_parts
     from probes.report.document import write_report
@@ -82,13 +99,14 @@ def publish_report(measured: list, out: Path, task: str, staged: Path | None = N
     from probes.report.summary import summary_of, terminal_lines
     from probes.settings import DEFAULT
 
+    settings = settings or DEFAULT
     folder = Path(staged or out)
-    sections = render_parts(measured, folder, DEFAULT)
+    sections = render_parts(measured, folder, settings)
     written = [
-        write_report(measured, sections, folder, task, DEFAULT),
-        write_html(measured, sections, folder, task, DEFAULT),
+        write_report(measured, sections, folder, task, settings),
+        write_html(measured, sections, folder, task, settings),
     ]
-    write_report_mib(measured, folder, DEFAULT)
+    write_report_mib(measured, folder, settings)
     if staged is not None:
         publish_folder(staged, out)
         written = [Path(out) / path.relative_to(folder) for path in written]

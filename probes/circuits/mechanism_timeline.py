@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from common.cli import UsageError
-from common.jsonfiles import check_fields, read_json, sha256_file, short
+from common.jsonfiles import check_fields, sha256_file, short
+from common.store import read_json
 from common.stats import Interval, wilson
 from probes.circuits.labels import CIRCUIT, CircuitLabel, CircuitSummary, circuit_label
 

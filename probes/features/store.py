@@ -22,8 +22,9 @@ import torch
 
 from common.atomic import write_json
 from common.cli import UsageError
-from common.jsonfiles import canonical_sha256, read_json, sha256_file
-from models.checkpoint import load_tensors, save_tensors
+from common.jsonfiles import canonical_sha256, sha256_file
+from common.store import load_tensors, read_json
+from models.checkpoint import save_tensors
 from probes.features.dictionary import Dictionary, DictionaryConfig
 
 CFG = "cfg.json"

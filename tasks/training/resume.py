@@ -14,7 +14,8 @@ from typing import TypedDict
 
 from models import UsageError
 from common.jsonfiles import canonical_sha256, short
-from models.checkpoint import check_state, cpu_tensors, load_tensors, save_tensors
+from common.store import load_tensors
+from models.checkpoint import check_state, cpu_tensors, save_tensors
 from tasks.validate import is_int
 
 STATE = "train_state.safetensors"

@@ -15,7 +15,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from common.cli import path_name
-from common.jsonfiles import canonical_sha256, differences, read_json, short
+from common.jsonfiles import canonical_sha256, differences, short
+from common.store import read_json
 from models import UsageError
 from models.checkpoint import CONFIG, inspect_checkpoint, load_checkpoint, read_config, writer
 from models.spec import ModelSpec, stored_spec

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.cli import UsageError
-from common.jsonfiles import canonical_sha256, check_fields, differences, read_json, short
+from common.jsonfiles import canonical_sha256, check_fields, differences, short
+from common.store import read_json
 
 SWEEP = "sweep.json"
 POINT = "point.json"

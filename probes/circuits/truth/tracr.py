@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 
 from common.cli import UsageError
+from common.store import parse_json, read_tensors
 from models import ModelSpec
 from models.graph import MLP, Embed, Graph, Head, Input, Logits, Sender, graph_of
 from probes.ablation import Ablation
@@ -204,9 +205,6 @@ def save(compiled: Compiled, folder: Path) -> None:
 
 
 def load(name: str, folder: Path = FIXTURES) -> Compiled:
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     weights, meta_path = folder / f"{name}.safetensors", folder / f"{name}.json"
     if not weights.is_file() or not meta_path.is_file():
         raise UsageError(
@@ -215,7 +213,7 @@ def load(name: str, folder: Path = FIXTURES) -> Compiled:
         )
     remake = "remake it with `python benchmarks/make_tracr_fixtures.py` (needs `pip install -e .[tracr]`)"
     try:
-        meta = json.loads(meta_path.read_text())
+        meta = parse_json(meta_path)
         compiled = Compiled(
             meta["name"],
             dict(meta["config"]),
@@ -229,10 +227,9 @@ def load(name: str, folder: Path = FIXTURES) -> Compiled:
         )
     except (ValueError, KeyError, TypeError, AttributeError) as error:  # not JSON, not UTF-8, a field missing
         raise UsageError(f"{meta_path} is not a Tracr fixture toylens wrote ({str(error)[:120]}); {remake}") from None
-    try:
-        state = load_file(str(weights))
-    except (SafetensorError, OSError, ValueError) as error:  # truncated or not a safetensors file
-        raise UsageError(f"{weights} is not a complete safetensors file ({str(error)[:120]}); {remake}") from None
+    state = read_tensors(
+        weights, lambda error: f"{weights} is not a complete safetensors file ({str(error)[:120]}); {remake}"
+    )
     check_weights(compiled, state, weights, remake)
     return dataclasses.replace(compiled, state=state)
 

@@ -9,7 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from common.cli import UsageError
-from common.jsonfiles import read_json, strict
+from common.store import as_read_back, read_json
 from probes.census import Census, GroupCensus, Share, part_words
 from probes.circuits.mechanism_timeline import PREDICTABLE, MechanismTimeline
 from tasks.training.sweeps import FAILED, check_signed, signed
@@ -419,10 +419,8 @@ def write_census(census: Census, out: Path) -> Path:
         atomic_write(staged / "census.html", lambda temp: Path(temp).write_text(page))
         files = {name: sha256_file(staged / name) for name in CENSUS_FILES if (staged / name).exists()}
         # Signed as it will be read back: JSON turns a dict's int keys (seeds) into strings, which sort otherwise.
-        record = json.loads(
-            json.dumps(
-                strict({"groups": [asdict(g) for g in census.groups], "others": list(census.others), "files": files})
-            )
+        record = as_read_back(
+            {"groups": [asdict(g) for g in census.groups], "others": list(census.others), "files": files}
         )
         write_json(staged / CENSUS_JSON, signed(record))
         publish_folder(staged, out)

@@ -25,7 +25,8 @@ from typing import Callable
 from common.cli import UsageError
 from common.atomic import atomic_write
 from common.cli import path_name
-from common.jsonfiles import check_fields, read_json
+from common.jsonfiles import check_fields
+from common.store import read_json
 from common.ownership import remove
 from probes.report.document import md_table
 from probes.report.words import pct, shuffle_text
@@ -189,13 +190,14 @@ def setup_section(runs, order: list[str]) -> str:
     """The task's parameters, the training settings and each model's spec, as config.json records them."""
 
     def settings(key):
-        values = list(
-            dict.fromkeys(
-                json.dumps(run.config[key]["params"] if key == "task" else run.config[key], sort_keys=True)
-                for run in runs
-            )
+        # The distinct values, told apart by their JSON text: dicts do not hash.
+        values = {
+            json.dumps(value, sort_keys=True): value
+            for value in (run.config[key]["params"] if key == "task" else run.config[key] for run in runs)
+        }
+        return "; ".join(
+            ", ".join(f"{k}={v}" for k, v in sorted(value.items())) or "(none)" for value in values.values()
         )
-        return "; ".join(", ".join(f"{k}={v}" for k, v in json.loads(text).items()) or "(none)" for text in values)
 
     specs = {run.model_name: run.spec for run in runs}
     rows = [[name] + [getattr(specs[name], key) for key in SPEC_SHOWN] for name in order]
