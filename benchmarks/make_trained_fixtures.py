@@ -85,10 +85,12 @@ DESIGNS = (
         "tasks.induction:InductionTask",
         ".",
         "attn-only-2x4",
-        "induction: a previous-token head composing with an induction head, four heads per layer",
+        "induction: a previous-token head composing with an induction head",
         {"tokens": 16, "min_repeat": 4, "max_repeat": 8, "train": 4000, "validation": 64, "heldout": 256},
         NO_SNAPSHOTS,
-        {"d_model": 32},
+        # one head per layer: with the default four, the rule failed (seed 0: 95.1% with every edge
+        # carrying >= 1% dropped, the cheapest left 0.5%); the mechanism spread over many small edges
+        {"d_model": 32, "n_heads": 1},
     ),
 )
 MIN_ACCURACY = 0.9  # held out: a model below it has not learned the designed mechanism, so no fixture
