@@ -356,6 +356,6 @@ def test_the_model_counts_the_docs_state_are_the_registries():
 
     kinds = Counter(entry.family for entry in truth_models().values())
     board = (ROOT / "docs/leaderboard.md").read_text()
-    for label, kind in (("Planted", "planted"), ("Gates", "gate"), ("Tracr", "tracr")):
+    for label, kind in (("Planted", "planted"), ("Gates", "gate"), ("Tracr", "tracr"), ("Trained", "trained")):
         assert f"**{label}** ({kinds[kind]}" in board, (label, kinds[kind])
     assert f"toylens compiles {len(PROGRAMS)} programs" in (ROOT / "docs/tracr.md").read_text()

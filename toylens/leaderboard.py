@@ -23,6 +23,7 @@ A user's method: a module that calls probes.circuits.leaderboard.register_method
 run(problem) returns EdgeScores over problem.graph.edges; pass it with --plugin MODULE."""
 
 GATE_AUROC = 0.95  # the issue's bar for the joint search and masks on the OR/AND models
+FAMILIES = ("planted", "gate", "tracr", "trained")  # probes.circuits.leaderboard.Truth.family, in the summary's order
 FAILS_AUROC = 0.95  # a cell below this AUROC, or missing a true edge from its circuit, is listed as a failure
 
 
@@ -103,7 +104,7 @@ def summary_rows(cells: list) -> list[list[str]]:
     for method, ablation in keys:
         group = [c for c in cells if (c.method, c.ablation) == (method, ablation)]
         gates = [c.auroc for c in group if c.gate]
-        family = {f: [c.auroc for c in group if c.family == f] for f in ("planted", "gate", "tracr")}
+        family = {f: [c.auroc for c in group if c.family == f] for f in FAMILIES}
         found = [c.smallest / c.true_edges for c in group if c.smallest is not None]
         rows.append(
             [
@@ -135,6 +136,7 @@ SUMMARY_HEADERS = [
     "AUROC planted",
     "AUROC gates",
     "AUROC Tracr",
+    "AUROC trained",
     "CPR",
     "CMD",
     "smallest / true size",
@@ -231,7 +233,7 @@ def markdown(cells: list, models: list[str], seconds: float, computed: int, comm
         "# Ground-truth leaderboard",
         "",
         f"Made by `{command}`; every number below is that command's, from the stored cells. Regenerate "
-        "this page rather than edit it. Truths: probes/circuits/truth (planted.py, gates.py, tracr.py); "
+        "this page rather than edit it. Truths: probes/circuits/truth (planted.py, gates.py, tracr.py, trained.py); "
         "scores: probes/circuits/leaderboard.py. " + inventory(models),
         "",
         f"This run: {computed} of {len(cells)} cells computed, {seconds:.0f} s wall; the methods' own time over "

@@ -1,6 +1,6 @@
 """The ground-truth leaderboard's engine: every registered edge method, under every edge ablation, on
 every model whose circuit is known (probes.circuits.truth: the planted models, the planted gates,
-the stored Tracr programs), scored against that truth and timed. One `Cell` per model x method x
+the stored Tracr programs, the stored trained models), scored against that truth and timed. One `Cell` per model x method x
 ablation; toylens.leaderboard stores them, resumes, and renders the pages.
 
 A method is a function of a `Problem` (the model, its pairs, its graph, and the recorded runs of
@@ -50,7 +50,7 @@ class Truth:
     """A model whose circuit is known: its true edges and, for a gate, its relations."""
 
     name: str
-    family: str  # "planted", "gate" or "tracr"
+    family: str  # "planted", "gate", "tracr" or "trained"
     story: str
     model: object
     batch: Batch
@@ -114,9 +114,27 @@ def tracr_fixtures() -> list[str]:
     ]
 
 
+def trained_truth(name: str) -> Entry:
+    def make(n: int, seed: int) -> Truth:
+        from probes.circuits.truth import trained
+
+        fixture = trained.load(name)
+        return Truth(
+            f"trained-{name}",
+            "trained",
+            fixture.story,
+            fixture.model,
+            trained.sample(fixture.batch, n, seed),
+            fixture.graph,
+            fixture.edges,  # the fixture's, established on all its pairs and re-checked by tests/test_trained.py
+        )
+
+    return Entry("trained", make)
+
+
 def truth_models() -> dict[str, Entry]:
     """name -> its Entry, cheap to list: nothing is built here."""
-    from probes.circuits.truth import gates, planted
+    from probes.circuits.truth import gates, planted, trained
 
     planted_builds = (
         planted.two_hop,
@@ -133,6 +151,7 @@ def truth_models() -> dict[str, Entry]:
     out = {build.__name__.replace("_", "-"): planted_truth(build, "planted") for build in planted_builds}
     out |= {build.__name__.replace("_", "-"): planted_truth(build, "gate") for build in gates.GATES}
     out |= {f"tracr-{name}": tracr_truth(name) for name in tracr_fixtures()}
+    out |= {f"trained-{name}": trained_truth(name) for name in trained.names()}
     return out
 
 
