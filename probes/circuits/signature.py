@@ -26,12 +26,18 @@ there in turn); a head read only through keys and values is read at the position
 from, so what it does at the scored position is no part of the mechanism. Without that rule the
 same circuit flapped between seeds: markcopy's layer-0 head, read only through the layer-1 keys
 and values, attended the current token at the scored position in some seeds and not in others.
+The edge basis (multi-block runs) is coarser than the head basis: a part there is a layer's heads of
+one role whatever their number, and only the part edges that carry the mechanism are kept (the
+main path from the embedding to the logits and every part edge costing at least its weakest edge:
+`carrying_parts`, docs/census.md), because the full edge circuit's small edges, and how many heads
+share a part, differ between seeds of one mechanism.
 Relations between parts (AND / OR / in series, from minimal sufficient sets) have a slot,
 `relations`, filled by probes.circuits.logic when it is run.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -268,18 +274,89 @@ EDGE_BASIS, HEAD_BASIS = "edge circuit", "head circuit"
 
 
 def edge_signature(model, pairs, graph, roles: RoleMasses | None = None, circuit=None) -> MechanismSignature | None:
-    """The signature of the exact oracle's smallest edge circuit on `pairs` (`roles`: role_masses,
+    """The signature of the part graph that carries the mechanism (`carrying_parts`), its heads'
+    roles read from the exact oracle's smallest edge circuit on `pairs` (`roles`: role_masses,
     None measures them on `pairs`; `circuit`: the probes.circuits.named.EdgeCircuit already
     measured, None measures it, the oracle alone); None when no circuit smaller than the whole
-    graph reaches the target."""
+    graph reaches the target, or no path from the embedding to the logits costs anything."""
+    from models.components import Head
     from probes.circuits.named import edge_circuit
 
     found = circuit if circuit is not None else edge_circuit(model, pairs, graph, compare_methods=False)
     if found.circuit.edges is None:
         return None
-    edges = found.circuit.edges
     measured = role_masses(model, pairs) if roles is None else roles
-    return mechanism_signature(edges, circuit_roles(edges, measured), basis=EDGE_BASIS)
+    read = read_at_scored(found.circuit.edges)
+    heads = {n for e in graph.edges for n in (e.sender, e.receiver.node) if isinstance(n, Head)}
+    head_roles = {h: measured.role(h, h in read) for h in heads}
+    return carrying_parts(model, pairs, graph, head_roles, found.oracle)
+
+
+def carrying_parts(model, pairs, graph, roles: dict, oracle) -> MechanismSignature | None:
+    """The mechanism as a graph of parts, each part a layer's heads of one measured role (or an MLP,
+    the embedding, the logits), whatever the number of heads that play it. A part edge is every
+    graph edge from one part into one input of another; its cost is the share of the gap lost when
+    all of them are knocked out together (patched to the counterfactual, the oracle's direction).
+    Kept: the main path from the embedding to the logits (the one whose weakest part edge costs the
+    most), and every part edge that costs at least as much as that weakest edge and lies on a path
+    from the embedding to the logits through kept edges. No share is tuned: the bar is the main
+    path's own. Why coarse: the full edge circuit's small edges, and how many heads share a part's
+    work, differ between seeds of one mechanism (3 seeds of tests/plugins/census_tasks.py's
+    neighbour gave 3 signatures each on attn-only-2x2 and block-2). A part's heads are those with
+    a member edge of a kept part edge that moves the gap by REFERENCE_NOISE alone."""
+    from collections import defaultdict
+
+    from models.components import Head
+    from models.graph import Embed, Logits
+    from probes.circuits.methods.scores import REFERENCE_NOISE
+    from probes.circuits.oracle import Direction, patched_outcomes, record_runs
+
+    def part(node):
+        return initial_colour(node, roles)
+
+    members, names = defaultdict(list), {}
+    for edge, alone in zip(graph.edges, oracle.normalised().tolist()):
+        for node in (edge.sender, edge.receiver.node):
+            names[part(node)] = head_words(node.layer, roles[node]) if isinstance(node, Head) else str(node)
+        key = (part(edge.sender), edge.receiver.port, -1 if edge.position is None else edge.position)
+        members[(*key, part(edge.receiver.node))].append((edge, alone))
+    keys = sorted(members)
+    runs = record_runs(model, pairs, graph, Direction.NOISE)
+    outcomes = patched_outcomes(model, pairs, graph, [frozenset(e for e, _ in members[k]) for k in keys], runs)
+    gap = runs.other.outcome.metric - runs.base.outcome.metric
+    cost = {k: (o.metric - runs.base.outcome.metric) / gap for k, o in zip(keys, outcomes)}
+    start, end = part(Embed()), part(Logits())
+    # widest path by stage, latest first: every part edge runs from a lower stage to a higher one
+    widest = {end: math.inf}
+    for k in sorted(keys, key=lambda k: k[0], reverse=True):
+        if k[3] in widest:
+            widest[k[0]] = max(widest.get(k[0], -math.inf), min(cost[k], widest[k[3]]))
+    bar = widest.get(start, -math.inf)
+    if not bar > 0:
+        return None
+    kept = [k for k in keys if cost[k] >= bar]
+    while True:  # drop edges off every path from the embedding to the logits
+        senders, receivers = {k[0] for k in kept} | {end}, {k[3] for k in kept} | {start}
+        on_path = [k for k in kept if k[3] in senders and k[0] in receivers]
+        if len(on_path) == len(kept):
+            break
+        kept = on_path
+    nodes = {p: set() for k in kept for p in (k[0], k[3])}
+    for k in kept:
+        for edge, alone in members[k]:
+            if alone >= REFERENCE_NOISE:
+                nodes[k[0]].add(edge.sender)
+                nodes[k[3]].add(edge.receiver.node)
+    lines = []
+    for sender, port, position, receiver in kept:
+        target = names[receiver] if port == "in" else f"{names[receiver]}.{port}"
+        lines.append(f"{names[sender]} -> {target}" + ("" if position < 0 else f" @p{position}"))
+    heads_of = tuple(
+        (names[p], tuple(str(h) for h in sorted(ns) if isinstance(h, Head)))
+        for p, ns in sorted(nodes.items())
+        if any(isinstance(h, Head) for h in ns)
+    )
+    return MechanismSignature(tuple(names[p] for p in sorted(nodes)), tuple(lines), EDGE_BASIS, None, heads_of)
 
 
 def summary_signature(summary, roles: RoleMasses) -> MechanismSignature | None:
