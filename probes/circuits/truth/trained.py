@@ -29,9 +29,9 @@ import torch
 
 from common.atomic import write_json
 from common.cli import UsageError
-from common.jsonfiles import read_json
 from models import ModelSpec, build_model
-from models.checkpoint import load_tensors, save_tensors
+from common.store import load_tensors, read_json
+from models.checkpoint import save_tensors
 from models.graph import Edge, Graph, graph_of
 from probes.circuits.faithfulness import normalised, ranked
 from probes.circuits.oracle import circuit_outcomes, edge_effects, record_runs
