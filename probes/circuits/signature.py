@@ -303,7 +303,11 @@ def carrying_parts(model, pairs, graph, roles: dict, oracle) -> MechanismSignatu
     path's own. Why coarse: the full edge circuit's small edges, and how many heads share a part's
     work, differ between seeds of one mechanism (3 seeds of tests/plugins/census_tasks.py's
     neighbour gave 3 signatures each on attn-only-2x2 and block-2). A part's heads are those with
-    a member edge of a kept part edge that moves the gap by REFERENCE_NOISE alone."""
+    a member edge of a kept part edge that moves the gap by REFERENCE_NOISE alone. The embedding's
+    edges into one part are one part edge whatever the input (q, k or v): which input carries the
+    tokens and which the positions is split differently by seeds of one mechanism (markcopy's
+    layer-0 head read the embedding most through its values in two seeds, its keys in the third),
+    and composition, which the inputs name, is between components, not from the embedding."""
     from collections import defaultdict
 
     from models.components import Head
@@ -318,7 +322,8 @@ def carrying_parts(model, pairs, graph, roles: dict, oracle) -> MechanismSignatu
     for edge, alone in zip(graph.edges, oracle.normalised().tolist()):
         for node in (edge.sender, edge.receiver.node):
             names[part(node)] = head_words(node.layer, roles[node]) if isinstance(node, Head) else str(node)
-        key = (part(edge.sender), edge.receiver.port, -1 if edge.position is None else edge.position)
+        port = "in" if isinstance(edge.sender, Embed) else edge.receiver.port
+        key = (part(edge.sender), port, -1 if edge.position is None else edge.position)
         members[(*key, part(edge.receiver.node))].append((edge, alone))
     keys = sorted(members)
     runs = record_runs(model, pairs, graph, Direction.NOISE)
