@@ -93,7 +93,8 @@ def test_the_report_names_the_planted_circuit_and_its_redundancy(shapes, name):
         assert "Because the oracle-ranked circuit showed overlap (" in sentence and "-0%" not in sentence
         assert f"{len(p.edges)} edges keep 100%" in sentence
     else:
-        assert frozenset(named.edges) == p.edges and structure.joint is None
+        assert frozenset(named.edges) == p.edges and structure.joint.circuit == p.edges
+        assert "showed no overlap; the joint search, run on every traced circuit, ran" in sentence
         assert f"add up to {len(p.edges) * 100}% of its faithfulness 100%" in sentence
 
 

@@ -92,3 +92,19 @@ def test_a_ctrl_c_inside_held_interrupts_stops_the_command_when_the_block_ends()
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # a second press is ignored
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_on_a_local_ray_instance_stops_in_seconds_and_resume_is_bitwise(uninterrupted, tmp_path):
+    """`--executor ray` on the fresh local instance it starts: pressed once a task's run has logged
+    an evaluation (mid-training), the command, its Ray tasks and the instance end within 10 s."""
+    pytest.importorskip("ray")
+    out, scratch, stdout = tmp_path / "sweep", tmp_path / "tmp", tmp_path / "stdout.txt"
+    argv = sweep_argv(out, 2, "--executor", "ray")
+    code, stderr, seconds = press_ctrl_c(
+        argv, lambda pgid: reached("training", scratch, stdout, pgid), environment(scratch), stdout
+    )
+    assert_interrupted(code, stderr, seconds)
+    assert "--resume" in stderr
+    resumed = subprocess.run([*argv, "--resume"], capture_output=True, text=True, env=environment(scratch), timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    assert_same_files(out, uninterrupted)

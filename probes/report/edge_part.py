@@ -104,29 +104,28 @@ def named_heads(groups) -> str:
 def structure_sentence(structure) -> str:
     """One sentence on the circuit's additivity and the joint search, with its numbers
     (probes.circuits.redundancy); what its parts are to each other is probes.report.logic_words'."""
-    found = structure.joint_redundancy or structure.named
-    where = "the joint search's circuit" if structure.joint is not None else "this circuit"
-    sentence = (
-        f"in {where} the single-edge effects add up to {found.additivity:.0%} of its faithfulness "
-        f"{found.faithfulness:.0%} (100% = they add up; below: they overlap, as alternatives do; above: "
-        f"each of several edges alone removes much of the effect, as links in series or an AND do)"
+    found, joint, named = structure.joint_redundancy, structure.joint, structure.named
+    why = (
+        f"Because the oracle-ranked circuit showed overlap ({overlap_words(named)}), the joint search ran"
+        if named.redundant
+        else "The oracle-ranked circuit showed no overlap; the joint search, run on every traced circuit, ran"
     )
-    if structure.joint is not None:
-        joint, named = structure.joint, structure.named
+    sentence = (
+        f"in the joint search's circuit the single-edge effects add up to {found.additivity:.0%} of its "
+        f"faithfulness {found.faithfulness:.0%} (100% = they add up; below: they overlap, as alternatives do; "
+        f"above: each of several edges alone removes much of the effect, as links in series or an AND do). "
+        f"{why} (its edges pruned by the effect of the set, any edge free to return: {joint.sets_measured} sets "
+        f"measured, {joint.scores.seconds:.1f} s): {len(joint.circuit)} edges keep {joint.faithfulness:.0%}, "
+        f"against {len(named.circuit)} oracle-ranked edges keeping {named.faithfulness:.0%}"
+    )
+    if joint.alternatives:
         sentence += (
-            f". Because the oracle-ranked circuit showed overlap ({overlap_words(named)}), the joint search ran (its edges "
-            f"pruned by the effect of the set, any edge free to return: {joint.sets_measured} sets measured, "
-            f"{joint.scores.seconds:.1f} s): {len(joint.circuit)} edges keep {joint.faithfulness:.0%}, "
-            f"against {len(named.circuit)} oracle-ranked edges keeping {named.faithfulness:.0%}"
+            f", counting {sum(len(a.replacement) for a in joint.alternatives)} edges of "
+            f"{len(joint.alternatives)} stand-in set(s) that each keep "
+            f"{shares(a.faithfulness for a in joint.alternatives)} without the edges they replace"
         )
-        if joint.alternatives:
-            sentence += (
-                f", counting {sum(len(a.replacement) for a in joint.alternatives)} edges of "
-                f"{len(joint.alternatives)} stand-in set(s) that each keep "
-                f"{shares(a.faithfulness for a in joint.alternatives)} without the edges they replace"
-            )
-        if joint.at_target is not None:
-            sentence += at_target_clause(joint.at_target, named, bool(joint.alternatives))
+    if joint.at_target is not None:
+        sentence += at_target_clause(joint.at_target, named, bool(joint.alternatives))
     return sentence
 
 
@@ -323,9 +322,7 @@ def structure_json(structure) -> dict:
     joint = structure.joint
     return {
         "named": redundancy_json(structure.named),
-        "joint": None
-        if joint is None
-        else {
+        "joint": {
             "circuit": [str(e) for e in joint.scores.edges if e in joint.circuit],
             "faithfulness": joint.faithfulness,
             "sets_measured": joint.sets_measured,

@@ -1,0 +1,115 @@
+"""The report's joint search against the exact oracle it starts from, on block-2 (issue 33's
+target: at most 2x the oracle's time).
+
+    .venv/bin/python benchmarks/joint_speed.py [--runs RUNS_DIR] [--seeds 0-2] [--rounds 3] [--whole]
+
+Without --runs, trains block-2 for the seeds in a temporary folder first, as the main job trains it
+(`python -m tasks.winograd train --models block-2`, its default settings). Per run, on the circuit
+report's own pairs and recorded runs (probes.report.parts.RunContext), in this process and one
+torch thread (as each report worker runs): the oracle (`edge_effects`: every edge knocked out alone)
+and the joint search as the report runs it (`probes.circuits.redundancy.report_joint`: pruned from
+the oracle-ranked circuit, stand-in searches where an edge is backed up, then pruned to the
+target), timed back to back `--rounds` times in CPU seconds (benchmarks/timing.py's
+interleaved_ratio). Prints per seed the ratio joint / oracle (mean, 95% interval), the last round's
+CPU seconds of each, and both circuits' edges and faithfulness. `--whole` also times the joint
+search from the whole graph (`joint_search`'s defaults, as `toylens edges --joint` runs it).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+MODEL = "block-2"
+
+
+def train(seeds: list[int], out: Path) -> None:
+    command = [sys.executable, "-m", "tasks.winograd", "train", "--models", MODEL, "--no-progress"]
+    command += ["--seeds", ",".join(map(str, seeds)), "--out", str(out)]
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+
+
+def cpu_timed(function):
+    """`function` returning (its result, the CPU seconds it took): the last round's own time."""
+
+    def timed():
+        start = time.process_time()
+        return function(), time.process_time() - start
+
+    return timed
+
+
+def seed_lines(run, rounds: int, whole: bool) -> list[str]:
+    from timing import interleaved_ratio  # benchmarks/timing.py, beside this script
+    from probes.circuits.methods.joint import joint_search
+    from probes.circuits.oracle import edge_effects
+    from probes.circuits.redundancy import redundancy, report_joint
+    from probes.report.parts import RunContext
+
+    context = RunContext(run, Path(tempfile.mkdtemp(prefix="joint-speed-")))
+    model, pairs, graph, runs = context.model, context.pairs, context.edge_graph, context.edge_runs
+    ranked = context.edge_circuit.circuit
+    single = context.edge_circuit.oracle.normalised()
+    named = redundancy(model, pairs, graph, frozenset(ranked.edges), single, runs)
+    oracle = cpu_timed(lambda: edge_effects(model, pairs, graph, runs=runs))
+    joint = cpu_timed(lambda: report_joint(model, pairs, graph, named, single, runs))
+    ratio, (_, oracle_s), (found, joint_s) = interleaved_ratio(oracle, joint, rounds)
+    tight = found.at_target
+    lines = [
+        f"{MODEL} seed {run.seed} ({len(pairs)} pairs, {len(graph.edges)} edges): joint / oracle {ratio.value:.2f}x "
+        f"[{ratio.low:.2f}, {ratio.high:.2f}] over {rounds} rounds (last: oracle {oracle_s:.2f} s, joint "
+        f"{joint_s:.2f} s CPU, {found.sets_measured} sets, {len(found.alternatives)} stand-in sets)",
+        f"  oracle-ranked circuit: {len(ranked.edges)} edges, faithfulness {ranked.faithfulness.normalised:.4f}",
+        f"  joint search: {len(found.circuit)} edges, faithfulness {found.faithfulness:.4f}; pruned to the target: "
+        f"{len(tight.circuit)} edges, {tight.faithfulness:.4f}",
+    ]
+    if whole:
+        start = time.process_time()
+        everything = joint_search(model, pairs, graph, runs, single, tighten=True)
+        seconds = time.process_time() - start
+        lines.append(
+            f"  from the whole graph: {seconds:.2f} s CPU ({seconds / oracle_s:.2f}x the last oracle), "
+            f"{len(everything.circuit)} edges, faithfulness {everything.faithfulness:.4f}"
+        )
+    return lines
+
+
+def main(argv=None) -> None:
+    from common.cli import Parser, UsageError, folder_path, positive_int, run_cli
+    from toylens.arguments import seeds_option
+
+    parser = Parser(prog="benchmarks/joint_speed.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=folder_path, help=f"a runs folder with {MODEL} runs (default: train them)")
+    parser.add_argument("--seeds", type=seeds_option, default=[0, 1, 2], help="seeds (default 0-2)")
+    parser.add_argument("--rounds", type=positive_int, default=3, help="timing rounds per seed (default 3)")
+    parser.add_argument("--whole", action="store_true", help="also time the joint search from the whole graph")
+    args = parser.parse_args(argv)
+
+    def command():
+        import torch
+
+        from tasks.training.runs import find_runs
+
+        torch.set_num_threads(1)  # as each report worker runs (toylens.workers.in_one_thread)
+        with tempfile.TemporaryDirectory(prefix="joint-speed-") as temp:
+            folder = args.runs
+            if folder is None:
+                folder = Path(temp) / "runs"
+                train(args.seeds, folder)
+            elif not folder.is_dir():
+                raise UsageError(f"runs folder {folder} does not exist; name a folder of trained runs or omit --runs")
+            runs = [r for r in find_runs(folder) if r.model_name == MODEL and r.seed in args.seeds]
+            if len(runs) < len(args.seeds):
+                have = sorted(r.seed for r in runs)
+                raise UsageError(f"{folder} has {MODEL} seeds {have}, not {args.seeds}; train them or omit --runs")
+            for run in sorted(runs, key=lambda r: r.seed):
+                print("\n".join(seed_lines(run, args.rounds, args.whole)), flush=True)
+
+    run_cli(command)
+
+
+if __name__ == "__main__":
+    main()
