@@ -51,7 +51,8 @@ def press_ctrl_c(argv: list[str], ready: Callable[[int], bool], env: dict, stdou
         deadline = time.monotonic() + 300
         while not ready(process.pid):
             if process.poll() is not None or time.monotonic() > deadline:
-                os.killpg(process.pid, signal.SIGKILL)
+                if process.poll() is None:
+                    os.killpg(process.pid, signal.SIGKILL)
                 pytest.fail(f"the command ended or hung before the moment to press Ctrl-C: {process.stderr.read()}")
             time.sleep(0.02)
         for _ in range(PRESSES):

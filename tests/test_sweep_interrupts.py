@@ -6,9 +6,11 @@ sweep's files: every file, equal but for wall times and the command line (tests/
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -94,17 +96,44 @@ def test_a_ctrl_c_inside_held_interrupts_stops_the_command_when_the_block_ends()
         signal.signal(signal.SIGINT, previous)
 
 
+def with_scratch(scratch: Path) -> list[tuple[int, str]]:
+    """(pid, command line) of every process whose environment has TMPDIR=`scratch`: the command's and
+    its local Ray instance's (gcs, raylet, workers; Ray puts its workers in process groups of their
+    own, so the group the Ctrl-C went to does not hold them)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            environ = (proc / "environ").read_bytes().split(b"\0")
+            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if f"TMPDIR={scratch}".encode() in environ:
+            found.append((int(proc.name), command))
+    return found
+
+
 def test_ctrl_c_on_a_local_ray_instance_stops_in_seconds_and_resume_is_bitwise(uninterrupted, tmp_path):
-    """`--executor ray` on the fresh local instance it starts: pressed once a task's run has logged
-    an evaluation (mid-training), the command, its Ray tasks and the instance end within 10 s."""
+    """`--executor ray` on the fresh local instance it starts: pressed while a Ray task runs a job
+    (a worker named ray::in_one_thread), the command, its tasks and the instance end within 10 s."""
     pytest.importorskip("ray")
-    out, scratch, stdout = tmp_path / "sweep", tmp_path / "tmp", tmp_path / "stdout.txt"
+    # Ray's sockets live under TMPDIR, and a socket path has at most 107 bytes: pytest's are longer
+    scratch = Path(tempfile.mkdtemp(prefix="tl-", dir="/tmp"))
+    out, stdout = tmp_path / "sweep", tmp_path / "stdout.txt"
     argv = sweep_argv(out, 2, "--executor", "ray")
-    code, stderr, seconds = press_ctrl_c(
-        argv, lambda pgid: reached("training", scratch, stdout, pgid), environment(scratch), stdout
-    )
+
+    def task_running(pgid: int) -> bool:
+        return any(command.startswith("ray::in_one_thread") for _, command in with_scratch(scratch))
+
+    code, stderr, seconds = press_ctrl_c(argv, task_running, environment(scratch), stdout)
     assert_interrupted(code, stderr, seconds)
     assert "--resume" in stderr
+    deadline = time.monotonic() + 3
+    while with_scratch(scratch) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert with_scratch(scratch) == [], "a Ray process outlived the interrupted command"
+    for run in (out / RUN).glob("seed*"):  # whole runs only
+        assert not any(run.iterdir()) or (run / "metrics.json").is_file(), sorted(run.iterdir())
     resumed = subprocess.run([*argv, "--resume"], capture_output=True, text=True, env=environment(scratch), timeout=600)
     assert resumed.returncode == 0, resumed.stderr
     assert_same_files(out, uninterrupted)
+    shutil.rmtree(scratch)
