@@ -61,7 +61,6 @@ def exit_with_parent(parent: int) -> None:
     import time
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, terminate)
     # tqdm's default lock is a multiprocessing semaphore; a worker stopped on Ctrl-C cannot release
     # it, and the resource tracker then warns about it. Workers draw no shared bars: a thread lock does.
     from tqdm.auto import tqdm
@@ -76,6 +75,10 @@ def exit_with_parent(parent: int) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, daemon=True).start()
+    # Last: a SIGTERM during the set-up above ends the worker by the default action (nothing of a
+    # job to clean up yet); as Terminated it would surface as the pool's "Exception in
+    # initializer" traceback (seen once in CI: the thread start was waiting when the driver stopped it).
+    signal.signal(signal.SIGTERM, terminate)
 
 
 def alive(pid: int) -> bool:
