@@ -32,6 +32,27 @@ def train(seeds: list[int], out: Path) -> None:
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
 
 
+def trained_runs(folder: Path | None, seeds: list[int], scratch: Path) -> list:
+    """The MODEL runs of `seeds` in `folder` (trained into `scratch` first when None), by seed, with
+    torch at one thread, as each report worker runs (toylens.workers.in_one_thread)."""
+    import torch
+
+    from common.cli import UsageError
+    from tasks.training.runs import find_runs
+
+    torch.set_num_threads(1)
+    if folder is None:
+        folder = scratch / "runs"
+        train(seeds, folder)
+    elif not folder.is_dir():
+        raise UsageError(f"runs folder {folder} does not exist; name a folder of trained runs or omit --runs")
+    runs = [r for r in find_runs(folder) if r.model_name == MODEL and r.seed in seeds]
+    if len(runs) < len(seeds):
+        have = sorted(r.seed for r in runs)
+        raise UsageError(f"{folder} has {MODEL} seeds {have}, not {seeds}; train them or omit --runs")
+    return sorted(runs, key=lambda r: r.seed)
+
+
 def cpu_timed(function):
     """`function` returning (its result, the CPU seconds it took): the last round's own time."""
 
@@ -78,7 +99,7 @@ def seed_lines(run, rounds: int, whole: bool) -> list[str]:
 
 
 def main(argv=None) -> None:
-    from common.cli import Parser, UsageError, folder_path, positive_int, run_cli
+    from common.cli import Parser, folder_path, positive_int, run_cli
     from toylens.arguments import seeds_option
 
     parser = Parser(prog="benchmarks/joint_speed.py", description=__doc__.splitlines()[0])
@@ -89,23 +110,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
 
     def command():
-        import torch
-
-        from tasks.training.runs import find_runs
-
-        torch.set_num_threads(1)  # as each report worker runs (toylens.workers.in_one_thread)
         with tempfile.TemporaryDirectory(prefix="joint-speed-") as temp:
-            folder = args.runs
-            if folder is None:
-                folder = Path(temp) / "runs"
-                train(args.seeds, folder)
-            elif not folder.is_dir():
-                raise UsageError(f"runs folder {folder} does not exist; name a folder of trained runs or omit --runs")
-            runs = [r for r in find_runs(folder) if r.model_name == MODEL and r.seed in args.seeds]
-            if len(runs) < len(args.seeds):
-                have = sorted(r.seed for r in runs)
-                raise UsageError(f"{folder} has {MODEL} seeds {have}, not {args.seeds}; train them or omit --runs")
-            for run in sorted(runs, key=lambda r: r.seed):
+            for run in trained_runs(args.runs, args.seeds, Path(temp)):
                 print("\n".join(seed_lines(run, args.rounds, args.whole)), flush=True)
 
     run_cli(command)

@@ -22,12 +22,17 @@ from common.cli import UsageError
 from models.bridge import device_of
 from tasks.base import NO_FOIL
 from tasks.data import Batch
-from tasks.evaluate import TOKENS_PER_FORWARD
+
+# Tokens in one patched forward (replicas of a batch), a quarter of scoring's TOKENS_PER_FORWARD
+# (tasks.evaluate): a patched forward also holds its hooks' copies of the stream, and an MLP's hidden
+# activations at 8192 tokens (16 MiB at d_mlp 512) spill a core's 1 MiB L2 and, with two workers,
+# the shared L3. benchmarks/patch_chunk.py times both sizes against each other on a run's oracle.
+PATCH_TOKENS = 2048
 
 
 def replicas_per_forward(batch: Batch) -> int:
-    """Replicas of `batch` that share one forward (see tasks.evaluate.TOKENS_PER_FORWARD)."""
-    return max(1, TOKENS_PER_FORWARD // batch.inputs.numel())
+    """Replicas of `batch` that share one forward (PATCH_TOKENS tokens at most, one replica at least)."""
+    return max(1, PATCH_TOKENS // batch.inputs.numel())
 
 
 def scored_metric(scored_logits: torch.Tensor, batch: Batch) -> torch.Tensor:

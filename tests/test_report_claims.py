@@ -413,6 +413,32 @@ def test_a_circuit_within_one_block_claims_no_more_than_that():
     assert path_clause(analysis, DEFAULT) == "no composition between circuit heads: all of them are in block 1"
 
 
+# 11b. Heads that compose through an MLP are not "no path". Catches: block-2 seed 1's summary row
+# "L0H2+L1H1@p14 / no head>head path" beside its mechanism L0H2 > MLP0 > L1H1.q > MLP1 (issue 33).
+def test_a_circuit_through_mlps_is_named_by_them_in_the_summary_kind():
+    from probes.circuits.labels import PathFacts
+    from probes.circuits.signature import EDGE_BASIS, HEAD_BASIS, MechanismSignature
+    from probes.report.summary import circuit_kind
+
+    head, later = "L0 head of unnamed role", "L1 head of unnamed role"
+    chain = MechanismSignature(
+        ("embed", head, "MLP0", later, "MLP1", "logits"),
+        (f"embed -> {head}", f"{head} -> MLP0", f"MLP0 -> {later}.q", f"{later} -> MLP1", "MLP1 -> logits"),
+        EDGE_BASIS,
+    )
+    weak = PathFacts("L0H2", "L1H1", "q", 3, "p3", 0.1, 0.1, 0.2)  # measured, below the claim
+
+    def kind(mechanism):
+        analysis = SimpleNamespace(mechanism=mechanism)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr("probes.circuits.labels.run_paths", lambda a: [weak])
+            return circuit_kind(analysis, DEFAULT)
+
+    assert kind(chain) == "through MLP0, MLP1"
+    assert kind(dataclasses.replace(chain, basis=HEAD_BASIS)) == "no head>head path"  # no edge circuit measured
+    assert kind(None) == "no head>head path"
+
+
 # 12. The edge circuits' faithfulness is on the gap scale (the empty circuit is the counterfactual
 # run), and the oracle judged against itself is 1 by construction. Catches: edge faithfulness
 # labelled "null scale" (the header's null scale mean-ablates), and the oracle's Spearman and

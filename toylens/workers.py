@@ -126,10 +126,18 @@ def how_it_ended(processes: list) -> str:
     return f"exit code {codes[0]}"
 
 
-# What every job imports (torch, TransformerLens, the measures and the training loop): the fork
+# What every job imports (torch, TransformerLens, the measures and the training loop, and what a
+# report job imports on its first run: matplotlib for its figures, scipy's statistics): the fork
 # server imports it once and each worker starts from that copy instead of importing it again
-# (about 4.6 s of CPU per process on the report's 15 runs).
-PRELOAD = ("torch", "transformer_lens", "probes.report.measure", "tasks.training.loop")
+# (about 4.6 s of CPU per process on the report's 15 runs, and 2 s more for the figures).
+PRELOAD = (
+    "torch",
+    "transformer_lens",
+    "probes.report.measure",
+    "probes.report.figures",
+    "scipy.stats",
+    "tasks.training.loop",
+)
 
 
 def spawn_pool(workers: int):

@@ -34,7 +34,8 @@ LEGEND = (
     "far below peers), flagged (a model that reads order below two-candidate chance, or neither answer nor foil at "
     "half the positions: see the notes) or ok",
     "circuit / kind: the head circuit (heads @ the positions they are kept at; a named path as sender ->q/k/v "
-    "receiver @ sender position) and what it is, from held-out counterfactual pairs",
+    "receiver @ sender position) and what it is, from held-out counterfactual pairs ('through MLP0': no head "
+    "feeds another directly, the edge circuit's mechanism runs through those MLPs)",
     "faith.: the head circuit's faithfulness on those pairs, heads outside it at their mean over training rows, "
     "null scale (0 = every head mean-ablated, 1 = full model)",
     "blocks: block 1/2/... verdict with all its heads mean-ablated on the held-out ablation rows (needed, partly "
@@ -149,12 +150,17 @@ def compact_circuit(analysis, settings) -> str:
 
 
 def circuit_kind(analysis, settings) -> str:
-    """The named paths' compositions, or what was found instead."""
-    from probes.report.words import named, paths_of
+    """The named paths' compositions; else, where the edge circuit's mechanism runs through MLPs,
+    those MLPs (heads compose through them, not head to head: the mechanism column names the path);
+    else what was found instead."""
+    from probes.report.words import mechanism_mlps, named, paths_of
 
     paths = named(analysis, settings)
     if paths:
         return " + ".join(dict.fromkeys(f"{p.component.upper()}-composition" for p in paths))
+    through = mechanism_mlps(analysis.mechanism)
+    if through:
+        return "through " + ", ".join(through)
     return "no head>head path" if paths_of(analysis) else "one block"
 
 

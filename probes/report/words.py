@@ -217,6 +217,16 @@ def chain_words(paths) -> str:
     return f"; in series: {', then '.join(p.oracle_name for p in chain)} ({len(chain) + 1} heads, one hop each)"
 
 
+def mechanism_mlps(mechanism) -> list[str]:
+    """The MLP parts of an edge circuit's mechanism (probes.circuits.signature), in its part order;
+    none for a head circuit's signature (it has no MLPs) or no mechanism."""
+    from probes.circuits.signature import EDGE_BASIS
+
+    if mechanism is None or mechanism.basis != EDGE_BASIS or not mechanism.edges:
+        return []
+    return [part for part in mechanism.parts if part.startswith("MLP")]
+
+
 def path_clause(analysis, settings: ReportSettings) -> str | None:
     paths = paths_of(analysis)
     chosen = named(analysis, settings)
@@ -228,7 +238,13 @@ def path_clause(analysis, settings: ReportSettings) -> str | None:
             + chain_words(chosen)
         )
     if paths:
-        through = " (paths through MLPs: the edge circuit's sentence)" if analysis.spec.mlp else ""
+        mlps, through = mechanism_mlps(analysis.mechanism), ""
+        if mlps:
+            through = (
+                f" (the edge circuit's mechanism runs through {', '.join(mlps)} instead: its sentence names the path)"
+            )
+        elif analysis.spec.mlp:
+            through = " (paths through MLPs: the edge circuit's sentence)"
         return (
             f"no head-to-head path recovers {pct(settings.path_claim)} of the gap, with the sender patched "
             f"at every position or at any single one (the strongest, {paths[0].oracle_name}, recovers "
