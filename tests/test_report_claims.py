@@ -434,7 +434,7 @@ def test_a_circuit_through_mlps_is_named_by_them_in_the_summary_kind():
             patch.setattr("probes.circuits.labels.run_paths", lambda a: [weak])
             return circuit_kind(analysis, DEFAULT)
 
-    assert kind(chain) == "through MLP0, MLP1"
+    assert kind(chain) == "via MLP0, MLP1"
     assert kind(dataclasses.replace(chain, basis=HEAD_BASIS)) == "no head>head path"  # no edge circuit measured
     assert kind(None) == "no head>head path"
 

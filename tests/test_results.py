@@ -1,4 +1,4 @@
-"""The results pages (`python -m probes.report.outputs.results`) are made from what the runs stored: every
+"""The results pages (`toylens results`) are made from what the runs stored: every
 number on a page is one a run's metrics.json or the report's report.json holds, regenerating gives
 the same page, and bad or mismatched input is one line."""
 

@@ -34,7 +34,7 @@ LEGEND = (
     "far below peers), flagged (a model that reads order below two-candidate chance, or neither answer nor foil at "
     "half the positions: see the notes) or ok",
     "circuit / kind: the head circuit (heads @ the positions they are kept at; a named path as sender ->q/k/v "
-    "receiver @ sender position) and what it is, from held-out counterfactual pairs ('through MLP0': no head "
+    "receiver @ sender position) and what it is, from held-out counterfactual pairs ('via MLP0': no head "
     "feeds another directly, the edge circuit's mechanism runs through those MLPs)",
     "faith.: the head circuit's faithfulness on those pairs, heads outside it at their mean over training rows, "
     "null scale (0 = every head mean-ablated, 1 = full model)",
@@ -160,7 +160,7 @@ def circuit_kind(analysis, settings) -> str:
         return " + ".join(dict.fromkeys(f"{p.component.upper()}-composition" for p in paths))
     through = mechanism_mlps(analysis.mechanism)
     if through:
-        return "through " + ", ".join(through)
+        return "via " + ", ".join(through)
     return "no head>head path" if paths_of(analysis) else "one block"
 
 

@@ -416,5 +416,5 @@ def main(argv=None) -> None:
     )
     parser.add_argument("--out", type=out_path, default=Path("docs/results"), help="default docs/results")
     args = parser.parse_args(argv)
-    made_by = shlex.join(["python", "-m", "probes.report.outputs.results", *argv])
+    made_by = shlex.join(["toylens", "results", *argv])
     run_cli(results_command, args.runs_dirs, args.out, made_by)
