@@ -78,6 +78,13 @@ def role_attention(attention: torch.Tensor, batch: Batch, query_role: str | None
     role position, over the rows whose example names that role at or before the query. The query
     rows: the scored positions (`query_role` None) or each example's `query_role` position.
     `attention`: [n, layer, head, query, key] patterns (patterns)."""
+    return {role: rows.mean(0) for role, rows in role_attention_rows(attention, batch, query_role).items()}
+
+
+def role_attention_rows(
+    attention: torch.Tensor, batch: Batch, query_role: str | None = None
+) -> dict[str, torch.Tensor]:
+    """role_attention before its mean: key role -> [rows, layer, head], one row per query row counted."""
     if query_role is None:
         examples, queries = batch.example_index, batch.positions
     else:
@@ -91,7 +98,7 @@ def role_attention(attention: torch.Tensor, batch: Batch, query_role: str | None
         seen = (key >= 0) & (key <= queries)
         if bool(seen.any()):
             index = key[seen].view(-1, 1, 1, 1).expand(-1, *rows.shape[1:3], 1)
-            out[role] = rows[seen].gather(-1, index)[..., 0].mean(0)
+            out[role] = rows[seen].gather(-1, index)[..., 0]
     return out
 
 

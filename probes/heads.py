@@ -70,12 +70,23 @@ def detection_patterns(inputs: torch.Tensor, lengths: torch.Tensor) -> dict[str,
 @torch.no_grad()
 def attention_scores(model, batch: Batch) -> dict[str, torch.Tensor]:
     """Per attention role, [layer, head] mean attention on the target over rows that have one."""
+    return {role: scores for role, (scores, _) in attention_spread(model, batch).items()}
+
+
+@torch.no_grad()
+def attention_spread(model, batch: Batch) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Per attention role, (attention_scores' [layer, head] mean, [examples, layer, head] each
+    example's own mean over its rows that have a target, for the examples with one): how much the
+    mean would move with other examples."""
     batch = batch.to("cpu")
     pattern = patterns(model, batch.inputs)  # [n, layer, head, q, k]
     scores = {}
     for role, target in detection_patterns(batch.inputs, batch.lengths).items():
-        rows = (target.sum(-1) > 0).sum().clamp(min=1)
-        scores[role] = torch.einsum("nlhqk,nqk->lh", pattern, target) / rows
+        rows = (target.sum(-1) > 0).sum(-1)  # [n]
+        mean = torch.einsum("nlhqk,nqk->lh", pattern, target) / rows.sum().clamp(min=1)
+        kept = rows > 0
+        each = torch.einsum("nlhqk,nqk->nlh", pattern[kept], target[kept]) / rows[kept][:, None, None]
+        scores[role] = mean, each
     return scores
 
 

@@ -300,3 +300,23 @@ def test_a_stored_circuit_keeps_its_signature_and_is_labelled_by_it():
     old = {k: v for k, v in json.loads(json.dumps(one.to_dict())).items() if k != "signature"}
     assert CircuitSummary.from_dict(old).signature is None
     assert "L0H0" in circuit_label(CircuitSummary.from_dict(old)).text
+
+
+# The main job's block-1 seed 1: a layer-0 head at 0.504 +- 0.014 on the induction pattern was named
+# an induction head, and the seeds' one two-head mechanism was counted twice (issue 34).
+def test_a_role_is_named_only_when_its_interval_clears_the_claim():
+    from models.spec import build_model
+    from probes.circuits.signature import RoleMasses, role_masses
+
+    def role(mean: float, low: float) -> str:
+        measured = RoleMasses({PREVIOUS: torch.tensor([[mean]])}, {}, low={PREVIOUS: torch.tensor([[low]])})
+        return measured.role(Head(0, 0), read_at_scored=False)
+
+    assert role(0.504, 0.490) == UNNAMED
+    assert role(0.520, 0.505) == PREVIOUS
+    assert role(0.490, 0.480) == UNNAMED
+    measured = role_masses(build_model(VARIANTS["attn-only-2x4"], seed=0).eval(), batch_of())
+    assert set(measured.low) == set(measured.everywhere) | set(measured.scored)
+    for name, low in measured.low.items():
+        mean = {**measured.everywhere, **measured.scored}[name]
+        assert bool((low <= mean + 1e-7).all()) and bool((low >= 0).all()) and bool((low < mean).any()), name

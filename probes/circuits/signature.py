@@ -40,9 +40,13 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from common.cli import UsageError
 from common.jsonfiles import check_fields
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 UNNAMED = "unnamed role"
 ROLE_CLAIM = 0.5  # mean attention mass on a role's target from which the head is named for it (more
@@ -206,42 +210,69 @@ def relabelled_heads(signatures) -> bool:
 @dataclass(frozen=True)
 class RoleMasses:
     """Each head's mean attention mass on each role's target, measured two ways: `everywhere` over
-    every query row (TL's head detectors), `scored` from the scored positions only. role words ->
-    [layer, head]."""
+    every query row (TL's head detectors), `scored` from the scored positions only, and `low`, the
+    lower end of each mean's 95% interval (role_masses). role words -> [layer, head]."""
 
     everywhere: dict
     scored: dict
     claim: float = ROLE_CLAIM
+    low: dict = field(default_factory=dict)  # a role without one: its mean stands in
 
     def role(self, head, read_at_scored: bool) -> str:
-        """The role with the largest mass when it reaches the claim, else UNNAMED; attention at the
-        scored positions competes only for a head read there. Ties go to the first role in
-        role_masses' order (the same for every head, so relabelling keeps them)."""
+        """The role with the largest mass when its interval lies at or above the claim, else
+        UNNAMED; attention at the scored positions competes only for a head read there. Ties go to
+        the first role in role_masses' order (the same for every head, so relabelling keeps them)."""
         masses = {**self.everywhere, **(self.scored if read_at_scored else {})}
         best, mass = max(((r, float(m[head.layer, head.head])) for r, m in masses.items()), key=lambda item: item[1])
-        return best if mass >= self.claim else UNNAMED
+        low = float(self.low[best][head.layer, head.head]) if best in self.low else mass
+        return best if mass >= self.claim and low >= self.claim else UNNAMED
+
+
+def lower_end(mean: Tensor, rows: Tensor, confidence: float = 0.95) -> Tensor:
+    """[layer, head] lower end of `mean`'s t interval from the spread of `rows` ([n, layer, head]),
+    at least 0 (a mass); with under two rows, 0: one row pins nothing down."""
+    from scipy.stats import t
+
+    n = rows.shape[0]
+    if n < 2:
+        return mean.new_zeros(mean.shape)
+    half = float(t.ppf(0.5 + confidence / 2, n - 1)) * rows.std(0) / math.sqrt(n)
+    return (mean - half).clamp(min=0.0)
 
 
 def role_masses(model, batch, claim: float = ROLE_CLAIM) -> RoleMasses:
     """TL's head-detector patterns over every query row (probes.heads.attention_scores), and at the
     scored positions the current token and each position role the task names
     (probes.attention.role_attention). A role that sits at the scored position in every row is the
-    current token, not a second role with the same mass (which float noise would break ties for)."""
-    from probes.attention import offsets, patterns, role_attention
-    from probes.heads import attention_scores
+    current token, not a second role with the same mass (which float noise would break ties for).
+
+    A head is named for a role only when the lower end of its mass's 95% interval reaches the claim:
+    block-1 seed 1 of the main job had a layer-0 head at 0.504 +- 0.014 on the induction pattern, so
+    the same two-head mechanism was counted twice, by which side of 0.5 a mean fell. The interval is
+    over examples for the detectors (each example's mean over its rows) and over the scored rows
+    for the scored masses (taken as independent: a task scored at many positions per example gets
+    an interval narrower than its examples support)."""
+    import torch
+
+    from probes.attention import offsets, patterns, role_attention_rows
+    from probes.heads import attention_spread
 
     batch = batch.to("cpu")
-    everywhere = {DETECTOR_ROLES[name]: score for name, score in attention_scores(model, batch).items()}
+    spread = {DETECTOR_ROLES[name]: value for name, value in attention_spread(model, batch).items()}
+    everywhere = {role: mean for role, (mean, _) in spread.items()}
+    low = {role: lower_end(mean, each) for role, (mean, each) in spread.items()}
     attention = patterns(model, batch.inputs)
     rows = attention[batch.example_index, :, :, batch.positions]
     scored = {CURRENT: offsets(rows, batch.positions)[:, :, 0]}
+    low[CURRENT] = lower_end(scored[CURRENT], rows[torch.arange(len(rows)), :, :, batch.positions])
     at_query = {
         role for role, where in batch.roles.items() if bool((where[batch.example_index] == batch.positions).all())
     }
-    scored.update(
-        {attends_role(role): mass for role, mass in role_attention(attention, batch).items() if role not in at_query}
-    )
-    return RoleMasses(everywhere, scored, claim)
+    for role, each in role_attention_rows(attention, batch).items():
+        if role not in at_query:
+            scored[attends_role(role)] = each.mean(0)
+            low[attends_role(role)] = lower_end(each.mean(0), each)
+    return RoleMasses(everywhere, scored, claim, low)
 
 
 def read_at_scored(edges, sinks=()) -> set:

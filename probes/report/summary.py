@@ -215,7 +215,8 @@ def circuit_across_seeds(analyses, settings) -> dict:
         elif len(traced) == 1:
             text = f"one seed traced (seed {traced[0].seed})"
         elif groups:
-            text = f"{len(groups)} circuits in {len(traced)} seeds: " + " | ".join(
+            kind = "mechanisms" if all(a.mechanism for a in traced) else "circuits"  # as report.md's seed agreement
+            text = f"{len(groups)} {kind} in {len(traced)} seeds: " + " | ".join(
                 ("seeds " if len(seeds) > 1 else "seed ") + ", ".join(seeds) for seeds in groups.values()
             )
         else:
