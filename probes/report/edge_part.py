@@ -111,7 +111,7 @@ def structure_sentence(structure) -> str:
         else "The oracle-ranked circuit showed no overlap; the joint search, run on every traced circuit, ran"
     )
     sentence = (
-        f"in the joint search's circuit the single-edge effects add up to {found.additivity:.0%} of its "
+        f"In the joint search's circuit the single-edge effects add up to {found.additivity:.0%} of its "
         f"faithfulness {found.faithfulness:.0%} (100% = they add up; below: they overlap, as alternatives do; "
         f"above: each of several edges alone removes much of the effect, as links in series or an AND do). "
         f"{why} (its edges pruned by the effect of the set, any edge free to return: {joint.sets_measured} sets "
@@ -154,8 +154,8 @@ def at_target_clause(tight, named, stand_ins: bool) -> str:
     counts = " and counts the stand-in sets" if stand_ins else ""
     return (
         f"; at the same faithfulness it is {'smaller' if smaller else 'no smaller'}: the search keeps every "
-        f"edge worth {THRESHOLD:.0%} of the gap{counts}, and pruned with no threshold "
-        f"until one more edge would take it below {TARGET:.0%} the joint circuit has {len(tight.circuit)} "
+        f"edge worth {THRESHOLD:.0%} of the gap{counts}; pruned with no threshold "
+        f"until one more edge would take it below {TARGET:.0%}, the joint circuit has {len(tight.circuit)} "
         f"edges keeping {tight.faithfulness:.0%}, {'fewer than' if smaller else 'no fewer than'} the oracle "
         f"ranking's {len(named.circuit)}"
     )
