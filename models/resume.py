@@ -49,8 +49,8 @@ def forward_from(model, residual, start: int, at=None):
     With `at` = (rows, positions), index tensors of equal length k, only the logits there ([k,
     vocab]): after the last block's attention every module is position-wise, so that block's MLP,
     the final norm and the unembedding run on those k positions alone. The last block is then run
-    by its parts (LayerNorms, attention, MLP), so its own block-level hooks (resid_mid, resid_post)
-    do not fire; its parts' hooks do."""
+    by its parts (LayerNorms, attention, MLP): its hook_resid_pre and its parts' hooks fire (those
+    after its attention with [k, 1, ...] tensors), its hook_resid_post does not."""
     return resume(resumable(model), residual, start, at)
 
 
@@ -68,6 +68,8 @@ def resume(modules: Resumable, residual, start: int, at=None):
     if refusal(last) is None:  # native modules (no hook attached): queries at `at` alone
         attended = attention_at(last.attn, last.ln1(residual), at)
     else:
+        if hasattr(last, "hook_in"):  # a bridge block: its hook_resid_pre, as its own forward fires it
+            residual = last.hook_in(residual)
         attended = last.attn(last.ln1(residual))[0][at]
     residual = ((residual[at] if modules.adds_residual[-1] else 0) + attended)[:, None]
     if not modules.attn_only:

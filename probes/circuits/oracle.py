@@ -142,13 +142,17 @@ class EdgeHooks:
     """Hooks for one forward over replicas of the base batch resumed at block `start`; replica i
     patches the edges of sets[i]."""
 
-    def __init__(self, model, sets: list[frozenset], base: Writes, other: Writes, n: int, start: int):
+    def __init__(self, model, sets: list[frozenset], base: Writes, other: Writes, n: int, start: int, scored=None):
         self.model, self.sets, self.base, self.other, self.n, self.start = model, sets, base, other, n, start
+        # (examples, positions) when the forward runs its last block's MLP and the unembedding at the
+        # scored positions alone (models.resume's `at`): their inputs are patched there, [replicas, k].
+        self.scored = scored
         self.by_receiver = {}
         for replica, edges in enumerate(sets):
             for edge in edges:
                 self.by_receiver.setdefault(edge.receiver, []).append((replica, edge))
         self.seen, self.writes, self.W_O = {}, {}, model.W_O
+        self.scored_writes: dict = {}
 
     def actual(self, sender) -> torch.Tensor:
         """The sender's write in this forward, [replicas, n, pos, d] ([1, ...] below `start`)."""
@@ -159,6 +163,21 @@ class EdgeHooks:
             else:
                 self.writes[sender] = self.base.writes[sender][None]
         return self.writes[sender]
+
+    def at_scored(self, sender, other: bool) -> torch.Tensor:
+        """The sender's write at the scored positions, [1, k, d] from the other run, [replicas or 1, k,
+        d] in this forward; the last block's MLP ran there alone, so its write is read as it is."""
+        key = (sender, other)
+        if key not in self.scored_writes:
+            examples, positions = self.scored
+            last = self.model.cfg.n_layers - 1
+            if not other and isinstance(sender, MLP) and sender.layer == last:
+                write = self.seen[mlp_out_name(last)]  # [replicas * k, 1, d]
+                self.scored_writes[key] = write.view(len(self.sets), len(examples), write.shape[-1])
+            else:
+                write = self.other.writes[sender][None] if other else self.actual(sender)
+                self.scored_writes[key] = write[:, examples, positions]
+        return self.scored_writes[key]
 
     def patches(self, receiver: Input):
         """What this input receives, canonically ordered (None: nothing): per sender, by name, the
@@ -174,33 +193,40 @@ class EdgeHooks:
             patched[replica] = None if whole else tuple(sorted((*patched.get(replica, ()), edge.position)))
         return tuple((sender, tuple(sorted(where[sender].items()))) for sender in sorted(where, key=str))
 
-    def delta(self, patches):
+    def delta(self, patches, scored: bool = False):
         """(replicas these patches touch, [those, n, pos, d] added to the input's residual): one
         change per sender and replica patching it, masked to the positions patched, so an edge
-        resolved by position costs no more than a whole one."""
+        resolved by position costs no more than a whole one. `scored`: at the scored positions
+        alone, [those, k, 1, d]."""
         rows = sorted({replica for _, patched in patches for replica, _ in patched})
         row_of = {replica: i for i, replica in enumerate(rows)}
         like = self.other.writes[patches[0][0]]
+        if scored:
+            like = like[self.scored]  # [k, d]
         out = torch.zeros(len(rows), *like.shape, device=like.device)
         for sender, patched in patches:
             replicas = [replica for replica, _ in patched]
-            actual = self.actual(sender)
-            change = self.other.writes[sender] - (actual[replicas] if len(actual) > 1 else actual)
+            actual = self.at_scored(sender, False) if scored else self.actual(sender)
+            other = self.at_scored(sender, True)[0] if scored else self.other.writes[sender]
+            change = other - (actual[replicas] if len(actual) > 1 else actual)
             if any(positions is not None for _, positions in patched):
-                mask = torch.zeros(len(replicas), like.shape[1], device=like.device)
+                mask = torch.zeros(len(replicas), self.other.writes[sender].shape[1], device=like.device)
                 for i, (_, positions) in enumerate(patched):
                     mask[i, slice(None) if positions is None else list(positions)] = 1.0
-                change = mask[:, None, :, None] * change
+                if scored:
+                    change = mask[:, self.scored[1], None] * change
+                else:
+                    change = mask[:, None, :, None] * change
             out.index_add_(
                 0,
                 torch.tensor([row_of[r] for r in replicas], device=like.device),
                 change.expand(len(replicas), *like.shape),
             )
-        return torch.tensor(rows, device=like.device), out
+        return torch.tensor(rows, device=like.device), out[:, :, None] if scored else out
 
     def residual(self, name: str, rows: torch.Tensor) -> torch.Tensor:
         value = self.seen[name]
-        return value.view(len(self.sets), self.n, *value.shape[1:])[rows]
+        return value.view(len(self.sets), -1, *value.shape[1:])[rows]
 
     def head_input(self, layer: int, port: str, heads: list[Head]):
         def hook(act, hook):
@@ -221,14 +247,16 @@ class EdgeHooks:
 
         return hook
 
-    def single_input(self, receiver: Input, residual_name: str, norm):
+    def single_input(self, receiver: Input, residual_name: str, norm, scored: bool = False):
+        """A hook patching an MLP's or the logits' input; `scored`: it fires at the scored positions alone."""
+
         def hook(act, hook):
             patches = self.patches(receiver)
             if patches is None:
                 return act
-            rows, delta = self.delta(patches)
+            rows, delta = self.delta(patches, scored=True) if scored else self.delta(patches)
             act = act.clone()
-            view = act.view(len(self.sets), self.n, *act.shape[1:])
+            view = act.view(len(self.sets), -1, *act.shape[1:])
             view[rows] = norm(self.residual(residual_name, rows) + delta)
             return act
 
@@ -252,12 +280,17 @@ class EdgeHooks:
                 out.append((get_act_name(receiver.port, node.layer), self.head_input(node.layer, receiver.port, heads)))
             elif isinstance(node, MLP) and node.layer >= self.start:
                 norm = native(model.blocks[node.layer].ln2)
+                scored = self.scored is not None and node.layer == graph.n_layers - 1
                 # The MLP's own input hook (after ln2); get_act_name's hook_mlp_in fires only behind a flag.
                 out.append(
-                    (f"blocks.{node.layer}.mlp.hook_in", self.single_input(receiver, resid_mid_name(node.layer), norm))
+                    (
+                        f"blocks.{node.layer}.mlp.hook_in",
+                        self.single_input(receiver, resid_mid_name(node.layer), norm, scored),
+                    )
                 )
             elif isinstance(node, Logits):
-                out.append((LOGITS_IN, self.single_input(receiver, FINAL_RESIDUAL, native(model.ln_final))))
+                final = native(model.ln_final)
+                out.append((LOGITS_IN, self.single_input(receiver, FINAL_RESIDUAL, final, self.scored is not None)))
         return out
 
 
@@ -310,14 +343,30 @@ def patched_runs(
         chunk = order[first : first + per_forward]
         start = start_layer(sets[chunk[0]], n_layers)
         members = [sets[i] for i in chunk]
-        hooks, seen = EdgeHooks(model, members, runs.base, runs.other, len(batch), start), {}
+        # Only the scored positions' logits are read: unless a caller observes activations, the last
+        # block's MLP and the unembedding run there alone (models.resume's `at`), its inputs patched there.
+        scored = (batch.example_index, batch.positions) if start < n_layers and not observe else None
+        hooks, seen = EdgeHooks(model, members, runs.base, runs.other, len(batch), start, scored), {}
         watch = [(name, keeper(seen, name)) for name in observe]
+        resid = runs.base.resid_pre[start].repeat(len(members), 1, 1)
         with model.hooks(fwd_hooks=hooks.hooks(graph) + watch):
-            logits = forward_from(model, runs.base.resid_pre[start].repeat(len(members), 1, 1), start)
+            if scored is None:
+                logits = replica_scored(forward_from(model, resid, start), batch)
+            else:
+                logits = forward_from(model, resid, start, replica_at(scored, len(members), len(batch)))
+                logits = logits.view(len(members), len(batch.positions), -1)
         views = {name: value.view(len(members), len(batch), *value.shape[1:]) for name, value in seen.items()}
-        for replica, (i, result) in enumerate(zip(chunk, outcome(replica_scored(logits, batch), batch))):
+        for replica, (i, result) in enumerate(zip(chunk, outcome(logits, batch))):
             results[i] = Patched(result, {name: view[replica] for name, view in views.items()})
     return [results[i] for i in range(len(sets))]
+
+
+def replica_at(scored, replicas: int, n: int):
+    """models.resume's `at` for `replicas` stacked copies of an n-row batch: its scored (row,
+    position) pairs in each copy, copy by copy."""
+    examples, positions = scored
+    offsets = torch.arange(replicas, device=examples.device)[:, None] * n
+    return (offsets + examples[None]).flatten(), positions.repeat(replicas)
 
 
 def patched_outcomes(model, batch: Batch, graph: Graph, sets: list[frozenset], runs: Runs) -> list[Outcome]:
