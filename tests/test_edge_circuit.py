@@ -141,3 +141,25 @@ def test_the_edges_command_shares_no_gap_too_small_to_mean_anything(tmp_path, mo
     text = (tmp_path / "edges" / "edges.md").read_text()
     assert "attn-only-1x1 seed 2: edge circuit not traced (clean minus counterfactual metric only" in text
     assert "faithfulness" not in text and "%" not in text
+
+
+@pytest.mark.parametrize("build", ["mlp_xor", "saturated_mlp", "induction"])
+def test_patching_the_scored_positions_alone_equals_the_full_forward(build):
+    """The oracle runs its last block's MLP and the unembedding at the scored positions alone; a
+    caller observing an activation gets the full forward. Both give every set's metric, single
+    edges and circuits (their inputs into the last MLP and the logits patched) alike."""
+    import random
+
+    from probes.circuits.oracle import FINAL_RESIDUAL, Direction, patched_runs, record_runs
+    from probes.circuits.truth import planted
+
+    p = getattr(planted, build)(n=16)
+    graph = graph_of(p.spec)
+    runs = record_runs(p.model, p.batch, graph, Direction.NOISE)
+    rng = random.Random(0)
+    sets = [frozenset([e]) for e in graph.edges]
+    sets += [frozenset(graph.edges) - frozenset(rng.sample(graph.edges, 3)) for _ in range(8)]
+    scored = patched_runs(p.model, p.batch, graph, sets, runs)
+    full = patched_runs(p.model, p.batch, graph, sets, runs, observe=(FINAL_RESIDUAL,))
+    differences = [abs(a.outcome.metric - b.outcome.metric) for a, b in zip(scored, full)]
+    assert max(differences) < 1e-5 and len(differences) == len(sets)
