@@ -43,8 +43,8 @@ from models.bridge import device_of
 from models.graph import MLP, Edge, Embed, Graph, Head, Logits
 from models.resume import forward_from
 from probes.circuits.methods.joint import SetFaithfulness
-from probes.circuits.oracle import Direction, Runs, mlp_out_name, record_runs
-from probes.patching import corrupt_inputs, outcome, replica_scored, replicas_per_forward
+from probes.circuits.oracle import Direction, Runs, mlp_out_name, record_runs, replica_at
+from probes.patching import corrupt_inputs, outcome, replicas_per_forward
 from tasks.data import Batch
 
 SUFFICES = 0.9  # a set of components keeping this share of the gap suffices
@@ -130,15 +130,18 @@ class KnockOut:
         (one masked select per hook: a loop over replicas and components cost seconds per 100 sets)."""
         mine = [c for c in self.components if name_of(c) == name]
         out = torch.tensor([[c not in kept for c in mine] for kept in members], device=self.other[name].device)
+        other = self.other[name]
+        if name == mlp_out_name(self.model.cfg.n_layers - 1):  # the last MLP runs at the scored positions alone
+            other = other[self.batch.example_index, self.batch.positions][:, None]
 
         def patch(act, hook):
-            view = act.view(len(members), len(self.batch), *act.shape[1:])
+            view = act.view(len(members), -1, *act.shape[1:])
             if isinstance(mine[0], Head):
                 mask = torch.zeros(len(members), act.shape[2], dtype=torch.bool, device=act.device)
                 mask[:, [c.head for c in mine]] = out
-                view = torch.where(mask[:, None, None, :, None], self.other[name][None], view)
+                view = torch.where(mask[:, None, None, :, None], other[None], view)
             else:
-                view = torch.where(out[:, 0, None, None, None], self.other[name][None], view)
+                view = torch.where(out[:, 0, None, None, None], other[None], view)
             return view.reshape(act.shape)
 
         return patch
@@ -152,11 +155,12 @@ class KnockOut:
         for first in range(0, len(sets), per_forward):
             members = sets[first : first + per_forward]
             hooks = [(name, self.hook(name, members)) for name in names]
+            # Only the scored logits are read: the last block's MLP and the unembedding run there alone.
+            at = replica_at((self.batch.example_index, self.batch.positions), len(members), len(self.batch))
             with self.model.hooks(fwd_hooks=hooks):
-                logits = forward_from(self.model, self.runs.base.resid_pre[0].repeat(len(members), 1, 1), 0)
-            out += [
-                share(o.metric, self.empty, self.full) for o in outcome(replica_scored(logits, self.batch), self.batch)
-            ]
+                logits = forward_from(self.model, self.runs.base.resid_pre[0].repeat(len(members), 1, 1), 0, at)
+            scored = logits.view(len(members), len(self.batch.positions), -1)
+            out += [share(o.metric, self.empty, self.full) for o in outcome(scored, self.batch)]
         return out
 
 
