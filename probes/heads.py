@@ -83,6 +83,8 @@ def attention_spread(model, batch: Batch) -> dict[str, tuple[torch.Tensor, torch
     scores = {}
     for role, target in detection_patterns(batch.inputs, batch.lengths).items():
         rows = (target.sum(-1) > 0).sum(-1)  # [n]
+        # The pooled mean keeps its own contraction rather than a sum of `each`: the stored detector
+        # scores stay bitwise what they were (summing per-example sums rounds differently).
         mean = torch.einsum("nlhqk,nqk->lh", pattern, target) / rows.sum().clamp(min=1)
         kept = rows > 0
         each = torch.einsum("nlhqk,nqk->nlh", pattern[kept], target[kept]) / rows[kept][:, None, None]

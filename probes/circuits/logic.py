@@ -41,9 +41,8 @@ from transformer_lens.utilities import get_act_name
 from common.stats import share
 from models.bridge import device_of
 from models.graph import MLP, Edge, Embed, Graph, Head, Logits
-from models.resume import forward_from
 from probes.circuits.methods.joint import SetFaithfulness
-from probes.circuits.oracle import Direction, Runs, mlp_out_name, record_runs, replica_at
+from probes.circuits.oracle import Direction, Runs, mlp_out_name, record_runs, scored_logits
 from probes.patching import corrupt_inputs, outcome, replicas_per_forward
 from tasks.data import Batch
 
@@ -155,11 +154,9 @@ class KnockOut:
         for first in range(0, len(sets), per_forward):
             members = sets[first : first + per_forward]
             hooks = [(name, self.hook(name, members)) for name in names]
-            # Only the scored logits are read: the last block's MLP and the unembedding run there alone.
-            at = replica_at((self.batch.example_index, self.batch.positions), len(members), len(self.batch))
-            with self.model.hooks(fwd_hooks=hooks):
-                logits = forward_from(self.model, self.runs.base.resid_pre[0].repeat(len(members), 1, 1), 0, at)
-            scored = logits.view(len(members), len(self.batch.positions), -1)
+            resid = self.runs.base.resid_pre[0].repeat(len(members), 1, 1)
+            with self.model.hooks(fwd_hooks=hooks):  # only the scored logits are read
+                scored = scored_logits(self.model, resid, 0, self.batch, len(members))
             out += [share(o.metric, self.empty, self.full) for o in outcome(scored, self.batch)]
         return out
 

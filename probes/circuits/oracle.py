@@ -353,20 +353,20 @@ def patched_runs(
             if scored is None:
                 logits = replica_scored(forward_from(model, resid, start), batch)
             else:
-                logits = forward_from(model, resid, start, replica_at(scored, len(members), len(batch)))
-                logits = logits.view(len(members), len(batch.positions), -1)
+                logits = scored_logits(model, resid, start, batch, len(members))
         views = {name: value.view(len(members), len(batch), *value.shape[1:]) for name, value in seen.items()}
         for replica, (i, result) in enumerate(zip(chunk, outcome(logits, batch))):
             results[i] = Patched(result, {name: view[replica] for name, view in views.items()})
     return [results[i] for i in range(len(sets))]
 
 
-def replica_at(scored, replicas: int, n: int):
-    """models.resume's `at` for `replicas` stacked copies of an n-row batch: its scored (row,
-    position) pairs in each copy, copy by copy."""
-    examples, positions = scored
-    offsets = torch.arange(replicas, device=examples.device)[:, None] * n
-    return (offsets + examples[None]).flatten(), positions.repeat(replicas)
+def scored_logits(model, residual, start: int, batch: Batch, replicas: int) -> torch.Tensor:
+    """[replicas, k, vocab]: forward_from on `replicas` stacked copies of `batch` ([replicas * n,
+    pos, d] entering block `start`), its last block's MLP and the unembedding run at the k scored
+    positions of each copy alone (models.resume's `at`)."""
+    offsets = torch.arange(replicas, device=batch.example_index.device)[:, None] * len(batch)
+    at = (offsets + batch.example_index[None]).flatten(), batch.positions.repeat(replicas)
+    return forward_from(model, residual, start, at).view(replicas, len(batch.positions), -1)
 
 
 def patched_outcomes(model, batch: Batch, graph: Graph, sets: list[frozenset], runs: Runs) -> list[Outcome]:

@@ -247,8 +247,8 @@ def role_masses(model, batch, claim: float = ROLE_CLAIM) -> RoleMasses:
     current token, not a second role with the same mass (which float noise would break ties for).
 
     A head is named for a role only when the lower end of its mass's 95% interval reaches the claim:
-    block-1 seed 1 of the main job had a layer-0 head at 0.504 +- 0.014 on the induction pattern, so
-    the same two-head mechanism was counted twice, by which side of 0.5 a mean fell. The interval is
+    a mean within sampling noise of the claim (0.504 +- 0.014 was seen) would otherwise name one
+    mechanism's head differently in two seeds, by which side of the claim it fell. The interval is
     over examples for the detectors (each example's mean over its rows) and over the scored rows
     for the scored masses (taken as independent: a task scored at many positions per example gets
     an interval narrower than its examples support)."""
@@ -270,8 +270,8 @@ def role_masses(model, batch, claim: float = ROLE_CLAIM) -> RoleMasses:
     }
     for role, each in role_attention_rows(attention, batch).items():
         if role not in at_query:
-            scored[attends_role(role)] = each.mean(0)
-            low[attends_role(role)] = lower_end(each.mean(0), each)
+            mean = scored[attends_role(role)] = each.mean(0)
+            low[attends_role(role)] = lower_end(mean, each)
     return RoleMasses(everywhere, scored, claim, low)
 
 
