@@ -113,3 +113,22 @@ def test_a_distractor_writes_more_change_than_any_circuit_head(gates, name):
     }
     circuit = {e.sender for e in g.edges if isinstance(e.sender, Head)}
     assert max(v for s, v in moved.items() if s not in circuit) > max(moved[s] for s in circuit)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_joint_search_and_the_masks_rank_every_true_edge_of_every_gate_first(gates, name):
+    """AUROC 1.000 against the planted edges for both set methods, the partial OR across layers
+    included: its layer-1 head keeps 50% alone, below the target, so only a search that aims at
+    what is left without the layer-0 head finds it."""
+    import torch
+
+    from probes.circuits.methods.joint import joint_search
+    from probes.circuits.methods.masks import learned_masks
+    from probes.circuits.methods.scores import auroc
+
+    g = gates[name]
+    graph = graph_of(g.spec)
+    truth = torch.tensor([e in g.edges for e in graph.edges])
+    for method in (joint_search, learned_masks):
+        found = method(g.model, g.batch, graph)
+        assert auroc(found.scores.score.abs(), truth) == 1.0, method.__name__

@@ -43,6 +43,7 @@ from tasks.data import Batch
 
 THRESHOLD = 0.01  # of the gap: a drop costing less adds nothing
 TARGET = 0.9  # faithfulness a circuit must keep
+PARTIAL = 0.25  # share of the gap left without an edge from which its partial backup is searched
 MAX_ALTERNATIVES = 8  # stand-in searches per circuit: each is a whole search again (on fresh block-2
 # weights most edges are individually unnecessary, and 40+ searches took minutes)
 
@@ -195,30 +196,43 @@ def with_alternatives(
     of an OR of three is found (each search forbids one edge only, so otherwise the second branch
     would be every first-circuit edge's stand-in and the third never asked for). A search is run
     only where every allowed edge together (`measure([allowed])`, one measurement) reaches the
-    target: a prune that cannot reach it adds back every allowed edge one at a time first."""
+    target: a prune that cannot reach it adds back every allowed edge one at a time first.
+
+    A kept edge whose knock-out alone leaves at least PARTIAL of the gap (`alone[e]` <= 1 - PARTIAL)
+    may have a partial backup: where every allowed edge together keeps a share s in [PARTIAL,
+    target), the search aims at target x s, so the edges that carry what is left are found (a
+    layer-1 head that keeps 50% when the layer-0 head that keeps 100% is gone). Those are asked
+    after the edges with a whole backup, so the `limit` is spent on them first."""
     scores, circuit, alternatives = dict(first.cost), set(first.circuit), []
     everything = frozenset(graph.edges)
+
     # (the edge to do without, the edges already forbidden on its way, the circuit it belongs to)
-    queue = [(e, frozenset(), first.circuit) for e in in_graph_order(graph, first.circuit) if alone[e] < threshold]
+    def asked(edges, before: frozenset, base: frozenset) -> list:
+        ordered = in_graph_order(graph, edges)
+        whole = [e for e in ordered if alone[e] < threshold]
+        partly = [e for e in ordered if threshold <= alone[e] <= 1 - PARTIAL]
+        return [(e, before, base) for e in whole + partly]
+
+    queue = asked(first.circuit, frozenset(), first.circuit)
     searches = 0
     while queue and searches < limit:
         edge, before, base = queue.pop(0)
         forbidden = before | {edge}
-        if measure([everything - forbidden])[0] < target:
+        left = measure([everything - forbidden])[0]
+        if left < PARTIAL:
             continue
+        goal = target if left >= target else target * left
         searches += 1
-        other = find(everything - forbidden)
+        other = find(everything - forbidden, goal)
         for e, c in other.cost.items():
             scores[e] = max(scores.get(e, 0.0), c)
-        if other.faithfulness < target:
+        if other.faithfulness < goal:
             continue
         replaced, replacement = base - other.circuit, other.circuit - base
         alternatives.append(Alternative(frozenset(replaced), frozenset(replacement), other.faithfulness))
         circuit |= other.circuit
         queue = [entry for entry in queue if not (entry[1] == before and entry[0] in replaced)]
-        queue += [
-            (e, before | replaced, other.circuit) for e in in_graph_order(graph, replacement) if alone[e] < threshold
-        ]
+        queue += asked(replacement, before | replaced, other.circuit)
     return frozenset(circuit), tuple(alternatives), scores
 
 
@@ -257,7 +271,7 @@ def joint_search(
     if alternatives:
         alone = single_shares(model, batch, graph, runs, single)
         circuit, found, costs = with_alternatives(
-            lambda allowed: prune(f, allowed, threshold, target),
+            lambda allowed, goal: prune(f, allowed, threshold, goal),
             f,
             graph,
             first,
