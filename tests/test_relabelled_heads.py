@@ -14,10 +14,12 @@ from tests.refusals import fixture_plugins_on_path
 from tests.test_signature import fake_member, permute_heads
 from tests.test_varying_layout import SMALL, train
 
-# The task's variants whose circuit is traced at the tiny budget (block-1 cannot solve it in one
-# layer; no-residual, unscaled-no-positions, sinusoidal-no-norm, rotary-2x2 and post-norm are not
-# covered yet; post-norm is refused in words, test below).
+# The neighbour task's variants with several heads per layer, by how the tests use them: seeds of
+# TRACED are compared, EXACT only relabelled; block-1 cannot solve the task in one layer, so its
+# exact test runs on Winograd; no-residual and post-norm are refused in words, not traced (tests
+# below: the oracle assumes a residual stream that a pre-norm block reads).
 TRACED = ("attn-only-2x2", "block-2")
+EXACT = ("rotary-2x2", "sinusoidal-no-norm", "unscaled-no-positions")
 SEEDS = (0, 1, 2)  # at the full edge circuit these gave 3 signatures in 3 seeds on each variant
 
 
@@ -44,14 +46,49 @@ def seed_signatures(runs, name):
     }
 
 
+@pytest.fixture(scope="module")
+def exact_runs(tmp_path_factory):
+    return train("neighbour", tmp_path_factory.mktemp("exact") / "runs", EXACT, max_steps=400)
+
+
+@pytest.fixture(scope="module")
+def winograd_block_1(tmp_path_factory, small_winograd):
+    from models import ModelSpec
+    from tests.conftest import train_tiny
+
+    specs = {"block-1": ModelSpec(n_layers=1, n_heads=4)}
+    return train_tiny(small_winograd, tmp_path_factory.mktemp("block-1") / "runs", specs, steps=300)
+
+
 @pytest.mark.parametrize("name", TRACED)
 def test_a_trained_model_with_permuted_heads_is_one_mechanism(neighbour_runs, name):
+    relabelled_is_one_mechanism(neighbour_runs, name)
+
+
+@pytest.mark.parametrize("name", EXACT)
+def test_every_other_traced_variant_with_permuted_heads_is_one_mechanism(exact_runs, name):
+    relabelled_is_one_mechanism(exact_runs, name)
+
+
+def test_a_one_layer_block_with_permuted_heads_is_one_mechanism(winograd_block_1):
+    relabelled_is_one_mechanism(winograd_block_1, "block-1")
+
+
+def rotated(head: str, n_heads: int) -> str:
+    """Where head `LlHh` is after the rotation: old head h is new head h - 1."""
+    layer, index = head.removeprefix("L").split("H")
+    return f"L{layer}H{(int(index) - 1) % n_heads}"
+
+
+def relabelled_is_one_mechanism(runs, name):
+    """Seed 0 of `name` and the same weights with every layer's heads rotated (h takes h+1's) trace
+    to one signature whose heads moved, and to one census row."""
     from probes.census import group_census
     from probes.report.parts import RunContext
     from probes.report.run_analysis import snapshot_summary
     from tasks.training.runs import find_runs
 
-    run = next(r for r in find_runs(neighbour_runs) if r.model_name == name and r.seed == 0)
+    run = next(r for r in find_runs(runs) if r.model_name == name and r.seed == 0)
     context = RunContext(run, None, SMALL)
     model, spec, inputs = context.model, context.spec, context.heldout.inputs
     with torch.no_grad():
@@ -64,7 +101,7 @@ def test_a_trained_model_with_permuted_heads_is_one_mechanism(neighbour_runs, na
     _, after = snapshot_summary(context, 0)
     assert before.signature is not None and before.signature == after.signature
     moved = {part: sorted(heads) for part, heads in after.signature.heads}
-    assert moved != {part: sorted(heads) for part, heads in before.signature.heads}
+    assert moved == {part: sorted(rotated(h, spec.n_heads) for h in heads) for part, heads in before.signature.heads}
     census = group_census(name, "p", {}, [fake_member(s, x.signature) for s, x in enumerate((before, after))], 0)
     assert [c.count for c in census.circuits] == [2]
 
@@ -100,16 +137,18 @@ def test_the_two_sides_are_two_census_rows(neighbour_runs, tmp_path):
     assert sorted(map(sorted, rows.values())) == [list(SEEDS), [10 + s for s in SEEDS]]  # one row per side
 
 
-def test_a_post_norm_snapshot_is_refused_in_words_not_traced(tmp_path):
+@pytest.mark.parametrize("name, said", [("post-norm", "post-norm"), ("no-residual", "residual stream")])
+def test_an_untraced_variant_s_snapshot_is_refused_in_words(tmp_path, name, said):
     """The post-norm 2-layer model once reached the edge oracle and died on a KeyError
     ('blocks.0.hook_resid_mid': TL 4 aliases it to ln2.hook_in, which a post-norm block calls after
-    its MLP); snapshot_summary now refuses it as analyse_run does."""
+    its MLP); snapshot_summary refuses it, and a model without a residual stream, as analyse_run
+    does: no signature, a note naming why."""
     from probes.report.parts import RunContext
     from probes.report.run_analysis import snapshot_summary
     from tasks.training.runs import find_runs
 
-    runs = train("neighbour", tmp_path / "runs", ("post-norm",), max_steps=400)
+    runs = train("neighbour", tmp_path / "runs", (name,), max_steps=400)
     (run,) = find_runs(runs)
     gap, summary = snapshot_summary(RunContext(run, None, SMALL), 0)
-    assert summary.signature is None and "post-norm" in summary.note
+    assert summary.signature is None and said in summary.note
     assert math.isfinite(gap)  # measured on the full forward, which post-norm runs
