@@ -85,6 +85,59 @@ def test_the_pages_hold_every_model_and_the_user_method_row(board):
     assert 'class="sortable"' in html and "0 of 20 cells computed" in text
 
 
+def test_the_relation_labels_are_graded_on_the_gate_models_and_stored(board):
+    root, _ = board
+    text = (root / "out" / "leaderboard.md").read_text()
+    assert "name 4 of the 4 planted relations (OR 1/1, AND 1/1, SERIES 1/1, CARRIES 1/1)" in text
+    assert "| or-across | OR | L0H0, L1H0 | yes | or: L0H0 \\| L1H0 | yes |" in text  # the | escaped in a cell
+    assert "| chain-2 | SERIES | L0H0, L1H0 | yes | series: L0H0 -> L1H0 | - |" in text
+    assert sorted(p.name for p in (root / "cells").glob("*.relations.json")) == [
+        f"{m}.relations.json" for m in sorted(("or-across", "and-across", "chain-2", "mlp-carries"))
+    ]
+
+
+def logic_saying(*relations):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(relations=relations)
+
+
+def found(kind, parts, alone, together=1.0):
+    from probes.circuits.logic import Relation
+
+    return Relation(kind, parts, alone, together)
+
+
+def test_a_relation_is_named_only_by_its_own_kind_over_exactly_its_components():
+    """The grading refuses an OR read as an AND, a partial OR whose half backup is called a branch
+    that suffices alone, an AND over other heads, an adder whose shares do not add up, and a chain
+    in the wrong order."""
+    from models.graph import Head
+    from probes.circuits.logic import RelationKind as R
+    from probes.circuits.truth.gates import Kind, Relation
+    from probes.circuits.truth.relations import grade_logic
+
+    a, b = Head(0, 0), Head(1, 0)
+
+    def named(kind, alone, *relations):
+        return grade_logic("m", Relation(kind, (a, b), alone, alone), logic_saying(*relations)).named
+
+    assert named(Kind.OR, (1.0, 1.0), found(R.OR, ((a,), (b,)), (1.0, 1.0)))
+    assert not named(Kind.OR, (1.0, 1.0), found(R.AND, ((a,), (b,)), (1.0, 1.0)))
+    assert named(Kind.PARTIAL_OR, (1.0, 0.5), found(R.PARTIAL_OR, ((b,), (a,)), (0.5, 1.0)))
+    assert not named(Kind.PARTIAL_OR, (1.0, 0.5), found(R.OR, ((a,), (b,)), (1.0, 1.0)))
+    assert named(Kind.AND, (0.0, 0.0), found(R.AND, ((a,), (b,)), (0.0, 0.0)))
+    assert not named(Kind.AND, (0.0, 0.0), found(R.AND, ((a,), (Head(1, 1),)), (0.0, 0.0)))
+    assert named(Kind.ADDITIVE, (0.6, 0.4), found(R.AND, ((a,), (b,)), (0.6, 0.4)))
+    assert not named(Kind.ADDITIVE, (0.6, 0.4), found(R.AND, ((a,), (b,)), (0.0, 0.0)))
+    assert named(Kind.SERIES, (0.0, 0.0), found(R.SERIES, ((a, b),), (1.0,)))
+    assert not named(Kind.SERIES, (0.0, 0.0), found(R.SERIES, ((b, a),), (1.0,)))
+    wrong_shares = grade_logic(
+        "m", Relation(Kind.OR, (a, b), (1.0, 1.0), (1.0, 1.0)), logic_saying(found(R.OR, ((a,), (b,)), (1.0, 0.7)))
+    )
+    assert wrong_shares.named and wrong_shares.shares is False
+
+
 def test_a_plugin_module_registers_a_method(tmp_path, monkeypatch, capsys):
     from probes.circuits.leaderboard import METHODS
     from toylens.leaderboard import main
