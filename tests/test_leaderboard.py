@@ -96,6 +96,35 @@ def test_the_relation_labels_are_graded_on_the_gate_models_and_stored(board):
     ]
 
 
+@pytest.mark.parametrize("executor", ["local", "ray"])
+def test_workers_compute_the_cells_this_process_does(board, tmp_path, executor):
+    """--jobs 2 on the local pool and on a local Ray instance: one job per model, the same cells as
+    the board's in-process ones (every number but the times) and the same relation grades."""
+    if executor == "ray":
+        pytest.importorskip("ray")
+    from toylens.console import main
+
+    root, _ = board
+    models = ["or-across", "tracr-hist"]
+    out = tmp_path / "cells"
+    main(
+        ["leaderboard", "--models", ",".join(models), "--methods", "oracle,joint", "--ablations", "counterfactual"]
+        + ["--pairs", PAIRS, "--cells", str(out), "--out", str(tmp_path / "out"), "--no-progress"]
+        + ["--executor", executor, "--jobs", "2"]
+    )
+
+    def numbers(folder):
+        return {
+            p.name: {k: v for k, v in json.loads(p.read_text()).items() if k not in ("wall_s", "cpu_s")}
+            for p in folder.glob("*.json")
+            if p.name.split("__")[0].removesuffix(".relations.json") in models
+            and "__reversed__" not in p.name
+            and "__eap__" not in p.name
+        }
+
+    assert numbers(out) == numbers(root / "cells") and len(numbers(out)) == 2 * 2 + 1
+
+
 def logic_saying(*relations):
     from types import SimpleNamespace
 

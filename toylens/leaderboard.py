@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean
 
@@ -57,43 +58,6 @@ def stored(path: Path, pairs: int, seed: int):
     return cell if (cell.pairs, cell.seed) == (pairs, seed) else None
 
 
-def run_cells(
-    models: list[str],
-    methods: list[str],
-    ablations: list[str],
-    pairs: int,
-    seed: int,
-    cells: Path,
-    progress: bool = True,
-) -> tuple[list, int]:
-    """Every cell, from its stored JSON where it is there; returns (cells, how many were computed)."""
-    import torch
-    from tqdm import tqdm
-
-    from common.atomic import write_json
-    from probes.circuits.leaderboard import METHODS, ablation_of, score_cell, truth_models
-
-    torch.set_num_threads(1)  # tiny forwards: threads cost more in hand-offs than they gain
-    builders, out, computed = truth_models(), [], 0
-    bar = tqdm(total=len(models) * len(methods) * len(ablations), desc="leaderboard", unit="cell", disable=not progress)
-    for model in models:
-        truth = None
-        for method in methods:
-            for ablation in ablations:
-                path = cell_path(cells, model, method, ablation)
-                cell = stored(path, pairs, seed)
-                if cell is None:
-                    truth = truth or builders[model].build(pairs, seed)
-                    bar.set_postfix_str(f"{model} {method} {ablation}")
-                    cell = score_cell(truth, METHODS[method], ablation_of(ablation), seed)
-                    write_json(path, cell.to_json())
-                    computed += 1
-                out.append(cell)
-                bar.update()
-    bar.close()
-    return out, computed
-
-
 def relations_path(cells: Path, model: str) -> Path:
     return cells / f"{model}.relations.json"  # not MODEL__METHOD__ABLATION: no cell
 
@@ -113,26 +77,105 @@ def stored_grades(path: Path, pairs: int, seed: int):
     return grades if (data.get("pairs"), data.get("seed")) == (pairs, seed) else None
 
 
-def run_relations(models: list[str], pairs: int, seed: int, cells: Path, progress: bool = True) -> list:
-    """Every planted relation of the gate models among `models`, graded (probes.circuits.truth.relations),
-    from the stored grades where they are there."""
+@dataclass(frozen=True)
+class ModelJob:
+    """One model's missing work, sent to a worker whole so its truth is built once: the cells
+    (method, ablation) not stored, and whether its relation labels are graded."""
+
+    model: str
+    cells: tuple[tuple[str, str], ...]
+    relations: bool
+    pairs: int
+    seed: int
+    plugins: tuple[str, ...] = ()  # modules that register methods, imported first (a worker has not)
+
+
+def model_job(job: ModelJob) -> tuple[list[dict], list[dict] | None]:
+    """The job's cells and relation grades as JSON (what the executors hand back to the driver)."""
+    import torch
+
+    for module in job.plugins:
+        importlib.import_module(module)
+    from probes.circuits.leaderboard import METHODS, ablation_of, score_cell, truth_models
+    from probes.circuits.truth.relations import grade_relations
+
+    torch.set_num_threads(1)  # tiny forwards: threads cost more in hand-offs than they gain
+    truth = truth_models()[job.model].build(job.pairs, job.seed)
+    cells = [score_cell(truth, METHODS[method], ablation_of(a), job.seed).to_json() for method, a in job.cells]
+    return cells, [g.to_json() for g in grade_relations(truth)] if job.relations else None
+
+
+def missing_jobs(models, methods, ablations, pairs: int, seed: int, cells: Path, plugins) -> list[ModelJob]:
+    from probes.circuits.leaderboard import truth_models
+
+    builders, jobs = truth_models(), []
+    for model in models:
+        todo = tuple(
+            (method, ablation)
+            for method in methods
+            for ablation in ablations
+            if stored(cell_path(cells, model, method, ablation), pairs, seed) is None
+        )
+        grade = builders[model].family == "gate" and stored_grades(relations_path(cells, model), pairs, seed) is None
+        if todo or grade:
+            jobs.append(ModelJob(model, todo, grade, pairs, seed, tuple(plugins)))
+    return jobs
+
+
+def run_board(
+    models: list[str],
+    methods: list[str],
+    ablations: list[str],
+    pairs: int,
+    seed: int,
+    cells: Path,
+    executor=None,
+    plugins: tuple[str, ...] = (),
+    progress: bool = True,
+) -> tuple[list, list, int]:
+    """Every cell and every gate model's relation grades, computed where not stored (in this
+    process without an `executor`, else one job per model on it: toylens.sweeps.executors) and
+    then read from the store; returns (cells, grades, how many cells were computed)."""
     from tqdm import tqdm
 
     from common.atomic import write_json
     from probes.circuits.leaderboard import truth_models
-    from probes.circuits.truth.relations import grade_relations
 
-    builders = truth_models()
-    gates = [m for m in models if builders[m].family == "gate"]
-    out = []
-    for model in tqdm(gates, desc="relation labels", unit="model", disable=not progress):
-        path = relations_path(cells, model)
-        grades = stored_grades(path, pairs, seed)
-        if grades is None:
-            grades = list(grade_relations(builders[model].build(pairs, seed)))
-            write_json(path, {"pairs": pairs, "seed": seed, "grades": [g.to_json() for g in grades]})
-        out += grades
-    return out
+    jobs = missing_jobs(models, methods, ablations, pairs, seed, cells, plugins)
+    bar = tqdm(total=len(jobs), desc="leaderboard", unit="model", disable=not progress)
+    failed: list[str] = []
+
+    def finished(job: ModelJob, outcome) -> None:
+        bar.update()
+        if outcome.error is not None:
+            failed.append(f"{job.model} ({outcome.error})")
+            return
+        found, grades = outcome.result
+        for cell in found:
+            write_json(cell_path(cells, job.model, cell["method"], cell["ablation"]), cell)
+        if grades is not None:
+            write_json(relations_path(cells, job.model), {"pairs": pairs, "seed": seed, "grades": grades})
+
+    if executor is None:
+        from toylens.sweeps.executors import Outcome
+
+        for job in jobs:
+            bar.set_postfix_str(job.model)
+            finished(job, Outcome(model_job(job)))
+    else:
+        executor.run(model_job, jobs, finished, cost=lambda job: len(job.cells))
+    bar.close()
+    if failed:
+        raise UsageError(
+            f"leaderboard: {len(failed)} model(s) failed twice: {'; '.join(failed)}; the other cells are "
+            "stored, so the same command again computes only what is missing"
+        )
+    gates = [m for m in models if truth_models()[m].family == "gate"]
+    found = [
+        stored(cell_path(cells, m, method, a), pairs, seed) for m in models for method in methods for a in ablations
+    ]
+    grades = [g for m in gates for g in stored_grades(relations_path(cells, m), pairs, seed) or []]
+    return found, grades, sum(len(job.cells) for job in jobs)
 
 
 RELATION_HEADERS = ["model", "planted", "components", "named", "the logic says", "shares alone right"]
@@ -363,12 +406,15 @@ def leaderboard_command(
     cells: Path,
     out: Path,
     command: str,
+    executor=None,
+    plugins: tuple[str, ...] = (),
+    progress: bool = True,
 ) -> None:
+    """`executor`: where the models' jobs run (toylens.sweeps.executors; None: in this process)."""
     from common.atomic import atomic_write
 
     began = time.perf_counter()
-    found, computed = run_cells(models, methods, ablations, pairs, seed, cells)
-    grades = run_relations(models, pairs, seed, cells)
+    found, grades, computed = run_board(models, methods, ablations, pairs, seed, cells, executor, plugins, progress)
     seconds = time.perf_counter() - began
     text = markdown(found, grades, models, seconds, computed, command)
     atomic_write(out / "leaderboard.md", lambda temp: Path(temp).write_text(text))
@@ -411,6 +457,21 @@ def main(argv=None) -> None:
         default=Path("docs/results"),
         help="where leaderboard.md and .html go (default docs/results)",
     )
+    parser.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="local: this machine (default); ray: one Ray Core task per model, as sweeps run",
+    )
+    parser.add_argument("--address", help="Ray cluster to use (default: RAY_ADDRESS, else a local Ray instance)")
+    parser.add_argument(
+        "--jobs",
+        type=positive_int,
+        default=1,
+        help="models at a time: worker processes, or the local Ray instance's CPUs (default 1: local runs "
+        "them in this process; ignored with --address)",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.add_argument("--list", action="store_true", help="print the models and methods and stop")
     args = parser.parse_args(argv)
     run_cli(dispatch, args, argv)
@@ -445,4 +506,16 @@ def dispatch(args, argv) -> None:
         args.cells,
         args.out,
         " ".join(["toylens leaderboard", *words]),
+        board_executor(args),
+        tuple(args.plugin),
+        not args.no_progress,
     )
+
+
+def board_executor(args):
+    """None (this process) for the local default of one job, else the sweeps' executor."""
+    from toylens.sweeps.executors import make_executor
+
+    if args.executor == "local" and args.jobs == 1:
+        return None
+    return make_executor(args.executor, args.jobs, args.address)
