@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from probes.report import document, edge_part, run_analysis, sections, sublayer_part
+from probes.report import document, edge_part, feature_part, run_analysis, sections, sublayer_part
 from probes.report.outputs import examples as example_part
 from probes.report.parts import MeasuredRun, Part, RunContext, Section
 from probes.settings import DEFAULT, ReportSettings
@@ -21,6 +21,7 @@ def parts() -> list[Part]:
         Part("sublayers", sublayer_part.measure_sublayers, sublayer_part.render_sublayers),
         Part("head_roles", sections.measure_head_roles, sections.head_roles_section),
         Part("dynamics", sections.measure_dynamics, sections.dynamics_section),
+        Part("features", feature_part.measure_features, feature_part.render_features),
         Part("examples", example_part.measure_examples, example_part.render_examples),
     ]
 

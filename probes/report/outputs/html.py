@@ -247,6 +247,46 @@ def figures_html(folder: Path, pattern: str, title: str) -> str:
     )
 
 
+def features_html(measured: list) -> str:
+    """Each run's stored dictionaries (the features part): what they recover and, per recovering
+    feature, the roles and tokens where it fires strongest."""
+    from probes.features.stored import SHOWN, TOP
+    from probes.report.feature_part import recovered_words, roles_text
+
+    found = [m.results["features"] for m in measured if m.results.get("features") is not None]
+    if not found:
+        return ""
+    headers = [
+        "dictionary",
+        "reads",
+        "variable",
+        "feature",
+        "MCC",
+        f"roles of its {TOP} strongest",
+        f"tokens ({SHOWN})",
+    ]
+    body = "".join(
+        f"<h3>{escape(f.run)}</h3><p class='note'>{escape(recovered_words(f))}.</p>"
+        + table(
+            headers,
+            [
+                [
+                    e.dictionary,
+                    e.hook,
+                    e.variable,
+                    f"f{e.feature}",
+                    f"{e.mcc:.2f}",
+                    roles_text(e.roles),
+                    ", ".join(e.tokens),
+                ]
+                for e in f.examples
+            ],
+        )
+        for f in found
+    )
+    return f'<section class="extra" id="features"><h2>Features (stored dictionaries)</h2>{body}</section>'
+
+
 def views_html(data: dict, summary_block: str = "", extra: str = "") -> str:
     """The body that assets/report.js fills: navigation, the summary, one panel per run."""
     return (
@@ -287,7 +327,7 @@ def write_html(measured: list, sections: dict, out: Path, task: str, settings: R
     from probes.report.summary import summary_of
 
     data = report_data(measured, sections, task, settings)
-    extra = figures_html(out, "dynamics_*.png", "Training dynamics")
+    extra = figures_html(out, "dynamics_*.png", "Training dynamics") + features_html(measured)
     text = report_page(data, f"Circuit report: {task}", summary_html(summary_of(sections)), extra)
     path = Path(out) / "report.html"
     atomic_write(path, lambda temp: Path(temp).write_text(text))
