@@ -1,6 +1,7 @@
 """The report's features part (probes.report.feature_part): a run whose dictionaries `toylens features`
 stored gets a features section in report.md, report.json and report.html, graded on its held-out
-split, with the roles where each recovering feature fires; a run without any gets none, and a
+split, with the roles where each recovering feature fires and, where every MLP has a transcoder,
+the feature circuit; a run without any gets none, and a
 dictionary edited after it was written is refused in one line."""
 
 from __future__ import annotations
@@ -38,6 +39,12 @@ def test_a_run_with_stored_dictionaries_has_a_features_section_everywhere(featur
         assert example["mcc"] >= 0.9 and sum(count for _, count in example["roles"]) <= 20
     html = (report / "report.html").read_text()
     assert '<section class="extra" id="features">' in html and "attn-only-2x1 seed 0" in html
+    # bag-of-words has an MLP with a stored transcoder: traced as a feature circuit; attn-only has none
+    assert "#### bag-of-words seed 0: feature circuit (transcoders" in text
+    assert "attn-only-2x1 seed 0: feature circuit" not in text
+    (bag,) = [f for f in data["features"] if f["run"] == "bag-of-words seed 0"]
+    assert bag["traced"]["circuit"]["spliced_error"] < 1e-4 and found["traced"] is None
+    assert "Feature circuit through" in html
 
 
 def test_a_report_without_stored_dictionaries_has_no_features_section(main_job_run):

@@ -127,21 +127,28 @@ class TracedRun:
 def run_circuit(run, grid: Grid, root: Path, pairs: int = PAIRS) -> TracedRun | None:
     """The feature circuit of `run` through the grid's first (size, k) transcoder of every MLP (as
     trained by run_grades under `root`); None for a model without MLPs."""
-    from tasks.data import spread_subset
-
     layers = [site.layer for site in grid.sites if site.kind == "transcoder"]
     if not layers:
         return None
-    model, held = run.load_model(), run.batches()["heldout"]
     identity = store.run_identity(run.config)
     dictionaries = {}
     for layer in layers:
         config = next(c for c in grid.configs(run.spec.d_model) if c.hook_in == mlp_site(layer).hook_in)
         dictionaries[layer] = store.load(store.folder_of(root, config), identity)
     label = f"{run.model_name} seed {run.seed}"
+    return traced_through(
+        run.load_model(), run.batches()["heldout"], dictionaries, run.config["vocabulary"], label, pairs
+    )
+
+
+def traced_through(model, held, dictionaries: dict, vocabulary, label: str, pairs: int = PAIRS) -> TracedRun:
+    """The feature circuit through `dictionaries` (MLP layer -> its transcoder) on `pairs` held-out
+    pairs, and what each feature reads as on the whole held-out split."""
+    from tasks.data import spread_subset
+
     circuit = feature_circuit(model, spread_subset(held, pairs), dictionaries, label)
-    acts = collect(model, held.inputs, held.real_positions(), [mlp_site(l).hook_in for l in layers])
-    variables = task_variables(held, acts, run.config["vocabulary"])
+    acts = collect(model, held.inputs, held.real_positions(), [mlp_site(l).hook_in for l in dictionaries])
+    variables = task_variables(held, acts, vocabulary)
     matches = {l: feature_matches(d.encode(acts.values[d.config.hook_in]), variables) for l, d in dictionaries.items()}
     return TracedRun(circuit, matches)
 

@@ -125,11 +125,7 @@ def circuit_lines(traced, top: int = 8) -> list[str]:
         "| sender | exact | EAP | reads as (best planted variable, MCC on held-out) |",
         "|---|---|---|---|",
     ]
-    for i in logits.abs().argsort(descending=True)[:top].tolist():
-        lines.append(
-            f"| {c.senders[i]} | {share(float(logits[i]), gap)} | {share(float(c.attribution[i]), gap)} | "
-            f"{reads_as(traced, c.senders[i])} |"
-        )
+    lines += ["| " + " | ".join(row) + " |" for row in logit_rows(traced, top)]
     within = c.effect[:, :-1].nan_to_num(0.0)
     if within.numel():
         lines += [
@@ -146,6 +142,21 @@ def circuit_lines(traced, top: int = 8) -> list[str]:
                 f"{reads_as(traced, c.senders[s])} | {reads_as(traced, c.receivers[r])} |"
             )
     return lines + [""]
+
+
+def logit_rows(traced, top: int = 8) -> list[list[str]]:
+    """The feature -> logits edges, largest first: sender, exact share, EAP's, what it reads as."""
+    c = traced.circuit
+    logits = c.effect[:, -1]
+    return [
+        [
+            str(c.senders[i]),
+            share(float(logits[i]), c.gap),
+            share(float(c.attribution[i]), c.gap),
+            reads_as(traced, c.senders[i]),
+        ]
+        for i in logits.abs().argsort(descending=True)[:top].tolist()
+    ]
 
 
 def share(value: float, gap: float) -> str:

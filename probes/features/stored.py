@@ -13,8 +13,9 @@ from pathlib import Path
 import torch
 
 from probes.features import store
-from probes.features.activations import Activations, collect
+from probes.features.activations import Activations, collect, mlp_site
 from probes.features.grade import DictionaryGrade, grade, linear_presence
+from probes.features.measure import TracedRun, traced_through
 from probes.features.variables import task_variables
 
 TOP = 20  # a recovering feature's strongest activations whose roles are counted
@@ -41,6 +42,7 @@ class RunFeatures:
     folder: str  # where the dictionaries were read from, under the runs folder
     grades: tuple[DictionaryGrade, ...]  # by kind, hook, size, k
     examples: tuple[FeatureExamples, ...]
+    traced: TracedRun | None  # the feature circuit, where every MLP has a stored transcoder
 
 
 def features_folder(run) -> Path:
@@ -94,4 +96,19 @@ def stored_features(run, model, heldout, vocabulary: list[str]) -> RunFeatures |
         )
         grades.append(graded)
         examples += strongest(d, graded, acts, heldout, vocabulary)
-    return RunFeatures(label, folder.relative_to(run.path.parent.parent).as_posix(), tuple(grades), tuple(examples))
+    where = folder.relative_to(run.path.parent.parent).as_posix()
+    traced = circuit_through(model, heldout, dictionaries, vocabulary, label, run.spec)
+    return RunFeatures(label, where, tuple(grades), tuple(examples), traced)
+
+
+def circuit_through(model, heldout, dictionaries, vocabulary, label: str, spec) -> TracedRun | None:
+    """Through each MLP's first stored transcoder (smallest size, then k), when every MLP has one."""
+    if not spec.mlp:
+        return None
+    first = {
+        layer: next((d for d in dictionaries if d.config.hook_in == mlp_site(layer).hook_in), None)  # sorted: smallest
+        for layer in range(spec.n_layers)
+    }
+    if any(d is None for d in first.values()):
+        return None
+    return traced_through(model, heldout, first, vocabulary, label)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from probes.features.render import SCALES, hook_lines
+from probes.features.render import SCALES, circuit_lines, hook_lines
 from probes.features.stored import SHOWN, TOP, RunFeatures
 from probes.report.parts import RunContext, Section, jsonable
 from probes.settings import ReportSettings
@@ -58,6 +58,8 @@ def render_features(results: list[RunFeatures], out: Path, settings: ReportSetti
             lines += [line.replace("### ", "#### ", 1) for line in hook_lines(found.run, hook, list(of_hook))]
         if found.examples:
             lines += example_rows(found) + [""]
+        if found.traced is not None:
+            lines += [line.replace("### ", "#### ", 1) for line in circuit_lines(found.traced)]
     return Section(
         "Features (stored dictionaries)",
         "\n".join(lines),

@@ -282,9 +282,25 @@ def features_html(measured: list) -> str:
                 for e in f.examples
             ],
         )
+        + feature_circuit_html(f.traced)
         for f in found
     )
     return f'<section class="extra" id="features"><h2>Features (stored dictionaries)</h2>{body}</section>'
+
+
+def feature_circuit_html(traced) -> str:
+    """The feature circuit's strongest edges into the logits (the whole graph: report.md's appendix)."""
+    from probes.features.render import logit_rows
+
+    if traced is None:
+        return ""
+    c = traced.circuit
+    return (
+        f"<p class='note'>Feature circuit through {escape(', '.join(c.dictionaries))} on {c.pairs} held-out pairs "
+        f"(share of the clean - counterfactual gap; with the error nodes the logits match the model's to "
+        f"{c.spliced_error:.1e}):</p>"
+        + table(["sender -> logits", "exact", "EAP", "reads as (variable, MCC)"], logit_rows(traced))
+    )
 
 
 def views_html(data: dict, summary_block: str = "", extra: str = "") -> str:
