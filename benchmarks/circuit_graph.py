@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from pathlib import Path
 
 os.environ.setdefault("TQDM_DISABLE", "1")
 
@@ -207,7 +206,7 @@ def scaling(task, pairs, max_layers: int, max_heads: int) -> None:
 
 
 def main() -> None:
-    from common.cli import Parser  # argparse's errors on one line, as every toylens command's
+    from common.cli import Parser, out_path  # argparse's errors on one line, as every toylens command's
 
     parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=64)
@@ -217,7 +216,7 @@ def main() -> None:
     parser.add_argument("--times-only", action="store_true", help="only part (0b), the methods' seconds")
     parser.add_argument(
         "--docs",
-        type=Path,
+        type=out_path,
         help="also write part (0b) into this file's <!-- circuit_graph.py --> ... <!-- end circuit_graph.py --> block",
     )
     args = parser.parse_args()

@@ -21,7 +21,7 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 
 import torch
 
-from common.cli import EXIT_USAGE, Parser, positive_int, run_cli
+from common.cli import EXIT_USAGE, Parser, out_path, positive_int, run_cli
 from probes.circuits.truth import tracr, zero_trace
 
 SHORT = {"oracle": "oracle", "EAP-IG": "EAP-IG", "EAP": "EAP", "ACDC": "ACDC", "joint": "joint", "learned": "masks"}
@@ -135,7 +135,7 @@ def main() -> None:
     parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=positive_int, default=64)
     parser.add_argument("--programs", default=",".join(tracr.PROGRAMS))
-    parser.add_argument("--docs", type=Path, help="also write the section into this file's marked block")
+    parser.add_argument("--docs", type=out_path, help="also write the section into this file's marked block")
     parser.add_argument(
         "--fixtures",
         type=Path,

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from plain_gpt import PlainGPT
 from tracr_table import write_docs
 
-from common.cli import Parser, positive_int
+from common.cli import Parser, out_path, positive_int
 
 from common.stats import mean_interval
 from models import ModelSpec, build_model
@@ -105,7 +105,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--docs",
-        type=Path,
+        type=out_path,
         help="also write the table into this page's marked block "
         "(<!-- train_speed.py --> or, with --same-optimizer, <!-- train_speed.py --same-optimizer -->)",
     )

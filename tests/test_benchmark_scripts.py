@@ -126,3 +126,15 @@ def test_no_benchmark_script_builds_a_bare_argparse_parser():
 )
 def test_a_bad_argument_or_file_to_a_benchmark_script_is_one_line(tmp_path, argv, fragment):
     one_line(script(*argv), fragment)
+
+
+@pytest.mark.parametrize("name", ["tracr_table.py", "circuit_graph.py", "train_speed.py"])
+def test_a_docs_page_that_is_a_link_is_refused_in_one_line(tmp_path, name):
+    """--docs writes into a page's marked block: through a symbolic link it would change a user's
+    file elsewhere, so it is refused as every command's --out is (common.cli.out_path)."""
+    users = tmp_path / "users-page.md"
+    users.write_text(f"<!-- {name} -->\nmine\n<!-- end {name} -->\n")
+    link = tmp_path / "page.md"
+    link.symlink_to(users)
+    one_line(script(f"benchmarks/{name}", "--docs", str(link)), f"{link} is a symbolic link")
+    assert users.read_text() == f"<!-- {name} -->\nmine\n<!-- end {name} -->\n"
