@@ -162,3 +162,59 @@ def test_the_export_commands_write_valid_files(tiny_runs, tmp_path):
     main(["attribution", str(tiny_runs), "--out", str(tmp_path), "--pairs", "1"])
     (graph,) = [f for f in (tmp_path / "attribution").glob("*.json") if not f.name.startswith(".")]
     assert attribution_problems(json.loads(graph.read_text())) == []
+
+
+def test_an_invalid_file_is_refused_and_not_written(planted, tmp_path, monkeypatch):
+    """The writers check what they write against the reader's rules first: an edge score of NaN
+    (a MIB reader refuses it) or an attribution graph without its nodes is one UsageError naming
+    the file, and nothing lands at the path, not even a temp file."""
+    from common.cli import UsageError
+    from probes.report.outputs import exports
+
+    p, result = planted
+    good = exports.mib_json(result, result.methods[0].scores, p.spec.d_model)
+
+    def with_nan(*args):
+        data = json.loads(json.dumps(good))
+        data["edges"][next(iter(data["edges"]))]["score"] = float("nan")
+        return data
+
+    monkeypatch.setattr(exports, "mib_json", with_nan)
+    path = tmp_path / "mib" / "run.json"
+    with pytest.raises(UsageError, match="not a valid MIB edge-score file: .*finite number"):
+        exports.write_mib(path, result, result.methods[0].scores, p.spec.d_model)
+    with pytest.raises(UsageError, match="breaks the viewer's structure"):
+        exports.write_attribution(tmp_path / "graph.json", {"metadata": {}, "links": []})
+    assert [f for f in tmp_path.rglob("*") if f.is_file()] == []
+
+
+SHAPES = {  # the traced shapes the tests train (vocabulary 4, 4 input positions)
+    "block-2x4": dict(n_layers=2, n_heads=4, d_model=32),
+    "block-1x4": dict(n_layers=1, n_heads=4, d_model=32),
+    "attn-only-2x2": dict(n_layers=2, n_heads=2, d_model=32, mlp=False),
+    "rotary-2x2": dict(n_layers=2, n_heads=2, d_model=32, positions="rotary"),
+    "sinusoidal-no-norm": dict(n_layers=2, n_heads=2, d_model=32, positions="sinusoidal", norm=None),
+    "unscaled-no-positions": dict(n_layers=2, n_heads=2, d_model=32, positions="none", scale_scores=False),
+    "three-layers": dict(n_layers=3, n_heads=2, d_model=16),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_every_traced_shape_exports_files_its_readers_accept(shape):
+    """MIB files (oracle, EAP) and the attribution graph of a model of each shape pass the readers'
+    rules, so the check each writer runs never refuses a shape toylens traces (block-2 once did)."""
+    from models import ModelSpec, build_model
+    from probes.circuits.named import edge_circuit
+    from probes.report.outputs.exports import attribution_graph
+    from tests.conftest import hand_batch
+
+    spec = ModelSpec(n_ctx=4, d_vocab=4, **SHAPES[shape])
+    model = build_model(spec, seed=0)
+    batch = hand_batch(8)
+    result = edge_circuit(model, batch, graph_of(spec), ig_steps=2, acdc_threshold=None)
+    for method in result.methods[:2]:
+        data = json.loads(json.dumps(mib_json(result, method.scores, spec.d_model)))
+        assert mib_problems(data) == [], (shape, method.scores.method)
+    words = [f"t{i}" for i in range(spec.d_vocab)]
+    graph = json.loads(json.dumps(attribution_graph(model, one_prompt(batch), spec, words, shape, "toylens")))
+    assert attribution_problems(graph) == [], shape
