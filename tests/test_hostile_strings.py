@@ -227,3 +227,28 @@ def test_the_pages_in_chromium_have_no_console_error_and_no_injected_element(hos
             assert errors == [], (path, errors)
             page.close()
         browser.close()
+
+
+def test_a_heads_attention_is_shown_by_role_where_the_task_names_roles(hostile):
+    """The task names the position "source": a clicked head's panel gives its mean attention from
+    the scored position by role (keys labelled by role, the numbers report.json holds), above the
+    by-position mean."""
+    if CHROMIUM is None:
+        pytest.skip("no chromium on PATH (apt-get install chromium): the browser check needs one")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra)")
+    _, out = hostile
+    page_file = out / "report" / "report.html"
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page()
+        page.goto(page_file.as_uri() + "#run=attn-only-2x1-seed0")
+        page.wait_for_load_state("load")
+        data = json.loads(page.locator("#report-data").text_content())
+        by_role = data["runs"][0]["heads"]["by_role"]
+        assert by_role["roles"] == ["source"]
+        page.locator('g.node.head[data-node="L1H0"]').click()
+        row = page.locator("#detail .att-row", has=page.locator(".att-label", has_text="by role"))
+        assert row.count() == 1 and row.locator(".att-cell").all_text_contents() == ["source"]
+        assert row.locator(".att-cell").first.get_attribute("title") == f"source: {by_role['mass']['L1H0'][0]:.2f}"
+        assert "keys by role" in page.locator("#detail").text_content()
+        browser.close()

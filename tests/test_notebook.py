@@ -87,3 +87,23 @@ def test_the_notebook_runs_in_under_a_minute_on_a_main_job_model_with_roles_name
     text, _ = executed(tmp_path, monkeypatch, TOYLENS_RUNS=str(tmp_path / "no-runs"))
     seconds = time.perf_counter() - started
     assert "block-1" in text and seconds < 60, f"{seconds:.0f} s"
+
+
+def test_the_notebook_names_the_role_a_head_attends_where_the_task_gives_roles(tmp_path, monkeypatch):
+    """On markcopy (a plugin whose marker sits anywhere) the sweep table's "attends most to" gives a
+    role and its mass, not a key position."""
+    import re
+    import sys
+
+    from tests.refusals import PLUGINS
+    from tests.test_varying_layout import train
+
+    sys.path.insert(0, str(PLUGINS))
+    try:
+        runs = train("markcopy", tmp_path / "runs", ("attn-only-2x1",), max_steps=200)
+    finally:
+        sys.path.remove(str(PLUGINS))
+        sys.modules.pop("varying_tasks", None)
+    monkeypatch.setenv("PYTHONPATH", f"{PLUGINS}:{Path(__file__).resolve().parents[1]}")
+    text, _ = executed(tmp_path, monkeypatch, TOYLENS_RUN=str(runs / "attn-only-2x1" / "seed0"))
+    assert re.search(r"\b(marker|value|query) \(\d+%\)", text), text[-2000:]

@@ -79,3 +79,37 @@ def test_each_run_says_it_started_and_budget_capped_runs_are_flagged(main_job):
         for seed in range(3):
             assert f"{model} seed {seed}: training (at most 50 steps), then tracing its circuits" in main_job
     assert "3 of 3 seeds budget-limited (seed 0, 1, 2 stopped by its 50-step budget" in main_job
+
+
+@pytest.mark.parametrize(
+    "stop, positions, shown",
+    [
+        ("scored_loss", "all", "val_scored_loss"),  # Winograd: trained on every position, stopped on the scored loss
+        ("loss", "scored", "val_loss"),
+        ("accuracy", "scored", "val_scored_loss"),
+        ("accuracy", "all", "val_loss"),
+    ],
+)
+def test_the_bar_shows_the_loss_the_run_stops_on_else_the_one_it_descends(stop, positions, shown):
+    from tasks.settings import LossPositions, StopMetric, TrainSettings
+    from tasks.training.loop import bar_loss
+
+    settings = TrainSettings(stop_metric=StopMetric(stop), loss_positions=LossPositions(positions))
+    assert bar_loss(settings) == shown
+
+
+def test_a_sweeps_time_left_scales_from_its_own_first_run():
+    """Four runs left like the first (10 s) on 2 jobs: 20 s, whatever the up-front Winograd scale says."""
+    from types import SimpleNamespace
+
+    from models import ModelSpec
+    from tasks.settings import TrainSettings
+    from toylens.sweeps.plan import first_run_estimate
+
+    plan = SimpleNamespace(spec=ModelSpec(n_layers=2, n_heads=1, mlp=False), settings=TrainSettings(max_steps=400))
+    bigger = SimpleNamespace(spec=plan.spec, settings=TrainSettings(max_steps=800))
+    remaining = [SimpleNamespace(plan=plan)] * 4
+    assert first_run_estimate(plan, 10.0, remaining, 2) == (
+        "first run took 10 s; at that rate the other 4 take roughly 20 s on 2 parallel jobs"
+    )
+    assert "roughly 40 s on 2" in first_run_estimate(plan, 10.0, [SimpleNamespace(plan=bigger)] * 4, 2)

@@ -193,7 +193,27 @@ def head_data(analysis) -> dict:
         "labels": list(analysis.labels or analysis.attention.labels),
         "mean_rows": analysis.attention.rows["all"],
         "mean": {f"L{l}H{h}": rounded(mean[l, h].tolist()) for l in range(n_layers) for h in range(n_heads)},
+        "by_role": role_data(analysis.roles, n_layers, n_heads),
         "circuit": nodes,
+    }
+
+
+def role_data(roles, n_layers: int, n_heads: int) -> dict | None:
+    """For a task that names roles: each head's mean attention from the scored position to each
+    role's position (keys labelled by role, where a position's role varies between examples)."""
+    from probes.attention import SCORED
+
+    if roles is None:
+        return None
+    masses = roles.attention[SCORED]
+    return {
+        "roles": list(roles.roles),
+        "rows": roles.rows,
+        "mass": {
+            f"L{l}H{h}": [rounded(float(masses[role][l, h])) for role in roles.roles]
+            for l in range(n_layers)
+            for h in range(n_heads)
+        },
     }
 
 

@@ -208,8 +208,11 @@ function showHead(run, head) {
       box.append(attentionRow(pair.corrupt_tokens, pair.corrupt[index][q], 'counterf.'));
     }
   });
+  const byRole = run.heads.by_role;
+  if (byRole) box.append(el('div', {class: 'note'}, `mean over ${byRole.rows} held-out scored rows, keys by role (a role's position varies between examples):`),
+                         attentionRow(byRole.roles, byRole.mass[head], 'by role'));
   const mean = run.heads.mean[head];
-  if (mean) box.append(el('div', {class: 'note'}, `mean over ${run.heads.mean_rows} held-out scored rows:`),
+  if (mean) box.append(el('div', {class: 'note'}, `mean over ${run.heads.mean_rows} held-out scored rows, keys by position:`),
                        attentionRow(run.heads.labels.map(l => l.split(' ')[0]), mean, 'mean'));
   document.querySelectorAll('g.node').forEach(g => g.classList.toggle('selected', g.dataset.node === head));
   box.scrollIntoView({block: 'nearest'});   // it opened below the fold, unseen, after a click on the graph
