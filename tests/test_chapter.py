@@ -306,3 +306,28 @@ def test_bad_arguments_are_one_line(module, argv, fragment, tmp_path, capsys):
     assert done.value.code == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and fragment in lines[0], lines
+
+
+def test_a_corpus_full_of_markup_trains_and_writes_every_json_file_strict(tmp_path):
+    """A corpus of tags, quotes, `</script>`, `$`, ampersands and line separators: the tokens hold
+    them, and every JSON file of the run (config, metrics, the run's summary) is written and parses
+    as strict JSON with those strings kept (issue 38: such a corpus once wrote one JSON file of them)."""
+    from tasks.training.runs import Run
+
+    rng = random.Random(1)
+    pieces = ("<script>", "</script>", '"q"', "'s'", "&amp;", "$x$", "<b>", "\u2028", "a", "b", "c", "é")
+    lines = [" ".join(rng.choice(pieces) for _ in range(rng.randint(3, 10))) for _ in range(500)]
+    path = tmp_path / "markup.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    task = TextTask(TextParams(corpus=str(path), vocab=280, context=8))
+    out = train_tiny(task, tmp_path / "runs", {"tiny": ModelSpec(n_layers=1, d_model=16, n_heads=2)}, steps=5)
+    written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.json"))
+    assert {"tiny/seed0/config.json", "tiny/seed0/metrics.json"} <= set(written), written
+
+    def strict(text):
+        return json.loads(text, parse_constant=lambda name: pytest.fail(f"non-strict JSON constant {name}"))
+
+    for name in written:
+        strict((out / name).read_text(encoding="utf-8"))
+    vocabulary = strict((out / "tiny" / "seed0" / "config.json").read_text())["vocabulary"]
+    assert any("<" in token or "script" in token for token in vocabulary) and Run(out / "tiny" / "seed0").metrics
