@@ -126,6 +126,8 @@ def test_legends_and_labels_lie_inside_their_panels(browser, report_html):
     assert page.locator("svg.curves").count() >= 1 and page.locator("svg.graph").count() >= 1
     assert boxes_outside(page, "svg.curves", "text") == []  # e.g. "oracle (CPR 0.93, CMD 0.0" cut
     assert boxes_outside(page, "svg.graph", "text.legend") == []
+    assert boxes_outside(page, "svg.graph", "g.node text") == []  # the heads', MLPs' and ends' labels
+    assert page.locator("svg.graph g.node text").count() >= 4
     assert errors == []
     page.close()
 
