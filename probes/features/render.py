@@ -135,13 +135,28 @@ def circuit_lines(traced, top: int = 8) -> list[str]:
             "| sender | receiver | activation change | sender reads as | receiver reads as |",
             "|---|---|---|---|---|",
         ]
-        for flat in within.abs().flatten().argsort(descending=True)[:top].tolist():
-            s, r = divmod(flat, within.shape[1])
-            lines.append(
-                f"| {c.senders[s]} | {c.receivers[r]} | {float(within[s, r]):+.2f} | "
-                f"{reads_as(traced, c.senders[s])} | {reads_as(traced, c.receivers[r])} |"
-            )
+        lines += ["| " + " | ".join(row) + " |" for row in feature_edge_rows(traced, top)]
     return lines + [""]
+
+
+def feature_edge_rows(traced, top: int = 8) -> list[list[str]]:
+    """The feature -> feature edges, largest first: sender, receiver, the receiver's activation
+    change, what each reads as."""
+    c = traced.circuit
+    within = c.effect[:, :-1].nan_to_num(0.0)
+    rows = []
+    for flat in within.abs().flatten().argsort(descending=True)[:top].tolist() if within.numel() else []:
+        s, r = divmod(flat, within.shape[1])
+        rows.append(
+            [
+                str(c.senders[s]),
+                str(c.receivers[r]),
+                f"{float(within[s, r]):+.2f}",
+                reads_as(traced, c.senders[s]),
+                reads_as(traced, c.receivers[r]),
+            ]
+        )
+    return rows
 
 
 def logit_rows(traced, top: int = 8) -> list[list[str]]:

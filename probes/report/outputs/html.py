@@ -310,7 +310,7 @@ def features_html(measured: list) -> str:
 
 def feature_circuit_html(traced) -> str:
     """The feature circuit's strongest edges into the logits (the whole graph: report.md's appendix)."""
-    from probes.features.render import logit_rows
+    from probes.features.render import feature_edge_rows, logit_rows
 
     if traced is None:
         return ""
@@ -320,6 +320,11 @@ def feature_circuit_html(traced) -> str:
         f"(share of the clean - counterfactual gap; with the error nodes the logits match the model's to "
         f"{c.spliced_error:.1e}):</p>"
         + table(["sender -> logits", "exact", "EAP", "reads as (variable, MCC)"], logit_rows(traced))
+        + (
+            table(["sender", "receiver", "activation change", "sender reads as", "receiver reads as"], edges)
+            if (edges := feature_edge_rows(traced))
+            else ""
+        )
     )
 
 
