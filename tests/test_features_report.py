@@ -18,7 +18,7 @@ def featured(tmp_path_factory, tiny_runs):
 
     runs = tmp_path_factory.mktemp("featured") / "winograd"
     shutil.copytree(tiny_runs, runs)
-    main(["features", str(runs), "--sizes", "16", "--k", "2", "--steps", "60", "--no-circuit", "--no-progress"])
+    main(["features", str(runs), "--sizes", "16", "--k", "2", "--steps", "60", "--no-progress"])
     main(["report", str(runs), "--jobs", "1"])
     return runs
 
@@ -66,3 +66,34 @@ def test_an_edited_dictionary_is_refused_in_one_line(featured, tmp_path, capsys)
     assert stopped.value.code == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and str(cfg.parent) in err.strip().splitlines()[-1], err
+
+
+def test_the_feature_circuit_is_exported_as_an_attribution_graph_its_viewer_accepts(featured):
+    """bag-of-words has an MLP and so a feature circuit: toylens features wrote it with features as
+    nodes; it passes the viewer's structure and Neuronpedia's graph schema, and its links to the
+    logit node are the circuit's exact feature -> logits edges (negated)."""
+    from pathlib import Path
+
+    from probes.report.outputs.exports import attribution_problems
+
+    jsonschema = pytest.importorskip("jsonschema", reason="no jsonschema (the dev extra's nbformat brings it)")
+
+    graph = json.loads((featured / "features" / "bag-of-words" / "seed0" / "feature-graph.json").read_text())
+    assert attribution_problems(graph) == []
+    schema = json.loads((Path(__file__).parent / "fixtures" / "neuronpedia" / "graph-schema.json").read_text())
+    assert [e.message for e in jsonschema.Draft7Validator(schema).iter_errors(graph)] == []
+    kinds = {n["feature_type"] for n in graph["nodes"]}
+    assert "cross layer transcoder" in kinds and "logit" in kinds
+    assert not (featured / "features" / "attn-only-2x1" / "seed0" / "feature-graph.json").exists()  # no MLP
+    data = json.loads((featured / "report" / "report.json").read_text())
+    (bag,) = [f for f in data["features"] if f["run"] == "bag-of-words seed 0"]
+    circuit = bag["traced"]["circuit"]
+    to_logits = {link["source"]: link["weight"] for link in graph["links"] if link["target"].startswith("L_")}
+    exact = {}
+    for sender, row in zip(circuit["senders"], circuit["effect"]):
+        feature = sender["feature"]
+        d_sae = len(bag["traced"]["matches"][str(sender["layer"])])
+        exact[f"{sender['layer']}_{d_sae if feature is None else feature}_"] = -row[-1]
+    for source, weight in to_logits.items():
+        assert weight == pytest.approx(exact[source.rsplit("_", 1)[0] + "_"], abs=1e-6), source
+    assert to_logits

@@ -2,7 +2,8 @@
 without RUNS_DIR): TopK SAEs on the last residual stream and transcoders over every MLP of each run,
 graded against the task's planted variables, and the feature circuit of each run with MLPs;
 dictionaries in SAELens's layout under DIR (default RUNS_DIR/features), the markdown in
-DIR/features.md (or --table FILE)."""
+DIR/features.md (or --table FILE), each feature circuit as an attribution graph in
+DIR/MODEL/seedN/feature-graph.json."""
 
 from __future__ import annotations
 
@@ -54,8 +55,10 @@ def features_command(args) -> None:
             grid = Grid(tuple(default_sites(run.spec.n_layers, run.spec.mlp)), sizes, ks, args.steps, args.seed)
             root = out / run.model_name / f"seed{run.seed}"
             grades += run_grades(run, grid, root, progress)
-            if not args.no_circuit:
-                traced += [one for one in [run_circuit(run, grid, root)] if one is not None]
+            one = None if args.no_circuit else run_circuit(run, grid, root)
+            if one is not None:
+                traced.append(one)
+                write_feature_graph(run, one, root)
     text = (
         "\n".join(
             section(
@@ -68,6 +71,25 @@ def features_command(args) -> None:
     )
     atomic_write(table, lambda temp: Path(temp).write_text(text))
     print(f"wrote {table}: {len(grades)} dictionaries graded, {len(traced)} feature circuits")
+
+
+def write_feature_graph(run, traced, root: Path) -> Path:
+    """ROOT/feature-graph.json: the run's feature circuit as an attribution graph (Neuronpedia's
+    schema), checked against the viewer's rules as it is written."""
+    from probes.features.measure import PAIRS
+    from probes.report.outputs.exports import feature_attribution_graph, slug, write_attribution
+    from tasks.data import spread_subset
+
+    pairs = spread_subset(run.batches()["heldout"], PAIRS)
+    vocabulary = run.config["vocabulary"]
+    tokens = [vocabulary[t] for t in pairs.inputs[0, : int(pairs.lengths[0]) - 1].tolist()]
+    label = f"{run.model_name} seed {run.seed}"
+    data = feature_attribution_graph(
+        traced, tokens, int(pairs.positions[0]), slug(f"{label} features"), f"toylens {label}"
+    )
+    path = root / "feature-graph.json"
+    write_attribution(path, data)
+    return path
 
 
 def main(argv=None) -> None:
