@@ -360,6 +360,7 @@ def test_every_part_of_a_run_shares_one_model_load(mirror_measured):
         "sublayers",
         "head_roles",
         "dynamics",
+        "features",
         "examples",
     }
 

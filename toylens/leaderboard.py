@@ -97,7 +97,15 @@ def model_job(job: ModelJob) -> tuple[list[dict], list[dict] | None]:
     torch.set_num_threads(1)  # tiny forwards: threads cost more in hand-offs than they gain
     truth = truth_models()[job.model].build(job.pairs, job.seed)
     cells = [score_cell(truth, METHODS[method], ablation_of(a), job.seed).to_json() for method, a in job.cells]
-    return cells, [g.to_json() for g in grade_relations(truth)] if job.relations else None
+    return cells, [g.to_json() for g in grade_relations(truth, mlp_word)] if job.relations else None
+
+
+def mlp_word(intact, ablated) -> str:
+    """The report's verdict on an MLP's mean ablation ("needed", "partly used" or "unused")."""
+    from probes.report.words import verdict
+    from probes.settings import DEFAULT
+
+    return verdict(intact, ablated, DEFAULT)[0]
 
 
 def missing_jobs(models, methods, ablations, pairs: int, seed: int, cells: Path, plugins) -> list[ModelJob]:

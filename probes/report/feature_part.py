@@ -14,8 +14,10 @@ from probes.settings import ReportSettings
 
 
 def measure_features(context: RunContext) -> RunFeatures | None:
-    from probes.features.stored import stored_features
+    from probes.features.stored import features_folder, stored_features
 
+    if not features_folder(context.run).is_dir():
+        return None  # before context.model: a run without dictionaries loads nothing for this part
     return stored_features(context.run, context.model, context.heldout, context.vocabulary)
 
 

@@ -8,8 +8,9 @@ on the counterfactual pairs) names it, read from the logic's typed relations, no
 - AND: an AND whose groups are exactly the components, one each;
 - ADDITIVE: such an AND whose shares alone add up to what the components keep together;
 - SERIES: a chain that is the components in order;
-- NECESSARY / CARRIES: the MLP mean-ablated on the pairs reads "needed" / anything else (the
-  report's verdict, probes.report.words.verdict, with the default settings).
+- NECESSARY / CARRIES: the MLP mean-ablated on the pairs reads "needed" / anything else, by the
+  `word` the caller passes (the leaderboard passes the report's verdict: the rule lives with the
+  words, a layer above this one).
 `shares`: where the named relation has one component per part, whether each part's share alone is
 the planted one (within SHARES of the gap); None where the relation states no such shares.
 """
@@ -99,13 +100,13 @@ def grade_mlp(model: str, relation: Relation, word: str) -> RelationGrade:
     return RelationGrade(model, str(relation.kind), components, named, f"mean-ablated: {word}", None)
 
 
-def grade_relations(truth) -> tuple[RelationGrade, ...]:
-    """Every planted relation of `truth` (probes.circuits.leaderboard.Truth) graded; () without any."""
+def grade_relations(truth, word) -> tuple[RelationGrade, ...]:
+    """Every planted relation of `truth` (probes.circuits.leaderboard.Truth) graded; () without any.
+    `word(intact, ablated)`: the verdict on an MLP's mean ablation ("needed" or another word), from
+    two probes.sublayers.Scores."""
     from probes.ablation import Ablation, reference_activations
     from probes.circuits.logic import logic
     from probes.circuits.oracle import edge_effects, record_runs
-    from probes.report.words import verdict
-    from probes.settings import DEFAULT
     from probes.sublayers import sublayers
 
     if not truth.relations:
@@ -120,7 +121,7 @@ def grade_relations(truth) -> tuple[RelationGrade, ...]:
             result = sublayers(truth.model, truth.batch, truth.batch, reference)
             (mlp,) = relation.components
             ablated = next(m for m in result.mlps if m.layer == mlp.layer and m.method is Ablation.MEAN)
-            grades.append(grade_mlp(truth.name, relation, verdict(result.intact, ablated.scores, DEFAULT)[0]))
+            grades.append(grade_mlp(truth.name, relation, word(result.intact, ablated.scores)))
         else:
             grades.append(grade_logic(truth.name, relation, found))
     return tuple(grades)
