@@ -116,6 +116,13 @@ def add_jobs_arguments(parser: Parser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
+def add_executor_arguments(parser: Parser, executor_help: str, jobs: int, jobs_help: str) -> None:
+    """--executor local|ray, --address and --jobs (default `jobs`), as toylens.sweeps.executors takes them."""
+    parser.add_argument("--executor", choices=("local", "ray"), default="local", help=executor_help)
+    parser.add_argument("--address", help="Ray cluster to use (default: RAY_ADDRESS, else a local Ray instance)")
+    parser.add_argument("--jobs", type=positive_int, default=jobs, help=jobs_help)
+
+
 def add_task_params(parser: Parser, task_cls: type[Task], defaults: dict | None = None) -> None:
     """One flag per field of the task's Params; `defaults` replaces some of the Params defaults."""
     params = parser.add_argument_group(f"{task_cls.name} task parameters")

@@ -108,33 +108,44 @@ def mlp_word(intact, ablated) -> str:
     return verdict(intact, ablated, DEFAULT)[0]
 
 
-def missing_jobs(models, methods, ablations, pairs: int, seed: int, cells: Path, plugins) -> list[ModelJob]:
+@dataclass(frozen=True)
+class Board:
+    """What one leaderboard run covers: every model x method x ablation on `pairs` pairs drawn with
+    `seed`, its cells stored under `cells`."""
+
+    models: tuple[str, ...]
+    methods: tuple[str, ...]
+    ablations: tuple[str, ...]
+    pairs: int
+    seed: int
+    cells: Path
+
+    def cell(self, model: str, method: str, ablation: str):
+        return stored(cell_path(self.cells, model, method, ablation), self.pairs, self.seed)
+
+    def grades(self, model: str):
+        return stored_grades(relations_path(self.cells, model), self.pairs, self.seed)
+
+
+def missing_jobs(board: Board, plugins: tuple[str, ...]) -> list[ModelJob]:
     from probes.circuits.leaderboard import truth_models
 
     builders, jobs = truth_models(), []
-    for model in models:
+    for model in board.models:
         todo = tuple(
             (method, ablation)
-            for method in methods
-            for ablation in ablations
-            if stored(cell_path(cells, model, method, ablation), pairs, seed) is None
+            for method in board.methods
+            for ablation in board.ablations
+            if board.cell(model, method, ablation) is None
         )
-        grade = builders[model].family == "gate" and stored_grades(relations_path(cells, model), pairs, seed) is None
+        grade = builders[model].family == "gate" and board.grades(model) is None
         if todo or grade:
-            jobs.append(ModelJob(model, todo, grade, pairs, seed, tuple(plugins)))
+            jobs.append(ModelJob(model, todo, grade, board.pairs, board.seed, plugins))
     return jobs
 
 
 def run_board(
-    models: list[str],
-    methods: list[str],
-    ablations: list[str],
-    pairs: int,
-    seed: int,
-    cells: Path,
-    executor=None,
-    plugins: tuple[str, ...] = (),
-    progress: bool = True,
+    board: Board, executor=None, plugins: tuple[str, ...] = (), progress: bool = True
 ) -> tuple[list, list, int]:
     """Every cell and every gate model's relation grades, computed where not stored (in this
     process without an `executor`, else one job per model on it: toylens.sweeps.executors) and
@@ -144,7 +155,7 @@ def run_board(
     from common.atomic import write_json
     from probes.circuits.leaderboard import truth_models
 
-    jobs = missing_jobs(models, methods, ablations, pairs, seed, cells, plugins)
+    jobs = missing_jobs(board, plugins)
     bar = tqdm(total=len(jobs), desc="leaderboard", unit="model", disable=not progress)
     failed: list[str] = []
 
@@ -155,9 +166,9 @@ def run_board(
             return
         found, grades = outcome.result
         for cell in found:
-            write_json(cell_path(cells, job.model, cell["method"], cell["ablation"]), cell)
+            write_json(cell_path(board.cells, job.model, cell["method"], cell["ablation"]), cell)
         if grades is not None:
-            write_json(relations_path(cells, job.model), {"pairs": pairs, "seed": seed, "grades": grades})
+            write_json(relations_path(board.cells, job.model), {"pairs": job.pairs, "seed": job.seed, "grades": grades})
 
     if executor is None:
         from toylens.sweeps.executors import Outcome
@@ -173,41 +184,30 @@ def run_board(
             f"leaderboard: {len(failed)} model(s) failed twice: {'; '.join(failed)}; the other cells are "
             "stored, so the same command again computes only what is missing"
         )
-    gates = [m for m in models if truth_models()[m].family == "gate"]
-    found = [
-        stored(cell_path(cells, m, method, a), pairs, seed) for m in models for method in methods for a in ablations
-    ]
-    grades = [g for m in gates for g in stored_grades(relations_path(cells, m), pairs, seed) or []]
+    gates = [m for m in board.models if truth_models()[m].family == "gate"]
+    found = [board.cell(m, method, a) for m in board.models for method in board.methods for a in board.ablations]
+    grades = [g for m in gates for g in board.grades(m) or []]
     return found, grades, sum(len(job.cells) for job in jobs)
 
 
 def leaderboard_command(
-    models: list[str],
-    methods: list[str],
-    ablations: list[str],
-    pairs: int,
-    seed: int,
-    cells: Path,
-    out: Path,
-    command: str,
-    executor=None,
-    plugins: tuple[str, ...] = (),
-    progress: bool = True,
+    board: Board, out: Path, command: str, executor=None, plugins: tuple[str, ...] = (), progress: bool = True
 ) -> None:
     """`executor`: where the models' jobs run (toylens.sweeps.executors; None: in this process)."""
     from common.atomic import atomic_write
     from toylens.leaderboard_pages import html_page, markdown
 
     began = time.perf_counter()
-    found, grades, computed = run_board(models, methods, ablations, pairs, seed, cells, executor, plugins, progress)
+    found, grades, computed = run_board(board, executor, plugins, progress)
     seconds = time.perf_counter() - began
+    models = list(board.models)
     text = markdown(found, grades, models, seconds, computed, command)
     atomic_write(out / "leaderboard.md", lambda temp: Path(temp).write_text(text))
     html = html_page(found, grades, models, command)
     atomic_write(out / "leaderboard.html", lambda temp: Path(temp).write_text(html))
     print(
         f"wrote {out / 'leaderboard.md'} and leaderboard.html: {len(found)} cells ({computed} computed, "
-        f"the rest stored in {cells}) in {seconds:.0f} s"
+        f"the rest stored in {board.cells}) in {seconds:.0f} s"
     )
 
 
@@ -242,18 +242,13 @@ def main(argv=None) -> None:
         default=Path("docs/results"),
         help="where leaderboard.md and .html go (default docs/results)",
     )
-    parser.add_argument(
-        "--executor",
-        choices=("local", "ray"),
-        default="local",
-        help="local: this machine (default); ray: one Ray Core task per model, as sweeps run",
-    )
-    parser.add_argument("--address", help="Ray cluster to use (default: RAY_ADDRESS, else a local Ray instance)")
-    parser.add_argument(
-        "--jobs",
-        type=positive_int,
-        default=1,
-        help="models at a time: worker processes, or the local Ray instance's CPUs (default 1: local runs "
+    from toylens.arguments import add_executor_arguments
+
+    add_executor_arguments(
+        parser,
+        "local: this machine (default); ray: one Ray Core task per model, as sweeps run",
+        1,
+        "models at a time: worker processes, or the local Ray instance's CPUs (default 1: local runs "
         "them in this process; ignored with --address)",
     )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -278,17 +273,17 @@ def dispatch(args, argv) -> None:
         print("models: " + ", ".join(known))
         print("methods: " + ", ".join(f"{m.name} ({m.summary})" if m.summary else m.name for m in METHODS.values()))
         return
-    models = choose(args.models, known, "model")
-    methods = choose(args.methods, list(METHODS), "method")
-    ablations = choose(args.ablations, [str(a) for a in EDGE_ABLATIONS], "ablation")
-    words = list(sys.argv[1:] if argv is None else argv)
-    leaderboard_command(
-        models,
-        methods,
-        ablations,
+    board = Board(
+        tuple(choose(args.models, known, "model")),
+        tuple(choose(args.methods, list(METHODS), "method")),
+        tuple(choose(args.ablations, [str(a) for a in EDGE_ABLATIONS], "ablation")),
         args.pairs,
         args.seed,
         args.cells,
+    )
+    words = list(sys.argv[1:] if argv is None else argv)
+    leaderboard_command(
+        board,
         args.out,
         " ".join(["toylens leaderboard", *words]),
         board_executor(args),

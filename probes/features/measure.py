@@ -135,20 +135,21 @@ def run_circuit(run, grid: Grid, root: Path, pairs: int = PAIRS) -> TracedRun | 
     for layer in layers:
         config = next(c for c in grid.configs(run.spec.d_model) if c.hook_in == mlp_site(layer).hook_in)
         dictionaries[layer] = store.load(store.folder_of(root, config), identity)
-    label = f"{run.model_name} seed {run.seed}"
-    return traced_through(
-        run.load_model(), run.batches()["heldout"], dictionaries, run.config["vocabulary"], label, pairs
-    )
+    model, held = run.load_model(), run.batches()["heldout"]
+    acts = collect(model, held.inputs, held.real_positions(), [mlp_site(l).hook_in for l in layers])
+    variables = task_variables(held, acts, run.config["vocabulary"])
+    return traced_through(model, held, dictionaries, acts, variables, f"{run.model_name} seed {run.seed}", pairs)
 
 
-def traced_through(model, held, dictionaries: dict, vocabulary, label: str, pairs: int = PAIRS) -> TracedRun:
+def traced_through(
+    model, held, dictionaries: dict, acts: Activations, variables: list[Variable], label: str, pairs: int = PAIRS
+) -> TracedRun:
     """The feature circuit through `dictionaries` (MLP layer -> its transcoder) on `pairs` held-out
-    pairs, and what each feature reads as on the whole held-out split."""
+    pairs, and what each feature reads as: on `acts`, the whole held-out split's activations at
+    each transcoder's input, against `variables`."""
     from tasks.data import spread_subset
 
     circuit = feature_circuit(model, spread_subset(held, pairs), dictionaries, label)
-    acts = collect(model, held.inputs, held.real_positions(), [mlp_site(l).hook_in for l in dictionaries])
-    variables = task_variables(held, acts, vocabulary)
     matches = {l: feature_matches(d.encode(acts.values[d.config.hook_in]), variables) for l, d in dictionaries.items()}
     return TracedRun(circuit, matches)
 

@@ -28,12 +28,12 @@ def section(grades: list[DictionaryGrade], title: str = "Features", traced=(), m
     return lines
 
 
-def hook_lines(run: str, hook: tuple, grades: list[DictionaryGrade]) -> list[str]:
+def hook_lines(run: str, hook: tuple, grades: list[DictionaryGrade], heading: str = "###") -> list[str]:
     kind, hook_in, hook_out = hook
     where = hook_in if kind == "sae" else f"{hook_in} -> {hook_out}"
     first = grades[0]
     lines = [
-        f"### {run}: {kind} at {where}",
+        f"{heading} {run}: {kind} at {where}",
         "",
         f"Graded on {first.split} ({first.rows} positions); recovered = MCC >= {first.threshold:g}.",
         "",
@@ -78,14 +78,14 @@ def never_recovered(grades: list[DictionaryGrade]) -> list[str]:
     return out
 
 
-def circuit_lines(traced, top: int = 8) -> list[str]:
+def circuit_lines(traced, top: int = 8, heading: str = "###") -> list[str]:
     """The feature circuit of one run (probes.features.measure.TracedRun) beside its head/MLP-level
     edges, both from the exact oracle on the same pairs."""
     c = traced.circuit
     gap = c.gap
     where = ", ".join(f"MLP{layer}" for layer in sorted(c.mlp_logits))
     lines = [
-        f"### {c.run}: feature circuit (transcoders {c.dictionaries[0]} at {where})",
+        f"{heading} {c.run}: feature circuit (transcoders {c.dictionaries[0]} at {where})",
         "",
         f"Measured on {c.pairs} held-out counterfactual pairs; metric: answer - foil logit at the scored "
         f"position, mean {c.clean_metric:.2f} clean and {c.other_metric:.2f} on the counterfactual (gap "

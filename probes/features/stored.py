@@ -97,12 +97,13 @@ def stored_features(run, model, heldout, vocabulary: list[str]) -> RunFeatures |
         grades.append(graded)
         examples += strongest(d, graded, acts, heldout, vocabulary)
     where = folder.relative_to(run.path.parent.parent).as_posix()
-    traced = circuit_through(model, heldout, dictionaries, vocabulary, label, run.spec)
+    traced = circuit_through(model, heldout, dictionaries, acts, variables, label, run.spec)
     return RunFeatures(label, where, tuple(grades), tuple(examples), traced)
 
 
-def circuit_through(model, heldout, dictionaries, vocabulary, label: str, spec) -> TracedRun | None:
-    """Through each MLP's first stored transcoder (smallest size, then k), when every MLP has one."""
+def circuit_through(model, heldout, dictionaries, acts, variables, label: str, spec) -> TracedRun | None:
+    """Through each MLP's first stored transcoder (smallest size, then k), when every MLP has one;
+    `acts` and `variables`: stored_features' own, read once for the grades and the circuit."""
     if not spec.mlp:
         return None
     first = {
@@ -111,4 +112,4 @@ def circuit_through(model, heldout, dictionaries, vocabulary, label: str, spec) 
     }
     if any(d is None for d in first.values()):
         return None
-    return traced_through(model, heldout, first, vocabulary, label)
+    return traced_through(model, heldout, first, acts, variables, label)

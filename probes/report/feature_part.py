@@ -57,11 +57,11 @@ def render_features(results: list[RunFeatures], out: Path, settings: ReportSetti
         lines += [f"### {found.run}", "", recovered_words(found) + ".", ""]
         by_hook = groupby(found.grades, key=lambda g: (g.config.kind, g.config.hook_in, g.config.hook_out))
         for hook, of_hook in by_hook:
-            lines += [line.replace("### ", "#### ", 1) for line in hook_lines(found.run, hook, list(of_hook))]
+            lines += hook_lines(found.run, hook, list(of_hook), heading="####")
         if found.examples:
             lines += example_rows(found) + [""]
         if found.traced is not None:
-            lines += [line.replace("### ", "#### ", 1) for line in circuit_lines(found.traced)]
+            lines += circuit_lines(found.traced, heading="####")
     return Section(
         "Features (stored dictionaries)",
         "\n".join(lines),

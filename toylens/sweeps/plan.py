@@ -24,7 +24,7 @@ from models import ModelSpec
 from tasks.base import Task
 from tasks.settings import TrainSettings
 from tasks.training.sweeps import POINT, PlannedGroup, SweepManifest, identity_of
-from toylens.arguments import MAX_RUNS, SEEDS_HELP
+from toylens.arguments import MAX_RUNS, SEEDS_HELP, add_executor_arguments
 
 if TYPE_CHECKING:
     from toylens.family import RunPlan
@@ -249,7 +249,6 @@ def write_records(runs: list[SweepRun], out: Path, overwrite: bool) -> None:
 def add_sweep_arguments(parser, task_cls: type[Task]) -> None:
     from toylens.arguments import add_task_params, add_training_flags
     from toylens.workers import default_jobs
-    from common.cli import positive_int
 
     parser.add_argument("--models", help="comma-separated model names (default: the task's whole family)")
     parser.add_argument("--seeds", default="0-2", help=f"{SEEDS_HELP} (default 0-2)")
@@ -263,18 +262,11 @@ def add_sweep_arguments(parser, task_cls: type[Task]) -> None:
     )
     parser.add_argument("--out", type=out_path, help=f"sweep folder (default runs/sweeps/{task_cls.name})")
     add_training_flags(parser)
-    parser.add_argument(
-        "--executor",
-        choices=("local", "ray"),
-        default="local",
-        help="local: a process pool on this machine (default); ray: Ray Core tasks",
-    )
-    parser.add_argument("--address", help="Ray cluster to use (default: RAY_ADDRESS, else a local Ray instance)")
-    parser.add_argument(
-        "--jobs",
-        type=positive_int,
-        default=default_jobs(),
-        help="runs at a time on this machine: processes, or the local Ray instance's CPUs "
+    add_executor_arguments(
+        parser,
+        "local: a process pool on this machine (default); ray: Ray Core tasks",
+        default_jobs(),
+        "runs at a time on this machine: processes, or the local Ray instance's CPUs "
         "(default: CPU cores; ignored with --address)",
     )
     parser.add_argument(

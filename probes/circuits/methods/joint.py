@@ -181,8 +181,7 @@ class JointCircuit:
 
 def with_alternatives(
     find,
-    measure,
-    graph: Graph,
+    f: SetFaithfulness,
     first: Pruned,
     alone: dict,
     threshold: float,
@@ -190,25 +189,26 @@ def with_alternatives(
     limit: int = MAX_ALTERNATIVES,
 ):
     """The first circuit and, for every kept edge not necessary alone (`alone[e]` < threshold; the
-    first `limit` of them in graph order), the circuit `find(allowed)` reaches without it:
+    first `limit` of them in graph order), the circuit `find(allowed, goal)` reaches without it:
     (union, alternatives, every edge's largest score). A replacement's own edges that are not
     necessary alone are asked in turn, with what they replaced still forbidden, so a third branch
     of an OR of three is found (each search forbids one edge only, so otherwise the second branch
-    would be every first-circuit edge's stand-in and the third never asked for). A search is run
-    only where every allowed edge together (`measure([allowed])`, one measurement) reaches the
-    target: a prune that cannot reach it adds back every allowed edge one at a time first.
+    would be every first-circuit edge's stand-in and the third never asked for). Every allowed edge
+    together is measured first (`f([allowed])`, one measurement): where it keeps the target, the
+    search aims at the target.
 
     A kept edge whose knock-out alone leaves at least PARTIAL of the gap (`alone[e]` <= 1 - PARTIAL)
     may have a partial backup: where every allowed edge together keeps a share s in [PARTIAL,
     target), the search aims at target x s, so the edges that carry what is left are found (a
-    layer-1 head that keeps 50% when the layer-0 head that keeps 100% is gone). Those are asked
-    after the edges with a whole backup, so the `limit` is spent on them first."""
+    layer-1 head that keeps 50% when the layer-0 head that keeps 100% is gone); below PARTIAL no
+    search runs. Those are asked after the edges with a whole backup, so the `limit` is spent on
+    them first."""
     scores, circuit, alternatives = dict(first.cost), set(first.circuit), []
-    everything = frozenset(graph.edges)
+    everything = frozenset(f.graph.edges)
 
     # (the edge to do without, the edges already forbidden on its way, the circuit it belongs to)
     def asked(edges, before: frozenset, base: frozenset) -> list:
-        ordered = in_graph_order(graph, edges)
+        ordered = in_graph_order(f.graph, edges)
         whole = [e for e in ordered if alone[e] < threshold]
         partly = [e for e in ordered if threshold <= alone[e] <= 1 - PARTIAL]
         return [(e, before, base) for e in whole + partly]
@@ -218,7 +218,7 @@ def with_alternatives(
     while queue and searches < limit:
         edge, before, base = queue.pop(0)
         forbidden = before | {edge}
-        left = measure([everything - forbidden])[0]
+        left = f([everything - forbidden])[0]
         if left < PARTIAL:
             continue
         goal = target if left >= target else target * left
@@ -271,14 +271,7 @@ def joint_search(
     if alternatives:
         alone = single_shares(model, batch, graph, runs, single)
         circuit, found, costs = with_alternatives(
-            lambda allowed, goal: prune(f, allowed, threshold, goal),
-            f,
-            graph,
-            first,
-            alone,
-            threshold,
-            target,
-            alternatives,
+            lambda allowed, goal: prune(f, allowed, threshold, goal), f, first, alone, threshold, target, alternatives
         )
     value = f([circuit])[0]
     score = torch.tensor([costs.get(e, 0.0) for e in graph.edges], device="cpu") * (f.empty - f.full)

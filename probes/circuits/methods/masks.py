@@ -172,14 +172,7 @@ def learned_masks(
     # count, and on fresh block-2 weights 8 reruns from a 31% circuit cost 9x one learn for none.
     circuit, found, keep = (
         with_alternatives(
-            lambda allowed, goal: learn(f, allowed, settings, goal),
-            f,
-            graph,
-            first,
-            alone,
-            threshold,
-            target,
-            alternatives,
+            lambda allowed, goal: learn(f, allowed, settings, goal), f, first, alone, threshold, target, alternatives
         )
         if first.faithfulness >= target
         else (first.circuit, (), first.cost)

@@ -103,11 +103,11 @@ def grade_mlp(model: str, relation: Relation, word: str) -> RelationGrade:
 def grade_relations(truth, word) -> tuple[RelationGrade, ...]:
     """Every planted relation of `truth` (probes.circuits.leaderboard.Truth) graded; () without any.
     `word(intact, ablated)`: the verdict on an MLP's mean ablation ("needed" or another word), from
-    two probes.sublayers.Scores."""
-    from probes.ablation import Ablation, reference_activations
+    its accuracy and logit difference intact and ablated."""
+    from probes.ablation import Ablation, ablate, reference_activations
     from probes.circuits.logic import logic
     from probes.circuits.oracle import edge_effects, record_runs
-    from probes.sublayers import sublayers
+    from probes.sublayers import scores
 
     if not truth.relations:
         return ()
@@ -117,11 +117,10 @@ def grade_relations(truth, word) -> tuple[RelationGrade, ...]:
     grades = []
     for relation in truth.relations:
         if relation.kind in (Kind.NECESSARY, Kind.CARRIES):
+            # The MLP alone mean-ablated, as the report's sublayer part measures it (its probes unfit).
             reference = reference_activations(truth.model, truth.batch)
-            result = sublayers(truth.model, truth.batch, truth.batch, reference)
-            (mlp,) = relation.components
-            ablated = next(m for m in result.mlps if m.layer == mlp.layer and m.method is Ablation.MEAN)
-            grades.append(grade_mlp(truth.name, relation, word(result.intact, ablated.scores)))
+            ablated = ablate(truth.model, truth.batch, list(relation.components), Ablation.MEAN, 0, reference)
+            grades.append(grade_mlp(truth.name, relation, word(scores(truth.model, truth.batch, []), ablated)))
         else:
             grades.append(grade_logic(truth.name, relation, found))
     return tuple(grades)

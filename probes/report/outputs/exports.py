@@ -258,27 +258,32 @@ def attribution_graph(model, pair, spec, vocabulary: list[str], slug: str, scan:
         nodes.setdefault(target["node_id"], target)
         # Positive: the clean write supports the answer (corrupting the edge alone lowers the metric).
         links.append({"source": source["node_id"], "target": target["node_id"], "weight": -effect})
-    prompt = " ".join(words)
+    info = {
+        "metric": metric_name(pair),
+        "clean_metric": effects.base.metric,
+        "counterfactual_metric": effects.other.metric,
+        "counterfactual_tokens": [vocabulary[t] for t in pair.counterfactual[0, : len(tokens)].tolist()],
+        "link_weight": "exact change in the metric when the edge alone is given its "
+        "counterfactual write, negated (positive: the edge supports the answer)",
+        "link_floor": f"links below {LINK_FLOOR:.0%} of |clean - counterfactual| left out",
+    }
+    return graph_json(slug, scan, words, info, list(nodes.values()), links)
+
+
+def graph_json(slug: str, scan: str, words: list[str], info: dict, nodes: list, links: list, transcoders=()) -> dict:
+    """The attribution-graph file around its nodes and links: the metadata and the viewer's query
+    parameters (empty) that Neuronpedia's schema and circuit-tracer's graph model require."""
     return {
         "metadata": {
             "slug": slug,
             "scan": scan,
             "prompt_tokens": words,
-            "prompt": prompt,
-            "info": {
-                "metric": metric_name(pair),
-                "clean_metric": effects.base.metric,
-                "counterfactual_metric": effects.other.metric,
-                "counterfactual_tokens": [vocabulary[t] for t in pair.counterfactual[0, : len(tokens)].tolist()],
-                "link_weight": "exact change in the metric when the edge alone is given its "
-                "counterfactual write, negated (positive: the edge supports the answer)",
-                "link_floor": f"links below {LINK_FLOOR:.0%} of |clean - counterfactual| left out",
-                "generator": {"name": "toylens"},
-            },
-            "transcoder_list": [],
+            "prompt": " ".join(words),
+            "info": {**info, "generator": {"name": "toylens"}},
+            "transcoder_list": list(transcoders),
         },
         "qParams": {"pinnedIds": [], "supernodes": [], "linkType": "both", "clickedId": "", "sg_pos": ""},
-        "nodes": list(nodes.values()),
+        "nodes": nodes,
         "links": links,
     }
 
@@ -292,69 +297,49 @@ def feature_attribution_graph(traced, tokens: list[str], scored: int, slug: str,
     edges are means over the circuit's pairs at their scored positions, so every node sits at the
     scored position of `tokens` (the first pair's clean prompt, shown as the graph's prompt)."""
     c = traced.circuit
-    n_layers = len(traced.matches)
-
-    def feature_node(sender) -> dict:
-        d_sae = len(traced.matches[sender.layer])
-        if sender.feature is None:
-            return node(
-                f"{sender.layer}_{d_sae}_{scored}",
-                d_sae,
-                str(sender.layer),
-                scored,
-                "mlp reconstruction error",
-                f"MLP{sender.layer}'s transcoder error",
-            )
-        variable, mcc = traced.matches[sender.layer][sender.feature]
-        return node(
-            f"{sender.layer}_{sender.feature}_{scored}",
-            sender.feature,
-            str(sender.layer),
-            scored,
-            "cross layer transcoder",
-            f"{sender}: reads best as {variable} (MCC {mcc:.2f})",
-        )
-
-    logit = node(f"L_0_{scored}", 0, str(n_layers + 1), scored, "logit", f"answer - foil logit at p{scored}")
-    nodes, links = {logit["node_id"]: logit}, []
+    logit = node(f"L_0_{scored}", 0, str(len(traced.matches) + 1), scored, "logit", f"answer - foil logit at p{scored}")
     within = c.effect[:, :-1].nan_to_num(0.0)
     largest = float(within.abs().max()) if within.numel() else 0.0
+    nodes, links = {logit["node_id"]: logit}, []
     for s, sender in enumerate(c.senders):
-        source = feature_node(sender)
-        kept = []
-        if abs(float(c.effect[s, -1])) >= LINK_FLOOR * abs(c.gap):
-            kept.append((logit, -float(c.effect[s, -1])))
-        for r, receiver in enumerate(c.receivers[:-1]):
-            value = float(within[s, r])
-            if largest and abs(value) >= LINK_FLOOR * largest:
-                kept.append((feature_node(receiver), -value))
+        kept = [(logit, -float(c.effect[s, -1]))] if abs(float(c.effect[s, -1])) >= LINK_FLOOR * abs(c.gap) else []
+        kept += [
+            (feature_node(traced, receiver, scored), -float(within[s, r]))
+            for r, receiver in enumerate(c.receivers[:-1])
+            if largest and abs(float(within[s, r])) >= LINK_FLOOR * largest
+        ]
+        source = feature_node(traced, sender, scored)
         for target, weight in kept:
             nodes.setdefault(source["node_id"], source)
             nodes.setdefault(target["node_id"], target)
             links.append({"source": source["node_id"], "target": target["node_id"], "weight": weight})
-    return {
-        "metadata": {
-            "slug": slug,
-            "scan": scan,
-            "prompt_tokens": tokens,
-            "prompt": " ".join(tokens),
-            "info": {
-                "description": f"feature circuit through {', '.join(c.dictionaries)} on {c.pairs} counterfactual pairs",
-                "clean_metric": c.clean_metric,
-                "counterfactual_metric": c.other_metric,
-                "link_weight": "to the logit node: exact change of the answer - foil logit when the sender alone "
-                "takes its counterfactual write, negated, mean over the pairs; between features: the receiving "
-                "feature's activation change, negated (its own units)",
-                "link_floor": f"links below {LINK_FLOOR:.0%} of |clean - counterfactual| (to the logits) or of the "
-                "largest feature change (between features) left out",
-                "generator": {"name": "toylens"},
-            },
-            "transcoder_list": list(c.dictionaries),
-        },
-        "qParams": {"pinnedIds": [], "supernodes": [], "linkType": "both", "clickedId": "", "sg_pos": ""},
-        "nodes": list(nodes.values()),
-        "links": links,
+    info = {
+        "description": f"feature circuit through {', '.join(c.dictionaries)} on {c.pairs} counterfactual pairs",
+        "clean_metric": c.clean_metric,
+        "counterfactual_metric": c.other_metric,
+        "link_weight": "to the logit node: exact change of the answer - foil logit when the sender alone "
+        "takes its counterfactual write, negated, mean over the pairs; between features: the receiving "
+        "feature's activation change, negated (its own units)",
+        "link_floor": f"links below {LINK_FLOOR:.0%} of |clean - counterfactual| (to the logits) or of the "
+        "largest feature change (between features) left out",
     }
+    return graph_json(slug, scan, tokens, info, list(nodes.values()), links, c.dictionaries)
+
+
+def feature_node(traced, sender, scored: int) -> dict:
+    """A transcoder feature's node, labelled with the planted variable it reads best as, or its
+    error node's (numbered d_sae, after the features)."""
+    d_sae = len(traced.matches[sender.layer])
+    if sender.feature is None:
+        label, kind, feature = f"MLP{sender.layer}'s transcoder error", "mlp reconstruction error", d_sae
+    else:
+        variable, mcc = traced.matches[sender.layer][sender.feature]
+        label, kind, feature = (
+            f"{sender}: reads best as {variable} (MCC {mcc:.2f})",
+            "cross layer transcoder",
+            sender.feature,
+        )
+    return node(f"{sender.layer}_{feature}_{scored}", feature, str(sender.layer), scored, kind, label)
 
 
 def attribution_problems(data) -> list[str]:
