@@ -23,6 +23,21 @@ def attention_adds_residual(block) -> bool:
     return not isinstance(native(block), ReplacingBlock)
 
 
+def post_norm(model) -> bool:
+    """Whether some block normalises the stream after its residual add (`models.variants.PostNormBlock`)."""
+    from models.variants import PostNormBlock
+
+    return any(isinstance(native(block), PostNormBlock) for block in model.blocks)
+
+
+def stream_is_a_sum(model) -> bool:
+    """Whether every block reads the residual stream through its own pre-norm and adds its writes to
+    it, so the stream entering a block is the sum of every earlier component's write: what the
+    edge oracle and path patching decompose. False for post-norm blocks and for a block whose
+    attention replaces the stream."""
+    return not post_norm(model) and all(attention_adds_residual(block) for block in model.blocks)
+
+
 def use_fused_layer_norm(model) -> None:
     """TL's NormalizationBridge rebuilds LayerNorm from its parts (mean, pow, sqrt, div) so that
     hook_scale / hook_normalized can be edited. Its `use_native_layernorm_autograd` switch (which TL

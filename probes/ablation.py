@@ -17,7 +17,7 @@ import torch
 from transformer_lens.utilities import get_act_name
 
 from common.cli import UsageError
-from models.bridge import attention_adds_residual, device_of
+from models.bridge import attention_adds_residual, device_of, post_norm
 from models.components import Head
 from models.graph import MLP
 from models.resume import resumable, resume
@@ -372,18 +372,19 @@ def head_ablation_sweep(
     clean: "CleanRun | None" = None,
 ) -> list[AblationResult]:
     """Every target of `sweep_targets`, scored from one clean run replayed (see `replayed_scores`)
-    rather than one forward per target. Equal to ablating each target with hooks (tested). Sweeps of
-    several methods over one batch can share `clean` (`clean_run(model, batch)`)."""
+    rather than one forward per target. Equal to ablating each target with hooks (tested), which is
+    what a post-norm model gets: the replay adds the ablation's change to the stream after the
+    layer's attention and runs its MLP from there, where a post-norm block normalises first. Sweeps
+    of several methods over one batch can share `clean` (`clean_run(model, batch)`)."""
     check_method(method, reference)
     batch = batch.to(device_of(model))
-    layers = list(range(model.cfg.n_layers))
-    values = replacement_z(model, batch, layers, method, seed, reference)
-    clean = clean or clean_run(model, batch)
     targets = sweep_targets(model)
-    return [
-        ablation_result(scored, batch, heads, method)
-        for heads, scored in zip(targets, replayed_scores(model, batch, clean, targets, values))
-    ]
+    if post_norm(model):
+        scores = [ablated_scored(model, batch, heads, method, seed, reference) for heads in targets]
+    else:
+        values = replacement_z(model, batch, list(range(model.cfg.n_layers)), method, seed, reference)
+        scores = replayed_scores(model, batch, clean or clean_run(model, batch), targets, values)
+    return [ablation_result(scored, batch, heads, method) for heads, scored in zip(targets, scores)]
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from transformer_lens.utilities import get_act_name
 
-from models.bridge import device_of
+from models.bridge import device_of, post_norm
 from probes.ablation import Ablation, Reference, chunked_cache, mlp_ablation_sweep
 from tasks.data import Batch
 from tasks.evaluate import logits_at_scored, score_logits
@@ -67,16 +67,16 @@ def scores(model, batch: Batch, hooks: list) -> Scores:
 
 
 def stages(model) -> list[tuple[str, str]]:
-    """(what the residual has been through, its hook) in order."""
+    """(what the residual has been through, its hook) in order. Between a block's attention and its
+    MLP the stream is at hook_resid_mid, which TL 4's block bridge aliases to ln2's input: a post-norm
+    block calls ln2 after its MLP, so there the stream after attention is the MLP's input."""
     out = [("embeddings", get_act_name("resid_pre", 0))]
     for layer in range(model.cfg.n_layers):
         if model.cfg.attn_only:
             out.append((f"attention {layer}", get_act_name("resid_post", layer)))
         else:
-            out += [
-                (f"attention {layer}", get_act_name("resid_mid", layer)),
-                (f"MLP {layer}", get_act_name("resid_post", layer)),
-            ]
+            middle = f"blocks.{layer}.mlp.hook_in" if post_norm(model) else get_act_name("resid_mid", layer)
+            out += [(f"attention {layer}", middle), (f"MLP {layer}", get_act_name("resid_post", layer))]
     return out
 
 

@@ -246,3 +246,22 @@ def test_the_mlp_sweep_has_one_row_per_mlp_and_none_without_mlps(mlp_model, setu
     assert [r.label for r in rows] == ["MLP0", "MLP1"]
     attn_only, heldout, train = setup
     assert mlp_ablation_sweep(attn_only, heldout, Ablation.MEAN, reference=train) == []
+
+
+@pytest.mark.parametrize("method", [Ablation.ZERO, Ablation.MEAN])
+def test_a_post_norm_sweep_equals_ablating_each_target(setup, method):
+    """A post-norm block normalises after its residual add, which the replay (the ablation's change
+    added to the stream, the MLP run from there) would skip: its sweep ablates with hooks."""
+    _, heldout, train = setup
+    spec = ModelSpec(
+        n_layers=2,
+        d_model=16,
+        n_heads=2,
+        n_ctx=heldout.inputs.shape[1],
+        d_vocab=setup[0].cfg.d_vocab,
+        norm_place="post",
+    )
+    model = build_model(spec, seed=7)
+    for result in head_ablation_sweep(model, heldout, method, seed=3, reference=train):
+        alone = ablate(model, heldout, result.heads, method, seed=3, reference=train)
+        assert result.logit_diff == pytest.approx(alone.logit_diff, abs=1e-5)

@@ -97,19 +97,33 @@ def node_ablated_metric(model, pairs, reference, kept) -> float:
     return scored_metric(logits[pairs.example_index, pairs.positions], pairs).mean().item()
 
 
-def test_a_head_circuit_is_its_edges(small_winograd):
+HEAD_CIRCUIT_WAYS = {
+    "pre-norm, the oracle": (dict(), None, False),
+    "pre-norm, z replaced": (dict(), True, True),
+    "post-norm": (dict(norm_place="post"), None, True),
+    "attention replacing the stream": (dict(residual=False), None, True),
+}
+
+
+@pytest.mark.parametrize("way", HEAD_CIRCUIT_WAYS)
+def test_a_head_circuit_is_its_edges(small_winograd, way):
     """The oracle run on the head circuit's edges (every out-edge of a dropped head, and a pinned
-    head's out-edges off its positions, given the mean write) equals mean-ablating those heads' z."""
-    model, pairs, train = small_model(small_winograd, mlp=True, norm="LN")
+    head's out-edges off its positions, given the mean write) equals mean-ablating those heads' z;
+    where the stream is no sum of writes for the oracle to decompose (post-norm, attention replacing
+    it), the heads' z is replaced in the forward itself, which must give the same numbers."""
+    spec, by_z, expected = HEAD_CIRCUIT_WAYS[way]
+    model, pairs, train = small_model(small_winograd, mlp=True, norm="LN", **spec)
     last = int(pairs.positions.max())
     circuits = [
         {},
         every_position(all_heads(model)),
-        {Head(0, 1): None},
+        {Head(0, 1): None, Head(1, 0): None},  # a layer-1 head: without a residual, layer 1 alone reaches the logits
         {Head(0, 0): (last - 2, last), Head(1, 1): None},
         {Head(0, 1): (3,), Head(1, 0): (last,)},
     ]
-    measured = HeadCircuits(model, pairs, train)(circuits)
+    measure = HeadCircuits(model, pairs, train, by_z=by_z)
+    assert measure.by_z is expected
+    measured = measure(circuits)
     for kept, result in zip(circuits, measured):
         assert result.metric == pytest.approx(node_ablated_metric(model, pairs, train, kept), abs=1e-4), kept
     assert len({round(r.metric, 3) for r in measured}) == len(circuits)  # the circuits do differ

@@ -163,6 +163,26 @@ def test_mlp_ablation_and_the_decodability_profile_on_a_trained_block():
     assert all(0.0 <= d.accuracy <= 1.0 for d in result.profile)
 
 
+def test_the_profile_reads_a_post_norm_block_after_its_attention_where_it_is():
+    """TL 4 aliases hook_resid_mid to ln2's input, which a post-norm block calls after its MLP: the
+    profile's "after attention" stage must hold ln1(x + attention(x)), the MLP's input."""
+    from models import ModelSpec, build_model
+    from probes.ablation import chunked_cache
+    from probes.sublayers import stages
+
+    model = build_model(ModelSpec(n_layers=2, d_model=16, n_heads=2, n_ctx=6, d_vocab=7, norm_place="post"), seed=1)
+    tokens = torch.randint(0, 7, (4, 6), generator=torch.Generator().manual_seed(0))
+    named = dict(stages(model))
+    _, cache = chunked_cache(model, tokens, list(named.values()))
+    residual = cache[named["embeddings"]]
+    with torch.no_grad():
+        for layer, block in enumerate(model.blocks):
+            after_attention = block.ln1(residual + block.attn(residual)[0])
+            residual = block.ln2(after_attention + block.mlp(after_attention))
+            assert torch.allclose(cache[named[f"attention {layer}"]], after_attention, atol=1e-6)
+            assert torch.allclose(cache[named[f"MLP {layer}"]], residual, atol=1e-6)
+
+
 @pytest.fixture(scope="module")
 def gates():
     from probes.circuits.truth.gates import gate_models

@@ -16,10 +16,12 @@ from tests.test_varying_layout import SMALL, train
 
 # The neighbour task's variants with several heads per layer, by how the tests use them: seeds of
 # TRACED are compared, EXACT only relabelled; block-1 cannot solve the task in one layer, so its
-# exact test runs on Winograd; no-residual and post-norm are refused in words, not traced (tests
-# below: the oracle assumes a residual stream that a pre-norm block reads).
+# exact test runs on Winograd. no-residual and post-norm trace their head circuits (nodes ablated
+# in the forward itself), not the paths between heads: path patching decomposes a residual stream
+# that a pre-norm block reads.
 TRACED = ("attn-only-2x2", "block-2")
-EXACT = ("rotary-2x2", "sinusoidal-no-norm", "unscaled-no-positions")
+HEADS_ONLY = ("post-norm", "no-residual")
+EXACT = ("rotary-2x2", "sinusoidal-no-norm", "unscaled-no-positions", *HEADS_ONLY)
 SEEDS = (0, 1, 2)  # at the full edge circuit these gave 3 signatures in 3 seeds on each variant
 
 
@@ -138,17 +140,22 @@ def test_the_two_sides_are_two_census_rows(neighbour_runs, tmp_path):
 
 
 @pytest.mark.parametrize("name, said", [("post-norm", "post-norm"), ("no-residual", "residual stream")])
-def test_an_untraced_variant_s_snapshot_is_refused_in_words(tmp_path, name, said):
+def test_a_variant_without_path_patching_traces_its_heads_and_says_so(exact_runs, name, said):
     """The post-norm 2-layer model once reached the edge oracle and died on a KeyError
     ('blocks.0.hook_resid_mid': TL 4 aliases it to ln2.hook_in, which a post-norm block calls after
-    its MLP); snapshot_summary refuses it, and a model without a residual stream, as analyse_run
-    does: no signature, a note naming why."""
+    its MLP); later both variants were refused. Now their head circuit is traced by replacing the
+    dropped heads' z in the forward, its signature is the heads' (no paths), and the label and note
+    say the paths were not measured, never "one block"."""
+    from probes.circuits.labels import LabelKind, circuit_label
+    from probes.circuits.signature import HEAD_BASIS
     from probes.report.parts import RunContext
     from probes.report.run_analysis import snapshot_summary
     from tasks.training.runs import find_runs
 
-    runs = train("neighbour", tmp_path / "runs", (name,), max_steps=400)
-    (run,) = find_runs(runs)
+    run = next(r for r in find_runs(exact_runs) if r.model_name == name and r.seed == 0)
     gap, summary = snapshot_summary(RunContext(run, None, SMALL), 0)
-    assert summary.signature is None and said in summary.note
-    assert math.isfinite(gap)  # measured on the full forward, which post-norm runs
+    assert math.isfinite(gap) and summary.nodes and summary.paths == ()
+    assert said in summary.note and "not the paths" in summary.note
+    assert summary.signature is not None and summary.signature.basis == HEAD_BASIS and not summary.signature.edges
+    assert {part.split()[0] for part in summary.signature.parts} == {"L0", "L1"}  # heads of both layers
+    assert circuit_label(summary).kind is LabelKind.HEADS_ONLY

@@ -151,7 +151,7 @@ class CircuitSummary:
     nodes: tuple[str, ...] = ()  # circuit heads with their positions, e.g. 'L1H0@p14'
     edge: PathFacts | None = None  # the strongest path (paths[0])
     faithfulness: float | None = None
-    note: str = ""  # why no circuit was traced, if none was
+    note: str = ""  # why no circuit was traced, if none was, or why its paths were not
     summary: str = ""  # the report's sentence for this run
     paths: tuple[PathFacts, ...] = ()  # every head-to-head path measured, strongest first
     signature: MechanismSignature | None = None  # the mechanism up to relabelled heads (probes.circuits.signature)
@@ -210,6 +210,7 @@ def summarise(analysis, summary: str) -> CircuitSummary:
         edge=paths[0] if paths else None,
         paths=tuple(paths),
         faithfulness=analysis.circuit.faithfulness.recovered,
+        note=analysis.note,
         signature=getattr(analysis, "mechanism", None),
     )
 
@@ -225,6 +226,7 @@ class LabelKind(StrEnum):
     PATH = "path"  # one or more named paths: the label is their mechanism
     NO_SINGLE_PATH = "no single path"  # paths measured, none recovers the claim
     ONE_BLOCK = "one block"  # no path measured: the circuit's heads do not compose
+    HEADS_ONLY = "heads only"  # its heads traced, the paths between them not measured (CircuitSummary.note says why)
     UNTRACED = "untraced"  # no circuit traced
 
 
@@ -264,11 +266,16 @@ def circuit_label(summary: CircuitSummary) -> CircuitLabel:
         return CircuitLabel(LabelKind.UNTRACED, "no circuit traced")
     paths = summary.paths or ((summary.edge,) if summary.edge is not None else ())
     named = named_paths(paths, DEFAULT.path_claim)
-    kind = LabelKind.PATH if named else LabelKind.NO_SINGLE_PATH if paths else LabelKind.ONE_BLOCK
+    if named:
+        kind = LabelKind.PATH
+    else:
+        kind = LabelKind.NO_SINGLE_PATH if paths else LabelKind.HEADS_ONLY if summary.note else LabelKind.ONE_BLOCK
     if summary.signature is not None:  # the mechanism up to relabelled heads: no head index in it
         return CircuitLabel(kind, summary.signature.text)
     if named:
         return CircuitLabel(kind, mechanism_text(named))
     if paths:
         return CircuitLabel(kind, f"no path carries it ({heads})")
+    if kind is LabelKind.HEADS_ONLY:
+        return CircuitLabel(kind, f"heads only, paths not measured ({heads})")
     return CircuitLabel(kind, f"{'one block' if summary.n_layers == 1 else 'within one block'} ({heads})")

@@ -29,13 +29,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from models.bridge import device_of
+from functools import partial
+
+import torch
+from transformer_lens.utilities import get_act_name
+
+from models.bridge import device_of, stream_is_a_sum
 from models.components import Head
 from models.graph import MLP, Edge, Graph, Logits
+from probes.ablation import replacement_z
 from probes.circuits.ablations import Ablation, ablated_runs
 from probes.circuits.faithfulness import Faithfulness, scaled
 from probes.circuits.oracle import circuit_outcomes, model_graph
-from probes.patching import Outcome, corrupt_inputs, live_positions, run_outcome
+from probes.patching import (
+    Outcome,
+    corrupt_inputs,
+    live_positions,
+    outcome,
+    replica_scored,
+    replicas_per_forward,
+    run_outcome,
+)
 from tasks.data import Batch
 
 MAX_POSITIONS = 3
@@ -81,12 +95,28 @@ class HeadCircuits:
     mean write over `reference` (a Batch, or a probes.ablation.Reference). `clean` and `corrupt`:
     those runs' Outcomes, when already measured."""
 
-    def __init__(self, model, batch: Batch, reference, clean: Outcome | None = None, corrupt: Outcome | None = None):
+    def __init__(
+        self,
+        model,
+        batch: Batch,
+        reference,
+        clean: Outcome | None = None,
+        corrupt: Outcome | None = None,
+        by_z: bool | None = None,
+    ):
         self.model, self.batch = model, batch.to(device_of(model))
         self.graph = head_graph(model, self.batch.inputs.shape[1])
-        # Recorded on the whole-edge graph: the writes are per sender, and its empty circuit (every
-        # edge ablated at every position) is this graph's, in fewer edges.
-        self.runs = ablated_runs(model, self.batch, model_graph(model), Ablation.MEAN, reference)
+        # by_z: each dropped head's z replaced in the forward itself, where the residual stream is not
+        # the sum the edge oracle decomposes (post-norm, attention replacing the stream); the same
+        # node ablation, so both ways give one circuit's faithfulness (tested).
+        self.by_z = not stream_is_a_sum(model) if by_z is None else by_z
+        if self.by_z:
+            layers = range(model.cfg.n_layers)
+            self.values = replacement_z(model, self.batch, layers, Ablation.MEAN, 0, reference)
+        else:
+            # Recorded on the whole-edge graph: the writes are per sender, and its empty circuit (every
+            # edge ablated at every position) is this graph's, in fewer edges.
+            self.runs = ablated_runs(model, self.batch, model_graph(model), Ablation.MEAN, reference)
         self.clean = clean or run_outcome(model, self.batch, self.batch.inputs)
         self.corrupt = corrupt or run_outcome(model, self.batch, corrupt_inputs(self.batch))
         self.measured: dict[tuple, Outcome] = {}
@@ -96,18 +126,44 @@ class HeadCircuits:
         """Each circuit's Outcome; circuits measured before are not measured again."""
         keys = [tuple(sorted(kept.items())) for kept in circuits]
         new = list({key: kept for key, kept in zip(keys, circuits) if key not in self.measured}.items())
-        found = (
-            circuit_outcomes(
-                self.model, self.batch, self.graph, [circuit_edges(self.graph, kept) for _, kept in new], self.runs
-            )
-            if new
-            else []
-        )
+        if not new:
+            found = []
+        elif self.by_z:
+            found = z_ablated_outcomes(self.model, self.batch, self.values, [kept for _, kept in new])
+        else:
+            edges: list[Iterable[Edge]] = [circuit_edges(self.graph, kept) for _, kept in new]
+            found = circuit_outcomes(self.model, self.batch, self.graph, edges, self.runs)
         self.measured.update(zip([key for key, _ in new], found))
         return [self.measured[key] for key in keys]
 
     def __call__(self, circuits: list[Kept]) -> list[Faithfulness]:
         return [scaled(o, self.clean, self.corrupt, self.empty) for o in self.outcomes(circuits)]
+
+
+@torch.no_grad()
+def z_ablated_outcomes(model, batch: Batch, values: dict, circuits: list[Kept]) -> list[Outcome]:
+    """Each circuit's Outcome with every head outside it (at every position it is not kept at) given
+    `values[layer]` ([n, pos, head, d_head], probes.ablation.replacement_z) for its z; circuits share
+    forwards as replicas of the batch (probes.patching.replicas_per_forward)."""
+    n, width = batch.inputs.shape
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    found: list[Outcome] = []
+    for first in range(0, len(circuits), replicas_per_forward(batch)):
+        chunk = circuits[first : first + replicas_per_forward(batch)]
+        dropped = torch.ones(len(chunk), n_layers, width, n_heads, dtype=torch.bool, device=batch.tokens.device)
+        for replica, kept in enumerate(chunk):
+            for head, positions in kept.items():
+                dropped[replica, head.layer, slice(None) if positions is None else list(positions), head.head] = False
+
+        def replace(z, hook, layer):
+            z = z.view(len(chunk), n, *z.shape[1:])
+            where = dropped[:, layer, None, : z.shape[2], :, None]
+            return torch.where(where, values[layer][None, :, : z.shape[2]], z).flatten(0, 1)
+
+        hooks = [(get_act_name("z", layer), partial(replace, layer=layer)) for layer in range(n_layers)]
+        logits = model.run_with_hooks(batch.inputs.repeat(len(chunk), 1), fwd_hooks=hooks)
+        found += outcome(replica_scored(logits, batch), batch)
+    return found
 
 
 def faithfulness(model, batch: Batch, kept, reference) -> Faithfulness:

@@ -135,16 +135,27 @@ def untraced_reason(spec) -> str | None:
         return "uniform attention: a bag of words has no circuit to trace"
     if spec.attention == Attention.NONE:
         return "no attention: each position reads only its own token, no circuit to trace"
+    return None
+
+
+def unpathed_reason(spec) -> str | None:
+    """Why the paths between a traced circuit's heads are not measured (its heads are: the head
+    circuit ablates nodes, which any block allows), or None where they are (or one block has none)."""
+    if spec.n_layers == 1:
+        return None
     if spec.norm_place == NormPlace.POST:
         # Path patching and the edge oracle recompute a receiver's input as its block's pre-norm
         # LayerNorm of the residual and read the MLP's input at hook_resid_mid, which TL 4's block
         # bridge aliases to ln2.hook_in: a post-norm block calls ln2 after its MLP (or never, attention
         # only), so that hook holds another tensor or does not fire.
-        return "post-norm blocks: not traced (the tracer assumes pre-norm blocks)"
+        return "post-norm blocks: the heads traced, not the paths between them (path patching needs pre-norm blocks)"
     if not spec.residual:
-        # Path patching and the circuit search send a head's write to later layers through the
-        # residual stream; without it a write reaches the next block only.
-        return "attention replaces the residual stream: not traced (the tracer assumes one)"
+        # Path patching sends a head's write to later layers through the residual stream; without it
+        # a write reaches the next block only.
+        return (
+            "attention replaces the residual stream: the heads traced, not the paths between them "
+            "(path patching needs a residual stream)"
+        )
     return None
 
 
@@ -196,7 +207,8 @@ def analyse_run(context) -> RunAnalysis:
             ),
         )
     else:
-        analysis = dataclasses.replace(analysis, **trace_circuit(context, patching))
+        traced = trace_circuit(context, patching)
+        analysis = dataclasses.replace(analysis, **traced, note=unpathed_reason(context.spec) or "")
         analysis = dataclasses.replace(analysis, mechanism=run_mechanism(context, analysis))
     return dataclasses.replace(analysis, figure=draw_figure(analysis, context.out))
 
@@ -240,10 +252,13 @@ def trace_circuit(context, patching) -> dict:
 def circuit_paths_measured(model, pairs, reference, patching, settings) -> dict:
     """The RunAnalysis fields a circuit's label is named from (probes.circuits.labels): the search,
     every head pair's path patch with the sender at all positions, and the routes among them
-    resolved one sender position at a time."""
+    resolved one sender position at a time (None where the stream allows no path patching)."""
+    from models.bridge import stream_is_a_sum
     from probes.circuits.path_patching import PathTarget, path_patch_many, path_runs, path_sweep
 
     circuit = search_circuit(model, pairs, reference, patching, settings.circuit_target)
+    if not stream_is_a_sum(model) and model.cfg.n_layers > 1:  # unpathed_reason: the analysis's note says why
+        return dict(circuit=circuit, paths=None, path_positions=None)
     runs = path_runs(model, pairs) if model.cfg.n_layers > 1 else None  # both path patchings share them
     paths = path_sweep(model, pairs, runs) if runs else []
     targets = [
@@ -345,7 +360,8 @@ def snapshot_summary(context, step: int):
     elif settings.traces(gap):
         patching = activation_patching(model, pairs)
         reference = reference_activations(model, training_reference(run, settings.reference_rows))
-        analysis = dataclasses.replace(analysis, **circuit_paths_measured(model, pairs, reference, patching, settings))
+        measured = circuit_paths_measured(model, pairs, reference, patching, settings)
+        analysis = dataclasses.replace(analysis, **measured, note=unpathed_reason(context.spec) or "")
         analysis = dataclasses.replace(analysis, mechanism=snapshot_mechanism(context, analysis))
     else:
         analysis = dataclasses.replace(

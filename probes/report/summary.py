@@ -161,6 +161,8 @@ def circuit_kind(analysis, settings) -> str:
     through = mechanism_mlps(analysis.mechanism)
     if through:
         return "via " + ", ".join(through)
+    if analysis.paths is None:
+        return "paths not measured"
     return "no head>head path" if paths_of(analysis) else "one block"
 
 

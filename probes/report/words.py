@@ -250,6 +250,8 @@ def path_clause(analysis, settings: ReportSettings) -> str | None:
             f"at every position or at any single one (the strongest, {paths[0].oracle_name}, recovers "
             f"{views_words(paths[0], analysis)}){through}"
         )
+    if analysis.paths is None:  # the circuit's heads traced, not the paths between them
+        return analysis.note
     if analysis.spec.n_layers > 1:
         # Heads of one block cannot compose; whether later blocks' MLPs carry the decision on is
         # not measured here (MLPs are never ablated; the edge-circuit section shows their edges).
