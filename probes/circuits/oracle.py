@@ -27,7 +27,7 @@ one forward as replicas of the batch.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Iterable
 
@@ -303,11 +303,16 @@ def start_layer(edges: Iterable[Edge], n_layers: int) -> int:
 
 @dataclass(frozen=True)
 class Runs:
-    """The two runs an edge patch moves between."""
+    """The two runs an edge patch moves between, and every edge set patched between them so far: the
+    oracle, the searches and the logic of one run ask for many of the same sets (the joint search
+    for about half of its sets on the main job's block-2), and a set's patched forward depends on
+    the set and these runs alone (their writes are one batch's), up to the rounding of the other
+    sets it shares a forward with."""
 
     direction: Direction
     base: Writes
     other: Writes
+    patched: dict = field(default_factory=dict, compare=False, repr=False)  # frozenset of edges -> Patched
 
 
 def record_runs(
@@ -329,12 +334,25 @@ class Patched:
     observed: dict
 
 
-@torch.no_grad()
 def patched_runs(
     model, batch: Batch, graph: Graph, sets: list[frozenset], runs: Runs, observe: tuple[str, ...] = ()
 ) -> list[Patched]:
     """The base run with each set's edges patched from the other run. `observe`: hook names of
-    blocks at or after every set's first receiver block (earlier blocks are not rerun)."""
+    blocks at or after every set's first receiver block (earlier blocks are not rerun). A set
+    these runs patched before, observing nothing, is not run again (`Runs.patched`)."""
+    if observe:
+        return forward_patched(model, batch, graph, sets, runs, observe)
+    new = list(dict.fromkeys(frozenset(s) for s in sets if frozenset(s) not in runs.patched))
+    runs.patched.update(zip(new, forward_patched(model, batch, graph, new, runs)))
+    return [runs.patched[frozenset(s)] for s in sets]
+
+
+@torch.no_grad()
+def forward_patched(
+    model, batch: Batch, graph: Graph, sets: list[frozenset], runs: Runs, observe: tuple[str, ...] = ()
+) -> list[Patched]:
+    """patched_runs' forwards: sets sorted by their first receiver block, as many per forward as
+    PATCH_TOKENS allows."""
     batch = batch.to(device_of(model))
     n_layers, per_forward = graph.n_layers, replicas_per_forward(batch)
     order = sorted(range(len(sets)), key=lambda i: start_layer(sets[i], n_layers))
