@@ -153,6 +153,7 @@ class EdgeHooks:
                 self.by_receiver.setdefault(edge.receiver, []).append((replica, edge))
         self.seen, self.writes, self.W_O = {}, {}, model.W_O
         self.scored_writes: dict = {}
+        self.changes: dict = {}  # (sender, replicas, scored) -> its change (`change`)
 
     def actual(self, sender) -> torch.Tensor:
         """The sender's write in this forward, [replicas, n, pos, d] ([1, ...] below `start`)."""
@@ -193,6 +194,16 @@ class EdgeHooks:
             patched[replica] = None if whole else tuple(sorted((*patched.get(replica, ()), edge.position)))
         return tuple((sender, tuple(sorted(where[sender].items()))) for sender in sorted(where, key=str))
 
+    def change(self, sender, replicas: tuple[int, ...], scored: bool) -> torch.Tensor:
+        """The other run's write minus this forward's in `replicas`, once per forward: a sender
+        reaches many receiver inputs."""
+        key = (sender, replicas, scored)
+        if key not in self.changes:
+            actual = self.at_scored(sender, False) if scored else self.actual(sender)
+            other = self.at_scored(sender, True)[0] if scored else self.other.writes[sender]
+            self.changes[key] = other - (actual[list(replicas)] if len(actual) > 1 else actual)
+        return self.changes[key]
+
     def delta(self, patches, scored: bool = False):
         """(replicas these patches touch, [those, n, pos, d] added to the input's residual): one
         change per sender and replica patching it, masked to the positions patched, so an edge
@@ -206,9 +217,7 @@ class EdgeHooks:
         out = torch.zeros(len(rows), *like.shape, device=like.device)
         for sender, patched in patches:
             replicas = [replica for replica, _ in patched]
-            actual = self.at_scored(sender, False) if scored else self.actual(sender)
-            other = self.at_scored(sender, True)[0] if scored else self.other.writes[sender]
-            change = other - (actual[replicas] if len(actual) > 1 else actual)
+            change = self.change(sender, tuple(replicas), scored)
             if any(positions is not None for _, positions in patched):
                 mask = torch.zeros(len(replicas), self.other.writes[sender].shape[1], device=like.device)
                 for i, (_, positions) in enumerate(patched):
@@ -217,16 +226,18 @@ class EdgeHooks:
                     change = mask[:, self.scored[1], None] * change
                 else:
                     change = mask[:, None, :, None] * change
-            out.index_add_(
-                0,
-                torch.tensor([row_of[r] for r in replicas], device=like.device),
-                change.expand(len(replicas), *like.shape),
-            )
+            if replicas == rows:  # every row: the same float adds as index_add_, without its index
+                out += change
+            else:
+                index = torch.tensor([row_of[r] for r in replicas], device=like.device)
+                out.index_add_(0, index, change.expand(len(replicas), *like.shape))
         return torch.tensor(rows, device=like.device), out[:, :, None] if scored else out
 
     def residual(self, name: str, rows: torch.Tensor) -> torch.Tensor:
+        """The stream at `name` in the replicas `rows` (sorted, distinct: all of them are every row)."""
         value = self.seen[name]
-        return value.view(len(self.sets), -1, *value.shape[1:])[rows]
+        value = value.view(len(self.sets), -1, *value.shape[1:])
+        return value if len(rows) == len(self.sets) else value[rows]
 
     def head_input(self, layer: int, port: str, heads: list[Head]):
         def hook(act, hook):
