@@ -429,15 +429,18 @@ def test_a_circuit_through_mlps_is_named_by_them_in_the_summary_kind():
     )
     weak = PathFacts("L0H2", "L1H1", "q", 3, "p3", 0.1, 0.1, 0.2)  # measured, below the claim
 
-    def kind(mechanism):
-        analysis = SimpleNamespace(mechanism=mechanism)
+    def kind(mechanism, paths=(weak,)):
+        analysis = SimpleNamespace(mechanism=mechanism, paths=None if paths is None else list(paths))
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr("probes.circuits.labels.run_paths", lambda a: [weak])
+            patch.setattr("probes.circuits.labels.run_paths", lambda a: list(paths or ()))
             return circuit_kind(analysis, DEFAULT)
 
     assert kind(chain) == "via MLP0, MLP1"
     assert kind(dataclasses.replace(chain, basis=HEAD_BASIS)) == "no head>head path"  # no edge circuit measured
     assert kind(None) == "no head>head path"
+    assert kind(None, paths=()) == "one block"
+    # a post-norm model's head circuit: its paths were not measured, which is not "no path"
+    assert kind(dataclasses.replace(chain, basis=HEAD_BASIS, edges=()), paths=None) == "paths not measured"
 
 
 # 12. The edge circuits' faithfulness is on the gap scale (the empty circuit is the counterfactual
