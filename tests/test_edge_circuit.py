@@ -150,7 +150,8 @@ def test_patching_the_scored_positions_alone_equals_the_full_forward(build):
     edges and circuits (their inputs into the last MLP and the logits patched) alike."""
     import random
 
-    from probes.circuits.oracle import FINAL_RESIDUAL, Direction, patched_runs, record_runs
+    from probes.circuits.oracle import Direction, patched_runs, record_runs
+    from probes.circuits.edge_hooks import FINAL_RESIDUAL
     from probes.circuits.truth import planted
 
     p = getattr(planted, build)(n=16)

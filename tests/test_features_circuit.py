@@ -53,7 +53,8 @@ def oracle_edge(model, batch, dictionaries, sender, receiver):
     """The oracle's edge MLP(sender.layer) -> receiver's MLP (or the logits), the counterfactual MLP
     write being the clean one moved by the sender's change alone; for a feature receiver, the
     transcoder's reading of the input the oracle recomputed."""
-    from probes.circuits.oracle import Direction, model_graph, patched_runs, record_runs, resid_mid_name
+    from probes.circuits.oracle import Direction, model_graph, patched_runs, record_runs
+    from probes.circuits.edge_hooks import resid_mid_name
     from probes.features.circuit import mlp_in_name, sender_changes, split_writes
 
     graph = model_graph(model)

@@ -75,7 +75,7 @@ def hand_built(component: str, logits_read_sender: bool = False):
 
 @pytest.mark.parametrize("component", ["q", "k", "v"])
 def test_path_patching_finds_the_hand_built_composition(component):
-    from probes.circuits.oracle import receiver_input
+    from probes.circuits.edge_hooks import receiver_input
     from probes.circuits.path_patching import path_patch, path_sweep
 
     model, batch = hand_built(component), hand_batch()

@@ -17,7 +17,8 @@ from common.cli import UsageError
 from models.bridge import device_of
 from models.graph import MLP, Embed, Graph, Head
 from probes.ablation import Ablation, Reference, chunked_cache, position_mean
-from probes.circuits.oracle import Direction, Runs, Writes, mlp_out_name, patched_outcomes, record, record_runs
+from probes.circuits.oracle import Direction, Runs, patched_outcomes, record, record_runs
+from probes.circuits.edge_hooks import Writes, mlp_out_name
 from tasks.data import Batch
 
 

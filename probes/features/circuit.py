@@ -29,15 +29,8 @@ import torch
 from models.bridge import native
 from models.graph import MLP, Edge, Input, Logits
 from models.resume import forward_from
-from probes.circuits.oracle import (
-    Direction,
-    Runs,
-    edge_effects,
-    model_graph,
-    patched_outcomes,
-    record_runs,
-    resid_mid_name,
-)
+from probes.circuits.oracle import Direction, Runs, edge_effects, model_graph, patched_outcomes, record_runs
+from probes.circuits.edge_hooks import resid_mid_name
 from probes.features.dictionary import Dictionary
 from probes.features.splice import spliced_logits
 from probes.patching import corrupt_inputs, outcome, replica_scored, scored_metric

@@ -30,7 +30,8 @@ import torch
 from models.bridge import device_of
 from models.graph import Edge, Graph, Input
 from models.resume import forward_from
-from probes.circuits.oracle import Direction, EdgeHooks, Runs, patched_outcomes, record_runs
+from probes.circuits.oracle import Direction, Runs, patched_outcomes, record_runs
+from probes.circuits.edge_hooks import EdgeHooks
 from probes.patching import replica_scored, scored_metric
 from tasks.data import Batch
 

@@ -39,7 +39,8 @@ from probes.circuits.methods.joint import (
     with_alternatives,
 )
 from probes.circuits.methods.attribution import EdgeScores
-from probes.circuits.oracle import Direction, EdgeHooks, Runs, record_runs
+from probes.circuits.oracle import Direction, Runs, record_runs
+from probes.circuits.edge_hooks import EdgeHooks
 from probes.patching import replica_scored, scored_metric
 from tasks.data import Batch
 

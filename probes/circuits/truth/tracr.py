@@ -390,7 +390,8 @@ def zero_logit_moves(model, compiled: Compiled, graph: Graph, edges: list, lengt
     """Per edge: the largest |logit change| at any position after BOS, over every input of the
     domain with `length` tokens, when that edge alone is zero-ablated."""
     from probes.circuits.ablations import ablated_runs
-    from probes.circuits.oracle import LOGITS_IN, patched_runs
+    from probes.circuits.oracle import patched_runs
+    from probes.circuits.edge_hooks import LOGITS_IN
 
     batch = every_position(compiled, domain(compiled, length))
     runs = ablated_runs(model, batch, graph, Ablation.ZERO)

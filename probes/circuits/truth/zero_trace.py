@@ -37,7 +37,7 @@ def receiver_output(edge) -> tuple[str, str]:
     """(what, hook name) of what the edge's receiver computes from its input."""
     from transformer_lens.utilities import get_act_name
 
-    from probes.circuits.oracle import LOGITS_IN, mlp_out_name
+    from probes.circuits.edge_hooks import LOGITS_IN, mlp_out_name
 
     node = edge.receiver.node
     if isinstance(node, Head):
