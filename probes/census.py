@@ -74,6 +74,8 @@ class GroupCensus:
     never_learned: Share  # unsolved runs near two-candidate chance (probes.health), where the task names foils
     partly_learned: Share  # the other unsolved runs
     named: Share  # runs whose circuit the report names as a path
+    unpathed: Share  # runs whose circuit is its heads only: the paths between them not measured (post-norm,
+    # no residual stream), so "not named as a path" is no finding there
     circuits: tuple[Share, ...]  # every circuit label, most frequent first
     seeds: dict  # label -> seeds, so any share can be checked run by run
     path_recovered: dict  # label -> [min, median, max] share of the gap its runs' best path recovers
@@ -292,6 +294,7 @@ def group_census(
     never = [run for run in unsolved if near_chance(run)]
     partly = [run for run in unsolved if run not in never]
     named = sum(kind == LabelKind.PATH for _, kind, *_ in members)
+    unpathed = sum(kind == LabelKind.HEADS_ONLY for _, kind, *_ in members)
     return GroupCensus(
         model_name=model,
         point=point,
@@ -307,6 +310,7 @@ def group_census(
             f"partly learned (unsolved, above chance{accuracy_range(partly)})", len(partly), wilson(len(partly), n)
         ),
         named=Share("circuit named as a path", named, wilson(named, n)),
+        unpathed=Share("heads only: paths not measured", unpathed, wilson(unpathed, n)),
         circuits=tuple(Share(label, count, wilson(count, n)) for label, count in counts.most_common()),
         seeds={label: sorted(s) for label, s in seeds.items()},
         path_recovered={label: [min(v), statistics.median(v), max(v)] for label, v in recovered.items()},

@@ -146,8 +146,10 @@ def test_a_variant_without_path_patching_traces_its_heads_and_says_so(exact_runs
     its MLP); later both variants were refused. Now their head circuit is traced by replacing the
     dropped heads' z in the forward, its signature is the heads' (no paths), and the label and note
     say the paths were not measured, never "one block"."""
+    from probes.census import Census, group_census
     from probes.circuits.labels import LabelKind, circuit_label
     from probes.circuits.signature import HEAD_BASIS
+    from probes.report.outputs.census import summary_lines
     from probes.report.parts import RunContext
     from probes.report.run_analysis import snapshot_summary
     from tasks.training.runs import find_runs
@@ -158,4 +160,12 @@ def test_a_variant_without_path_patching_traces_its_heads_and_says_so(exact_runs
     assert said in summary.note and "not the paths" in summary.note
     assert summary.signature is not None and summary.signature.basis == HEAD_BASIS and not summary.signature.edges
     assert {part.split()[0] for part in summary.signature.parts} == {"L0", "L1"}  # heads of both layers
-    assert circuit_label(summary).kind is LabelKind.HEADS_ONLY
+    label = circuit_label(summary)
+    assert label.kind is LabelKind.HEADS_ONLY
+    run_stub, *_ = fake_member(0, summary.signature)
+    census = group_census(name, "p", {}, [(run_stub, label.kind, label.text, None, summary.signature)], 0)
+    assert (census.named.count, census.unpathed.count) == (0, 1)
+    assert (
+        "0/1 = 0% [0%, 79%] named as a path (1/1 = 100% [21%, 100%] heads only: paths not measured)"
+        in (summary_lines(Census((census,), ()))[0])
+    )

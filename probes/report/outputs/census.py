@@ -32,6 +32,11 @@ def not_counted(g: GroupCensus) -> str:
     return ", ".join(parts)
 
 
+def path_shares(g: GroupCensus) -> tuple[Share, ...]:
+    """The runs named as a path, and, where some run's paths were not measured, those."""
+    return (g.named, g.unpathed) if g.unpathed.count else (g.named,)
+
+
 def summary_lines(census: Census) -> list[str]:
     lines = []
     for g in census.groups:
@@ -44,6 +49,7 @@ def summary_lines(census: Census) -> list[str]:
                 f"{h['median']:.1%} (min {h['min']:.1%}); {share_text(g.unsolved)} unsolved "
                 f"({g.never_learned.count} never learned, {g.partly_learned.count} partly); "
                 f"{share_text(g.named)} named as a path"
+                + (f" ({share_text(g.unpathed)} heads only: paths not measured)" if g.unpathed.count else "")
             )
         for s in g.circuits:
             lines += [f"  {share_text(s)}  {s.label}"] + [
@@ -100,7 +106,7 @@ def markdown(census: Census, figure: str | None, timeline_figure: str | None = N
             "| circuit | runs | share [95% CI] | best path recovers (min / median / max) | seeds |",
             "|---|---|---|---|---|",
         ]
-        for s in (*g.circuits, g.named, g.unsolved, g.never_learned, g.partly_learned):
+        for s in (*g.circuits, *path_shares(g), g.unsolved, g.never_learned, g.partly_learned):
             seeds = ", ".join(map(str, g.seeds.get(s.label, []))) or "-"
             path = " / ".join(f"{v:.0%}" for v in g.path_recovered.get(s.label, [])) or "-"
             i = s.share
@@ -185,7 +191,7 @@ def census_html(census: Census, figure: Path | None, timeline_figure: Path | Non
                 " / ".join(f"{v:.0%}" for v in g.path_recovered.get(s.label, [])) or "-",
                 ", ".join(map(str, g.seeds.get(s.label, []))) or "-",
             ]
-            for s in (*g.circuits, g.named, g.unsolved)
+            for s in (*g.circuits, *path_shares(g), g.unsolved)
         ]
         body.append(
             table(
