@@ -27,9 +27,8 @@ circuit is measured twice. Edges between circuit heads are measured by exact pat
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Optional
-
 from functools import partial
+from typing import Iterable, Optional
 
 import torch
 from transformer_lens.utilities import get_act_name
