@@ -9,7 +9,10 @@ mean write at that position over a reference batch (probes.circuits.ablations, A
 the exact oracle (probes.circuits.oracle) runs the clean input so. Every reader of a dropped head
 then reads its mean output: node ablation, equal to mean-ablating the head's z (tested). Edges
 INTO a dropped head are kept: every write of that head is replaced, so they cannot move the metric,
-and leaving them saves recomputing its inputs. MLPs and embeddings are always kept.
+and leaving them saves recomputing its inputs. MLPs and embeddings are always kept. Where the stream
+is no sum of writes for the oracle to decompose (post-norm blocks, attention replacing the stream:
+models.bridge.stream_is_a_sum), the same node ablation replaces the dropped heads' z in the forward
+itself (`z_ablated_outcomes`).
 
 Faithfulness (probes.circuits.faithfulness.Faithfulness) is on both scales; the empty circuit
 mean-ablates every head. A circuit whose dropped edges cannot reach a scored logit is the full
