@@ -12,14 +12,8 @@ import torch
 
 from models import ModelSpec
 from models.graph import MLP, Edge, Embed, Head, Input, Logits
-from probes.circuits.signature import (
-    PREVIOUS,
-    UNNAMED,
-    MechanismSignature,
-    attends_role,
-    mechanism_signature,
-    relabelled_heads,
-)
+from probes.circuits.signature import MechanismSignature, mechanism_signature, relabelled_heads
+from probes.circuits.roles import PREVIOUS, UNNAMED, attends_role
 
 ROLES = [PREVIOUS, attends_role("adjective"), UNNAMED]
 
@@ -120,7 +114,7 @@ def test_relabelled_heads_is_said_only_when_signatures_agree_and_heads_differ():
 def masses(previous: float, current: float):
     """RoleMasses of a 2x1 model: L0H0's previous-token mass (every row) and current-token mass
     (scored rows); L1H0 attends the value role from the scored rows."""
-    from probes.circuits.signature import CURRENT, RoleMasses
+    from probes.circuits.roles import CURRENT, RoleMasses
 
     return RoleMasses(
         {PREVIOUS: torch.tensor([[previous], [0.1]])},
@@ -131,7 +125,7 @@ def masses(previous: float, current: float):
 # markcopy's layer-0 head, read only through the layer-1 keys and values, attended the current token
 # at the scored position in one seed of three: the same circuit counted as two mechanisms.
 def test_attention_at_the_scored_positions_names_only_a_head_read_there():
-    from probes.circuits.signature import CURRENT, circuit_roles
+    from probes.circuits.roles import CURRENT, circuit_roles
 
     reader = Edge(Head(1, 0), Input(Logits()))
     by_key = [Edge(Head(0, 0), Input(Head(1, 0), "k")), Edge(Head(0, 0), Input(Head(1, 0), "v")), reader]
@@ -150,7 +144,7 @@ def test_attention_at_the_scored_positions_names_only_a_head_read_there():
 
 def test_a_role_at_the_scored_position_is_the_current_token_not_a_second_role():
     from models.spec import build_model
-    from probes.circuits.signature import CURRENT, role_masses
+    from probes.circuits.roles import CURRENT, role_masses
 
     batch = batch_of()
     batch = dataclasses.replace(batch, roles={**batch.roles, "query": batch.positions.clone()})
@@ -214,7 +208,8 @@ def test_a_model_with_permuted_heads_traces_to_one_mechanism(name):
     from models.graph import graph_of
     from models.spec import build_model
     from probes.census import group_census
-    from probes.circuits.signature import edge_signature, role_masses
+    from probes.circuits.signature import edge_signature
+    from probes.circuits.roles import role_masses
 
     spec = VARIANTS[name]
     batch = batch_of()
@@ -306,7 +301,7 @@ def test_a_stored_circuit_keeps_its_signature_and_is_labelled_by_it():
 # an induction head, and the seeds' one two-head mechanism was counted twice (issue 34).
 def test_a_role_is_named_only_when_its_interval_clears_the_claim():
     from models.spec import build_model
-    from probes.circuits.signature import RoleMasses, role_masses
+    from probes.circuits.roles import RoleMasses, role_masses
 
     def role(mean: float, low: float) -> str:
         measured = RoleMasses({PREVIOUS: torch.tensor([[mean]])}, {}, low={PREVIOUS: torch.tensor([[low]])})

@@ -219,7 +219,8 @@ def run_mechanism(context, analysis, edges=None):
     (multi-block runs; `edges` the EdgeCircuit measured on the weights now in the model, default
     the context's), else of the head circuit (one-block runs, or no edge circuit below the whole
     graph); None when neither was traced."""
-    from probes.circuits.signature import edge_signature, role_masses, summary_signature
+    from probes.circuits.signature import edge_signature, summary_signature
+    from probes.circuits.roles import role_masses
     from probes.report.edge_part import traceable
 
     roles = role_masses(context.model, context.sample)
