@@ -135,6 +135,7 @@ def test_the_comparison_with_transformer_lens_catches_a_dropped_norm_or_input(tw
     (its projection applied to the raw patched residual), and the v input never patched."""
     from transformer_lens.patching import get_act_patch_direct_path
 
+    import probes.circuits.edge_hooks as hooks
     import probes.circuits.oracle as edges
     from models.bridge import native
 
@@ -158,9 +159,9 @@ def test_the_comparison_with_transformer_lens_catches_a_dropped_norm_or_input(tw
 
     assert gap("k") < 1e-4
     with monkeypatch.context() as patch:
-        patch.setattr(edges, "receiver_input", unnormed)
+        patch.setattr(hooks, "receiver_input", unnormed)
         assert gap("k") > 1e-3
-    original = edges.EdgeHooks.patches
+    original = hooks.EdgeHooks.patches
     with monkeypatch.context() as patch:
-        patch.setattr(edges.EdgeHooks, "patches", lambda self, r: None if r.port == "v" else original(self, r))
+        patch.setattr(hooks.EdgeHooks, "patches", lambda self, r: None if r.port == "v" else original(self, r))
         assert gap("v") > 1e-3

@@ -48,14 +48,23 @@ def uninterrupted(tmp_path_factory) -> Path:
     return root / "sweep"
 
 
+def written(scratch: Path, name: str) -> bool:
+    """Whether a worker has written `name` under `scratch`. The workers create and remove temp
+    folders while the walk runs; one vanishing under it is no answer, so the next poll looks again."""
+    try:
+        return any(scratch.rglob(name))
+    except FileNotFoundError:
+        return False
+
+
 def reached(moment: str, scratch: Path, stdout: Path, pgid: int) -> bool:
     """Whether the sweep is at `moment`, by what it writes, never by a clock."""
     if moment == "start-up":  # the fork server runs: it is importing torch for the workers
         return any("multiprocessing.forkserver" in line for line in group_processes(pgid))
     if moment == "training":  # a worker's run has logged an evaluation, and is not trained yet
-        return any(scratch.rglob("log.jsonl")) and not any(scratch.rglob("metrics.json"))
+        return written(scratch, "log.jsonl") and not written(scratch, "metrics.json")
     if moment == "tracing":  # a worker's run has its metrics.json: it is being traced now
-        return any(scratch.rglob("metrics.json"))
+        return written(scratch, "metrics.json")
     return "runs done" in stdout.read_text()  # census: every run is written, the census not yet
 
 

@@ -2,7 +2,7 @@
 same family): every edge gets a hard-concrete gate z in [0, 1] (Louizos et al. 2018), and its
 receiver input reads the actual residual plus (1 - z) x (the sender's other-run write - its write in
 this forward), so z = 1 keeps the edge and z = 0 gives it its counterfactual (or mean, or zero)
-write exactly as the oracle's set patching does (probes.circuits.oracle.EdgeHooks). The gates'
+write exactly as the oracle's set patching does (probes.circuits.edge_hooks.EdgeHooks). The gates'
 log-odds are trained to keep faithfulness f = (m(z) - m(empty)) / (m(full) - m(empty)) at 1 with an
 expected-L0 penalty on the share of edges kept:
     loss = (1 - f)^2 + sparsity x mean P(z_e > 0).
