@@ -174,8 +174,6 @@ def untraced_reason(analysis, settings) -> str:
         return f"none: gap {gap:+.2f} < {settings.min_gap:g}"
     if spec.attention in (Attention.UNIFORM, Attention.NONE):
         return f"none: {spec.attention} attention"
-    if not spec.residual:
-        return "none: no residual stream"
     return "none: no counterfactual pairs"
 
 
