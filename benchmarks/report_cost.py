@@ -37,7 +37,7 @@ STEPS = (
     ("probes.circuits.path_patching", "path_sweep"),
     ("probes.circuits.path_patching", "path_patch_many"),
     ("probes.patching", "activation_patching"),
-    ("probes.ablation", "head_ablation_sweep"),
+    ("probes.ablation_sweep", "head_ablation_sweep"),
     ("probes.composition", "composition_scores"),
     ("probes.circuits.named", "edge_circuit"),
     ("probes.circuits.redundancy", "circuit_structure"),

@@ -19,7 +19,8 @@ os.environ.setdefault("TQDM_DISABLE", "1")  # transformer_lens.patching draws a 
 import torch
 
 from models import ModelSpec, build_model
-from probes.ablation import Ablation, head_ablation_sweep
+from probes.ablation import Ablation
+from probes.ablation_sweep import head_ablation_sweep
 from probes.patching import activation_patching, corrupt_inputs, scored_metric
 from tasks.data import spread_subset
 from tasks.data import task_dataset, to_batch

@@ -2,7 +2,7 @@
 
 - MLP ablation: an MLP's output (hook_mlp_out, every position) replaced by its mean over the
   reference's training rows at each position (MEAN) or by zero (ZERO), and the task re-scored
-  (probes.ablation.mlp_ablation_sweep, the same hooks as for heads' z).
+  (probes.ablation_sweep.mlp_ablation_sweep, the same hooks as for heads' z).
 - Decodability: a linear probe (multinomial logistic regression, fit on training rows' scored
   positions) for the answer token from the residual stream after the embeddings and after each
   attention and MLP sublayer, scored on held-out rows. 1 = the answer can be read linearly there;
@@ -19,7 +19,8 @@ import torch
 from transformer_lens.utilities import get_act_name
 
 from models.bridge import device_of, post_norm
-from probes.ablation import Ablation, Reference, chunked_cache, mlp_ablation_sweep
+from probes.ablation import Ablation, Reference, chunked_cache
+from probes.ablation_sweep import mlp_ablation_sweep
 from tasks.data import Batch
 from tasks.evaluate import logits_at_scored, score_logits
 
@@ -131,7 +132,7 @@ def sublayers(
     model, train: Batch, heldout: Batch, reference: Reference, mlp_ablations: dict | None = None
 ) -> Sublayers:
     """`train`: the rows the probe is fit on; `heldout`: the rows ablations and the probe are scored on;
-    `mlp_ablations`: Ablation -> probes.ablation.mlp_ablation_sweep on `heldout` with `reference`
+    `mlp_ablations`: Ablation -> probes.ablation_sweep.mlp_ablation_sweep on `heldout` with `reference`
     (measured when not given; the report passes the ones its ablation table shows)."""
     methods = (Ablation.MEAN, Ablation.ZERO)
     found = mlp_ablations or {m: mlp_ablation_sweep(model, heldout, m, reference=reference) for m in methods}

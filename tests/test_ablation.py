@@ -13,10 +13,10 @@ from probes.ablation import (
     ablate,
     ablated_scored,
     ablation_named,
-    head_ablation_sweep,
     parse_heads,
     resample_rows,
 )
+from probes.ablation_sweep import head_ablation_sweep
 from tasks.data import task_dataset, to_batch
 from tasks.evaluate import score_model
 
@@ -159,11 +159,13 @@ def test_reference_and_clean_forwards_are_sized_in_tokens(setup, monkeypatch):
     # One forward over every reference row held all their attention scores at once: a plugin's
     # 2000-token sequences ran the report out of memory. Chunked forwards give the same sweep.
     import probes.ablation
+    import probes.ablation_sweep
 
     model, heldout, train = setup
     whole = head_ablation_sweep(model, heldout, reference=train)
     budget, widths = 4 * train.inputs.shape[1], []
     monkeypatch.setattr(probes.ablation, "TOKENS_PER_FORWARD", budget)
+    monkeypatch.setattr(probes.ablation_sweep, "TOKENS_PER_FORWARD", budget)
     handle = model.embed.register_forward_hook(lambda module, args, out: widths.append(args[0].numel()))
     chunked = head_ablation_sweep(model, heldout, reference=train)
     handle.remove()
@@ -239,7 +241,7 @@ def test_heads_and_mlps_ablate_together_and_a_missing_mlp_is_one_line(mlp_model,
 
 
 def test_the_mlp_sweep_has_one_row_per_mlp_and_none_without_mlps(mlp_model, setup):
-    from probes.ablation import mlp_ablation_sweep
+    from probes.ablation_sweep import mlp_ablation_sweep
 
     model, heldout, train = mlp_model
     rows = mlp_ablation_sweep(model, heldout, Ablation.MEAN, reference=train)

@@ -220,7 +220,7 @@ def test_the_main_path_is_a_chain_to_the_logits_drawn_with_a_halo(browser, repor
 
 
 def test_the_main_path_follows_the_strongest_weakest_link():
-    from probes.report.outputs.html import main_path
+    from probes.report.outputs.html_data import main_path
 
     def edge(s, r, alone, inside=True):
         return {"id": f"{s}->{r}", "s": s, "r": r, "alone": alone, "in": inside}

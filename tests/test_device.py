@@ -86,7 +86,7 @@ def setting(small_winograd, tmp_path_factory):
 
 def probe_calls(model, batch: Batch, reference: Batch, graph) -> dict:
     """Every probe entry a notebook calls with a model and a batch."""
-    from probes import ablation, attention, composition, heads, patching
+    from probes import ablation, ablation_sweep, attention, composition, heads, patching
     from probes.circuits import named as edge_circuit, path_patching, search as circuit
     from probes.dynamics import snapshot_point
     from probes.chapter.scaling import trained_point
@@ -101,7 +101,7 @@ def probe_calls(model, batch: Batch, reference: Batch, graph) -> dict:
         "ablate resample": lambda: ablation.ablate(
             model, batch, [(0, 1)], ablation.Ablation.RESAMPLE, reference=reference
         ),
-        "head_ablation_sweep": lambda: ablation.head_ablation_sweep(
+        "head_ablation_sweep": lambda: ablation_sweep.head_ablation_sweep(
             model, batch, ablation.Ablation.RESAMPLE, reference=reference
         ),
         "scored_attention": lambda: attention.scored_attention(model, batch),

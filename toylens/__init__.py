@@ -33,8 +33,8 @@ _SOURCES = {
     "TrainSettings": "tasks.settings",
     # probes and their results
     "ablate": "probes.ablation",
-    "head_ablation_sweep": "probes.ablation",
-    "mlp_ablation_sweep": "probes.ablation",
+    "head_ablation_sweep": "probes.ablation_sweep",
+    "mlp_ablation_sweep": "probes.ablation_sweep",
     "AblationResult": "probes.ablation",
     "ablation_hooks": "probes.ablation",
     "ABLATION_METHODS": "probes.ablation",

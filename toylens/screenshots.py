@@ -13,7 +13,7 @@ from common.cli import Parser, UsageError, run_cli
 
 
 def screenshots(report: Path, out: Path, graphs: list[str], attention: list[str]) -> list[Path]:
-    from probes.report.outputs.html import run_id
+    from probes.report.outputs.html_data import run_id
 
     browser_path = shutil.which("chromium") or shutil.which("chromium-browser")
     try:

@@ -223,29 +223,14 @@ def carrying_parts(model, pairs, graph, roles: dict, oracle) -> MechanismSignatu
     tokens and which the positions is split differently by seeds of one mechanism (markcopy's
     layer-0 head read the embedding most through its values in two seeds, its keys in the third),
     and composition, which the inputs name, is between components, not from the embedding."""
-    from collections import defaultdict
-
     from models.components import Head
     from models.graph import Embed, Logits
     from probes.circuits.methods.scores import REFERENCE_NOISE
-    from probes.circuits.oracle import Direction, patched_outcomes, record_runs
 
-    def part(node):
-        return initial_colour(node, roles)
-
-    members, names = defaultdict(list), {}
-    for edge, alone in zip(graph.edges, oracle.normalised().tolist()):
-        for node in (edge.sender, edge.receiver.node):
-            names[part(node)] = head_words(node.layer, roles[node]) if isinstance(node, Head) else str(node)
-        port = "in" if isinstance(edge.sender, Embed) else edge.receiver.port
-        key = (part(edge.sender), port, -1 if edge.position is None else edge.position)
-        members[(*key, part(edge.receiver.node))].append((edge, alone))
+    members, names = part_edges(graph, roles, oracle)
     keys = sorted(members)
-    runs = record_runs(model, pairs, graph, Direction.NOISE)
-    outcomes = patched_outcomes(model, pairs, graph, [frozenset(e for e, _ in members[k]) for k in keys], runs)
-    gap = runs.other.outcome.metric - runs.base.outcome.metric
-    cost = {k: (o.metric - runs.base.outcome.metric) / gap for k, o in zip(keys, outcomes)}
-    kept = carried(keys, cost, part(Embed()), part(Logits()))
+    cost = part_edge_costs(model, pairs, graph, members, keys)
+    kept = carried(keys, cost, initial_colour(Embed(), roles), initial_colour(Logits(), roles))
     if kept is None:
         return None
     nodes = {p: set() for k in kept for p in (k[0], k[3])}
@@ -264,6 +249,39 @@ def carrying_parts(model, pairs, graph, roles: dict, oracle) -> MechanismSignatu
         if any(isinstance(h, Head) for h in ns)
     )
     return MechanismSignature(tuple(names[p] for p in sorted(nodes)), tuple(lines), EDGE_BASIS, None, heads_of)
+
+
+def part_edges(graph, roles: dict, oracle) -> tuple[dict, dict]:
+    """The graph's edges grouped into part edges, (sender part, input, position, receiver part) ->
+    [(edge, its share of the gap alone)], a part being a node's `initial_colour`; and each part's
+    name in words (input "in" for every edge from the embedding: `carrying_parts` says why)."""
+    from collections import defaultdict
+
+    from models.components import Head
+    from models.graph import Embed
+
+    def part(node):
+        return initial_colour(node, roles)
+
+    members, names = defaultdict(list), {}
+    for edge, alone in zip(graph.edges, oracle.normalised().tolist()):
+        for node in (edge.sender, edge.receiver.node):
+            names[part(node)] = head_words(node.layer, roles[node]) if isinstance(node, Head) else str(node)
+        port = "in" if isinstance(edge.sender, Embed) else edge.receiver.port
+        key = (part(edge.sender), port, -1 if edge.position is None else edge.position)
+        members[(*key, part(edge.receiver.node))].append((edge, alone))
+    return members, names
+
+
+def part_edge_costs(model, pairs, graph, members: dict, keys: list) -> dict:
+    """Each part edge of `keys` -> the share of the gap lost when all its member edges are patched
+    to the counterfactual together (the oracle's direction)."""
+    from probes.circuits.oracle import Direction, patched_outcomes, record_runs
+
+    runs = record_runs(model, pairs, graph, Direction.NOISE)
+    outcomes = patched_outcomes(model, pairs, graph, [frozenset(e for e, _ in members[k]) for k in keys], runs)
+    gap = runs.other.outcome.metric - runs.base.outcome.metric
+    return {k: (o.metric - runs.base.outcome.metric) / gap for k, o in zip(keys, outcomes)}
 
 
 def carried(keys: list, cost: dict, start, end) -> list | None:

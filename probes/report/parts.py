@@ -79,7 +79,8 @@ class RunContext:
     def mlp_ablations(self) -> dict:
         """Ablation -> each MLP alone ablated on the sample (the ablation table's MLP rows and the
         sublayer part's verdicts: one measurement for both)."""
-        from probes.ablation import ABLATION_METHODS, mlp_ablation_sweep
+        from probes.ablation import ABLATION_METHODS
+        from probes.ablation_sweep import mlp_ablation_sweep
 
         return {
             method: mlp_ablation_sweep(self.model, self.sample, method, self.run.seed, self.reference)

@@ -161,7 +161,8 @@ def unpathed_reason(spec) -> str | None:
 
 def analyse_run(context) -> RunAnalysis:
     """The circuit part's measure: the run's RunAnalysis, with its figure drawn under the report."""
-    from probes.ablation import ABLATION_METHODS, clean_run, head_ablation_sweep
+    from probes.ablation import ABLATION_METHODS
+    from probes.ablation_sweep import clean_run, head_ablation_sweep
     from probes.attention import pair_attention, position_labels, scored_attention
     from probes.patching import activation_patching
     from probes.attention import role_view
