@@ -36,12 +36,19 @@ def keeper(store: dict, name: str):
     return keep
 
 
-def receiver_input(model, layer: int, port: str, residual: torch.Tensor) -> torch.Tensor:
-    """[n, pos, head, d_head]: block `layer`'s own LayerNorm and Q/K/V projection of `residual`.
-    The raw torch modules are called so no hook fires inside a hook."""
-    block = model.blocks[layer]
-    out = native(getattr(block.attn, port))(native(block.ln1)(residual))
-    return out.view(*out.shape[:2], model.cfg.n_heads, model.cfg.d_head)
+def receiver_input(model, layer: int, port: str, residual: torch.Tensor, heads: list[int]) -> torch.Tensor:
+    """[n, pos, len(heads), d_head]: block `layer`'s own LayerNorm and Q/K/V projection of `residual`
+    for `heads` alone (a patched receiver needs no other head's rows: projecting every head for one
+    cost n_heads times the work). The raw torch modules are called so no hook fires inside a hook."""
+    block, d_head = model.blocks[layer], model.cfg.d_head
+    linear, normed = native(getattr(block.attn, port)), native(block.ln1)(residual)
+    if len(heads) == model.cfg.n_heads:
+        out = linear(normed)
+    else:
+        rows = torch.cat([torch.arange(h * d_head, (h + 1) * d_head) for h in heads]).to(normed.device)
+        bias = None if linear.bias is None else linear.bias[rows]
+        out = torch.nn.functional.linear(normed, linear.weight[rows], bias)
+    return out.view(*out.shape[:2], len(heads), d_head)
 
 
 @dataclass(frozen=True)
@@ -169,19 +176,22 @@ class EdgeHooks:
 
     def head_input(self, layer: int, port: str, heads: list[Head]):
         def hook(act, hook):
-            act = act.clone()
-            view = act.view(len(self.sets), self.n, *act.shape[1:])
-            computed = {}  # patches -> (rows, every head's input from the patched residual)
+            by_patches: dict = {}  # patches -> the heads receiving them (equal patches, equal inputs)
             for head in heads:
                 patches = self.patches(Input(head, port))
-                if patches is None:
-                    continue
-                if patches not in computed:
-                    rows, delta = self.delta(patches)
-                    residual = self.residual(get_act_name("resid_pre", layer), rows) + delta
-                    computed[patches] = rows, receiver_input(self.model, layer, port, residual.flatten(0, 1))
-                rows, value = computed[patches]
-                view[rows, :, :, head.head] = value.view(len(rows), *view.shape[1:])[:, :, :, head.head]
+                if patches is not None:
+                    by_patches.setdefault(patches, []).append(head.head)
+            if not by_patches:
+                return act
+            act = act.clone()
+            view = act.view(len(self.sets), self.n, *act.shape[1:])
+            for patches, indices in by_patches.items():
+                rows, delta = self.delta(patches)
+                residual = self.residual(get_act_name("resid_pre", layer), rows) + delta
+                value = receiver_input(self.model, layer, port, residual.flatten(0, 1), indices)
+                view[rows[:, None], :, :, indices] = value.view(len(rows), *view.shape[1:3], len(indices), -1).movedim(
+                    3, 1
+                )
             return act
 
         return hook
