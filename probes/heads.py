@@ -74,12 +74,15 @@ def attention_scores(model, batch: Batch) -> dict[str, torch.Tensor]:
 
 
 @torch.no_grad()
-def attention_spread(model, batch: Batch) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+def attention_spread(
+    model, batch: Batch, pattern: torch.Tensor | None = None
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """Per attention role, (attention_scores' [layer, head] mean, [examples, layer, head] each
     example's own mean over its rows that have a target, for the examples with one): how much the
-    mean would move with other examples."""
+    mean would move with other examples. `pattern`: probes.attention.patterns of the batch, when
+    the caller has it."""
     batch = batch.to("cpu")
-    pattern = patterns(model, batch.inputs)  # [n, layer, head, q, k]
+    pattern = patterns(model, batch.inputs) if pattern is None else pattern  # [n, layer, head, q, k]
     scores = {}
     for role, target in detection_patterns(batch.inputs, batch.lengths).items():
         rows = (target.sum(-1) > 0).sum(-1)  # [n]

@@ -85,10 +85,10 @@ def role_masses(model, batch, claim: float = ROLE_CLAIM) -> RoleMasses:
     from probes.heads import attention_spread
 
     batch = batch.to("cpu")
-    spread = {DETECTOR_ROLES[name]: value for name, value in attention_spread(model, batch).items()}
+    attention = patterns(model, batch.inputs)
+    spread = {DETECTOR_ROLES[name]: value for name, value in attention_spread(model, batch, attention).items()}
     everywhere = {role: mean for role, (mean, _) in spread.items()}
     low = {role: lower_end(mean, each) for role, (mean, each) in spread.items()}
-    attention = patterns(model, batch.inputs)
     rows = attention[batch.example_index, :, :, batch.positions]
     scored = {CURRENT: offsets(rows, batch.positions)[:, :, 0]}
     low[CURRENT] = lower_end(scored[CURRENT], rows[torch.arange(len(rows)), :, :, batch.positions])
