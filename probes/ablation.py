@@ -267,9 +267,21 @@ def ablation_hooks(
 
 def mlp_ablation_hooks(model, batch: Batch, mlps, method: Ablation, seed: int, reference) -> list:
     """Hooks that replace each MLP's output (hook_mlp_out) as `replacement_z` does a head's z."""
+    values = mlp_replacements(model, batch, mlps, method, seed, reference)
+    return [
+        (name, lambda out, hook: torch.zeros_like(out))
+        if value is None
+        else (name, lambda out, hook, value=value: value[:, : out.shape[1]].expand_as(out).clone())
+        for name, value in values.items()
+    ]
+
+
+def mlp_replacements(model, batch: Batch, mlps, method: Ablation, seed: int, reference) -> dict:
+    """hook_mlp_out name -> what replaces that MLP's output over `batch` ([1 or n, pos, d_model]; None:
+    zero), as `replacement_z` does a head's z."""
     names = [get_act_name("mlp_out", mlp.layer) for mlp in mlps]
     if method is Ablation.ZERO or not names:
-        return [(name, lambda out, hook: torch.zeros_like(out)) for name in names]
+        return {name: None for name in names}
     if isinstance(reference, Reference) and all(name in reference.writes for name in names):
         writes, reference = reference.writes, reference.batch
     else:
@@ -277,15 +289,11 @@ def mlp_ablation_hooks(model, batch: Batch, mlps, method: Ablation, seed: int, r
         writes = chunked_cache(model, reference.inputs, names)[1]
     width = batch.inputs.shape[1]
     if method is Ablation.MEAN:
-        values = {name: position_mean(writes[name], reference, width)[None] for name in names}
-    else:
-        rows = resample_rows(batch, reference, seed)
-        values = {
-            name: fit_width(writes[name][rows], width, real_mean(writes[name], reference)[None, None]) for name in names
-        }
-    return [
-        (name, lambda out, hook, value=values[name]: value[:, : out.shape[1]].expand_as(out).clone()) for name in names
-    ]
+        return {name: position_mean(writes[name], reference, width)[None] for name in names}
+    rows = resample_rows(batch, reference, seed)
+    return {
+        name: fit_width(writes[name][rows], width, real_mean(writes[name], reference)[None, None]) for name in names
+    }
 
 
 @torch.no_grad()

@@ -28,6 +28,7 @@ from probes.ablation import (
     ablation_result,
     check_method,
     chunked_cache,
+    mlp_replacements,
     replacement_z,
 )
 from tasks.data import Batch
@@ -35,12 +36,36 @@ from tasks.evaluate import TOKENS_PER_FORWARD, Scored, logits_at_scored, score_l
 
 
 def mlp_ablation_sweep(
-    model, batch: Batch, method: Ablation = Ablation.MEAN, seed: int = 0, reference: "Batch | Reference | None" = None
+    model,
+    batch: Batch,
+    method: Ablation = Ablation.MEAN,
+    seed: int = 0,
+    reference: "Batch | Reference | None" = None,
+    clean: "CleanRun | None" = None,
 ) -> list[AblationResult]:
     """Each MLP alone ablated (none for an attention-only model): the rows the head sweep's table
-    gains, so it can say whether an MLP computes or only carries."""
-    layers = [] if model.cfg.attn_only else range(model.cfg.n_layers)
-    return [ablate(model, batch, [MLP(layer)], method, seed, reference) for layer in layers]
+    gains, so it can say whether an MLP computes or only carries. Replayed from one clean run like
+    the head sweep (an MLP's output is added to the stream after its block's attention, so only the
+    blocks after it run again; equal to ablating it with hooks, tested); a post-norm model, whose
+    block normalises after that add, is ablated with hooks."""
+    check_method(method, reference)
+    batch = batch.to(device_of(model))
+    mlps = [] if model.cfg.attn_only else [MLP(layer) for layer in range(model.cfg.n_layers)]
+    if post_norm(model) or not mlps:
+        return [ablate(model, batch, [mlp], method, seed, reference) for mlp in mlps]
+    clean = clean or clean_run(model, batch)
+    values = mlp_replacements(model, batch, mlps, method, seed, reference)
+    modules, at = resumable(model), (batch.example_index, batch.positions)
+    out = []
+    for mlp in mlps:
+        value = values[get_act_name("mlp_out", mlp.layer)]
+        residual = clean.resid_mid[mlp.layer]
+        if value is not None:
+            residual = residual + value[:, : clean.width]
+        with torch.no_grad():
+            logits = resume(modules, residual, mlp.layer + 1, at=at)
+        out.append(ablation_result(score_logits(logits, batch), batch, [mlp], method))
+    return out
 
 
 def sweep_targets(model) -> list[tuple[tuple[int, int], ...]]:

@@ -250,6 +250,33 @@ def test_the_mlp_sweep_has_one_row_per_mlp_and_none_without_mlps(mlp_model, setu
     assert mlp_ablation_sweep(attn_only, heldout, Ablation.MEAN, reference=train) == []
 
 
+MLP_SWEEP_SPECS = {
+    "MLP and LayerNorm": dict(),
+    "rotary, unscaled, 3 layers": dict(n_layers=3, positions="rotary", scale_scores=False),
+    "attention replacing the stream": dict(norm=None, positions="alibi", residual=False),
+    "post-norm": dict(norm_place="post"),
+}
+
+
+@pytest.mark.parametrize("layout", MLP_SWEEP_SPECS)
+@pytest.mark.parametrize("method", ABLATION_METHODS)
+def test_the_mlp_sweep_equals_ablating_each_mlp_with_hooks(setup, method, layout):
+    """The MLP sweep replays the clean run from each MLP's block (a post-norm model is ablated with
+    hooks): every row equals ablating that MLP alone with hooks."""
+    from probes.ablation_sweep import mlp_ablation_sweep
+
+    _, heldout, train = setup
+    fields = dict(n_layers=2, d_model=16, n_heads=2, n_ctx=heldout.inputs.shape[1], d_vocab=setup[0].cfg.d_vocab)
+    model = build_model(ModelSpec(**{**fields, **MLP_SWEEP_SPECS[layout]}), seed=7)
+    rows = mlp_ablation_sweep(model, heldout, method, seed=3, reference=train)
+    assert [r.label for r in rows] == [f"MLP{layer}" for layer in range(model.cfg.n_layers)]
+    for result in rows:
+        alone = ablate(model, heldout, list(result.mlps), method, seed=3, reference=train)
+        assert result.logit_diff == pytest.approx(alone.logit_diff, abs=1e-5)
+        for group, scores in result.by_group.items():
+            assert scores["logit_diff"] == pytest.approx(alone.by_group[group]["logit_diff"], abs=1e-5)
+
+
 @pytest.mark.parametrize("method", [Ablation.ZERO, Ablation.MEAN])
 def test_a_post_norm_sweep_equals_ablating_each_target(setup, method):
     """A post-norm block normalises after its residual add, which the replay (the ablation's change

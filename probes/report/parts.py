@@ -76,6 +76,13 @@ class RunContext:
         return spread_subset(self.heldout, self.settings.ablation_rows)
 
     @cached_property
+    def clean(self):
+        """The unablated run over the sample that the ablation sweeps replay (probes.ablation_sweep.CleanRun)."""
+        from probes.ablation_sweep import clean_run
+
+        return clean_run(self.model, self.sample)
+
+    @cached_property
     def mlp_ablations(self) -> dict:
         """Ablation -> each MLP alone ablated on the sample (the ablation table's MLP rows and the
         sublayer part's verdicts: one measurement for both)."""
@@ -83,7 +90,7 @@ class RunContext:
         from probes.ablation_sweep import mlp_ablation_sweep
 
         return {
-            method: mlp_ablation_sweep(self.model, self.sample, method, self.run.seed, self.reference)
+            method: mlp_ablation_sweep(self.model, self.sample, method, self.run.seed, self.reference, self.clean)
             for method in ABLATION_METHODS
         }
 

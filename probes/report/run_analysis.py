@@ -162,7 +162,7 @@ def unpathed_reason(spec) -> str | None:
 def analyse_run(context) -> RunAnalysis:
     """The circuit part's measure: the run's RunAnalysis, with its figure drawn under the report."""
     from probes.ablation import ABLATION_METHODS
-    from probes.ablation_sweep import clean_run, head_ablation_sweep
+    from probes.ablation_sweep import head_ablation_sweep
     from probes.attention import pair_attention, position_labels, scored_attention
     from probes.patching import activation_patching
     from probes.attention import role_view
@@ -182,9 +182,9 @@ def analyse_run(context) -> RunAnalysis:
     if context.heldout.counterfactual is None:
         return RunAnalysis(**base, note="the task declares no counterfactual pairs")
     model, sample, reference = context.model, context.sample, context.reference
-    clean = clean_run(model, sample)
     ablations = {
-        method: head_ablation_sweep(model, sample, method, run.seed, reference, clean) for method in ABLATION_METHODS
+        method: head_ablation_sweep(model, sample, method, run.seed, reference, context.clean)
+        for method in ABLATION_METHODS
     }
     patching = activation_patching(model, context.pairs)
     analysis = RunAnalysis(
