@@ -19,7 +19,8 @@ import torch
 from transformer_lens.utilities import get_act_name
 
 from common.cli import UsageError
-from models.bridge import device_of
+from models.bridge import device_of, post_norm
+from models.resume import forward_from
 from tasks.base import NO_FOIL
 from tasks.data import Batch
 
@@ -59,6 +60,15 @@ def replica_scored(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
     n = len(batch)
     logits = logits.view(-1, n, *logits.shape[1:])
     return logits[:, batch.example_index, batch.positions]
+
+
+def scored_logits(model, residual, start: int, batch: Batch, replicas: int) -> torch.Tensor:
+    """[replicas, k, vocab]: forward_from on `replicas` stacked copies of `batch` ([replicas * n,
+    pos, d] entering block `start`), its last block's MLP and the unembedding run at the k scored
+    positions of each copy alone (models.resume's `at`)."""
+    offsets = torch.arange(replicas, device=batch.example_index.device)[:, None] * len(batch)
+    at = (offsets + batch.example_index[None]).flatten(), batch.positions.repeat(replicas)
+    return forward_from(model, residual, start, at).view(replicas, len(batch.positions), -1)
 
 
 def require_pairs(batch: Batch) -> torch.Tensor:
@@ -108,40 +118,59 @@ def clean_activations(model, batch: Batch, names: list[str]) -> dict:
 def patch_many(model, batch: Batch, activation: str, targets: list[tuple]) -> list[Outcome]:
     """Restore clean `activation` ("z" or "resid_pre") at each target (layer, position|None,
     head|None; None = all) in the corrupt run; replicas of the batch carry many targets per forward.
-    A position may be a [n] tensor, one position per example (a role's, tasks.data.Batch.roles)."""
+    A position may be a [n] tensor, one position per example (a role's, tasks.data.Batch.roles).
+    Blocks before a forward's first patched layer compute what the corrupt run did, so each forward
+    resumes there from the corrupt run's residual, its last block's MLP and the unembedding at the
+    scored positions alone (`scored_logits`; a post-norm model runs its last block whole: that
+    shortcut adds the MLP's output the pre-norm way)."""
     batch = batch.to(device_of(model))
-    corrupt = corrupt_inputs(batch)
     layers = sorted({t[0] for t in targets})
     clean = clean_activations(model, batch, [get_act_name(activation, layer) for layer in layers])
+    _, corrupt = model.run_with_cache(
+        corrupt_inputs(batch), names_filter=[get_act_name("resid_pre", layer) for layer in layers]
+    )
     per_forward = replicas_per_forward(batch)
-    results = []
-    for start in range(0, len(targets), per_forward):
-        chunk = targets[start : start + per_forward]
+    order = sorted(range(len(targets)), key=lambda i: targets[i][0])
+    results: dict[int, Outcome] = {}
+    for first in range(0, len(order), per_forward):
+        indices = order[first : first + per_forward]
+        chunk = [targets[i] for i in indices]
+        start = chunk[0][0]
+        hooks = [
+            (get_act_name(activation, layer), patch_hook(clean, activation, layer, chunk, len(batch)))
+            for layer in sorted({t[0] for t in chunk})
+        ]
+        residual = corrupt[get_act_name("resid_pre", start)].repeat(len(chunk), 1, 1)
+        with model.hooks(fwd_hooks=hooks):
+            if post_norm(model):
+                logits = replica_scored(forward_from(model, residual, start), batch)
+            else:
+                logits = scored_logits(model, residual, start, batch, len(chunk))
+        results.update(zip(indices, outcome(logits, batch)))
+    return [results[i] for i in range(len(targets))]
 
-        def hook(layer):
-            def patch(act, hook):
-                act = act.clone()
-                view = act.view(len(chunk), len(batch), *act.shape[1:])
-                source = clean[get_act_name(activation, layer)]
-                for replica, (target_layer, position, *head) in enumerate(chunk):
-                    if target_layer != layer:
-                        continue
-                    index = (
-                        (torch.arange(len(batch), device=act.device), position.to(act.device))
-                        if isinstance(position, torch.Tensor)
-                        else (slice(None), slice(None) if position is None else position)
-                    )
-                    if head and head[0] is not None:
-                        index += (head[0],)
-                    view[(replica,) + index] = source[index]
-                return act
 
-            return patch
+def patch_hook(clean: dict, activation: str, layer: int, chunk: list[tuple], n: int):
+    """The hook restoring each replica's target of `layer` from the clean run (patch_many)."""
 
-        hooks = [(get_act_name(activation, layer), hook(layer)) for layer in sorted({t[0] for t in chunk})]
-        logits = model.run_with_hooks(corrupt.repeat(len(chunk), 1), fwd_hooks=hooks)
-        results += outcome(replica_scored(logits, batch), batch)
-    return results
+    def patch(act, hook):
+        act = act.clone()
+        view = act.view(len(chunk), n, *act.shape[1:])
+        source = clean[get_act_name(activation, layer)]
+        for replica, (target_layer, position, *head) in enumerate(chunk):
+            if target_layer != layer:
+                continue
+            index = (
+                (torch.arange(n, device=act.device), position.to(act.device))
+                if isinstance(position, torch.Tensor)
+                else (slice(None), slice(None) if position is None else position)
+            )
+            if head and head[0] is not None:
+                index += (head[0],)
+            view[(replica,) + index] = source[index]
+        return act
+
+    return patch
 
 
 @dataclass(frozen=True)

@@ -18,17 +18,23 @@ def pairs(small_winograd):
     return spread_subset(to_batch(task_dataset(small_winograd, 0)["heldout"]), 12)
 
 
-def test_activation_patching_equals_transformer_lens(pairs, small_winograd):
+# patch_many resumes each forward at its first patched block, the last block's MLP at the scored
+# positions alone (run whole in a post-norm model): checked against TL's full forwards on each layout.
+LAYOUTS = {
+    "attention-only": dict(mlp=False),
+    "MLP and LayerNorm": dict(),
+    "post-norm": dict(norm_place="post"),
+    "attention replacing the stream": dict(norm=None, positions="alibi", residual=False),
+    "rotary, unscaled, 3 layers": dict(n_layers=3, positions="rotary", scale_scores=False),
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_activation_patching_equals_transformer_lens(pairs, small_winograd, layout):
     from transformer_lens import patching
 
-    spec = ModelSpec(
-        n_layers=2,
-        d_model=16,
-        n_heads=2,
-        mlp=False,
-        n_ctx=pairs.inputs.shape[1],
-        d_vocab=len(small_winograd.vocabulary()),
-    )
+    fields = dict(n_layers=2, d_model=16, n_heads=2, n_ctx=pairs.inputs.shape[1])
+    spec = ModelSpec(**{**fields, **LAYOUTS[layout]}, d_vocab=len(small_winograd.vocabulary()))
     model = build_model(spec, seed=3)
     ours = activation_patching(model, pairs)
 
@@ -82,7 +88,7 @@ def test_path_patching_finds_the_hand_built_composition(component):
     _, cache = model.run_with_cache(batch.inputs)
     for name in ("q", "k", "v"):  # the receiver's input is recomputed exactly as the model does
         torch.testing.assert_close(
-            receiver_input(model, 1, name, cache["blocks.1.hook_resid_pre"]),
+            receiver_input(model, 1, name, cache["blocks.1.hook_resid_pre"], [0]),
             cache[f"blocks.1.attn.hook_{name}"],
             rtol=0,
             atol=1e-5,

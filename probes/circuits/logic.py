@@ -42,7 +42,8 @@ from common.stats import share
 from models.bridge import device_of
 from models.graph import MLP, Edge, Embed, Graph, Head, Logits
 from probes.circuits.methods.joint import SetFaithfulness
-from probes.circuits.oracle import Direction, Runs, record_runs, scored_logits
+from probes.circuits.oracle import Direction, Runs, record_runs
+from probes.patching import scored_logits
 from probes.circuits.edge_hooks import mlp_out_name
 from probes.patching import corrupt_inputs, outcome, replicas_per_forward
 from tasks.data import Batch

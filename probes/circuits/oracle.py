@@ -39,7 +39,7 @@ from models.bridge import device_of
 from models.graph import HEAD_PORTS, MLP, Edge, Embed, Graph, Head, Input, Logits, Receiver, Sender, stage
 from models.resume import forward_from
 from probes.circuits.edge_hooks import FINAL_RESIDUAL, EdgeHooks, Writes, keeper, mlp_out_name, sender_write
-from probes.patching import Outcome, corrupt_inputs, outcome, replica_scored, replicas_per_forward
+from probes.patching import Outcome, corrupt_inputs, outcome, replica_scored, replicas_per_forward, scored_logits
 from tasks.data import Batch
 
 
@@ -171,15 +171,6 @@ def forward_patched(
         for replica, (i, result) in enumerate(zip(chunk, outcome(logits, batch))):
             results[i] = Patched(result, {name: view[replica] for name, view in views.items()})
     return [results[i] for i in range(len(sets))]
-
-
-def scored_logits(model, residual, start: int, batch: Batch, replicas: int) -> torch.Tensor:
-    """[replicas, k, vocab]: forward_from on `replicas` stacked copies of `batch` ([replicas * n,
-    pos, d] entering block `start`), its last block's MLP and the unembedding run at the k scored
-    positions of each copy alone (models.resume's `at`)."""
-    offsets = torch.arange(replicas, device=batch.example_index.device)[:, None] * len(batch)
-    at = (offsets + batch.example_index[None]).flatten(), batch.positions.repeat(replicas)
-    return forward_from(model, residual, start, at).view(replicas, len(batch.positions), -1)
 
 
 def patched_outcomes(model, batch: Batch, graph: Graph, sets: list[frozenset], runs: Runs) -> list[Outcome]:
