@@ -118,9 +118,12 @@ def offsets(rows: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
     return out / max(k, 1)
 
 
-def scored_attention(model, batch: Batch, vocabulary: list[str] | None = None) -> ScoredAttention:
+def scored_attention(
+    model, batch: Batch, vocabulary: list[str] | None = None, attention: torch.Tensor | None = None
+) -> ScoredAttention:
+    """`attention`: patterns(model, batch.inputs), when the caller has them."""
     batch = batch.to("cpu")
-    attention = patterns(model, batch.inputs)
+    attention = patterns(model, batch.inputs) if attention is None else attention
     rows = attention[batch.example_index, :, :, batch.positions]  # [k, layer, head, key]
     keys = batch.inputs[batch.example_index]  # [k, key]
     row_groups = [batch.groups[i] for i in batch.example_index.tolist()]
@@ -260,13 +263,13 @@ def role_patching(model, pairs: Batch, patching) -> dict[str, torch.Tensor]:
     return out
 
 
-def role_view(model, sample: Batch, pairs: Batch, patching) -> RoleView | None:
+def role_view(model, sample: Batch, pairs: Batch, patching, attention: torch.Tensor | None = None) -> RoleView | None:
     """Attention (on `sample`'s scored rows) and patching (on `pairs`) by role; None for a task
-    that names no roles."""
+    that names no roles. `attention`: patterns(model, sample.inputs), when the caller has them."""
     if not sample.roles:
         return None
     sample = sample.to("cpu")
-    attention = patterns(model, sample.inputs)
+    attention = patterns(model, sample.inputs) if attention is None else attention
     by_query = {SCORED: role_attention(attention, sample)}
     by_query.update({role: role_attention(attention, sample, role) for role in sorted(sample.roles)})
     return RoleView(

@@ -67,7 +67,7 @@ def lower_end(mean: Tensor, rows: Tensor, confidence: float = 0.95) -> Tensor:
     return (mean - half).clamp(min=0.0)
 
 
-def role_masses(model, batch, claim: float = ROLE_CLAIM) -> RoleMasses:
+def role_masses(model, batch, claim: float = ROLE_CLAIM, attention=None) -> RoleMasses:
     """TL's head-detector patterns over every query row (probes.heads.attention_scores), and at the
     scored positions the current token and each position role the task names
     (probes.attention.role_attention). A role that sits at the scored position in every row is the
@@ -78,14 +78,15 @@ def role_masses(model, batch, claim: float = ROLE_CLAIM) -> RoleMasses:
     mechanism's head differently in two seeds, by which side of the claim it fell. The interval is
     over examples for the detectors (each example's mean over its rows) and over the scored rows
     for the scored masses (taken as independent: a task scored at many positions per example gets
-    an interval narrower than its examples support)."""
+    an interval narrower than its examples support). `attention`: probes.attention.patterns of the
+    batch, when the caller has them."""
     import torch
 
     from probes.attention import offsets, patterns, role_attention_rows
     from probes.heads import attention_spread
 
     batch = batch.to("cpu")
-    attention = patterns(model, batch.inputs)
+    attention = patterns(model, batch.inputs) if attention is None else attention
     spread = {DETECTOR_ROLES[name]: value for name, value in attention_spread(model, batch, attention).items()}
     everywhere = {role: mean for role, (mean, _) in spread.items()}
     low = {role: lower_end(mean, each) for role, (mean, each) in spread.items()}

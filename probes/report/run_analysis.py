@@ -163,9 +163,9 @@ def analyse_run(context) -> RunAnalysis:
     """The circuit part's measure: the run's RunAnalysis, with its figure drawn under the report."""
     from probes.ablation import ABLATION_METHODS
     from probes.ablation_sweep import head_ablation_sweep
-    from probes.attention import pair_attention, position_labels, scored_attention
+    from probes.attention import pair_attention, patterns, position_labels, role_view, scored_attention
+    from probes.circuits.roles import role_masses
     from probes.patching import activation_patching
-    from probes.attention import role_view
 
     run, settings = context.run, context.settings
     base = dict(
@@ -187,16 +187,17 @@ def analyse_run(context) -> RunAnalysis:
         for method in ABLATION_METHODS
     }
     patching = activation_patching(model, context.pairs)
+    attention = patterns(model, sample.inputs)  # the sample's, read by three measurements below
     analysis = RunAnalysis(
         **base,
-        attention=scored_attention(model, sample, context.vocabulary),
+        attention=scored_attention(model, sample, context.vocabulary, attention),
         pair=pair_attention(model, context.heldout, 0, context.vocabulary),
         ablations=ablations,
         mlp_ablations=context.mlp_ablations,
         patching=patching,
         labels=position_labels(context.heldout.inputs, context.vocabulary),
         vocabulary=context.vocabulary,
-        roles=role_view(model, sample, context.pairs, patching),
+        roles=role_view(model, sample, context.pairs, patching, attention),
     )
     gap = patching.clean.metric - patching.corrupt.metric
     if not settings.traces(gap):
@@ -210,21 +211,23 @@ def analyse_run(context) -> RunAnalysis:
     else:
         traced = trace_circuit(context, patching)
         analysis = dataclasses.replace(analysis, **traced, note=unpathed_reason(context.spec) or "")
-        analysis = dataclasses.replace(analysis, mechanism=run_mechanism(context, analysis))
+        roles = role_masses(model, sample, attention=attention)
+        analysis = dataclasses.replace(analysis, mechanism=run_mechanism(context, analysis, roles=roles))
     return dataclasses.replace(analysis, figure=draw_figure(analysis, context.out))
 
 
-def run_mechanism(context, analysis, edges=None):
+def run_mechanism(context, analysis, edges=None, roles=None):
     """The signature of the run's circuit (probes.circuits.signature), roles measured on the
     ablation rows: of the exact oracle's smallest edge circuit where the edge part traces one
     (multi-block runs; `edges` the EdgeCircuit measured on the weights now in the model, default
     the context's), else of the head circuit (one-block runs, or no edge circuit below the whole
-    graph); None when neither was traced."""
-    from probes.circuits.signature import edge_signature, summary_signature
+    graph); None when neither was traced. `roles`: probes.circuits.roles.role_masses of the weights
+    now in the model on the sample, when the caller has them."""
     from probes.circuits.roles import role_masses
+    from probes.circuits.signature import edge_signature, summary_signature
     from probes.report.edge_part import traceable
 
-    roles = role_masses(context.model, context.sample)
+    roles = role_masses(context.model, context.sample) if roles is None else roles
     if traceable(context.spec):
         found = edges if edges is not None else context.edge_circuit
         if context.settings.traces(found.oracle.gap) and found.circuit.edges is not None:
