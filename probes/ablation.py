@@ -142,19 +142,27 @@ class Reference:
     batch: Batch
     z: dict[int, torch.Tensor]
     writes: dict = field(default_factory=dict)
+    observed: dict = field(default_factory=dict)  # hook name -> activation, as the caller asked
 
     def __len__(self) -> int:
         return len(self.batch)
 
 
-def reference_activations(model, batch: Batch) -> Reference:
+def reference_activations(model, batch: Batch, observe: tuple[str, ...] = ()) -> Reference:
+    """`observe`: more hook names to keep from the same forward (Reference.observed)."""
     batch = batch.to(device_of(model))
     layers = range(model.cfg.n_layers)
     writes = [get_act_name("resid_pre", 0)] + (
         [] if model.cfg.attn_only else [get_act_name("mlp_out", l) for l in layers]
     )
-    _, cache = chunked_cache(model, batch.inputs, [get_act_name("z", l) for l in layers] + writes)
-    return Reference(batch, {l: cache[get_act_name("z", l)] for l in layers}, {name: cache[name] for name in writes})
+    names = list(dict.fromkeys([get_act_name("z", l) for l in layers] + writes + list(observe)))
+    _, cache = chunked_cache(model, batch.inputs, names)
+    return Reference(
+        batch,
+        {l: cache[get_act_name("z", l)] for l in layers},
+        {name: cache[name] for name in writes},
+        {name: cache[name] for name in observe},
+    )
 
 
 def replacement_z(

@@ -108,6 +108,7 @@ class CleanRun:
     z: dict[int, torch.Tensor]  # layer -> [n, width, head, d_head]
     resid_mid: dict[int, torch.Tensor]  # layer -> [n, width, d_model]: residual + attention output
     W_O: torch.Tensor  # [layer, head, d_head, d_model]
+    observed: dict  # hook name -> [n, width, ...], as the caller asked
 
     @property
     def width(self) -> int:
@@ -115,14 +116,16 @@ class CleanRun:
 
 
 @torch.no_grad()
-def clean_run(model, batch: Batch) -> CleanRun:
+def clean_run(model, batch: Batch, observe: tuple[str, ...] = ()) -> CleanRun:
     """Positions after the last scored one are left out: attention is causal, so no scored logit
-    depends on them, with or without an ablation."""
+    depends on them, with or without an ablation. `observe`: more hook names to keep from the same
+    forward (CleanRun.observed)."""
     batch = batch.to(device_of(model))
     layers = range(model.cfg.n_layers)
     names = [
         n for l in layers for n in (get_act_name("resid_pre", l), get_act_name("attn_out", l), get_act_name("z", l))
     ]
+    names = list(dict.fromkeys(names + list(observe)))
     width = int(batch.positions.max()) + 1 if len(batch.positions) else 1
     logits, cache = chunked_cache(model, batch.inputs[:, :width], names, keep_logits=True)
     kept = {l: cache[get_act_name("resid_pre", l)] if attention_adds_residual(model.blocks[l]) else 0 for l in layers}
@@ -131,6 +134,7 @@ def clean_run(model, batch: Batch) -> CleanRun:
         z={l: cache[get_act_name("z", l)] for l in layers},
         resid_mid={l: kept[l] + cache[get_act_name("attn_out", l)] for l in layers},
         W_O=model.W_O,
+        observed={name: cache[name] for name in observe},
     )
 
 

@@ -81,8 +81,12 @@ def stages(model) -> list[tuple[str, str]]:
     return out
 
 
-def scored_residuals(model, batch: Batch, hooks: list[str]) -> dict[str, torch.Tensor]:
-    _, cache = chunked_cache(model, batch.inputs, hooks)
+def scored_residuals(model, batch: Batch, hooks: list[str], cached: dict | None = None) -> dict[str, torch.Tensor]:
+    """The stream at `hooks` at the batch's scored positions; from `cached` (hook name -> [n, pos,
+    ...] over this batch's rows, at least to its last scored position) where it holds them all."""
+    cache = cached if cached is not None and all(name in cached for name in hooks) else None
+    if cache is None:
+        _, cache = chunked_cache(model, batch.inputs, hooks)
     return {name: cache[name][batch.example_index, batch.positions].float() for name in hooks}
 
 
@@ -104,7 +108,11 @@ def fit_probe(x: torch.Tensor, y: torch.Tensor, classes: int) -> torch.nn.Linear
     return probe
 
 
-def decodability(model, train: Batch, heldout: Batch) -> tuple[Decodable, ...]:
+def decodability(
+    model, train: Batch, heldout: Batch, cached: tuple[dict | None, dict | None] = (None, None)
+) -> tuple[Decodable, ...]:
+    """`cached`: the stages' activations over train and held-out rows, where the caller has them
+    from a forward of its own (scored_residuals)."""
     train, heldout = train.to(device_of(model)), heldout.to(device_of(model))
     named = stages(model)
     hooks = [hook for _, hook in named]
@@ -113,7 +121,7 @@ def decodability(model, train: Batch, heldout: Batch) -> tuple[Decodable, ...]:
     y_train = torch.tensor([index[t] for t in train.answers.tolist()], device=train.answers.device)
     # A held-out answer the training rows never had is one the probe cannot name: it counts as wrong.
     y_heldout = torch.tensor([index.get(t, -1) for t in heldout.answers.tolist()], device=heldout.answers.device)
-    fit_on, scored_on = scored_residuals(model, train, hooks), scored_residuals(model, heldout, hooks)
+    fit_on, scored_on = (scored_residuals(model, rows, hooks, c) for rows, c in zip((train, heldout), cached))
     out = []
     for after, hook in named:
         mean, scale = fit_on[hook].mean(0), fit_on[hook].std(0).clamp(min=1e-6)
@@ -129,11 +137,17 @@ def decodability(model, train: Batch, heldout: Batch) -> tuple[Decodable, ...]:
 
 
 def sublayers(
-    model, train: Batch, heldout: Batch, reference: Reference, mlp_ablations: dict | None = None
+    model,
+    train: Batch,
+    heldout: Batch,
+    reference: Reference,
+    mlp_ablations: dict | None = None,
+    cached: tuple[dict | None, dict | None] = (None, None),
 ) -> Sublayers:
     """`train`: the rows the probe is fit on; `heldout`: the rows ablations and the probe are scored on;
     `mlp_ablations`: Ablation -> probes.ablation_sweep.mlp_ablation_sweep on `heldout` with `reference`
-    (measured when not given; the report passes the ones its ablation table shows)."""
+    (measured when not given; the report passes the ones its ablation table shows); `cached`: the
+    `stages` activations over train and held-out rows, where the caller has them (decodability)."""
     methods = (Ablation.MEAN, Ablation.ZERO)
     found = mlp_ablations or {m: mlp_ablation_sweep(model, heldout, m, reference=reference) for m in methods}
     layers = [] if model.cfg.attn_only else range(model.cfg.n_layers)
@@ -142,4 +156,4 @@ def sublayers(
         for layer in layers
         for m in methods
     )
-    return Sublayers(scores(model, heldout.to(device_of(model)), []), mlps, decodability(model, train, heldout))
+    return Sublayers(scores(model, heldout.to(device_of(model)), []), mlps, decodability(model, train, heldout, cached))

@@ -66,7 +66,8 @@ class RunContext:
         (probes.ablation.Reference: one forward for every ablation of the run)."""
         from probes.ablation import reference_activations, training_reference
 
-        return reference_activations(self.model, training_reference(self.run, self.settings.reference_rows))
+        rows = training_reference(self.run, self.settings.reference_rows)
+        return reference_activations(self.model, rows, self.stage_hooks)
 
     @cached_property
     def sample(self):
@@ -80,7 +81,15 @@ class RunContext:
         """The unablated run over the sample that the ablation sweeps replay (probes.ablation_sweep.CleanRun)."""
         from probes.ablation_sweep import clean_run
 
-        return clean_run(self.model, self.sample)
+        return clean_run(self.model, self.sample, self.stage_hooks)
+
+    @cached_property
+    def stage_hooks(self) -> tuple[str, ...]:
+        """Where the sublayer part reads the residual stream (probes.sublayers.stages): kept from the
+        forwards over the reference rows and the sample that other parts run anyway."""
+        from probes.sublayers import stages
+
+        return tuple(hook for _, hook in stages(self.model))
 
     @cached_property
     def mlp_ablations(self) -> dict:

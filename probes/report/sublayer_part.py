@@ -23,7 +23,14 @@ def measure_sublayers(context: RunContext):
     return (
         context.run.model_name,
         context.run.seed,
-        sublayers(context.model, context.reference.batch, context.sample, context.reference, context.mlp_ablations),
+        sublayers(
+            context.model,
+            context.reference.batch,
+            context.sample,
+            context.reference,
+            context.mlp_ablations,
+            (context.reference.observed, context.clean.observed),
+        ),
     )
 
 
