@@ -239,13 +239,19 @@ def test_local_pool_retries_a_killed_worker_and_records_a_run_that_keeps_killing
 ):
     """Both runs at once, in two workers: d_model=16's worker is killed once, d_model=32's on every
     attempt. The first is run again whole (bitwise the clean run's weights), untouched by the second's
-    deaths; the second is recorded as failed with how its worker ended, and the sweep finishes."""
+    deaths; the second is recorded as failed with how its worker ended, and the sweep finishes. The
+    killed workers' temp folders, which they could not remove, are gone at the end."""
+    import tempfile
+
     import toylens.sweeps.executors
     from toylens.cli import main_for_task
 
     local, _ = local_sweep
-    out, markers = tmp_path / "sweep", tmp_path / "markers"
+    out, markers, scratch = tmp_path / "sweep", tmp_path / "markers", tmp_path / "tmp"
     markers.mkdir()
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))  # the workers' (their fork server starts with this sweep)
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # this process's, which tempfile caches
     make = toylens.sweeps.executors.make_executor
     monkeypatch.setattr(
         toylens.sweeps.executors,
@@ -263,6 +269,7 @@ def test_local_pool_retries_a_killed_worker_and_records_a_run_that_keeps_killing
     assert not (lost / "metrics.json").exists()
     assert f"{lost}: failed twice ({error}); recorded in {FAILED}\n" in printed
     assert "sweep: 1 runs done, 1 failed, 0 kept" in printed
+    assert sorted(scratch.glob("toylens-*")) == [], "a killed worker's temp folder was left"
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,9 @@ have none), and a run folder only ever holds a complete run or an interrupted dr
 from __future__ import annotations
 
 import dataclasses
-
+import os
+import secrets
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass, replace
@@ -42,11 +44,15 @@ if TYPE_CHECKING:
     from toylens.family import RunPlan
 
 
+SCRATCH = "toylens-sweep-"  # a worker's temp folder: SCRATCH + the sweep's token + "-" + tempfile's suffix
+
+
 @dataclass(frozen=True)
 class SweepJob:
     plan: RunPlan  # its run_dir is where the driver will write
     command: str  # the driver's command, recorded in the run's config.json
     finished: dict | None = None  # a finished run's files (path -> bytes): trace its snapshots only
+    token: str = "0"  # names this sweep's worker temp folders, which the driver removes at its end
 
 
 @dataclass(frozen=True)
@@ -69,7 +75,7 @@ def run_job(job: SweepJob) -> RunFiles:
     from tasks.training.runs import Run
 
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="toylens-sweep-") as temp:
+    with tempfile.TemporaryDirectory(prefix=f"{SCRATCH}{job.token}-") as temp:
         run_dir = Path(temp) / job.plan.model_name / f"seed{job.plan.seed}"
         if job.finished is None:
             execute(replace(job.plan, run_dir=run_dir), progress=False, command=job.command)
@@ -88,6 +94,15 @@ def run_job(job: SweepJob) -> RunFiles:
             if job.finished is None or p.name == TIMELINE
         }
     return RunFiles(files, time.perf_counter() - started)
+
+
+def remove_scratch(token: str) -> None:
+    """Remove what this sweep's local workers left in the temp folder: a worker killed before its
+    own cleanup (SIGKILL after a Ctrl-C's grace, an out-of-memory kill) leaves its temp folder.
+    Only folders named with this sweep's token, which no other command makes; a Ray worker on
+    another node keeps its own (that node's temp folder is not this machine's)."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{SCRATCH}{token}-*"):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def write_run(run_dir: Path, files: dict) -> None:
@@ -233,8 +248,9 @@ def sweep_locked(
     for run, status in zip(runs, statuses):
         if status != "done":  # this run folder will be written: nothing of the user's may be in it
             check_replaceable(run.plan.run_dir, "run folder", within=out)
+    token = f"{os.getpid()}{secrets.token_hex(4)}"
     todo = [
-        SweepJob(run.plan, command, finished_files(run.plan.run_dir) if status == "snapshots" else None)
+        SweepJob(run.plan, command, finished_files(run.plan.run_dir) if status == "snapshots" else None, token)
         for run, status in zip(runs, statuses)
         if status != "done"
     ]
@@ -296,6 +312,7 @@ def sweep_locked(
         ) from None
     finally:
         bar.close()
+        remove_scratch(token)
     return SweepOutcome(
         len(runs),
         len(runs) - len(todo) + counts.snapshots,
