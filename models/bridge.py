@@ -42,12 +42,34 @@ def use_fused_layer_norm(model) -> None:
     """TL's NormalizationBridge rebuilds LayerNorm from its parts (mean, pow, sqrt, div) so that
     hook_scale / hook_normalized can be edited. Its `use_native_layernorm_autograd` switch (which TL
     sets for OPT, CLIP, ...) runs torch's fused layer_norm instead and still fires those hooks; an
-    edit falls back to the parts with a warning. Measured: 6-15% of a training step on CPU."""
+    edit falls back to the parts with a warning. Measured: 6-15% of a training step on CPU.
+
+    On that path the bridge still computes the statistics it would hand those two hooks (centring,
+    variance, two square roots) when neither has a hook, then returns the wrapped LayerNorm's
+    output: `lean_norm` returns that output at once in that case (bitwise the same), which a hooked
+    forward's norms spent about a tenth of the edge oracle's CPU on (benchmarks/report_cost.py)."""
+    from types import MethodType
+
     from transformer_lens.model_bridge.generalized_components.normalization import NormalizationBridge
 
     for module in model.modules():
         if isinstance(module, NormalizationBridge):
             module.use_native_layernorm_autograd = True
+            # An instance attribute, so the bridge's own forward calls it; subclasses keep their class.
+            setattr(module, "_hf_autograd_forward_with_hooks", MethodType(lean_norm, module))
+
+
+def lean_norm(bridge, x):
+    """NormalizationBridge's native-autograd forward, without the hook statistics nobody reads."""
+    import torch
+
+    watched = (bridge.hook_scale, bridge.hook_normalized)
+    if any(hook.fwd_hooks or hook.bwd_hooks for hook in watched) or isinstance(
+        bridge.original_component, (torch.nn.Identity, type(None))
+    ):
+        return type(bridge)._hf_autograd_forward_with_hooks(bridge, x)
+    result = bridge.original_component(x)
+    return result if result.dtype == x.dtype else result.to(x.dtype)
 
 
 def hook_free_forward(model):

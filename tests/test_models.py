@@ -108,3 +108,29 @@ def test_forward_resumed_at_any_block_equals_the_full_forward(fields):
             forward_from(model, cache[f"blocks.{start}.hook_resid_pre"], start), logits, rtol=0, atol=1e-5
         )
     torch.testing.assert_close(forward_from(model, cache["blocks.2.hook_resid_post"], 3), logits, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("place", ["pre", "post"])
+def test_a_hooked_forward_skips_only_the_norm_statistics_no_hook_reads(place):
+    """models.bridge.lean_norm: with no hook on hook_scale / hook_normalized the bridge's norm returns
+    the wrapped norm's output directly, bitwise what TL's own path returns; a hook on either still
+    sees its value, and an edit there still changes the output."""
+    from transformer_lens.model_bridge.generalized_components.normalization import NormalizationBridge
+
+    model = build_model(spec(norm_place=place, n_layers=2), seed=1)
+    tokens = torch.randint(20, (4, 10), generator=torch.Generator().manual_seed(0))
+    observe = [("blocks.0.hook_resid_pre", lambda value, hook: None)]  # any hook: the bridge path runs
+    lean = model.run_with_hooks(tokens, fwd_hooks=observe)
+    norms = [m for m in model.modules() if isinstance(m, NormalizationBridge)]
+    assert norms and all("_hf_autograd_forward_with_hooks" in vars(m) for m in norms)
+    saved = {m: vars(m).pop("_hf_autograd_forward_with_hooks") for m in norms}  # TL's own method
+    try:
+        assert torch.equal(lean, model.run_with_hooks(tokens, fwd_hooks=observe))
+    finally:
+        for module, method in saved.items():
+            setattr(module, "_hf_autograd_forward_with_hooks", method)
+    _, cache = model.run_with_cache(tokens, names_filter=["blocks.1.ln1.hook_scale"])
+    assert cache["blocks.1.ln1.hook_scale"].shape == (4, 10, 1)
+    with pytest.warns(UserWarning):
+        edited = model.run_with_hooks(tokens, fwd_hooks=[("blocks.1.ln1.hook_normalized", lambda v, hook: 2 * v)])
+    assert not torch.allclose(edited, lean)
