@@ -56,7 +56,7 @@ def use_fused_layer_norm(model) -> None:
         if isinstance(module, NormalizationBridge):
             module.use_native_layernorm_autograd = True
             # An instance attribute, so the bridge's own forward calls it; subclasses keep their class.
-            setattr(module, "_hf_autograd_forward_with_hooks", MethodType(lean_norm, module))
+            module._hf_autograd_forward_with_hooks = MethodType(lean_norm, module)  # type: ignore[method-assign]
 
 
 def lean_norm(bridge, x):

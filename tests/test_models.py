@@ -128,7 +128,7 @@ def test_a_hooked_forward_skips_only_the_norm_statistics_no_hook_reads(place):
         assert torch.equal(lean, model.run_with_hooks(tokens, fwd_hooks=observe))
     finally:
         for module, method in saved.items():
-            setattr(module, "_hf_autograd_forward_with_hooks", method)
+            vars(module)["_hf_autograd_forward_with_hooks"] = method
     _, cache = model.run_with_cache(tokens, names_filter=["blocks.1.ln1.hook_scale"])
     assert cache["blocks.1.ln1.hook_scale"].shape == (4, 10, 1)
     with pytest.warns(UserWarning):
