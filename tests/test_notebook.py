@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "ablate_heads.ipynb"
 
@@ -68,24 +70,34 @@ def test_notebook_takes_any_run_and_ablates_heads_it_has(tiny_runs, tmp_path, mo
     )
 
 
-def test_ablate_heads_notebook_runs_clean(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def own_run(tmp_path_factory) -> tuple[str, list, float]:
+    """The notebook with no run given and none of the main job's, executed once for the two tests
+    that read it (they only read its output): (text, outputs, seconds it took)."""
+    import time
+
+    root = tmp_path_factory.mktemp("own-run")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        started = time.perf_counter()
+        text, outputs = executed(root, monkeypatch, TOYLENS_RUNS=str(root / "no-runs"))
+        seconds = time.perf_counter() - started
+    return text, outputs, seconds
+
+
+def test_ablate_heads_notebook_runs_clean(own_run):
     # No runs folder: the notebook trains its own short run.
-    text, outputs = executed(tmp_path, monkeypatch, TOYLENS_RUNS=str(tmp_path / "no-runs"))
+    text, outputs, _ = own_run
     assert "1 layer(s) x 4 head(s)" in text and "largest change in mean attention: 0.000" in text
     assert any("image/png" in o.get("data", {}) for o in outputs)  # the heatmaps
     # The sweep table names every head of the one-layer, four-head model and the whole layer.
     assert all(f"L0H{h}" in text for h in range(4)) and "L0H0, L0H1, L0H2, L0H3" in text
 
 
-def test_the_notebook_runs_in_under_a_minute_on_a_main_job_model_with_roles_named(tmp_path, monkeypatch):
+def test_the_notebook_runs_in_under_a_minute_on_a_main_job_model_with_roles_named(own_run):
     """No run given and none of the main job's: it trains the main job's block-1 model briefly, then
     every cell, the report's views included, in one torch thread (issue #37: 205 s with torch's
     default threads)."""
-    import time
-
-    started = time.perf_counter()
-    text, _ = executed(tmp_path, monkeypatch, TOYLENS_RUNS=str(tmp_path / "no-runs"))
-    seconds = time.perf_counter() - started
+    text, _, seconds = own_run
     assert "block-1" in text and seconds < 60, f"{seconds:.0f} s"
 
 

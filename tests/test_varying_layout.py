@@ -21,7 +21,7 @@ import torch
 
 from models.spec import Attention
 from probes.settings import ReportSettings
-from tests.refusals import PLUGINS, fixture_plugins_on_path
+from tests.refusals import PLUGINS, finished, fixture_plugins_on_path
 
 SMALL = ReportSettings(ablation_rows=128, reference_rows=128, patch_pairs=32)
 
@@ -191,25 +191,25 @@ def test_below_two_candidate_chance_is_flagged_from_the_rates():
 # 4. The audit is inconclusive when no model learned the task, and --strict makes a failed or
 # inconclusive audit exit 1, saying so. Catches: "the split defeats the order-blind shortcut" with
 # the best model at 26%, and exit 0 when the audit fails.
-def test_the_audit_is_inconclusive_without_a_learned_model_and_strict_exits_1(early_runs, markcopy_runs):
+def test_the_audit_is_inconclusive_without_a_learned_model_and_strict_exits_1(early_runs, markcopy_runs, capsys):
     from probes.accuracy import compare_runs
     from probes.health import AuditVerdict, family_audit
+    from toylens.accuracy import main
 
     audit = family_audit(compare_runs(early_runs))
     assert audit.verdict is AuditVerdict.INCONCLUSIVE and "inconclusive: no model learned the task" in audit.words()
     assert family_audit(compare_runs(markcopy_runs)).verdict is AuditVerdict.DEFEATED
 
+    # `toylens accuracy` itself, in this process (the plugins are on its path for this module): a
+    # subprocess each would spend most of its time importing torch.
     def accuracy(*args):
-        env = {**__import__("os").environ, "PYTHONPATH": str(PLUGINS)}
-        return subprocess.run(
-            [sys.executable, "-m", "toylens", "accuracy", *args], capture_output=True, text=True, env=env, timeout=300
-        )
+        return finished(main, list(args), capsys)
 
-    strict = accuracy(str(early_runs), "--strict")
-    assert strict.returncode == 1, strict.stderr
-    assert "--strict: the shortcut audit is inconclusive, so this exits with status 1" in strict.stderr
-    assert accuracy(str(early_runs)).returncode == 0
-    assert accuracy(str(markcopy_runs), "--strict").returncode == 0
+    code, _, stderr = accuracy(str(early_runs), "--strict")
+    assert code == 1, stderr
+    assert "--strict: the shortcut audit is inconclusive, so this exits with status 1" in stderr
+    assert accuracy(str(early_runs))[0] == 0
+    assert accuracy(str(markcopy_runs), "--strict")[0] == 0
 
 
 def test_strict_exits_1_on_a_failed_audit(capsys):
