@@ -363,17 +363,20 @@ def sweep_command(task_cls: type[Task], args) -> None:
     )
     per_run = f", {outcome.worker_seconds / outcome.done:.1f} s per run in its worker" if outcome.done else ""
     traced = f" ({outcome.snapshots_traced} of them had their snapshots traced)" if outcome.snapshots_traced else ""
-    print(
+    done = (
         f"sweep: {outcome.done} runs done, {outcome.failed} failed, {outcome.kept} kept{traced}, "
         f"in {outcome.seconds:.1f} s{per_run}"
     )
     if outcome.done + outcome.kept == 0:
+        print(done)
         print(f"no finished runs in {out}: no census (see each run's {FAILED})")
         return
+    # Imported before the line above is printed: from then on a Ctrl-C must say how to write the census.
     from toylens.census import census_command
     from toylens.family import resume_command
 
     try:
+        print(done)
         census_command(out)
     except KeyboardInterrupt:  # the census publishes its folder whole, so none or the old one is there
         raise KeyboardInterrupt(
