@@ -45,7 +45,7 @@ def receiver_input(model, layer: int, port: str, residual: torch.Tensor, heads: 
     if len(heads) == model.cfg.n_heads:
         out = linear(normed)
     else:
-        rows = torch.cat([torch.arange(h * d_head, (h + 1) * d_head) for h in heads]).to(normed.device)
+        rows = torch.cat([torch.arange(h * d_head, (h + 1) * d_head, device=normed.device) for h in heads])
         bias = None if linear.bias is None else linear.bias[rows]
         out = torch.nn.functional.linear(normed, linear.weight[rows], bias)
     return out.view(*out.shape[:2], len(heads), d_head)
