@@ -221,8 +221,7 @@ def run_mechanism(context, analysis, edges=None, roles=None):
     ablation rows: of the exact oracle's smallest edge circuit where the edge part traces one
     (multi-block runs; `edges` the EdgeCircuit measured on the weights now in the model, default
     the context's), else of the head circuit (one-block runs, or no edge circuit below the whole
-    graph); None when neither was traced. `roles`: probes.circuits.roles.role_masses of the weights
-    now in the model on the sample, when the caller has them."""
+    graph); None when neither was traced. `roles`: role_masses of these weights, if the caller has them."""
     from probes.circuits.roles import role_masses
     from probes.circuits.signature import edge_signature, summary_signature
     from probes.report.edge_part import traceable
