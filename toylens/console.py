@@ -39,6 +39,9 @@ COMMANDS = {
         "toylens.export",
         "MIB circuit files and attribution scores of a runs folder: toylens export mib|attribution RUNS_DIR",
     ),
+    "preflight": Command(
+        "toylens.preflight", "check a local Hugging Face folder's hooks intervene: toylens preflight PATH"
+    ),
     "screenshots": Command("toylens.screenshots", "PNG screenshots of a report.html, through Chromium"),
     "edges": Command("toylens.edges", "edge circuits by the exact oracle, EAP, EAP-IG and ACDC, with MIB files"),
     "leaderboard": Command(
