@@ -37,7 +37,8 @@ COMMANDS = {
     ),
     "export": Command(
         "toylens.export",
-        "MIB circuit files and attribution scores of a runs folder: toylens export mib|attribution RUNS_DIR",
+        "MIB circuit files and attribution scores of a runs folder: toylens export mib|attribution RUNS_DIR; "
+        "a run as a Hugging Face checkpoint: toylens export hf RUN_DIR --out DIR",
     ),
     "preflight": Command(
         "toylens.preflight", "check a local Hugging Face folder's hooks intervene: toylens preflight PATH"

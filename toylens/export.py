@@ -1,5 +1,6 @@
 """`toylens export mib|attribution RUNS_DIR [--out DIR]`: every trained attention run's
 edges in the formats the field's tools read (probes.report.outputs.exports; docs/exports.md).
+`toylens export hf RUN_DIR --out DIR`: one run as a Hugging Face checkpoint (toylens.export_hf).
 
 - mib: per run, the oracle's, EAP's and EAP-IG's edge scores as MIB edge-score JSON (position-free
   edges, on the circuit report's counterfactual pairs), OUT/mib/<model>_seed<k>_<method>.json.
@@ -114,11 +115,16 @@ def main(argv=None) -> None:
     from common.cli import folder_path, out_path
 
     parser = Parser(prog="toylens export", description=__doc__.splitlines()[0])
-    parser.add_argument("kind", choices=("mib", "attribution"))
+    parser.add_argument("kind", choices=("mib", "attribution", "hf"))
     parser.add_argument("runs_dir", type=folder_path)
     parser.add_argument("--out", type=out_path, default=None, help="default RUNS_DIR/exports")
     parser.add_argument("--pairs", type=positive_int, default=2, help="attribution: prompts per run (default 2)")
     args = parser.parse_args(argv)
     if not args.runs_dir.is_dir():
         parser.error(f"{args.runs_dir} is not a folder of runs")
+    if args.kind == "hf":  # one run folder as a Hugging Face checkpoint (toylens.export_hf)
+        from toylens.export_hf import export_hf_command
+
+        run_cli(export_hf_command, args.runs_dir, args.out)
+        return
     run_cli(export_command, args.kind, args.runs_dir, args.out, args.pairs)
