@@ -89,3 +89,12 @@ def tokenised(task: Task, seed: int, tokenizer) -> dict[str, list[Example]]:
     splits = task.text_examples(seed)
     words = sorted({w for examples in splits.values() for e in examples for w in e.all_words()})
     return encode(splits, single_token_ids(tokenizer, words, f"task {task.name!r}"))
+
+
+def heldout_batch(task: Task, seed: int, tokenizer=None, pairs: int = 64):
+    """At most `pairs` held-out examples (evenly spread) with their counterfactual partners as a Batch,
+    encoded by `tokenizer` (an outside model's) or, with None, by the task's own vocabulary."""
+    from tasks.data import columns_to_batch, examples_to_columns, spread_subset
+
+    splits = task.generate(seed) if tokenizer is None else tokenised(task, seed, tokenizer)
+    return spread_subset(columns_to_batch(examples_to_columns(splits["heldout"])), pairs)
