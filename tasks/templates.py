@@ -64,15 +64,18 @@ def encode(splits: dict[str, list[TextExample]], ids: dict[str, int]) -> dict[st
 
 def single_token_ids(tokenizer, words, where: str) -> dict[str, int]:
     """Each word's one token id, read mid-sentence (after a space; a word-level tokenizer that keeps
-    no spaces encodes the bare word), or a refusal naming the first word that is not one token."""
+    no spaces encodes the bare word), or a refusal naming the first word that is not one token of
+    its own (several tokens, or the unknown-word token)."""
     ids = {}
     for word in words:
         pieces = tokenizer.encode(" " + word, add_special_tokens=False)
         if len(pieces) != 1:
             pieces = tokenizer.encode(word, add_special_tokens=False)
-        if len(pieces) != 1:
+        unknown = pieces == [tokenizer.unk_token_id] and word != tokenizer.unk_token
+        if len(pieces) != 1 or unknown:
+            said = "an unknown-word token" if unknown else f"{len(pieces)} tokens"
             raise UsageError(
-                f"the model's tokenizer encodes {where}'s word {word!r} as {len(pieces)} tokens, not one; "
+                f"the model's tokenizer encodes {where}'s word {word!r} as {said}, not one token of its own; "
                 "use a task whose words are single tokens for this model's tokenizer"
             )
         ids[word] = pieces[0]
