@@ -64,19 +64,14 @@ def offline():
     huggingface_hub reads HF_HUB_OFFLINE when imported, so its constant is set too."""
     saved = {name: os.environ.get(name) for name in OFFLINE}
     os.environ.update(OFFLINE)
-    constants = None
-    try:
-        from huggingface_hub import constants  # type: ignore[no-redef]
+    from huggingface_hub import constants  # a dependency of transformers and of TransformerLens
 
-        was = constants.HF_HUB_OFFLINE
-        constants.HF_HUB_OFFLINE = True
-    except ImportError:
-        pass
+    was = constants.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = True
     try:
         yield
     finally:
-        if constants is not None:
-            constants.HF_HUB_OFFLINE = was
+        constants.HF_HUB_OFFLINE = was
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)
@@ -152,7 +147,7 @@ def load_folder(path, memory_gib: float = DEFAULT_MEMORY_GIB, device: str = "cpu
             raise UsageError(
                 f"{folder}: the weights do not load ({type(error).__name__}: {str(error)[:160]}); re-save the model"
             ) from None
-        hf_model = hf_model.to(device).eval()
+        torch.nn.Module.to(hf_model, torch.device(device)).eval()
         bridge = TransformerBridge.boot_transformers(folder, device=device, hf_model=hf_model, tokenizer=tokenizer)
     bridge.eval()
     origin = Origin(

@@ -1,0 +1,106 @@
+"""What the outside-model path costs on a GPT-2-small-shaped checkpoint (124M weights, random, built
+here with from_config + save_pretrained; nothing loads from a hub):
+
+    .venv/bin/python benchmarks/byom_cost.py [--pairs 8] [--verify 200] [--layers 12]
+
+Steps, each timed in this process's CPU seconds (`time.process_time`; on a shared machine wall time
+mostly measures the wait for a core) with wall seconds beside: loading the folder offline, the hook
+preflight, EAP over every edge of the graph (probes.circuits.methods.attribution), the exact oracle on
+the top `--verify` edges of that ranking, and the same edge-level attribution in plain
+TransformerLens (`tools.analysis.attribution_patching.attribution_patch`, granularity "edge") with the
+ratio of the two from this one run (TL's metric reads the first pair's answer and foil for every pair:
+it is told one pair's logits at a time, not which pair; the cost per call is the same). The process's peak resident memory is printed last. IOI's held-out
+pairs (`--pairs`) are encoded by a word-level tokenizer of the task's words saved in the folder.
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def timed(label: str, function):
+    cpu, wall = time.process_time(), time.perf_counter()
+    result = function()
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    print(f"{label:<52} {cpu:8.1f} CPU s {wall:8.1f} wall s", flush=True)
+    return result, cpu
+
+
+def build(folder: Path, layers: int) -> None:
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from models.hf_export import word_tokenizer
+    from tasks.ioi import IOITask
+
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(n_layer=layers)).save_pretrained(folder)  # GPT-2 small's shape
+    word_tokenizer(IOITask().vocabulary()).save_pretrained(folder)
+
+
+def main(pairs: int, verify: int, layers: int) -> None:
+    import torch
+
+    from models.hf_load import load_folder
+    from models.preflight import preflight, require
+    from probes.circuits.methods.attribution import eap
+    from probes.circuits.oracle import model_graph, patched_outcomes, record_runs
+    from tasks.ioi import IOITask
+    from tasks.templates import heldout_batch
+
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as temp:
+        folder = Path(temp) / "gpt2-small-random"
+        timed("build and save the checkpoint", lambda: build(folder, layers))
+        loaded, _ = timed("load offline (models.hf_load)", lambda: load_folder(folder))
+    model, batch = loaded.bridge, heldout_batch(IOITask(), 0, loaded.tokenizer, pairs)
+    timed("preflight (models.preflight)", lambda: require(preflight(model, batch.inputs[:2], loaded.hf_model)))
+    graph = model_graph(model)
+    runs, _ = timed("record the clean and counterfactual runs", lambda: record_runs(model, batch, graph))
+    scores, ours = timed(f"EAP over every edge ({len(graph.edges)} edges)", lambda: eap(model, batch, graph, runs=runs))
+    top = scores.score.abs().argsort(descending=True)[:verify].tolist()
+    sets = [frozenset([graph.edges[i]]) for i in top]
+    timed(f"exact oracle on the top {verify} edges", lambda: patched_outcomes(model, batch, graph, sets, runs))
+    theirs = tl_edge_attribution(model, batch)
+    if theirs is not None:
+        print(f"TransformerLens edge attribution / toylens EAP, CPU seconds: {theirs / ours:.2f}")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
+    print(f"process peak resident memory: {peak:.0f} MiB ({len(batch)} pairs, {batch.inputs.shape[1]} positions)")
+
+
+def tl_edge_attribution(model, batch):
+    """CPU seconds of TL's edge-granularity attribution_patch on the same pairs, or None (said why)."""
+    from transformer_lens.tools.analysis.attribution_patching import EdgeAttributionConfig, attribution_patch
+
+    # TL calls the metric on one pair's logits at a time without saying which pair: every call reads
+    # pair 0's scored position, answer and foil. The same work per call: a timing, not a comparison of values.
+    position, answer, foil = int(batch.positions[0]), int(batch.answers[0]), int(batch.foils[0])
+
+    def metric(logits):
+        return logits[0, position, answer] - logits[0, position, foil]
+
+    try:
+        clean, corrupt = batch.inputs, batch.counterfactual[:, :-1]
+        config = EdgeAttributionConfig(granularity="edge")
+        _, cpu = timed(
+            "TransformerLens attribution_patch, edges", lambda: attribution_patch(model, clean, corrupt, metric, config)
+        )
+        return cpu
+    except Exception as error:  # noqa: BLE001  (report TL's refusal, whatever it raises, and go on)
+        print(f"TransformerLens attribution_patch (edges) did not run: {type(error).__name__}: {str(error)[:200]}")
+        return None
+
+
+if __name__ == "__main__":
+    from common.cli import Parser, positive_int, run_cli
+
+    parser = Parser(prog="benchmarks/byom_cost.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=positive_int, default=8)
+    parser.add_argument("--verify", type=positive_int, default=200)
+    parser.add_argument("--layers", type=positive_int, default=12, help="12: GPT-2 small")
+    args = parser.parse_args(sys.argv[1:])
+    run_cli(main, args.pairs, args.verify, args.layers)
