@@ -38,6 +38,7 @@ USER_COMMANDS = {
     "cost",
     "leaderboard",
     "features",
+    "preflight",
 }
 ALIASES = {"tasks.winograd", "probes.circuit", "toylens"}
 
