@@ -8,6 +8,7 @@ the logits). Built from a config and an in-memory word-level tokenizer: nothing 
 
 from __future__ import annotations
 
+from models.hf_export import gpt2_config
 from models.spec import Attention, ModelSpec, Norm, Positions, build_model
 
 
@@ -16,7 +17,7 @@ def gpt2_twin(spec: ModelSpec, seed: int = 0, init_range: float = 0.5):
     import torch
     from tokenizers import Tokenizer, models
     from transformer_lens import TransformerBridge
-    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+    from transformers import GPT2LMHeadModel, PreTrainedTokenizerFast
 
     if not (
         spec.mlp
@@ -30,19 +31,8 @@ def gpt2_twin(spec: ModelSpec, seed: int = 0, init_range: float = 0.5):
             "scaled scores (GPT-2's only shape)"
         )
     torch.manual_seed(seed)
-    config = GPT2Config(
-        vocab_size=spec.d_vocab,
-        n_positions=spec.n_ctx,
-        n_embd=spec.d_model,
-        n_layer=spec.n_layers,
-        n_head=spec.n_heads,
-        n_inner=4 * spec.d_model,
-        activation_function="gelu",
-        resid_pdrop=0,
-        embd_pdrop=0,
-        attn_pdrop=0,
-        initializer_range=init_range,
-    )
+    config = gpt2_config(spec)
+    config.initializer_range = init_range
     vocab = {f"t{i}": i for i in range(spec.d_vocab)}
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="t0")), unk_token="t0", pad_token="t0"
