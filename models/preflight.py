@@ -6,7 +6,8 @@ would be 0 and read as "this component does nothing". So, on one short input:
 - each hook the circuit report uses fires (it is captured by `run_with_cache`);
 - an edit there changes the logits (the activation plus noise of its own scale);
 - writing the clean value back gives the clean logits bitwise (the hook path itself is exact);
-- per-head hooks exist: `hook_z` has a head axis of n_heads, and editing the LAST head alone
+- per-head hooks exist: `hook_z` (and q, k, v where edges are measured) has a head axis of n_heads,
+  and editing the LAST head alone
   changes the logits (a slice that edits nothing for heads 1 and up is caught);
 - with the HF model the bridge wraps, the bridge's logits equal the HF model's (eager attention)
   within `TOLERANCE` of the logits' scale.
@@ -23,6 +24,7 @@ from common.cli import UsageError
 
 TOLERANCE = 1e-4  # |bridge - HF| logits, relative to max(1, max |logit|); measured <= 3e-7 on float32
 NOISE_SEED = 0
+PER_HEAD = ("hook_z", "hook_q", "hook_k", "hook_v")  # [batch, pos, head, d_head]: edits by head
 
 
 @dataclass(frozen=True)
@@ -54,23 +56,29 @@ class Preflight:
         )
 
 
-def report_hooks(model) -> list[str]:
-    """The hooks the circuit report edits or reads on any bridge: each block's residual input, its
-    heads' outputs (per head) and its MLP's output."""
+def report_hooks(model, edges: bool = False) -> list[str]:
+    """The hooks a circuit measurement edits or reads on any bridge: each block's residual input, its
+    heads' outputs (per head) and its MLP's output; with `edges`, also what the edge oracle edits (each
+    head's query, key and value, each MLP's input, the residual entering the final norm and the
+    unembedding's input). probes.circuits.scaled says which a model's measurement uses."""
     names = []
     for layer in range(model.cfg.n_layers):
-        names += [f"blocks.{layer}.hook_resid_pre", f"blocks.{layer}.attn.hook_z"]
+        block = f"blocks.{layer}."
+        names += [block + "hook_resid_pre", block + "attn.hook_z"]
+        if edges:
+            names += [block + "attn.hook_q", block + "attn.hook_k", block + "attn.hook_v"]
         if not model.cfg.attn_only:
-            names.append(f"blocks.{layer}.hook_mlp_out")
-    return names
+            names += [block + "mlp.hook_in", block + "hook_mlp_out"] if edges else [block + "hook_mlp_out"]
+    return names + (["ln_final.hook_in", "unembed.hook_in"] if edges else [])
 
 
-def preflight(model, tokens, hf_model=None) -> Preflight:
-    """Every check of the module docstring on `tokens` ([batch, pos] ids)."""
+def preflight(model, tokens, hf_model=None, names: list[str] | None = None) -> Preflight:
+    """Every check of the module docstring on `tokens` ([batch, pos] ids), at the hooks `names`
+    (default: `report_hooks(model)`)."""
     import torch
 
     began, forwards = time.perf_counter(), 0
-    names = report_hooks(model)
+    names = report_hooks(model) if names is None else names
     with torch.no_grad():
         clean, cache = model.run_with_cache(tokens, names_filter=names)
         forwards += 1
@@ -84,7 +92,7 @@ def preflight(model, tokens, hf_model=None) -> Preflight:
             checks.append(changes(model, tokens, clean, name, lambda act, hook, v=value, n=noise: v + n))
             checks.append(restores(model, tokens, clean, name, value))
             forwards += 2
-            if name.endswith("hook_z"):
+            if name.endswith(PER_HEAD):
                 checks += per_head(model, tokens, clean, name, value, noise)
                 forwards += 1
         if hf_model is not None:

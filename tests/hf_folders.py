@@ -69,3 +69,15 @@ def no_network(monkeypatch) -> None:
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket, "create_connection", refuse)
     monkeypatch.setattr(socket, "getaddrinfo", refuse)
+
+
+def bypass(point) -> None:
+    """Make a hook point fire its hooks on a copy and hand the model the unedited value: hooks see the
+    activation, their edits are dropped (what an adapter that recomputes a value after its hook does)."""
+
+    class Bypassed(type(point)):
+        def __call__(self, x, *args, **kwargs):
+            super().__call__(x.clone(), *args, **kwargs)
+            return x
+
+    point.__class__ = Bypassed

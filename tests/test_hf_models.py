@@ -9,7 +9,7 @@ import pytest
 
 from common.cli import UsageError
 from models.hf_load import inspect_folder
-from tests.hf_folders import FAMILIES, build_folder, no_network
+from tests.hf_folders import FAMILIES, build_folder, bypass, no_network
 
 
 @pytest.fixture(scope="module")
@@ -24,14 +24,14 @@ def test_folder_loads_offline_and_passes_preflight(folders, family, monkeypatch)
     import torch
 
     from models.hf_load import load_folder
-    from models.preflight import preflight
+    from models.preflight import preflight, report_hooks
 
     no_network(monkeypatch)
     loaded = load_folder(folders[family])
     assert loaded.origin.family == family and loaded.bridge.cfg.n_layers == 2
     tokens = torch.tensor([loaded.tokenizer.encode("When Mary and John went to the store John gave a drink to")])
     assert (tokens > 0).all()  # the folder's own tokenizer, not a default one
-    result = preflight(loaded.bridge, tokens, loaded.hf_model)
+    result = preflight(loaded.bridge, tokens, loaded.hf_model, report_hooks(loaded.bridge, edges=family == "gpt2"))
     assert result.passed, result.refusal()
     assert any("HF model" in check.name and check.passed for check in result.checks)
 
@@ -45,14 +45,7 @@ def test_preflight_fails_on_a_bypassed_hook(folders):
     from models.preflight import preflight
 
     loaded = load_folder(folders["gpt2"])
-    point = loaded.bridge.blocks[1].attn.hook_z
-
-    class Bypassed(type(point)):
-        def __call__(self, x, *args, **kwargs):
-            super().__call__(x.clone(), *args, **kwargs)  # hooks fire on a copy ...
-            return x  # ... and the model goes on with the unedited value
-
-    point.__class__ = Bypassed
+    bypass(loaded.bridge.blocks[1].attn.hook_z)
     result = preflight(loaded.bridge, torch.tensor([[1, 2, 3, 4, 5, 6]]), loaded.hf_model)
     assert not result.passed
     assert [check.name for check in result.failures()][0] == "blocks.1.attn.hook_z: an edit changes the logits"

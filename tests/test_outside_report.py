@@ -9,7 +9,7 @@ import pytest
 
 from common.cli import UsageError
 from models import ModelSpec
-from tests.hf_folders import build_folder, no_network, word_tokenizer
+from tests.hf_folders import build_folder, bypass, no_network, word_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +67,26 @@ def test_report_command_on_a_checkpoint_offline(family, tmp_path, monkeypatch, c
     text = (tmp_path / "report" / "report.md").read_text()
     assert "Preflight: passed" in text and "exact oracle over" in text and "component" in text
     assert (tmp_path / "report" / "report.json").is_file()
+
+
+@pytest.mark.slow
+def test_nothing_is_measured_when_the_preflight_fails(tmp_path, monkeypatch, capsys):
+    import models.hf_load
+    from toylens.byom import main
+
+    folder, load = build_folder(tmp_path / "gpt2", "gpt2"), models.hf_load.load_folder
+
+    def bypassed(*args, **kwargs):
+        loaded = load(*args, **kwargs)
+        bypass(loaded.bridge.blocks[0].attn.hook_q)
+        return loaded
+
+    monkeypatch.setattr(models.hf_load, "load_folder", bypassed)
+    with pytest.raises(SystemExit) as stop:
+        main(["--model", str(folder), "--task", "ioi", "--out", str(tmp_path / "report"), "--pairs", "8"])
+    assert stop.value.code == 2 and not (tmp_path / "report").exists()
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("error: preflight failed: blocks.0.attn.hook_q: an edit changes the logits")
 
 
 def test_text_task_refuses_a_tokenizer_that_splits_its_words():

@@ -15,7 +15,7 @@ def outside_report(
     from common.ownership import check_publishable
     from models.hf_load import load_folder
     from models.preflight import preflight, require
-    from probes.circuits.scaled import About, trace
+    from probes.circuits.scaled import About, hooks_used, trace
     from probes.report.outside import write_outside_report
     from tasks.registry import build_task, get_task_class
     from tasks.templates import heldout_batch
@@ -25,9 +25,9 @@ def outside_report(
     check_publishable(out, "report folder")
     loaded = load_folder(path, memory_gib, device)
     batch = heldout_batch(task, 0, loaded.tokenizer, pairs)  # refuses words that are not single tokens
-    model = loaded.bridge
-    checked = require(preflight(model, batch.inputs[:2].to(device), loaded.hf_model))
-    result = trace(model, batch.to(device), About(loaded.origin.name, loaded.origin.family), budget, verify)
+    model, about = loaded.bridge, About(loaded.origin.name, loaded.origin.family)
+    checked = require(preflight(model, batch.inputs[:2].to(device), loaded.hf_model, hooks_used(model, about)))
+    result = trace(model, batch.to(device), about, budget, verify)
     with staging(out) as staged:
         write_outside_report(result, task.name, checked, staged)
         publish_folder(staged, out)

@@ -24,8 +24,11 @@ def preflight_command(path: Path, memory_gib: float, device: str) -> None:
     from models.hf_load import load_folder
     from models.preflight import preflight, require
 
+    from probes.circuits.scaled import About, hooks_used
+
     loaded = load_folder(path, memory_gib, device)
-    result = preflight(loaded.bridge, probe_tokens(loaded.bridge), loaded.hf_model)
+    about = About(loaded.origin.name, loaded.origin.family)
+    result = preflight(loaded.bridge, probe_tokens(loaded.bridge), loaded.hf_model, hooks_used(loaded.bridge, about))
     for check in result.checks:
         print(f"{'ok  ' if check.passed else 'FAIL'} {check.name}: {check.detail}")
     require(result)

@@ -98,6 +98,13 @@ def trace(model, batch: Batch, about: About, edge_budget: int = EDGE_BUDGET, ver
     )
 
 
+def hooks_used(model, about: About) -> list[str]:
+    """The hooks `trace` edits or reads on this model: what the preflight must check first."""
+    from models.preflight import report_hooks
+
+    return report_hooks(model, edges=about.family in EDGE_FAMILIES)
+
+
 class ForwardCounter:
     """Counts passes through the unembedding: every forward ends there, full or resumed, batched or not."""
 
