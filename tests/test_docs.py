@@ -197,7 +197,7 @@ REPO_PATH = re.compile(
 DOTTED = re.compile(r"`((?:common|models|tasks|probes|toylens)(?:\.\w+)+)[`(]")
 # `toylens COMMAND` as typed: in backticks or after .venv/bin/.
 COMMAND = re.compile(r"(?:`|bin/)toylens ([a-z][\w-]*)(?: ([a-z][\w-]*))?")
-BUILT_IN = ("winograd", "induction", "text")  # train and sweep take a task; a plugin's is the reader's
+BUILT_IN = ("winograd", "induction", "text", "ioi")  # train and sweep take a task; a plugin's is the reader's
 
 
 def missing_paths(text: str) -> list[str]:
