@@ -41,7 +41,7 @@ def main(argv=None) -> None:
     from probes.circuits.scaled import EDGE_BUDGET, VERIFY
     from toylens.preflight import add_model_flags
 
-    parser = Parser(prog="python -m probes.circuit report --model", description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m probes.circuit report", description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, required=True, help="a save_pretrained folder (GPT-2, GPT-NeoX, Llama)")
     parser.add_argument("--task", required=True, help="a text task, e.g. ioi")
     parser.add_argument("--out", type=out_path, default=None, help="report folder (default: PATH-report)")

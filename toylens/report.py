@@ -124,7 +124,12 @@ def main(argv=None) -> None:
 
     parser = Parser(prog="toylens", description="Trace which heads, at which positions, decide a task's answer.")
     commands = parser.add_subparsers(dest="command", required=True)
-    report = commands.add_parser("report", help="analyse every run in RUNS_DIR and write RUNS_DIR/report/")
+    report = commands.add_parser(
+        "report",
+        help="analyse every run in RUNS_DIR and write RUNS_DIR/report/",
+        epilog="A local Hugging Face checkpoint instead: python -m probes.circuit report --model PATH --task NAME "
+        "(its own --help; docs/byom.md).",
+    )
     report.add_argument(
         "runs_dir",
         type=folder_path,
