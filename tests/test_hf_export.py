@@ -78,3 +78,18 @@ def test_round_trip_same_logits_and_oracle(ioi_runs, name, tmp_path, monkeypatch
     difference = float((a.effect - b.effect).abs().max())
     print(f"{name}: oracle max |difference| {difference:.2g} over {len(a.edges)} edges")
     assert difference <= 1e-4 * max(1.0, float(a.effect.abs().max()))
+
+
+@pytest.mark.slow
+def test_export_command_refuses_in_one_line(tiny_runs, tmp_path, capsys):
+    from toylens.export import main
+
+    for argv, said in (
+        (["hf", str(tiny_runs / "attn-only-2x1" / "seed0"), "--out", str(tmp_path / "hf")], "attention-only"),
+        (["hf", str(tiny_runs / "bag-of-words" / "seed0")], "needs --out DIR"),
+    ):
+        with pytest.raises(SystemExit) as stop:
+            main(argv)
+        error = capsys.readouterr().err.strip()
+        assert stop.value.code == 2 and said in error and "\n" not in error, error
+    assert not (tmp_path / "hf").exists()
