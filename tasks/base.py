@@ -58,15 +58,19 @@ class Domain:
     described: str = ""  # what the domain is, in a few words (e.g. "every noun pair in both orders x 8 adjectives")
 
     def sample(self, n: int, seed: int) -> list[int]:
-        """`n` indices drawn uniformly without replacement (every index when n >= size), sorted."""
-        import random
+        return uniform_indices(self.size, n, seed)
 
-        if n >= self.size:
-            return list(range(self.size))
-        rng, drawn = random.Random(seed), set()
-        while len(drawn) < n:  # randrange, not sample: a domain may be larger than an index fits
-            drawn.add(rng.randrange(self.size))
-        return sorted(drawn)
+
+def uniform_indices(size: int, n: int, seed: int) -> list[int]:
+    """`n` indices of 0..size-1 drawn uniformly without replacement (all of them when n >= size), sorted."""
+    import random
+
+    if n >= size:
+        return list(range(size))
+    rng, drawn = random.Random(seed), set()
+    while len(drawn) < n:  # randrange, not sample: a domain may be larger than an index fits
+        drawn.add(rng.randrange(size))
+    return sorted(drawn)
 
 
 @dataclass(frozen=True)
