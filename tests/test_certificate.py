@@ -123,3 +123,19 @@ def test_a_broken_domain_is_one_line():
 
     with pytest.raises(UsageError, match="domain\\(\\)\\.example\\(0\\) raised ZeroDivisionError"):
         validate_domain(Broken())
+
+
+def test_the_report_sentence_says_certified_or_where_it_fails():
+    from probes.report.certificate_part import CertificateRun, sentence
+
+    spec, model = case_split()
+    graph = graph_of(spec)
+    inputs = Inputs(WORDS * WORDS, pairs, lambda i: f"word {i % WORDS}", "every filler x word")
+    one = [e for e in graph.edges if e.sender != Head(0, 1)]
+    failing = sentence(CertificateRun("m", 0, 64, 0.97, certify(model, graph, one, inputs)))
+    assert (
+        "holds on 64 pairs (97% of the gap); fails on " in failing
+        and f'of 4096 inputs (every filler x word; e.g. "word {WORDS - 1}"' in failing
+    )
+    whole = sentence(CertificateRun("m", 0, 64, 1.0, certify(model, graph, graph.edges, inputs)))
+    assert "certified on all 4096 inputs (every filler x word): every answer kept" in whole
