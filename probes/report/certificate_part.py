@@ -52,7 +52,7 @@ def sentence(run: CertificateRun) -> str:
     )
     deviation = (
         f"metric deviation worst {c.worst:.2f}, mean {c.mean:.3f} (the full model's mean |metric| {c.scale:.2f}); "
-        f"{c.checked} inputs checked in {c.seconds:.1f} s"
+        f"{c.checked} inputs checked in {c.seconds:.1f} s wall, {c.cpu_seconds:.1f} s CPU"
     )
     examples = "; ".join(f'"{f.text}"' for f in c.failures[:SHOWN])
     if c.certified:
