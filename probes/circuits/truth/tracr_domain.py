@@ -5,15 +5,16 @@ position after BOS scored on the full model's own output (the answer a circuit m
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from probes.circuits.certificate import Inputs
-from tasks.base import NO_FOIL
 from tasks.data import Batch
 
 
 def tracr_inputs(model, compiled, seed: int = 0) -> Inputs:
-    from probes.circuits.truth.tracr import domain
+    from probes.circuits.truth.tracr import domain, every_position
 
     every = domain(compiled, compiled.config["n_ctx"] - 1)
     partner = every[torch.randperm(len(every), generator=torch.Generator().manual_seed(seed))]
@@ -21,19 +22,9 @@ def tracr_inputs(model, compiled, seed: int = 0) -> Inputs:
         answers = model(every[:, :-1]).argmax(-1)
 
     def batch(indices: list[int]) -> Batch:
-        tokens, n, width = every[indices], len(indices), every.shape[1] - 1
-        rows, positions = torch.meshgrid(torch.arange(n), torch.arange(1, width), indexing="ij")
-        rows, positions = rows.flatten(), positions.flatten()
-        return Batch(
-            tokens=tokens,
-            lengths=torch.full((n,), tokens.shape[1]),
-            example_index=rows,
-            positions=positions,
-            answers=answers[indices][rows, positions],
-            foils=torch.full_like(rows, NO_FOIL),
-            groups=[compiled.name] * n,
-            counterfactual=partner[indices],
-        )
+        scored = every_position(compiled, every[indices])
+        outputs = answers[indices][scored.example_index, scored.positions]
+        return dataclasses.replace(scored, answers=outputs, counterfactual=partner[indices])
 
     value = {i: v for v, i in compiled.input_map.items()}
 
