@@ -74,18 +74,9 @@ def render_certificates(results: list[CertificateRun], out: Path, settings: Repo
         "Each traced run's edge circuit checked against the full model on every input of the task's domain "
         "(every edge outside the circuit given its counterfactual write, each input with its own partner; an "
         "answer is kept when the circuit's top token is the full model's at every scored position; the metric "
-        "is answer - foil logit):\n\n" + "\n".join(f"- {line}" for line in lines)
+        "is patching's: answer - foil logit, or the answer's log-prob where the task gives no foil):\n\n"
+        + "\n".join(f"- {line}" for line in lines)
     )
-    cells = {
-        (run.model_name, run.seed): {
-            "certificate": (
-                f"all {run.certificate.size}"
-                if run.certificate.certified
-                else f"fails {run.certificate.failing}/{run.certificate.checked}"
-            )
-        }
-        for run in results
-    }
     data = [
         {
             "model_name": run.model_name,
@@ -100,4 +91,4 @@ def render_certificates(results: list[CertificateRun], out: Path, settings: Repo
         }
         for run in results
     ]
-    return Section("Certificates", text, lines, data, cells=cells)
+    return Section("Certificates", text, lines, data)
