@@ -11,7 +11,7 @@ import dataclasses
 import functools
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 from common.jsonfiles import not_unicode
 from models import ModelSpec, UsageError
@@ -44,6 +44,33 @@ class Example:
     @property
     def answers(self) -> tuple[int, ...]:
         return tuple(self.tokens[p + 1] for p in self.positions)
+
+
+@dataclass(frozen=True)
+class Domain:
+    """Every input a task can pose, indexed: `size` examples, the i-th made by `example(i)` for
+    0 <= i < size (deterministic, each with its counterfactual partner where the task has them).
+    A certificate (probes.circuits.certificate) checks a circuit on all of them within its budget,
+    else on a uniform sample of indices (`sample`), and says which it did."""
+
+    size: int
+    example: Callable[[int], Example]
+    described: str = ""  # what the domain is, in a few words (e.g. "every noun pair in both orders x 8 adjectives")
+
+    def sample(self, n: int, seed: int) -> list[int]:
+        return uniform_indices(self.size, n, seed)
+
+
+def uniform_indices(size: int, n: int, seed: int) -> list[int]:
+    """`n` indices of 0..size-1 drawn uniformly without replacement (all of them when n >= size), sorted."""
+    import random
+
+    if n >= size:
+        return list(range(size))
+    rng, drawn = random.Random(seed), set()
+    while len(drawn) < n:  # randrange, not sample: a domain may be larger than an index fits
+        drawn.add(rng.randrange(size))
+    return sorted(drawn)
 
 
 @dataclass(frozen=True)
@@ -125,8 +152,19 @@ def checked_expected_circuit(task, edges, model_name, spec):
     return frozenset(edges)
 
 
-# default_models() is checked by tasks.validate.validate_family, before anything trains.
+def checked_domain(task, domain):
+    if domain is not None and not (isinstance(domain, Domain) and isinstance(domain.size, int) and domain.size > 0):
+        raise UsageError(
+            f"task plugin {task.name!r}: domain() must return None or a tasks.base.Domain with a positive "
+            f"integer size, got {type(domain).__name__}"
+        )
+    return domain
+
+
+# default_models() is checked by tasks.validate.validate_family, before anything trains; a domain's
+# examples by tasks.validate.validate_domain.
 RESULT_CHECKS = {
+    "domain": checked_domain,
     "vocabulary": checked_vocabulary,
     "default_training": checked_training,
     "model_training": checked_model_training,
@@ -167,6 +205,7 @@ class Task(ABC):
             "default_training",
             "model_training",
             "expected_circuit",
+            "domain",
         ):
             method = cls.__dict__.get(member)
             if callable(method) and not getattr(method, "guarded", False):
@@ -200,6 +239,12 @@ class Task(ABC):
         """Optionally, the edges (`models.graph.Edge`s of `models.graph.graph_of(spec)`) this model
         is expected to use, known by construction; circuit methods are then scored against them.
         None (the default): not known."""
+        return None
+
+    def domain(self) -> Domain | None:
+        """Optionally, every input the task can pose (a Domain: its size and its i-th example), so a
+        circuit can be certified on all of them, or on a uniform sample said to be one. None (the
+        default): not declared."""
         return None
 
     def decode(self, tokens) -> str:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from models import ModelSpec, UsageError
 from models.spec import Attention, Positions
-from tasks.base import Example, Task
+from tasks.base import Domain, Example, Task
 
 BOS = "<bos>"
 # Bounds that keep generation to seconds and the data to megabytes; far beyond what the study uses.
@@ -102,6 +102,27 @@ class InductionTask(Task):
             counterfactual=(0,) + shuffled_successors(first, rng) + first,
         )
 
+    def domain(self) -> Domain:
+        """Every sequence of distinct tokens at every repeat length, indexed repeat length first
+        (far too many to enumerate at the defaults: a certificate samples it and says so); the i-th
+        sequence's counterfactual partner is drawn with seed i."""
+        p = self.params
+        counts = [math.perm(p.tokens, r) for r in range(p.min_repeat, p.max_repeat + 1)]
+
+        def example(i: int) -> Example:
+            repeat = p.min_repeat
+            for count in counts:
+                if i < count:
+                    break
+                i, repeat = i - count, repeat + 1
+            return self.example(nth_arrangement(i, p.tokens, repeat), random.Random(i))
+
+        return Domain(
+            sum(counts),
+            example,
+            f"every sequence of {p.min_repeat}-{p.max_repeat} distinct tokens of {p.tokens}, repeated",
+        )
+
     def default_models(self) -> dict[str, ModelSpec]:
         return {
             # The bag of words is the 1-layer model with uniform attention and no positions: the
@@ -125,6 +146,16 @@ class InductionTask(Task):
             "snapshot_every": 50,
             "plateau_steps": 400,
         }
+
+
+def nth_arrangement(index: int, tokens: int, length: int) -> tuple[int, ...]:
+    """The index-th ordered choice of `length` distinct tokens from 1..tokens (mixed radix: the
+    k-th digit picks among the tokens not yet chosen)."""
+    left, out = list(range(1, tokens + 1)), []
+    for k in range(length):
+        index, digit = divmod(index, tokens - k)
+        out.append(left.pop(digit))
+    return tuple(out)
 
 
 def shuffled_successors(first: tuple[int, ...], rng: random.Random) -> tuple[int, ...]:

@@ -11,7 +11,7 @@ from typing import TypeGuard
 from common.cli import path_name
 from common.jsonfiles import not_unicode
 from models import ModelSpec, UsageError
-from tasks.base import NO_FOIL, SPLITS, Example, Task
+from tasks.base import NO_FOIL, SPLITS, Domain, Example, Task, plugin_call
 
 
 def refuse(task: Task, where: str, rule: str) -> UsageError:
@@ -107,7 +107,31 @@ def validate_task_examples(task: Task, seed: int) -> dict[str, list[Example]]:
     check_deterministic(task, seed, splits)
     if task.disjoint_splits:
         check_disjoint(task, splits)
+    validate_domain(task)
     return splits
+
+
+DOMAIN_CHECKS = 8  # a domain's examples checked when the task's data are built: the first, the last, a sample
+
+
+def validate_domain(task: Task) -> Domain | None:
+    """The task's declared domain, with its first, last and a few sampled examples checked against
+    the example contract (a domain may hold millions: the rest are checked as a certificate reads them)."""
+    domain = task.domain()
+    if domain is not None:
+        indices = sorted({0, domain.size - 1, *domain.sample(DOMAIN_CHECKS - 2, 0)})
+        domain_examples(task, domain, indices)
+    return domain
+
+
+def domain_examples(task: Task, domain: Domain, indices: list[int]) -> list[Example]:
+    """The domain's examples at `indices`, each made through the plugin guard and checked."""
+    vocabulary_size, out = len(task.vocabulary()), []
+    for i in indices:
+        example = plugin_call(task, f"domain().example({i})", domain.example, i)
+        check_example(task, f"domain example {i} of {domain.size}", example, vocabulary_size)
+        out.append(example)
+    return out
 
 
 def check_size(task: Task, splits: dict) -> None:

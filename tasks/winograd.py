@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from models import ModelSpec, UsageError
 from models.spec import Attention, Positions
-from tasks.base import Example, Task
+from tasks.base import Domain, Example, Task
 
 ANIMALS = ("animal", "dog", "cat", "horse", "cow", "goat", "sheep", "fox", "deer", "duck", "mouse", "pig")
 PLACES = ("street", "road", "river", "bridge", "field", "yard", "hill", "lake", "park", "track", "creek", "lane")
@@ -96,6 +96,22 @@ class WinogradTask(Task):
             split: [self.example(x, y, adj) for x, y in pairs_ for adj in self.adjectives()]
             for split, pairs_ in ordered.items()
         }
+
+    def domain(self) -> Domain:
+        """Every sentence of the template: each candidate pair in both orders x each adjective (the
+        union of the three splits, so 1,920 sentences at the default 16 nouns)."""
+        ordered = [pair for a, b in self.candidate_pairs() for pair in ((a, b), (b, a))]
+        adjectives = self.adjectives()
+
+        def example(i: int) -> Example:
+            (x, y), adjective = ordered[i // len(adjectives)], adjectives[i % len(adjectives)]
+            return self.example(x, y, adjective)
+
+        return Domain(
+            len(ordered) * len(adjectives),
+            example,
+            f"every sentence of the template: {len(ordered)} ordered noun pairs x {len(adjectives)} adjectives",
+        )
 
     def adjectives(self) -> tuple[str, ...]:
         return CROSSER_ADJECTIVES + CROSSED_ADJECTIVES

@@ -204,6 +204,12 @@ def test_report_command_writes_markdown_json_and_figures(tiny_runs, capsys):
     else:
         assert found["faithfulness"] >= found["target"] and len(found["circuit"]) < found["graph"]["edges"]
         assert f"edge circuit of {len(found['circuit'])} of 12 edges keeps" in line and found["figure"]
+        # The certificate: that circuit on every sentence of 8-noun Winograd (28 pairs x 2 orders x 8 adjectives).
+        (certificate,) = report["certificates"]
+        assert certificate["size"] == certificate["checked"] == 448 and certificate["exhaustive"]
+        said = next(s for s in report["summary"] if s.startswith("attn-only-2x1 seed 0: the edge circuit"))
+        assert ("certified on all 448 inputs" in said) == (certificate["failing"] == 0)
+        assert certificate["certified"] or f"fails on {certificate['failing']} of 448 inputs" in said
     markdown = (tiny_runs / "report" / "report.md").read_text()
     assert "figures/attn-only-2x1-seed0.png" in markdown
     assert (tiny_runs / "report" / "figures" / "attn-only-2x1-seed0.png").stat().st_size > 1000

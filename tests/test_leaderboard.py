@@ -83,6 +83,12 @@ def test_the_pages_hold_every_model_and_the_user_method_row(board):
     for model in SUBSET.split(","):
         assert f"| {model} |" in text and f"<td>{model}</td>" in html
     assert 'class="sortable"' in html and "0 of 20 cells computed" in text
+    # The calibration: the oracle on the models without redundancy (or-across left out, named as such).
+    assert "counterfactual: 4 of 4 at 1.000" in text and "Left out: the 1 models with redundancy (or-across)" in text
+    # tracr-hist: 2 of its 6 true edges unidentifiable under same-length pairs; its circuit certified on its 243 inputs.
+    by = {(c["model"], c["method"]): c for c in cells(root)}
+    assert by["tracr-hist", "oracle"]["unidentifiable"] == 2 and by["tracr-hist", "oracle"]["certified_inputs"] == 243
+    assert by["chain-2", "oracle"]["certified"] is None and " of 243 |" in text
 
 
 def test_the_relation_labels_are_graded_on_the_gate_models_and_stored(board):

@@ -357,6 +357,7 @@ def test_every_part_of_a_run_shares_one_model_load(mirror_measured):
         "accuracy",
         "runs",
         "edge_circuits",
+        "certificates",
         "sublayers",
         "head_roles",
         "dynamics",

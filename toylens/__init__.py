@@ -16,6 +16,7 @@ _SOURCES = {
     # writing tasks
     "Task": "tasks.base",
     "Example": "tasks.base",
+    "Domain": "tasks.base",
     "NoParams": "tasks.base",
     "NO_FOIL": "tasks.base",
     "standard_family": "tasks.base",

@@ -5,7 +5,7 @@ import itertools
 import random
 from dataclasses import dataclass
 
-from toylens import Example, ModelSpec, Task
+from toylens import Domain, Example, ModelSpec, Task
 
 FILLERS, MARKS, SLOTS = tuple("abcdefgh"), tuple("ABCDEFGH"), 6  # SLOTS letters, then "first"
 
@@ -56,6 +56,31 @@ class FirstMarkTask(Task):
                     )
                 )
         return examples
+
+    def domain(self) -> Domain:
+        """Every sequence: an ordered mark pair x two slots for them x a filler in each other slot."""
+        orders = list(itertools.permutations(MARKS, 2))
+        slots = list(itertools.combinations(range(SLOTS), 2))
+        fills = len(FILLERS) ** (SLOTS - 2)
+        index = {word: i for i, word in enumerate(self.vocabulary())}
+
+        def example(n: int) -> Example:
+            n, fill = divmod(n, fills)
+            (first, second), (i, j) = orders[n // len(slots)], slots[n % len(slots)]
+            letters = [FILLERS[fill // len(FILLERS) ** k % len(FILLERS)] for k in range(SLOTS - 2)]
+            letters[i:i] = [first]
+            letters[j:j] = [second]
+            swapped = list(letters)
+            swapped[i], swapped[j] = second, first  # the partner: marks swapped, so the answer flips
+            return Example(
+                tuple(index[w] for w in [*letters, "first", first]),
+                positions=(SLOTS,),
+                foils=(index[second],),
+                group="adjacent" if j == i + 1 else "apart",
+                counterfactual=tuple(index[w] for w in [*swapped, "first", second]),
+            )
+
+        return Domain(len(orders) * len(slots) * fills, example, "every mark order, slot pair and filler")
 
     def default_models(self) -> dict[str, ModelSpec]:
         return {

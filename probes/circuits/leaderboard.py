@@ -14,10 +14,17 @@ ablated, 1 = the full model):
 - smallest: the fewest top-ranked edges reaching the circuit target (90%), against `true_edges`;
 - precision, recall: of the method's own circuit (a pruning method's kept edges; a ranking's
   smallest faithful circuit) against the true edges;
-- truth_faithfulness: the true circuit's own faithfulness under this ablation. The truths are stated
-  for counterfactual ablation (every other edge given its counterfactual write); under mean or zero
-  ablation an edge that carries the same write in every run (a position, a constant) can matter, and
-  this column says where the truth itself is not the full model, so a low AUROC there is read with it;
+- unidentifiable: true edges whose receiver computes the same with the edge ablated alone as without
+  on every pair (probes.circuits.identifiable): no method can see them under this ablation, so they
+  are scored apart (left out of auroc, precision and recall) and counted; weakest: why the auroc on
+  the identifiable truth falls short of 1;
+- truth_faithfulness: the true circuit's own faithfulness under this ablation. The planted truths are
+  stated for counterfactual ablation (every other edge given its counterfactual write); under mean or
+  zero ablation an edge that carries the same write in every run (a position, a constant) can matter,
+  and this column says where the truth itself is not the full model, so a low AUROC there is read with it;
+- certified, certified_inputs: the method's own circuit checked on every input of the model's domain
+  (probes.circuits.certificate; Tracr programs: every input at the compiled length) under this
+  ablation: the share of inputs whose answer it keeps, of how many (None: no enumerable domain);
 - mean ablation averages each write over the clean and the counterfactual inputs (both_runs);
 - wall_s, cpu_s: the method's own time from the recorded runs on (the runs are recorded outside it).
 """
@@ -27,7 +34,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 from functools import cached_property
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
@@ -39,10 +46,17 @@ from probes.circuits.methods.attribution import EdgeScores
 from probes.circuits.oracle import Runs
 from tasks.data import Batch
 
+if TYPE_CHECKING:
+    from probes.circuits.certificate import Inputs
+
 # The relations a model with these kinds of gates counts as an OR/AND model (the issue's >= 0.95 bar).
 GATE_KINDS = ("OR", "PARTIAL_OR", "AND")
 # Planted models (probes.circuits.truth.planted) whose structure is an OR or an AND of heads.
 PLANTED_GATES = ("backup-pair", "partial-pair", "three-backups", "and-pair", "backup-chain")
+# Models with redundancy: branches that each alone keep the answer, so no single-edge knock-out can
+# rank them (the OR gates, the backups); the exact oracle's calibration leaves them out, said so.
+REDUNDANT_KINDS = ("OR", "PARTIAL_OR")
+PLANTED_BACKUPS = ("backup-pair", "partial-pair", "three-backups", "backup-chain")
 
 
 @dataclass(frozen=True)
@@ -57,6 +71,11 @@ class Truth:
     graph: Graph
     edges: frozenset
     relations: tuple = ()
+    inputs: Inputs | None = None  # the whole domain (probes.circuits.certificate), where enumerable
+
+    @property
+    def redundant(self) -> bool:
+        return self.name in PLANTED_BACKUPS or any(str(r.kind) in REDUNDANT_KINDS for r in self.relations)
 
     @property
     def gate_kinds(self) -> tuple[str, ...]:
@@ -87,6 +106,7 @@ def planted_truth(build, family: str) -> Entry:
 def tracr_truth(program: str) -> Entry:
     def make(n: int, seed: int) -> Truth:
         from probes.circuits.truth import tracr
+        from probes.circuits.truth.tracr_domain import tracr_inputs
 
         compiled = tracr.load(program)
         model, graph = tracr.bridge(compiled), tracr.shape_graph(compiled)
@@ -98,6 +118,7 @@ def tracr_truth(program: str) -> Entry:
             tracr.pairs(model, compiled, n, seed),
             graph,
             tracr.recorded_edges(compiled, graph, "used"),  # the fixture's, checked by tests/test_tracr.py
+            inputs=tracr_inputs(model, compiled, seed),
         )
 
     return Entry("tracr", make)
@@ -267,6 +288,15 @@ class Cell:
     truth_faithfulness: float
     wall_s: float
     cpu_s: float
+    # True edges unidentifiable under this ablation (probes.circuits.identifiable): scored apart, left
+    # out of auroc, precision and recall; `weakest` says why auroc falls short of 1 ("" where it does not).
+    unidentifiable: int
+    redundant: bool  # Truth.redundant: no single-edge score can rank its branches
+    weakest: str
+    # probes.circuits.certificate on the method's own circuit over the model's whole domain (None: not
+    # enumerable): the share of inputs whose answer it keeps, of how many.
+    certified: float | None
+    certified_inputs: int | None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -290,12 +320,14 @@ def both_runs(batch: Batch) -> Batch:
 
 def score_cell(truth: Truth, method: Method, ablation: Ablation, seed: int) -> Cell:
     from probes.circuits.faithfulness import curve_of, normalised, smallest_circuit
+    from probes.circuits.identifiable import unidentifiable, weakest
     from probes.circuits.methods.scores import auroc
     from probes.circuits.oracle import circuit_outcomes
 
     model, batch, graph = truth.model, truth.batch, truth.graph
+    reference = both_runs(batch) if ablation is Ablation.MEAN else None
     with torch.no_grad():  # reference_writes computes z @ W_O with grad: the masks would backprop into it twice
-        runs = ablated_runs(model, batch, graph, ablation, both_runs(batch) if ablation is Ablation.MEAN else None)
+        runs = ablated_runs(model, batch, graph, ablation, reference)
     wall, cpu = time.perf_counter(), time.process_time()
     scores = method.run(Problem(model, batch, graph, runs))
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
@@ -304,6 +336,8 @@ def score_cell(truth: Truth, method: Method, ablation: Ablation, seed: int) -> C
             f"method {method.name!r} returned scores over other edges than the graph's "
             f"({len(scores.edges)} for {len(graph.edges)}); score problem.graph.edges in order"
         )
+    hidden = unidentifiable(model, batch, runs, truth.edges)
+    seen = torch.tensor([e not in hidden for e in graph.edges])
     positive = torch.tensor([e in truth.edges for e in graph.edges])
     smallest = smallest_circuit(model, batch, graph, method.name, scores.score, runs)
     curve = curve_of(smallest)
@@ -313,7 +347,8 @@ def score_cell(truth: Truth, method: Method, ablation: Ablation, seed: int) -> C
     )
     empty, full, circuit, true = circuit_outcomes(model, batch, graph, [[], graph.edges, own, truth.edges], runs)
     faithful = normalised([circuit.metric, true.metric], empty.metric, full.metric)
-    hits = len(own & truth.edges)
+    hits, judged = len(own & truth.edges - hidden), own - hidden
+    certificate = certified(truth, own, ablation, reference)
     return Cell(
         truth.name,
         truth.family,
@@ -324,19 +359,33 @@ def score_cell(truth: Truth, method: Method, ablation: Ablation, seed: int) -> C
         seed,
         len(graph.edges),
         len(truth.edges),
-        auroc(scores.score.abs(), positive),
+        auroc(scores.score.abs()[seen], positive[seen]),
         curve.cpr,
         curve.cmd,
         None if smallest.edges is None else len(smallest.edges),
         len(own),
         "kept" if kept else "smallest",
-        hits / len(own) if own else 0.0,
-        hits / len(truth.edges),
+        hits / len(judged) if judged else 0.0,
+        hits / max(len(truth.edges - hidden), 1),
         faithful[0],
         faithful[1],
         wall,
         cpu,
+        len(hidden),
+        truth.redundant,
+        weakest(graph.edges, scores.score, truth.edges, hidden),
+        None if certificate is None else certificate.share,
+        None if certificate is None else certificate.checked,
     )
+
+
+def certified(truth: Truth, circuit: frozenset, ablation: Ablation, reference):
+    """probes.circuits.certificate of `circuit` over the truth's whole domain (None: none declared)."""
+    from probes.circuits.certificate import certify
+
+    if truth.inputs is None:
+        return None
+    return certify(truth.model, truth.graph, circuit, truth.inputs, ablation, reference)
 
 
 def ablation_of(text: str) -> Ablation:

@@ -127,6 +127,7 @@ class Patched:
 
     outcome: Outcome
     observed: dict
+    logits: torch.Tensor | None = None  # [k, vocab] at the scored positions, where asked for (forward_patched)
 
 
 def patched_runs(
@@ -144,10 +145,17 @@ def patched_runs(
 
 @torch.no_grad()
 def forward_patched(
-    model, batch: Batch, graph: Graph, sets: list[frozenset], runs: Runs, observe: tuple[str, ...] = ()
+    model,
+    batch: Batch,
+    graph: Graph,
+    sets: list[frozenset],
+    runs: Runs,
+    observe: tuple[str, ...] = (),
+    keep_logits: bool = False,
 ) -> list[Patched]:
     """patched_runs' forwards: sets sorted by their first receiver block, as many per forward as
-    PATCH_TOKENS allows."""
+    PATCH_TOKENS allows. `keep_logits`: each Patched also holds its scored logits (a certificate
+    reads every input's answer; the cached sets of the searches keep only their outcome)."""
     batch = batch.to(device_of(model))
     n_layers, per_forward = graph.n_layers, replicas_per_forward(batch)
     order = sorted(range(len(sets)), key=lambda i: start_layer(sets[i], n_layers))
@@ -169,7 +177,8 @@ def forward_patched(
                 logits = scored_logits(model, resid, start, batch, len(members))
         views = {name: value.view(len(members), len(batch), *value.shape[1:]) for name, value in seen.items()}
         for replica, (i, result) in enumerate(zip(chunk, outcome(logits, batch))):
-            results[i] = Patched(result, {name: view[replica] for name, view in views.items()})
+            kept = logits[replica].cpu() if keep_logits else None
+            results[i] = Patched(result, {name: view[replica] for name, view in views.items()}, kept)
     return [results[i] for i in range(len(sets))]
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from probes.report import document, edge_part, feature_part, run_analysis, sections, sublayer_part
+from probes.report import certificate_part, document, edge_part, feature_part, run_analysis, sections, sublayer_part
 from probes.report.outputs import examples as example_part
 from probes.report.parts import MeasuredRun, Part, RunContext, Section
 from probes.settings import DEFAULT, ReportSettings
@@ -18,6 +18,7 @@ def parts() -> list[Part]:
         Part("accuracy", document.measure_accuracy_part, document.render_accuracy),
         Part("runs", run_analysis.analyse_run, document.render_circuits),
         Part("edge_circuits", edge_part.measure_edge_circuit, edge_part.render_edge_circuits),
+        Part("certificates", certificate_part.measure_certificate, certificate_part.render_certificates),
         Part("sublayers", sublayer_part.measure_sublayers, sublayer_part.render_sublayers),
         Part("head_roles", sections.measure_head_roles, sections.head_roles_section),
         Part("dynamics", sections.measure_dynamics, sections.dynamics_section),
