@@ -4,7 +4,7 @@ together T, alone(i), interaction I = T - alone(a) - alone(b), everything else k
 
 A pair counts when T >= NEEDED and each member moves something (what it adds alone, or what knocking
 it out costs, T - alone(other), reaches NEEDED). Then, with r = I / T:
-- ADDITIVE: |r| <= ADDITIVE: their gains add up;
+- ADDITIVE: |r| <= ADDITIVE, the two not linked: their gains add up;
 - AND (synergy): r > ADDITIVE, the two not linked: together more than the sum;
 - SERIES: r > ADDITIVE along a circuit link a -> b: b's effect needs a (what b adds with a knocked
   out is below ADDITIVE x T) and only then;
@@ -96,7 +96,9 @@ def pair_codes(together, alone_a, alone_b, linked: bool) -> torch.Tensor:
     vanishes = alone_b < ADDITIVE * together  # b's effect with a knocked out
     synergy = torch.where(vanishes, code(Kind.SERIES), code(Kind.AND)) if linked else code(Kind.AND)
     redundant = torch.where(exact >= EXACT_OR, code(Kind.OR), code(Kind.OVERLAP))
-    kinds = torch.where(ratio > ADDITIVE, synergy, torch.where(ratio < -ADDITIVE, redundant, code(Kind.ADDITIVE)))
+    # a's effect on b's reading runs through b: their gains adding up says nothing of a link
+    adds = code(None) if linked else code(Kind.ADDITIVE)
+    kinds = torch.where(ratio > ADDITIVE, synergy, torch.where(ratio < -ADDITIVE, redundant, adds))
     return torch.where(matters & ~ratio.isnan(), kinds, code(None))
 
 

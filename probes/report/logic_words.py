@@ -224,12 +224,14 @@ def mechanism_cell(logic: Logic | None) -> str:
     relation, its members by contribution (ties '=')."""
     if logic is None:
         return "-"
-    if logic.carrying_paths:
+    split = next((r for r in logic.relations if r.kind is Kind.CASE_SPLIT), None)
+    if logic.carrying_paths and split is None:
         extra = len(logic.carrying_paths) - 1
         return short_path(logic.carrying_paths[0]) + (f" (+{extra})" if extra else "")
     found = logic.interactions
     chain = longest_chain(logic)
     others = sorted((r for r in logic.relations if r.kind is not Kind.SERIES), key=lambda r: ORDER.index(r.kind))
+    others = [r for r in others if r.kind is not Kind.NECESSARY or not chain]
     parts = [">".join(map(str, chain))] if chain else []
     if others and found is not None:
         r = others[0]
