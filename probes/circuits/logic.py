@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from transformer_lens.utilities import get_act_name
@@ -42,6 +43,10 @@ from probes.patching import scored_logits, scored_metric
 from probes.circuits.edge_hooks import mlp_out_name
 from probes.patching import corrupt_inputs, outcome, replica_scored, replicas_per_forward
 from tasks.data import Batch
+
+if TYPE_CHECKING:  # those modules build on this one's KnockOut
+    from probes.circuits.interactions import Interactions
+    from probes.circuits.relation_classes import Relation
 
 SUFFICES = 0.9  # a set of components keeping this share of the gap suffices
 NEEDED = 0.1  # a share below this is no contribution (a partial backup carries at least this)
@@ -73,10 +78,10 @@ class Logic:
     exhaustive: bool  # every subset measured (else the bounded search)
     limit: int  # the most components searched exhaustively
     sets_measured: int
-    relations: tuple  # probes.circuits.relation_classes.Relation
+    relations: tuple[Relation, ...]
     paths: tuple[Path, ...]  # strongest first
     pairs: int
-    interactions: object = None  # probes.circuits.interactions.Interactions of the circuit's members
+    interactions: Interactions | None = None  # of the circuit's members
 
     @property
     def necessary(self) -> frozenset:

@@ -210,13 +210,18 @@ def longest_chain(logic: Logic) -> tuple:
     """The longest chain of series links, the one with the larger summed contribution among equals."""
     found = logic.interactions
     links = [r.members for r in logic.relations if r.kind is Kind.SERIES]
-    chains = [list(link) for link in links]
+    chains: list[list] = [list(link) for link in links]
     for chain in chains:
         while nxt := next((b for a, b in links if a == chain[-1] and b not in chain), None):
             chain.append(nxt)
     if not chains or found is None:
         return ()
-    return tuple(max(chains, key=lambda c: (len(c), sum(found.contribution(m) for m in c))))
+    contribution = found.contribution
+
+    def weight(chain: list) -> tuple[int, float]:
+        return len(chain), sum(contribution(m) for m in chain)
+
+    return tuple(sorted(chains, key=weight)[-1])
 
 
 def mechanism_cell(logic: Logic | None) -> str:

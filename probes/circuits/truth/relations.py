@@ -58,7 +58,7 @@ def naming(relation: Relation, logic: Logic) -> list:
         want = EXACT[relation.kind]
         return [r for r in logic.relations if r.kind is want and frozenset(r.members) == frozenset(components)][:1]
     if relation.kind is Kind.ADDITIVE:
-        pairs = [frozenset(p) for p in itertools.combinations(components, 2)]
+        pairs = list(itertools.combinations(components, 2))
     elif relation.kind is Kind.SERIES:
         pairs = [(a, b) for a, b in zip(components, components[1:])]
     else:
@@ -69,7 +69,8 @@ def naming(relation: Relation, logic: Logic) -> list:
         match = [
             r
             for r in logic.relations
-            if r.kind is want and (frozenset(r.members) == pair if want is Found.ADDITIVE else r.members == pair)
+            if r.kind is want
+            and (frozenset(r.members) == frozenset(pair) if want is Found.ADDITIVE else r.members == pair)
         ]
         if not match:
             return []
