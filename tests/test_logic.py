@@ -261,3 +261,20 @@ def test_an_mlp_that_computes_is_needed_and_one_that_carries_is_not(gates):
         words[name] = " ".join(mlp_words(sublayers(g.model, g.batch, g.batch, reference), DEFAULT))
     assert "MLP1 needed" in words["mlp-computes"], words
     assert "MLP0 needed" not in words["mlp-carries"], words
+
+
+def test_an_mlp_verdict_never_says_computes_where_the_answers_survive():
+    """The LD rule can call an MLP needed while every answer survives its ablation: the words then say
+    so, with both numbers, instead of 'computes on it ... 100% accuracy without it'."""
+    from types import SimpleNamespace
+
+    from probes.report.sublayer_part import mlp_role
+    from probes.settings import DEFAULT
+
+    intact = SimpleNamespace(accuracy=1.0, logit_diff=4.0)
+    weaker = SimpleNamespace(accuracy=1.0, logit_diff=0.44 * 4.0)
+    words = mlp_role(intact, weaker, DEFAULT)
+    assert words.startswith("strengthens it") and "needed: mean-ablated it keeps 100% accuracy" in words, words
+    assert "44% of the logit difference" in words
+    broken = SimpleNamespace(accuracy=0.5, logit_diff=0.0)
+    assert mlp_role(intact, broken, DEFAULT).startswith("computes on it")

@@ -70,10 +70,22 @@ def profile_words(result, settings: ReportSettings) -> str:
         if m.method is Ablation.MEAN and [d.after for d in result.profile].index(f"MLP {m.layer}") >= stage
     ]
     for mlp in later:
-        word, _ = verdict(result.intact, mlp.scores, settings)
-        role = "computes on it (needed)" if word == "needed" else f"amplifies or carries it ({word})"
-        text += f"; MLP{mlp.layer}, after that point, {role}: {pct(mlp.scores.accuracy)} accuracy without it"
+        text += f"; MLP{mlp.layer}, after that point, " + mlp_role(result.intact, mlp.scores, settings)
     return text
+
+
+def mlp_role(intact, ablated, settings: ReportSettings) -> str:
+    """What an MLP after the point the answer is readable does, by the block rule (words.verdict),
+    with the numbers the rule read: 'computes on it' only where ablating it costs answers."""
+    word, numbers = verdict(intact, ablated, settings)
+    drop = round(intact.accuracy - ablated.accuracy, 9)
+    if word == "needed" and drop >= settings.needed_accuracy_drop:
+        role = "computes on it"
+    elif word == "needed":
+        role = "strengthens it (the answers survive without it, the logit difference does not)"
+    else:
+        role = "amplifies or carries it"
+    return f"{role} ({word}: mean-ablated it {numbers})"
 
 
 def render_sublayers(results: list, out: Path, settings: ReportSettings) -> Section:
