@@ -278,3 +278,38 @@ def test_an_mlp_verdict_never_says_computes_where_the_answers_survive():
     assert "44% of the logit difference" in words
     broken = SimpleNamespace(accuracy=0.5, logit_diff=0.0)
     assert mlp_role(intact, broken, DEFAULT).startswith("computes on it")
+
+
+def test_a_path_is_measured_on_its_own_edges_and_two_readings_of_one_set_are_one_path():
+    """attn-only-2x1's two main paths embed -> L0H0.k -> L1H0.q and embed -> L0H0.v -> L1H0.q were one
+    4-edge set named twice; a path gets only its first head's other embedding inputs, never another
+    component's (here L1H0's own embedding edge)."""
+    from models import ModelSpec
+    from models.graph import Edge, Embed, Input, Logits
+    from probes.circuits.logic import own_paths
+    from probes.report.logic_words import path_text
+
+    graph = graph_of(ModelSpec(n_layers=2, d_model=16, n_heads=1, mlp=False, n_ctx=4, d_vocab=5))
+    l0, l1 = Head(0, 0), Head(1, 0)
+    circuit = frozenset(
+        {
+            Edge(Embed(), Input(l0, "k")),
+            Edge(Embed(), Input(l0, "v")),
+            Edge(l0, Input(l1, "q")),
+            Edge(l1, Input(Logits())),
+            Edge(Embed(), Input(l1, "v")),
+        }
+    )
+    asked = []
+
+    def f(sets):
+        asked.extend(sets)
+        return [0.9 if len(s) == 4 else 0.2 for s in sets]
+
+    paths = own_paths(graph, circuit, {}, f)
+    assert sorted(len(s) for s in asked) == [2, 4]
+    assert {path_text(p) for p in paths} == {
+        "embed -> L0H0.k/v -> L1H0.q -> logits",
+        "embed -> L1H0.v -> logits",
+    }
+    assert frozenset({Edge(Embed(), Input(l1, "v")), Edge(l1, Input(Logits()))}) in asked

@@ -16,10 +16,10 @@ ORDER = (
     Kind.OR,
     Kind.SHARED,
     Kind.OVERLAP,
+    Kind.ADDITIVE,
     Kind.AND,
     Kind.SERIES,
     Kind.NECESSARY,
-    Kind.ADDITIVE,
     Kind.BORDERLINE,
 )
 TIE = 0.005  # contributions this close (of the gap) are a tie, said as "="
@@ -35,7 +35,7 @@ def path_text(path: Path) -> str:
     first = str(path.edges[0].receiver)
     if path.readings:
         head = str(path.edges[0].receiver.node)
-        first = head + "." + "/".join(e.receiver.port or "in" for e in path.readings)
+        first = head + "." + "/".join(sorted(e.receiver.port for e in path.readings))
     return " -> ".join(["embed", first, *(str(edge.receiver) for edge in path.edges[1:])])
 
 
@@ -124,7 +124,7 @@ def relation_sentence(r: Relation) -> str:
     if r.kind is Kind.BORDERLINE and r.between:
         point, other = r.between
         return (
-            f"borderline {point} / {other or 'nothing'} (the bootstrap interval straddles the rule's line): "
+            f"borderline {point} / {other or 'no relation'} (the bootstrap interval straddles the rule's line): "
             + word_sentence(point, r)
             + f"; {held(r)}"
         )
@@ -199,8 +199,13 @@ def path_sentence(logic: Logic) -> str:
     return "the circuit has no path from the embeddings to the logits"
 
 
+def ranked_relations(relations) -> list[Relation]:
+    """By ORDER of kinds, within a kind the one whose members add most together first."""
+    return sorted(relations, key=lambda r: (ORDER.index(r.kind), -r.together.value))
+
+
 def logic_sentences(logic: Logic) -> list[str]:
-    found = sorted(logic.relations, key=lambda r: ORDER.index(r.kind))
+    found = ranked_relations(logic.relations)
     shown = [relation_sentence(r) for r in found[:SHOWN_RELATIONS]]
     more = [f"{len(found) - SHOWN_RELATIONS} more relations in report.json"] if len(found) > SHOWN_RELATIONS else []
     return [basis(logic), contributions(logic), *shown, *more, path_sentence(logic)]
@@ -210,10 +215,17 @@ def longest_chain(logic: Logic) -> tuple:
     """The longest chain of series links, the one with the larger summed contribution among equals."""
     found = logic.interactions
     links = [r.members for r in logic.relations if r.kind is Kind.SERIES]
-    chains: list[list] = [list(link) for link in links]
-    for chain in chains:
-        while nxt := next((b for a, b in links if a == chain[-1] and b not in chain), None):
-            chain.append(nxt)
+    chains: list[list] = []
+
+    def walk(chain: list) -> None:
+        nexts = [b for a, b in links if a == chain[-1] and b not in chain]
+        if not nexts:
+            chains.append(chain)
+        for b in nexts:
+            walk([*chain, b])
+
+    for start in dict.fromkeys(a for a, _ in links):
+        walk([start])
     if not chains or found is None:
         return ()
     contribution = found.contribution
@@ -235,7 +247,7 @@ def mechanism_cell(logic: Logic | None) -> str:
         return short_path(logic.carrying_paths[0]) + (f" (+{extra})" if extra else "")
     found = logic.interactions
     chain = longest_chain(logic)
-    others = sorted((r for r in logic.relations if r.kind is not Kind.SERIES), key=lambda r: ORDER.index(r.kind))
+    others = ranked_relations(r for r in logic.relations if r.kind is not Kind.SERIES)
     others = [r for r in others if r.kind is not Kind.NECESSARY or not chain]
     parts = [">".join(map(str, chain))] if chain else []
     if others and found is not None:

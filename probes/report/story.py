@@ -163,12 +163,12 @@ def evidence_lines(analysis, edges, settings: ReportSettings) -> list[str]:
 
 
 def edge_evidence(analysis, edges, settings: ReportSettings) -> list[str]:
-    from probes.report.logic_words import ORDER, path_sentence, relation_sentence
+    from probes.report.logic_words import path_sentence, ranked_relations, relation_sentence
     from probes.report.words import views_agree
 
     lines = []
     if edges.logic is not None:
-        ranked = sorted(edges.logic.relations, key=lambda r: ORDER.index(r.kind))
+        ranked = ranked_relations(edges.logic.relations)
         lines += [relation_sentence(r) for r in ranked[:SHOWN_RELATIONS]]
         if len(ranked) > SHOWN_RELATIONS:
             lines.append(f"{len(ranked) - SHOWN_RELATIONS} more relations in the Appendix and report.json")
