@@ -48,6 +48,7 @@ def test_four_heads_sharing_the_work_are_shared_not_an_or(found):
     assert "shared work: L0H0, L0H1, L0H2 and L0H3" in said, said
     assert "knocking out each alone costs 12%, 12%, 12%, 12%" in said
     assert "OR:" not in said and "AND" not in said
+    assert "additive: MLP0" not in said  # a head's gain through the MLP it feeds is no additive pair
 
 
 @pytest.mark.parametrize("name", ["case-split-2", "case-split-3"])
@@ -116,3 +117,12 @@ def test_a_borderline_interval_prints_borderline_not_the_word():
     shaky = torch.tensor([additive] * 150 + [overlap] * 51)
     word, between, rows = decided(shaky, torch.tensor([additive] * 3 + [overlap] * 2))
     assert word is Kind.BORDERLINE and between == (Kind.ADDITIVE, Kind.OVERLAP) and rows == 3
+
+
+def test_the_cell_names_members_by_contribution_not_index(found):
+    """case-split-2 on these 16 pairs: L1H0 decides 10, L0H0 6; its Shapley share is the larger, so
+    it is named first although its index is later; equal shares are written '='."""
+    from probes.report.logic_words import mechanism_cell
+
+    assert mechanism_cell(found["case-split-2"][1]) == "case split(L1H0>L0H0)"
+    assert mechanism_cell(found["case-split-3"][1]) == "case split(L0H0>L0H1=L1H0)"
