@@ -6,19 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from models.graph import graph_of
+from tests.test_logic import traced
 
 PAIRS = 16
-
-
-def traced(g):
-    from probes.circuits.logic import logic
-    from probes.circuits.oracle import edge_effects, record_runs
-
-    graph = graph_of(g.spec)
-    runs = record_runs(g.model, g.batch, graph)
-    single = edge_effects(g.model, g.batch, graph, runs=runs)
-    return logic(g.model, g.batch, graph, g.edges, single.normalised(), runs)
 
 
 @pytest.fixture(scope="module")
