@@ -137,18 +137,20 @@ def logic_saying(*relations):
     return SimpleNamespace(relations=relations)
 
 
-def found(kind, parts, alone, together=1.0):
-    from probes.circuits.logic import Relation
+def found(kind, members, alone, together=1.0):
+    from probes.circuits.interactions import Interval
+    from probes.circuits.relation_classes import Relation
 
-    return Relation(kind, parts, alone, together)
+    at = lambda v: Interval(v, v, v)  # noqa: E731
+    return Relation(kind, members, at(together), tuple(map(at, alone)), (), None, 16, 16, 16)
 
 
 def test_a_relation_is_named_only_by_its_own_kind_over_exactly_its_components():
-    """The grading refuses an OR read as an AND, a partial OR whose half backup is called a branch
-    that suffices alone, an AND over other heads, an adder whose shares do not add up, and a chain
-    in the wrong order."""
+    """The grading refuses an OR read as an AND, a partial OR read as an exact OR or an AND, an AND
+    over other heads, an additive pair read as an AND, a borderline word, and a chain in the wrong
+    order."""
     from models.graph import Head
-    from probes.circuits.logic import RelationKind as R
+    from probes.circuits.relation_classes import Kind as R
     from probes.circuits.truth.gates import Kind, Relation
     from probes.circuits.truth.relations import grade_logic
 
@@ -157,18 +159,20 @@ def test_a_relation_is_named_only_by_its_own_kind_over_exactly_its_components():
     def named(kind, alone, *relations):
         return grade_logic("m", Relation(kind, (a, b), alone, alone), logic_saying(*relations)).named
 
-    assert named(Kind.OR, (1.0, 1.0), found(R.OR, ((a,), (b,)), (1.0, 1.0)))
-    assert not named(Kind.OR, (1.0, 1.0), found(R.AND, ((a,), (b,)), (1.0, 1.0)))
-    assert named(Kind.PARTIAL_OR, (1.0, 0.5), found(R.PARTIAL_OR, ((b,), (a,)), (0.5, 1.0)))
-    assert not named(Kind.PARTIAL_OR, (1.0, 0.5), found(R.OR, ((a,), (b,)), (1.0, 1.0)))
-    assert named(Kind.AND, (0.0, 0.0), found(R.AND, ((a,), (b,)), (0.0, 0.0)))
-    assert not named(Kind.AND, (0.0, 0.0), found(R.AND, ((a,), (Head(1, 1),)), (0.0, 0.0)))
-    assert named(Kind.ADDITIVE, (0.6, 0.4), found(R.AND, ((a,), (b,)), (0.6, 0.4)))
-    assert not named(Kind.ADDITIVE, (0.6, 0.4), found(R.AND, ((a,), (b,)), (0.0, 0.0)))
-    assert named(Kind.SERIES, (0.0, 0.0), found(R.SERIES, ((a, b),), (1.0,)))
-    assert not named(Kind.SERIES, (0.0, 0.0), found(R.SERIES, ((b, a),), (1.0,)))
+    assert named(Kind.OR, (1.0, 1.0), found(R.OR, (a, b), (1.0, 1.0)))
+    assert not named(Kind.OR, (1.0, 1.0), found(R.AND, (a, b), (1.0, 1.0)))
+    assert named(Kind.PARTIAL_OR, (1.0, 0.5), found(R.OVERLAP, (a, b), (1.0, 0.5)))
+    assert not named(Kind.PARTIAL_OR, (1.0, 0.5), found(R.OR, (a, b), (1.0, 1.0)))
+    assert not named(Kind.PARTIAL_OR, (0.7, 0.7), found(R.AND, (a, b), (0.7, 0.7)))
+    assert named(Kind.AND, (0.0, 0.0), found(R.AND, (a, b), (0.0, 0.0)))
+    assert not named(Kind.AND, (0.0, 0.0), found(R.AND, (a, Head(1, 1)), (0.0, 0.0)))
+    assert named(Kind.ADDITIVE, (0.6, 0.4), found(R.ADDITIVE, (a, b), (0.6, 0.4)))
+    assert not named(Kind.ADDITIVE, (0.6, 0.4), found(R.AND, (a, b), (0.6, 0.4)))
+    assert not named(Kind.ADDITIVE, (0.6, 0.4), found(R.BORDERLINE, (a, b), (0.6, 0.4)))
+    assert named(Kind.SERIES, (0.0, 0.0), found(R.SERIES, (a, b), (0.0, 0.0)))
+    assert not named(Kind.SERIES, (0.0, 0.0), found(R.SERIES, (b, a), (0.0, 0.0)))
     wrong_shares = grade_logic(
-        "m", Relation(Kind.OR, (a, b), (1.0, 1.0), (1.0, 1.0)), logic_saying(found(R.OR, ((a,), (b,)), (1.0, 0.7)))
+        "m", Relation(Kind.OR, (a, b), (1.0, 1.0), (1.0, 1.0)), logic_saying(found(R.OR, (a, b), (1.0, 0.7)))
     )
     assert wrong_shares.named and wrong_shares.shares is False
 

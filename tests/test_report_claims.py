@@ -402,7 +402,7 @@ def test_a_head_that_matters_nowhere_under_patching_is_not_said_to_matter_across
 
 
 # 11. Heads of one block cannot compose, and that is all it shows. Catches: "the decision happens
-# in one block" for a 2-block run whose block-2 MLP carries the answer (MLPs are never ablated).
+# in one block" for a 2-block run whose block-2 MLP carries the answer (the head sentence does not ablate MLPs).
 def test_a_circuit_within_one_block_claims_no_more_than_that():
     from probes.report.words import path_clause
 

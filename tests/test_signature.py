@@ -315,3 +315,40 @@ def test_a_role_is_named_only_when_its_interval_clears_the_claim():
     for name, low in measured.low.items():
         mean = {**measured.everywhere, **measured.scored}[name]
         assert bool((low <= mean + 1e-7).all()) and bool((low >= 0).all()) and bool((low < mean).any()), name
+
+
+def test_a_part_holds_its_heads_by_contribution_and_keeps_one_whose_edges_are_each_small(monkeypatch):
+    """block-2 seed 0 listed L1H0, L1H1, L1H2 (index order) and omitted L1H3: a part's heads are those
+    whose kept edges move the gap by REFERENCE_NOISE summed, ordered by that share, largest first."""
+    from types import SimpleNamespace
+
+    import probes.circuits.signature as signature
+    from models.graph import graph_of
+    from probes.circuits.methods.scores import REFERENCE_NOISE
+
+    graph = graph_of(ModelSpec(n_layers=2, d_model=16, n_heads=4, mlp=False, n_ctx=4, d_vocab=5))
+    roles = {Head(layer, h): UNNAMED for layer in range(2) for h in range(4)}
+    share = {
+        (Head(0, 0), Head(1, 0)): 0.2,
+        (Head(0, 0), Head(1, 3)): 0.3,
+        (Head(1, 0), Logits()): 0.25,
+        (Head(1, 3), Logits()): 0.35,
+        # L1H1: every edge below the noise alone, above it summed
+        (Head(0, 0), Head(1, 1)): 0.6 * REFERENCE_NOISE,
+        (Head(1, 1), Logits()): 0.6 * REFERENCE_NOISE,
+    }
+    values = [
+        share.get(
+            (e.sender, e.receiver.node), 1.0 if isinstance(e.sender, Embed) and e.receiver.node == Head(0, 0) else 0.0
+        )
+        for e in graph.edges
+    ]
+    oracle = SimpleNamespace(normalised=lambda: torch.tensor(values))
+    monkeypatch.setattr(
+        signature,
+        "part_edge_costs",
+        lambda model, pairs, graph, members, keys: {k: sum(a for _, a in members[k]) for k in keys},
+    )
+    found = signature.carrying_parts(None, None, graph, roles, oracle)
+    heads = dict(found.heads)
+    assert heads["L1 head of unnamed role"] == ("L1H3", "L1H0", "L1H1"), heads

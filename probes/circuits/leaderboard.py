@@ -155,7 +155,7 @@ def trained_truth(name: str) -> Entry:
 
 def truth_models() -> dict[str, Entry]:
     """name -> its Entry, cheap to list: nothing is built here."""
-    from probes.circuits.truth import gates, planted, trained
+    from probes.circuits.truth import gates, planted, relation_gates, trained
 
     planted_builds = (
         planted.two_hop,
@@ -171,6 +171,7 @@ def truth_models() -> dict[str, Entry]:
     )
     out = {build.__name__.replace("_", "-"): planted_truth(build, "planted") for build in planted_builds}
     out |= {build.__name__.replace("_", "-"): planted_truth(build, "gate") for build in gates.GATES}
+    out |= {build.__name__.replace("_", "-"): planted_truth(build, "gate") for build in relation_gates.RELATION_GATES}
     out |= {f"tracr-{name}": tracr_truth(name) for name in tracr_fixtures()}
     out |= {f"trained-{name}": trained_truth(name) for name in trained.names()}
     return out

@@ -8,16 +8,10 @@ counterfactual write, so each component outside S writes what it writes on the c
 to every reader. f(S) is on the gap scale (0 = the counterfactual run, 1 = the clean run); f(all) = 1
 by construction. S suffices when f(S) >= SUFFICES; it is minimal when no proper subset suffices.
 
-Relations (one finding each, with the numbers that make it true):
-- SERIES: members of a minimal set linked by circuit edges between them (a chain such as
-  L0H2 -> MLP0 -> L1H1.q): each is needed, because the set is minimal;
-- AND: a minimal set made of two or more unlinked groups: each group alone keeps less than
-  SUFFICES, together they suffice;
-- OR: two or more minimal sets; the branches are what each adds to the components in every minimal
-  set (those are NECESSARY), and each branch alone (with the necessary ones) suffices;
-- PARTIAL_OR: components in no minimal set that, with the necessary ones, keep at least NEEDED of
-  the gap without any branch: a backup that carries part of the answer;
-- NECESSARY: in every minimal set (stated when there are several).
+Relations between the circuit's members (the heads and MLPs that send its edges) are not read
+off the minimal sets: probes.circuits.subsets measures f on subsets of the members (each knocked out
+by its own output, everything else kept), probes.circuits.interactions their contributions and
+interactions, probes.circuits.relation_classes and .rows the classes, each with its rule.
 Why by hand: no library computes minimal sufficient sets over a TransformerLens 4 model. A set of
 components is knocked out at the components themselves (their hook_z / hook_mlp_out given the
 counterfactual run's values, many sets as replicas of one forward): the same numbers as patching
@@ -25,15 +19,17 @@ every out-edge on the edge oracle (tested), without its per-edge bookkeeping, wh
 cost seconds per set on a planted model.
 
 Paths: every path of the circuit's edge DAG from the embeddings to the logits. A path's effect is
-f of its edges plus the circuit's edges from the embeddings into the path's components (the raw
-token inputs the path reads besides itself), every other edge given its counterfactual write.
+f of its own edges plus the circuit's other edges from the embeddings into its first component
+(that head's other inputs), every other edge given its counterfactual write. Paths that come to one
+edge set that way (a head read through its keys and through its values) are one path, with both
+readings of the first head.
 """
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from enum import StrEnum
+from typing import TYPE_CHECKING
 
 import torch
 from transformer_lens.utilities import get_act_name
@@ -43,10 +39,14 @@ from models.bridge import device_of
 from models.graph import MLP, Edge, Embed, Graph, Head, Logits
 from probes.circuits.methods.joint import SetFaithfulness
 from probes.circuits.oracle import Direction, Runs, record_runs
-from probes.patching import scored_logits
+from probes.patching import scored_logits, scored_metric
 from probes.circuits.edge_hooks import mlp_out_name
-from probes.patching import corrupt_inputs, outcome, replicas_per_forward
+from probes.patching import corrupt_inputs, outcome, replica_scored, replicas_per_forward
 from tasks.data import Batch
+
+if TYPE_CHECKING:  # those modules build on this one's KnockOut
+    from probes.circuits.interactions import Interactions
+    from probes.circuits.relation_classes import Relation
 
 SUFFICES = 0.9  # a set of components keeping this share of the gap suffices
 NEEDED = 0.1  # a share below this is no contribution (a partial backup carries at least this)
@@ -56,31 +56,14 @@ PATH_CARRIES = 0.5  # a path carries the circuit when it keeps this share of the
 MAX_PATHS = 64  # paths measured per circuit, the strongest by their weakest edge's effect alone
 
 
-class RelationKind(StrEnum):
-    SERIES = "series"
-    AND = "and"
-    OR = "or"
-    PARTIAL_OR = "partial or"
-    NECESSARY = "necessary"
-
-
 Component = Head | MLP
-
-
-@dataclass(frozen=True)
-class Relation:
-    kind: RelationKind
-    parts: tuple[tuple[Component, ...], ...]  # SERIES: one chain, in order; AND/OR: the groups/branches;
-    # PARTIAL_OR: (the backup, the branch it backs up); NECESSARY: one
-    alone: tuple[float, ...]  # f of each part kept alone (with the necessary components)
-    together: float  # f of all parts kept (with the necessary components)
-    without: tuple[float, ...] = ()  # SERIES/NECESSARY: f of the whole minus each member
 
 
 @dataclass(frozen=True)
 class Path:
     edges: tuple[Edge, ...]  # embed -> ... -> logits, in order
-    effect: float  # f of the path with its components' raw embedding inputs
+    effect: float  # f of the path's own edges with its first component's other embedding inputs
+    readings: tuple[Edge, ...] = ()  # the first edges of the paths that came to the same edge set
 
     @property
     def components(self) -> tuple[Component, ...]:
@@ -98,6 +81,7 @@ class Logic:
     relations: tuple[Relation, ...]
     paths: tuple[Path, ...]  # strongest first
     pairs: int
+    interactions: Interactions | None = None  # of the circuit's members
 
     @property
     def necessary(self) -> frozenset:
@@ -121,8 +105,10 @@ class KnockOut:
             raise ValueError("components are kept clean: pass runs recorded with direction 'noise'")
         self.model, self.batch, self.runs, self.components = model, batch.to(device_of(model)), runs, components
         names = {name_of(c) for c in components}
-        _, cache = model.run_with_cache(corrupt_inputs(self.batch), names_filter=lambda n: n in names)
+        logits, cache = model.run_with_cache(corrupt_inputs(self.batch), names_filter=lambda n: n in names)
         self.other = {name: cache[name] for name in names}
+        # the counterfactual run's metric at each scored position: 0 of the gap, row by row
+        self.other_rows = scored_metric(replica_scored(logits, self.batch), self.batch)[0].detach().cpu()
         self.empty, self.full = runs.other.outcome.metric, runs.base.outcome.metric
         self.measured = 0
 
@@ -148,9 +134,9 @@ class KnockOut:
         return patch
 
     @torch.no_grad()
-    def __call__(self, sets: list[frozenset]) -> list[float]:
+    def scored(self, sets: list[frozenset]):
+        """[replicas, k, vocab] scored logits of each set, a forward's worth of sets at a time."""
         self.measured += len(sets)
-        out: list[float] = []
         per_forward = replicas_per_forward(self.batch)
         names = sorted({name_of(c) for c in self.components})
         for first in range(0, len(sets), per_forward):
@@ -158,9 +144,16 @@ class KnockOut:
             hooks = [(name, self.hook(name, members)) for name in names]
             resid = self.runs.base.resid_pre[0].repeat(len(members), 1, 1)
             with self.model.hooks(fwd_hooks=hooks):  # only the scored logits are read
-                scored = scored_logits(self.model, resid, 0, self.batch, len(members))
-            out += [share(o.metric, self.empty, self.full) for o in outcome(scored, self.batch)]
-        return out
+                yield scored_logits(self.model, resid, 0, self.batch, len(members))
+
+    def __call__(self, sets: list[frozenset]) -> list[float]:
+        return [
+            share(o.metric, self.empty, self.full) for scored in self.scored(sets) for o in outcome(scored, self.batch)
+        ]
+
+    def rows(self, sets: list[frozenset]) -> torch.Tensor:
+        """[sets, k] the metric at each scored position (probes.patching.scored_metric) of each set."""
+        return torch.cat([scored_metric(scored, self.batch) for scored in self.scored(sets)]).detach().cpu()
 
 
 def name_of(component: Component) -> str:
@@ -222,95 +215,6 @@ def member_links(members: frozenset, links: frozenset[Edge]) -> dict:
     return out
 
 
-def chains(members: frozenset, links: frozenset[Edge]) -> list[tuple[Component, ...]]:
-    """Every maximal chain of linked members, from a member no member writes to onwards."""
-    to = member_links(members, links)
-    fed = {r for rs in to.values() for r in rs}
-    found: list[tuple[Component, ...]] = []
-
-    def walk(trail):
-        nexts = sorted(to[trail[-1]], key=lambda c: (c.layer, str(c)))
-        if not nexts:
-            found.append(trail)
-        for n in nexts:
-            walk(trail + (n,))
-
-    for source in ordered(members - fed):
-        walk((source,))
-    return [c for c in found if len(c) >= 2]
-
-
-def joined(members: frozenset, links: frozenset[Edge]) -> list[tuple[Component | None, tuple[Component, ...]]]:
-    """Where two or more members meet: (a member, the members writing to it) with two or more writers,
-    and (None, the members writing to no member) when there are two or more of those."""
-    to = member_links(members, links)
-    meets = [(m, ordered(w for w in members if m in to[w])) for m in ordered(members)]
-    sinks = ordered(m for m in members if not to[m])
-    return [(m, ws) for m, ws in meets if len(ws) >= 2] + ([(None, sinks)] if len(sinks) >= 2 else [])
-
-
-def relations_of(
-    values: dict[frozenset, float], f, sets: tuple[frozenset, ...], components, links: frozenset[Edge]
-) -> list[Relation]:
-    """The relations the minimal sets imply; `f` measures sets not yet in `values`."""
-
-    def value(s: frozenset) -> float:
-        if s not in values:
-            values[s] = f([s])[0]
-        return values[s]
-
-    whole = frozenset(components)
-    necessary = frozenset.intersection(*sets) if sets else frozenset()
-    out: dict[tuple, Relation] = {}
-    for members in sets:
-        for chain in chains(members, links):
-            out.setdefault(
-                (RelationKind.SERIES, chain),
-                Relation(
-                    RelationKind.SERIES,
-                    (chain,),
-                    (value(members),),
-                    value(members),
-                    tuple(value(members - {c}) for c in chain),
-                ),
-            )
-        for _, writers in joined(members, links):
-            parts = tuple((w,) for w in writers)
-            out.setdefault(
-                (RelationKind.AND, parts),
-                Relation(
-                    RelationKind.AND,
-                    parts,
-                    tuple(value(members - (frozenset(writers) - {w})) for w in writers),
-                    value(members),
-                ),
-            )
-    if len(sets) >= 2:
-        branches = tuple(ordered(s - necessary) for s in sets)
-        out[RelationKind.OR, branches] = Relation(
-            RelationKind.OR, branches, tuple(value(s) for s in sets), value(frozenset().union(*sets))
-        )
-        if necessary:
-            kept = ordered(necessary)
-            out[RelationKind.NECESSARY, kept] = Relation(
-                RelationKind.NECESSARY, (kept,), (value(necessary),), 1.0, tuple(value(whole - {c}) for c in kept)
-            )
-    spares = ordered(whole - frozenset().union(*sets)) if sets else ()
-    best = max(sets, key=value) if sets else frozenset()
-    for spare in spares:
-        # the member of the best set whose place the spare takes best: its gain without that member
-        gains = {m: value(best - {m} | {spare}) - value(best - {m}) for m in ordered(best)}
-        backed = max(gains, key=lambda m: (gains[m], str(m)), default=None)
-        if backed is not None and gains[backed] >= NEEDED:
-            out[RelationKind.PARTIAL_OR, spare] = Relation(
-                RelationKind.PARTIAL_OR,
-                ((spare,), (backed,)),
-                (value(best - {backed} | {spare}), value(best)),
-                value(best | {spare}),
-            )
-    return list(out.values())
-
-
 def linking_edges(graph: Graph, circuit: frozenset) -> frozenset[Edge]:
     """The circuit's edges, and every graph edge touching a component outside it (a backup the ranked
     circuit left out: how it is wired is not measured, so the graph's wiring stands in)."""
@@ -369,24 +273,39 @@ def logic(
     else:
         values = {}
         sets = bounded_sets(values, knock_out, components)
-    relations = relations_of(values, knock_out, sets, components, linking_edges(graph, frozenset(circuit)))
-    share = dict(zip(graph.edges, single.tolist()))
-    paths = circuit_paths(graph, frozenset(circuit), share)
-    raw = [
-        frozenset(
-            e for e in circuit if isinstance(e.sender, Embed) and e.receiver.node in {x.receiver.node for x in p[:-1]}
-        )
-        for p in paths
-    ]
-    effects = f([frozenset(p) | r for p, r in zip(paths, raw)]) if paths else []
-    found = sorted((Path(p, v) for p, v in zip(paths, effects)), key=lambda p: (-p.effect, len(p.edges)))
+    # imported here: those modules build on this one's KnockOut
+    from probes.circuits.interactions import interactions
+    from probes.circuits.relation_classes import relations
+    from probes.circuits.subsets import Subsets
+
+    members = ordered({e.sender for e in circuit if not isinstance(e.sender, Embed)})
+    subsets = Subsets(model, batch, runs, members) if members else None
+    found = own_paths(graph, frozenset(circuit), dict(zip(graph.edges, single.tolist())), f)
     return Logic(
         components,
         sets,
         exhaustive,
         EXHAUSTIVE,
-        knock_out.measured + f.measured,
-        tuple(relations),
-        tuple(found),
+        knock_out.measured + f.measured + (subsets.measured if subsets else 0),
+        relations(subsets, linking_edges(graph, frozenset(circuit))) if subsets else (),
+        found,
         len(batch),
+        interactions(subsets) if subsets else None,
     )
+
+
+def own_paths(graph: Graph, circuit: frozenset, share: dict, f) -> tuple[Path, ...]:
+    """Each path measured on its own edges and its first component's other embedding inputs; paths
+    that come to one edge set are one, with each first edge a reading (strongest first)."""
+    by_set: dict[frozenset, list] = {}
+    for p in circuit_paths(graph, circuit, share):
+        first = p[0].receiver.node
+        raw = frozenset(e for e in circuit if isinstance(e.sender, Embed) and e.receiver.node == first)
+        by_set.setdefault(frozenset(p) | raw, []).append(p)
+    sets = list(by_set)
+    effects = f(sets) if sets else []
+    found = [
+        Path(by_set[s][0], v, tuple(dict.fromkeys(p[0] for p in by_set[s])) if len(by_set[s]) > 1 else ())
+        for s, v in zip(sets, effects)
+    ]
+    return tuple(sorted(found, key=lambda p: (-p.effect, len(p.edges))))

@@ -217,8 +217,9 @@ def carrying_parts(model, pairs, graph, roles: dict, oracle) -> MechanismSignatu
     from the embedding to the logits through kept edges. No share is tuned: the bar is the main
     path's own. Why coarse: the full edge circuit's small edges, and how many heads share a part's
     work, differ between seeds of one mechanism (3 seeds of tests/plugins/census_tasks.py's
-    neighbour gave 3 signatures each on attn-only-2x2 and block-2). A part's heads are those with
-    a member edge of a kept part edge that moves the gap by REFERENCE_NOISE alone. The embedding's
+    neighbour gave 3 signatures each on attn-only-2x2 and block-2). A part's heads are those whose
+    member edges in kept part edges move the gap by REFERENCE_NOISE alone, summed (a head with
+    several smaller edges is kept too), ordered by that sum, largest first (never by index). The embedding's
     edges into one part are one part edge whatever the input (q, k or v): which input carries the
     tokens and which the positions is split differently by seeds of one mechanism (markcopy's
     layer-0 head read the embedding most through its values in two seeds, its keys in the third),
@@ -233,18 +234,21 @@ def carrying_parts(model, pairs, graph, roles: dict, oracle) -> MechanismSignatu
     kept = carried(keys, cost, initial_colour(Embed(), roles), initial_colour(Logits(), roles))
     if kept is None:
         return None
-    nodes = {p: set() for k in kept for p in (k[0], k[3])}
+    nodes: dict = {p: set() for k in kept for p in (k[0], k[3])}
+    carried_by: dict = {}  # node -> the summed share alone of its member edges in kept part edges
     for k in kept:
         for edge, alone in members[k]:
-            if alone >= REFERENCE_NOISE:
-                nodes[k[0]].add(edge.sender)
-                nodes[k[3]].add(edge.receiver.node)
+            for part, node in ((k[0], edge.sender), (k[3], edge.receiver.node)):
+                carried_by[part, node] = carried_by.get((part, node), 0.0) + alone
+    for (part, node), total in carried_by.items():
+        if total >= REFERENCE_NOISE:
+            nodes[part].add(node)
     lines = []
     for sender, port, position, receiver in kept:
         target = names[receiver] if port == "in" else f"{names[receiver]}.{port}"
         lines.append(f"{names[sender]} -> {target}" + ("" if position < 0 else f" @p{position}"))
     heads_of = tuple(
-        (names[p], tuple(str(h) for h in sorted(ns) if isinstance(h, Head)))
+        (names[p], tuple(str(h) for h in sorted(ns, key=lambda h: (-carried_by[p, h], h)) if isinstance(h, Head)))
         for p, ns in sorted(nodes.items())
         if any(isinstance(h, Head) for h in ns)
     )

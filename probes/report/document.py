@@ -303,7 +303,8 @@ def header(analysis, settings: ReportSettings) -> str:
             f"- Ablation (every ablation table and sentence): {b.ablation} of {b.heldout} held-out examples "
             f"(evenly spread; all when the split is smaller than {settings.ablation_rows}); mean and resample "
             f"ablation replace a head's output by its per-position mean over (a row of) {b.reference} of {b.train} "
-            "training examples. MLPs and embeddings are never ablated.",
+            "training examples. Embeddings are never ablated; MLPs are mean- and zero-ablated in the section "
+            "'MLPs and where the answer appears'.",
             f"- Patching, path patching, circuit search, faithfulness and knockouts: {b.pairs} evenly spread held-out "
             f"counterfactual pairs (clean = example, counterfactual = its partner; metric: {analysis.patching.metric}).",
             "- Gap scale ('recovered', '% of the gap'): (m - m(counterfactual)) / (m(clean) - m(counterfactual)); "

@@ -4,12 +4,25 @@ counterfactual run, 1 = the clean run)."""
 
 from __future__ import annotations
 
-from probes.circuits.logic import NEEDED, PATH_CARRIES, SUFFICES, Logic, Path, Relation, RelationKind
+from probes.circuits.interactions import Interval
+from probes.circuits.logic import PATH_CARRIES, SUFFICES, Logic, Path
+from probes.circuits.relation_classes import ADDITIVE, EXACT_OR, SHARED_LOSS, Kind, Relation
 from probes.report.words import pct
 
 SHOWN_RELATIONS = 6  # sentences per run; every relation is in report.json
-SHOWN_BRANCHES = 4  # an OR's branches named in a sentence or cell
-ORDER = (RelationKind.OR, RelationKind.PARTIAL_OR, RelationKind.AND, RelationKind.NECESSARY, RelationKind.SERIES)
+SHOWN_MEMBERS = 4  # a group's members named in a cell
+ORDER = (
+    Kind.CASE_SPLIT,
+    Kind.OR,
+    Kind.SHARED,
+    Kind.OVERLAP,
+    Kind.ADDITIVE,
+    Kind.AND,
+    Kind.SERIES,
+    Kind.NECESSARY,
+    Kind.BORDERLINE,
+)
+TIE = 0.005  # contributions this close (of the gap) are a tie, said as "="
 
 
 def names(components) -> str:
@@ -17,50 +30,105 @@ def names(components) -> str:
     return names_[0] if len(names_) == 1 else ", ".join(names_[:-1]) + " and " + names_[-1]
 
 
-def branch(components) -> str:
-    return "+".join(map(str, components))
-
-
 def path_text(path: Path) -> str:
-    """'embed -> L0H2.v -> MLP0 -> L1H1.q -> logits'."""
-    return " -> ".join(["embed", *(str(edge.receiver) for edge in path.edges)])
+    """'embed -> L0H2.v -> MLP0 -> L1H1.q -> logits' ('L0H0.k/v' where two readings are one path)."""
+    first = str(path.edges[0].receiver)
+    if path.readings:
+        head = str(path.edges[0].receiver.node)
+        first = head + "." + "/".join(sorted(e.receiver.port for e in path.readings))
+    return " -> ".join(["embed", first, *(str(edge.receiver) for edge in path.edges[1:])])
 
 
 def short_path(path: Path) -> str:
     """'L0H2>MLP0>L1H1.q' for a table cell: the components and the port each is read through."""
-    return ">".join(str(edge.receiver) for edge in path.edges[:-1])
+    return ">".join(path_text(path).split(" -> ")[1:-1])
+
+
+def ci(i: Interval) -> str:
+    return f"{pct(i.value)} [{pct(i.low)}, {pct(i.high)}]"
+
+
+def held(r: Relation) -> str:
+    return f"holds on {r.rows} of {r.moved} pairs the members move ({r.pairs} pairs)"
+
+
+def pair_numbers(r: Relation) -> str:
+    (a, b), (x, y) = r.members, r.alone
+    return (
+        f"{a} adds {ci(x)} with {b} knocked out, {b} {ci(y)} with {a} knocked out, together {ci(r.together)}; "
+        f"interaction {ci(r.interaction) if r.interaction else '-'}"
+    )
+
+
+def group_numbers(r: Relation) -> str:
+    alone = ", ".join(f"{c} {pct(a.value)}" for c, a in zip(r.members, r.alone))
+    losses = ", ".join(pct(x.value) for x in r.losses)
+    return (
+        f"each alone (the others of the group knocked out) adds {alone}; knocking out each alone costs {losses}; "
+        f"all of them {ci(r.together)}"
+    )
+
+
+def split_sentence(r: Relation) -> str:
+    split = r.split
+    assert split is not None
+    parts = [f"{split.members[0]} decides {split.decides[0]} of {split.moved} pairs"]
+    parts += [
+        f"{c} {'the other' if i == len(split.members) - 1 else 'another'} {n}"
+        for i, (c, n) in enumerate(zip(split.members[1:], split.decides[1:]), 1)
+    ]
+    both = "no pair needs two of them" if not split.both else f"{split.both} pairs need two of them"
+    restores = ", ".join(f"{c} {k} of {n}" for c, k, n in zip(split.members, split.restores, split.decides))
+    return (
+        f"case split: {', '.join(parts)}; {both} (each alone, the others knocked out, restores its own pairs: "
+        f"{restores}; a pair needs a member when knocking it out alone leaves less than half its gap)"
+    )
+
+
+def word_sentence(kind: Kind, r: Relation) -> str:
+    if kind is Kind.ADDITIVE:
+        return (
+            f"additive: {names(r.members)} add up (|interaction| within {pct(ADDITIVE)} of together): {pair_numbers(r)}"
+        )
+    if kind is Kind.AND:
+        return f"AND (synergy): {names(r.members)} together add more than the sum of what each adds alone: {pair_numbers(r)}"
+    if kind is Kind.SERIES:
+        up, down = r.members
+        return (
+            f"in series {up} -> {down}: {down}'s effect needs {up} (it adds {ci(r.alone[1])} with {up} knocked out, "
+            f"knocking it out costs {ci(r.losses[1])} with {up} kept); together {ci(r.together)}"
+        )
+    if kind is Kind.OR:
+        body = pair_numbers(r) if len(r.members) == 2 else group_numbers(r)
+        return (
+            f"OR: {' | '.join(map(str, r.members))} are alternatives: each alone adds at least {pct(EXACT_OR)} of what "
+            f"all add: {body}"
+        )
+    if kind is Kind.OVERLAP:
+        body = pair_numbers(r) if len(r.members) == 2 else group_numbers(r)
+        return f"partial overlap (a partial OR): {names(r.members)} carry part of the same answer, not each all of it: {body}"
+    if kind is Kind.SHARED:
+        return (
+            f"shared work: {names(r.members)}: no one alone keeps what the group does and knocking out each costs at "
+            f"most {pct(SHARED_LOSS)} of what the group adds: {group_numbers(r)}"
+        )
+    return (
+        f"{r.members[0]} is necessary: knocking it out alone, everything else kept, leaves {ci(r.together)} of the gap "
+        f"(below {pct(1 - SUFFICES)})"
+    )
 
 
 def relation_sentence(r: Relation) -> str:
-    if r.kind is RelationKind.SERIES:
-        links = ", ".join(f"without {c} {pct(w)}" for c, w in zip(r.parts[0], r.without))
+    if r.kind is Kind.CASE_SPLIT:
+        return split_sentence(r)
+    if r.kind is Kind.BORDERLINE and r.between:
+        point, other = r.between
         return (
-            f"in series {' -> '.join(map(str, r.parts[0]))}: each link is needed (the minimal set keeps "
-            f"{pct(r.together)}; {links})"
+            f"borderline {point} / {other or 'no relation'} (the bootstrap interval straddles the rule's line): "
+            + word_sentence(point, r)
+            + f"; {held(r)}"
         )
-    if r.kind is RelationKind.AND:
-        return (
-            f"AND: {names(c for part in r.parts for c in part)} are jointly needed: each alone (the others "
-            f"knocked out) keeps {', '.join(pct(a) for a in r.alone)}, below the {pct(SUFFICES)} that suffices, "
-            f"together {pct(r.together)}"
-        )
-    if r.kind is RelationKind.OR:
-        shown = r.parts[:SHOWN_BRANCHES]
-        more = f" and {len(r.parts) - len(shown)} more branches" if len(r.parts) > len(shown) else ""
-        return (
-            f"OR: {' | '.join(branch(b) for b in shown)}{more} are alternatives: each branch suffices alone "
-            f"(keeps {', '.join(pct(a) for a in r.alone[:SHOWN_BRANCHES])}, at least {pct(SUFFICES)}), all of "
-            f"them {pct(r.together)}"
-        )
-    if r.kind is RelationKind.PARTIAL_OR:
-        (spare,), (backed,) = r.parts
-        return (
-            f"partial OR: {spare} is a partial backup of {backed}: with {backed} knocked out it keeps "
-            f"{pct(r.alone[0])} (it adds at least {pct(NEEDED)} there), with {backed} "
-            f"{pct(r.alone[1])}, both {pct(r.together)}"
-        )
-    without = ", ".join(f"without {c} {pct(w)}" for c, w in zip(r.parts[0], r.without))
-    return f"{names(r.parts[0])} {'is' if len(r.parts[0]) == 1 else 'are'} in every minimal set: necessary ({without})"
+    return word_sentence(r.kind, r) + f"; {held(r)}"
 
 
 def basis(logic: Logic) -> str:
@@ -80,6 +148,37 @@ def basis(logic: Logic) -> str:
     )
 
 
+def ranked(members, value) -> str:
+    """'L1H3 29% > L1H0 23% = L1H1 23%': by contribution, ties (within TIE) said."""
+    out = []
+    for i, m in enumerate(members):
+        if i:
+            out.append(" = " if abs(value(members[i - 1]) - value(m)) < TIE else " > ")
+        out.append(f"{m.component} {pct(value(m))}")
+    return "".join(out)
+
+
+def contributions(logic: Logic) -> str:
+    """The members by contribution: Shapley shares (exact) or each one's loss (beyond the exact size)."""
+    found = logic.interactions
+    if found is None:
+        return "the circuit has no head or MLP"
+    n = len(found.members)
+    if found.exhaustive:
+        how = (
+            f"Shapley shares over every one of the 2^{n} subsets of its {n} members (each knocked out by its own "
+            f"output, everything else kept), adding up to all members' {ci(found.total)} of the gap"
+        )
+        value = lambda m: m.shapley.value  # noqa: E731
+    else:
+        how = (
+            f"each member's loss knocked out alone (beyond {found.limit} members only the sets knocking out at "
+            f"most two are measured, so no Shapley share)"
+        )
+        value = lambda m: m.loss.value  # noqa: E731
+    return f"contributions on {found.pairs_n} pairs ({how}): {ranked(found.members, value)}"
+
+
 def path_sentence(logic: Logic) -> str:
     carrying = logic.carrying_paths
     if carrying:
@@ -87,7 +186,7 @@ def path_sentence(logic: Logic) -> str:
         more = f" and {len(carrying) - len(shown)} more" if len(carrying) > len(shown) else ""
         return (
             "main path" + ("s" if len(carrying) > 1 else "") + f" (each keeps at least {pct(PATH_CARRIES)} of the "
-            "gap on its own, with the raw embeddings its components read): "
+            "gap on its own edges, with its first component's other embedding inputs): "
             + "; ".join(f"{path_text(p)} ({pct(p.effect)})" for p in shown)
             + more
         )
@@ -100,31 +199,105 @@ def path_sentence(logic: Logic) -> str:
     return "the circuit has no path from the embeddings to the logits"
 
 
+def ranked_relations(relations) -> list[Relation]:
+    """By ORDER of kinds, within a kind the one whose members add most together first."""
+    return sorted(relations, key=lambda r: (ORDER.index(r.kind), -r.together.value))
+
+
 def logic_sentences(logic: Logic) -> list[str]:
-    ranked = sorted(logic.relations, key=lambda r: ORDER.index(r.kind))
-    shown = [relation_sentence(r) for r in ranked[:SHOWN_RELATIONS]]
-    more = [f"{len(ranked) - SHOWN_RELATIONS} more relations in report.json"] if len(ranked) > SHOWN_RELATIONS else []
-    return [basis(logic), *shown, *more, path_sentence(logic)]
+    found = ranked_relations(logic.relations)
+    shown = [relation_sentence(r) for r in found[:SHOWN_RELATIONS]]
+    more = [f"{len(found) - SHOWN_RELATIONS} more relations in report.json"] if len(found) > SHOWN_RELATIONS else []
+    return [basis(logic), contributions(logic), *shown, *more, path_sentence(logic)]
+
+
+def longest_chain(logic: Logic) -> tuple:
+    """The longest chain of series links, the one with the larger summed contribution among equals."""
+    found = logic.interactions
+    links = [r.members for r in logic.relations if r.kind is Kind.SERIES]
+    chains: list[list] = []
+
+    def walk(chain: list) -> None:
+        nexts = [b for a, b in links if a == chain[-1] and b not in chain]
+        if not nexts:
+            chains.append(chain)
+        for b in nexts:
+            walk([*chain, b])
+
+    for start in dict.fromkeys(a for a, _ in links):
+        walk([start])
+    if not chains or found is None:
+        return ()
+    contribution = found.contribution
+
+    def weight(chain: list) -> tuple[int, float]:
+        return len(chain), sum(contribution(m) for m in chain)
+
+    return tuple(sorted(chains, key=weight)[-1])
 
 
 def mechanism_cell(logic: Logic | None) -> str:
-    """The summary's mechanism column: the main path, or the relation that stands in for one."""
+    """The summary's mechanism column: the main path, or the longest series chain and the first other
+    relation, its members by contribution (ties '=')."""
     if logic is None:
         return "-"
-    if logic.carrying_paths:
+    split = next((r for r in logic.relations if r.kind is Kind.CASE_SPLIT), None)
+    if logic.carrying_paths and split is None:
         extra = len(logic.carrying_paths) - 1
         return short_path(logic.carrying_paths[0]) + (f" (+{extra})" if extra else "")
-    kinds = {r.kind for r in logic.relations}
-    series = [r.parts[0] for r in logic.relations if r.kind is RelationKind.SERIES]
-    if series and RelationKind.OR not in kinds:
-        chain = max(series, key=len)
-        return ">".join(map(str, chain)) + (" +AND" if RelationKind.AND in kinds else "")
-    for kind in (RelationKind.OR, RelationKind.AND):
-        if kind in kinds:
-            r = next(r for r in logic.relations if r.kind is kind)
-            more = f" | +{len(r.parts) - SHOWN_BRANCHES}" if len(r.parts) > SHOWN_BRANCHES else ""
-            return f"{kind.value.upper()}({' | '.join(branch(p) for p in r.parts[:SHOWN_BRANCHES])}{more})"
-    return "no path >= " + pct(PATH_CARRIES)
+    found = logic.interactions
+    chain = longest_chain(logic)
+    others = ranked_relations(r for r in logic.relations if r.kind is not Kind.SERIES)
+    others = [r for r in others if r.kind is not Kind.NECESSARY or not chain]
+    parts = [">".join(map(str, chain))] if chain else []
+    if others and found is not None:
+        r = others[0]
+        by = sorted(r.members, key=lambda c: -found.contribution(c))[:SHOWN_MEMBERS]
+        tied = lambda a, b: abs(found.contribution(a) - found.contribution(b)) < TIE  # noqa: E731
+        text = "".join((("=" if tied(by[i - 1], c) else ">") if i else "") + str(c) for i, c in enumerate(by))
+        word = r.between[0] if r.kind is Kind.BORDERLINE and r.between else r.kind
+        parts.append(f"{word.value.upper() if word in (Kind.OR, Kind.AND) else word.value}({text})")
+    return " +".join(parts) if parts else "no path >= " + pct(PATH_CARRIES)
+
+
+def relation_json(r: Relation) -> dict:
+    return {
+        "kind": r.kind.value,
+        "members": [str(c) for c in r.members],
+        "together": r.together.to_json(),
+        "alone": [a.to_json() for a in r.alone],
+        "losses": [x.to_json() for x in r.losses],
+        "interaction": None if r.interaction is None else r.interaction.to_json(),
+        "rows": r.rows,
+        "moved": r.moved,
+        "between": None if r.between is None else [None if k is None else k.value for k in r.between],
+        "split": None if r.split is None else {**r.split.__dict__, "members": [str(c) for c in r.split.members]},
+    }
+
+
+def interactions_json(logic: Logic) -> dict | None:
+    found = logic.interactions
+    if found is None:
+        return None
+    return {
+        "exhaustive": found.exhaustive,
+        "limit": found.limit,
+        "total": found.total.to_json(),
+        "members": [
+            {"component": str(m.component), "loss": m.loss.to_json(), "shapley": m.shapley and m.shapley.to_json()}
+            for m in found.members
+        ],
+        "pairs": [
+            {
+                "members": [str(c) for c in p.members],
+                "together": p.together.to_json(),
+                "alone": [a.to_json() for a in p.alone],
+                "interaction": p.interaction.to_json(),
+            }
+            for p in found.pairs
+        ],
+        "higher": [{"members": [str(c) for c in g], "harsanyi": t.to_json()} for g, t in found.higher],
+    }
 
 
 def logic_json(logic: Logic) -> dict:
@@ -135,15 +308,7 @@ def logic_json(logic: Logic) -> dict:
         "pairs": logic.pairs,
         "suffices": SUFFICES,
         "minimal_sets": [sorted(map(str, s)) for s in logic.minimal_sets],
-        "relations": [
-            {
-                "kind": r.kind.value,
-                "parts": [[str(c) for c in p] for p in r.parts],
-                "alone": list(r.alone),
-                "together": r.together,
-                "without": list(r.without),
-            }
-            for r in logic.relations
-        ],
+        "relations": [relation_json(r) for r in logic.relations],
+        "interactions": interactions_json(logic),
         "paths": [{"path": path_text(p), "effect": p.effect} for p in logic.paths],
     }

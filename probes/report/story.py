@@ -114,27 +114,14 @@ def edges_line(edges) -> str:
 
 def logic_gist(logic) -> str:
     """The main path, or the relations that stand in for one, in a few words."""
-    from probes.circuits.logic import PATH_CARRIES, RelationKind
-    from probes.report.logic_words import ORDER, branch, names, path_text
+    from probes.circuits.logic import PATH_CARRIES
+    from probes.report.logic_words import mechanism_cell, path_text
 
     carrying = logic.carrying_paths
     if carrying:
         more = f" (and {len(carrying) - 1} more)" if len(carrying) > 1 else ""
         return f"main path {path_text(carrying[0])} keeps {pct(carrying[0].effect)} on its own{more}"
-    words = {
-        RelationKind.SERIES: lambda r: "in series " + " -> ".join(map(str, r.parts[0])),
-        RelationKind.AND: lambda r: f"{names(c for part in r.parts for c in part)} jointly needed (AND)",
-        RelationKind.OR: lambda r: " | ".join(branch(b) for b in r.parts) + " each suffice (OR)",
-        RelationKind.PARTIAL_OR: lambda r: f"{r.parts[0][0]} partly backs up {r.parts[1][0]}",
-        RelationKind.NECESSARY: lambda r: f"{names(r.parts[0])} in every minimal set",
-    }
-    ranked = sorted(logic.relations, key=lambda r: ORDER.index(r.kind))
-    # Of several chains, the longest says most (the others share its links).
-    series = [r for r in ranked if r.kind is RelationKind.SERIES]
-    shown = [r for r in ranked if r.kind is not RelationKind.SERIES]
-    shown += [max(series, key=lambda r: len(r.parts[0]))] if series else []
-    found = ", ".join(words[r.kind](r) for r in shown[:SHOWN_RELATIONS])
-    return f"no single path keeps {pct(PATH_CARRIES)} on its own" + (f": {found}" if found else "")
+    return f"no single path keeps {pct(PATH_CARRIES)} on its own edges: {mechanism_cell(logic)}"
 
 
 def ablation_line(analysis, settings: ReportSettings) -> str:
@@ -176,12 +163,12 @@ def evidence_lines(analysis, edges, settings: ReportSettings) -> list[str]:
 
 
 def edge_evidence(analysis, edges, settings: ReportSettings) -> list[str]:
-    from probes.report.logic_words import ORDER, path_sentence, relation_sentence
+    from probes.report.logic_words import path_sentence, ranked_relations, relation_sentence
     from probes.report.words import views_agree
 
     lines = []
     if edges.logic is not None:
-        ranked = sorted(edges.logic.relations, key=lambda r: ORDER.index(r.kind))
+        ranked = ranked_relations(edges.logic.relations)
         lines += [relation_sentence(r) for r in ranked[:SHOWN_RELATIONS]]
         if len(ranked) > SHOWN_RELATIONS:
             lines.append(f"{len(ranked) - SHOWN_RELATIONS} more relations in the Appendix and report.json")

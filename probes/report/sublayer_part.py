@@ -46,20 +46,36 @@ def mlp_words(result, settings: ReportSettings) -> list[str]:
     return out
 
 
+DISAGREE = 0.05  # the two probes' held-out accuracies this far apart at a stage are said
+
+
 def first_decodable(result):
-    return next((d for d in result.profile if d.accuracy >= DECODABLE), None)
+    """The first stage where the better of the two probes reads the answer."""
+    return next((d for d in result.profile if d.best >= DECODABLE), None)
 
 
 def profile_words(result, settings: ReportSettings) -> str:
     first = first_decodable(result)
     d0 = result.profile[0]
-    steps = ", ".join(f"after {d.after} {pct(d.accuracy)}" for d in result.profile)
+    steps = ", ".join(f"after {d.after} {pct(d.accuracy)} (ridge {pct(d.ridge)})" for d in result.profile)
     where = (
-        f"decodable (>= {pct(DECODABLE)}) from after {first.after}" if first else f"never decodable at {pct(DECODABLE)}"
+        f"decodable (>= {pct(DECODABLE)} by the better probe) from after {first.after}"
+        if first
+        else f"never decodable at {pct(DECODABLE)}"
+    )
+    apart = [d for d in result.profile if abs(d.accuracy - d.ridge) > DISAGREE]
+    disagree = (
+        "; the two probes disagree by more than "
+        + pct(DISAGREE)
+        + " after "
+        + ", ".join(f"{d.after} (logistic {pct(d.accuracy)}, ridge {pct(d.ridge)})" for d in apart)
+        if apart
+        else ""
     )
     text = (
-        f"answer read by a linear probe (fit on {d0.train_rows} training rows, scored on {d0.heldout_rows} "
-        f"held-out positions, {d0.classes} answer tokens: chance {pct(1 / d0.classes)}): {steps}; {where}"
+        f"answer read by a linear probe (logistic, fit on {d0.train_rows} training rows, scored on "
+        f"{d0.heldout_rows} held-out positions, {d0.classes} answer tokens: chance {pct(1 / d0.classes)}), and "
+        f"by a closed-form ridge probe (its penalty chosen on held-out training rows): {steps}; {where}{disagree}"
     )
     if first is None:
         return text
@@ -70,10 +86,22 @@ def profile_words(result, settings: ReportSettings) -> str:
         if m.method is Ablation.MEAN and [d.after for d in result.profile].index(f"MLP {m.layer}") >= stage
     ]
     for mlp in later:
-        word, _ = verdict(result.intact, mlp.scores, settings)
-        role = "computes on it (needed)" if word == "needed" else f"amplifies or carries it ({word})"
-        text += f"; MLP{mlp.layer}, after that point, {role}: {pct(mlp.scores.accuracy)} accuracy without it"
+        text += f"; MLP{mlp.layer}, after that point, " + mlp_role(result.intact, mlp.scores, settings)
     return text
+
+
+def mlp_role(intact, ablated, settings: ReportSettings) -> str:
+    """What an MLP after the point the answer is readable does, by the block rule (words.verdict),
+    with the numbers the rule read: 'computes on it' only where ablating it costs answers."""
+    word, numbers = verdict(intact, ablated, settings)
+    drop = round(intact.accuracy - ablated.accuracy, 9)
+    if word == "needed" and drop >= settings.needed_accuracy_drop:
+        role = "computes on it"
+    elif word == "needed":
+        role = "strengthens it (the answers survive without it, the logit difference does not)"
+    else:
+        role = "amplifies or carries it"
+    return f"{role} ({word}: mean-ablated it {numbers})"
 
 
 def render_sublayers(results: list, out: Path, settings: ReportSettings) -> Section:
@@ -87,7 +115,7 @@ def render_sublayers(results: list, out: Path, settings: ReportSettings) -> Sect
                 "seed": seed,
                 "intact": vars(result.intact),
                 "mlps": [{"layer": m.layer, "method": m.method.value, **vars(m.scores)} for m in result.mlps],
-                "profile": [vars(d) for d in result.profile],
+                "profile": [{**vars(d), "best": d.best} for d in result.profile],
             }
         )
     intro = (

@@ -44,7 +44,8 @@ LEGEND = (
     "search's where it is smaller at the target: 'joint'), edges kept / graph, and its faithfulness on the "
     "gap scale (0 = counterfactual run, 1 = clean run)",
     "mechanism: the edge circuit's main path (components and the input each reads, keeping >= 50% of the gap on its "
-    "own), or the OR/AND of components that stands in for one (probes.circuits.logic)",
+    "own edges), or its longest series chain and first other relation (a case split, OR, shared work, overlap, "
+    "additive pair, AND), members by Shapley share, '=' a tie (probes.circuits.relation_classes)",
     "how many rows and pairs: each run's sentences (and report.md's Bases and scales)",
 )
 TERMINAL_LEGEND = (

@@ -254,7 +254,7 @@ def path_clause(analysis, settings: ReportSettings) -> str | None:
         return analysis.note
     if analysis.spec.n_layers > 1:
         # Heads of one block cannot compose; whether later blocks' MLPs carry the decision on is
-        # not measured here (MLPs are never ablated; the edge-circuit section shows their edges).
+        # not measured here (the MLP section ablates them; the edge-circuit section shows their edges).
         layer = next(iter(analysis.circuit.kept)).layer
         return f"no composition between circuit heads: all of them are in block {layer + 1}"
     return None

@@ -45,6 +45,8 @@ class Kind(StrEnum):
     ADDITIVE = "ADDITIVE"  # each keeps its own share alone; shares add up to 1
     NECESSARY = "NECESSARY"  # an MLP that computes: mean-ablating it destroys the answer
     CARRIES = "CARRIES"  # an MLP that only amplifies: the answer is decodable without it
+    SHARED = "SHARED"  # each alone keeps part, knocking out each costs little, all together a lot
+    CASE_SPLIT = "CASE_SPLIT"  # each pair needs exactly one component (relation_gates.py)
 
 
 @dataclass(frozen=True)

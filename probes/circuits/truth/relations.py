@@ -2,24 +2,28 @@
 (probes.circuits.truth.gates.Relation), whether the logic of its true circuit (probes.circuits.logic,
 on the counterfactual pairs) names it, read from the logic's typed relations, not its sentences:
 
-- OR: an OR whose branches are exactly the components, one each;
-- PARTIAL_OR: a partial OR, or an OR, whose parts together are exactly the components, with not
-  every component a branch alone (that would claim a half backup suffices by itself);
-- AND: an AND whose groups are exactly the components, one each;
-- ADDITIVE: such an AND whose shares alone add up to what the components keep together;
-- SERIES: a chain that is the components in order;
+- OR: an OR (probes.circuits.relation_classes) whose members are exactly the components;
+- PARTIAL_OR: a partial overlap whose members are exactly the components (an AND, an additive pair or
+  an exact OR over them is a miss);
+- AND: an AND (synergy) whose members are exactly the components;
+- ADDITIVE: every pair of the components read as additive (an AND over them is a miss);
+- SERIES: every consecutive pair of the components read as in series, upstream first;
+- SHARED / CASE_SPLIT: shared work / a case split whose members are exactly the components;
 - NECESSARY / CARRIES: the MLP mean-ablated on the pairs reads "needed" / anything else, by the
   `word` the caller passes (the leaderboard passes the report's verdict: the rule lives with the
   words, a layer above this one).
+A borderline relation names nothing.
 `shares`: where the named relation has one component per part, whether each part's share alone is
 the planted one (within SHARES of the gap); None where the relation states no such shares.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
-from probes.circuits.logic import Logic, RelationKind
+from probes.circuits.logic import Logic
+from probes.circuits.relation_classes import Kind as Found
 from probes.circuits.truth.gates import Kind, Relation
 
 SHARES = 0.05  # of the gap: a measured share this close to the planted one is that share
@@ -38,60 +42,59 @@ class RelationGrade:
         return {**self.__dict__, "components": list(self.components)}
 
 
-def parts_text(kind, parts) -> str:
-    if kind is RelationKind.SERIES:
-        return f"{kind}: " + " -> ".join(str(c) for c in parts[0])
-    return f"{kind}: " + " | ".join("+".join(str(c) for c in part) for part in parts)
+EXACT = {Kind.OR: Found.OR, Kind.PARTIAL_OR: Found.OVERLAP, Kind.AND: Found.AND, Kind.SHARED: Found.SHARED}
+EXACT[Kind.CASE_SPLIT] = Found.CASE_SPLIT
 
 
-def one_each(parts, components) -> bool:
-    return sorted(map(frozenset, parts), key=sorted) == sorted((frozenset([c]) for c in components), key=sorted)
+def parts_text(found) -> str:
+    joiner = " -> " if found.kind is Found.SERIES else " | "
+    return f"{found.kind}: " + joiner.join(str(c) for c in found.members)
 
 
-def covers(parts, components) -> bool:
-    return frozenset(c for part in parts for c in part) == frozenset(components)
-
-
-def names(relation: Relation, found) -> bool:
-    parts, kind = found.parts, found.kind
-    if relation.kind is Kind.OR:
-        return kind is RelationKind.OR and one_each(parts, relation.components)
-    if relation.kind is Kind.PARTIAL_OR:
-        return (
-            kind in (RelationKind.OR, RelationKind.PARTIAL_OR)
-            and covers(parts, relation.components)
-            and not (kind is RelationKind.OR and one_each(parts, relation.components))
-        )
-    if relation.kind is Kind.AND:
-        return kind is RelationKind.AND and one_each(parts, relation.components)
+def naming(relation: Relation, logic: Logic) -> list:
+    """The logic's relations that together name the planted one ([] where it is not named)."""
+    components = relation.components
+    if relation.kind in EXACT:
+        want = EXACT[relation.kind]
+        return [r for r in logic.relations if r.kind is want and frozenset(r.members) == frozenset(components)][:1]
     if relation.kind is Kind.ADDITIVE:
-        return (
-            kind is RelationKind.AND
-            and one_each(parts, relation.components)
-            and abs(sum(found.alone) - found.together) <= SHARES
-        )
-    if relation.kind is Kind.SERIES:
-        return kind is RelationKind.SERIES and tuple(parts[0]) == tuple(relation.components)
-    raise ValueError(f"{relation.kind} is graded by the MLP's ablation, not the logic")
+        pairs = list(itertools.combinations(components, 2))
+    elif relation.kind is Kind.SERIES:
+        pairs = [(a, b) for a, b in zip(components, components[1:])]
+    else:
+        raise ValueError(f"{relation.kind} is graded by the MLP's ablation, not the logic")
+    want = Found.ADDITIVE if relation.kind is Kind.ADDITIVE else Found.SERIES
+    found = []
+    for pair in pairs:
+        match = [
+            r
+            for r in logic.relations
+            if r.kind is want
+            and (frozenset(r.members) == frozenset(pair) if want is Found.ADDITIVE else r.members == pair)
+        ]
+        if not match:
+            return []
+        found.append(match[0])
+    return found
 
 
 def shares_right(relation: Relation, found) -> bool | None:
-    if relation.kind is Kind.SERIES or not all(len(p) == 1 for p in found.parts):
+    """Where one relation names it and states each member's share alone: those against the planted ones."""
+    if len(found) != 1 or relation.kind not in (Kind.OR, Kind.PARTIAL_OR, Kind.AND, Kind.SHARED):
         return None
     planted = dict(zip(relation.components, relation.alone))
-    return all(abs(a - planted[p[0]]) <= SHARES for p, a in zip(found.parts, found.alone))
+    return all(abs(a.value - planted[c]) <= SHARES for c, a in zip(found[0].members, found[0].alone))
 
 
 def grade_logic(model: str, relation: Relation, logic: Logic) -> RelationGrade:
     components = tuple(str(c) for c in relation.components)
-    match = next((r for r in logic.relations if names(relation, r)), None)
-    if match is None:
-        near = [r for r in logic.relations if frozenset(relation.components) & {c for p in r.parts for c in p}]
-        said = "; ".join(parts_text(r.kind, r.parts) for r in near) or "no relation over these components"
+    match = naming(relation, logic)
+    if not match:
+        near = [r for r in logic.relations if frozenset(relation.components) & frozenset(r.members)]
+        said = "; ".join(parts_text(r) for r in near) or "no relation over these components"
         return RelationGrade(model, str(relation.kind), components, False, said, None)
-    return RelationGrade(
-        model, str(relation.kind), components, True, parts_text(match.kind, match.parts), shares_right(relation, match)
-    )
+    said = "; ".join(parts_text(r) for r in match)
+    return RelationGrade(model, str(relation.kind), components, True, said, shares_right(relation, match))
 
 
 def grade_mlp(model: str, relation: Relation, word: str) -> RelationGrade:
