@@ -31,6 +31,7 @@ from enum import StrEnum
 
 from common.cli import UsageError
 from common.jsonfiles import short
+from common.stages import timed
 from models.bridge import native, native_attention, use_fused_layer_norm
 
 
@@ -186,6 +187,7 @@ def stored_spec(fields, where) -> ModelSpec:
         raise UsageError(f"{where}: spec: {error}; restore the file or retrain the run") from None
 
 
+@timed("build model")
 def build_model(spec: ModelSpec, seed: int = 0):
     """A randomly initialised `TransformerBridge` realising `spec`, in eval mode."""
     from transformer_lens import TransformerBridge, TransformerBridgeConfig
