@@ -78,24 +78,36 @@ def stage_lines(model: str, trace: str, records: list[dict]) -> list[str]:
     return lines
 
 
-def report(rounds: list[dict], models: list[str], jobs: int) -> list[str]:
+def trace_cpu(record: dict) -> float:
+    return record["stages"].get("trace", {"cpu_s": 0.0})["cpu_s"]
+
+
+def ratio_over_rounds(rounds: list[dict], model: str, part):
+    """census / full of `part(record)` summed over the model's runs, one ratio per round (Interval)."""
     from common.stats import mean_interval
-    from timing import check_measured, spread
+    from timing import check_measured
+
+    ratios = []
+    for index, one in enumerate(rounds):
+        full, census = (sum(map(part, one[t]["records"][model])) for t in TRACES)
+        check_measured(full, f"{model}'s full-trace runs", index)
+        ratios.append(census / full)
+    return mean_interval(ratios, bounds=(0, float("inf")))
+
+
+def report(rounds: list[dict], models: list[str], jobs: int) -> list[str]:
+    from timing import spread
 
     lines = []
     for model in models:
         for trace in TRACES:
             lines += stage_lines(model, trace, [r for one in rounds for r in one[trace]["records"][model]])
-        ratios = []
-        for index, one in enumerate(rounds):
-            full, census = (sum(map(run_cpu, one[t]["records"][model])) for t in TRACES)
-            check_measured(full, f"{model}'s full-trace runs", index)
-            ratios.append(census / full)
-        ratio = mean_interval(ratios, bounds=(0, float("inf")))
+        ratio, traced = (ratio_over_rounds(rounds, model, part) for part in (run_cpu, trace_cpu))
         per_run = {t: sum(run_cpu(r) for one in rounds for r in one[t]["records"][model]) for t in TRACES}
         count = sum(len(one["full"]["records"][model]) for one in rounds)
         lines.append(
-            f"  {model}: census / full CPU per run {spread(ratio, 'x')} over {len(rounds)} rounds; 200 seeds on "
+            f"  {model}: census / full CPU per run {spread(ratio, 'x')}, of the trace alone {spread(traced, 'x')}, "
+            f"over {len(rounds)} rounds; 200 seeds on "
             f"{jobs} cores at these CPU rates: full {200 * per_run['full'] / count / jobs / 60:.1f} min, census "
             f"{200 * per_run['census'] / count / jobs / 60:.1f} min"
         )
