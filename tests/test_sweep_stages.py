@@ -77,7 +77,9 @@ def census_traced_copy(out: Path, copy: Path) -> None:
     shutil.rmtree(copy / "census", ignore_errors=True)
     for circuit in sorted(copy.rglob(CIRCUIT)):
         run = Run(circuit.parent)
-        write_json(circuit, circuit_record(summarise(census_analysis(RunContext(run, None)), CENSUS_SUMMARY), run.config))
+        write_json(
+            circuit, circuit_record(summarise(census_analysis(RunContext(run, None)), CENSUS_SUMMARY), run.config)
+        )
 
 
 def facts(path: Path) -> dict:
@@ -130,3 +132,19 @@ def test_a_census_sweep_records_its_trace_and_counts_its_runs(tmp_path):
     assert outcome.done == 1 and read_stages(run)["trace"] == "census"
     assert not any(name.startswith("trace/head ablations") for name in read_stages(run)["stages"])
     assert take_census(out).groups[0].finished == 1
+
+
+def test_the_time_left_scales_from_the_runs_measured_so_far():
+    """Two runs measured (10 s and 30 s at one unit of cost each): four more units on two jobs
+    take 4 x 20 / 2 = 40 s; the first run's line names its top-level stages."""
+    from types import SimpleNamespace
+
+    from toylens.sweeps.plan import stage_split, time_left
+
+    plan = SimpleNamespace(spec=None, settings=SimpleNamespace(max_steps=1))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("toylens.family.step_cost", lambda spec: 1.0)
+        left = time_left([(plan, 10.0), (plan, 30.0)], [SimpleNamespace(plan=plan)] * 4, jobs=2)
+    assert left == "40 s"
+    record = {"stages": {"train": {"wall_s": 8.1}, "trace": {"wall_s": 3.2}, "trace/composition": {"wall_s": 1.0}}}
+    assert stage_split(record) == " (train 8.1 s, trace 3.2 s)"
