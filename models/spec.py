@@ -31,7 +31,6 @@ from enum import StrEnum
 
 from common.cli import UsageError
 from common.jsonfiles import short
-from common.stages import timed
 from models.bridge import native, native_attention, use_fused_layer_norm
 
 
@@ -187,7 +186,6 @@ def stored_spec(fields, where) -> ModelSpec:
         raise UsageError(f"{where}: spec: {error}; restore the file or retrain the run") from None
 
 
-@timed("build model")
 def build_model(spec: ModelSpec, seed: int = 0):
     """A randomly initialised `TransformerBridge` realising `spec`, in eval mode."""
     from transformer_lens import TransformerBridge, TransformerBridgeConfig
