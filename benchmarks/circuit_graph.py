@@ -35,7 +35,7 @@ from probes.patching import corrupt_inputs, scored_metric
 from tasks.data import spread_subset, task_dataset, to_batch
 from tasks.evaluate import logits_at_scored
 from tasks.winograd import WinogradTask
-from timing import best_time
+from timing import interleaved_ratio, spread, timed_rounds
 from tracr_table import write_docs
 
 TARGET_SECONDS = 10.0
@@ -104,19 +104,20 @@ def method_times(task, pairs) -> list[str]:
 def methods_table(task, pairs, rounds: int) -> None:
     print(f"(1) oracle and fast methods, Winograd held-out, {len(pairs)} pairs, fresh weights x3:")
     print(
-        f"  {'model':<34} {'edges':>5} {'oracle s':>8} {'EAP s':>6} {'EAP-IG(5) s':>11} {'rho EAP':>7} {'rho EAP-IG':>10}"
+        f"  {'model':<34} {'edges':>5} {'oracle s':>19} {'EAP s':>19} {'EAP-IG(5) s':>19} {'rho EAP':>7} {'rho EAP-IG':>10}"
     )
+    print(f"  (CPU seconds, mean [95% interval] over {rounds} rounds; each call records its own runs)")
     for name, fields in (
         ("attn-only-2x1", dict(n_layers=2, n_heads=1, mlp=False, norm=None)),
         ("block-2 (2 blocks, 4 heads, MLP, LN)", dict(n_layers=2, n_heads=4)),
     ):
         spec = winograd_spec(task, pairs, **fields)
         model, graph = scaled(spec), graph_of(spec)
-        oracle_time, oracle = best_time(lambda: edge_effects(model, pairs, graph), rounds)
-        eap_time, plain = best_time(lambda: eap(model, pairs, graph), rounds)
-        ig_time, ig = best_time(lambda: eap_ig(model, pairs, graph, 5), rounds)
+        oracle_time, oracle = timed_rounds(lambda: edge_effects(model, pairs, graph), rounds, "the oracle")
+        eap_time, plain = timed_rounds(lambda: eap(model, pairs, graph), rounds, "EAP")
+        ig_time, ig = timed_rounds(lambda: eap_ig(model, pairs, graph, 5), rounds, "EAP-IG")
         print(
-            f"  {name:<34} {len(graph.edges):>5} {oracle_time:>8.2f} {eap_time:>6.2f} {ig_time:>11.2f} "
+            f"  {name:<34} {len(graph.edges):>5} {spread(oracle_time):>19} {spread(eap_time):>19} {spread(ig_time):>19} "
             f"{spearman(plain.score, oracle.effect):>7.3f} {spearman(ig.score, oracle.effect):>10.3f}"
         )
 
@@ -149,8 +150,12 @@ def against_transformer_lens(task, pairs, rounds: int) -> None:
         }
 
     with torch.no_grad():
-        their_time, their_result = best_time(theirs, rounds)
-    our_time, ours = best_time(lambda: edge_effects(native, pairs, graph, direction=Direction.DENOISE), rounds)
+        speedup, ours, their_result, (our_time, their_time) = interleaved_ratio(
+            lambda: edge_effects(native, pairs, graph, direction=Direction.DENOISE),
+            theirs,
+            rounds,
+            ("the oracle", "get_act_patch_direct_path_all_sources"),
+        )
     worst = max(
         abs(
             float(
@@ -164,8 +169,9 @@ def against_transformer_lens(task, pairs, rounds: int) -> None:
     )
     print(f"(2) head -> head q/k/v edges ({len(graph.edges)}), 2 blocks x 4 heads, {len(pairs)} pairs, GPT-2 twin:")
     print(
-        f"  oracle {our_time:.2f} s  get_act_patch_direct_path_all_sources (q, k, v) {their_time:.2f} s  "
-        f"speed-up {their_time / our_time:.1f}x  max |difference| {worst:.1e}"
+        f"  oracle {spread(our_time, ' s')}  get_act_patch_direct_path_all_sources (q, k, v) "
+        f"{spread(their_time, ' s')}  speed-up {spread(speedup, 'x', 1)} CPU, {rounds} interleaved rounds  "
+        f"max |difference| {worst:.1e}"
     )
 
 
@@ -235,10 +241,11 @@ def main() -> None:
     against_transformer_lens(task, pairs, args.rounds)
     scaling(task, pairs, args.max_layers, args.max_heads)
     spec = winograd_spec(task, pairs, n_layers=2, n_heads=4)
-    seconds, _ = best_time(lambda: edge_effects(scaled(spec), pairs, graph_of(spec)), args.rounds)
+    model, graph = scaled(spec), graph_of(spec)
+    seconds, _ = timed_rounds(lambda: edge_effects(model, pairs, graph), args.rounds, "the oracle")
     print(
-        f"(4) target: all-edge oracle, 2 blocks x 4 heads, {len(pairs)} pairs: {seconds:.2f} s "
-        f"({'under' if seconds < TARGET_SECONDS else 'OVER'} {TARGET_SECONDS:.0f} s)"
+        f"(4) target: all-edge oracle, 2 blocks x 4 heads, {len(pairs)} pairs: {spread(seconds, ' s')} CPU "
+        f"({'under' if seconds.high < TARGET_SECONDS else 'NOT clearly under'} {TARGET_SECONDS:.0f} s)"
     )
 
 

@@ -10,8 +10,10 @@ torch thread (as each report worker runs): the oracle (`edge_effects`: every edg
 and the joint search as the report runs it (`probes.circuits.redundancy.report_joint`: pruned from
 the oracle-ranked circuit, stand-in searches where an edge is backed up, then pruned to the
 target), timed back to back `--rounds` times in CPU seconds (benchmarks/timing.py's
-interleaved_ratio). Prints per seed the ratio joint / oracle (mean, 95% interval), the last round's
-CPU seconds of each, and both circuits' edges and faithfulness. `--whole` also times the joint
+interleaved_ratio). Each call starts from runs recorded afresh (untimed), so no round reuses an edge
+set an earlier one patched; the joint search's stand-in inputs (redundancy) are measured on runs of
+their own. Prints per seed the ratio joint / oracle and each side's CPU seconds (mean, 95% interval
+over the rounds), and both circuits' edges and faithfulness. `--whole` also times the joint
 search from the whole graph (`joint_search`'s defaults, as `toylens edges --joint` runs it).
 """
 
@@ -20,7 +22,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 MODEL = "block-2"
@@ -28,7 +29,8 @@ MODEL = "block-2"
 
 def train(seeds: list[int], out: Path) -> None:
     command = [sys.executable, "-m", "tasks.winograd", "train", "--models", MODEL, "--no-progress"]
-    command += ["--seeds", ",".join(map(str, seeds)), "--out", str(out)]
+    listed = ",".join(map(str, seeds)) if len(seeds) > 1 else f"{seeds[0]}-{seeds[0]}"  # a bare number is refused
+    command += ["--seeds", listed, "--out", str(out)]
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
 
 
@@ -53,47 +55,43 @@ def trained_runs(folder: Path | None, seeds: list[int], scratch: Path) -> list:
     return sorted(runs, key=lambda r: r.seed)
 
 
-def cpu_timed(function):
-    """`function` returning (its result, the CPU seconds it took): the last round's own time."""
-
-    def timed():
-        start = time.process_time()
-        return function(), time.process_time() - start
-
-    return timed
-
-
 def seed_lines(run, rounds: int, whole: bool) -> list[str]:
-    from timing import interleaved_ratio  # benchmarks/timing.py, beside this script
+    from timing import cold, interleaved_ratio, spread, timed_rounds  # benchmarks/timing.py, beside this script
     from probes.circuits.methods.joint import joint_search
-    from probes.circuits.oracle import edge_effects
+    from probes.circuits.oracle import Direction, edge_effects, record_runs
     from probes.circuits.redundancy import redundancy, report_joint
     from probes.report.parts import RunContext
 
     context = RunContext(run, Path(tempfile.mkdtemp(prefix="joint-speed-")))
-    model, pairs, graph, runs = context.model, context.pairs, context.edge_graph, context.edge_runs
+    model, pairs, graph = context.model, context.pairs, context.edge_graph
     ranked = context.edge_circuit.circuit
     single = context.edge_circuit.oracle.normalised()
-    named = redundancy(model, pairs, graph, frozenset(ranked.edges), single, runs)
-    oracle = cpu_timed(lambda: edge_effects(model, pairs, graph, runs=runs))
-    joint = cpu_timed(lambda: report_joint(model, pairs, graph, named, single, runs))
-    ratio, (_, oracle_s), (found, joint_s) = interleaved_ratio(oracle, joint, rounds)
+
+    def fresh_runs():  # recorded anew for each call: no patched edge set is remembered from before
+        return record_runs(model, pairs, graph, Direction.NOISE)
+
+    def joint_start():  # the report's inputs to the joint search, its patched sets not shared with it
+        return redundancy(model, pairs, graph, frozenset(ranked.edges), single, fresh_runs()), fresh_runs()
+
+    oracle = cold(lambda runs: edge_effects(model, pairs, graph, runs=runs), fresh_runs)
+    joint = cold(lambda start: report_joint(model, pairs, graph, start[0], single, start[1]), joint_start)
+    ratio, _, found, (oracle_s, joint_s) = interleaved_ratio(oracle, joint, rounds, ("the oracle", "the joint search"))
     tight = found.at_target
     lines = [
-        f"{MODEL} seed {run.seed} ({len(pairs)} pairs, {len(graph.edges)} edges): joint / oracle {ratio.value:.2f}x "
-        f"[{ratio.low:.2f}, {ratio.high:.2f}] over {rounds} rounds (last: oracle {oracle_s:.2f} s, joint "
-        f"{joint_s:.2f} s CPU, {found.sets_measured} sets, {len(found.alternatives)} stand-in sets)",
+        f"{MODEL} seed {run.seed} ({len(pairs)} pairs, {len(graph.edges)} edges): joint / oracle "
+        f"{spread(ratio, 'x')} over {rounds} rounds, each side from freshly recorded runs (recording untimed); "
+        f"oracle {spread(oracle_s, ' s')}, joint {spread(joint_s, ' s')} CPU; {found.sets_measured} sets, "
+        f"{len(found.alternatives)} stand-in sets",
         f"  oracle-ranked circuit: {len(ranked.edges)} edges, faithfulness {ranked.faithfulness.normalised:.4f}",
         f"  joint search: {len(found.circuit)} edges, faithfulness {found.faithfulness:.4f}; pruned to the target: "
         f"{len(tight.circuit)} edges, {tight.faithfulness:.4f}",
     ]
     if whole:
-        start = time.process_time()
-        everything = joint_search(model, pairs, graph, runs, single, tighten=True)
-        seconds = time.process_time() - start
+        search = cold(lambda runs: joint_search(model, pairs, graph, runs, single, tighten=True), fresh_runs)
+        seconds, everything = timed_rounds(search, rounds, "the joint search from the whole graph")
         lines.append(
-            f"  from the whole graph: {seconds:.2f} s CPU ({seconds / oracle_s:.2f}x the last oracle), "
-            f"{len(everything.circuit)} edges, faithfulness {everything.faithfulness:.4f}"
+            f"  from the whole graph: {spread(seconds, ' s')} CPU ({seconds.value / oracle_s.value:.2f}x the mean "
+            f"oracle), {len(everything.circuit)} edges, faithfulness {everything.faithfulness:.4f}"
         )
     return lines
 

@@ -21,31 +21,36 @@ from joint_speed import MODEL, trained_runs
 
 
 def seed_line(run, rounds: int) -> str:
-    from timing import interleaved_ratio  # benchmarks/timing.py, beside this script
+    from timing import cold, interleaved_ratio, spread  # benchmarks/timing.py, beside this script
     import probes.patching
     from probes.circuits.named import edge_circuit
+    from probes.circuits.oracle import Direction, record_runs
     from probes.report.parts import RunContext
     from tasks.evaluate import TOKENS_PER_FORWARD
 
     context = RunContext(run, None)
-    model, pairs, graph, runs = context.model, context.pairs, context.edge_graph, context.edge_runs
+    model, pairs, graph = context.model, context.pairs, context.edge_graph
+
+    def fresh_runs():  # recorded anew (untimed) for each call: no patched edge set is remembered from before
+        return record_runs(model, pairs, graph, Direction.NOISE)
 
     def at(tokens: int):
-        def measure():
+        def measure(runs):
             probes.patching.PATCH_TOKENS = tokens
             return edge_circuit(model, pairs, graph, compare_methods=False, runs=runs).oracle.effect
 
-        return measure
+        return cold(measure, fresh_runs)
 
     report_size = probes.patching.PATCH_TOKENS
     try:
-        ratio, ours, theirs = interleaved_ratio(at(report_size), at(TOKENS_PER_FORWARD), rounds)
+        names = (f"{report_size} tokens per forward", f"{TOKENS_PER_FORWARD} tokens per forward")
+        ratio, ours, theirs, _ = interleaved_ratio(at(report_size), at(TOKENS_PER_FORWARD), rounds, names)
     finally:
         probes.patching.PATCH_TOKENS = report_size
     return (
         f"{MODEL} seed {run.seed} ({len(pairs)} pairs x {pairs.inputs.shape[1]} tokens, {len(graph.edges)} edges): "
-        f"{TOKENS_PER_FORWARD} / {report_size} tokens per forward {ratio.value:.2f}x [{ratio.low:.2f}, "
-        f"{ratio.high:.2f}] CPU over {rounds} rounds; edge effects differ by at most "
+        f"{TOKENS_PER_FORWARD} / {report_size} tokens per forward {spread(ratio, 'x')} CPU over {rounds} rounds "
+        f"(each from freshly recorded runs); edge effects differ by at most "
         f"{float((ours - theirs).abs().max()):.1e}"
     )
 

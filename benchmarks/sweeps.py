@@ -26,7 +26,7 @@ from tasks.data import spread_subset
 from tasks.data import task_dataset, to_batch
 from tasks.evaluate import logits_at_scored
 from tasks.winograd import WinogradTask
-from timing import interleaved_ratio
+from timing import interleaved_ratio, spread
 
 
 def main() -> None:
@@ -47,7 +47,7 @@ def main() -> None:
 
     with torch.no_grad():
         model = winograd_model(task, pairs, n_layers=2)
-        speedup, ours, theirs = interleaved_ratio(
+        speedup, ours, theirs, _ = interleaved_ratio(
             lambda: activation_patching(model, pairs),
             lambda: theirs_patching(patching, model, pairs, metric),
             args.rounds,
@@ -62,7 +62,7 @@ def main() -> None:
         print("zero-ablation sweep (every head; toylens also scores each whole layer):")
         for n_layers in (1, 2):
             model = winograd_model(task, pairs, n_layers)
-            speedup, sweep, theirs = interleaved_ratio(
+            speedup, sweep, theirs, _ = interleaved_ratio(
                 lambda: head_ablation_sweep(model, pairs, Ablation.ZERO),
                 lambda: theirs_ablation(patching, model, pairs, metric),
                 args.rounds,
@@ -74,7 +74,7 @@ def main() -> None:
 
 
 def describe(speedup) -> str:
-    return f"{speedup.value:.1f}x [{speedup.low:.1f}x, {speedup.high:.1f}x] (95% interval, {speedup.n} rounds)"
+    return f"{spread(speedup, 'x', 1)} (95% interval, {speedup.n} rounds)"
 
 
 def winograd_model(task, pairs, n_layers: int):

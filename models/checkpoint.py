@@ -19,6 +19,7 @@ from pathlib import Path
 from common.cli import UsageError
 from common.atomic import atomic_write, write_json
 from common.jsonfiles import sha256_file
+from common.stages import timed
 from common.store import damage, load_tensors, read_json, read_tensors, stored_values
 from models.spec import ModelSpec, build_model, stored_spec
 
@@ -52,6 +53,7 @@ def load_weights(model, path: Path, fix: str) -> None:
     model.load_state_dict(state)
 
 
+@timed("save")
 def save_checkpoint(run_dir: Path, model, config: dict) -> str:
     """Weights first, config (with the weights' SHA-256) last: a config always names its weights.
     Returns that SHA-256."""

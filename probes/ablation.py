@@ -18,6 +18,7 @@ import torch
 from transformer_lens.utilities import get_act_name
 
 from common.cli import UsageError
+from common.stages import timed
 from models.bridge import device_of
 from models.components import Head
 from models.graph import MLP
@@ -148,6 +149,7 @@ class Reference:
         return len(self.batch)
 
 
+@timed("reference rows")
 def reference_activations(model, batch: Batch, observe: tuple[str, ...] = ()) -> Reference:
     """`observe`: more hook names to keep from the same forward (Reference.observed)."""
     batch = batch.to(device_of(model))

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 from transformer_lens.utilities import get_act_name
 
+from common.stages import timed
 from models.bridge import attention_adds_residual, device_of, post_norm
 from models.graph import MLP
 from models.resume import resumable, resume
@@ -35,6 +36,7 @@ from tasks.data import Batch
 from tasks.evaluate import TOKENS_PER_FORWARD, Scored, logits_at_scored, score_logits
 
 
+@timed("mlp ablations")
 def mlp_ablation_sweep(
     model,
     batch: Batch,
@@ -76,6 +78,7 @@ def sweep_targets(model) -> list[tuple[tuple[int, int], ...]]:
     return [()] + singles + (layers if n_heads > 1 else [])
 
 
+@timed("head ablations")
 def head_ablation_sweep(
     model,
     batch: Batch,
@@ -116,6 +119,7 @@ class CleanRun:
 
 
 @torch.no_grad()
+@timed("clean run")
 def clean_run(model, batch: Batch, observe: tuple[str, ...] = ()) -> CleanRun:
     """Positions after the last scored one are left out: attention is causal, so no scored logit
     depends on them, with or without an ablation. `observe`: more hook names to keep from the same

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from common.atomic import write_json
 from common.cli import UsageError
+from common.stages import timed
 from common.stats import Interval, mean_interval, wilson
 
 SUMMARY = "summary.json"
@@ -93,6 +94,7 @@ EVALUATION = "evaluation"  # metrics.json key: the RunAccuracy measured right af
 SHUFFLE_ROWS = 256  # held-out examples (evenly spread) the shuffle test permutes
 
 
+@timed("evaluation")
 def measure_accuracy(model, batches: dict, model_name: str, seed: int, path, steps: int) -> RunAccuracy:
     from probes.shuffle import shuffle_test
     from tasks.data import spread_subset
@@ -179,6 +181,7 @@ def interval(fields: dict) -> Interval:
     return Interval(rate(fields["value"]), rate(fields["low"]), rate(fields["high"]), count(fields["n"]))
 
 
+@timed("accuracy")
 def run_accuracy(run, load_model=None) -> RunAccuracy:
     """What training measured (in its worker, while the model was in memory), once the run's
     weights, loaded (every weight check: dtypes, shapes, finite values), still score its held-out

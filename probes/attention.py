@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 from transformer_lens.utilities import get_act_name
 
+from common.stages import timed
 from models.bridge import device_of
 from tasks.data import Batch
 
@@ -23,6 +24,7 @@ ALL = "all"
 
 
 @torch.no_grad()
+@timed("attention patterns")
 def patterns(model, tokens: torch.Tensor) -> torch.Tensor:
     """[n, layer, head, query, key] attention patterns, on the CPU."""
     names = [get_act_name("pattern", layer) for layer in range(model.cfg.n_layers)]
@@ -118,6 +120,7 @@ def offsets(rows: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
     return out / max(k, 1)
 
 
+@timed("scored attention")
 def scored_attention(
     model, batch: Batch, vocabulary: list[str] | None = None, attention: torch.Tensor | None = None
 ) -> ScoredAttention:
@@ -166,6 +169,7 @@ class PairAttention:
     corrupt: torch.Tensor
 
 
+@timed("pair attention")
 def pair_attention(model, batch: Batch, example: int = 0, vocabulary: list[str] | None = None) -> PairAttention:
     from probes.patching import corrupt_inputs
 
@@ -185,6 +189,7 @@ def pair_attention(model, batch: Batch, example: int = 0, vocabulary: list[str] 
     )
 
 
+@timed("attention rows")
 def attention_from(model, batch: Batch, position: int) -> dict[str, torch.Tensor]:
     """Group (and "all") -> [layer, head, key] mean attention row of query `position`, over the
     examples long enough to have it: what a head does at a position that is not scored."""
@@ -263,6 +268,7 @@ def role_patching(model, pairs: Batch, patching) -> dict[str, torch.Tensor]:
     return out
 
 
+@timed("role view")
 def role_view(model, sample: Batch, pairs: Batch, patching, attention: torch.Tensor | None = None) -> RoleView | None:
     """Attention (on `sample`'s scored rows) and patching (on `pairs`) by role; None for a task
     that names no roles. `attention`: patterns(model, sample.inputs), when the caller has them."""

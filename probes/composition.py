@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from common.cli import UsageError
+from common.stages import timed
 from models.bridge import native
 
 KINDS = ("Q", "K", "V")
@@ -68,6 +69,7 @@ def random_attention(model, seed: int):
                 weight.copy_(value)
 
 
+@timed("composition")
 def composition_scores(model, baseline_draws: int = 4, seed: int = 0) -> Composition:
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
     if n_layers < 2:

@@ -19,6 +19,7 @@ import torch
 from transformer_lens.utilities import get_act_name
 
 from common.cli import UsageError
+from common.stages import timed
 from models.bridge import device_of, post_norm
 from models.resume import forward_from
 from tasks.base import NO_FOIL
@@ -225,6 +226,7 @@ def patch_grid(model, batch: Batch, activation: str, targets: list[tuple], matte
     return [next(measured) if matters(t) else corrupt for t in targets]
 
 
+@timed("activation patching")
 def activation_patching(model, batch: Batch) -> ActivationPatching:
     """Every head's output at every position, every head at all positions, the residual stream
     per layer and position, each restored from clean into corrupt on its own."""

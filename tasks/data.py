@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from common.atomic import write_json
 from common.cli import UsageError, path_name
+from common.stages import timed
 
 if TYPE_CHECKING:  # torch is imported lazily so `toylens list` stays fast; annotations only
     import torch
@@ -60,6 +61,7 @@ def examples_to_columns(examples: list[Example]) -> dict[str, list]:
     return columns
 
 
+@timed("data")
 def task_dataset(task: Task, seed: int):
     """The task's splits for `seed`: loaded from the cache, or generated, checked and cached."""
     from datasets import Dataset, DatasetDict, disable_progress_bars, load_from_disk

@@ -23,6 +23,7 @@ VOLATILE = {
     "log.jsonl": ("seconds",),
     "metrics.json": ("train_seconds", "sha256"),
     "config.json": ("command", "resumed_by"),
+    "stages.json": ("began_at", "seconds", "stages", "worker_pid", "worker_run"),  # timings: all but the trace kind
 }
 # The manifest records the checksum and size of each version toylens wrote of a file: for the files
 # above they differ with them, and so do those of files since removed (the train state, holding its

@@ -51,8 +51,11 @@ def terminate(signum, frame) -> None:
     raise Terminated
 
 
+STARTED = 0.0  # time.time() when this worker process started (exit_with_parent); 0 outside a worker
+
+
 def exit_with_parent(parent: int) -> None:
-    """Worker initializer: a killed parent (SIGKILL included) must not leave workers running on,
+    """Worker initializer (it records STARTED, for a run's start-up stage): a killed parent (SIGKILL included) must not leave workers running on,
     writing into folders nobody watches (seen: orphans overwrote a restarted family's runs).
     Ctrl-C reaches the whole process group; the parent alone handles it (and stops the workers),
     so no idle worker prints a traceback of its own."""
@@ -60,6 +63,8 @@ def exit_with_parent(parent: int) -> None:
     import threading
     import time
 
+    global STARTED
+    STARTED = time.time()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # tqdm's default lock is a multiprocessing semaphore; a worker stopped on Ctrl-C cannot release
     # it, and the resource tracker then warns about it. Workers draw no shared bars: a thread lock does.

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
+from common.stages import timed
 from models.graph import Edge, Graph
 from probes.circuits.methods.joint import joint_search
 from probes.circuits.methods.masks import learned_masks
@@ -70,6 +71,7 @@ def judged(
     )
 
 
+@timed("edge circuit")
 def edge_circuit(
     model,
     batch: Batch,

@@ -18,6 +18,7 @@ import torch
 from transformer_lens.utilities import get_act_name
 
 from common.cli import UsageError
+from common.stages import timed
 from common.stats import share
 from models.bridge import device_of
 from models.components import Head, HeadSet
@@ -110,6 +111,7 @@ def total_variation(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(0.5 * (a - b).abs().sum(-1).mean(-1))
 
 
+@timed("path runs")
 def path_runs(model, batch: Batch, layers=None) -> Runs:
     """The two runs path patching moves between, with the attention patterns of `layers` (default
     every block after the first: any receiver's), for several path_patch_many calls to share."""
@@ -120,6 +122,7 @@ def path_runs(model, batch: Batch, layers=None) -> Runs:
 
 
 @torch.no_grad()
+@timed("path patching by position")
 def path_patch_many(model, batch: Batch, targets: list[PathTarget], runs: Runs | None = None) -> list[PathPatch]:
     """`runs`: path_runs of `batch`, when the caller already recorded them."""
     batch = batch.to(device_of(model))
@@ -170,6 +173,7 @@ def path_patch(model, batch: Batch, sender, receiver, component: str, positions=
     return joint_path_patch(model, batch, [sender], [receiver], component, positions)
 
 
+@timed("path patching")
 def path_sweep(model, batch: Batch, runs: Runs | None = None) -> list[PathPatch]:
     """Every sender -> later receiver head, Q, K and V, sender patched at all positions (`runs`:
     path_runs of `batch`, when already recorded)."""

@@ -19,6 +19,8 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from common.stages import timed
+
 if TYPE_CHECKING:
     from torch import Tensor
 
@@ -67,6 +69,7 @@ def lower_end(mean: Tensor, rows: Tensor, confidence: float = 0.95) -> Tensor:
     return (mean - half).clamp(min=0.0)
 
 
+@timed("role masses")
 def role_masses(model, batch, claim: float = ROLE_CLAIM, attention=None) -> RoleMasses:
     """TL's head-detector patterns over every query row (probes.heads.attention_scores), and at the
     scored positions the current token and each position role the task names

@@ -36,6 +36,7 @@ from typing import Iterable, Optional
 import torch
 from transformer_lens.utilities import get_act_name
 
+from common.stages import timed
 from models.bridge import device_of, stream_is_a_sum
 from models.components import Head
 from models.graph import MLP, Edge, Graph, Logits
@@ -223,6 +224,7 @@ def all_heads(model) -> list[Head]:
     return [Head(l, h) for l in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]
 
 
+@timed("circuit search")
 def search_circuit(model, batch: Batch, reference, patching, target: float = 0.9) -> Circuit:
     """The fewest heads (then positions) whose circuit keeps `target` of the clean - counterfactual
     gap. `batch` holds counterfactual pairs, `reference` the examples mean ablation averages over,

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 from common.cli import UsageError
 from common.jsonfiles import check_fields
+from common.stages import timed
 from probes.circuits.roles import UNNAMED, RoleMasses, circuit_roles, read_at_scored, role_masses
 
 SIGNATURE = "signature"  # its field in circuit.json, timeline.json and report.json
@@ -188,6 +189,7 @@ def relabelled_heads(signatures) -> bool:
 EDGE_BASIS, HEAD_BASIS = "edge circuit", "head circuit"
 
 
+@timed("signature")
 def edge_signature(model, pairs, graph, roles: RoleMasses | None = None, circuit=None) -> MechanismSignature | None:
     """The signature of the part graph that carries the mechanism (`carrying_parts`), its heads'
     roles read from the exact oracle's smallest edge circuit on `pairs` (`roles`: role_masses,
@@ -310,6 +312,7 @@ def carried(keys: list, cost: dict, start, end) -> list | None:
         kept = on_path
 
 
+@timed("signature")
 def summary_signature(summary, roles: RoleMasses) -> MechanismSignature | None:
     """The signature of a head circuit (probes.circuits.labels.CircuitSummary): its heads, and each
     named path as an edge into its receiver's q, k or v (a one-block circuit has heads alone: no

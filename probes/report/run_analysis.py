@@ -166,6 +166,7 @@ def analyse_run(context) -> RunAnalysis:
     from probes.attention import pair_attention, patterns, position_labels, role_view, scored_attention
     from probes.circuits.roles import role_masses
     from probes.patching import activation_patching
+    from probes.report.census_trace import small_gap, untraceable
 
     run, settings = context.run, context.settings
     base = dict(
@@ -176,11 +177,8 @@ def analyse_run(context) -> RunAnalysis:
         accuracy=context.accuracy,
         basis=basis(context),
     )
-    untraced = untraced_reason(context.spec)
-    if untraced is not None:
-        return RunAnalysis(**base, note=untraced)
-    if context.heldout.counterfactual is None:
-        return RunAnalysis(**base, note="the task declares no counterfactual pairs")
+    if (why := untraceable(context)) is not None:
+        return RunAnalysis(**base, note=why)
     model, sample, reference = context.model, context.sample, context.reference
     ablations = {
         method: head_ablation_sweep(model, sample, method, run.seed, reference, context.clean)
@@ -201,13 +199,7 @@ def analyse_run(context) -> RunAnalysis:
     )
     gap = patching.clean.metric - patching.corrupt.metric
     if not settings.traces(gap):
-        analysis = dataclasses.replace(
-            analysis,
-            note=(
-                f"clean minus counterfactual metric is only {gap:+.2f} (below {settings.min_gap:g} in size): the model "
-                "barely tells the pairs apart, so no share of that gap means much"
-            ),
-        )
+        analysis = dataclasses.replace(analysis, note=small_gap(gap, settings))
     else:
         traced = trace_circuit(context, patching)
         analysis = dataclasses.replace(analysis, **traced, note=unpathed_reason(context.spec) or "")

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, TextIO
 
 import torch
 
+from common.stages import timed
 from models.checkpoint import save_tensors
 from common.atomic import atomic_write
 from tasks.data import Batch, real_positions
@@ -97,6 +98,7 @@ def stop_reason(history: list[dict], settings: TrainSettings) -> StopReason | No
     return None
 
 
+@timed("steps")
 def train(
     model,
     train_batch: Batch,

@@ -16,9 +16,8 @@ import secrets
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
 
 from common.cli import UsageError, held_interrupts
 from common.atomic import atomic_write, write_json
@@ -29,71 +28,18 @@ from tasks.training.runs import METRICS
 from tasks.training.sweeps import FAILED, failed_record, is_sweep
 
 from toylens.arguments import parse_seeds
+from toylens.sweeps.job import SCRATCH, SweepJob, run_job
 from toylens.sweeps.plan import (
     CONFIRM_RUNS,
     SweepRun,
     check_size,
     count_runs,
     first_run_estimate,
+    time_left,
     parse_grid,
     plan_sweep,
     write_records,
 )
-
-if TYPE_CHECKING:
-    from toylens.family import RunPlan
-
-
-SCRATCH = "toylens-sweep-"  # a worker's temp folder: SCRATCH + the sweep's token + "-" + tempfile's suffix
-
-
-@dataclass(frozen=True)
-class SweepJob:
-    plan: RunPlan  # its run_dir is where the driver will write
-    command: str  # the driver's command, recorded in the run's config.json
-    finished: dict | None = None  # a finished run's files (path -> bytes): trace its snapshots only
-    token: str = "0"  # names this sweep's worker temp folders, which the driver removes at its end
-
-
-@dataclass(frozen=True)
-class RunFiles:
-    files: dict  # path inside the run folder -> bytes
-    seconds: float  # the worker's wall time for training and tracing
-
-
-def run_job(job: SweepJob) -> RunFiles:
-    """Train and trace one run in a private temp folder; return every file it wrote. A job for a
-    finished run traces its snapshots only and returns its timeline.json alone."""
-    from probes.census import circuit_record, read_circuit
-    from probes.circuits.labels import CIRCUIT
-    from probes.circuits.mechanism_timeline import TIMELINE, timeline_record, wants_timeline
-    from probes.report.words import circuit_summary
-    from probes.report.parts import RunContext
-    from probes.report.run_analysis import analyse_run
-    from probes.report.run_analysis import snapshot_circuits
-    from toylens.family import execute
-    from tasks.training.runs import Run
-
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix=f"{SCRATCH}{job.token}-") as temp:
-        run_dir = Path(temp) / job.plan.model_name / f"seed{job.plan.seed}"
-        if job.finished is None:
-            execute(replace(job.plan, run_dir=run_dir), progress=False, command=job.command)
-        else:
-            write_run(run_dir, job.finished)
-        run = Run(run_dir)
-        context = RunContext(run, out=None)
-        if job.finished is None:
-            write_json(run_dir / CIRCUIT, circuit_record(circuit_summary(analyse_run(context)), run.config))
-        if wants_timeline(run.config, read_circuit(run)):
-            write_json(run_dir / TIMELINE, timeline_record(snapshot_circuits(context), run.config))
-        files = {
-            p.relative_to(run_dir).as_posix(): p.read_bytes()
-            for p in sorted(run_dir.rglob("*"))
-            if p.is_file()
-            if job.finished is None or p.name == TIMELINE
-        }
-    return RunFiles(files, time.perf_counter() - started)
 
 
 def remove_scratch(token: str) -> None:
@@ -145,6 +91,8 @@ class Tally:
     failed: int = 0
     snapshots: int = 0
     worker_seconds: float = 0.0
+    measured: list = field(default_factory=list)  # (RunPlan, seconds in its worker) of each run done
+    closed: set = field(default_factory=set)  # id() of every job that came back, done or failed
 
 
 def run_sweep(
@@ -156,7 +104,10 @@ def run_sweep(
     overwrite: bool = False,
     progress: bool = True,
     write=print,
+    trace: str = "full",
 ) -> SweepOutcome:
+    """The sweep's runs trained and traced (`trace`: "full", the report's circuit part, or "census",
+    what circuit.json holds alone: toylens.sweeps.job) on `executor`, their files written into `out`."""
     from common.lock import folder_lock, folder_locks
     from toylens.family import check_out_folder
 
@@ -169,7 +120,7 @@ def run_sweep(
     with folder_lock(out, "sweep folder"):
         check_not_a_runs_folder(out)
         with folder_locks(sorted({Path(out) / run.point for run in runs}), "sweep's grid point"):
-            return sweep_locked(runs, out, executor, command, resume, overwrite, progress, write)
+            return sweep_locked(runs, out, executor, command, resume, overwrite, progress, write, trace)
 
 
 def check_not_a_runs_folder(out: Path) -> None:
@@ -230,7 +181,15 @@ def needs_retrace(run: SweepRun) -> str | None:
 
 
 def sweep_locked(
-    runs: list[SweepRun], out: Path, executor, command: str, resume: bool, overwrite: bool, progress: bool, write
+    runs: list[SweepRun],
+    out: Path,
+    executor,
+    command: str,
+    resume: bool,
+    overwrite: bool,
+    progress: bool,
+    write,
+    trace: str,
 ) -> SweepOutcome:
     from tqdm.auto import tqdm
 
@@ -250,7 +209,7 @@ def sweep_locked(
             check_replaceable(run.plan.run_dir, "run folder", within=out)
     token = f"{os.getpid()}{secrets.token_hex(4)}"
     todo = [
-        SweepJob(run.plan, command, finished_files(run.plan.run_dir) if status == "snapshots" else None, token)
+        SweepJob(run.plan, command, finished_files(run.plan.run_dir) if status == "snapshots" else None, token, trace)
         for run, status in zip(runs, statuses)
         if status != "done"
     ]
@@ -266,15 +225,17 @@ def sweep_locked(
             record_outcome(job, outcome)
 
     def record_outcome(job: SweepJob, outcome) -> None:
+        counts.closed.add(id(job))
         if job.finished is not None:  # a finished run: only its timeline.json comes back, nothing else changes
             traced(job, outcome)
         elif outcome.error is None:
             write_run(job.plan.run_dir, outcome.result.files)
             counts.done += 1
             counts.worker_seconds += outcome.result.seconds
+            counts.measured.append((job.plan, outcome.result.seconds))
             if counts.done == 1 and len(todo) > 1:
                 waiting = [other for other in todo if other is not job and other.finished is None]
-                bar.write(f"sweep: {first_run_estimate(job.plan, outcome.result.seconds, waiting, parallel)}")
+                bar.write(f"sweep: {first_run_estimate(job.plan, outcome.result, waiting, parallel)}")
         else:
             write_json(
                 job.plan.run_dir / FAILED,
@@ -282,7 +243,9 @@ def sweep_locked(
             )
             counts.failed += 1
             bar.write(f"{job.plan.run_dir}: failed twice ({outcome.error}); recorded in {FAILED}")
-        bar.set_postfix(done=counts.done, failed=counts.failed, refresh=False)
+        waiting = [other for other in todo if id(other) not in counts.closed and other.finished is None]
+        left = time_left(counts.measured, waiting, parallel) if counts.measured else "?"
+        bar.set_postfix(done=counts.done, failed=counts.failed, left=left, refresh=False)
         bar.update()
 
     def traced(job: SweepJob, outcome) -> None:
@@ -359,7 +322,14 @@ def sweep_command(task_cls: type[Task], args) -> None:
     print(f"sweep: {check_size(runs, args.jobs, args.yes)}", flush=True)
     executor = make_executor(args.executor, args.jobs, args.address, args.gpus_per_run)
     outcome = run_sweep(
-        runs, out, executor, command_line(), resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress
+        runs,
+        out,
+        executor,
+        command_line(),
+        resume=args.resume,
+        overwrite=args.overwrite,
+        progress=not args.no_progress,
+        trace=args.trace,
     )
     per_run = f", {outcome.worker_seconds / outcome.done:.1f} s per run in its worker" if outcome.done else ""
     traced = f" ({outcome.snapshots_traced} of them had their snapshots traced)" if outcome.snapshots_traced else ""

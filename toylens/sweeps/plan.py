@@ -180,15 +180,33 @@ def run_cost(plan) -> float:
     return step_cost(plan.spec) * plan.settings.max_steps
 
 
-def first_run_estimate(first, seconds: float, remaining: list, jobs: int) -> str:
-    """The time left, scaled from this sweep's own first finished run (`first`, a RunPlan, took
-    `seconds`): the up-front figure scales from a Winograd run, 7x too long for a task whose runs
-    solve early (issue #37: 24.5 min predicted, 3.3 taken)."""
+def first_run_estimate(first, files, remaining: list, jobs: int) -> str:
+    """The time left, scaled from this sweep's own first finished run (`first`, a RunPlan; `files`
+    its RunFiles, with its measured stages): the up-front figure scales from a Winograd run, 7x too
+    long for a task whose runs solve early (issue #37: 24.5 min predicted, 3.3 taken)."""
+    seconds = files.seconds
     left = seconds * sum(run_cost(job.plan) for job in remaining) / run_cost(first)
     return (
-        f"first run took {seconds:.0f} s; at that rate the other {len(remaining)} take roughly "
-        f"{duration(left / max(jobs, 1))} on {jobs} parallel jobs"
+        f"first run took {seconds:.0f} s{stage_split(files.stages)}; at that rate the other {len(remaining)} "
+        f"take roughly {duration(left / max(jobs, 1))} on {jobs} parallel jobs"
     )
+
+
+def stage_split(record: dict | None) -> str:
+    """' (train 8.1 s, trace 3.2 s, ...)': a run's top-level stages from its stages.json record."""
+    if not record:
+        return ""
+    top = {
+        name: value["wall_s"] for name, value in record["stages"].items() if "/" not in name and value["wall_s"] >= 0.05
+    }
+    return " (" + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in top.items()) + ")" if top else ""
+
+
+def time_left(measured: list, remaining: list, jobs: int) -> str:
+    """The time left from every run measured so far (`measured`: (RunPlan, seconds in its worker)),
+    per unit of run_cost, over the `remaining` jobs, `jobs` at a time."""
+    rate = sum(seconds for _, seconds in measured) / max(sum(run_cost(plan) for plan, _ in measured), 1e-9)
+    return duration(rate * sum(run_cost(job.plan) for job in remaining) / max(jobs, 1))
 
 
 def duration(seconds: float) -> str:
@@ -248,6 +266,7 @@ def write_records(runs: list[SweepRun], out: Path, overwrite: bool) -> None:
 
 def add_sweep_arguments(parser, task_cls: type[Task]) -> None:
     from toylens.arguments import add_task_params, add_training_flags
+    from toylens.sweeps.job import TRACES
     from toylens.workers import default_jobs
 
     parser.add_argument("--models", help="comma-separated model names (default: the task's whole family)")
@@ -284,6 +303,14 @@ def add_sweep_arguments(parser, task_cls: type[Task]) -> None:
         action="store_true",
         help=f"start a sweep of more than {CONFIRM_RUNS} runs (without it, such a sweep is refused "
         "with its time estimate)",
+    )
+    parser.add_argument(
+        "--trace",
+        choices=TRACES,
+        default="full",
+        help="what each run is traced for: full (the report's circuit part; default) or census (only what "
+        "the census reads: the circuit, its paths and positions, its signature and roles; the census rows are "
+        "the same, and `python -m probes.circuit report` gives any run its full report)",
     )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_task_params(parser, task_cls)
