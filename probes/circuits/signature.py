@@ -128,7 +128,9 @@ def refine(nodes: set, edges: list, roles: dict) -> dict:
 def head_words(layer: int, role: str) -> str:
     if role == UNNAMED:
         return f"L{layer} head of unnamed role"
-    return f"L{layer} {role}" if role.endswith("head") else f"L{layer} head that {role}"
+    if role.endswith("head"):
+        return f"L{layer} {role}"
+    return f"L{layer} head that {role}" if role.startswith("attends") else f"L{layer} head: {role}"
 
 
 def part_names(nodes: set, colour: dict, roles: dict) -> dict:
