@@ -185,21 +185,22 @@ def role_masses(model, batch, ratio: float = RATIO, attention=None) -> RoleMasse
             keep = torch.tensor([batch.groups[int(i)] == group for i in batch.example_index], dtype=torch.bool)
             groups[group] = mean_and_low(rows, keep)
     sets = {attends_role(s): tuple(attends_role(m) for m in members) for s, members in role_sets(batch.roles).items()}
-    floors = uniform_floors(batch, everywhere, scored, sets)
-    return RoleMasses(everywhere, scored, ratio, {**low, **lows}, groups, floors, sets)
+    return RoleMasses(everywhere, scored, ratio, {**low, **lows}, groups, uniform_floors(batch), sets)
 
 
-def uniform_floors(batch, everywhere: dict, scored: dict, sets: dict) -> dict:
-    """Role word -> the mass uniform attention over the visible keys would put on its target: one
-    key of a query row's q + 1, averaged over every row after the first (the detectors) or over the
-    scored rows; a role set's members' count times that."""
+def uniform_floors(batch) -> dict:
+    """Role word -> the mass attention spread evenly over each row's visible keys puts on its
+    target, measured like the heads' own masses (so a role set's floor counts its members)."""
     import torch
 
-    rows = torch.cat([1.0 / torch.arange(2, int(n) + 1, dtype=torch.float) for n in batch.lengths.tolist()])
-    detector = float(rows.mean()) if len(rows) else 0.0
-    at_scored = float((1.0 / (batch.positions.float() + 1)).mean())
-    floors = dict.fromkeys(everywhere, detector) | dict.fromkeys(scored, at_scored)
-    return floors | {s: at_scored * len(members) for s, members in sets.items()}
+    from probes.heads import attention_spread
+
+    width = batch.inputs.shape[1]
+    even = torch.tril(torch.ones(width, width))
+    even = (even / even.sum(-1, keepdim=True)).expand(len(batch), 1, 1, width, width)
+    floors = {DETECTOR_ROLES[name]: float(mean) for name, (mean, _) in attention_spread(None, batch, even).items()}
+    means, _ = mean_and_low(role_rows(even, batch), torch.ones(len(batch.positions), dtype=torch.bool))
+    return floors | {role: float(mean) for role, mean in means.items()}
 
 
 def mean_and_low(rows: dict, keep) -> tuple[dict, dict]:
