@@ -26,6 +26,7 @@ from common.cli import UsageError
 from common.store import read_json
 from common.stats import Interval, mean_interval, wilson
 from probes.circuits.labels import CIRCUIT, NULLABLE, PATHS, SUMMARY_FIELDS, CircuitSummary, LabelKind, circuit_label
+from probes.circuits.separation import part_profiles, separations
 from probes.circuits.mechanism_timeline import (
     TIMELINE,
     MechanismTimeline,
@@ -84,6 +85,7 @@ class GroupCensus:
     timeline: MechanismTimeline | None = None  # runs trained with weight snapshots: when the mechanism is told
     parts: dict = field(default_factory=dict)  # label -> part -> heads -> seeds (who_plays): the heads of
     # each part of a mechanism, seed by seed
+    separations: tuple = ()  # probes.circuits.separation.Separation: what told each mechanism row from the first
 
 
 @dataclass(frozen=True)
@@ -317,7 +319,10 @@ def group_census(
         unreadable=unreadable,
         not_finished=not_finished,
         timeline=timeline,
-        parts=who_plays(members),
+        parts=(parts := who_plays(members)),
+        separations=separations(
+            [label for label, _ in counts.most_common() if label in parts], parts, part_profiles(members)
+        ),
     )
 
 

@@ -152,3 +152,36 @@ def test_a_role_set_numbered_with_a_gap_is_refused():
     check_role_sets(task, "train example 0", {"inside_0": 2, "inside_1": 3, "open": 1})
     with pytest.raises(UsageError, match=r"inside_0, inside_1, \.\.\. without a gap"):
         check_role_sets(task, "train example 0", {"inside_0": 2, "inside_2": 3})
+
+
+# The census shows the distance that separated two rows: the parts that differ and the role on which
+# their measured profiles are furthest apart.
+def test_the_census_says_what_separated_two_rows():
+    from probes.circuits.roles import read_at_scored
+    from probes.circuits.separation import part_profiles, separations
+    from probes.circuits.signature import with_profiles
+
+    def run(measured: RoleMasses, label_of: dict):
+        edges = [Edge(Head(0, 0), Input(Head(1, 1), "k")), Edge(Head(1, 1), Input(Logits()))]
+        from probes.circuits.roles import circuit_roles
+
+        found = with_profiles(
+            mechanism_signature(edges, circuit_roles(edges, measured)), measured, read_at_scored(edges)
+        )
+        label_of.setdefault(found.text, len(label_of))
+        return (None, "path", found.text, None, found)
+
+    labels: dict = {}
+    members = [run(masses(0.9, 0, 1), labels), run(masses(0.8, 0, 1), labels)]
+    everywhere = {PREVIOUS: torch.full((2, 2), 0.05), "duplicate-token head": torch.full((2, 2), 0.6)}
+    duplicate = RoleMasses(everywhere, masses(0.1, 0, 1).scored)
+    members.append(run(duplicate, labels))
+    assert len(labels) == 2
+    first, second = sorted(labels, key=labels.get)
+    parts = {label: {part: {} for part, _ in m[4].heads} for label in labels for m in members if m[2] == label}
+    (told,) = separations([first, second], parts, part_profiles(members))
+    assert (told.part, told.counterpart) == ("L0 duplicate-token head", "L0 previous-token head")
+    # the rows' L0 heads: previous-token 0.9 and 0.8 (mean 0.85) against 0.05
+    assert told.role == PREVIOUS and abs(told.distance - 0.80) < 1e-6
+    assert "largest difference in any role's mean attention mass is 0.80 (previous-token head: 0.05" in told.text
+    assert separations([first], parts, part_profiles(members)) == ()
