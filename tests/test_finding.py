@@ -1,0 +1,49 @@
+"""The report's first screen is the finding (probes.report.finding): report.md opens with the ladder
+figure and the mechanism's sentences, each with its number and a link to its evidence, before the
+summary tables; the simplest model that solves the task is the one whose heads are shown."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory):
+    """report.md and report.html of the hand-built runs: a one-head mirror and the planted two-hop model."""
+    from probes.settings import ReportSettings
+    from test_html_report import hand_measured
+    from toylens.report import publish_report
+
+    out = tmp_path_factory.mktemp("finding")
+    settings = ReportSettings(min_gap=0.0)
+    measured = hand_measured(out, settings)
+    publish_report(measured, out, task="two-hop", settings=settings)
+    return measured, out, settings
+
+
+def test_report_md_opens_with_the_ladder_and_the_mechanism(published):
+    from probes.report.finding import FIGURE
+
+    _, out, _ = published
+    text = (out / "report.md").read_text()
+    finding = text.split("## The finding")[1].split("## Summary")[0]
+    first_table = text.index("\n|")
+    assert text.index("## The finding") < text.index(FIGURE) < text.index("The simplest model") < first_table
+    assert first_table < text.index("## Summary")  # the circuit heads' attention, then the tables
+    assert f"]({FIGURE})" in finding and (out / FIGURE).is_file()
+    assert "The simplest model that solves the task is" in finding and "([evidence](#" in finding
+    assert "Example:" in finding and "Its counterfactual partner:" in finding
+
+
+def test_the_simplest_model_that_solves_it_is_the_first_in_order(published):
+    from probes.report.finding import finding_of
+
+    measured, _, settings = published
+    finding = finding_of(measured, settings)
+    solved = [m.model_name for m in measured if m.results["runs"].circuit is not None]
+    assert finding.solver == f"{solved[0]} seed 0"
+    assert {r.model_name for r in finding.ladder} == {m.model_name for m in measured}
+    for rung in finding.ladder:
+        assert rung.low <= rung.heldout <= rung.high and rung.n > 0
+    for row in finding.heads:  # attention rows are distributions over the sentence's tokens
+        assert abs(sum(row.clean) - 1) < 0.05 and len(row.clean) == len(finding.clean_tokens)
