@@ -47,3 +47,11 @@ def test_the_simplest_model_that_solves_it_is_the_first_in_order(published):
         assert rung.low <= rung.heldout <= rung.high and rung.n > 0
     for row in finding.heads:  # attention rows are distributions over the sentence's tokens
         assert abs(sum(row.clean) - 1) < 0.05 and len(row.clean) == len(finding.clean_tokens)
+
+
+def test_report_html_puts_the_finding_before_the_summary_with_links_to_each_run(published):
+    _, out, _ = published
+    html = (out / "report.html").read_text()
+    assert html.index('id="finding-block"') < html.index('<nav id="nav">') < html.index('id="summary"')
+    block = html.split('id="finding-block"')[1].split('<nav id="nav">')[0]
+    assert 'src="data:image/png;base64,' in block and 'href="#run=' in block and 'href="#summary"' in block

@@ -38,7 +38,7 @@ class HeadRow:
 class Finding:
     ladder: tuple[Rung, ...]
     solver: str | None  # 'model seed k': the simplest model whose runs all solved, its first seed
-    sentences: tuple[tuple[str, str], ...]  # (sentence, anchor of its evidence)
+    sentences: tuple[tuple[str, tuple | None], ...]  # (sentence, its evidence: (model, seed), None: the accuracy)
     clean_tokens: tuple[str, ...] = ()
     corrupt_tokens: tuple[str, ...] = ()
     heads: tuple[HeadRow, ...] = ()
@@ -59,7 +59,7 @@ def finding_of(measured: list, settings: ReportSettings) -> Finding | None:
     run = next((m for m in measured if solved and m.model_name == solved[0] and m.results["runs"].circuit), None)
     if run is None:
         why = "no model's runs all solved the task with a traced circuit, so no mechanism is shown here"
-        return Finding(tuple(rungs), None, ((why + ".", "summary"),))
+        return Finding(tuple(rungs), None, ((why + ".", None),))
     analysis = run.results["runs"]
     title = f"{run.model_name} seed {run.seed}"
     heads = head_rows(analysis)
@@ -112,18 +112,18 @@ def head_rows(analysis) -> tuple[HeadRow, ...]:
     return tuple(rows)
 
 
-def mechanism_sentences(run, analysis, settings: ReportSettings) -> list[tuple[str, str]]:
+def mechanism_sentences(run, analysis, settings: ReportSettings) -> list[tuple[str, tuple | None]]:
     """Two or three sentences in role words, each with its number and its evidence's anchor."""
     from probes.report.story import circuit_line
 
-    anchor = f"{run.model_name}-seed-{run.seed}".lower()
+    anchor = (run.model_name, run.seed)
     split = run.results["accuracy"].accuracy.splits["heldout"]
     out = [
         (
             f"The simplest model that solves the task is {run.model_name} (seed {run.seed}: held-out accuracy "
             f"{pct(split.accuracy.value, 1)}, Wilson 95% [{pct(split.accuracy.low)}, {pct(split.accuracy.high)}], "
             f"n = {split.n}).",
-            "accuracy-shuffle-test-and-run-health",
+            None,
         )
     ]
     mechanism = analysis.mechanism
@@ -198,13 +198,25 @@ def attention_rows(finding: Finding, corrupt: bool) -> tuple[list[str], list[lis
     return header, rows
 
 
+def md_anchor(run: tuple | None) -> str:
+    """report.md's heading for a run's story ('### model seed k'), or the accuracy section."""
+    return "accuracy-shuffle-test-and-run-health" if run is None else f"{run[0]}-seed-{run[1]}".lower()
+
+
+def html_anchor(run: tuple | None) -> str:
+    """report.html's panel for a run (assets/report.js reads '#run=ID'), or the summary."""
+    from probes.report.outputs.html_data import run_id
+
+    return "summary" if run is None else f"run={run_id(*run)}"
+
+
 def finding_markdown(finding: Finding | None) -> list[str]:
     from probes.report.render import md_table
 
     if finding is None:
         return []
     text = ["## The finding", "", INTRO, "", f"![held-out accuracy per model and seed]({FIGURE})", ""]
-    text += [f"- {s} ([evidence](#{anchor}))" for s, anchor in finding.sentences] + [""]
+    text += [f"- {s} ([evidence](#{md_anchor(run)}))" for s, run in finding.sentences] + [""]
     if finding.heads:
         text += [
             f"What each circuit head of {finding.solver} reads: its attention from the scored position over "
@@ -228,7 +240,9 @@ def finding_html(finding: Finding | None, figure: Path | None) -> str:
         body.append(f'<img alt="held-out accuracy per model and seed" src="{image_uri(figure)}">')
     body.append(
         "<ul>"
-        + "".join(f'<li>{escape(s)} <a href="#{escape(a)}">evidence</a></li>' for s, a in finding.sentences)
+        + "".join(
+            f'<li>{escape(s)} <a href="#{escape(html_anchor(run))}">evidence</a></li>' for s, run in finding.sentences
+        )
         + "</ul>"
     )
     for corrupt, name in ((False, "Example"), (True, "Its counterfactual partner")):
