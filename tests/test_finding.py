@@ -55,3 +55,29 @@ def test_report_html_puts_the_finding_before_the_summary_with_links_to_each_run(
     assert html.index('id="finding-block"') < html.index('<nav id="nav">') < html.index('id="summary"')
     block = html.split('id="finding-block"')[1].split('<nav id="nav">')[0]
     assert 'src="data:image/png;base64,' in block and 'href="#run=' in block and 'href="#summary"' in block
+
+
+# Partner feedback (issue 56): a counterfactual that keeps every position's role in place gives no
+# query or key anything to differ by; the report says what such pairs cannot show.
+def test_the_report_says_what_pairs_that_move_no_query_or_key_cannot_show():
+    from types import SimpleNamespace
+
+    import torch
+
+    from models.components import Head
+    from models.graph import Edge, Embed, Input, Logits
+    from probes.report.story import unshown_compositions
+
+    edges = [
+        Edge(Embed(), Input(Head(0, 0), "v")),
+        Edge(Embed(), Input(Head(0, 0), "k")),
+        Edge(Head(0, 0), Input(Logits())),
+    ]
+
+    def result(key_share: float):
+        shares = torch.tensor([0.9, key_share, 0.95])
+        return SimpleNamespace(graph=SimpleNamespace(edges=edges), oracle=SimpleNamespace(normalised=lambda: shares))
+
+    (said,) = unshown_compositions(result(-0.004))
+    assert "cannot show which positions the heads choose to read" in said and "0.4%" in said
+    assert unshown_compositions(result(0.2)) == []
