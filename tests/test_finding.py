@@ -81,3 +81,29 @@ def test_the_report_says_what_pairs_that_move_no_query_or_key_cannot_show():
     (said,) = unshown_compositions(result(-0.004))
     assert "cannot show which positions the heads choose to read" in said and "0.4%" in said
     assert unshown_compositions(result(0.2)) == []
+
+
+# One main path everywhere (issue 56): the graph's halo was the widest chain (through another head)
+# while the signature named the mechanism's route.
+def test_the_graph_main_path_is_the_mechanism_the_signature_names():
+    from probes.circuits.signature import EDGE_BASIS, MechanismSignature
+    from probes.report.outputs.html_data import main_path, mechanism_nodes
+
+    def edge(s, r, alone):
+        return {"id": f"{s}->{r}", "s": s, "r": r, "alone": alone, "in": True}
+
+    edges = [
+        edge("embed", "L0H0", 0.3),
+        edge("L0H0", "logits", 0.3),
+        edge("embed", "L1H0", 0.9),
+        edge("L1H0", "logits", 0.9),
+    ]
+    assert main_path(edges) == ["embed->L1H0", "L1H0->logits"]
+    signature = MechanismSignature(
+        ("embed", "L0 previous-token head", "logits"),
+        ("embed -> L0 previous-token head", "L0 previous-token head -> logits"),
+        EDGE_BASIS,
+        heads=(("L0 previous-token head", ("L0H0",)),),
+    )
+    assert main_path(edges, mechanism_nodes(signature)) == ["embed->L0H0", "L0H0->logits"]
+    assert mechanism_nodes(None) is None
