@@ -185,3 +185,29 @@ def test_the_census_says_what_separated_two_rows():
     assert told.role == PREVIOUS and abs(told.distance - 0.80) < 1e-6
     assert "largest difference in any role's mean attention mass is 0.80 (previous-token head: 0.05" in told.text
     assert separations([first], parts, part_profiles(members)) == ()
+
+
+# Where the role rule still names two seeds' heads differently (one head just under twice its rival),
+# the census compares their measured profiles: within the tolerance they are one row, beyond it two.
+def test_rows_whose_profiles_lie_within_the_tolerance_are_counted_as_one():
+    from probes.circuits.roles import DUPLICATE, circuit_roles, read_at_scored
+    from probes.circuits.separation import TOLERANCE, merged_rows
+    from probes.circuits.signature import with_profiles
+
+    edges = [Edge(Head(0, 0), Input(Head(1, 1), "k")), Edge(Head(1, 1), Input(Logits()))]
+
+    def member(seed: int, previous: float, duplicate: float):
+        measured = masses(previous, 0, 1)
+        measured.everywhere[DUPLICATE] = torch.full((2, 2), duplicate)
+        found = mechanism_signature(edges, circuit_roles(edges, measured))
+        found = with_profiles(found, measured, read_at_scored(edges))
+        return (seed, "path", found.text, None, found)
+
+    named = [member(0, 0.50, 0.20), member(1, 0.45, 0.20)]  # previous-token head: twice its rival
+    close = member(2, 0.35, 0.20)  # 0.125 from the others' 0.475 mean: under twice its rival, unnamed
+    far = member(3, 0.05, 0.60)  # a duplicate-token head
+    assert close[2] != named[0][2] == named[1][2] and far[2] != named[0][2]
+    members, merged = merged_rows([*named, close, far])
+    assert [m[2] for m in members[:3]] == [named[0][2]] * 3 and members[3][2] == far[2]
+    (one,) = merged
+    assert one.label == close[2] and abs(one.distance - 0.125) < 1e-6 and one.distance <= TOLERANCE

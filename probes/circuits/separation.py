@@ -91,3 +91,76 @@ def separations(labels: list[str], parts: dict, profiles: dict) -> tuple[Separat
         role = roles[0]
         out.append(Separation(label, reference, part, counterpart, role, one.get(role, 0.0), other.get(role, 0.0)))
     return tuple(out)
+
+
+# ---- rows within tolerance ---------------------------------------------------------------------
+
+TOLERANCE = 0.2  # attention mass: two rows whose head parts' profiles differ by at most this on every
+# role (a fifth of a head's attention) are one mechanism, whatever words the role rule gave them
+
+
+@dataclass(frozen=True)
+class Merged:
+    """Row `label` counted as row `into`: the same parts and edges but for role words, and no head
+    part's profile further than `distance` (<= TOLERANCE) from the other's on any role."""
+
+    label: str
+    into: str
+    distance: float
+
+    @property
+    def text(self) -> str:
+        return (
+            f"'{self.label}' is counted as '{self.into}': the same circuit but for its role words, and its heads' "
+            f"measured profiles are at most {self.distance:.2f} apart on any role (tolerance {TOLERANCE:g})"
+        )
+
+
+def skeleton(signature) -> tuple[str, dict] | None:
+    """(the signature's text with each head part named by its layer alone, layer -> head part); None
+    where a layer has two head parts (which matches which is then not read from the layer)."""
+    layers: dict[str, str] = {}
+    for part, _ in signature.heads:
+        if layer_of(part) in layers:
+            return None
+        layers[layer_of(part)] = part
+    text = signature.text
+    for part in sorted(layers.values(), key=len, reverse=True):  # longest first: no name inside another
+        text = text.replace(part, f"{layer_of(part)} head")
+    return text, layers
+
+
+def profile_distance(one: dict, other: dict) -> float:
+    """The largest difference in mean mass on any role of either profile (a role one lacks: 0)."""
+    return max((abs(one.get(r, 0.0) - other.get(r, 0.0)) for r in set(one) | set(other)), default=0.0)
+
+
+def merged_rows(members: list) -> tuple[list, tuple[Merged, ...]]:
+    """`members` ((run, kind, label, share, signature)) with each label that lies within TOLERANCE of a
+    more frequent row's relabelled to that row's, and what was merged. Rows are taken most frequent
+    first (ties by label), each compared with the rows kept before it, by their seeds' mean profiles."""
+    from collections import Counter
+
+    signatures = {m[2]: m[4] for m in members if len(m) > 4 and m[4] is not None}
+    counts = Counter(m[2] for m in members)
+    profiles = part_profiles(members)
+    kept: list[str] = []
+    into: dict[str, Merged] = {}
+    for label in sorted(signatures, key=lambda lab: (-counts[lab], lab)):
+        mine = skeleton(signatures[label])
+        for other in kept if mine is not None else ():
+            theirs = skeleton(signatures[other])
+            if theirs is None or theirs[0] != mine[0] or not profiles.get(label) or not profiles.get(other):
+                continue
+            pairs = [
+                (profiles[label].get(part, {}), profiles[other].get(theirs[1][layer], {}))
+                for layer, part in mine[1].items()
+            ]
+            distance = max((profile_distance(one, two) for one, two in pairs), default=0.0)
+            if distance <= TOLERANCE:
+                into[label] = Merged(label, other, distance)
+                break
+        else:
+            kept.append(label)
+    relabelled = [(*m[:2], into[m[2]].into, *m[3:]) if m[2] in into else m for m in members]
+    return relabelled, tuple(into.values())

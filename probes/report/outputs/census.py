@@ -131,12 +131,16 @@ def parts_markdown(g: GroupCensus) -> list[str]:
         if words:
             out += [f"Heads playing each part of **{s.label}**:", ""] + [f"- {w}" for w in words] + [""]
     told = separation_words(g)
-    return out + (["What separated the rows:", ""] + [f"- {line}" for line in told] + [""] if told else [])
+    return out + (
+        ["Rows merged and what separated the rest:", ""] + [f"- {line}" for line in told] + [""] if told else []
+    )
 
 
 def separation_words(g: GroupCensus) -> list[str]:
-    """One line per mechanism row after the most frequent: what told it apart (docs/census.md)."""
-    return [f"'{sep.label}' is told from '{sep.reference}' by {sep.text}" for sep in g.separations]
+    """One line per row merged into another (profiles within tolerance), then per mechanism row after
+    the most frequent: what told it apart (docs/census.md)."""
+    told = [f"'{sep.label}' is told from '{sep.reference}' by {sep.text}" for sep in g.separations]
+    return [m.text for m in g.merged] + told
 
 
 def draw(census: Census, path: Path) -> None:
@@ -215,7 +219,9 @@ def census_html(census: Census, figure: Path | None, timeline_figure: Path | Non
         told = separation_words(g)
         if told:
             body.append(
-                "<p>What separated the rows:</p><ul>" + "".join(f"<li>{escape(t)}</li>" for t in told) + "</ul>"
+                "<p>Rows merged and what separated the rest:</p><ul>"
+                + "".join(f"<li>{escape(t)}</li>" for t in told)
+                + "</ul>"
             )
         if g.timeline is not None:
             body.append(timeline_html(g.timeline, timeline_figure))
