@@ -241,7 +241,10 @@ def role_rows(attention, batch) -> dict:
     for name, members in role_sets(batch.roles).items():
         present = [each[m] for m in members if m in each]
         if present:
-            each[name] = (sum(mass for mass, _ in present), torch.stack([seen for _, seen in present]).any(0))
+            each[name] = (
+                torch.stack([mass for mass, _ in present]).sum(0),
+                torch.stack([s for _, s in present]).any(0),
+            )
     for role, (mass, seen) in each.items():
         out[attends_role(role)] = torch.where(seen[:, None, None], mass, torch.nan)
     return out

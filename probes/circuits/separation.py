@@ -148,9 +148,14 @@ def merged_rows(members: list) -> tuple[list, tuple[Merged, ...]]:
     into: dict[str, Merged] = {}
     for label in sorted(signatures, key=lambda lab: (-counts[lab], lab)):
         mine = skeleton(signatures[label])
-        for other in kept if mine is not None else ():
+        for other in kept:
             theirs = skeleton(signatures[other])
-            if theirs is None or theirs[0] != mine[0] or not profiles.get(label) or not profiles.get(other):
+            if (
+                mine is None
+                or theirs is None
+                or theirs[0] != mine[0]
+                or not (profiles.get(label) and profiles.get(other))
+            ):
                 continue
             pairs = [
                 (profiles[label].get(part, {}), profiles[other].get(theirs[1][layer], {}))

@@ -118,7 +118,7 @@ def mechanism_sentences(run, analysis, settings: ReportSettings) -> list[tuple[s
 
     anchor = (run.model_name, run.seed)
     split = run.results["accuracy"].accuracy.splits["heldout"]
-    out = [
+    out: list[tuple[str, tuple | None]] = [
         (
             f"The simplest model that solves the task is {run.model_name} (seed {run.seed}: held-out accuracy "
             f"{pct(split.accuracy.value, 1)}, Wilson 95% [{pct(split.accuracy.low)}, {pct(split.accuracy.high)}], "
