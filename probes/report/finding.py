@@ -30,7 +30,7 @@ class Rung:
 class HeadRow:
     head: str  # e.g. 'L0H0'
     role: str  # the signature's part it plays, in role words
-    clean: tuple[float, ...]  # attention from the scored position onto each token of the example
+    clean: tuple[float, ...]  # attention from the scored position onto each token of the example up to it
     corrupt: tuple[float, ...]  # ... of its counterfactual partner
 
 
@@ -67,8 +67,8 @@ def finding_of(measured: list, settings: ReportSettings) -> Finding | None:
         tuple(rungs),
         title,
         tuple(mechanism_sentences(run, analysis, settings)),
-        tuple(analysis.pair.clean_tokens) if analysis.pair else (),
-        tuple(analysis.pair.corrupt_tokens) if analysis.pair else (),
+        tuple(analysis.pair.clean_tokens[: analysis.pair.position + 1]) if analysis.pair else (),
+        tuple(analysis.pair.corrupt_tokens[: analysis.pair.position + 1]) if analysis.pair else (),
         heads,
     )
 
@@ -105,8 +105,8 @@ def head_rows(analysis) -> tuple[HeadRow, ...]:
             HeadRow(
                 name,
                 played.get(name, "not in the signature"),
-                tuple(round(float(v), 2) for v in pair.clean[h.layer, h.head, : len(pair.clean_tokens)]),
-                tuple(round(float(v), 2) for v in pair.corrupt[h.layer, h.head, : len(pair.corrupt_tokens)]),
+                tuple(round(float(v), 2) for v in pair.clean[h.layer, h.head, : pair.position + 1]),
+                tuple(round(float(v), 2) for v in pair.corrupt[h.layer, h.head, : pair.position + 1]),
             )
         )
     return tuple(rows)
