@@ -160,16 +160,17 @@ def draw_ladder(finding: Finding, path: Path) -> None:
     from probes.report.figures import save
 
     order = list(dict.fromkeys(r.model_name for r in finding.ladder))
-    fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(order), 3.2))
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.6 + 1.3 * len(order)), 3.2))
     for x, name in enumerate(order):
         rungs = [r for r in finding.ladder if r.model_name == name]
         for i, r in enumerate(rungs):
             offset = x + (i - (len(rungs) - 1) / 2) * 0.12
             ax.errorbar(offset, r.heldout, yerr=[[r.heldout - r.low], [r.high - r.heldout]], fmt="o", color="C0")
     ax.set_xticks(range(len(order)), order, rotation=20, ha="right")
+    ax.set_xlim(-0.5, len(order) - 0.5)
     ax.set_ylim(0, 1.02)
     ax.set_ylabel("held-out accuracy")
-    ax.set_title("Held-out accuracy per seed (Wilson 95%)", fontsize=10)
+    ax.set_title("held-out accuracy, a dot per seed (Wilson 95%)", fontsize=9)
     fig.tight_layout()
     save(fig, path)
     plt.close(fig)
