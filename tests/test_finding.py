@@ -107,3 +107,24 @@ def test_the_graph_main_path_is_the_mechanism_the_signature_names():
     )
     assert main_path(edges, mechanism_nodes(signature)) == ["embed->L0H0", "L0H0->logits"]
     assert mechanism_nodes(None) is None
+
+
+# Roles by group come with their masses (issue 56: "reads the adjective (crosser) / the second noun
+# (crossed)", with masses), read from the signature's profiles.
+def test_a_group_dependent_role_is_stated_with_each_groups_mass():
+    from probes.report.finding import role_numbers
+
+    part = "L1 head that attends the second_noun role (crossed) / the first_noun role (crosser)"
+    masses = {
+        "(crossed) attends the second_noun role": 0.98,
+        "(crossed) attends the current token": 0.01,
+        "(crosser) attends the first_noun role": 0.92,
+        "attends the first_noun role": 0.49,
+    }
+    assert role_numbers(part, masses) == (
+        "attends the second_noun role 0.98 (crossed) / attends the first_noun role 0.92 (crosser)"
+    )
+    assert (
+        role_numbers("L0 previous-token head", {"previous-token head": 0.9, "(a) x": 0.95})
+        == "previous-token head 0.90"
+    )

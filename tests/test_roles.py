@@ -67,6 +67,10 @@ def test_a_head_whose_target_depends_on_the_group_is_named_for_both():
     word = measured.role(Head(0, 0), read_at_scored=True)
     assert word == "attends the adjective role (crossed) / the first_noun role (crosser)"
     assert measured.role(Head(0, 0), read_at_scored=False) == UNNAMED  # not read there: no scored word
+    groups = measured.by_group(Head(0, 0))
+    assert (
+        groups["(crossed) attends the adjective role"] > 0.9 and groups["(crosser) attends the first_noun role"] > 0.5
+    )
     # One target in both groups: one word, not two.
     for row in range(len(batch)):
         point(attention, row, (0, 0), 14, {int(batch.roles["adjective"][row]): 0.9})

@@ -119,6 +119,12 @@ class RoleMasses:
         found = self.profile(head, read_at_scored).best(self.ratio)
         return found[0] if found else UNNAMED
 
+    def by_group(self, head) -> dict[str, float]:
+        """'(group) role word' -> the head's mean mass there from that group's scored rows, for a task
+        with groups (what a group-dependent role was read from)."""
+        at = (head.layer, head.head)
+        return {f"({g}) {r}": float(m[at]) for g, (means, _) in sorted(self.groups.items()) for r, m in means.items()}
+
     def describe(self, head, read_at_scored: bool) -> str:
         """The role with its numbers, e.g. 'attends the adjective role (0.94, 2.1x its nearest rival)',
         or a role set's profile inside it."""

@@ -338,7 +338,8 @@ def summary_signature(summary, roles: RoleMasses) -> MechanismSignature | None:
 
 def with_profiles(signature: MechanismSignature | None, measured: RoleMasses, read) -> MechanismSignature | None:
     """`signature` with each head part's profile: its heads' mean mass on each role they compete
-    for (RoleMasses.profile; `read` the nodes read at the scored positions), to 3 decimals."""
+    for (RoleMasses.profile; `read` the nodes read at the scored positions) and, for a head read
+    there, on each role per group ('(crossed) attends the adjective role'), to 3 decimals."""
     import dataclasses
 
     from models.components import Head
@@ -348,8 +349,12 @@ def with_profiles(signature: MechanismSignature | None, measured: RoleMasses, re
     profiles = []
     for part, names in signature.heads:
         heads = [Head.parse(name) for name in names]
-        each = [measured.profile(h, h in read).masses for h in heads]
+        each = [
+            {r: m for r, (m, _) in measured.profile(h, h in read).masses.items()}
+            | (measured.by_group(h) if h in read else {})
+            for h in heads
+        ]
         roles = sorted({r for masses in each for r in masses})
-        mean = {r: round(sum(m.get(r, (0.0,))[0] for m in each) / len(each), 3) for r in roles}
+        mean = {r: round(sum(m.get(r, 0.0) for m in each) / len(each), 3) for r in roles}
         profiles.append((part, tuple(mean.items())))
     return dataclasses.replace(signature, profiles=tuple(profiles))

@@ -132,9 +132,7 @@ def mechanism_sentences(run, analysis, settings: ReportSettings) -> list[tuple[s
         parts = []
         for part, heads in mechanism.heads:
             masses = dict(profiles.get(part, ()))
-            top = max(masses.items(), key=lambda item: item[1], default=None)
-            unnamed = ", the largest, not twice every rival" if "unnamed role" in part else ""
-            parts.append(f"{part} ({', '.join(heads)}" + (f"; {top[0]} {top[1]:.2f}{unnamed}" if top else "") + ")")
+            parts.append(f"{part} ({', '.join(heads)}; {role_numbers(part, masses)})")
         joined = f"; they connect as {mechanism.text}" if mechanism.edges else ""
         out.append((f"Its heads by role: {'; '.join(parts)}{joined}.", anchor))
     out.append((circuit_line(analysis, settings), anchor))
@@ -148,6 +146,23 @@ def drawn_finding(measured: list, settings: ReportSettings, out: Path) -> Findin
         (Path(out) / FIGURE).parent.mkdir(parents=True, exist_ok=True)
         draw_ladder(finding, Path(out) / FIGURE)
     return finding
+
+
+def role_numbers(part: str, masses: dict) -> str:
+    """The masses a part's role word was read from: each group's largest for a role that depends
+    on the group, else the largest of all (said to be no named role's where the part has none)."""
+    groups: dict[str, tuple[str, float]] = {}
+    for key, mass in masses.items():
+        if key.startswith("(") and " / " in part:
+            group = key[1 : key.index(")")]
+            if mass > groups.get(group, ("", -1.0))[1]:
+                groups[group] = (key[key.index(")") + 2 :], mass)
+    if groups:
+        return " / ".join(f"{role} {mass:.2f} ({group})" for group, (role, mass) in sorted(groups.items()))
+    top = max(((r, m) for r, m in masses.items() if not r.startswith("(")), key=lambda item: item[1], default=None)
+    if top is None:
+        return "no profile stored"
+    return f"{top[0]} {top[1]:.2f}" + (", the largest, not twice every rival" if "unnamed role" in part else "")
 
 
 def draw_ladder(finding: Finding, path: Path) -> None:
