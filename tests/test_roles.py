@@ -207,11 +207,11 @@ def test_rows_whose_profiles_lie_within_the_tolerance_are_counted_as_one():
         found = with_profiles(found, measured, read_at_scored(edges))
         return (seed, "path", found.text, None, found)
 
-    named = [member(0, 0.50, 0.20), member(1, 0.45, 0.20)]  # previous-token head: twice its rival
-    close = member(2, 0.35, 0.20)  # 0.125 from the others' 0.475 mean: under twice its rival, unnamed
-    far = member(3, 0.05, 0.60)  # a duplicate-token head
+    named = [member(0, 0.30, 0.25), member(1, 0.28, 0.25)]  # previous-token head: above its rival
+    close = member(2, 0.24, 0.26)  # 0.05 from the others' 0.29 mean, but a duplicate-token head by a hair
+    far = member(3, 0.05, 0.05)  # unnamed (a tie), 0.24 from the first row's profile
     assert close[2] != named[0][2] == named[1][2] and far[2] != named[0][2]
     members, merged = merged_rows([*named, close, far])
     assert [m[2] for m in members[:3]] == [named[0][2]] * 3 and members[3][2] == far[2]
     (one,) = merged
-    assert one.label == close[2] and abs(one.distance - 0.125) < 1e-6 and one.distance <= TOLERANCE
+    assert one.label == close[2] and abs(one.distance - 0.05) < 1e-6 and one.distance <= TOLERANCE

@@ -6,11 +6,12 @@ role's target, from TransformerLens's head-detector patterns over every query ro
 previous-token, duplicate-token, induction) and from attention at the scored positions (on the
 current token, on each position role the task names, and on each role set: the roles `NAME_0`,
 `NAME_1`, ... of a task form the set NAME, e.g. "inside"). The rule (`RoleMasses.role`) names the
-best-matching role when the lower end of its mass's 95% interval is at least RATIO times every
-role it competes with and RATIO times what uniform attention would put there; a sharper or blurrier
-copy of one role passes alike, so two seeds that differ only in how sharp one head is get one word.
-A role set does not compete with its own members: the most specific role that passes names the
-head. Where the task has groups, the rule runs per group too, and a head whose best role differs
+best-matching role: the one whose mass's 95% interval lies, at its lower end, above every rival's
+mean and at least RATIO times what uniform attention would put there; a sharper or blurrier copy of
+one role passes alike, so two seeds that differ only in how sharp one head is get one word. A role
+set does not compete with its own members, and a member names the head over its set only at RATIO
+times each of its siblings (a head that reads the span from its start is a head of the span): the
+most specific role that passes names the head. Where the task has groups, the rule runs per group too, and a head whose best role differs
 between groups is named for both ("attends the adjective role (crosser) / the first_noun role
 (crossed)"). Pattern words hold only where their defining test can: an induction head needs the
 earlier token's successor written into the stream by an earlier layer, so no layer-0 head is one.
@@ -34,8 +35,8 @@ if TYPE_CHECKING:
     from torch import Tensor
 
 UNNAMED = "unnamed role"
-RATIO = 2.0  # a named role's mass (its interval's lower end) over its strongest competitor's: at
-# 2, no competitor holds half as much, however sharp the head is
+RATIO = 2.0  # a named role's mass (its interval's lower end) over uniform attention's and, for a role
+# set's member, over each sibling's: at 2, twice what chance or the next slot holds
 PREVIOUS, DUPLICATE, INDUCTION = "previous-token head", "duplicate-token head", "induction head"
 CURRENT = "attends the current token"
 DETECTOR_ROLES = {"previous_token": PREVIOUS, "duplicate_token": DUPLICATE, "induction": INDUCTION}
@@ -66,13 +67,18 @@ class Profile:
 
     def best(self, ratio: float) -> tuple[str, float, float] | None:
         """(role, mass, margin) of the most specific role that passes the rule, else None; margin:
-        its lower end over its strongest competitor's mean (or over uniform attention's mass)."""
+        its lower end over the largest of its rivals' means and uniform attention's mass."""
         passing = []
         for role, (mean, low) in self.masses.items():
-            rivals = [m for r, (m, _) in self.masses.items() if r != role and r not in self.nested.get(role, ())]
-            bar = max([self.floors.get(role, 0.0), *rivals])
-            if low >= ratio * bar and (low > 0 or not ratio):  # ratio 0: the largest mass, whatever it is
-                passing.append((len(self.nested.get(role, ())), -mean, role, low / bar if bar > 0 else math.inf))
+            nested = self.nested.get(role, ())
+            siblings = {
+                m for s in nested for m in self.nested.get(s, ()) if m != role and role in self.nested.get(s, ())
+            }
+            others = [m for r, (m, _) in self.masses.items() if r != role and r not in nested and r not in siblings]
+            strict = max([self.floors.get(role, 0.0), *(self.masses[r][0] for r in siblings)])
+            bar = max([strict, *others])
+            if low >= ratio * strict and all(low > m for m in others) and (low > 0 or not ratio):
+                passing.append((len(nested), -mean, role, low / bar if bar > 0 else math.inf))
         if not passing:
             return None
         _, mean, role, margin = min(passing)  # fewest members first, then the largest mass
