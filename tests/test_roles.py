@@ -215,3 +215,11 @@ def test_rows_whose_profiles_lie_within_the_tolerance_are_counted_as_one():
     assert [m[2] for m in members[:3]] == [named[0][2]] * 3 and members[3][2] == far[2]
     (one,) = merged
     assert one.label == close[2] and abs(one.distance - 0.05) < 1e-6 and one.distance <= TOLERANCE
+
+
+def test_the_profile_distance_reads_every_scored_row_not_one_groups():
+    from probes.circuits.separation import profile_distance
+
+    one = {"(crossed) attends the adjective role": 0.9, "attends the adjective role": 0.45, PREVIOUS: 0.1}
+    other = {"(crossed) attends the adjective role": 0.3, "attends the adjective role": 0.35}
+    assert abs(profile_distance(one, other) - 0.1) < 1e-9

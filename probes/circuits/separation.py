@@ -131,8 +131,11 @@ def skeleton(signature) -> tuple[str, dict] | None:
 
 
 def profile_distance(one: dict, other: dict) -> float:
-    """The largest difference in mean mass on any role of either profile (a role one lacks: 0)."""
-    return max((abs(one.get(r, 0.0) - other.get(r, 0.0)) for r in set(one) | set(other)), default=0.0)
+    """The largest difference in mean mass on any role of either profile (a role one lacks: 0), over
+    every scored row: a group's own masses ('(crossed) ...') are left out, since a group-dependent
+    word is what a near tie in one group flips."""
+    roles = {r for r in set(one) | set(other) if not r.startswith("(")}
+    return max((abs(one.get(r, 0.0) - other.get(r, 0.0)) for r in roles), default=0.0)
 
 
 def merged_rows(members: list) -> tuple[list, tuple[Merged, ...]]:
