@@ -84,7 +84,8 @@ def separations(labels: list[str], parts: dict, profiles: dict) -> tuple[Separat
             continue
         counterpart = same_layer[0]
         one, other = profiles.get(label, {}).get(part, {}), profiles.get(reference, {}).get(counterpart, {})
-        roles = sorted(set(one) | set(other), key=lambda r: -abs(one.get(r, 0.0) - other.get(r, 0.0)))
+        overall = {r for r in set(one) | set(other) if not r.startswith("(")}  # as profile_distance reads them
+        roles = sorted(overall, key=lambda r: -abs(one.get(r, 0.0) - other.get(r, 0.0)))
         if not (one and other and roles):
             out.append(Separation(label, reference, part, counterpart))
             continue
