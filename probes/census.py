@@ -26,6 +26,7 @@ from common.cli import UsageError
 from common.store import read_json
 from common.stats import Interval, mean_interval, wilson
 from probes.circuits.labels import CIRCUIT, NULLABLE, PATHS, SUMMARY_FIELDS, CircuitSummary, LabelKind, circuit_label
+from probes.circuits.separation import merged_rows, part_profiles, separations
 from probes.circuits.mechanism_timeline import (
     TIMELINE,
     MechanismTimeline,
@@ -84,6 +85,8 @@ class GroupCensus:
     timeline: MechanismTimeline | None = None  # runs trained with weight snapshots: when the mechanism is told
     parts: dict = field(default_factory=dict)  # label -> part -> heads -> seeds (who_plays): the heads of
     # each part of a mechanism, seed by seed
+    separations: tuple = ()  # probes.circuits.separation.Separation: what told each mechanism row from the first
+    merged: tuple = ()  # probes.circuits.separation.Merged: rows counted as one, their profiles within tolerance
 
 
 @dataclass(frozen=True)
@@ -283,8 +286,8 @@ def group_census(
     not_finished: tuple = (),
     timeline: MechanismTimeline | None = None,
 ) -> GroupCensus:
-    n = len(members)
-    counts = Counter(label for _, _, label, *_ in members)
+    members, merged = merged_rows(members)
+    n, counts = len(members), Counter(label for _, _, label, *_ in members)
     seeds, recovered = defaultdict(list), defaultdict(list)
     for run, _, label, path_share, *_ in members:
         seeds[label].append(run.seed)
@@ -317,7 +320,9 @@ def group_census(
         unreadable=unreadable,
         not_finished=not_finished,
         timeline=timeline,
-        parts=who_plays(members),
+        parts=(parts := who_plays(members)),
+        separations=separations([k for k, _ in counts.most_common() if k in parts], parts, part_profiles(members)),
+        merged=merged,
     )
 
 

@@ -10,6 +10,10 @@ predict a2, ..., the logits at a(R-1) predict aR. The first repeated token itsel
 repeat and shuffles the first half, so the same query tokens find different successors: the
 induction answer changes at every scored position while the bag of tokens stays the same.
 Held-out sequences are drawn from the same pool as training and never occur in it.
+
+Roles name the pattern [A][B] ... [A] -> [B] at the first scored position: `first_A` the first
+copy of a1, `B` its successor a2, `second_A` the repeated a1 (a scored position, whose logits
+predict a2). probes.circuits.roles measures the other roles from the rows at `second_A`.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ class InductionTask(Task):
 
     name = "induction"
     Params = InductionParams
+    version = 2  # the examples name their roles (tasks.data's cache fingerprint)
 
     def __init__(self, params=None):
         super().__init__(params)
@@ -100,6 +105,7 @@ class InductionTask(Task):
             positions=tuple(range(repeat + 1, 2 * repeat)),
             group=f"repeat{repeat}",
             counterfactual=(0,) + shuffled_successors(first, rng) + first,
+            roles={"first_A": 1, "B": 2, "second_A": repeat + 1},
         )
 
     def domain(self) -> Domain:

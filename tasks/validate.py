@@ -232,6 +232,7 @@ def check_example(task: Task, where: str, example: Example, vocabulary_size: int
 # A role name is printed inside report sentences and census labels: a word, never punctuation
 # that the prose uses to separate clauses.
 ROLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,39}")
+ROLE_MEMBER = re.compile(r"(?P<set>[A-Za-z][A-Za-z0-9_]*)_(?P<index>[0-9]+)")  # probes.circuits.roles.MEMBER
 
 
 def check_roles(task: Task, where: str, example: Example) -> None:
@@ -257,6 +258,25 @@ def check_roles(task: Task, where: str, example: Example) -> None:
                 where,
                 f"has role {name!r} at {position!r}; a role names an input position "
                 f"0..{len(example.tokens) - 2} (one the model reads)",
+            )
+    check_role_sets(task, where, roles)
+
+
+def check_role_sets(task: Task, where: str, roles: dict) -> None:
+    """Roles NAME_0, NAME_1, ... form the role set NAME (e.g. every inside slot), measured as one
+    region and its profile inside it: numbered from 0 without a gap, else a typo splits the set."""
+    sets: dict[str, list[int]] = {}
+    for name in roles:
+        match = ROLE_MEMBER.fullmatch(name)
+        if match:
+            sets.setdefault(match["set"], []).append(int(match["index"]))
+    for name, indices in sets.items():
+        if len(indices) > 1 and sorted(indices) != list(range(len(indices))):
+            raise refuse(
+                task,
+                where,
+                f"names roles {name}_{sorted(indices)}; the members of a role set are numbered "
+                f"{name}_0, {name}_1, ... without a gap",
             )
 
 

@@ -22,6 +22,12 @@ CROSSER_ADJECTIVES = ("tired", "scared", "slow", "weak")  # "it" is the one cros
 CROSSED_ADJECTIVES = ("wet", "wide", "busy", "steep")  # "it" is the thing crossed: ref = y
 TEMPLATE = "the {x} did not cross the {y} because it was too {adj} , so the {ref} waited ."
 SCORED_POSITION = TEMPLATE.split().index("{ref}") - 1  # the "the" after "so": its logits name ref
+# Each input position's role, by what it holds, in the order of TEMPLATE (the scored "the" is the
+# query; "{ref}" and "waited" come after it, so no scored row can read them).
+ROLES = (
+    "first_the", "first_noun", "did", "not", "cross", "second_the", "second_noun", "because",
+    "pronoun", "was", "too", "adjective", "comma", "so", "query",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,7 @@ class WinogradTask(Task):
 
     name = "winograd"
     Params = WinogradParams
+    version = 2  # the examples name their positions' roles (tasks.data's cache fingerprint)
 
     def __init__(self, params=None):
         super().__init__(params)
@@ -135,6 +142,7 @@ class WinogradTask(Task):
             foils=(self.vocabulary().index(y if ref == x else x),),
             group="crosser" if role == 0 else "crossed",
             counterfactual=self.encode(x, y, partner),
+            roles={role: position for position, role in enumerate(ROLES)},
         )
 
     def encode(self, x: str, y: str, adjective: str) -> tuple[int, ...]:

@@ -233,3 +233,26 @@ def test_the_main_path_follows_the_strongest_weakest_link():
         edge("embed", "logits", 0.99, inside=False),  # outside the circuit
     ]
     assert main_path(edges) == ["embed->L1H0", "L1H0->logits"]
+
+
+# Issue 56: the first screen (1400 x 1000) is the finding, not a legend of codes: the ladder figure and
+# the mechanism's sentences are in view, above the first table.
+@pytest.mark.slow
+def test_the_first_screen_shows_the_ladder_and_the_mechanism_above_the_first_table(browser, report_html, tmp_path):
+    path, _ = report_html
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(path.as_uri())
+    page.wait_for_load_state("load")
+    page.screenshot(path=str(tmp_path / "first-screen.png"))  # kept with the test's files, to look at
+    boxes = page.evaluate(
+        """() => {
+        const box = e => e ? e.getBoundingClientRect().toJSON() : null;
+        const block = document.querySelector('#finding-block');
+        return {figure: box(block && block.querySelector('img')), sentences: box(block && block.querySelector('ul')),
+                table: box(document.querySelector('table'))}; }"""
+    )
+    assert boxes["figure"] and boxes["sentences"] and boxes["table"], boxes
+    assert 0 <= boxes["figure"]["top"] and boxes["figure"]["bottom"] <= 1000
+    assert boxes["sentences"]["bottom"] <= 1000 and boxes["sentences"]["bottom"] <= boxes["table"]["top"]
+    assert "The simplest model that solves the task is" in page.locator("#finding-block ul").inner_text()
+    page.close()

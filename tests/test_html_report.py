@@ -92,7 +92,7 @@ def test_terminal_tables_fit_one_screen_and_say_each_runs_facts(with_circuits):
         a = m.results["runs"]
         assert row["held-out"] == f"{a.accuracy.splits['heldout'].accuracy.value:.1%}"
         if a.circuit is None:
-            assert row["circuit / kind"].startswith("none:")
+            assert row["circuit / kind"].startswith("not traced:")
             continue
         assert all(str(head) in row["circuit / kind"] for head in a.circuit.heads)
         for path in named(a, DEFAULT):

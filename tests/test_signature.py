@@ -129,15 +129,15 @@ def test_attention_at_the_scored_positions_names_only_a_head_read_there():
 
     reader = Edge(Head(1, 0), Input(Logits()))
     by_key = [Edge(Head(0, 0), Input(Head(1, 0), "k")), Edge(Head(0, 0), Input(Head(1, 0), "v")), reader]
-    roles = [circuit_roles(by_key, masses(0.3, current)) for current in (0.0, 0.64)]
-    assert roles[0] == roles[1] == {Head(0, 0): UNNAMED, Head(1, 0): attends_role("value")}
-    assert circuit_roles(by_key, masses(0.8, 0.64))[Head(0, 0)] == PREVIOUS  # every row: read anywhere
+    roles = [circuit_roles(by_key, masses(0.3, current)) for current in (0.0, 0.9)]
+    assert roles[0] == roles[1] == {Head(0, 0): PREVIOUS, Head(1, 0): attends_role("value")}  # every row: read anywhere
     # Read at the scored position, through a query or an MLP into the logits: its attention there names it.
     by_query = [Edge(Head(0, 0), Input(Head(1, 0), "q")), reader]
     by_mlp = [Edge(Head(0, 0), Input(MLP(0))), Edge(MLP(0), Input(Logits()))]
     for edges in (by_query, by_mlp):
         assert circuit_roles(edges, masses(0.3, 0.64))[Head(0, 0)] == CURRENT
-        assert circuit_roles(edges, masses(0.3, 0.0))[Head(0, 0)] == UNNAMED
+        assert circuit_roles(edges, masses(0.3, 0.0))[Head(0, 0)] == PREVIOUS
+        assert circuit_roles(edges, masses(0.3, 0.3))[Head(0, 0)] == UNNAMED  # a tie: neither above the other
     # A head circuit's head that feeds no other writes to the logits: read there.
     assert circuit_roles([], masses(0.3, 0.64), heads=[Head(0, 0)], sinks={Head(0, 0)})[Head(0, 0)] == CURRENT
 
@@ -226,7 +226,7 @@ def test_a_model_with_permuted_heads_traces_to_one_mechanism(name):
     )
     graph = graph_of(spec)
     # claim 0: every head gets its most attended target, so the roles moved with the heads are tested too
-    signatures = [edge_signature(m, batch, graph, role_masses(m, batch, claim=0.0)) for m in (model, permuted)]
+    signatures = [edge_signature(m, batch, graph, role_masses(m, batch, ratio=0.0)) for m in (model, permuted)]
     assert signatures[0] is not None and signatures[0] == signatures[1]
     # the same parts, played by the heads the permutation moved them to (one part may hold all of a
     # layer's heads, so the heads need not differ)
@@ -298,18 +298,24 @@ def test_a_stored_circuit_keeps_its_signature_and_is_labelled_by_it():
 
 
 # The main job's block-1 seed 1: a layer-0 head at 0.504 +- 0.014 on the induction pattern was named
-# an induction head, and the seeds' one two-head mechanism was counted twice (issue 34).
-def test_a_role_is_named_only_when_its_interval_clears_the_claim():
+# an induction head, and the seeds' one two-head mechanism was counted twice (issue 34); a cut at a
+# mass of 0.5 split one previous-token head by its sharpness (issue 56). The rule: the interval's
+# lower end above every rival's mean.
+def test_a_role_is_named_when_its_interval_clears_every_rival():
     from models.spec import build_model
-    from probes.circuits.roles import RoleMasses, role_masses
+    from probes.circuits.roles import DUPLICATE, RoleMasses, role_masses
 
-    def role(mean: float, low: float) -> str:
-        measured = RoleMasses({PREVIOUS: torch.tensor([[mean]])}, {}, low={PREVIOUS: torch.tensor([[low]])})
+    def role(mean: float, low: float, rival: float) -> str:
+        measured = RoleMasses(
+            {PREVIOUS: torch.tensor([[mean]]), DUPLICATE: torch.tensor([[rival]])},
+            {},
+            low={PREVIOUS: torch.tensor([[low]])},
+        )
         return measured.role(Head(0, 0), read_at_scored=False)
 
-    assert role(0.504, 0.490) == UNNAMED
-    assert role(0.520, 0.505) == PREVIOUS
-    assert role(0.490, 0.480) == UNNAMED
+    assert role(0.62, 0.61, 0.30) == PREVIOUS
+    assert role(0.32, 0.29, 0.30) == UNNAMED  # the mean clears the rival, its interval does not
+    assert role(0.97, 0.95, 0.02) == role(0.75, 0.70, 0.05) == role(0.45, 0.40, 0.05) == PREVIOUS  # any sharpness
     measured = role_masses(build_model(VARIANTS["attn-only-2x4"], seed=0).eval(), batch_of())
     assert set(measured.low) == set(measured.everywhere) | set(measured.scored)
     for name, low in measured.low.items():

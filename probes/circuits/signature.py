@@ -34,13 +34,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from common.cli import UsageError
-from common.jsonfiles import check_fields
+from common.jsonfiles import check_fields, of_type
 from common.stages import timed
 from probes.circuits.roles import UNNAMED, RoleMasses, circuit_roles, read_at_scored, role_masses
 
 SIGNATURE = "signature"  # its field in circuit.json, timeline.json and report.json
 LAST = 10**9  # the logits' stage: after every layer's
-FIELDS = {"parts": list, "edges": list, "heads": dict, "relations": list, "basis": str}
+FIELDS = {"parts": list, "edges": list, "heads": dict, "relations": list, "basis": str, "profiles": dict}
+OPTIONAL = {"profiles"}  # circuit.json written before profiles were kept has none
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,9 @@ class MechanismSignature:
         None  # AND / OR / series between parts (probes.circuits.logic); None: not measured
     )
     heads: tuple[tuple[str, tuple[str, ...]], ...] = field(default=(), compare=False)  # part -> heads, e.g. ('L0H1',)
+    # part -> its heads' mean attention mass on each role (probes.circuits.roles.RoleMasses.profile):
+    # what the role word was read from, so a census can say how far apart two rows' roles were
+    profiles: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = field(default=(), compare=False)
 
     @property
     def text(self) -> str:
@@ -72,13 +76,17 @@ class MechanismSignature:
             "basis": self.basis,
             "relations": None if self.relations is None else list(self.relations),
             "heads": {part: list(heads) for part, heads in self.heads},
+            "profiles": {part: dict(masses) for part, masses in self.profiles},
         }
 
     @classmethod
     def from_dict(cls, data, where: str, fix: str) -> "MechanismSignature":
         check_fields(data, FIELDS, where, fix, nullable=("relations",))
-        if set(data) != set(FIELDS):
-            raise UsageError(f"{where}: {SIGNATURE} lacks field(s) {sorted(set(FIELDS) - set(data))}; {fix}")
+        if set(data) | OPTIONAL != set(FIELDS):
+            raise UsageError(f"{where}: {SIGNATURE} lacks field(s) {sorted(set(FIELDS) - set(data) - OPTIONAL)}; {fix}")
+        profiles = data.get("profiles", {})
+        if not all(isinstance(v, dict) and all(of_type(m, float) for m in v.values()) for v in profiles.values()):
+            raise UsageError(f"{where}: {SIGNATURE}.profiles must map each part to role -> mass; {fix}")
         heads = data["heads"]
         if not all(isinstance(v, list) and all(isinstance(h, str) for h in v) for v in heads.values()):
             raise UsageError(f"{where}: {SIGNATURE}.heads must map each part to a list of head names; {fix}")
@@ -88,6 +96,7 @@ class MechanismSignature:
             data["basis"],
             None if data["relations"] is None else tuple(data["relations"]),
             tuple((part, tuple(v)) for part, v in heads.items()),
+            tuple((part, tuple(v.items())) for part, v in profiles.items()),
         )
 
 
@@ -129,7 +138,9 @@ def refine(nodes: set, edges: list, roles: dict) -> dict:
 def head_words(layer: int, role: str) -> str:
     if role == UNNAMED:
         return f"L{layer} head of unnamed role"
-    return f"L{layer} {role}" if role.endswith("head") else f"L{layer} head that {role}"
+    if role.endswith("head"):
+        return f"L{layer} {role}"
+    return f"L{layer} head that {role}" if role.startswith("attends") else f"L{layer} head: {role}"
 
 
 def part_names(nodes: set, colour: dict, roles: dict) -> dict:
@@ -206,7 +217,7 @@ def edge_signature(model, pairs, graph, roles: RoleMasses | None = None, circuit
     read = read_at_scored(found.circuit.edges)
     heads = {n for e in graph.edges for n in (e.sender, e.receiver.node) if isinstance(n, Head)}
     head_roles = {h: measured.role(h, h in read) for h in heads}
-    return carrying_parts(model, pairs, graph, head_roles, found.oracle)
+    return with_profiles(carrying_parts(model, pairs, graph, head_roles, found.oracle), measured, read)
 
 
 def carrying_parts(model, pairs, graph, roles: dict, oracle) -> MechanismSignature | None:
@@ -328,4 +339,29 @@ def summary_signature(summary, roles: RoleMasses) -> MechanismSignature | None:
     paths = [p for p in summary.paths or ((summary.edge,) if summary.edge else ()) if p.strength >= DEFAULT.path_claim]
     edges = [Edge(Head.parse(p.sender), Input(Head.parse(p.receiver), p.component)) for p in paths]
     sinks = set(heads) - {e.sender for e in edges}
-    return mechanism_signature(edges, circuit_roles(edges, roles, heads, sinks), heads, basis=HEAD_BASIS)
+    signature = mechanism_signature(edges, circuit_roles(edges, roles, heads, sinks), heads, basis=HEAD_BASIS)
+    return with_profiles(signature, roles, read_at_scored(edges, sinks))
+
+
+def with_profiles(signature: MechanismSignature | None, measured: RoleMasses, read) -> MechanismSignature | None:
+    """`signature` with each head part's profile: its heads' mean mass on each role they compete
+    for (RoleMasses.profile; `read` the nodes read at the scored positions) and, for a head read
+    there, on each role per group ('(crossed) attends the adjective role'), to 3 decimals."""
+    import dataclasses
+
+    from models.components import Head
+
+    if signature is None:
+        return None
+    profiles = []
+    for part, names in signature.heads:
+        heads = [Head.parse(name) for name in names]
+        each = [
+            {r: m for r, (m, _) in measured.profile(h, h in read).masses.items()}
+            | (measured.by_group(h) if h in read else {})
+            for h in heads
+        ]
+        roles = sorted({r for masses in each for r in masses})
+        mean = {r: round(sum(m.get(r, 0.0) for m in each) / len(each), 3) for r in roles}
+        profiles.append((part, tuple(mean.items())))
+    return dataclasses.replace(signature, profiles=tuple(profiles))

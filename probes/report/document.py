@@ -337,15 +337,18 @@ def header(analysis, settings: ReportSettings) -> str:
     return "\n".join(lines)
 
 
-def markdown(task: str, sections: dict, stories: list, analysis, settings: ReportSettings) -> str:
-    """The summary tables, the bases, each run's story (probes.report.story), then the parts'
-    sections as the appendix: a reader stops before it; every number stays in it."""
+def markdown(task: str, sections: dict, stories: list, analysis, settings: ReportSettings, finding=None) -> str:
+    """The finding (probes.report.finding), the summary tables, the bases, each run's story
+    (probes.report.story), then the parts' sections as the appendix: a reader stops before it;
+    every number stays in it."""
+    from probes.report.finding import finding_markdown
     from probes.report.story import story_markdown
     from probes.report.summary import markdown_lines, summary_of
 
     text = [
         f"# Circuit report: {task}",
         "",
+        *finding_markdown(finding),
         "## Summary",
         "",
         "One table per model, a row per seed (each run's mechanism and evidence are in its section below).",
@@ -387,7 +390,9 @@ def write_report(measured: list, sections: dict, out: Path, task: str, settings:
     )
     from probes.report.story import run_story
 
+    from probes.report.finding import drawn_finding
+
     stories = [run_story(m, settings) for m in measured if m.results.get("runs") is not None]
-    text = markdown(task, sections, stories, analysis, settings)
+    text = markdown(task, sections, stories, analysis, settings, drawn_finding(measured, settings, out))
     atomic_write(out / "report.md", lambda path: Path(path).write_text(text))
     return out / "report.md"

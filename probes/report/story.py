@@ -173,7 +173,26 @@ def edge_evidence(analysis, edges, settings: ReportSettings) -> list[str]:
         if len(ranked) > SHOWN_RELATIONS:
             lines.append(f"{len(ranked) - SHOWN_RELATIONS} more relations in the Appendix and report.json")
         lines.append(path_sentence(edges.logic))
-    return lines + [views_agree(analysis, edges.result, settings).words]
+    return lines + [views_agree(analysis, edges.result, settings).words] + unshown_compositions(edges.result)
+
+
+def unshown_compositions(result) -> list[str]:
+    """Partner feedback: where no edge into a query or a key moves the gap by REFERENCE_NOISE on its
+    own, these pairs cannot show Q- or K-composition; said, not left for the reader to infer."""
+    from probes.circuits.methods.scores import REFERENCE_NOISE
+
+    shares = [
+        abs(share)
+        for edge, share in zip(result.graph.edges, result.oracle.normalised().tolist())
+        if edge.receiver.port in ("q", "k")
+    ]
+    if not shares or max(shares) > REFERENCE_NOISE:
+        return []
+    return [
+        f"No edge into a query or a key moves the gap by more than {pct(REFERENCE_NOISE)} on its own (the largest: "
+        f"{pct(max(shares), 1)}): these pairs cannot show which positions the heads choose to read (Q- or "
+        "K-composition), only what they carry; a partner that also moves where the deciding token sits would"
+    ]
 
 
 # ---- markdown -------------------------------------------------------------------------------

@@ -35,7 +35,9 @@ LEGEND = (
     "half the positions: see the notes) or ok",
     "circuit / kind: the head circuit (heads @ the positions they are kept at; a named path as sender ->q/k/v "
     "receiver @ sender position) and what it is, from held-out counterfactual pairs ('via MLP0': no head "
-    "feeds another directly, the edge circuit's mechanism runs through those MLPs)",
+    "feeds another directly, the edge circuit's mechanism runs through those MLPs); 'not traced: pairs differ by g': "
+    "example and counterfactual partner differ by g in the answer - foil logit difference (or the answer's "
+    "log-prob), under the report's min_gap: the model barely tells them apart, so no share of g means much",
     "faith.: the head circuit's faithfulness on those pairs, heads outside it at their mean over training rows, "
     "null scale (0 = every head mean-ablated, 1 = full model)",
     "blocks: block 1/2/... verdict with all its heads mean-ablated on the held-out ablation rows (needed, partly "
@@ -44,8 +46,9 @@ LEGEND = (
     "search's where it is smaller at the target: 'joint'), edges kept / graph, and its faithfulness on the "
     "gap scale (0 = counterfactual run, 1 = clean run)",
     "mechanism: the edge circuit's main path (components and the input each reads, keeping >= 50% of the gap on its "
-    "own edges), or its longest series chain and first other relation (a case split, OR, shared work, overlap, "
-    "additive pair, AND), members by Shapley share, '=' a tie (probes.circuits.relation_classes)",
+    "own edges; '(+n)': n more paths carry the mechanism beside the one shown), or its longest series chain and "
+    "first other relation (a case split, OR, shared work, overlap, additive pair, AND), members by Shapley share, "
+    "'=' a tie (probes.circuits.relation_classes)",
     "how many rows and pairs: each run's sentences (and report.md's Bases and scales)",
 )
 TERMINAL_LEGEND = (
@@ -172,10 +175,11 @@ def untraced_reason(analysis, settings) -> str:
     spec = analysis.spec
     if analysis.patching is not None:
         gap = analysis.patching.clean.metric - analysis.patching.corrupt.metric
-        return f"none: gap {gap:+.2f} < {settings.min_gap:g}"
+        unit = "logit diff." if analysis.patching.metric == "answer - foil logit" else "log-prob"
+        return f"not traced: pairs differ by {gap:+.2f} ({unit})"
     if spec.attention in (Attention.UNIFORM, Attention.NONE):
-        return f"none: {spec.attention} attention"
-    return "none: no counterfactual pairs"
+        return f"not traced: {spec.attention} attention (no pattern to trace)"
+    return "not traced: the task gives no counterfactual pairs"
 
 
 def block_verdicts(analysis, settings) -> str:

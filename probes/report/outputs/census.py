@@ -55,6 +55,7 @@ def summary_lines(census: Census) -> list[str]:
             lines += [f"  {share_text(s)}  {s.label}"] + [
                 f"    {words}" for words in part_words(g.parts.get(s.label, {}))
             ]
+        lines += [f"  {line}" for line in separation_words(g)]
         lines += [f"  unreadable, not counted: seed {seed}: {why}" for seed, why in g.unreadable]
         if g.timeline is not None:
             lines.append(f"  over training: {timeline_sentence(g.timeline)}")
@@ -129,7 +130,17 @@ def parts_markdown(g: GroupCensus) -> list[str]:
         words = part_words(g.parts.get(s.label, {}))
         if words:
             out += [f"Heads playing each part of **{s.label}**:", ""] + [f"- {w}" for w in words] + [""]
-    return out
+    told = separation_words(g)
+    return out + (
+        ["Rows merged and what separated the rest:", ""] + [f"- {line}" for line in told] + [""] if told else []
+    )
+
+
+def separation_words(g: GroupCensus) -> list[str]:
+    """One line per row merged into another (profiles within tolerance), then per mechanism row after
+    the most frequent: what told it apart (docs/census.md)."""
+    told = [f"'{sep.label}' is told from '{sep.reference}' by {sep.text}" for sep in g.separations]
+    return [m.text for m in g.merged] + told
 
 
 def draw(census: Census, path: Path) -> None:
@@ -205,6 +216,13 @@ def census_html(census: Census, figure: Path | None, timeline_figure: Path | Non
             for label, parts in g.parts.items()
             if parts
         ]
+        told = separation_words(g)
+        if told:
+            body.append(
+                "<p>Rows merged and what separated the rest:</p><ul>"
+                + "".join(f"<li>{escape(t)}</li>" for t in told)
+                + "</ul>"
+            )
         if g.timeline is not None:
             body.append(timeline_html(g.timeline, timeline_figure))
     return page("Circuit census", "".join(body))

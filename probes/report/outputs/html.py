@@ -117,18 +117,19 @@ def feature_circuit_html(traced) -> str:
     )
 
 
-def views_html(data: dict, summary_block: str = "", extra: str = "") -> str:
-    """The body that assets/report.js fills: navigation, the summary, one panel per run."""
+def views_html(data: dict, summary_block: str = "", extra: str = "", first: str = "") -> str:
+    """The body that assets/report.js fills: `first` (the finding), navigation, the summary, one
+    panel per run."""
     return (
-        f'<nav id="nav"></nav><section id="summary" class="panel">{summary_block}</section>'
+        f'{first}<nav id="nav"></nav><section id="summary" class="panel">{summary_block}</section>'
         f'<section id="run" class="panel"></section>{extra}{json_script("report-data", data)}'
     )
 
 
-def report_page(data: dict, title: str, summary_block: str, extra: str = "") -> str:
+def report_page(data: dict, title: str, summary_block: str, extra: str = "", first: str = "") -> str:
     return page(
         title,
-        views_html(data, summary_block, extra),
+        views_html(data, summary_block, extra, first),
         style=asset("report.css"),
         script=asset("report.js"),
         heading='<p class="note">Self-contained: every script, style, number and image is in this file.</p>',
@@ -140,9 +141,12 @@ def write_html(measured: list, sections: dict, out: Path, task: str, settings: R
     from common.atomic import atomic_write
     from probes.report.summary import summary_of
 
+    from probes.report.finding import FIGURE, finding_html, finding_of
+
     data = report_data(measured, sections, task, settings)
     extra = figures_html(out, "dynamics_*.png", "Training dynamics") + features_html(measured)
-    text = report_page(data, f"Circuit report: {task}", summary_html(summary_of(sections)), extra)
+    first = finding_html(finding_of(measured, settings), Path(out) / FIGURE)
+    text = report_page(data, f"Circuit report: {task}", summary_html(summary_of(sections)), extra, first)
     path = Path(out) / "report.html"
     atomic_write(path, lambda temp: Path(temp).write_text(text))
     return path

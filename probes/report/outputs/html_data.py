@@ -27,12 +27,14 @@ def run_id(model_name: str, seed: int) -> str:
     return slug(f"{model_name}-seed{seed}")
 
 
-def main_path(edges: list[dict]) -> list[str]:
+def main_path(edges: list[dict], nodes: set | None = None) -> list[str]:
     """The circuit's main path: of the circuit's chains of edges that end at the logits, the one whose
-    weakest edge carries the most alone (a chain is only as strong as its weakest link)."""
+    weakest edge carries the most alone (a chain is only as strong as its weakest link); with `nodes`
+    (the mechanism's, mechanism_nodes), only chains through those, so the graph draws the mechanism
+    the summary and the signature name, not another chain that happens to be wider."""
     into: dict[str, list[dict]] = {}
     for e in edges:
-        if e["in"]:
+        if e["in"] and (nodes is None or (e["s"] in nodes and e["r"] in nodes)):
             into.setdefault(e["r"], []).append(e)
     best: dict[str, tuple[float, list[str]]] = {}
 
@@ -46,10 +48,21 @@ def main_path(edges: list[dict]) -> list[str]:
             best[node] = max(chains, key=lambda c: c[0]) if chains else (float("inf"), [])
         return best[node]
 
-    return widest("logits")[1]
+    return widest("logits")[1] or (main_path(edges) if nodes is not None else [])
 
 
-def graph_data(edge_run) -> dict | None:
+def mechanism_nodes(mechanism) -> set | None:
+    """The graph nodes of a run's edge-circuit signature (its parts' heads, its MLPs, the embedding
+    and the logits); None without one (a head circuit's signature draws no edge graph)."""
+    from probes.circuits.signature import EDGE_BASIS
+
+    if mechanism is None or mechanism.basis != EDGE_BASIS:
+        return None
+    heads = {h for _, names in mechanism.heads for h in names}
+    return heads | {p for p in mechanism.parts if p.startswith("MLP")} | {"embed", "logits"}
+
+
+def graph_data(edge_run, mechanism=None) -> dict | None:
     """The edge graph with every edge's exact effect, its place in the oracle ranking and each
     method's rank; None when the run's edges were not traced."""
     from models.graph import Logits
@@ -66,7 +79,9 @@ def graph_data(edge_run) -> dict | None:
     return {
         "nodes": nodes,
         "edges": edges,
-        "main_path": main_path(edges),
+        "main_path": main_path(edges, mechanism_nodes(mechanism)),
+        "main_path_of": "the mechanism's signature" if mechanism_nodes(mechanism) else "the widest chain",
+        "headline": headline_data(edge_run),
         "n_layers": graph.n_layers,
         "pairs": result.pairs,
         "metric": result.metric,
@@ -78,6 +93,17 @@ def graph_data(edge_run) -> dict | None:
         "every_k": rounded(list(smallest.every_k)),
         "curves": curve_data(result.methods),
     }
+
+
+def headline_data(edge_run) -> dict | None:
+    """The circuit the summary's 'edges (gap)' cell names (probes.circuits.redundancy.headline), so
+    the graph can say whether it draws that one."""
+    from probes.circuits.redundancy import headline
+
+    if edge_run.result.circuit.edges is None:
+        return None
+    edges, faithfulness, method = headline(edge_run.result, edge_run.structure)
+    return {"method": method, "size": len(edges), "faithfulness": rounded(faithfulness)}
 
 
 def node_kind(node) -> str:
@@ -232,7 +258,7 @@ def run_data(measured, cells: dict, settings: ReportSettings) -> dict:
         "cells": cells.get((measured.model_name, measured.seed), {}),
         "words": words,
         "heads": head_data(analysis),
-        "graph": graph_data(edge_run),
+        "graph": graph_data(edge_run, getattr(analysis, "mechanism", None)),
         "examples": examples_data(measured.results.get("examples"), analysis),
     }
 

@@ -151,10 +151,11 @@ function drawGraph(box, run) {
     svg('text', {x: 26, y: 14 + 16 * i, class: 'legend'}, root).textContent = port === 'in' ? 'MLP / logits input' : port + ' input';
   }
   svg('text', {x: width - 8, y: 14, 'text-anchor': 'end', class: 'legend'}, root).textContent =
-    graph.size ? `circuit: ${graph.size} of ${graph.edges.length} edges, faithfulness ${graph.faithfulness === null ? 'n/a' : (100 * graph.faithfulness).toFixed(1) + '%'} (gap scale)`
+    graph.size ? `drawn: the oracle ranking's circuit, ${graph.size} of ${graph.edges.length} edges, faithfulness ${graph.faithfulness === null ? 'n/a' : (100 * graph.faithfulness).toFixed(1) + '%'} (gap scale)` +
+                 (graph.headline && graph.headline.size !== graph.size ? `; the summary names the ${graph.headline.method}'s, ${graph.headline.size} edges, ${(100 * graph.headline.faithfulness).toFixed(0)}%` : '')
                : `no circuit below the whole graph reaches ${100 * graph.target}%`;
   box.append(el('p', {class: 'note'}, `Coloured: the smallest oracle-ranked circuit reaching ${100 * graph.target}% (width: |effect alone|); grey: the other edges. ` +
-    `Bold border: the head circuit. ${graph.pairs} held-out pairs; metric: ${graph.metric}, clean ${graph.clean}, counterfactual ${graph.counterfactual}.`));
+    `Bold border: the head circuit. Halo: the main path, of ${graph.main_path_of}. ${graph.pairs} held-out pairs; metric: ${graph.metric}, clean ${graph.clean}, counterfactual ${graph.counterfactual}.`));
 }
 function tip() { return document.getElementById('tip') || document.body.appendChild(el('div', {id: 'tip', class: 'tip', hidden: ''})); }
 function moveTip(ev) { const t = tip(); t.style.left = (ev.pageX + 14) + 'px'; t.style.top = (ev.pageY + 10) + 'px'; }
