@@ -1,4 +1,8 @@
-"""Shared fixtures: tiny tasks and briefly trained runs, built once per test session."""
+"""Shared fixtures: tiny tasks and briefly trained runs, built once per test session; and the two
+tiers. Plain `pytest` runs the fast tier (`-m "not slow"`, in pyproject.toml); `pytest -m slow`
+runs the rest: tests marked `slow` or `isolated` (tests/isolation.py), tests using a fixture in
+SLOW_FIXTURES, and those listed in tests/slow_tests.txt (measured with `--durations=0`). A test
+named on the command line by its id runs whichever tier it is in."""
 
 from __future__ import annotations
 
@@ -20,6 +24,43 @@ torch.set_num_threads(1)
 
 from models import ModelSpec  # noqa: E402
 from tasks.winograd import WinogradParams, WinogradTask  # noqa: E402
+
+pytest_plugins = ("tests.isolation", "pytester")
+
+# Fixtures that start processes or train for longer than a few seconds whenever a test module uses
+# them: every test that asks for one is slow.
+SLOW_FIXTURES = frozenset({"main_job_run", "finished_sweep"})
+SLOW_LIST = Path(__file__).with_name("slow_tests.txt")
+
+
+def slow_list(path: Path = SLOW_LIST) -> list[str]:
+    """The ids in `path`: a file, a test function (all its parameters) or one parametrized test per
+    line; `#` starts a comment (the measured seconds, and why)."""
+    lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
+    return [line for line in lines if line]
+
+
+def listed(nodeid: str, ids: list[str]) -> bool:
+    return any(nodeid == i or nodeid.startswith((i + "::", i + "[")) for i in ids)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "slow: the slow tier, run by `pytest -m slow` (see tests/conftest.py)")
+    # A test asked for by its id runs, whatever its tier: `-m "not slow"` is the default, not a filter.
+    if config.option.markexpr == "not slow" and any("::" in arg for arg in config.args):
+        config.option.markexpr = ""
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by the marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    ids = slow_list()
+    for item in items:
+        if (
+            item.get_closest_marker("isolated")
+            or SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))
+            or listed(item.nodeid, ids)
+        ):
+            item.add_marker(pytest.mark.slow)
 
 
 def hand_batch(n: int = 24):

@@ -15,6 +15,9 @@ import pytest
 
 from tests.interrupting import PRESSES, assert_interrupted, environment
 
+# Every test here sends signals or kills processes: each runs in a forked child (tests/isolation.py).
+pytestmark = pytest.mark.isolated
+
 DELAYS = (0.0, 0.1, 0.2, 0.4)  # seconds after torch began to load (the command's heavy imports, which
 # follow the handler's installation), before the command's own work. A fixed delay from the start is
 # not a moment: on a loaded machine 0.1 s still lands in the interpreter's own start-up (site, the

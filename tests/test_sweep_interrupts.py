@@ -19,6 +19,9 @@ import pytest
 from tests.interrupting import assert_interrupted, assert_same_files, environment, group_processes, press_ctrl_c
 from tests.test_sweep_reliability import RUN, TINY_ARGS
 
+# Every test here sends signals or kills processes: each runs in a forked child (tests/isolation.py).
+pytestmark = pytest.mark.isolated
+
 SEEDS = ["--seeds", "0-1"]
 
 

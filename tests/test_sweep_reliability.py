@@ -227,6 +227,7 @@ HOLD = (
 )
 
 
+@pytest.mark.isolated
 @pytest.mark.parametrize(
     "held, command",
     [
@@ -297,6 +298,7 @@ def test_a_device_this_machine_lacks_is_refused(tiny_runs, device):
 # ---- Ctrl-C pressed again and again gives one line --------------------------------------------
 
 
+@pytest.mark.isolated
 def test_ctrl_c_pressed_during_the_interrupted_line_itself_stays_one_line(capsys):
     """The second press lands while the first one's line is being made (as it does when pressed
     2-20 ms apart): it is ignored, not a KeyboardInterrupt traceback."""
@@ -334,6 +336,7 @@ def wait_for(path: Path, process, timeout: float = 120) -> None:
         time.sleep(0.001)
 
 
+@pytest.mark.isolated
 @pytest.mark.parametrize("moment", ["generate", "training"])
 def test_ctrl_c_pressed_twice_during_generate_or_training_is_one_line(tmp_path, moment):
     """Real presses, 2, 10 and 20 ms apart: while the task's generate() makes the data of a fresh
