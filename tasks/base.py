@@ -11,7 +11,7 @@ import dataclasses
 import functools
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 from common.jsonfiles import not_unicode
 from models import ModelSpec, UsageError
@@ -126,7 +126,7 @@ def checked_expected_circuit(task, edges, model_name, spec):
 
 
 # default_models() is checked by tasks.validate.validate_family, before anything trains.
-RESULT_CHECKS = {
+RESULT_CHECKS: dict[str, Callable[..., object]] = {
     "vocabulary": checked_vocabulary,
     "default_training": checked_training,
     "model_training": checked_model_training,

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -23,7 +25,13 @@ import torch
 torch.set_num_threads(1)
 
 from models import ModelSpec  # noqa: E402
+from models.spec import Attention, Positions  # noqa: E402
 from tasks.winograd import WinogradParams, WinogradTask  # noqa: E402
+
+if TYPE_CHECKING:
+    from tasks.base import Task
+    from tasks.data import Batch
+    from toylens.family import RunPlan
 
 pytest_plugins = ("tests.isolation", "pytester")
 
@@ -63,7 +71,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
 
 
-def hand_batch(n: int = 24):
+def float32_sum_tolerance(terms: int, magnitude: float) -> float:
+    """How far two float32 sums of the same `terms` numbers, added in different orders (another
+    reduction, another thread count), may differ: the recursive-summation bound, terms * eps *
+    magnitude (Higham, Accuracy and Stability of Numerical Algorithms, 4.2), `magnitude` the sum's
+    size (the sum of the terms' absolute values, or the largest sum compared where that is unknown)."""
+    return terms * torch.finfo(torch.float32).eps * magnitude
+
+
+def hand_batch(n: int = 24) -> Batch:
     """Random 4-token sequences scored at position 3; the corrupt partner resamples token 1. For
     the hand-built models of the patching tests."""
     import torch
@@ -88,7 +104,7 @@ def hand_batch(n: int = 24):
 
 
 TINY_SPECS = {
-    "bag-of-words": ModelSpec(n_layers=1, d_model=32, n_heads=2, attention="uniform", positions="none"),
+    "bag-of-words": ModelSpec(n_layers=1, d_model=32, n_heads=2, attention=Attention.UNIFORM, positions=Positions.NONE),
     "attn-only-2x1": ModelSpec(n_layers=2, d_model=32, n_heads=1, mlp=False, norm=None),
 }
 
@@ -98,7 +114,9 @@ def small_winograd() -> WinogradTask:
     return WinogradTask(WinogradParams(nouns=8))
 
 
-def tiny_plans(task, out: Path, specs: dict, seeds=(0,), steps: int = 150) -> list:
+def tiny_plans(
+    task: Task, out: Path, specs: dict[str, ModelSpec], seeds: Sequence[int] = (0,), steps: int = 150
+) -> list[RunPlan]:
     from toylens.family import RunPlan
     from tasks.training.loop import TrainSettings
 
@@ -110,7 +128,9 @@ def tiny_plans(task, out: Path, specs: dict, seeds=(0,), steps: int = 150) -> li
     ]
 
 
-def train_tiny(task, out: Path, specs: dict, seeds=(0,), steps: int = 150):
+def train_tiny(
+    task: Task, out: Path, specs: dict[str, ModelSpec], seeds: Sequence[int] = (0,), steps: int = 150
+) -> Path:
     """Train `specs` briefly into `out` with the real training path; returns the run folder."""
     from toylens.family import train_family
 
@@ -119,13 +139,13 @@ def train_tiny(task, out: Path, specs: dict, seeds=(0,), steps: int = 150):
 
 
 @pytest.fixture(scope="session")
-def tiny_runs(tmp_path_factory, small_winograd) -> Path:
+def tiny_runs(tmp_path_factory: pytest.TempPathFactory, small_winograd: WinogradTask) -> Path:
     """A bag of words and a 2-layer attention-only model on 8-noun Winograd, one seed, 150 steps."""
     return train_tiny(small_winograd, tmp_path_factory.mktemp("runs") / "winograd", TINY_SPECS)
 
 
 @pytest.fixture(scope="session")
-def finished_sweep(tmp_path_factory) -> Path:
+def finished_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny sweep (attn-only-2x1 on 8-noun Winograd, 20 steps) of seeds 0 and 1 at the default
     grid point, through the real sweep driver on the local pool."""
     from tests.test_sweep_reliability import sweep
@@ -142,7 +162,7 @@ class MainJob:
 
 
 @pytest.fixture(scope="session")
-def main_job_run(tmp_path_factory) -> MainJob:
+def main_job_run(tmp_path_factory: pytest.TempPathFactory) -> MainJob:
     """The main job's command on a tiny family: 3 seeds of two models, 50 steps (so every run is
     stopped by its step cap), with --report and --no-progress, printed output captured."""
     import contextlib
