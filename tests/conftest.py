@@ -35,9 +35,9 @@ if TYPE_CHECKING:
 
 pytest_plugins = ("tests.isolation", "pytester")
 
-# Fixtures that start processes or train for longer than a few seconds whenever a test module uses
-# them: every test that asks for one is slow.
-SLOW_FIXTURES = frozenset({"main_job_run", "finished_sweep"})
+# Fixtures that start processes or a browser, or train for longer than a few seconds: every test
+# that asks for one (directly or through another fixture) is slow.
+SLOW_FIXTURES = frozenset({"main_job_run", "finished_sweep", "browser"})
 SLOW_LIST = Path(__file__).with_name("slow_tests.txt")
 
 
