@@ -35,9 +35,23 @@ if TYPE_CHECKING:
 
 pytest_plugins = ("tests.isolation", "pytester")
 
-# Fixtures that start processes or a browser, or train for longer than a few seconds: every test
-# that asks for one (directly or through another fixture) is slow.
-SLOW_FIXTURES = frozenset({"main_job_run", "finished_sweep", "browser"})
+# Fixtures that start processes or a browser, or train or report for longer than a few seconds (the
+# shared ones here and module fixtures of the test files, measured as tests/slow_tests.txt says):
+# every test that asks for one (directly or through another fixture) is slow.
+SLOW_FIXTURES = frozenset(
+    {
+        "main_job_run",  # trains 6 runs and writes their report
+        "finished_sweep",  # a sweep on the local process pool
+        "browser",  # Chromium
+        "board",  # test_leaderboard: every cell of the 5-model board, 42 s
+        "markcopy_runs",  # test_varying_layout: trained and traced, 156 s
+        "early_runs",  # test_varying_layout: 64 s
+        "neighbour_runs",  # test_relabelled_heads: 98 s
+        "exact_runs",  # test_relabelled_heads: 77 s
+        "winograd_block_1",  # test_relabelled_heads: 15 s
+        "reported",  # test_results: the tiny runs' report, 89 s
+    }
+)
 SLOW_LIST = Path(__file__).with_name("slow_tests.txt")
 
 
@@ -69,6 +83,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             or listed(item.nodeid, ids)
         ):
             item.add_marker(pytest.mark.slow)
+
+
+def scaled_by_load(seconds: float) -> float:
+    """A wall-time limit of `seconds` on a quiet machine, longer in proportion to how loaded this one
+    is (its 1-minute load average per core): work that takes 10 s on 2 quiet cores takes ~40 s
+    beside 6 busy processes, and that is the machine, not the code under test."""
+    return seconds * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
 
 
 def float32_sum_tolerance(terms: int, magnitude: float) -> float:

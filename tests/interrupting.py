@@ -15,6 +15,7 @@ from typing import Callable
 import pytest
 
 from common.ownership import LOCK, MANIFEST
+from tests.conftest import scaled_by_load
 
 # What legitimately differs between two runs of one command, per file name; everything else must be
 # equal byte for byte. Wall times, and what is computed over them: metrics.json's sha256 is its
@@ -35,10 +36,8 @@ STOP_SECONDS = 10.0  # what a command may take to stop after Ctrl-C, on a quiet 
 
 
 def stop_limit(seconds: float = STOP_SECONDS) -> float:
-    """`seconds` on a quiet machine, longer in proportion to how loaded this one is (its 1-minute load
-    average per core): a command that stops in 10 s on 2 quiet cores takes ~40 s beside 6 busy
-    processes, and that is the machine, not the command."""
-    return seconds * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+    """`seconds` on a quiet machine, scaled by this one's load (conftest.scaled_by_load)."""
+    return scaled_by_load(seconds)
 
 
 def environment(scratch: Path) -> dict:

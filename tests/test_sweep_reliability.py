@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import scaled_by_load
+
 from common.cli import UsageError
 from tasks.training.sweeps import FAILED, POINT, SWEEP, signed
 from tests.refusals import cli, contents, one_line
@@ -285,7 +287,7 @@ def test_a_huge_seed_range_is_refused_at_once_with_its_estimate(tmp_path):
         "this sweep has 100000 runs",
         "pass --yes",
     )
-    assert time.perf_counter() - started < 60 and "roughly" in line
+    assert time.perf_counter() - started < scaled_by_load(60) and "roughly" in line
     assert not (tmp_path / "s").exists()
 
 
