@@ -49,7 +49,7 @@ SLOW_FIXTURES = frozenset(
         "neighbour_runs",  # test_relabelled_heads: 98 s
         "exact_runs",  # test_relabelled_heads: 77 s
         "winograd_block_1",  # test_relabelled_heads: 15 s
-        "reported",  # test_results: the tiny runs' report, 89 s
+        "reported",  # test_results, test_verify_report: the tiny runs' report, 89 s
     }
 )
 SLOW_LIST = Path(__file__).with_name("slow_tests.txt")
