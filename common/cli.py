@@ -185,6 +185,10 @@ def entry(main) -> None:
 
 def body(command, *args) -> None:
     try:
+        # numpy first, from Python: torch's C code imports it otherwise and clears any error raised
+        # in that import, so a Ctrl-C pressed then was lost and the command ran on (tests/test_early_interrupts.py).
+        import numpy  # noqa: F401
+
         command(*args)
     except UsageError as error:
         say(f"error: {error}")

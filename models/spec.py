@@ -28,10 +28,17 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING, TypeAlias
 
 from common.cli import UsageError
 from common.jsonfiles import short
 from models.bridge import native, native_attention, use_fused_layer_norm
+
+if TYPE_CHECKING:  # TransformerLens is imported where a model is built, not by every `import models`
+    from transformer_lens import TransformerBridge
+
+# What every `model` argument is: a TransformerLens 4 bridge, as build_model makes it.
+Model: TypeAlias = "TransformerBridge"
 
 
 class Attention(StrEnum):
@@ -186,7 +193,7 @@ def stored_spec(fields, where) -> ModelSpec:
         raise UsageError(f"{where}: spec: {error}; restore the file or retrain the run") from None
 
 
-def build_model(spec: ModelSpec, seed: int = 0):
+def build_model(spec: ModelSpec, seed: int = 0) -> Model:
     """A randomly initialised `TransformerBridge` realising `spec`, in eval mode."""
     from transformer_lens import TransformerBridge, TransformerBridgeConfig
 

@@ -161,7 +161,7 @@ def patch_hook(clean: dict, activation: str, layer: int, chunk: list[tuple], n: 
         for replica, (target_layer, position, *head) in enumerate(chunk):
             if target_layer != layer:
                 continue
-            index = (
+            index: tuple = (
                 (torch.arange(n, device=act.device), position.to(act.device))
                 if isinstance(position, torch.Tensor)
                 else (slice(None), slice(None) if position is None else position)

@@ -163,7 +163,7 @@ def checked_domain(task, domain):
 
 # default_models() is checked by tasks.validate.validate_family, before anything trains; a domain's
 # examples by tasks.validate.validate_domain.
-RESULT_CHECKS = {
+RESULT_CHECKS: dict[str, Callable[..., object]] = {
     "domain": checked_domain,
     "vocabulary": checked_vocabulary,
     "default_training": checked_training,

@@ -15,6 +15,7 @@ from typing import Callable
 import pytest
 
 from common.ownership import LOCK, MANIFEST
+from tests.conftest import scaled_by_load
 
 # What legitimately differs between two runs of one command, per file name; everything else must be
 # equal byte for byte. Wall times, and what is computed over them: metrics.json's sha256 is its
@@ -32,6 +33,12 @@ VOLATILE = {
 UNCOMPARED = {LOCK}
 
 PRESSES = 2  # pressed twice 10 ms apart (issue 38, item 7): the second lands during the shutdown
+STOP_SECONDS = 10.0  # what a command may take to stop after Ctrl-C, on a quiet machine
+
+
+def stop_limit(seconds: float = STOP_SECONDS) -> float:
+    """`seconds` on a quiet machine, scaled by this one's load (conftest.scaled_by_load)."""
+    return scaled_by_load(seconds)
 
 
 def environment(scratch: Path) -> dict:
@@ -44,7 +51,7 @@ def environment(scratch: Path) -> dict:
 def press_ctrl_c(argv: list[str], ready: Callable[[int], bool], env: dict, stdout: Path) -> tuple[int, str, float]:
     """Run `argv` (stdout into the file `stdout`), press Ctrl-C once `ready(its process group)`, to
     the whole group; (exit status, stderr, seconds from the press until it ended). Fails if the
-    command ends before `ready`, or outlives the press by 10 s or leaves a process behind."""
+    command ends before `ready`, or outlives the press by `stop_limit()` or leaves a process behind."""
     with open(stdout, "w") as sink:
         process = subprocess.Popen(
             argv, stdout=sink, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env
@@ -61,19 +68,19 @@ def press_ctrl_c(argv: list[str], ready: Callable[[int], bool], env: dict, stdou
             time.sleep(0.01)
         pressed = time.monotonic()
         try:
-            _, stderr = process.communicate(timeout=10)
+            _, stderr = process.communicate(timeout=stop_limit())
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
-            pytest.fail("the command had not ended 10 s after Ctrl-C")
+            pytest.fail(f"the command had not ended {stop_limit():.0f} s after Ctrl-C")
     seconds = time.monotonic() - pressed
     assert group_left(process.pid) == [], "a worker or the fork server outlived the interrupted command"
     return process.returncode, stderr, seconds
 
 
 def assert_interrupted(code: int, stderr: str, seconds: float) -> str:
-    """Exit 130 within 10 s, one line on stderr (a progress bar's redraws aside), no traceback."""
+    """Exit 130 within 10 s (`stop_limit`), one line on stderr (a progress bar's redraws aside), no traceback."""
     lines = [line for line in stderr.splitlines() if line.strip() and "%|" not in line]
-    assert code == 130 and seconds < 10, (code, seconds, stderr)
+    assert code == 130 and seconds < stop_limit(), (code, seconds, stderr)
     assert len(lines) == 1 and lines[0].startswith("interrupted: ") and "Traceback" not in stderr, stderr
     return lines[0]
 
@@ -92,9 +99,9 @@ def group_processes(pgid: int) -> list[str]:
 
 
 def group_left(pgid: int, seconds: float = 3.0) -> list[str]:
-    """`pgid`'s processes still running after `seconds` (a worker that lost its driver ends itself
-    within about 0.5 s: toylens.workers.exit_with_parent)."""
-    deadline = time.monotonic() + seconds
+    """`pgid`'s processes still running after `seconds` (`stop_limit`: a worker that lost its driver
+    ends itself within about 0.5 s on a quiet machine, toylens.workers.exit_with_parent)."""
+    deadline = time.monotonic() + stop_limit(seconds)
     while (left := group_processes(pgid)) and time.monotonic() < deadline:
         time.sleep(0.1)
     return left

@@ -1,8 +1,8 @@
 """Bad input to every CLI ends with exit code 2 and one line naming the problem and the fix.
 
 Each case runs the real command in a subprocess (they fail before torch is imported, so each takes
-well under a second), except the two that can only be caught after a model is built, which call
-the same `main` in this process.
+well under a second), except those caught only once runs are read (a damaged run folder, a model
+that is built), which call the same `main` in this process.
 """
 
 from __future__ import annotations
@@ -209,12 +209,21 @@ DAMAGES = {
 }
 
 
+def accuracy_in_process(out: Path, capsys) -> tuple[int, str]:
+    """`toylens accuracy OUT` through the command's own entry, in this process: the refusal is the
+    command's; a subprocess would only add seconds of imports (the circuit report's below and the
+    other tests here run the real command line)."""
+    from toylens.console import main
+
+    return in_process(main, ["accuracy", str(out)], capsys)
+
+
 @pytest.mark.parametrize("damage", DAMAGES)
-def test_damaged_run_folder(tiny_runs, tmp_path, damage):
+def test_damaged_run_folder(tiny_runs, tmp_path, capsys, damage):
     apply, fragments = DAMAGES[damage]
     out = copy_runs(tiny_runs, tmp_path)
     apply(out)
-    assert_usage_error(cli("toylens", "accuracy", str(out)), *fragments)
+    assert_usage_error(accuracy_in_process(out, capsys), *fragments)
 
 
 @pytest.mark.parametrize("damage", ["weights altered", "other format"])
@@ -236,13 +245,13 @@ class Payload:
 
 
 @pytest.mark.parametrize("name", ["model.pt", "model.safetensors"])
-def test_pickled_checkpoint_is_refused_and_never_run(tiny_runs, tmp_path, name):
+def test_pickled_checkpoint_is_refused_and_never_run(tiny_runs, tmp_path, capsys, name):
     out = copy_runs(tiny_runs, tmp_path)
     marker = tmp_path / "pwned"
     (out / WEIGHTS).unlink()
     (out / BAD_RUN / name).write_bytes(pickle.dumps(Payload(marker), protocol=4))
     expected = "pickled checkpoint" if name == "model.pt" else "a pickle (torch.save), not safetensors"
-    assert_usage_error(cli("toylens", "accuracy", str(out)), expected, "never unpickles")
+    assert_usage_error(accuracy_in_process(out, capsys), expected, "never unpickles")
     assert not marker.exists()
 
 

@@ -10,7 +10,7 @@ import torch
 
 from models import ModelSpec, build_model
 from models.graph import Embed, Head, Input, Logits, MLP, graph_of
-from tests.conftest import hand_batch
+from tests.conftest import float32_sum_tolerance, hand_batch
 
 SPEC = ModelSpec(n_layers=2, d_model=16, n_heads=2, n_ctx=4, d_vocab=4)
 
@@ -63,8 +63,12 @@ def test_eap_edges_out_of_a_sender_sum_to_transformer_lens_node_attribution():
     for key, score in theirs.items():  # TL scores nodes per position; ours sum positions
         theirs_by_sender[node_of(key)] = theirs_by_sender.get(node_of(key), 0.0) + score
     assert set(theirs_by_sender) == set(summed)
+    # Each side adds the same products (examples x positions x d_model, over the sender's edges) in
+    # another order: measured 8.213828 against 8.213971 on a loaded machine.
+    largest = max(abs(s) for s in summed.values())
     for sender, score in summed.items():
-        assert score == pytest.approx(theirs_by_sender[sender], abs=1e-4), sender
+        terms = batch.inputs.numel() * SPEC.d_model * sum(e.sender == sender for e in graph.edges)
+        assert score == pytest.approx(theirs_by_sender[sender], abs=float32_sum_tolerance(terms, largest)), sender
     assert max(abs(s) for s in summed.values()) > 0.1
 
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 
 from tests.interrupting import (
     UNCOMPARED,
@@ -19,6 +20,9 @@ from tests.interrupting import (
 )
 from tests.refusals import contents, copy_runs
 from tasks.training.resume import STATE
+
+# Every test here sends signals or kills processes: each runs in a forked child (tests/isolation.py).
+pytestmark = pytest.mark.isolated
 
 TRAIN = ["--models", "attn-only-2x1", "--seeds", "0-1", "--jobs", "2", "--no-progress"]
 TRAIN += ["--steps", "40", "--eval-every", "10", "--checkpoint-every", "10", "--nouns", "6"]

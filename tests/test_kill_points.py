@@ -18,6 +18,9 @@ import torch
 
 from tests.conftest import TINY_SPECS
 
+# Every test here sends signals or kills processes: each runs in a forked child (tests/isolation.py).
+pytestmark = pytest.mark.isolated
+
 RUN = Path("attn-only-2x1") / "seed0"
 CHECKPOINT_EVERY = 15
 TIMING = ("seconds", "train_seconds", "sha256")  # wall-clock fields (and metrics' checksum over them)

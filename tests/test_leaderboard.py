@@ -102,7 +102,7 @@ def test_the_relation_labels_are_graded_on_the_gate_models_and_stored(board):
     ]
 
 
-@pytest.mark.parametrize("executor", ["local", "ray"])
+@pytest.mark.parametrize("executor", ["local", pytest.param("ray", marks=pytest.mark.isolated)])
 def test_workers_compute_the_cells_this_process_does(board, tmp_path, executor):
     """--jobs 2 on the local pool and on a local Ray instance: one job per model, the same cells as
     the board's in-process ones (every number but the times) and the same relation grades."""

@@ -77,6 +77,7 @@ main(sys.argv[1:])
 """
 
 
+@pytest.mark.isolated
 def test_a_kill_while_replacing_an_export_leaves_the_old_one_and_the_rerun_the_same_files(tiny_runs, tmp_path, traced):
     from toylens.export import main
 
@@ -225,6 +226,7 @@ def report_files(files: dict) -> dict:
     return masked
 
 
+@pytest.mark.isolated
 def test_a_report_killed_while_replacing_an_earlier_one_leaves_it_and_the_rerun_matches(tiny_runs, tmp_path):
     from toylens.report import report_command
 

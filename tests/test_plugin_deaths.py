@@ -70,6 +70,7 @@ def run_cli_in_child(body) -> tuple[int, str]:
     return (os.waitstatus_to_exitcode(status), stderr)
 
 
+@pytest.mark.isolated
 @pytest.mark.parametrize("jobs", [1, 2])
 @pytest.mark.parametrize("death", DEATHS)
 def test_a_plugin_that_kills_its_process_is_one_line_naming_it(tmp_path, monkeypatch, small_winograd, death, jobs):

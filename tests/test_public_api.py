@@ -56,6 +56,20 @@ def test_every_public_name_resolves():
         toylens.internal_helper  # noqa: B018
 
 
+def test_type_checkers_see_every_public_name_where_it_is_imported_from():
+    """The names are imported lazily, so type checkers and IDEs read them from the TYPE_CHECKING
+    block instead: it must import exactly the names and homes the lazy imports use."""
+    tree = ast.parse((REPO / "toylens" / "__init__.py").read_text())
+    (block,) = [node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"]
+    seen = {}
+    for node in block.body:
+        assert isinstance(node, ast.ImportFrom) and node.module, ast.unparse(node)
+        for alias in node.names:
+            assert alias.asname == alias.name, f"{alias.name}: `as` the same name marks it re-exported"
+            seen[alias.name] = node.module
+    assert seen == toylens._SOURCES
+
+
 def test_a_plugin_built_on_the_public_api_is_probed_through_it():
     task = CopyFirst()
     data = task.generate(0)["heldout"]

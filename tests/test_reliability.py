@@ -233,6 +233,7 @@ def alive(pid: int) -> bool:
     return bool(status.strip()) and not status.strip().startswith("Z")
 
 
+@pytest.mark.isolated
 def test_parallel_workers_exit_when_the_parent_is_killed(tmp_path):
     process = subprocess.Popen(
         [

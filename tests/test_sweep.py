@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -234,6 +235,7 @@ SWEEP_ARGS = [
 ]
 
 
+@pytest.mark.isolated
 def test_local_pool_retries_a_killed_worker_and_records_a_run_that_keeps_killing_it(
     local_sweep, tmp_path, monkeypatch, capsys
 ):
@@ -323,8 +325,10 @@ def test_a_run_failing_twice_is_recorded_and_rerun_later(tmp_path):
 # ---- a real two-node Ray cluster on this machine -------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
+@contextmanager
+def two_node_cluster():
+    """Started in the test's body, which runs in an isolated child (tests/isolation.py): a cluster
+    started in pytest's own process leaves gRPC threads there, and a later fork can hang on them."""
     ray = pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
 
@@ -350,39 +354,43 @@ def collect(executor, function, items) -> dict:
     return found
 
 
-def test_ray_retries_a_worker_killed_mid_run_and_records_a_job_that_dies_twice(ray_cluster, local_sweep, tmp_path):
+@pytest.mark.isolated
+def test_ray_retries_a_worker_killed_mid_run_and_records_a_job_that_dies_twice(local_sweep, tmp_path):
     local, _ = local_sweep
     run = tiny_sweep(tmp_path / "sweep")[0]
     job = SweepJob(run.plan, "test")
     killed_once = partial(killed_in_training, {run.point: 1}, str(tmp_path), run_job)
-    found = collect(RayExecutor(address=ray_cluster.address), killed_once, [job])
-    assert found[job].error is None
-    assert (tmp_path / run.point).read_text() == "xx"  # killed once mid-run, run again once
-    weights = (local / run.point / "attn-only-2x1" / "seed0" / "model.safetensors").read_bytes()
-    assert found[job].result.files["model.safetensors"] == weights
-    lost = str(tmp_path / "lost")
-    found = collect(RayExecutor(address=ray_cluster.address), always_die, [lost])
-    assert found[lost].result is None and "died" in found[lost].error.lower()
-    assert Path(lost).read_text() == "xx"  # tried twice, then given up
+    with two_node_cluster() as ray_cluster:
+        found = collect(RayExecutor(address=ray_cluster.address), killed_once, [job])
+        assert found[job].error is None
+        assert (tmp_path / run.point).read_text() == "xx"  # killed once mid-run, run again once
+        weights = (local / run.point / "attn-only-2x1" / "seed0" / "model.safetensors").read_bytes()
+        assert found[job].result.files["model.safetensors"] == weights
+        lost = str(tmp_path / "lost")
+        found = collect(RayExecutor(address=ray_cluster.address), always_die, [lost])
+        assert found[lost].result is None and "died" in found[lost].error.lower()
+        assert Path(lost).read_text() == "xx"  # tried twice, then given up
 
 
-def test_ray_sweep_through_the_driver_equals_the_local_run_bitwise(ray_cluster, local_sweep, tmp_path):
+@pytest.mark.isolated
+def test_ray_sweep_through_the_driver_equals_the_local_run_bitwise(local_sweep, tmp_path):
     local, _ = local_sweep
     out = tmp_path / "sweep"
-    outcome = sweep(out, RayExecutor(address=ray_cluster.address))
-    assert (outcome.done, outcome.failed) == (2, 0)
-    for width in (16, 32):
-        mine, theirs = (base / f"d_model={width}" / "attn-only-2x1" / "seed0" for base in (out, local))
-        assert (mine / "model.safetensors").read_bytes() == (theirs / "model.safetensors").read_bytes()
-        metrics = [json.loads((d / "metrics.json").read_text()) for d in (mine, theirs)]
-        for m in metrics:
-            m.pop("train_seconds")
-            m.pop("sha256")  # covers the wall-clock training time too
-        assert metrics[0] == metrics[1]
-        assert (mine / "circuit.json").read_text() == (theirs / "circuit.json").read_text()
-        assert (mine / "log.jsonl").read_text().count("\n") == (theirs / "log.jsonl").read_text().count("\n")
-    again = sweep(out, RayExecutor(address=ray_cluster.address))
-    assert (again.kept, again.done) == (2, 0)  # finished runs are never sent again
+    with two_node_cluster() as ray_cluster:
+        outcome = sweep(out, RayExecutor(address=ray_cluster.address))
+        assert (outcome.done, outcome.failed) == (2, 0)
+        for width in (16, 32):
+            mine, theirs = (base / f"d_model={width}" / "attn-only-2x1" / "seed0" for base in (out, local))
+            assert (mine / "model.safetensors").read_bytes() == (theirs / "model.safetensors").read_bytes()
+            metrics = [json.loads((d / "metrics.json").read_text()) for d in (mine, theirs)]
+            for m in metrics:
+                m.pop("train_seconds")
+                m.pop("sha256")  # covers the wall-clock training time too
+            assert metrics[0] == metrics[1]
+            assert (mine / "circuit.json").read_text() == (theirs / "circuit.json").read_text()
+            assert (mine / "log.jsonl").read_text().count("\n") == (theirs / "log.jsonl").read_text().count("\n")
+        again = sweep(out, RayExecutor(address=ray_cluster.address))
+        assert (again.kept, again.done) == (2, 0)  # finished runs are never sent again
 
 
 def assigned_gpus(_item) -> list:
@@ -391,31 +399,33 @@ def assigned_gpus(_item) -> list:
     return ray.get_gpu_ids()
 
 
-def test_ray_reserves_gpus_per_run_and_refuses_more_than_any_node_has(ray_cluster, tmp_path, capsys):
+@pytest.mark.isolated
+def test_ray_reserves_gpus_per_run_and_refuses_more_than_any_node_has(tmp_path, capsys):
     from toylens.cli import main_for_task
 
-    # No node has a GPU (nor has this machine): refused in one line, not left waiting forever.
-    with pytest.raises(SystemExit) as stopped:
-        main_for_task(
-            "winograd",
-            [
-                *SWEEP_ARGS,
-                "--executor",
-                "ray",
-                "--address",
-                ray_cluster.address,
-                "--gpus-per-run",
-                "1",
-                "--out",
-                str(tmp_path / "sweep"),
-            ],
-        )
-    err = capsys.readouterr().err
-    assert stopped.value.code == 2 and err.count("\n") == 1 and "has that many GPUs (most: 0)" in err
-    node = ray_cluster.add_node(num_cpus=1, num_gpus=1)  # Ray takes a node's word for its GPUs
-    try:
-        ray_cluster.wait_for_nodes()
-        found = collect(RayExecutor(address=ray_cluster.address, gpus=1), assigned_gpus, [0])
-    finally:
-        ray_cluster.remove_node(node)
-    assert len(found[0].result) == 1  # the task was given one GPU
+    with two_node_cluster() as ray_cluster:
+        # No node has a GPU (nor has this machine): refused in one line, not left waiting forever.
+        with pytest.raises(SystemExit) as stopped:
+            main_for_task(
+                "winograd",
+                [
+                    *SWEEP_ARGS,
+                    "--executor",
+                    "ray",
+                    "--address",
+                    ray_cluster.address,
+                    "--gpus-per-run",
+                    "1",
+                    "--out",
+                    str(tmp_path / "sweep"),
+                ],
+            )
+        err = capsys.readouterr().err
+        assert stopped.value.code == 2 and err.count("\n") == 1 and "has that many GPUs (most: 0)" in err
+        node = ray_cluster.add_node(num_cpus=1, num_gpus=1)  # Ray takes a node's word for its GPUs
+        try:
+            ray_cluster.wait_for_nodes()
+            found = collect(RayExecutor(address=ray_cluster.address, gpus=1), assigned_gpus, [0])
+        finally:
+            ray_cluster.remove_node(node)
+        assert len(found[0].result) == 1  # the task was given one GPU

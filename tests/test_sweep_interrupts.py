@@ -16,8 +16,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.interrupting import assert_interrupted, assert_same_files, environment, group_processes, press_ctrl_c
+from tests.interrupting import (
+    assert_interrupted,
+    assert_same_files,
+    environment,
+    group_processes,
+    press_ctrl_c,
+    stop_limit,
+)
 from tests.test_sweep_reliability import RUN, TINY_ARGS
+
+# Every test here sends signals or kills processes: each runs in a forked child (tests/isolation.py).
+pytestmark = pytest.mark.isolated
 
 SEEDS = ["--seeds", "0-1"]
 
@@ -136,7 +146,7 @@ def test_ctrl_c_on_a_local_ray_instance_stops_in_seconds_and_resume_is_bitwise(u
     code, stderr, seconds = press_ctrl_c(argv, task_running, environment(scratch), stdout)
     assert_interrupted(code, stderr, seconds)
     assert "--resume" in stderr
-    deadline = time.monotonic() + 3
+    deadline = time.monotonic() + stop_limit(3)
     while with_scratch(scratch) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert with_scratch(scratch) == [], "a Ray process outlived the interrupted command"

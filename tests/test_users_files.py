@@ -89,6 +89,7 @@ HOLD = (
 )
 
 
+@pytest.mark.isolated
 def test_a_second_writer_is_refused_naming_the_holder_and_a_dead_holder_is_taken_over(tiny_runs, tmp_path):
     from common.lock import folder_lock
 

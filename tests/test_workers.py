@@ -10,6 +10,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -38,6 +40,7 @@ def wait_for(condition, seconds: float) -> bool:
 
 # Catches: workers watching for the wrong parent (a fork server's worker ending at once, or never),
 # or orphans running on after a SIGKILL of the command (seen: they overwrote a restarted family's runs).
+@pytest.mark.isolated
 def test_workers_end_when_the_process_that_started_them_is_killed(tmp_path):
     pid_file = tmp_path / "worker.pid"
     parent = subprocess.Popen(

@@ -11,6 +11,69 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ imports each name on first use
+    # (tests/test_public_api.py keeps these imports equal to _SOURCES)
+    from common.cli import UsageError as UsageError
+    from models.components import Head as Head
+    from models.graph import graph_of as graph_of
+    from models.spec import build_model as build_model, ModelSpec as ModelSpec
+    from probes.ablation import (
+        ablate as ablate,
+        Ablation as Ablation,
+        ablation_hooks as ablation_hooks,
+        ABLATION_METHODS as ABLATION_METHODS,
+        ablation_named as ablation_named,
+        AblationResult as AblationResult,
+        training_reference as training_reference,
+    )
+    from probes.ablation_sweep import (
+        head_ablation_sweep as head_ablation_sweep,
+        mlp_ablation_sweep as mlp_ablation_sweep,
+    )
+    from probes.accuracy import run_accuracy as run_accuracy, RunAccuracy as RunAccuracy
+    from probes.attention import (
+        example_attention as example_attention,
+        ExampleAttention as ExampleAttention,
+        role_view as role_view,
+        RoleView as RoleView,
+        scored_attention as scored_attention,
+        ScoredAttention as ScoredAttention,
+    )
+    from probes.census import take_census as take_census
+    from probes.circuits.faithfulness import Faithfulness as Faithfulness
+    from probes.circuits.labels import circuit_label as circuit_label, CircuitSummary as CircuitSummary
+    from probes.circuits.named import (
+        edge_circuit as edge_circuit,
+        EdgeCircuit as EdgeCircuit,
+        run_edge_circuit as run_edge_circuit,
+    )
+    from probes.circuits.oracle import edge_effects as edge_effects, EdgeEffects as EdgeEffects
+    from probes.circuits.path_patching import path_patch as path_patch, PathPatch as PathPatch
+    from probes.circuits.search import faithfulness as faithfulness, search_circuit as search_circuit
+    from probes.circuits.truth.planted import planted_models as planted_models
+    from probes.composition import Composition as Composition, composition_scores as composition_scores
+    from probes.patching import activation_patching as activation_patching, ActivationPatching as ActivationPatching
+    from probes.report.edge_render import circuit_figure as circuit_figure
+    from probes.report.figures import (
+        attention_heatmap as attention_heatmap,
+        example_attention_figure as example_attention_figure,
+    )
+    from probes.settings import ReportSettings as ReportSettings
+    from probes.shuffle import shuffle_test as shuffle_test, ShuffleResult as ShuffleResult
+    from tasks.base import (
+        Domain as Domain,
+        Example as Example,
+        NO_FOIL as NO_FOIL,
+        NoParams as NoParams,
+        standard_family as standard_family,
+        Task as Task,
+    )
+    from tasks.data import Batch as Batch, task_dataset as task_dataset
+    from tasks.registry import get_task_class as get_task_class
+    from tasks.settings import TrainSettings as TrainSettings
+    from tasks.training.runs import find_runs as find_runs, Run as Run
 
 _SOURCES = {
     # writing tasks

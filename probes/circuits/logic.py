@@ -125,7 +125,7 @@ class KnockOut:
             view = act.view(len(members), -1, *act.shape[1:])
             if isinstance(mine[0], Head):
                 mask = torch.zeros(len(members), act.shape[2], dtype=torch.bool, device=act.device)
-                mask[:, [c.head for c in mine]] = out
+                mask[:, [c.head for c in mine if isinstance(c, Head)]] = out
                 view = torch.where(mask[:, None, None, :, None], other[None], view)
             else:
                 view = torch.where(out[:, 0, None, None, None], other[None], view)

@@ -62,7 +62,7 @@ def main(argv=None) -> None:
             description="Train the ladder of models from no context to two blocks on TASK's data "
             "and compare them on held-out data.",
         )
-        if task_name is None:
+        if task_cls is None:
             parser.add_argument("task", help="a registered task (toylens list)")
             parser.parse_args(argv)
             raise UsageError("toylens ladder needs a task name first, e.g. toylens ladder winograd")

@@ -91,7 +91,7 @@ class GatedEdges(EdgeHooks):
     def patches(self, receiver):
         return receiver if receiver in self.incoming else None  # every input gates its own edges
 
-    def delta(self, receiver):
+    def delta(self, receiver):  # type: ignore[override]  # built with scored=None: never asked for `scored`
         edges, index, where = self.incoming[receiver]
         changes = torch.stack([self.other.writes[e.sender] - self.actual(e.sender)[0] for e in edges])
         total = torch.einsum("kp,knpd->npd", (1 - self.gates[index])[:, None] * where, changes)
