@@ -19,12 +19,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from common.cli import UsageError, out_path
+from common.cli import Bounded, UsageError, out_path
 from models import ModelSpec
 from tasks.base import Task
 from tasks.settings import TrainSettings
 from tasks.training.sweeps import POINT, PlannedGroup, SweepManifest, identity_of
-from toylens.arguments import MAX_RUNS, SEEDS_HELP, add_executor_arguments
+from toylens.arguments import MAX_RUNS, add_executor_arguments
 
 if TYPE_CHECKING:
     from toylens.family import RunPlan
@@ -247,11 +247,11 @@ def write_records(runs: list[SweepRun], out: Path, overwrite: bool) -> None:
 
 
 def add_sweep_arguments(parser, task_cls: type[Task]) -> None:
-    from toylens.arguments import add_task_params, add_training_flags
+    from toylens.arguments import add_seeds_argument, add_task_params, add_training_flags
     from toylens.workers import default_jobs
 
     parser.add_argument("--models", help="comma-separated model names (default: the task's whole family)")
-    parser.add_argument("--seeds", default="0-2", help=f"{SEEDS_HELP} (default 0-2)")
+    add_seeds_argument(parser)
     parser.add_argument(
         "--grid",
         nargs="+",
@@ -270,7 +270,10 @@ def add_sweep_arguments(parser, task_cls: type[Task]) -> None:
         "(default: CPU cores; ignored with --address)",
     )
     parser.add_argument(
-        "--gpus-per-run", type=float, default=0.0, help="GPUs each Ray task reserves (--executor ray only; default 0)"
+        "--gpus-per-run",
+        type=Bounded(float, 0, 1024, "GPUs"),
+        default=0.0,
+        help="GPUs each Ray task reserves (--executor ray only; default 0)",
     )
     existing = parser.add_mutually_exclusive_group()
     existing.add_argument(
