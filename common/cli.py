@@ -167,10 +167,22 @@ def device_name(text: str) -> str:
 
 def say(line: str) -> None:
     """One line on stderr, on a line of its own: a progress bar still drawn (a loop left by the
-    error) is cleared first and redrawn below it, instead of the line being glued onto the bar."""
+    error) is cleared first and redrawn below it, instead of the line being glued onto the bar.
+    Printable: a message may quote a plugin's words."""
     from tqdm import tqdm
 
-    tqdm.write(line, file=sys.stderr)
+    tqdm.write(printable(line), file=sys.stderr)
+
+
+def printable(text: str) -> str:
+    """`text` as a terminal shows it, not as it acts on it: every character that is not printable
+    (control characters, whose escape sequences can retitle the terminal or rewrite the line; line
+    breaks; bidi and zero-width controls) written as its escape (\\x1b, \\n, \\u202e). Strings
+    from plugins (task, group, role and token names, messages) pass here before a terminal."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def run_cli(command, *args) -> None:

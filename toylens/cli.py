@@ -7,7 +7,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from common.atomic import staging
-from common.cli import Parser, UsageError, positive_int, run_cli
+from common.cli import Parser, UsageError, positive_int, printable, run_cli
 from tasks.base import Task
 from tasks.registry import get_task_class, task_classes
 from tasks.validate import validate_family
@@ -184,7 +184,7 @@ def main(argv=None) -> None:
                 )
             for name, cls in task_classes().items():
                 validate_family(cls())
-                print(f"{name:<16} {summary_line(cls)}")
+                print(f"{name:<16} {printable(summary_line(cls))}")
             return
         if argv[:1] in (["train"], ["sweep"]) and len(argv) >= 2 and not argv[1].startswith("-"):
             task_cls = get_task_class(argv[1])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,7 +107,7 @@ def model_job(job: ModelJob) -> tuple[list[dict], list[dict] | None]:
     import torch
 
     for module in job.plugins:
-        importlib.import_module(module)
+        import_plugin(module)
     from probes.circuits.leaderboard import METHODS, ablation_of, score_cell, truth_models
     from probes.circuits.truth.relations import grade_relations
 
@@ -248,6 +249,7 @@ def main(argv=None) -> None:
         action="append",
         default=[],
         metavar="MODULE",
+        type=module_name,
         help="import MODULE first (it registers methods); may be repeated",
     )
     parser.add_argument(
@@ -277,6 +279,35 @@ def main(argv=None) -> None:
     run_cli(dispatch, args, argv)
 
 
+MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def module_name(text: str) -> str:
+    """argparse type for --plugin: a module's dotted name (not a path, not empty)."""
+    if not MODULE.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a module name (e.g. my_methods, or pkg.methods; not a file path): put its folder "
+            "on PYTHONPATH and name the module"
+        )
+    return text
+
+
+def import_plugin(module: str) -> None:
+    """Import a --plugin module (untrusted code: it registers methods) under the plugins' time
+    limit; whatever it raises, sys.exit included, is one line naming it."""
+    from tasks.registry import time_limited
+
+    try:
+        time_limited(lambda: importlib.import_module(module), f"--plugin {module}")
+    except UsageError:
+        raise
+    except (Exception, SystemExit) as error:  # noqa: BLE001
+        raise UsageError(
+            f"--plugin {module}: importing it raised {type(error).__name__}: {str(error)[:200]}; fix it "
+            "(or put it on PYTHONPATH if it was not found)"
+        ) from None
+
+
 def dispatch(args, argv) -> None:
     import sys
 
@@ -286,10 +317,7 @@ def dispatch(args, argv) -> None:
 
     check_address(args)
     for module in args.plugin:
-        try:
-            importlib.import_module(module)
-        except ImportError as error:
-            raise UsageError(f"--plugin {module}: cannot import it ({error}); put it on PYTHONPATH") from None
+        import_plugin(module)
     known = list(truth_models())
     if args.list:
         print("models: " + ", ".join(known))
