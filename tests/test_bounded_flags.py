@@ -121,3 +121,32 @@ def test_flags_that_contradict_are_refused_before_any_work(tmp_path, capsys, mon
     monkeypatch.chdir(tmp_path)
     one_line(in_process(main, [*argv, "--out", str(tmp_path / "out")], capsys), fragment)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["train", "sweep"])
+def test_train_and_sweep_help_work_without_a_task_name(capsys, command):
+    """The first thing a new user types: the options every task shares, and where a task's own are."""
+    from tests.refusals import finished
+    from toylens.console import main
+
+    code, out, err = finished(main, [command, "--help"], capsys)
+    assert code == 0 and err == "", err
+    assert f"usage: toylens {command} NAME" in out and f"toylens {command} NAME --help" in out
+    assert "--seeds" in out and "--steps" in out and "--jobs" in out
+
+
+def test_a_sweep_of_another_task_says_its_first_estimate_is_a_guess():
+    from types import SimpleNamespace
+
+    from toylens.sweeps.plan import check_size
+
+    def runs(task: str) -> list:
+        from tasks.settings import TrainSettings
+        from models import ModelSpec
+
+        spec = ModelSpec(n_layers=1, d_model=16, n_heads=1, n_ctx=8, d_vocab=10)
+        plan = SimpleNamespace(task=SimpleNamespace(name=task), spec=spec, settings=TrainSettings())
+        return [SimpleNamespace(plan=plan)]
+
+    assert "a guess for induction" in check_size(runs("induction"), 1, True)
+    assert "a guess" not in check_size(runs("winograd"), 1, True)

@@ -201,9 +201,13 @@ def duration(seconds: float) -> str:
 def check_size(runs: list[SweepRun], jobs: int, confirmed: bool) -> str:
     """The sweep's size and time estimate in one line; refused above CONFIRM_RUNS runs unless confirmed."""
     total = estimated_seconds(runs)
+    task = runs[0].plan.task.name if runs else "winograd"
+    # Another task's runs may solve far sooner or later than Winograd's (issue 57: 24.5 min printed
+    # for a 5.5 min sweep): then the figure is only a guess until this sweep's own first run.
+    guess = "" if task == "winograd" else f"a guess for {task}: "
     line = (
         f"{len(runs)} runs, roughly {duration(total)} of train + trace in all, {duration(total / jobs)} on "
-        f"{jobs} parallel jobs (scaled from one measured run: {REFERENCE_RUN_SECONDS} s for attn-only-2x1 "
+        f"{jobs} parallel jobs ({guess}scaled from one measured run: {REFERENCE_RUN_SECONDS} s for attn-only-2x1 "
         "Winograd on 2 loaded cores; revised from this sweep's own first run when it finishes)"
     )
     if len(runs) > CONFIRM_RUNS and not confirmed:
