@@ -4,9 +4,11 @@ fix, exit code 2, never a traceback."""
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 EXIT_USAGE = 2
@@ -24,14 +26,54 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"error: {message} (see {self.prog} --help)\n")
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{value} must be a positive integer")
-    return value
+@dataclass(frozen=True)
+class Bounded:
+    """argparse type for every numeric flag: a number of `kind` (int or float) from `low` to `high`,
+    so a huge or negative value is one line while the arguments are parsed, not a traceback, a
+    crash or an hour of work later. `why` says what the top costs. `many`: a comma-separated list of
+    such numbers (distinct, in the order given)."""
+
+    kind: type
+    low: float
+    high: float
+    why: str = ""
+    many: bool = False
+
+    def __call__(self, text: str):
+        if not self.many:
+            return self.one(text)
+        values = [self.one(part.strip()) for part in str(text).split(",")]
+        if len(set(values)) != len(values):
+            raise argparse.ArgumentTypeError(f"{text!r} lists a value twice; list each once")
+        return values
+
+    def one(self, text: str):
+        import math
+
+        word = "an integer" if self.kind is int else "a number"
+        try:
+            value = self.kind(text)
+        except (TypeError, ValueError, OverflowError):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {word}") from None
+        if not (math.isfinite(value) and self.low <= value <= self.high):
+            raise argparse.ArgumentTypeError(
+                f"{text} is out of range: use {word} from {self.low:g} to {self.high:g}"
+                f"{f' ({self.why})' if self.why else ''}"
+            )
+        return value
+
+    @property
+    def __name__(self) -> str:  # argparse names a type in its own messages
+        return self.kind.__name__
+
+
+MAX_COUNT = 1_000_000  # any count of steps, pairs, sequences: beyond it a toy's command runs for hours
+MAX_SEED = 2**32 - 1  # numpy's seeds are 32-bit; a run's seed is stored as such
+positive_int = Bounded(int, 1, MAX_COUNT, "a count; more would run for hours")
+seed_number = Bounded(int, 0, MAX_SEED, "a 32-bit seed")
+jobs_number = Bounded(int, 1, 1024, "processes at a time")
+threads_number = Bounded(int, 1, 256, "torch threads; more than the cores only slows it down")
+width_number = Bounded(int, 1, 65_536, "a model size; memory grows with its square")
 
 
 def path_name(value, what: str) -> str:
@@ -59,14 +101,37 @@ def folder_path(text: str) -> Path:
 
 def out_path(text: str) -> Path:
     """argparse type for what a command writes (--out, --table, --cells): folder_path's rule, and the
-    one rule for links (census's and edges'): the path may not be a symbolic link, since toylens
-    does not write through links; refused while parsing, so before any work."""
+    one rule for links (linked_part): refused while parsing, so before any work."""
     path = folder_path(text)
-    if path.is_symlink():
-        raise argparse.ArgumentTypeError(
-            f"{path} is a symbolic link; toylens does not write through links: remove it or choose another folder"
-        )
+    link = linked_part(path)
+    if link is not None:
+        raise argparse.ArgumentTypeError(link_refusal(path, link))
     return path
+
+
+def linked_part(path: Path) -> Path | None:
+    """The symbolic link on `path`'s way, if any: the path itself, a parent it would be made in
+    (`LINK/new`), or any folder between (`LINK/sub/new`), since toylens does not write through links.
+    Links at the file system's top level (/bin -> usr/bin, macOS's /tmp) are the system's, not a
+    user's folder, and are followed."""
+    path = Path(os.path.abspath(path))
+    return next((p for p in [path, *path.parents[:-2]] if p.is_symlink()), None)
+
+
+def link_refusal(path: Path, link: Path) -> str:
+    where = (
+        f"{link} is a symbolic link"
+        if Path(link) == Path(os.path.abspath(path))
+        else f"{link} (on its way) is a symbolic link"
+    )
+    return f"{path}: {where}; toylens does not write through links: remove it or choose another folder"
+
+
+def check_no_link(path: Path, what: str = "") -> None:
+    """linked_part's rule as a UsageError, for paths a command derives (RUNS_DIR/report)."""
+    link = linked_part(path)
+    if link is not None:
+        raise UsageError(f"{what}{' ' if what else ''}{link_refusal(path, link)}")
 
 
 def check_not_too_broad(path: Path, what: str = "") -> None:
@@ -102,10 +167,22 @@ def device_name(text: str) -> str:
 
 def say(line: str) -> None:
     """One line on stderr, on a line of its own: a progress bar still drawn (a loop left by the
-    error) is cleared first and redrawn below it, instead of the line being glued onto the bar."""
+    error) is cleared first and redrawn below it, instead of the line being glued onto the bar.
+    Printable: a message may quote a plugin's words."""
     from tqdm import tqdm
 
-    tqdm.write(line, file=sys.stderr)
+    tqdm.write(printable(line), file=sys.stderr)
+
+
+def printable(text: str) -> str:
+    """`text` as a terminal shows it, not as it acts on it: every character that is not printable
+    (control characters, whose escape sequences can retitle the terminal or rewrite the line; line
+    breaks; bidi and zero-width controls) written as its escape (\\x1b, \\n, \\u202e). Strings
+    from plugins (task, group, role and token names, messages) pass here before a terminal."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def run_cli(command, *args) -> None:

@@ -23,7 +23,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from common.atomic import made, write_failed
-from common.cli import UsageError
+from common.cli import UsageError, check_no_link
 from common.ownership import LOCK, MANIFEST
 
 
@@ -47,10 +47,7 @@ def folder_lock(folder: Path, what: str):
         return
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"{what} {folder} is a file, not a folder; choose a folder")
-    if folder.is_symlink():
-        raise UsageError(
-            f"{what} {folder} is a symbolic link; toylens does not write through links: point at the folder itself"
-        )
+    check_no_link(folder, what)
     check_free(above(Path(key)), what, folder, fcntl.LOCK_SH)
     made(folder)
     path = folder / LOCK
@@ -61,6 +58,7 @@ def folder_lock(folder: Path, what: str):
             f"{path} is not a regular file (a folder, a FIFO or a device), so not toylens's lock; "
             "move it away or choose another folder"
         )
+    made_here = not path.exists()
     try:
         handle = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as error:  # a read-only or full file system: the command's one line
@@ -83,6 +81,10 @@ def folder_lock(folder: Path, what: str):
         finally:
             HELD.discard(key)
     finally:
+        if made_here and not (folder / MANIFEST).is_file():
+            # A folder toylens owns nothing in (a user's, or one a refused command made): the lock
+            # it made there goes, whatever the outcome; removed while still held.
+            path.unlink(missing_ok=True)
         os.close(handle)
 
 

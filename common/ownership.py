@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.cli import UsageError
+from common.cli import UsageError, check_no_link, linked_part
 from common.store import json_or_none
 
 MANIFEST = ".toylens.json"
@@ -180,11 +180,7 @@ def record(path: Path, written: Version, grows: bool = False) -> None:
 def claim_check(path: Path) -> None:
     """Refuse, before any work, when writing `path` would replace a file toylens did not write."""
     path = Path(path)
-    if path.is_symlink() or path.parent.is_symlink():
-        raise UsageError(
-            f"{path if path.is_symlink() else path.parent} is a symbolic link; toylens does "
-            "not write through links: remove it or choose another folder"
-        )
+    check_no_link(path)
     if path.name.startswith(".toylens"):
         raise UsageError(f"{path}: names beginning '.toylens' are toylens's own files; choose another file name")
     if read_manifest(path.parent) is None:
@@ -260,7 +256,7 @@ def check_replaceable(folder: Path, what: str, within: Path | None = None) -> No
     """Refuse, before any work, when `folder` is a file or a link (or, with `within`, a folder
     between `within` and it is a link: the writes would land wherever it points), or holds
     something toylens did not write."""
-    link = first_link(folder, within)
+    link = first_link(folder, within) if within is not None else linked_part(folder)
     if link is not None:
         raise UsageError(
             f"{what} {folder}: {link} is a symbolic link; toylens does not write through links: "

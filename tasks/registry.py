@@ -28,10 +28,62 @@ def shadowing_folder(module_name: str) -> str | None:
     return ", ".join(getattr(module, "__path__", [])) or module_name
 
 
+TIMEOUT = "TOYLENS_PLUGIN_TIMEOUT"  # seconds a plugin's import may take (default 60; 0: no limit)
+
+
+class ImportTimedOut(BaseException):
+    """Raised into a plugin's import when its time is up (a BaseException: the plugin's own
+    `except Exception` does not swallow it)."""
+
+
+def import_seconds() -> float:
+    import math
+    import os
+
+    text = os.environ.get(TIMEOUT, "60")
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not (math.isfinite(seconds) and 0 <= seconds <= 86_400):
+        raise UsageError(f"{TIMEOUT}={text!r} is not a number of seconds from 0 to 86400 (0: no limit); default 60")
+    return seconds
+
+
+def time_limited(load, what: str):
+    """`load()` (a plugin's import: untrusted code) stopped after import_seconds(): an import that
+    hangs is one line naming the plugin, not a silent hang. Only the main thread can set the alarm;
+    elsewhere (a worker's thread) the import runs unlimited."""
+    import signal
+    import threading
+
+    seconds = import_seconds()
+    if not seconds or threading.current_thread() is not threading.main_thread():
+        return load()
+
+    def expired(signum, frame):
+        raise ImportTimedOut
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return load()
+    except ImportTimedOut:
+        raise UsageError(
+            f"{what} did not finish importing within {seconds:g} s (it hangs, or works at import); fix or "
+            f"uninstall it, or allow it more time with {TIMEOUT}=SECONDS"
+        ) from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def load_task_class(entry) -> type[Task]:
     try:
-        cls = entry.load()
+        cls = time_limited(entry.load, f"task plugin {entry.name!r} ({origin(entry)})")
     # A third-party plugin can fail in any way on import (sys.exit included); say which one.
+    except UsageError:
+        raise
     except (Exception, SystemExit) as error:  # noqa: BLE001
         shadow = shadowing_folder(entry.module)
         if shadow:
@@ -42,7 +94,7 @@ def load_task_class(entry) -> type[Task]:
             ) from None
         raise UsageError(
             f"task plugin {entry.name!r} ({origin(entry)}) failed to import: "
-            f"{type(error).__name__}: {error}; fix or uninstall that package"
+            f"{type(error).__name__}: {str(error)[:200]}; fix or uninstall that package"
         ) from None
     if not (isinstance(cls, type) and issubclass(cls, Task)):
         raise UsageError(

@@ -140,7 +140,7 @@ SWEEP = (
     [
         (("--executor", "ray"), {"RAY_ADDRESS": "garbage"}, "'garbage' is not HOST:PORT"),
         (("--executor", "ray", "--address", "127.0.0.1:1"), {}, "nothing answers at Ray address '127.0.0.1:1'"),
-        (("--gpus-per-run", "inf"), {}, "--gpus-per-run must be a finite number >= 0"),
+        (("--gpus-per-run", "inf"), {}, "argument --gpus-per-run: inf is out of range"),
     ],
 )
 def test_a_ray_address_or_gpu_count_that_cannot_work_is_one_line(tmp_path, argv, env, fragment):

@@ -186,3 +186,22 @@ def test_accuracy_says_how_its_numbers_were_checked(tiny_runs, tmp_path, capsys)
     out = copy_runs(tiny_runs, tmp_path)
     accuracy_main([str(out)])
     assert "re-scored on held-out" in capsys.readouterr().out
+
+
+def test_a_lock_toylens_makes_in_a_folder_it_owns_nothing_in_is_removed_whatever_the_outcome(tmp_path):
+    """Seen: a report onto a full disk left .toylens.lock in the user's parent folder."""
+    from common.atomic import write_json
+    from common.lock import folder_lock
+
+    users = tmp_path / "users"
+    users.mkdir()
+    (users / "notes.md").write_text("mine\n")
+    with folder_lock(users, "folder"):
+        assert (users / ".toylens.lock").is_file()
+    with pytest.raises(RuntimeError), folder_lock(users, "folder"):
+        raise RuntimeError("the command failed")
+    assert sorted(p.name for p in users.iterdir()) == ["notes.md"]
+    ours = tmp_path / "ours"
+    with folder_lock(ours, "folder"):
+        write_json(ours / "summary.json", {})
+    assert (ours / ".toylens.lock").is_file()  # toylens's own folder keeps its lock file

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from common.cli import Parser, UsageError, out_path, positive_int
+from common.cli import MAX_COUNT, Bounded, Parser, UsageError, jobs_number, out_path
 from tasks.base import Task
 from tasks.registry import build_task, param_type
 from tasks.training.runs import MAX_SEED
@@ -74,7 +74,26 @@ def add_settings_arguments(parser: Parser, default_out: str) -> None:
 FLAG_NAMES = {"max_steps": "--steps"}
 
 
-POSITIVE = {"max_steps", "batch_size", "eval_every", "stop_evals", "plateau_steps"}
+# Each training setting's flag, bounded as TrainSettings.validate bounds it (so a refusal comes while
+# the arguments are parsed); the floats' tops are far beyond any toy's use, and finite.
+BOUNDS = {
+    "max_steps": Bounded(int, 1, 1_000_000, "steps; train caps a run there"),
+    "batch_size": Bounded(int, 1, 65_536, "examples per step"),
+    "eval_every": Bounded(int, 1, MAX_COUNT, "steps"),
+    "stop_evals": Bounded(int, 1, MAX_COUNT, "evaluations"),
+    "plateau_steps": Bounded(int, 1, MAX_COUNT, "steps"),
+    "snapshot_every": Bounded(int, 0, MAX_COUNT, "steps; 0 = never"),
+    "warmup_steps": Bounded(int, 0, MAX_COUNT, "steps; 0 = none"),
+    "lr": Bounded(float, 0, 1, "a learning rate"),
+    "weight_decay": Bounded(float, 0, 1e6, "AdamW's"),
+    "stop_accuracy": Bounded(float, 0, 1e6, "a validation accuracy; above 1 never stops as solved"),
+    "plateau_tolerance": Bounded(float, 0, 1e6, "an improvement"),
+}
+# A task parameter's flag: any finite float, any integer JSON keeps exactly; the task bounds its own.
+PARAM_BOUNDS = {
+    int: Bounded(int, -(2**53), 2**53, "an integer JSON keeps exactly"),
+    float: Bounded(float, -1e308, 1e308),
+}
 
 
 def add_training_flags(parser: Parser) -> None:
@@ -93,8 +112,7 @@ def add_training_flags(parser: Parser) -> None:
                 flag, dest=field.name, choices=[k.value for k in type(default)], help=f"toylens default {default.value}"
             )
         else:
-            kind = positive_int if field.name in POSITIVE else type(default)
-            group.add_argument(flag, dest=field.name, type=kind, help=f"toylens default {default}")
+            group.add_argument(flag, dest=field.name, type=BOUNDS[field.name], help=f"toylens default {default}")
 
 
 def training_overrides(args) -> dict:
@@ -109,7 +127,7 @@ def training_overrides(args) -> dict:
 def add_jobs_arguments(parser: Parser) -> None:
     parser.add_argument(
         "--jobs",
-        type=positive_int,
+        type=jobs_number,
         default=default_jobs(),
         help="runs trained at a time, one process and one thread each (default: CPU cores)",
     )
@@ -120,7 +138,13 @@ def add_executor_arguments(parser: Parser, executor_help: str, jobs: int, jobs_h
     """--executor local|ray, --address and --jobs (default `jobs`), as toylens.sweeps.executors takes them."""
     parser.add_argument("--executor", choices=("local", "ray"), default="local", help=executor_help)
     parser.add_argument("--address", help="Ray cluster to use (default: RAY_ADDRESS, else a local Ray instance)")
-    parser.add_argument("--jobs", type=positive_int, default=jobs, help=jobs_help)
+    parser.add_argument("--jobs", type=jobs_number, default=jobs, help=jobs_help)
+
+
+def check_address(args) -> None:
+    """--address names a Ray cluster; with the local pool it would be silently ignored."""
+    if args.address is not None and args.executor != "ray":
+        raise UsageError(f"--address {args.address} names a Ray cluster: add --executor ray, or leave --address out")
 
 
 def add_task_params(parser: Parser, task_cls: type[Task], defaults: dict | None = None) -> None:
@@ -140,7 +164,7 @@ def add_task_params(parser: Parser, task_cls: type[Task], defaults: dict | None 
         if kind is bool:
             params.add_argument(flag, action="store_true", default=default)
         else:
-            params.add_argument(flag, type=kind, default=default, help=f"default {default}")
+            params.add_argument(flag, type=PARAM_BOUNDS.get(kind, kind), default=default, help=f"default {default}")
 
 
 def task_from_args(task_cls: type[Task], args):

@@ -7,7 +7,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from common.atomic import staging
-from common.cli import Parser, UsageError, positive_int, run_cli
+from common.cli import Parser, UsageError, positive_int, printable, run_cli
 from tasks.base import Task
 from tasks.registry import get_task_class, task_classes
 from tasks.validate import validate_family
@@ -170,6 +170,24 @@ def main_module(fallback: str) -> str:
     return spec.name.removesuffix(".__main__") if spec is not None and spec.name else fallback
 
 
+def shared_help(command: str) -> str:
+    """`toylens train --help` (or sweep) without a task: the options every task shares, and where a
+    task's own (its parameters) are listed. No plugin is imported: nothing can hang or fail here."""
+    shared = type("NAME", (Task,), {"name": "NAME", "__doc__": None})
+    parser = Parser(
+        prog=f"toylens {command} NAME",
+        description=f"The options every task's {command} takes. A task's own options (its parameters): "
+        f"toylens {command} NAME --help; the tasks: toylens list.",
+    )
+    if command == "sweep":
+        from toylens.sweeps.plan import add_sweep_arguments
+
+        add_sweep_arguments(parser, shared)
+    else:
+        add_train_arguments(parser, shared)
+    return parser.format_help()
+
+
 def main(argv=None) -> None:
     import sys
 
@@ -184,7 +202,7 @@ def main(argv=None) -> None:
                 )
             for name, cls in task_classes().items():
                 validate_family(cls())
-                print(f"{name:<16} {summary_line(cls)}")
+                print(f"{name:<16} {printable(summary_line(cls))}")
             return
         if argv[:1] in (["train"], ["sweep"]) and len(argv) >= 2 and not argv[1].startswith("-"):
             task_cls = get_task_class(argv[1])
@@ -201,6 +219,8 @@ def main(argv=None) -> None:
             raise UsageError(f"{argv[0]} needs a task name: toylens {argv[0]} NAME (see toylens list)")
         raise UsageError("usage: toylens list | toylens train|sweep NAME [options]")
 
+    if argv[:1] in (["train"], ["sweep"]) and argv[1:2] in (["-h"], ["--help"]):
+        return print(shared_help(argv[0]))
     if argv in (["-h"], ["--help"], [], ["list", "-h"], ["list", "--help"]):
         print(
             "usage: toylens list | toylens train|sweep NAME [options]\n"

@@ -27,6 +27,7 @@ def edges_command(runs_dir: Path, out: Path | None, settings: ReportSettings | N
     """With `settings` None, the report's (`probes.settings.DEFAULT`)."""
     import torch
 
+    from common.lock import folder_lock
     from probes.settings import DEFAULT
     from tasks.training.runs import find_runs
     from tasks.training.sweeps import runs_folder
@@ -41,10 +42,12 @@ def edges_command(runs_dir: Path, out: Path | None, settings: ReportSettings | N
     # Every file in it is this command's, refused before any work; the files are written into a
     # staging folder and published as a whole, so a kill leaves the old set or the new one, never a
     # mix, and what a rerun no longer writes (an untraced run's figure and MIB files) is gone.
-    check_publishable(out, "edges folder", subfolders=("figures",))
-    with staging(out) as staged:
-        figures = write_edges(runs, staged, settings)
-        publish_folder(staged, out, subfolders=("figures",))
+    # The runs folder's lock: a training or `--resume` into it is refused meanwhile.
+    with folder_lock(runs_dir, "runs folder"):
+        check_publishable(out, "edges folder", subfolders=("figures",))
+        with staging(out) as staged:
+            figures = write_edges(runs, staged, settings)
+            publish_folder(staged, out, subfolders=("figures",))
     print(
         f"wrote {out / 'edges.md'}: {figures} of {len(runs)} runs traced, with a figure and MIB edge scores each"
         + (

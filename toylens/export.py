@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from common.cli import Parser, UsageError, positive_int, run_cli
+from common.cli import Bounded, Parser, UsageError, run_cli
 from models.spec import Attention
 from probes.settings import ReportSettings
 
@@ -89,6 +89,7 @@ def export_command(
     import torch
 
     from common.atomic import publish_folder, staging
+    from common.lock import folder_lock
     from common.ownership import check_publishable, check_replaceable
     from probes.settings import DEFAULT
 
@@ -100,7 +101,7 @@ def export_command(
     # Written into a staging folder and published whole: a kill leaves the old export or the new
     # one, never a mix, and files a rerun no longer writes are gone with the old folder.
     check_publishable(folder, f"{kind} export folder")
-    with staging(folder) as staged:
+    with folder_lock(runs_dir, "runs folder"), staging(folder) as staged:  # no training into it meanwhile
         written = (
             export_mib(runs_dir, staged, settings or DEFAULT)
             if kind == "mib"
@@ -118,7 +119,12 @@ def main(argv=None) -> None:
     parser.add_argument("kind", choices=("mib", "attribution", "hf"))
     parser.add_argument("runs_dir", type=folder_path)
     parser.add_argument("--out", type=out_path, default=None, help="default RUNS_DIR/exports")
-    parser.add_argument("--pairs", type=positive_int, default=2, help="attribution: prompts per run (default 2)")
+    parser.add_argument(
+        "--pairs",
+        type=Bounded(int, 1, 1000, "prompts traced one by one"),
+        default=2,
+        help="attribution: prompts per run (default 2)",
+    )
     args = parser.parse_args(argv)
     if not args.runs_dir.is_dir():
         parser.error(f"{args.runs_dir} is not a folder of runs")

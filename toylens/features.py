@@ -10,29 +10,31 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from common.cli import Parser, UsageError, run_cli
+from common.cli import Bounded, Parser, UsageError, run_cli
 
-
-def int_list(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise UsageError(f"expected comma-separated positive integers like 64,256, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise UsageError(f"expected comma-separated positive integers like 64,256, got {text!r}")
-    return values
+SIZES = Bounded(int, 1, 65_536, "dictionary features; memory grows with it", many=True)
 
 
 def features_command(args) -> None:
+    """Hold the runs folder's lock (a training or `--resume` into it is refused meanwhile)."""
+    from contextlib import nullcontext
+
+    from common.lock import folder_lock
+
+    with folder_lock(args.runs_dir, "runs folder") if args.runs_dir is not None else nullcontext():
+        features_in(args)
+
+
+def features_in(args) -> None:
     import torch
 
     from common.atomic import atomic_write
-    from common.ownership import check_replaceable
+    from common.ownership import check_replaceable, claim_check
     from probes.features.activations import default_sites
     from probes.features.measure import Grid, run_circuit, run_grades, tracr_grades, tracr_sites
     from probes.features.render import section
 
-    sizes, ks = int_list(args.sizes), int_list(args.k)
+    sizes, ks = tuple(args.sizes), tuple(args.k)
     if min(ks) >= max(sizes):
         raise UsageError(f"every k ({args.k}) is at least every size ({args.sizes}); choose k below the size")
     if (args.runs_dir is None) == (args.tracr is None):
@@ -41,6 +43,7 @@ def features_command(args) -> None:
     out = args.out or (args.runs_dir / "features" if args.runs_dir else Path("features") / f"tracr-{args.tracr}")
     check_replaceable(out, "features folder")
     table = args.table or out / "features.md"
+    claim_check(table)  # a user's file there: refused now, not after every dictionary is trained
     progress = not args.no_progress
     traced = []
     if args.tracr is not None:
@@ -93,7 +96,7 @@ def write_feature_graph(run, traced, root: Path) -> Path:
 
 
 def main(argv=None) -> None:
-    from common.cli import folder_path, out_path
+    from common.cli import folder_path, out_path, positive_int, seed_number, threads_number
 
     parser = Parser(prog="toylens features", description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -106,13 +109,17 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--tracr", default=None, help="a stored Tracr program instead (reverse, hist, sort, frac_prevs)"
     )
-    parser.add_argument("--sizes", default="64,256", help="dictionary sizes, comma-separated (default 64,256)")
-    parser.add_argument("--k", default="4,16", help="active features per position, comma-separated (default 4,16)")
-    parser.add_argument("--steps", type=int, default=600, help="training steps per dictionary (default 600)")
-    parser.add_argument("--seed", type=int, default=0, help="the dictionaries' seed (default 0)")
+    parser.add_argument(
+        "--sizes", type=SIZES, default=[64, 256], help="dictionary sizes, comma-separated (default 64,256)"
+    )
+    parser.add_argument(
+        "--k", type=SIZES, default=[4, 16], help="active features per position, comma-separated (default 4,16)"
+    )
+    parser.add_argument("--steps", type=positive_int, default=600, help="training steps per dictionary (default 600)")
+    parser.add_argument("--seed", type=seed_number, default=0, help="the dictionaries' seed (default 0)")
     # One thread by default, as the report: on a loaded 2-core machine a second thread made these
     # small matmuls ~10x slower (a dictionary took 22 s instead of 2 s, measured).
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--threads", type=threads_number, default=1, help="torch threads (default 1)")
     parser.add_argument("--out", type=out_path, default=None, help="where the files go (default RUNS_DIR/features)")
     parser.add_argument(
         "--table", type=out_path, default=None, help="where the markdown goes (default DIR/features.md)"

@@ -118,7 +118,7 @@ def publish_report(
 
 
 def main(argv=None) -> None:
-    from common.cli import Parser, device_name, positive_int, run_cli
+    from common.cli import Parser, device_name, jobs_number, run_cli
     from common.cli import folder_path, out_path
     from toylens.workers import default_jobs
 
@@ -140,7 +140,7 @@ def main(argv=None) -> None:
     report.add_argument("--out", type=out_path, default=None, help="report folder (default: RUNS_DIR/report)")
     report.add_argument(
         "--jobs",
-        type=positive_int,
+        type=jobs_number,
         default=default_jobs(),
         help="runs analysed at a time, each in its own process (default: the CPU cores)",
     )

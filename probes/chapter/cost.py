@@ -24,7 +24,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from common.cli import Parser, UsageError, positive_int, run_cli
+from common.cli import Bounded, Parser, UsageError, run_cli
 
 OUT = Path("runs/chapter/cost")
 D_MODEL, N_HEADS = 512, 8
@@ -286,9 +286,17 @@ def main(argv=None) -> None:
     parser = Parser(
         prog="toylens cost", description="Attention's time and memory against sequence length, with fitted exponents."
     )
-    parser.add_argument("--max-len", type=positive_int, default=4096, help="longest sequence (default 4096)")
     parser.add_argument(
-        "--budget", type=float, default=1.0, help="stop doubling once a forward takes longer than this many seconds"
+        "--max-len",
+        type=Bounded(int, 1, 65_536, "tokens; memory grows with its square"),
+        default=4096,
+        help="longest sequence (default 4096)",
+    )
+    parser.add_argument(
+        "--budget",
+        type=Bounded(float, 0.001, 60, "seconds per forward"),
+        default=1.0,
+        help="stop doubling once a forward takes longer than this many seconds",
     )
     parser.add_argument("--out", type=out_path, default=OUT)
     args = parser.parse_args(argv)

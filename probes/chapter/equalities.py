@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from common.cli import Parser, positive_int, run_cli
+from common.cli import Bounded, Parser, run_cli, seed_number, width_number
 
 # The source's figures (float32; their shapes are not stated).
 SOURCE = {"head": 1.8e-7, "average": 6e-8}
@@ -188,11 +188,11 @@ def main(argv=None) -> None:
         description="The hand-written head equals nn.MultiheadAttention and F.scaled_dot_product_attention; "
         "the averaging loop equals the matmul and the softmax.",
     )
-    parser.add_argument("--d-model", type=positive_int, default=128)
-    parser.add_argument("--heads", type=positive_int, default=4)
-    parser.add_argument("--length", type=positive_int, default=64)
-    parser.add_argument("--batch", type=positive_int, default=8)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--d-model", type=width_number, default=128)
+    parser.add_argument("--heads", type=Bounded(int, 1, 1024, "heads"), default=4)
+    parser.add_argument("--length", type=Bounded(int, 1, 65_536, "tokens; memory grows with its square"), default=64)
+    parser.add_argument("--batch", type=Bounded(int, 1, 65_536, "sequences"), default=8)
+    parser.add_argument("--seed", type=seed_number, default=0)
     parser.add_argument("--out", type=out_path, help="also write the result as JSON to this file")
     args = parser.parse_args(argv)
     run_cli(equalities_command, args.d_model, args.heads, args.length, args.batch, args.seed, args.out)

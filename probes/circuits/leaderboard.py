@@ -319,6 +319,25 @@ def both_runs(batch: Batch) -> Batch:
     )
 
 
+def method_scores(method: Method, problem: Problem) -> EdgeScores:
+    """`method.run(problem)`, a user's code: whatever it raises (sys.exit included) or returns
+    that is not finite EdgeScores is one line naming the method, in this process as in a worker."""
+    where = f"leaderboard method {method.name!r}"
+    try:
+        scores = method.run(problem)
+    except UsageError:
+        raise
+    except (Exception, SystemExit) as error:  # noqa: BLE001
+        raise UsageError(
+            f"{where} raised {type(error).__name__}: {str(error)[:200]}; fix it, or leave it out with --methods"
+        ) from None
+    if not (isinstance(scores, EdgeScores) and isinstance(scores.score, torch.Tensor)):
+        raise UsageError(f"{where} returned {type(scores).__name__}, not EdgeScores; return EdgeScores")
+    if scores.score.is_floating_point() and not bool(torch.isfinite(scores.score).all()):
+        raise UsageError(f"{where} returned a NaN or infinite score; give every edge a finite score")
+    return scores
+
+
 def score_cell(truth: Truth, method: Method, ablation: Ablation, seed: int) -> Cell:
     from probes.circuits.faithfulness import curve_of, normalised, smallest_circuit
     from probes.circuits.identifiable import unidentifiable, weakest
@@ -330,7 +349,7 @@ def score_cell(truth: Truth, method: Method, ablation: Ablation, seed: int) -> C
     with torch.no_grad():  # reference_writes computes z @ W_O with grad: the masks would backprop into it twice
         runs = ablated_runs(model, batch, graph, ablation, reference)
     wall, cpu = time.perf_counter(), time.process_time()
-    scores = method.run(Problem(model, batch, graph, runs))
+    scores = method_scores(method, Problem(model, batch, graph, runs))
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     if tuple(scores.edges) != tuple(graph.edges) or scores.score.shape != (len(graph.edges),):
         raise UsageError(

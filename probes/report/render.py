@@ -21,6 +21,9 @@ def table(headers: list[str], rows: Sequence[Sequence[object]], width: int | Non
     on rows of its own under that column (the other columns are short: model, seed, numbers)."""
     if width is not None:
         rows = folded_last_column(headers, rows, width)
+    from common.cli import printable
+
+    rows = [[printable(str(c)) for c in row] for row in rows]  # group and token names are a plugin's
     widths = [max(len(str(c)) for c in column) for column in zip(headers, *rows)]
     line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths))  # noqa: E731
     # No trailing blanks: the last column padded to its longest cell made every row that long.

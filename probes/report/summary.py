@@ -105,7 +105,9 @@ def terminal_lines(summary: Summary) -> list[str]:
             lines += wrapped(line, "  ")
     for note in summary.notes:
         lines += wrapped(note)
-    return lines
+    from common.cli import printable
+
+    return [printable(line) for line in lines]  # role, group and token names are a plugin's
 
 
 def markdown_lines(summary: Summary) -> list[str]:

@@ -14,7 +14,7 @@ from functools import cached_property
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from common.cli import path_name
+from common.cli import MAX_SEED as CLI_MAX_SEED, path_name
 from common.jsonfiles import canonical_sha256, differences, short
 from common.store import read_json
 from models import UsageError
@@ -45,7 +45,7 @@ RUN_FIELDS = {
 # What defines a run: protected by run_sha256 the way the weights are by weights_sha256, so an edit
 # (another task variant, seed, spec or vocabulary) is refused rather than believed.
 RUN_IDENTITY = ("spec", "task", "seed", "data_seed", "vocabulary", "model_name", "training")
-MAX_SEED = 2**32 - 1
+MAX_SEED = CLI_MAX_SEED  # one bound for a seed, stored or given as a flag
 MAX_VOCABULARY = 1_000_000
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from common.cli import Parser, UsageError, positive_int, run_cli
+from common.cli import Parser, UsageError, run_cli, width_number
 from common.atomic import write_json
 from common.ownership import claim_check
 from probes.chapter.ladder import LABELS, ladder_specs
@@ -68,7 +68,7 @@ def main(argv=None) -> None:
             raise UsageError("toylens ladder needs a task name first, e.g. toylens ladder winograd")
         add_settings_arguments(parser, f"runs/ladder/{task_name}")
         parser.add_argument("--rungs", help=f"comma-separated rungs (default all: {', '.join(LABELS)})")
-        parser.add_argument("--d-model", type=positive_int, default=128, help="width of every rung (default 128)")
+        parser.add_argument("--d-model", type=width_number, default=128, help="width of every rung (default 128)")
         parser.add_argument("--overwrite", action="store_true", help="retrain rungs already trained")
         add_jobs_arguments(parser)
         add_task_params(parser, task_cls)

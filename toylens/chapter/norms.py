@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from common.cli import Parser, UsageError, positive_int, run_cli
+from common.cli import Bounded, Parser, UsageError, run_cli, width_number
 from common.atomic import write_json
 from common.ownership import claim_check
 from probes.chapter.norms import VARIANTS, norm_specs, warmed
@@ -102,8 +102,10 @@ def main(argv=None) -> None:
         task_cls = get_task_class(task_name)
         add_settings_arguments(parser, f"runs/norms/{task_name}")
         parser.add_argument("--variants", help=f"comma-separated (default all: {', '.join(v[0] for v in VARIANTS)})")
-        parser.add_argument("--layers", type=positive_int, default=12, help="blocks (default 12, as the source)")
-        parser.add_argument("--d-model", type=positive_int, default=128, help="width (default 128)")
+        parser.add_argument(
+            "--layers", type=Bounded(int, 1, 256, "blocks"), default=12, help="blocks (default 12, as the source)"
+        )
+        parser.add_argument("--d-model", type=width_number, default=128, help="width (default 128)")
         parser.add_argument("--overwrite", action="store_true", help="retrain runs already trained")
         add_jobs_arguments(parser)
         add_task_params(parser, task_cls)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from common.cli import Parser, UsageError, positive_int, run_cli
+from common.cli import Bounded, Parser, UsageError, positive_int, run_cli, width_number
 from common.atomic import write_json
 from common.ownership import claim_check
 from probes.chapter.positions import KINDS, context_for, position_specs
@@ -28,13 +28,14 @@ def position_plans(task, kinds, seeds, settings, out: Path, factors, d_model: in
     ]
 
 
-def parse_factors(text: str) -> tuple[int, ...]:
-    try:
-        factors = tuple(sorted({int(f) for f in text.split(",") if f.strip()}))
-    except ValueError:
-        raise UsageError(f"--factors {text!r} must be comma-separated integers, e.g. 1,2,4") from None
-    if not factors or factors[0] != 1 or factors[-1] > 64:
-        raise UsageError(f"--factors {text!r} must start at 1 (the training length) and stay at most 64, e.g. 1,2,4")
+FACTORS = Bounded(int, 1, 64, "times the training length", many=True)
+
+
+def parse_factors(values: list[int]) -> tuple[int, ...]:
+    """--factors as FACTORS parsed them, sorted; the training length itself must be among them."""
+    factors = tuple(sorted(values))
+    if factors[0] != 1:
+        raise UsageError(f"--factors {','.join(map(str, values))} must start at 1 (the training length), e.g. 1,2,4")
     return factors
 
 
@@ -81,12 +82,15 @@ def main(argv=None) -> None:
         )
         parser.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated (default {','.join(KINDS)})")
         parser.add_argument(
-            "--factors", default="1,2,4", help="evaluated lengths, times the training length (default 1,2,4)"
+            "--factors",
+            type=FACTORS,
+            default=[1, 2, 4],
+            help="evaluated lengths, times the training length (default 1,2,4)",
         )
         parser.add_argument(
             "--eval-sequences", type=positive_int, default=256, help="sequences per length and seed (default 256)"
         )
-        parser.add_argument("--d-model", type=positive_int, default=128, help="width (default 128)")
+        parser.add_argument("--d-model", type=width_number, default=128, help="width (default 128)")
         parser.add_argument("--overwrite", action="store_true", help="retrain runs already trained")
         add_settings_arguments(parser, "runs/positions")
         add_jobs_arguments(parser)

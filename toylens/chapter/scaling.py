@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from common.cli import Parser, UsageError, positive_int, run_cli
+from common.cli import Parser, UsageError, jobs_number, positive_int, run_cli, width_number
 from probes.chapter.scaling import (
     KEYS,
     PAIRS,
@@ -118,11 +118,11 @@ def main(argv=None) -> None:
         description="sqrt(d_k): scores, saturation, entropy and gradients, at init and in training.",
     )
     parser.add_argument("--task", default="winograd", help="task to train on (default winograd)")
-    parser.add_argument("--widths", type=positive_int, nargs="+", default=list(WIDTHS), help="d_k values trained")
+    parser.add_argument("--widths", type=width_number, nargs="+", default=list(WIDTHS), help="d_k values trained")
     add_seeds_argument(parser, "0-1")
     parser.add_argument("--steps", type=positive_int, default=400)
     parser.add_argument("--every", type=positive_int, default=50, help="snapshot and evaluation interval")
-    parser.add_argument("--jobs", type=positive_int, default=2)
+    parser.add_argument("--jobs", type=jobs_number, default=2)
     parser.add_argument("--init-only", action="store_true", help="skip training")
     parser.add_argument("--overwrite", action="store_true", help="retrain runs already in --out")
     parser.add_argument("--out", type=out_path, default=OUT)

@@ -27,7 +27,6 @@ from tasks.base import Task
 from tasks.training.runs import METRICS
 from tasks.training.sweeps import FAILED, failed_record, is_sweep
 
-from toylens.arguments import parse_seeds
 from toylens.sweeps.job import SCRATCH, SweepJob, run_job
 from toylens.sweeps.plan import (
     CONFIRM_RUNS,
@@ -305,8 +304,10 @@ def sweep_command(task_cls: type[Task], args) -> None:
     from tasks.training.runs import command_line
     from toylens.sweeps.executors import make_executor
     from toylens.sweeps.driver import run_sweep
+    from toylens.arguments import check_address
 
     check_gpus_per_run(args.gpus_per_run, args.executor)
+    check_address(args)
     params = {f.name: getattr(args, f.name) for f in dataclasses.fields(task_cls.Params)}
     from toylens.arguments import model_list, training_overrides
 
@@ -314,7 +315,7 @@ def sweep_command(task_cls: type[Task], args) -> None:
 
     models = model_list(args.models)
     out = args.out or Path("runs") / "sweeps" / task_cls.name
-    seeds, grid = parse_seeds(args.seeds), parse_grid(args.grid, task_cls)
+    seeds, grid = args.seeds, parse_grid(args.grid, task_cls)
     total = count_runs(task_cls, params, models, seeds, grid)
     if total > CONFIRM_RUNS:
         print(f"planning {total} runs (checking each point's settings) ...", flush=True)

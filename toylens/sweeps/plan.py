@@ -19,12 +19,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from common.cli import UsageError, out_path
+from common.cli import Bounded, UsageError, out_path
 from models import ModelSpec
 from tasks.base import Task
 from tasks.settings import TrainSettings
 from tasks.training.sweeps import POINT, PlannedGroup, SweepManifest, identity_of
-from toylens.arguments import MAX_RUNS, SEEDS_HELP, add_executor_arguments
+from toylens.arguments import MAX_RUNS, add_executor_arguments
 
 if TYPE_CHECKING:
     from toylens.family import RunPlan
@@ -219,9 +219,13 @@ def duration(seconds: float) -> str:
 def check_size(runs: list[SweepRun], jobs: int, confirmed: bool) -> str:
     """The sweep's size and time estimate in one line; refused above CONFIRM_RUNS runs unless confirmed."""
     total = estimated_seconds(runs)
+    task = runs[0].plan.task.name if runs else "winograd"
+    # Another task's runs may solve far sooner or later than Winograd's (issue 57: 24.5 min printed
+    # for a 5.5 min sweep): then the figure is only a guess until this sweep's own first run.
+    guess = "" if task == "winograd" else f"a guess for {task}: "
     line = (
         f"{len(runs)} runs, roughly {duration(total)} of train + trace in all, {duration(total / jobs)} on "
-        f"{jobs} parallel jobs (scaled from one measured run: {REFERENCE_RUN_SECONDS} s for attn-only-2x1 "
+        f"{jobs} parallel jobs ({guess}scaled from one measured run: {REFERENCE_RUN_SECONDS} s for attn-only-2x1 "
         "Winograd on 2 loaded cores; revised from this sweep's own first run when it finishes)"
     )
     if len(runs) > CONFIRM_RUNS and not confirmed:
@@ -265,12 +269,12 @@ def write_records(runs: list[SweepRun], out: Path, overwrite: bool) -> None:
 
 
 def add_sweep_arguments(parser, task_cls: type[Task]) -> None:
-    from toylens.arguments import add_task_params, add_training_flags
+    from toylens.arguments import add_seeds_argument, add_task_params, add_training_flags
     from toylens.sweeps.job import TRACES
     from toylens.workers import default_jobs
 
     parser.add_argument("--models", help="comma-separated model names (default: the task's whole family)")
-    parser.add_argument("--seeds", default="0-2", help=f"{SEEDS_HELP} (default 0-2)")
+    add_seeds_argument(parser)
     parser.add_argument(
         "--grid",
         nargs="+",
@@ -289,7 +293,10 @@ def add_sweep_arguments(parser, task_cls: type[Task]) -> None:
         "(default: CPU cores; ignored with --address)",
     )
     parser.add_argument(
-        "--gpus-per-run", type=float, default=0.0, help="GPUs each Ray task reserves (--executor ray only; default 0)"
+        "--gpus-per-run",
+        type=Bounded(float, 0, 1024, "GPUs"),
+        default=0.0,
+        help="GPUs each Ray task reserves (--executor ray only; default 0)",
     )
     existing = parser.add_mutually_exclusive_group()
     existing.add_argument(

@@ -24,6 +24,7 @@ from typing import Callable
 
 from common.cli import UsageError
 from common.atomic import atomic_write
+from common.ownership import claim_check
 from common.cli import path_name
 from common.jsonfiles import check_fields
 from common.store import read_json
@@ -398,6 +399,8 @@ def results_command(runs_dirs: list[Path], out: Path, made_by: str) -> None:
             f"two of these folders would write the same page ({names}); give one folder per task "
             "and kind (a family, a sweep)"
         )
+    for page in pages:  # a user's file of a page's name: refused before any page is written
+        claim_check(Path(out) / page.name)
     for path in write_pages(pages, out):
         print(f"wrote {path}")
 
