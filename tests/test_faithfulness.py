@@ -56,4 +56,6 @@ def test_the_curve_read_off_the_smallest_circuit_is_the_measured_curve():
     read = curve_of(smallest_circuit(model, batch, graph, "oracle", effects.effect))
     assert (read.method, read.total, read.sizes) == (measured.method, measured.total, measured.sizes)
     assert len({round(f, 3) for f in measured.faithfulness}) > 3  # a curve with steps, not just 0 and 1
-    assert read.faithfulness == pytest.approx(measured.faithfulness, abs=1e-6)
+    # Two batched float32 computations of one curve, normalised by the gap: their reduction orders
+    # differ, so points agree to a few float32 steps of the gap (2e-6 seen), not bitwise.
+    assert read.faithfulness == pytest.approx(measured.faithfulness, abs=1e-5)

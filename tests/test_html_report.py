@@ -38,7 +38,9 @@ def hand_measured(out, settings):
     composing = HandRun(planted.model, {"train": batch, "validation": batch, "heldout": batch}, "two-hop")
     composing.spec = planted.spec
     composing.task = SimpleNamespace(
-        vocabulary=lambda: [f"t{i}" for i in range(planted.spec.d_vocab)], expected_circuit=lambda name, spec: None
+        vocabulary=lambda: [f"t{i}" for i in range(planted.spec.d_vocab)],
+        expected_circuit=lambda name, spec: None,
+        domain=lambda: None,
     )
     return [measure_run(run, out, settings) for run in (mirror_run(), composing)]
 

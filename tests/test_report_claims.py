@@ -85,7 +85,7 @@ class HandRun:
             d_vocab=model.cfg.d_vocab,
         )
         self.metrics = {"steps": 0}
-        self.task = SimpleNamespace(vocabulary=lambda: WORDS)
+        self.task = SimpleNamespace(vocabulary=lambda: WORDS, domain=lambda: None)
         self._batches = batches
 
     def load_model(self, device=None):

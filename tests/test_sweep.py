@@ -279,7 +279,7 @@ def test_local_pool_retries_a_killed_worker_and_records_a_run_that_keeps_killing
     [
         (["--gpus-per-run", "1"], "reserves GPUs for Ray tasks: add --executor ray"),
         (["--gpus-per-run", "1.5", "--executor", "ray"], "above 1 it must be a whole number"),
-        (["--gpus-per-run", "-1", "--executor", "ray"], "must be a finite number >= 0"),
+        (["--gpus-per-run", "-1", "--executor", "ray"], "--gpus-per-run: -1 is out of range"),
     ],
 )
 def test_bad_gpus_per_run_is_one_line_before_anything_runs(tmp_path, capsys, argv, fragment):

@@ -109,7 +109,8 @@ def test_a_sweeps_time_left_scales_from_its_own_first_run():
     plan = SimpleNamespace(spec=ModelSpec(n_layers=2, n_heads=1, mlp=False), settings=TrainSettings(max_steps=400))
     bigger = SimpleNamespace(spec=plan.spec, settings=TrainSettings(max_steps=800))
     remaining = [SimpleNamespace(plan=plan)] * 4
-    assert first_run_estimate(plan, 10.0, remaining, 2) == (
+    files = SimpleNamespace(seconds=10.0, stages=None)  # the first run's RunFiles: no stages.json
+    assert first_run_estimate(plan, files, remaining, 2) == (
         "first run took 10 s; at that rate the other 4 take roughly 20 s on 2 parallel jobs"
     )
-    assert "roughly 40 s on 2" in first_run_estimate(plan, 10.0, [SimpleNamespace(plan=bigger)] * 4, 2)
+    assert "roughly 40 s on 2" in first_run_estimate(plan, files, [SimpleNamespace(plan=bigger)] * 4, 2)

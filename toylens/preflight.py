@@ -38,27 +38,13 @@ def preflight_command(path: Path, memory_gib: float, device: str) -> None:
     )
 
 
-def memory_gib(text: str) -> float:
-    """--memory-gib: a positive finite number of GiB."""
-    import argparse
-    import math
-
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of GiB") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a positive number of GiB, got {text}")
-    return value
-
-
 def add_model_flags(parser) -> None:
     """--memory-gib and --device, the flags of every command that loads a Hugging Face folder."""
-    from common.cli import device_name
+    from common.cli import Bounded, device_name
 
     parser.add_argument(
         "--memory-gib",
-        type=memory_gib,
+        type=Bounded(float, 1e-3, 1e6, "GiB of memory the model's weights may take"),
         default=DEFAULT_MEMORY_GIB,
         help=f"memory budget (default {DEFAULT_MEMORY_GIB:g})",
     )
