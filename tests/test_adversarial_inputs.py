@@ -51,7 +51,11 @@ def train_main(argv, capsys):
     [
         ("--stop-accuracy", "-5", "--stop-accuracy: -5 is out of range"),  # every evaluation "solved"
         ("--stop-accuracy", "0", "stop_accuracy must be > 0"),
-        ("--plateau-tolerance", "-1", "--plateau-tolerance: -1 is out of range"),  # a worse loss "improves": never stalls
+        (
+            "--plateau-tolerance",
+            "-1",
+            "--plateau-tolerance: -1 is out of range",
+        ),  # a worse loss "improves": never stalls
     ],
 )
 def test_stopping_settings_that_would_misreport_why_a_run_stopped_are_refused(tmp_path, capsys, flag, value, fragment):
