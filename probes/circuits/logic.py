@@ -29,24 +29,15 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-import torch
-from transformer_lens.utilities import get_act_name
-
-from common.stats import share
-from models.bridge import device_of
-from models.graph import MLP, Edge, Embed, Graph, Head, Logits
+from models.graph import Edge, Embed, Graph, Logits
+from probes.circuits.components import Component, KnockOut, ordered
+from probes.circuits.interactions import Interactions, interactions
 from probes.circuits.methods.joint import SetFaithfulness
 from probes.circuits.oracle import Direction, Runs, record_runs
-from probes.patching import scored_logits, scored_metric
-from probes.circuits.edge_hooks import mlp_out_name
-from probes.patching import corrupt_inputs, outcome, replica_scored, replicas_per_forward
+from probes.circuits.relation_classes import Relation, relations
+from probes.circuits.subsets import Subsets
 from tasks.data import Batch
-
-if TYPE_CHECKING:  # those modules build on this one's KnockOut
-    from probes.circuits.interactions import Interactions
-    from probes.circuits.relation_classes import Relation
 
 SUFFICES = 0.9  # a set of components keeping this share of the gap suffices
 NEEDED = 0.1  # a share below this is no contribution (a partial backup carries at least this)
@@ -54,9 +45,6 @@ EXHAUSTIVE = 8  # up to this many components every subset is measured (2^8 sets,
 # on block-2 under load, the greedy search below 5-10x less)
 PATH_CARRIES = 0.5  # a path carries the circuit when it keeps this share of the gap on its own
 MAX_PATHS = 64  # paths measured per circuit, the strongest by their weakest edge's effect alone
-
-
-Component = Head | MLP
 
 
 @dataclass(frozen=True)
@@ -90,74 +78,6 @@ class Logic:
     @property
     def carrying_paths(self) -> tuple[Path, ...]:
         return tuple(p for p in self.paths if p.effect >= PATH_CARRIES)
-
-
-def ordered(components) -> tuple[Component, ...]:
-    return tuple(sorted(components, key=lambda c: (c.layer, isinstance(c, MLP), getattr(c, "head", 0))))
-
-
-class KnockOut:
-    """f of sets of kept components: every other head's z and MLP's output from the counterfactual
-    run, on the clean run (0 = the counterfactual run, 1 = the clean run)."""
-
-    def __init__(self, model, batch: Batch, runs: Runs, components: tuple[Component, ...]):
-        if runs.direction is not Direction.NOISE:
-            raise ValueError("components are kept clean: pass runs recorded with direction 'noise'")
-        self.model, self.batch, self.runs, self.components = model, batch.to(device_of(model)), runs, components
-        names = {name_of(c) for c in components}
-        logits, cache = model.run_with_cache(corrupt_inputs(self.batch), names_filter=lambda n: n in names)
-        self.other = {name: cache[name] for name in names}
-        # the counterfactual run's metric at each scored position: 0 of the gap, row by row
-        self.other_rows = scored_metric(replica_scored(logits, self.batch), self.batch)[0].detach().cpu()
-        self.empty, self.full = runs.other.outcome.metric, runs.base.outcome.metric
-        self.measured = 0
-
-    def hook(self, name: str, members: list[frozenset]):
-        """Replica r's activation, with the components of `name` outside members[r] from the other run
-        (one masked select per hook: a loop over replicas and components cost seconds per 100 sets)."""
-        mine = [c for c in self.components if name_of(c) == name]
-        out = torch.tensor([[c not in kept for c in mine] for kept in members], device=self.other[name].device)
-        other = self.other[name]
-        if name == mlp_out_name(self.model.cfg.n_layers - 1):  # the last MLP runs at the scored positions alone
-            other = other[self.batch.example_index, self.batch.positions][:, None]
-
-        def patch(act, hook):
-            view = act.view(len(members), -1, *act.shape[1:])
-            if isinstance(mine[0], Head):
-                mask = torch.zeros(len(members), act.shape[2], dtype=torch.bool, device=act.device)
-                mask[:, [c.head for c in mine if isinstance(c, Head)]] = out
-                view = torch.where(mask[:, None, None, :, None], other[None], view)
-            else:
-                view = torch.where(out[:, 0, None, None, None], other[None], view)
-            return view.reshape(act.shape)
-
-        return patch
-
-    @torch.no_grad()
-    def scored(self, sets: list[frozenset]):
-        """[replicas, k, vocab] scored logits of each set, a forward's worth of sets at a time."""
-        self.measured += len(sets)
-        per_forward = replicas_per_forward(self.batch)
-        names = sorted({name_of(c) for c in self.components})
-        for first in range(0, len(sets), per_forward):
-            members = sets[first : first + per_forward]
-            hooks = [(name, self.hook(name, members)) for name in names]
-            resid = self.runs.base.resid_pre[0].repeat(len(members), 1, 1)
-            with self.model.hooks(fwd_hooks=hooks):  # only the scored logits are read
-                yield scored_logits(self.model, resid, 0, self.batch, len(members))
-
-    def __call__(self, sets: list[frozenset]) -> list[float]:
-        return [
-            share(o.metric, self.empty, self.full) for scored in self.scored(sets) for o in outcome(scored, self.batch)
-        ]
-
-    def rows(self, sets: list[frozenset]) -> torch.Tensor:
-        """[sets, k] the metric at each scored position (probes.patching.scored_metric) of each set."""
-        return torch.cat([scored_metric(scored, self.batch) for scored in self.scored(sets)]).detach().cpu()
-
-
-def name_of(component: Component) -> str:
-    return get_act_name("z", component.layer) if isinstance(component, Head) else mlp_out_name(component.layer)
 
 
 def every_subset(components: tuple[Component, ...]) -> list[frozenset]:
@@ -204,15 +124,6 @@ def minimal(values: dict[frozenset, float]) -> tuple[frozenset, ...]:
     """Sufficient sets none of whose measured proper subsets suffices."""
     sufficient = [s for s, v in values.items() if v >= SUFFICES]
     return tuple(s for s in sufficient if not any(t < s for t in sufficient))
-
-
-def member_links(members: frozenset, links: frozenset[Edge]) -> dict:
-    """Member -> the members it writes to through a link."""
-    out: dict = {m: set() for m in members}
-    for edge in links:
-        if edge.sender in members and edge.receiver.node in members:
-            out[edge.sender].add(edge.receiver.node)
-    return out
 
 
 def linking_edges(graph: Graph, circuit: frozenset) -> frozenset[Edge]:
@@ -273,11 +184,6 @@ def logic(
     else:
         values = {}
         sets = bounded_sets(values, knock_out, components)
-    # imported here: those modules build on this one's KnockOut
-    from probes.circuits.interactions import interactions
-    from probes.circuits.relation_classes import relations
-    from probes.circuits.subsets import Subsets
-
     members = ordered({e.sender for e in circuit if not isinstance(e.sender, Embed)})
     subsets = Subsets(model, batch, runs, members) if members else None
     found = own_paths(graph, frozenset(circuit), dict(zip(graph.edges, single.tolist())), f)

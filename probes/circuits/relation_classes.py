@@ -36,7 +36,7 @@ import torch
 
 from models.graph import Edge
 from probes.circuits.interactions import Interval, interval
-from probes.circuits.logic import Component, member_links
+from probes.circuits.components import Component, member_links
 from probes.circuits.rows import CaseSplit, case_split
 from probes.circuits.subsets import Subsets
 

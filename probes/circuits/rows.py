@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from probes.circuits.logic import Component
+from probes.circuits.components import Component
 from probes.circuits.subsets import Subsets
 
 NEEDS = 0.5

@@ -15,27 +15,13 @@ from probes.report.run_analysis import (
     basis,
     circuit_paths_measured,
     run_mechanism,
+    small_gap,
     unpathed_reason,
-    untraced_reason,
+    untraceable,
 )
 
 # circuit.json's sentence for a run traced for the census alone (the report writes its own).
 CENSUS_SUMMARY = "traced for the census alone; `python -m probes.circuit report` writes this run's full report"
-
-
-def untraceable(context) -> str | None:
-    """Why the run's circuit is not traced at all (None: it is)."""
-    if (why := untraced_reason(context.spec)) is not None:
-        return why
-    return None if context.heldout.counterfactual is not None else "the task declares no counterfactual pairs"
-
-
-def small_gap(gap: float, settings) -> str:
-    """The note of a run whose pairs the model barely tells apart (no circuit traced)."""
-    return (
-        f"clean minus counterfactual metric is only {gap:+.2f} (below {settings.min_gap:g} in size): the model "
-        "barely tells the pairs apart, so no share of that gap means much"
-    )
 
 
 def census_analysis(context) -> RunAnalysis:

@@ -159,6 +159,21 @@ def unpathed_reason(spec) -> str | None:
     return None
 
 
+def untraceable(context) -> str | None:
+    """Why the run's circuit is not traced at all (None: it is)."""
+    if (why := untraced_reason(context.spec)) is not None:
+        return why
+    return None if context.heldout.counterfactual is not None else "the task declares no counterfactual pairs"
+
+
+def small_gap(gap: float, settings) -> str:
+    """The note of a run whose pairs the model barely tells apart (no circuit traced)."""
+    return (
+        f"clean minus counterfactual metric is only {gap:+.2f} (below {settings.min_gap:g} in size): the model "
+        "barely tells the pairs apart, so no share of that gap means much"
+    )
+
+
 def analyse_run(context) -> RunAnalysis:
     """The circuit part's measure: the run's RunAnalysis, with its figure drawn under the report."""
     from probes.ablation import ABLATION_METHODS
@@ -166,7 +181,6 @@ def analyse_run(context) -> RunAnalysis:
     from probes.attention import pair_attention, patterns, position_labels, role_view, scored_attention
     from probes.circuits.roles import role_masses
     from probes.patching import activation_patching
-    from probes.report.census_trace import small_gap, untraceable
 
     run, settings = context.run, context.settings
     base = dict(

@@ -17,16 +17,17 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from common.cli import UsageError, held_interrupts
 from common.atomic import atomic_write, write_json
-from common.ownership import LOCK, MANIFEST, check_replaceable, owned, remove
+from common.ownership import LOCK, MANIFEST, check_replaceable
 from models.checkpoint import CONFIG
 from tasks.base import Task
 from tasks.training.runs import METRICS
 from tasks.training.sweeps import FAILED, failed_record, is_sweep
 
+from toylens.sweeps.files import write_run
 from toylens.sweeps.job import SCRATCH, SweepJob, run_job
 from toylens.sweeps.plan import (
     CONFIRM_RUNS,
@@ -48,27 +49,6 @@ def remove_scratch(token: str) -> None:
     another node keeps its own (that node's temp folder is not this machine's)."""
     for folder in Path(tempfile.gettempdir()).glob(f"{SCRATCH}{token}-*"):
         shutil.rmtree(folder, ignore_errors=True)
-
-
-def write_run(run_dir: Path, files: dict) -> None:
-    """Each file atomically; config.json then metrics.json last, so a folder with metrics.json is a
-    whole run. What an earlier run left there (its metrics first) is removed before, so the folder
-    never holds files of two runs. Names are checked: a worker's answer is data, never a path
-    outside the run."""
-    for name in files:
-        path = PurePosixPath(name)
-        if path.is_absolute() or ".." in path.parts or not path.parts:
-            raise UsageError(f"a worker returned the file name {name!r} for {run_dir}; refused")
-    remove(run_dir / METRICS)
-    for old in sorted(run_dir.rglob("*")) if run_dir.is_dir() else []:
-        if old.is_file() and old.name not in (MANIFEST, LOCK) and owned(old):
-            old.unlink()
-    last = [CONFIG, METRICS]
-    for name in sorted(files, key=lambda n: (n in last, last.index(n) if n in last else 0, n)):
-        if PurePosixPath(name).name == MANIFEST:  # the worker's own; writing here makes the driver's
-            continue
-        data = files[name]
-        atomic_write(run_dir / name, lambda temp, data=data: Path(temp).write_bytes(data))
 
 
 @dataclass(frozen=True)

@@ -123,7 +123,7 @@ def returned_files(run_dir: Path, timeline_only: bool, timeline: str) -> dict:
 
 
 def write_run_files(run_dir: Path, files: dict) -> None:
-    from toylens.sweeps.driver import write_run
+    from toylens.sweeps.files import write_run
 
     write_run(run_dir, files)
 
