@@ -139,8 +139,8 @@ def check_chunk(model, batch: Batch, graph: Graph, circuit: frozenset, ablation:
     deviation = (scored_metric(ours, cpu) - scored_metric(full, cpu)).abs()
     wrong = ours.argmax(-1) != full.argmax(-1)
     n = len(cpu)
-    failed = torch.zeros(n, dtype=torch.bool).index_put((cpu.example_index,), wrong, accumulate=True)
-    worst = torch.zeros(n).scatter_reduce(0, cpu.example_index, deviation, "amax")
+    failed = wrong.new_zeros(n).index_put((cpu.example_index,), wrong, accumulate=True)
+    worst = deviation.new_zeros(n).scatter_reduce(0, cpu.example_index, deviation, "amax")
     return Chunk(~failed, worst, float(deviation.sum()), float(scored_metric(full, cpu).abs().sum()), len(deviation))
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from probes.circuits.components import Component
+from probes.circuits.logic import Component
 from probes.circuits.subsets import Subsets
 
 HIGHER_SHOWN = 0.1  # a Harsanyi term of three or more members is kept when |value| reaches this share
@@ -46,7 +46,7 @@ def interval(resampled: torch.Tensor) -> Interval:
     if not len(rest):
         return Interval(float(resampled[0]), math.nan, math.nan)
     tail = (1 - LEVEL) / 2
-    low, high = torch.quantile(rest, torch.tensor([tail, 1 - tail], dtype=rest.dtype)).tolist()
+    low, high = torch.quantile(rest, torch.tensor([tail, 1 - tail], dtype=rest.dtype, device=rest.device)).tolist()
     return Interval(float(resampled[0]), low, high)
 
 

@@ -191,12 +191,16 @@ def role_masses(model, batch, ratio: float = RATIO, attention=None) -> RoleMasse
     everywhere = {role: mean for role, (mean, _) in spread.items()}
     low = {role: lower_end(mean, each) for role, (mean, each) in spread.items()}
     rows = role_rows(attention, batch)
-    scored, lows = mean_and_low(rows, torch.ones(len(batch.positions), dtype=torch.bool))
+    scored, lows = mean_and_low(rows, torch.ones(len(batch.positions), dtype=torch.bool, device=batch.positions.device))
     groups = {}
     names = sorted(set(batch.groups))
     if len(names) > 1:
         for group in names:
-            keep = torch.tensor([batch.groups[int(i)] == group for i in batch.example_index], dtype=torch.bool)
+            keep = torch.tensor(
+                [batch.groups[int(i)] == group for i in batch.example_index],
+                dtype=torch.bool,
+                device=batch.example_index.device,
+            )
             groups[group] = mean_and_low(rows, keep)
     sets = {attends_role(s): tuple(attends_role(m) for m in members) for s, members in role_sets(batch.roles).items()}
     return RoleMasses(everywhere, scored, ratio, {**low, **lows}, groups, uniform_floors(batch), sets)
@@ -210,10 +214,12 @@ def uniform_floors(batch) -> dict:
     from probes.heads import attention_spread
 
     width = batch.inputs.shape[1]
-    even = torch.tril(torch.ones(width, width))
+    even = torch.tril(torch.ones(width, width, device=batch.inputs.device))
     even = (even / even.sum(-1, keepdim=True)).expand(len(batch), 1, 1, width, width)
     floors = {DETECTOR_ROLES[name]: float(mean) for name, (mean, _) in attention_spread(None, batch, even).items()}
-    means, _ = mean_and_low(role_rows(even, batch), torch.ones(len(batch.positions), dtype=torch.bool))
+    means, _ = mean_and_low(
+        role_rows(even, batch), torch.ones(len(batch.positions), dtype=torch.bool, device=batch.positions.device)
+    )
     return floors | {role: float(mean) for role, mean in means.items()}
 
 
@@ -240,16 +246,16 @@ def role_rows(attention, batch) -> dict:
 
     k = len(batch.positions)
     full = attention[batch.example_index, :, :, batch.positions]  # [k, layer, head, key]
-    out = {CURRENT: full[torch.arange(k), :, :, batch.positions]}
+    out = {CURRENT: full[torch.arange(k, device=full.device), :, :, batch.positions]}
     named = {role: where[batch.example_index] for role, where in batch.roles.items()}  # [k] each
     anchors = [key == batch.positions for key in named.values() if bool((key == batch.positions).any())]
-    keep = torch.stack(anchors).any(0) if anchors else torch.ones(k, dtype=torch.bool)
+    keep = torch.stack(anchors).any(0) if anchors else torch.ones(k, dtype=torch.bool, device=full.device)
     each = {}
     for role, key in named.items():
         seen = keep & (key >= 0) & (key <= batch.positions)
         if bool((key[keep] == batch.positions[keep]).all()) or not bool(seen.any()):
             continue
-        mass = torch.zeros(k, *full.shape[1:3])
+        mass = torch.zeros(k, *full.shape[1:3], dtype=full.dtype, device=full.device)
         mass[seen] = full[seen].gather(-1, key[seen].view(-1, 1, 1, 1).expand(-1, *full.shape[1:3], 1))[..., 0]
         each[role] = (mass, seen)
     for name, members in role_sets(batch.roles).items():

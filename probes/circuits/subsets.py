@@ -5,7 +5,7 @@ The members are the circuit's heads and MLPs. Keeping a subset T of them: every 
 knocked out by its own output (its hook_z / hook_mlp_out given the counterfactual run's values, so
 every edge it sends carries the counterfactual write), and nothing else is touched: its inputs, and
 every component that is no member, stay as on the clean run, so an upstream component's other
-readers are kept. The knock-out is components.KnockOut over the members, the same numbers as patching
+readers are kept. The knock-out is logic.KnockOut over the members, the same numbers as patching
 every out-edge on the edge oracle (tests/test_logic.py).
 
 f(T) is on the gap scale, 0 = the counterfactual run, 1 = the clean run (f(all members) = 1 by
@@ -23,7 +23,7 @@ import itertools
 
 import torch
 
-from probes.circuits.components import Component, KnockOut, ordered
+from probes.circuits.logic import Component, KnockOut, ordered
 from probes.circuits.oracle import Runs
 from tasks.data import Batch
 
@@ -47,13 +47,13 @@ class Subsets:
         self.limit = EXACT_MEMBERS
         self.metric: dict[frozenset, torch.Tensor] = {}
         counts = torch.multinomial(
-            torch.ones(self.pairs),
+            torch.ones(self.pairs, device="cpu"),  # the Generator below is a CPU one
             self.pairs * BOOTSTRAP,
             replacement=True,
-            generator=torch.Generator().manual_seed(SEED),
+            generator=torch.Generator(device="cpu").manual_seed(SEED),
         ).view(BOOTSTRAP, self.pairs)
         drawn = torch.stack([torch.bincount(c, minlength=self.pairs) for c in counts]).double()
-        weights = torch.cat([torch.ones(1, self.pairs, dtype=torch.double), drawn])  # row 0: the pairs as drawn
+        weights = torch.cat([drawn.new_ones(1, self.pairs), drawn])  # row 0: the pairs as drawn
         self.at = weights[:, self.of_pair]  # each scored position's weight in each resample
         self.values: dict[frozenset, torch.Tensor] = {}
         self.measure(self.first_sets())
@@ -92,7 +92,7 @@ class Subsets:
 
     def pair_mean(self, values: torch.Tensor) -> torch.Tensor:
         """[pairs] the mean over each pair's scored positions."""
-        total = torch.zeros(self.pairs, dtype=values.dtype).index_add_(0, self.of_pair, values)
+        total = torch.zeros(self.pairs, dtype=values.dtype, device=values.device).index_add_(0, self.of_pair, values)
         return total / torch.bincount(self.of_pair, minlength=self.pairs)
 
     def row_share(self, kept) -> torch.Tensor:

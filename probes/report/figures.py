@@ -140,7 +140,7 @@ def draw_roles(ax, view) -> None:
     ]
     heatmap(
         ax,
-        torch.tensor(cells).numpy(),
+        torch.tensor(cells, device="cpu").numpy(),
         [f"attends {r}" for r in roles] + [f"patched at {r}" for r in roles],
         head_rows(n_layers, n_heads),
         "mass / share of the gap",
