@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from probes.circuits.logic import Component
+from probes.circuits.components import Component
 from probes.circuits.subsets import Subsets
 
 HIGHER_SHOWN = 0.1  # a Harsanyi term of three or more members is kept when |value| reaches this share

@@ -5,7 +5,7 @@ The members are the circuit's heads and MLPs. Keeping a subset T of them: every 
 knocked out by its own output (its hook_z / hook_mlp_out given the counterfactual run's values, so
 every edge it sends carries the counterfactual write), and nothing else is touched: its inputs, and
 every component that is no member, stay as on the clean run, so an upstream component's other
-readers are kept. The knock-out is logic.KnockOut over the members, the same numbers as patching
+readers are kept. The knock-out is components.KnockOut over the members, the same numbers as patching
 every out-edge on the edge oracle (tests/test_logic.py).
 
 f(T) is on the gap scale, 0 = the counterfactual run, 1 = the clean run (f(all members) = 1 by
@@ -23,7 +23,7 @@ import itertools
 
 import torch
 
-from probes.circuits.logic import Component, KnockOut, ordered
+from probes.circuits.components import Component, KnockOut, ordered
 from probes.circuits.oracle import Runs
 from tasks.data import Batch
 
