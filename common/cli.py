@@ -270,6 +270,8 @@ def body(command, *args) -> None:
     except UsageError as error:
         say(f"error: {error}")
         sys.exit(EXIT_USAGE)
+    except MemoryError:
+        out_of_memory()
     except KeyboardInterrupt as interrupt:
         # Training raises KeyboardInterrupt(how to resume); elsewhere every file written is complete.
         interrupted(str(interrupt))
@@ -281,12 +283,50 @@ def body(command, *args) -> None:
         # The file system refused (permissions, disk full, a file where a folder should be).
         say(f"error: {error}; check the path and its permissions or free space")
         sys.exit(EXIT_USAGE)
-    except Exception:
+    except Exception as error:
+        if allocation_failed(error):
+            out_of_memory()
         if not _pressed:
             raise
         # Imported code swallowed the KeyboardInterrupt (seen in numpy's lazy submodule import,
         # whose next use then recursed without end): what fails after a press is the press's.
         interrupted("")
+
+
+# torch's allocators say so in a RuntimeError ("DefaultCPUAllocator: can't allocate memory",
+# "not enough memory: you tried to allocate ...", "CUDA out of memory"); newer versions raise
+# torch.OutOfMemoryError, a RuntimeError, for the GPU.
+ALLOCATION_FAILED = re.compile(r"can't allocate memory|not enough memory|out of memory|could not allocate", re.I)
+
+
+def allocation_failed(error: BaseException) -> bool:
+    torch = sys.modules.get("torch")  # never imported here: an error before torch is not torch's
+    oom = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
+    if oom is not None and isinstance(error, oom):
+        return True
+    return isinstance(error, RuntimeError) and bool(ALLOCATION_FAILED.search(str(error)))
+
+
+def out_of_memory() -> None:
+    """The one line for a command that ran out of memory (a MemoryError, under `ulimit -v` say, or
+    an allocation torch could not make): what to reduce, not a traceback."""
+    say(
+        f"error: {command_name()} ran out of memory; run fewer jobs at a time (--jobs), use smaller "
+        "sizes (--pairs, --batch-size, --sizes, a smaller model) or free memory, then run it again"
+    )
+    sys.exit(EXIT_USAGE)
+
+
+def command_name() -> str:
+    """The command as the user typed it: "toylens leaderboard", "python -m tasks.winograd train"."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None:
+        name = spec.name.removesuffix(".__main__")
+        prog = name if name == "toylens" else f"python -m {name}"
+    else:
+        prog = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "the command"
+    words = [word for word in sys.argv[1:2] if not word.startswith("-")]
+    return " ".join([prog, *words])
 
 
 def interrupted(how: str) -> None:

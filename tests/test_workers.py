@@ -73,6 +73,63 @@ def test_workers_end_when_the_process_that_started_them_is_killed(tmp_path):
             os.kill(worker, signal.SIGKILL)
 
 
+def write_pid_and_hold_the_gil(path: str) -> None:
+    """A job in native code that holds the GIL for hours (a backtracking regular expression): no
+    other thread of its worker, a watcher included, runs until it returns."""
+    import re
+
+    Path(path).write_text(str(os.getpid()))
+    re.fullmatch(r"(a+)+$", "a" * 60 + "b")
+
+
+def no_outcome(item, outcome) -> None:
+    pass
+
+
+DRIVERS = {
+    "training pool": "workers.map_jobs(write_pid_and_hold_the_gil, [path], jobs=1, desc='', progress=False, isolate=True)",
+    "sweep executor": "LocalExecutor(jobs=1).run(write_pid_and_hold_the_gil, [path], no_outcome)",
+}
+
+
+# Catches: a worker that ends only when a thread of its own sees the driver gone (the watcher
+# never runs while the job holds the GIL: seen as an orphan 5 s after the driver's SIGKILL, under
+# load), or a death signal that follows the fork server, which outlived the driver while a worker lived.
+@pytest.mark.isolated
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_busy_worker_ends_when_its_driver_is_killed(tmp_path, driver):
+    from tests.conftest import scaled_by_load
+
+    pid_file = tmp_path / "worker.pid"
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
+        import toylens.workers as workers
+        from toylens.sweeps.executors import LocalExecutor
+        from tests.test_workers import no_outcome, write_pid_and_hold_the_gil
+        workers.PRELOAD = ()
+        path = {str(pid_file)!r}
+        {DRIVERS[driver]}
+        """),
+        ],
+        cwd=ROOT,
+    )
+    worker = None
+    try:
+        assert wait_for(lambda: pid_file.exists() and pid_file.read_text(), scaled_by_load(60)), "no job ran"
+        worker = int(pid_file.read_text())
+        parent.send_signal(signal.SIGKILL)  # left unreaped, as a killed driver's parent may leave it
+        limit = scaled_by_load(10)
+        assert wait_for(lambda: not running(worker), limit), f"the worker outlived its driver by {limit:.0f} s"
+    finally:
+        parent.kill()
+        parent.wait()
+        if worker and running(worker):  # this test failing leaves no orphan behind
+            os.kill(worker, signal.SIGKILL)
+
+
 def burn(seconds: float) -> float:
     began = time.process_time()
     while time.process_time() - began < seconds:

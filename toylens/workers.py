@@ -72,8 +72,10 @@ def exit_with_parent(parent: int) -> None:
 
     tqdm.set_lock(threading.RLock())
 
-    # A worker's parent is the fork server, not `parent`, and the server outlives `parent` while
-    # any worker lives (each holds its liveness pipe), so the worker watches `parent` itself.
+    die_with_fork_server(parent)
+
+    # Where prctl is missing (not Linux), or a process the driver forked still holds the fork
+    # server's pipe open, the worker watches `parent` itself (while its job lets the thread run).
     def watch():
         while alive(parent):
             time.sleep(0.5)
@@ -84,6 +86,32 @@ def exit_with_parent(parent: int) -> None:
     # job to clean up yet); as Terminated it would surface as the pool's "Exception in
     # initializer" traceback (seen once in CI: the thread start was waiting when the driver stopped it).
     signal.signal(signal.SIGTERM, terminate)
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_fork_server(parent: int) -> None:
+    """Linux: the kernel SIGKILLs this worker when the fork server, its parent, ends, and the server
+    ends when `parent` (the driver) does: it waits for the end of a pipe whose write ends are the
+    driver's and a copy in each worker, closed here (the worker starts no processes of its own).
+    Unlike the watch thread this needs nothing of the worker, which may hold the GIL in native code
+    for minutes (seen: an orphan still running 5 s after its driver was SIGKILLed, under load)."""
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    from multiprocessing import forkserver
+
+    server = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    liveness = getattr(forkserver._forkserver, "_forkserver_alive_fd", None)  # private: no public way
+    if liveness is not None:
+        os.close(liveness)
+        forkserver._forkserver._forkserver_alive_fd = None  # type: ignore[attr-defined]
+    if os.getppid() != server or not alive(parent):  # it ended before the death signal was set
+        os._exit(1)
 
 
 def alive(pid: int) -> bool:
@@ -248,8 +276,8 @@ def stop_all(pools: list, grace: float = 3.0) -> None:
     """On Ctrl-C: end the fork server and every worker at once, in well under 10 s. The server is
     frozen first (it may be importing, or forking a worker this process asked for before the
     Ctrl-C: such a worker is in no pool's table yet, and an idle one would keep the server, and so
-    this process's exit, waiting forever), then killed; its workers get SIGTERM (each unwinds its
-    job, removing its temp files: Terminated), and SIGKILL after `grace` seconds."""
+    this process's exit, waiting forever); its workers get SIGTERM (each unwinds its job, removing
+    its temp files: Terminated), and SIGKILL after `grace` seconds; the server is killed last."""
     server = fork_server_pid()
     if server is not None:
         signal_quietly(server, signal.SIGSTOP)
@@ -259,8 +287,6 @@ def stop_all(pools: list, grace: float = 3.0) -> None:
         queue = getattr(pool, "_call_queue", None)
         if queue is not None:  # a job no worker will read must not hold this process's exit
             queue.cancel_join_thread()
-    if server is not None:
-        signal_quietly(server, signal.SIGKILL)
     for pid in pids:
         signal_quietly(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
@@ -268,6 +294,9 @@ def stop_all(pools: list, grace: float = 3.0) -> None:
         time.sleep(0.05)
     for pid in pids:
         signal_quietly(pid, signal.SIGKILL)
+    # Last: its end SIGKILLs its workers at once (die_with_fork_server), before their cleanup.
+    if server is not None:
+        signal_quietly(server, signal.SIGKILL)
 
 
 def signal_quietly(pid: int, signum: int) -> None:
