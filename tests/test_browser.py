@@ -71,6 +71,7 @@ def test_the_circuits_edges_are_in_the_graph_and_hovering_one_shows_its_number(b
         point = page.evaluate(
             """id => {
             const p = document.querySelector(`path.hit[data-hit="${id}"]`);
+            p.ownerSVGElement.scrollIntoView({block: 'center'});  // the finding opens the page: the graph is below it
             const m = p.getPointAtLength(p.getTotalLength() / 2), r = p.ownerSVGElement.getBoundingClientRect();
             const x = r.left + m.x, y = r.top + m.y;
             return document.elementFromPoint(x, y) === p ? [x, y] : null; }""",
