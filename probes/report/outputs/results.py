@@ -87,7 +87,12 @@ def read_report(runs_dir: Path) -> StoredReport:
     for model, seed, figure in runs:
         if figure and model not in first:
             first[model] = (f"{model} seed {seed}", figure)
+    from probes.report.finding import FIGURE as LADDER
+
+    # The report's opening figure (probes.report.finding) is a file beside report.json, not an entry in it.
+    ladder = [("held-out accuracy of every model (the ladder)", LADDER)] if (path.parent / LADDER).is_file() else []
     figures = [
+        *ladder,
         *first.values(),
         *((f"{model} seed {seed}, edge circuit", figure) for model, seed, figure in edges if figure),
     ]
