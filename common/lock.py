@@ -22,7 +22,7 @@ import socket
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from common.atomic import made, write_failed
+from common.atomic import DISK_ERRORS, made, write_failed
 from common.cli import UsageError, check_no_link
 from common.ownership import LOCK, MANIFEST
 
@@ -73,7 +73,13 @@ def folder_lock(folder: Path, what: str):
                 f"{path} was not written by toylens (it holds something else); move it away, then run this again"
             )
         os.ftruncate(handle, 0)
-        os.pwrite(handle, f"process {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        try:
+            os.pwrite(handle, f"process {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        except OSError as error:
+            # A full disk takes the empty lock file but not the holder's note: the flock still holds,
+            # and the command's own writes fail on that disk in its one line, naming its output.
+            if error.errno not in DISK_ERRORS:
+                raise
         HELD.add(key)
         try:
             check_free(below(Path(key)), what, folder, fcntl.LOCK_EX)

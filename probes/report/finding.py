@@ -143,8 +143,7 @@ def drawn_finding(measured: list, settings: ReportSettings, out: Path) -> Findin
     """finding_of, its ladder drawn at `out` / FIGURE."""
     finding = finding_of(measured, settings)
     if finding is not None:
-        (Path(out) / FIGURE).parent.mkdir(parents=True, exist_ok=True)
-        draw_ladder(finding, Path(out) / FIGURE)
+        draw_ladder(finding, Path(out) / FIGURE)  # its atomic write makes the folder (a full disk: one line)
     return finding
 
 
