@@ -16,34 +16,43 @@ SIZES = Bounded(int, 1, 65_536, "dictionary features; memory grows with it", man
 
 
 def features_command(args) -> None:
-    """Hold the runs folder's lock (a training or `--resume` into it is refused meanwhile)."""
+    """Refusals that depend only on the arguments first (before the lock rewrites its holder's note),
+    then hold the runs folder's lock (a training or `--resume` into it is refused meanwhile)."""
     from contextlib import nullcontext
 
     from common.lock import folder_lock
 
+    out, table = checked_outputs(args)
     with folder_lock(args.runs_dir, "runs folder") if args.runs_dir is not None else nullcontext():
-        features_in(args)
+        features_in(args, out, table)
 
 
-def features_in(args) -> None:
+def checked_outputs(args) -> tuple[Path, Path]:
+    """The features folder and the table, each refused now if toylens may not write it (a user's
+    file there), not after every dictionary is trained."""
+    from common.ownership import check_replaceable, claim_check
+
+    if min(args.k) >= max(args.sizes):
+        raise UsageError(f"every k ({args.k}) is at least every size ({args.sizes}); choose k below the size")
+    if (args.runs_dir is None) == (args.tracr is None):
+        raise UsageError("give a runs folder or --tracr NAME (one of them): toylens features runs/winograd")
+    out = args.out or (args.runs_dir / "features" if args.runs_dir else Path("features") / f"tracr-{args.tracr}")
+    check_replaceable(out, "features folder")
+    table = args.table or out / "features.md"
+    claim_check(table)
+    return out, table
+
+
+def features_in(args, out: Path, table: Path) -> None:
     import torch
 
     from common.atomic import atomic_write
-    from common.ownership import check_replaceable, claim_check
     from probes.features.activations import default_sites
     from probes.features.measure import Grid, run_circuit, run_grades, tracr_grades, tracr_sites
     from probes.features.render import section
 
     sizes, ks = tuple(args.sizes), tuple(args.k)
-    if min(ks) >= max(sizes):
-        raise UsageError(f"every k ({args.k}) is at least every size ({args.sizes}); choose k below the size")
-    if (args.runs_dir is None) == (args.tracr is None):
-        raise UsageError("give a runs folder or --tracr NAME (one of them): toylens features runs/winograd")
     torch.set_num_threads(args.threads)
-    out = args.out or (args.runs_dir / "features" if args.runs_dir else Path("features") / f"tracr-{args.tracr}")
-    check_replaceable(out, "features folder")
-    table = args.table or out / "features.md"
-    claim_check(table)  # a user's file there: refused now, not after every dictionary is trained
     progress = not args.no_progress
     traced = []
     if args.tracr is not None:
