@@ -49,7 +49,7 @@ def main(pairs: int, verify: int, layers: int) -> None:
     from models.preflight import preflight, require
     from probes.circuits.methods.attribution import eap
     from probes.circuits.oracle import model_graph, patched_outcomes, record_runs
-    from probes.circuits.scaled import About, hooks_used
+    from probes.circuits.scaled import hooks_used
     from tasks.ioi import IOITask
     from tasks.templates import heldout_batch
 
@@ -59,7 +59,7 @@ def main(pairs: int, verify: int, layers: int) -> None:
         timed("build and save the checkpoint", lambda: build(folder, layers))
         loaded, _ = timed("load offline (models.hf_load)", lambda: load_folder(folder))
     model, batch = loaded.bridge, heldout_batch(IOITask(), 0, loaded.tokenizer, pairs)
-    hooks = hooks_used(model, About(loaded.origin.name, loaded.origin.family))
+    hooks = hooks_used(model)
     checked, _ = timed(
         "preflight (models.preflight)", lambda: require(preflight(model, batch.inputs[:2], loaded.hf_model, hooks))
     )

@@ -48,6 +48,14 @@ Node = Union[Embed, Head, MLP, Logits]
 HEAD_PORTS = ("q", "k", "v")
 
 
+def port_heads(cfg, port: str) -> int:
+    """How many `port` activations (hook_q / k / v / z) a block of a model with config `cfg` has: one
+    per head; under grouped-query attention (Llama's n_key_value_heads) one key and one value per
+    group, read by every head of the group."""
+    grouped = getattr(cfg, "n_key_value_heads", None)
+    return grouped if grouped and port in ("k", "v") else cfg.n_heads
+
+
 def stage(node: Node, n_layers: int) -> int:
     """Order of writes and reads along the residual stream: a sender reaches a receiver iff its
     stage is smaller."""

@@ -6,8 +6,8 @@ would be 0 and read as "this component does nothing". So, on one short input:
 - each hook the circuit report uses fires (it is captured by `run_with_cache`);
 - an edit there changes the logits (the activation plus noise of its own scale);
 - writing the clean value back gives the clean logits bitwise (the hook path itself is exact);
-- per-head hooks exist: `hook_z` (and q, k, v where edges are measured) has a head axis of n_heads,
-  and editing the LAST head alone
+- per-head hooks exist: `hook_z` (and q, k, v where edges are measured) has a head axis of n_heads
+  (k and v: n_key_value_heads under grouped-query attention), and editing the LAST head alone
   changes the logits (a slice that edits nothing for heads 1 and up is caught);
 - with the HF model the bridge wraps, the bridge's logits equal the HF model's (eager attention)
   within `TOLERANCE` of the logits' scale.
@@ -116,7 +116,9 @@ def restores(model, tokens, clean, name: str, value) -> Check:
 
 
 def per_head(model, tokens, clean, name: str, value, noise) -> list[Check]:
-    heads = model.cfg.n_heads
+    from models.graph import port_heads
+
+    heads = port_heads(model.cfg, name.rsplit("hook_", 1)[-1])
     if value.ndim != 4 or value.shape[2] != heads:
         return [Check(f"{name}: per-head axis", False, f"shape {tuple(value.shape)}, no axis of {heads} heads")]
 

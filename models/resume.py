@@ -8,6 +8,12 @@ on the model fire inside them as usual), else the native modules they wrap
 (`models.bridge.hook_free_forward`: bitwise the same, without the wrappers' per-call hook dispatch,
 which was a sixth of the ablation sweep's replay; benchmarks/sweeps.py). Tests check every caller
 against the full forward.
+
+A Hugging Face rotary block (GPT-NeoX, Llama) takes its rotary tables and mask from the model's own
+forward, so it cannot run on the residual alone: for those, `forward_from` runs the bridge's whole
+forward on placeholder tokens with the stream entering block `start` replaced by `residual` (its
+hooks from block `start` on see exactly what a resumed forward shows them; the blocks before it are
+computed and discarded, the cost of a full forward).
 """
 
 from __future__ import annotations
@@ -41,6 +47,15 @@ def resumable(model) -> Resumable:
     return Resumable(tuple(forward.layers), adds, forward.ln_out, forward.head, model.cfg.attn_only)
 
 
+def runs_by_blocks(model) -> bool:
+    """Whether a block runs on the residual alone: toylens's own blocks and non-rotary Hugging Face
+    blocks (GPT-2) do; a Hugging Face rotary block reads tables the model's forward computes."""
+    from transformer_lens.model_bridge.sources.native.model import NativeModel
+
+    wrapped = getattr(model, "original_model", None)
+    return wrapped is None or isinstance(wrapped, NativeModel) or model.cfg.positional_embedding_type != "rotary"
+
+
 def forward_from(model, residual, start: int, at=None):
     """Logits of `model` ([batch, pos, vocab]) from `residual` ([batch, pos, d_model]) entering block
     `start`; `start` = n_layers unembeds `residual` directly. Positions must start at 0 (rotary
@@ -51,7 +66,23 @@ def forward_from(model, residual, start: int, at=None):
     the final norm and the unembedding run on those k positions alone. The last block is then run
     by its parts (LayerNorms, attention, MLP): its hook_resid_pre and its parts' hooks fire (those
     after its attention with [k, 1, ...] tensors), its hook_resid_post does not."""
+    if not runs_by_blocks(model):
+        logits = whole_forward(model, residual, start)
+        return logits if at is None else logits[at]
     return resume(resumable(model), residual, start, at)
+
+
+def whole_forward(model, residual, start: int):
+    """The bridge's whole forward with the stream entering block `start` (the final norm at
+    n_layers) replaced by `residual`, ahead of any hook there (so keepers see the replacement)."""
+    import torch
+
+    point = model.ln_final.hook_in if start == model.cfg.n_layers else model.blocks[start].hook_in
+    handle = point.register_forward_hook(lambda module, args, output: residual, prepend=True)
+    try:
+        return model(torch.zeros(residual.shape[:2], dtype=torch.long, device=residual.device))
+    finally:
+        handle.remove()
 
 
 def resume(modules: Resumable, residual, start: int, at=None):

@@ -31,7 +31,7 @@ def test_folder_loads_offline_and_passes_preflight(folders, family, monkeypatch)
     assert loaded.origin.family == family and loaded.bridge.cfg.n_layers == 2
     tokens = torch.tensor([loaded.tokenizer.encode("When Mary and John went to the store John gave a drink to")])
     assert (tokens > 0).all()  # the folder's own tokenizer, not a default one
-    result = preflight(loaded.bridge, tokens, loaded.hf_model, report_hooks(loaded.bridge, edges=family == "gpt2"))
+    result = preflight(loaded.bridge, tokens, loaded.hf_model, report_hooks(loaded.bridge, edges=True))
     assert result.passed, result.refusal()
     assert any("HF model" in check.name and check.passed for check in result.checks)
 

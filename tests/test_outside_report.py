@@ -57,7 +57,7 @@ def test_over_budget_ranks_by_eap_and_verifies_the_top_exactly(ioi_run):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["gpt_neox", "llama"])
+@pytest.mark.parametrize("family", ["gpt2", "gpt_neox", "llama"])
 def test_report_command_on_a_checkpoint_offline(family, tmp_path, monkeypatch, capsys):
     from toylens.byom import main
 
@@ -65,8 +65,13 @@ def test_report_command_on_a_checkpoint_offline(family, tmp_path, monkeypatch, c
     no_network(monkeypatch)
     main(["--model", str(folder), "--task", "ioi", "--out", str(tmp_path / "report"), "--pairs", "8"])
     text = (tmp_path / "report" / "report.md").read_text()
-    assert "Preflight: passed" in text and "exact oracle over" in text and "component" in text
+    assert "Preflight: passed" in text and "exact oracle over" in text and " edges" in text
+    assert "## Joint search over the top" in text and "edge sets measured on the exact oracle" in text
     assert (tmp_path / "report" / "report.json").is_file()
+    flags = ["--budget", "10", "--verify", "6", "--ranking", "eap-ig", "--ig-steps", "2", "--no-search"]
+    main(["--model", str(folder), "--task", "ioi", "--out", str(tmp_path / "ig"), "--pairs", "8", *flags])
+    text = (tmp_path / "ig" / "report.md").read_text()
+    assert "EAP-IG (2 steps) + oracle verification over" in text and "Joint search" not in text
 
 
 @pytest.mark.slow

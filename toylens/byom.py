@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def outside_report(
-    path: Path, task_name: str, out: Path | None, memory_gib: float, device: str, pairs: int, budget: int, verify: int
-) -> Path:
+def outside_report(path: Path, task_name: str, out: Path | None, memory_gib: float, device: str, options) -> Path:
+    """`options`: the parsed flags of `add_trace_flags` (pairs, budget, verify, ranking, ig_steps,
+    positions, no_search)."""
     from common.atomic import publish_folder, staging
     from common.ownership import check_publishable
     from models.hf_load import load_folder
@@ -24,10 +24,20 @@ def outside_report(
     out = Path(out or Path(path).with_name(Path(path).name + "-report"))
     check_publishable(out, "report folder")
     loaded = load_folder(path, memory_gib, device)
-    batch = heldout_batch(task, 0, loaded.tokenizer, pairs)  # refuses words that are not single tokens
+    batch = heldout_batch(task, 0, loaded.tokenizer, options.pairs)  # refuses words that are not single tokens
     model, about = loaded.bridge, About(loaded.origin.name, loaded.origin.family)
-    checked = require(preflight(model, batch.inputs[:2].to(device), loaded.hf_model, hooks_used(model, about)))
-    result = trace(model, batch.to(device), about, budget, verify)
+    checked = require(preflight(model, batch.inputs[:2].to(device), loaded.hf_model, hooks_used(model)))
+    result = trace(
+        model,
+        batch.to(device),
+        about,
+        options.budget,
+        options.verify,
+        options.ranking,
+        options.ig_steps,
+        options.positions,
+        not options.no_search,
+    )
     with staging(out) as staged:
         write_outside_report(result, task.name, checked, staged)
         publish_folder(staged, out)
@@ -36,15 +46,10 @@ def outside_report(
     return out
 
 
-def main(argv=None) -> None:
-    from common.cli import Parser, out_path, positive_int, run_cli
-    from probes.circuits.scaled import EDGE_BUDGET, VERIFY
-    from toylens.preflight import add_model_flags
+def add_trace_flags(parser) -> None:
+    from common.cli import positive_int
+    from probes.circuits.scaled import EDGE_BUDGET, IG_STEPS, RANKINGS, VERIFY
 
-    parser = Parser(prog="python -m probes.circuit report", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, required=True, help="a save_pretrained folder (GPT-2, GPT-NeoX, Llama)")
-    parser.add_argument("--task", required=True, help="a text task, e.g. ioi")
-    parser.add_argument("--out", type=out_path, default=None, help="report folder (default: PATH-report)")
     parser.add_argument("--pairs", type=positive_int, default=64, help="held-out pairs measured (default 64)")
     parser.add_argument(
         "--budget",
@@ -53,18 +58,28 @@ def main(argv=None) -> None:
         help=f"exact oracle up to this many edges (default {EDGE_BUDGET})",
     )
     parser.add_argument(
-        "--verify", type=positive_int, default=VERIFY, help=f"above it, top edges verified (default {VERIFY})"
+        "--verify",
+        type=positive_int,
+        default=VERIFY,
+        help=f"above it, top edges verified exactly; the joint search runs over them (default {VERIFY})",
     )
+    parser.add_argument("--ranking", choices=RANKINGS, default="eap", help="above the budget: EAP (default) or EAP-IG")
+    parser.add_argument(
+        "--ig-steps", type=positive_int, default=IG_STEPS, help=f"EAP-IG's integration steps (default {IG_STEPS})"
+    )
+    parser.add_argument("--positions", action="store_true", help="one edge per position (prompts of one layout only)")
+    parser.add_argument("--no-search", action="store_true", help="skip the joint search over the top edges")
+
+
+def main(argv=None) -> None:
+    from common.cli import Parser, out_path, run_cli
+    from toylens.preflight import add_model_flags
+
+    parser = Parser(prog="python -m probes.circuit report", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, required=True, help="a save_pretrained folder (GPT-2, GPT-NeoX, Llama)")
+    parser.add_argument("--task", required=True, help="a text task, e.g. ioi")
+    parser.add_argument("--out", type=out_path, default=None, help="report folder (default: PATH-report)")
+    add_trace_flags(parser)
     add_model_flags(parser)
     args = parser.parse_args(argv)
-    run_cli(
-        outside_report,
-        args.model,
-        args.task,
-        args.out,
-        args.memory_gib,
-        args.device,
-        args.pairs,
-        args.budget,
-        args.verify,
-    )
+    run_cli(outside_report, args.model, args.task, args.out, args.memory_gib, args.device, args)

@@ -24,11 +24,10 @@ def preflight_command(path: Path, memory_gib: float, device: str) -> None:
     from models.hf_load import load_folder
     from models.preflight import preflight, require
 
-    from probes.circuits.scaled import About, hooks_used
+    from probes.circuits.scaled import hooks_used
 
     loaded = load_folder(path, memory_gib, device)
-    about = About(loaded.origin.name, loaded.origin.family)
-    result = preflight(loaded.bridge, probe_tokens(loaded.bridge), loaded.hf_model, hooks_used(loaded.bridge, about))
+    result = preflight(loaded.bridge, probe_tokens(loaded.bridge), loaded.hf_model, hooks_used(loaded.bridge))
     for check in result.checks:
         print(f"{'ok  ' if check.passed else 'FAIL'} {check.name}: {check.detail}")
     require(result)

@@ -12,7 +12,7 @@ import torch
 from transformer_lens.utilities import get_act_name
 
 from models.bridge import native
-from models.graph import MLP, Embed, Graph, Head, Input, Logits
+from models.graph import MLP, Embed, Graph, Head, Input, Logits, port_heads
 from probes.patching import Outcome
 
 
@@ -27,6 +27,16 @@ def resid_mid_name(layer: int) -> str:
 FINAL_RESIDUAL, LOGITS_IN = "ln_final.hook_in", "unembed.hook_in"
 
 
+def parallel_blocks(cfg) -> bool:
+    """GPT-NeoX's parallel blocks: the MLP reads the stream entering the block (not the heads' writes)."""
+    return bool(getattr(cfg, "parallel_attn_mlp", False))
+
+
+def mlp_residual_name(cfg, layer: int) -> str:
+    """The stream block `layer`'s MLP reads: after its heads, or, in a parallel block, before them."""
+    return get_act_name("resid_pre", layer) if parallel_blocks(cfg) else resid_mid_name(layer)
+
+
 def keeper(store: dict, name: str):
     """A hook that stores the activation passing it in `store[name]`, unchanged."""
 
@@ -37,12 +47,12 @@ def keeper(store: dict, name: str):
 
 
 def receiver_input(model, layer: int, port: str, residual: torch.Tensor, heads: list[int]) -> torch.Tensor:
-    """[n, pos, len(heads), d_head]: block `layer`'s own LayerNorm and Q/K/V projection of `residual`
-    for `heads` alone (a patched receiver needs no other head's rows: projecting every head for one
+    """[n, pos, len(heads), d_head]: block `layer`'s own norm and Q/K/V projection of `residual`
+    for `heads` alone (key / value groups under grouped-query attention) (a patched receiver needs no other head's rows: projecting every head for one
     cost n_heads times the work). The raw torch modules are called so no hook fires inside a hook."""
     block, d_head = model.blocks[layer], model.cfg.d_head
     linear, normed = native(getattr(block.attn, port)), native(block.ln1)(residual)
-    if len(heads) == model.cfg.n_heads:
+    if len(heads) == port_heads(model.cfg, port):
         out = linear(normed)
     else:
         rows = torch.cat([torch.arange(h * d_head, (h + 1) * d_head, device=normed.device) for h in heads])
@@ -219,13 +229,14 @@ class EdgeHooks:
             out.append((get_act_name("z", l), keeper(self.seen, get_act_name("z", l))))
         for sender in graph.senders:
             if isinstance(sender, MLP) and sender.layer >= self.start:
-                out.append((resid_mid_name(sender.layer), keeper(self.seen, resid_mid_name(sender.layer))))
+                if not parallel_blocks(model.cfg):  # a parallel block's MLP reads resid_pre, kept above
+                    out.append((resid_mid_name(sender.layer), keeper(self.seen, resid_mid_name(sender.layer))))
                 out.append((mlp_out_name(sender.layer), keeper(self.seen, mlp_out_name(sender.layer))))
         out.append((FINAL_RESIDUAL, keeper(self.seen, FINAL_RESIDUAL)))
         for receiver in graph.inputs:
             node = receiver.node
             if isinstance(node, Head) and node.layer >= self.start and node.head == 0:
-                heads = [Head(node.layer, h) for h in range(model.cfg.n_heads)]
+                heads = [Head(node.layer, h) for h in range(port_heads(model.cfg, receiver.port))]
                 out.append((get_act_name(receiver.port, node.layer), self.head_input(node.layer, receiver.port, heads)))
             elif isinstance(node, MLP) and node.layer >= self.start:
                 norm = native(model.blocks[node.layer].ln2)
@@ -234,7 +245,7 @@ class EdgeHooks:
                 out.append(
                     (
                         f"blocks.{node.layer}.mlp.hook_in",
-                        self.single_input(receiver, resid_mid_name(node.layer), norm, scored),
+                        self.single_input(receiver, mlp_residual_name(model.cfg, node.layer), norm, scored),
                     )
                 )
             elif isinstance(node, Logits):

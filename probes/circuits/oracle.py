@@ -36,9 +36,17 @@ from transformer_lens.utilities import get_act_name
 
 from common.cli import UsageError
 from models.bridge import device_of
-from models.graph import HEAD_PORTS, MLP, Edge, Embed, Graph, Head, Input, Logits, Receiver, Sender, stage
-from models.resume import forward_from
-from probes.circuits.edge_hooks import FINAL_RESIDUAL, EdgeHooks, Writes, keeper, mlp_out_name, sender_write
+from models.graph import HEAD_PORTS, MLP, Edge, Embed, Graph, Head, Input, Logits, Receiver, Sender, port_heads, stage
+from models.resume import forward_from, runs_by_blocks
+from probes.circuits.edge_hooks import (
+    FINAL_RESIDUAL,
+    EdgeHooks,
+    Writes,
+    keeper,
+    mlp_out_name,
+    parallel_blocks,
+    sender_write,
+)
 from probes.patching import Outcome, corrupt_inputs, outcome, replica_scored, replicas_per_forward, scored_logits
 from tasks.data import Batch
 
@@ -50,9 +58,12 @@ class Direction(StrEnum):
     DENOISE = "denoise"  # base = the counterfactual, other = clean
 
 
-def model_graph(model) -> Graph:
+def model_graph(model, positions: tuple[int, ...] | None = None) -> Graph:
     """models.graph.graph_of's graph, built from the bridge's config, so the oracle takes any
-    model, not only a ModelSpec's."""
+    model, not only a ModelSpec's: in GPT-NeoX's parallel blocks an MLP reads what its block's heads
+    read, not their writes (no head -> MLP edge within a block); under grouped-query attention
+    (Llama) the key and value inputs are per group, so `LlHg.k` / `LlHg.v` for g < n_key_value_heads
+    name group g's, read by all of its heads. With `positions`, one edge per position in it."""
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
     heads = [Head(l, h) for l in range(n_layers) for h in range(n_heads)]
     mlps: list[MLP] = [] if model.cfg.attn_only else [MLP(l) for l in range(n_layers)]
@@ -61,13 +72,23 @@ def model_graph(model) -> Graph:
     reading: list[Receiver] = [*heads, *mlps, Logits()]
     receivers = sorted(reading, key=lambda node: (stage(node, n_layers), node))
     inputs = tuple(
-        Input(node, port) for node in receivers for port in (HEAD_PORTS if isinstance(node, Head) else ("in",))
+        Input(node, port)
+        for node in receivers
+        for port in (HEAD_PORTS if isinstance(node, Head) else ("in",))
+        if not isinstance(node, Head) or node.head < port_heads(model.cfg, port)
     )
+    parallel, where = parallel_blocks(model.cfg), (None,) if positions is None else tuple(positions)
+
+    def reads(sender: Sender, node: Receiver) -> bool:
+        same_block = isinstance(sender, Head) and isinstance(node, MLP) and sender.layer == node.layer
+        return stage(sender, n_layers) < stage(node, n_layers) and not (parallel and same_block)
+
     edges = tuple(
-        Edge(sender, receiver)
+        Edge(sender, receiver, position)
         for receiver in inputs
         for sender in senders
-        if stage(sender, n_layers) < stage(receiver.node, n_layers)
+        if reads(sender, receiver.node)
+        for position in where
     )
     return Graph(n_layers, senders, inputs, edges)
 
@@ -166,7 +187,9 @@ def forward_patched(
         members = [sets[i] for i in chunk]
         # Only the scored positions' logits are read: unless a caller observes activations, the last
         # block's MLP and the unembedding run there alone (models.resume's `at`), its inputs patched there.
-        scored = (batch.example_index, batch.positions) if start < n_layers and not observe else None
+        # A model whose blocks do not run alone (models.resume.runs_by_blocks) runs whole forwards.
+        cut = start < n_layers and not observe and runs_by_blocks(model)
+        scored = (batch.example_index, batch.positions) if cut else None
         hooks, seen = EdgeHooks(model, members, runs.base, runs.other, len(batch), start, scored), {}
         watch = [(name, keeper(seen, name)) for name in observe]
         resid = runs.base.resid_pre[start].repeat(len(members), 1, 1)

@@ -48,7 +48,28 @@ def report_lines(result, task: str, preflight_line: str) -> list[str]:
         "|---|---|",
     ]
     lines += [f"| {k} | {value:.3f} |" for k, value in result.curve]
-    return lines + [""]
+    return lines + search_lines(result.searched) + [""]
+
+
+def search_lines(searched) -> list[str]:
+    """The joint search's circuit (probes.circuits.scaled.Searched), or nothing when it was skipped."""
+    if searched is None:
+        return []
+    reached = "reaches" if searched.faithfulness >= searched.target else "does not reach"
+    lines = [
+        "",
+        f"## Joint search over the top {searched.allowed} edges of the ranking",
+        "",
+        f"{len(searched.edges)} edges kept, faithfulness {searched.faithfulness:.3f} (0 = counterfactual run, 1 = clean "
+        f"run; every edge outside them given its counterfactual value), which {reached} the target "
+        f"{searched.target:g}; {searched.sets} edge sets measured on the exact oracle.",
+        "",
+    ]
+    return (
+        lines
+        + [f"- {name}" for name in searched.edges[:TOP]]
+        + ([f"- ... and {len(searched.edges) - TOP} more (report.json)"] if len(searched.edges) > TOP else [])
+    )
 
 
 def write_outside_report(result, task: str, preflight, folder: Path) -> list[Path]:
