@@ -55,6 +55,9 @@ class Positions(StrEnum):
     ALIBI = "alibi"
 
 
+ROTARY_BASE = 10000  # rotary frequencies base ** (-2i / d_head); TransformerLens's default, stated for exports
+
+
 class Norm(StrEnum):
     LN = "LN"  # LayerNorm; a spec without normalisation has norm None
 
@@ -210,6 +213,7 @@ def build_model(spec: ModelSpec, seed: int = 0) -> Model:
         attn_only=not spec.mlp,
         normalization_type=spec.norm,
         positional_embedding_type="rotary" if spec.positions == Positions.ROTARY else "standard",
+        rotary_base=ROTARY_BASE,
         seed=seed,
     )
     model = TransformerBridge.boot_native(config)

@@ -1,6 +1,7 @@
-"""`toylens export hf`: a toylens run as a Hugging Face GPT-2 checkpoint, and the round trip as the
-test of truth: loaded back offline (AutoModelForCausalLM and boot_transformers), the same logits
-within 1e-5 and the same exact-oracle numbers as the run, for every spec that exports."""
+"""`toylens export hf`: a toylens run as a Hugging Face GPT-2 or (rotary) GPT-NeoX checkpoint, and the
+round trip as the test of truth: loaded back offline (AutoModelForCausalLM and boot_transformers), the
+same logits within 1e-5 and the same report numbers (exact oracle, curve, joint search) as the run,
+for every spec that exports."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ EXPORTED = {
     "block-2": ModelSpec(n_layers=2, d_model=48, n_heads=4),
     "uniform": ModelSpec(n_layers=1, d_model=48, n_heads=2, attention="uniform", positions="none"),
     "sinusoidal-unscaled": ModelSpec(n_layers=1, d_model=48, n_heads=2, positions="sinusoidal", scale_scores=False),
+    "rotary": ModelSpec(n_layers=2, d_model=48, n_heads=4, positions="rotary"),
+    "rotary-unscaled": ModelSpec(n_layers=1, d_model=48, n_heads=2, positions="rotary", scale_scores=False),
 }
 REFUSED = {
     "attention-only": (ModelSpec(n_layers=2, d_model=32, n_heads=1, mlp=False), "attention-only"),
-    "rotary": (ModelSpec(positions="rotary"), "rotary positions"),
     "alibi": (ModelSpec(positions="alibi"), "ALiBi"),
     "no norm": (ModelSpec(norm=None), "no normalisation"),
     "post-norm": (ModelSpec(norm_place="post"), "post-norm"),
@@ -28,10 +30,10 @@ REFUSED = {
 def test_unmappable_shapes_are_named(name):
     spec, why = REFUSED[name]
     assert why in unmappable(spec)
-    from models.hf_export import gpt2_model
+    from models.hf_export import hf_model
 
     with pytest.raises(UsageError, match=f"no Hugging Face form: {why}"):
-        gpt2_model(spec, {})
+        hf_model(spec, {})
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +53,7 @@ def test_round_trip_same_logits_and_oracle(ioi_runs, name, tmp_path, monkeypatch
 
     from models.hf_load import load_folder
     from probes.circuits.oracle import edge_effects, model_graph
+    from probes.circuits.scaled import About, trace
     from tasks.data import spread_subset
     from tasks.training.runs import Run
     from tests.hf_folders import no_network
@@ -78,6 +81,18 @@ def test_round_trip_same_logits_and_oracle(ioi_runs, name, tmp_path, monkeypatch
     difference = float((a.effect - b.effect).abs().max())
     print(f"{name}: oracle max |difference| {difference:.2g} over {len(a.edges)} edges")
     assert difference <= 1e-4 * max(1.0, float(a.effect.abs().max()))
+    ours, theirs = (trace(m, batch, About(name, "any"), verify=20) for m in (native, loaded.bridge))
+    assert ours.searched is not None and theirs.searched is not None
+    assert ours.ranked.names == theirs.ranked.names and ours.searched.edges == theirs.searched.edges
+    logits = [(x, y) for x, y in zip(ours.ranked.score, theirs.ranked.score)] + [(ours.clean, theirs.clean)]
+    ratios = [(x[1], y[1]) for x, y in zip(ours.curve, theirs.curve)]
+    ratios += [(ours.searched.faithfulness, theirs.searched.faithfulness)]
+    numbers = logits + ratios
+    print(f"{name}: report numbers max |difference| {max(abs(x - y) for x, y in numbers):.2g} over {len(numbers)}")
+    tolerance = 1e-4 * max(1.0, abs(ours.clean), abs(ours.corrupt))  # logit units
+    assert all(abs(x - y) <= tolerance for x, y in logits)
+    # faithfulness is a logit difference over the clean - counterfactual gap: its noise is the logits' over the gap
+    assert all(abs(x - y) <= tolerance / abs(ours.clean - ours.corrupt) for x, y in ratios)
 
 
 @pytest.mark.slow

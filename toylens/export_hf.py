@@ -1,5 +1,5 @@
-"""`toylens export hf RUN_DIR --out DIR`: one toylens run as a standard Hugging Face GPT-2 checkpoint
-(models.hf_export): model.safetensors + config.json, the run's tokenizer and a model card with its
+"""`toylens export hf RUN_DIR --out DIR`: one toylens run as a standard Hugging Face checkpoint, GPT-2
+or (rotary positions) GPT-NeoX (models.hf_export): model.safetensors + config.json, the run's tokenizer and a model card with its
 provenance, published whole. Before publishing, the folder is loaded back offline with
 `AutoModelForCausalLM` and its logits on the run's held-out inputs are compared with the run's:
 a difference over ROUND_TRIP_TOLERANCE fails the command."""
@@ -24,10 +24,13 @@ def run_tokenizer(run):
 
 
 def provenance(run) -> dict:
+    from models.hf_export import architecture
+
     config = run.config
     accuracy = run.metrics["accuracy"]
     return {
         "title": f"toylens {config['task']['name']} {run.model_name} seed {run.seed}",
+        "architecture": architecture(run.spec),
         "fields": {
             "task": f"{config['task']['name']} {config['task']['params']}",
             "model": run.model_name,
@@ -63,13 +66,13 @@ def export_hf(run_dir: Path, out: Path) -> float:
     from common.atomic import publish_folder, staging
     from common.cli import UsageError
     from common.ownership import check_publishable
-    from models.hf_export import gpt2_model, model_card
+    from models.hf_export import hf_model, model_card
     from tasks.training.runs import Run
 
     run = Run(Path(run_dir))
     run.check()
     native = run.load_model()
-    exported = gpt2_model(run.spec, native.state_dict())
+    exported = hf_model(run.spec, native.state_dict())
     check_publishable(out, "export folder")
     with staging(out) as staged:
         exported.save_pretrained(staged, safe_serialization=True)
@@ -91,7 +94,11 @@ def export_hf_command(run_dir: Path, out: Path | None) -> None:
 
     if out is None:
         raise UsageError("toylens export hf needs --out DIR, the folder the checkpoint is written to")
+    from models.hf_export import architecture
+    from tasks.training.runs import Run
+
     difference = export_hf(run_dir, out)
+    kind = architecture(Run(Path(run_dir)).spec)
     print(
-        f"wrote {out} (GPT-2, safetensors, tokenizer, README.md); round trip: max |logit difference| {difference:.2g}"
+        f"wrote {out} ({kind}, safetensors, tokenizer, README.md); round trip: max |logit difference| {difference:.2g}"
     )
