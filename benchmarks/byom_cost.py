@@ -1,7 +1,7 @@
 """What the outside-model path costs on a GPT-2-small-shaped checkpoint (124M weights, random, built
 here with from_config + save_pretrained; nothing loads from a hub):
 
-    .venv/bin/python benchmarks/byom_cost.py [--pairs 8] [--verify 200] [--layers 12]
+    .venv/bin/python benchmarks/byom_cost.py [--pairs 8] [--verify 200] [--layers 12] [--device cuda]
 
 Steps, each timed in this process's CPU seconds (`time.process_time`; on a shared machine wall time
 mostly measures the wait for a core) with wall seconds beside: loading the folder offline, the hook
@@ -11,6 +11,8 @@ TransformerLens (`tools.analysis.attribution_patching.attribution_patch`, granul
 ratio of the two from this one run (TL's metric reads the first pair's answer and foil for every pair:
 it is told one pair's logits at a time, not which pair; the cost per call is the same). The process's peak resident memory is printed last. IOI's held-out
 pairs (`--pairs`) are encoded by a word-level tokenizer of the task's words saved in the folder.
+On a GPU (`--device cuda`) CPU seconds undercount the work (the GPU's time is not the process's): read
+the wall column there, with the GPU otherwise idle.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ def build(folder: Path, layers: int) -> None:
     word_tokenizer(IOITask().vocabulary()).save_pretrained(folder)
 
 
-def main(pairs: int, verify: int, layers: int) -> None:
+def main(pairs: int, verify: int, layers: int, device: str) -> None:
     import torch
 
     from models.hf_load import load_folder
@@ -57,8 +59,8 @@ def main(pairs: int, verify: int, layers: int) -> None:
     with tempfile.TemporaryDirectory() as temp:
         folder = Path(temp) / "gpt2-small-random"
         timed("build and save the checkpoint", lambda: build(folder, layers))
-        loaded, _ = timed("load offline (models.hf_load)", lambda: load_folder(folder))
-    model, batch = loaded.bridge, heldout_batch(IOITask(), 0, loaded.tokenizer, pairs)
+        loaded, _ = timed("load offline (models.hf_load)", lambda: load_folder(folder, device=device))
+    model, batch = loaded.bridge, heldout_batch(IOITask(), 0, loaded.tokenizer, pairs).to(device)
     hooks = hooks_used(model)
     checked, _ = timed(
         "preflight (models.preflight)", lambda: require(preflight(model, batch.inputs[:2], loaded.hf_model, hooks))
@@ -101,11 +103,12 @@ def tl_edge_attribution(model, batch):
 
 
 if __name__ == "__main__":
-    from common.cli import Parser, positive_int, run_cli
+    from common.cli import Parser, device_name, positive_int, run_cli
 
     parser = Parser(prog="benchmarks/byom_cost.py", description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=positive_int, default=8)
     parser.add_argument("--verify", type=positive_int, default=200)
     parser.add_argument("--layers", type=positive_int, default=12, help="12: GPT-2 small")
+    parser.add_argument("--device", type=device_name, default="cpu", help="cpu (default), cuda, cuda:N or mps")
     args = parser.parse_args(sys.argv[1:])
-    run_cli(main, args.pairs, args.verify, args.layers)
+    run_cli(main, args.pairs, args.verify, args.layers, args.device)
