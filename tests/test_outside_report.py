@@ -35,6 +35,7 @@ def test_ioi_on_a_run_and_on_its_export_gives_the_same_numbers(ioi_run, tmp_path
     ours = trace_task(run.load_model(), run.task, About("run", "toylens"), pairs=24)
     theirs = trace_task(loaded.bridge, run.task, About("export", "gpt2"), loaded.tokenizer, pairs=24)
     assert ours.ranked.names == theirs.ranked.names and ours.ranked.method == "exact oracle"
+    assert ours.searched is not None and theirs.searched is not None and ours.searched.edges == theirs.searched.edges
     differences = [abs(a - b) for a, b in zip(ours.ranked.score, theirs.ranked.score)]
     differences += [abs(ours.clean - theirs.clean), abs(ours.corrupt - theirs.corrupt)]
     differences += [abs(a[1] - b[1]) for a, b in zip(ours.curve, theirs.curve)]
