@@ -1,7 +1,10 @@
 """What the outside-model path costs on a GPT-2-small-shaped checkpoint (124M weights, random, built
-here with from_config + save_pretrained; nothing loads from a hub):
+here with from_config + save_pretrained; nothing loads from a hub), or one of the same width and depth
+in the GPT-NeoX (Pythia-160m's shape: parallel blocks) or Llama (grouped-query attention, 4 key / value
+groups; gated MLP 2048 wide) family:
 
     .venv/bin/python benchmarks/byom_cost.py [--pairs 8] [--verify 200] [--layers 12] [--device cuda]
+        [--family gpt2|gpt_neox|llama]
 
 Steps, each timed in this process's CPU seconds (`time.process_time`; on a shared machine wall time
 mostly measures the wait for a core) with wall seconds beside: loading the folder offline, the hook
@@ -32,19 +35,42 @@ def timed(label: str, function):
     return result, cpu
 
 
-def build(folder: Path, layers: int) -> None:
+FAMILIES = ("gpt2", "gpt_neox", "llama")
+
+
+def config(family: str, layers: int):
+    """GPT-2 small's shape (d_model 768, 12 heads), in `family`."""
+    from transformers import GPT2Config, GPTNeoXConfig, LlamaConfig
+
+    if family == "gpt2":
+        return GPT2Config(n_layer=layers)
+    if family == "gpt_neox":
+        return GPTNeoXConfig(
+            vocab_size=50304, hidden_size=768, num_hidden_layers=layers, num_attention_heads=12, intermediate_size=3072
+        )
+    return LlamaConfig(
+        vocab_size=32000,
+        hidden_size=768,
+        num_hidden_layers=layers,
+        num_attention_heads=12,
+        num_key_value_heads=4,
+        intermediate_size=2048,
+    )
+
+
+def build(folder: Path, layers: int, family: str) -> None:
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers import AutoModelForCausalLM
 
     from models.hf_export import word_tokenizer
     from tasks.ioi import IOITask
 
     torch.manual_seed(0)
-    GPT2LMHeadModel(GPT2Config(n_layer=layers)).save_pretrained(folder)  # GPT-2 small's shape
+    AutoModelForCausalLM.from_config(config(family, layers)).save_pretrained(folder)
     word_tokenizer(IOITask().vocabulary()).save_pretrained(folder)
 
 
-def main(pairs: int, verify: int, layers: int, device: str) -> None:
+def main(pairs: int, verify: int, layers: int, device: str, family: str) -> None:
     import torch
 
     from models.hf_load import load_folder
@@ -57,8 +83,8 @@ def main(pairs: int, verify: int, layers: int, device: str) -> None:
 
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as temp:
-        folder = Path(temp) / "gpt2-small-random"
-        timed("build and save the checkpoint", lambda: build(folder, layers))
+        folder = Path(temp) / f"{family}-small-random"
+        timed(f"build and save the checkpoint ({family})", lambda: build(folder, layers, family))
         loaded, _ = timed("load offline (models.hf_load)", lambda: load_folder(folder, device=device))
     model, batch = loaded.bridge, heldout_batch(IOITask(), 0, loaded.tokenizer, pairs).to(device)
     hooks = hooks_used(model)
@@ -109,6 +135,7 @@ if __name__ == "__main__":
     parser.add_argument("--pairs", type=positive_int, default=8)
     parser.add_argument("--verify", type=positive_int, default=200)
     parser.add_argument("--layers", type=positive_int, default=12, help="12: GPT-2 small")
+    parser.add_argument("--family", choices=FAMILIES, default="gpt2", help="the checkpoint's family (default gpt2)")
     parser.add_argument("--device", type=device_name, default="cpu", help="cpu (default), cuda, cuda:N or mps")
     args = parser.parse_args(sys.argv[1:])
-    run_cli(main, args.pairs, args.verify, args.layers, args.device)
+    run_cli(main, args.pairs, args.verify, args.layers, args.device, args.family)

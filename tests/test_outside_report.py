@@ -111,3 +111,22 @@ def test_only_text_tasks_run_on_a_checkpoint():
 
     with pytest.raises(UsageError, match="needs a text task"):
         tokenised(WinogradTask(), 0, word_tokenizer(["a"]))
+
+
+@pytest.mark.slow
+def test_position_aware_report_takes_the_task_parameters(tmp_path, monkeypatch, capsys):
+    """IOI's --templates 1 gives one prompt layout, so --positions traces an edge per position; with
+    every template (two lengths) --positions is refused in one line before anything is written."""
+    from toylens.byom import main
+
+    folder = build_folder(tmp_path / "llama", "llama")
+    no_network(monkeypatch)
+    common = ["--model", str(folder), "--task", "ioi", "--pairs", "4", "--positions", "--no-search"]
+    main([*common, "--templates", "1", "--out", str(tmp_path / "report")])
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "exact oracle over" in text and " @p12 |" in text
+    with pytest.raises(SystemExit) as stop:
+        main([*common, "--out", str(tmp_path / "refused")])
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert stop.value.code == 2 and "position-aware edges need prompts of one layout" in error
+    assert not (tmp_path / "refused").exists()

@@ -1,14 +1,16 @@
 """`python -m probes.circuit report --model PATH --task NAME [--out DIR]`: the circuit of a local
 Hugging Face checkpoint on a text task: loaded offline (models.hf_load), the hook preflight first
 (models.preflight; nothing is measured when it fails), then probes.circuits.scaled, written as
-report.md + report.json into DIR (default PATH-report beside the folder), published whole."""
+report.md + report.json into DIR (default PATH-report beside the folder), published whole. The task's
+parameters are flags as in `toylens train NAME` (e.g. IOI's --templates 1: one prompt layout, which
+position-aware edges need)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 
-def outside_report(path: Path, task_name: str, out: Path | None, memory_gib: float, device: str, options) -> Path:
+def outside_report(path: Path, task, out: Path | None, memory_gib: float, device: str, options) -> Path:
     """`options`: the parsed flags of `add_trace_flags` (pairs, budget, verify, ranking, ig_steps,
     positions, no_search)."""
     from common.atomic import publish_folder, staging
@@ -17,10 +19,8 @@ def outside_report(path: Path, task_name: str, out: Path | None, memory_gib: flo
     from models.preflight import preflight, require
     from probes.circuits.scaled import About, hooks_used, trace
     from probes.report.outside import write_outside_report
-    from tasks.registry import build_task, get_task_class
     from tasks.templates import heldout_batch
 
-    task = build_task(get_task_class(task_name), {})
     out = Path(out or Path(path).with_name(Path(path).name + "-report"))
     check_publishable(out, "report folder")
     loaded = load_folder(path, memory_gib, device)
@@ -77,9 +77,22 @@ def main(argv=None) -> None:
 
     parser = Parser(prog="python -m probes.circuit report", description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, required=True, help="a save_pretrained folder (GPT-2, GPT-NeoX, Llama)")
-    parser.add_argument("--task", required=True, help="a text task, e.g. ioi")
+    parser.add_argument("--task", required=True, help="a text task, e.g. ioi (its parameters follow as flags)")
     parser.add_argument("--out", type=out_path, default=None, help="report folder (default: PATH-report)")
     add_trace_flags(parser)
     add_model_flags(parser)
+    known, _ = parser.parse_known_args(argv)  # the task first: its parameters are flags too
+    run_cli(report_command, parser, known.task, argv)
+
+
+def report_command(parser, task_name: str, argv) -> None:
+    import dataclasses
+
+    from tasks.registry import build_task, get_task_class
+    from toylens.arguments import add_task_params
+
+    task_cls = get_task_class(task_name)
+    add_task_params(parser, task_cls)
     args = parser.parse_args(argv)
-    run_cli(outside_report, args.model, args.task, args.out, args.memory_gib, args.device, args)
+    task = build_task(task_cls, {f.name: getattr(args, f.name) for f in dataclasses.fields(task_cls.Params)})
+    outside_report(args.model, task, args.out, args.memory_gib, args.device, args)

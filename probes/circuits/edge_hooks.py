@@ -47,9 +47,10 @@ def keeper(store: dict, name: str):
 
 
 def receiver_input(model, layer: int, port: str, residual: torch.Tensor, heads: list[int]) -> torch.Tensor:
-    """[n, pos, len(heads), d_head]: block `layer`'s own norm and Q/K/V projection of `residual`
-    for `heads` alone (key / value groups under grouped-query attention) (a patched receiver needs no other head's rows: projecting every head for one
-    cost n_heads times the work). The raw torch modules are called so no hook fires inside a hook."""
+    """[n, pos, len(heads), d_head]: block `layer`'s own norm (LayerNorm or RMSNorm) and Q/K/V
+    projection of `residual` for `heads` alone, key / value groups for k and v under grouped-query
+    attention (a patched receiver needs no other head's rows: projecting every head for one cost
+    n_heads times the work). The raw torch modules are called so no hook fires inside a hook."""
     block, d_head = model.blocks[layer], model.cfg.d_head
     linear, normed = native(getattr(block.attn, port)), native(block.ln1)(residual)
     if len(heads) == port_heads(model.cfg, port):
