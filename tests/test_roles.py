@@ -105,7 +105,7 @@ def test_a_head_that_reads_a_moving_region_is_named_for_the_region_with_its_prof
         point(attention, row, (0, 0), 9, {inside[0]: 0.9})
     measured = role_masses(None, batch, attention=attention)
     assert measured.role(Head(1, 0), read_at_scored=True) == attends_role("inside")
-    assert "attends the inside_0 role 0.46, attends the inside_1 role 0.26" in measured.describe(Head(1, 0), True)
+    assert "decaying from inside_0: inside_0 0.46, inside_1 0.26" in measured.describe(Head(1, 0), True)
     # One slot alone is the more specific role, though the region holds as much.
     assert measured.role(Head(0, 0), read_at_scored=True) == attends_role("inside_0")
 

@@ -84,8 +84,7 @@ def separations(labels: list[str], parts: dict, profiles: dict) -> tuple[Separat
             continue
         counterpart = same_layer[0]
         one, other = profiles.get(label, {}).get(part, {}), profiles.get(reference, {}).get(counterpart, {})
-        overall = {r for r in set(one) | set(other) if not r.startswith("(")}  # as profile_distance reads them
-        roles = sorted(overall, key=lambda r: -abs(one.get(r, 0.0) - other.get(r, 0.0)))
+        roles = sorted(compared_roles(one, other), key=lambda r: -abs(one.get(r, 0.0) - other.get(r, 0.0)))
         if not (one and other and roles):
             out.append(Separation(label, reference, part, counterpart))
             continue
@@ -131,12 +130,23 @@ def skeleton(signature) -> tuple[str, dict] | None:
     return text, layers
 
 
-def profile_distance(one: dict, other: dict) -> float:
-    """The largest difference in mean mass on any role of either profile (a role one lacks: 0), over
-    every scored row: a group's own masses ('(crossed) ...') are left out, since a group-dependent
-    word is what a near tie in one group flips."""
+def compared_roles(one: dict, other: dict) -> set:
+    """The roles two head parts' profiles are compared on: where the circuit reads the heads. A
+    head read at the scored positions (its profile holds attention there: 'attends ...') is compared
+    on that attention, over every scored row: what it does at other query rows (the head-detector
+    patterns) reaches no scored logit through this circuit, as what a head read through keys and
+    values does at the scored position does not (probes.circuits.roles.read_at_scored). A head read
+    elsewhere is compared on the detector patterns it was named by. A group's own masses ('(crossed)
+    ...') are left out: a group-dependent word is what a near tie in one group flips."""
     roles = {r for r in set(one) | set(other) if not r.startswith("(")}
-    return max((abs(one.get(r, 0.0) - other.get(r, 0.0)) for r in roles), default=0.0)
+    scored = {r for r in roles if r.startswith("attends ")}
+    return scored or roles
+
+
+def profile_distance(one: dict, other: dict) -> float:
+    """The largest difference in mean mass on any compared role (`compared_roles`; a role one
+    profile lacks: 0)."""
+    return max((abs(one.get(r, 0.0) - other.get(r, 0.0)) for r in compared_roles(one, other)), default=0.0)
 
 
 def merged_rows(members: list) -> tuple[list, tuple[Merged, ...]]:
