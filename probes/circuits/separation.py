@@ -44,15 +44,16 @@ class Separation:
         )
 
 
-def part_profiles(members: list) -> dict:
+def part_profiles(members: list, by_layer: bool = False) -> dict:
     """label -> part -> role -> mean mass over the label's seeds (members that carry a signature:
-    (run, kind, label, share, signature))."""
+    (run, kind, label, share, signature)); `by_layer`: keyed by each part's layer instead ('L0'), so
+    a row counted from seeds whose role words differ has one profile per layer."""
     sums: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     for _, _, label, _, *rest in members:
         signature = rest[0] if rest else None
         for part, masses in signature.profiles if signature is not None else ():
             for role, mass in masses:
-                sums[label][part][role].append(mass)
+                sums[label][layer_of(part) if by_layer else part][role].append(mass)
     return {
         label: {part: {role: sum(m) / len(m) for role, m in roles.items()} for part, roles in parts.items()}
         for label, parts in sums.items()
@@ -66,7 +67,9 @@ def layer_of(part: str) -> str:
 
 def separations(labels: list[str], parts: dict, profiles: dict) -> tuple[Separation, ...]:
     """Each row of `labels` after the first (the most frequent) told from the first: `parts`
-    label -> its head parts (who_plays), `profiles` part_profiles."""
+    label -> its head parts -> heads -> seeds (who_plays), `profiles` part_profiles by layer. Of the
+    row's head parts the first lacks, the one whose layer's profile lies furthest from the first
+    row's, against the part of that layer the first row's seeds play most (a merged row has several)."""
     if len(labels) < 2:
         return ()
     reference = labels[0]
@@ -77,20 +80,24 @@ def separations(labels: list[str], parts: dict, profiles: dict) -> tuple[Separat
         if not extra:
             out.append(Separation(label, reference, None))
             continue
-        part = extra[0]
-        same_layer = sorted(p for p in theirs - mine if layer_of(p) == layer_of(part))
-        if not same_layer:
-            out.append(Separation(label, reference, part))
-            continue
-        counterpart = same_layer[0]
-        one, other = profiles.get(label, {}).get(part, {}), profiles.get(reference, {}).get(counterpart, {})
-        roles = sorted(compared_roles(one, other), key=lambda r: -abs(one.get(r, 0.0) - other.get(r, 0.0)))
-        if not (one and other and roles):
-            out.append(Separation(label, reference, part, counterpart))
-            continue
-        role = roles[0]
-        out.append(Separation(label, reference, part, counterpart, role, one.get(role, 0.0), other.get(role, 0.0)))
+        found = [told(label, reference, part, parts, profiles) for part in extra]
+        out.append(max(found, key=lambda s: (s.distance is not None, s.distance or 0.0)))
     return tuple(out)
+
+
+def told(label: str, reference: str, part: str, parts: dict, profiles: dict) -> Separation:
+    """`part` of row `label` against row `reference`'s most played part of its layer."""
+    played = {p: sum(map(len, heads.values())) for p, heads in parts.get(reference, {}).items()}
+    same_layer = sorted((p for p in played if layer_of(p) == layer_of(part)), key=lambda p: (-played[p], p))
+    if not same_layer:
+        return Separation(label, reference, part)
+    one = profiles.get(label, {}).get(layer_of(part), {})
+    other = profiles.get(reference, {}).get(layer_of(part), {})
+    roles = sorted(compared_roles(one, other), key=lambda r: -abs(one.get(r, 0.0) - other.get(r, 0.0)))
+    if not (one and other and roles):
+        return Separation(label, reference, part, same_layer[0])
+    role = roles[0]
+    return Separation(label, reference, part, same_layer[0], role, one.get(role, 0.0), other.get(role, 0.0))
 
 
 # ---- rows within tolerance ---------------------------------------------------------------------
