@@ -254,7 +254,9 @@ def role_places(batch: Batch) -> dict[int, str] | None:
     if all(len(positions) == 1 for positions in where.values()):
         return None
     return {
-        next(iter(positions)): role for role, positions in sorted(where.items()) if len(positions) == 1 and -1 not in positions
+        next(iter(positions)): role
+        for role, positions in sorted(where.items())
+        if len(positions) == 1 and -1 not in positions
     }
 
 
