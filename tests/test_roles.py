@@ -253,3 +253,25 @@ def test_a_head_read_at_the_scored_positions_is_compared_on_its_attention_there(
     assert [m[2] for m in members] == [duplicate[0][2]] * 3 + [reads_the_adjective[2]]
     (one,) = merged
     assert one.label == previous[2] and one.distance < 0.1
+
+
+# A merged row has several names for one layer's part; the separation names the one its seeds play most,
+# and the layer whose profiles lie furthest apart (the Winograd census named a layer-0 near tie where the
+# layer-1 heads read different words).
+def test_a_separation_names_the_layer_furthest_apart_against_the_part_played_most():
+    from probes.circuits.separation import separations
+
+    parts = {
+        "first": {"L0 a": {"L0H0": [3]}, "L0 b": {"L0H0": [0, 1, 2]}, "L1 x": {"L1H0": [0, 1, 2, 3]}},
+        "second": {"L0 c": {"L0H0": [4]}, "L1 y": {"L1H0": [4]}},
+    }
+    profiles = {
+        "first": {"L0": {"attends the so role": 0.2}, "L1": {"attends the first_noun role": 0.5}},
+        "second": {"L0": {"attends the so role": 0.3}, "L1": {"attends the too role": 0.45}},
+    }
+    (told,) = separations(["first", "second"], parts, profiles)
+    assert (told.part, told.counterpart, told.role) == ("L1 y", "L1 x", "attends the first_noun role")
+    assert abs(told.distance - 0.5) < 1e-9
+    parts["second"] = {"L0 c": {"L0H0": [4]}, "L1 x": {"L1H0": [4]}}
+    (told,) = separations(["first", "second"], parts, profiles)
+    assert (told.part, told.counterpart) == ("L0 c", "L0 b")  # not the first name: the one played most

@@ -93,7 +93,9 @@ def told(label: str, reference: str, part: str, parts: dict, profiles: dict) -> 
         return Separation(label, reference, part)
     one = profiles.get(label, {}).get(layer_of(part), {})
     other = profiles.get(reference, {}).get(layer_of(part), {})
-    roles = sorted(compared_roles(one, other), key=lambda r: -abs(one.get(r, 0.0) - other.get(r, 0.0)))
+    roles = sorted(
+        compared_roles(one, other), key=lambda r: (-abs(one.get(r, 0.0) - other.get(r, 0.0)), r)
+    )  # ties: by name
     if not (one and other and roles):
         return Separation(label, reference, part, same_layer[0])
     role = roles[0]
