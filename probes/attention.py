@@ -38,14 +38,16 @@ def quoted(word: str) -> str:
     return word if word.isalnum() else repr(word)
 
 
-def position_labels(tokens: torch.Tensor, vocabulary: list[str] | None) -> list[str]:
+def position_labels(tokens: torch.Tensor, vocabulary: list[str] | None, places: dict | None = None) -> list[str]:
     """'p3 so' where every example has the same token at p3, else 'p3 (dog, cat, ...)'; a token that
-    is not a plain word is quoted ("p11 ';'")."""
+    is not a plain word is quoted ("p11 ';'"). `places` (role_places, for a layout that moves): a
+    position one role holds in every example is named by that role ('query ?'), not its number."""
     labels = []
     for position in range(tokens.shape[1]):
         column = Counter(tokens[:, position].tolist())
         words = [quoted(vocabulary[t]) if vocabulary else str(t) for t, _ in column.most_common(2)]
-        labels.append(f"p{position} {words[0]}" if len(column) == 1 else f"p{position} ({words[0]}, {words[1]}, ...)")
+        name = (places or {}).get(position, f"p{position}")
+        labels.append(f"{name} {words[0]}" if len(column) == 1 else f"{name} ({words[0]}, {words[1]}, ...)")
     return labels
 
 
@@ -240,6 +242,22 @@ def example_attention(model, batch: Batch, example: int = 0, vocabulary: list[st
 # Per role: the attention mass each head's scored-position rows put on the key at that role's
 # position, and the share of the clean - counterfactual gap restored by patching each head's output
 # at that role's position in every pair (probes.patching, one position per example).
+
+
+def role_places(batch: Batch) -> dict[int, str] | None:
+    """None where the layout is fixed, as the task's data show it: every role the task names sits at
+    one position in every example (or it names none), so an absolute position names the same role
+    in each. Else position -> the role every example holds there (a scored query at one place, say):
+    the positions a report may still name by a role; any other position holds different roles in
+    different examples, so its number names nothing the examples share."""
+    where = {role: set(position.tolist()) for role, position in batch.roles.items()}
+    if all(len(positions) == 1 for positions in where.values()):
+        return None
+    return {
+        next(iter(positions)): role
+        for role, positions in sorted(where.items())
+        if len(positions) == 1 and -1 not in positions
+    }
 
 
 @dataclass(frozen=True)

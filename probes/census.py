@@ -321,7 +321,9 @@ def group_census(
         not_finished=not_finished,
         timeline=timeline,
         parts=(parts := who_plays(members)),
-        separations=separations([k for k, _ in counts.most_common() if k in parts], parts, part_profiles(members)),
+        separations=separations(
+            [k for k, _ in counts.most_common() if k in parts], parts, part_profiles(members, by_layer=True)
+        ),
         merged=merged,
     )
 

@@ -237,10 +237,58 @@ def test_the_main_path_follows_the_strongest_weakest_link():
 
 
 # Issue 56: the first screen (1400 x 1000) is the finding, not a legend of codes: the ladder figure and
-# the mechanism's sentences are in view, above the first table.
+# the mechanism's sentences are in view, above the first table; on the main job's report and on the
+# example plugin's (a task toylens knows only through its plugin interface).
 @pytest.mark.slow
 def test_the_first_screen_shows_the_ladder_and_the_mechanism_above_the_first_table(browser, report_html, tmp_path):
-    path, _ = report_html
+    first_screen_shows_the_finding(browser, report_html[0], tmp_path)
+
+
+@pytest.fixture(scope="module")
+def plugin_report_html(tmp_path_factory):
+    """report.html of the example plugin (examples/toylens-firstmark): a bag of words and
+    attn-only-2x1, seed 0, trained until solved (at most 400 steps), loaded without installing it:
+    its module and an entry point on sys.path while this module runs."""
+    import sys
+    from pathlib import Path
+
+    from probes.report.measure import measure_run
+    from probes.settings import ReportSettings
+    from tasks.registry import build_task, get_task_class
+    from tasks.settings import model_settings
+    from tasks.training.runs import find_runs
+    from toylens.family import plan_family, train_family
+    from toylens.report import publish_report
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "toylens-firstmark"
+    entry = tmp_path_factory.mktemp("entry")
+    info = entry / "toylens_firstmark_example-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toylens-firstmark-example\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[toylens.tasks]\nfirstmark = firstmark:FirstMarkTask\n")
+    sys.path[:0] = [str(entry), str(example)]
+    try:
+        task = build_task(get_task_class("firstmark"), {})
+        runs = tmp_path_factory.mktemp("firstmark") / "runs"
+        models = ["bag-of-words", "attn-only-2x1"]
+        settings = {name: model_settings(task, name, {"max_steps": 400, "eval_every": 50}) for name in models}
+        train_family(plan_family(task, models, [0], settings, runs), progress=False)
+        out = runs / "report"
+        out.mkdir()
+        measured = [measure_run(run, out, ReportSettings()) for run in find_runs(runs)]
+        publish_report(measured, out, task="firstmark")
+    finally:
+        sys.path.remove(str(entry))
+        sys.path.remove(str(example))
+    return out / "report.html"
+
+
+@pytest.mark.slow
+def test_the_example_plugins_first_screen_shows_the_ladder_and_the_mechanism(browser, plugin_report_html, tmp_path):
+    first_screen_shows_the_finding(browser, plugin_report_html, tmp_path)
+
+
+def first_screen_shows_the_finding(browser, path, tmp_path) -> None:
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.goto(path.as_uri())
     page.wait_for_load_state("load")

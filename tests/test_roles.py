@@ -105,7 +105,7 @@ def test_a_head_that_reads_a_moving_region_is_named_for_the_region_with_its_prof
         point(attention, row, (0, 0), 9, {inside[0]: 0.9})
     measured = role_masses(None, batch, attention=attention)
     assert measured.role(Head(1, 0), read_at_scored=True) == attends_role("inside")
-    assert "attends the inside_0 role 0.46, attends the inside_1 role 0.26" in measured.describe(Head(1, 0), True)
+    assert "decaying from inside_0: inside_0 0.46, inside_1 0.26" in measured.describe(Head(1, 0), True)
     # One slot alone is the more specific role, though the region holds as much.
     assert measured.role(Head(0, 0), read_at_scored=True) == attends_role("inside_0")
 
@@ -183,12 +183,12 @@ def test_the_census_says_what_separated_two_rows():
     assert len(labels) == 2
     first, second = sorted(labels, key=labels.get)
     parts = {label: {part: {} for part, _ in m[4].heads} for label in labels for m in members if m[2] == label}
-    (told,) = separations([first, second], parts, part_profiles(members))
+    (told,) = separations([first, second], parts, part_profiles(members, by_layer=True))
     assert (told.part, told.counterpart) == ("L0 duplicate-token head", "L0 previous-token head")
     # the rows' L0 heads: previous-token 0.9 and 0.8 (mean 0.85) against 0.05
     assert told.role == PREVIOUS and abs(told.distance - 0.80) < 1e-6
     assert "largest difference in any role's mean attention mass is 0.80 (previous-token head: 0.05" in told.text
-    assert separations([first], parts, part_profiles(members)) == ()
+    assert separations([first], parts, part_profiles(members, by_layer=True)) == ()
 
 
 # Where the role rule still names two seeds' heads differently (one head just under twice its rival),
@@ -223,3 +223,55 @@ def test_the_profile_distance_reads_every_scored_row_not_one_groups():
     one = {"(crossed) attends the adjective role": 0.9, "attends the adjective role": 0.45, PREVIOUS: 0.1}
     other = {"(crossed) attends the adjective role": 0.3, "attends the adjective role": 0.35}
     assert abs(profile_distance(one, other) - 0.1) < 1e-9
+
+
+# The census's diffuse layer-0 heads (Winograd attn-only-2x1, 10 seeds): a head the circuit reads at
+# the scored position, through the next layer's query, was named by a near tie between a head-detector
+# pattern over every query row and its attention there, and split rows 0.33 apart on the duplicate-token
+# pattern alone. It is compared where the circuit reads it: its attention at the scored positions.
+def test_a_head_read_at_the_scored_positions_is_compared_on_its_attention_there():
+    from probes.circuits.roles import DUPLICATE, circuit_roles, read_at_scored
+    from probes.circuits.separation import merged_rows
+    from probes.circuits.signature import with_profiles
+
+    edges = [Edge(Head(0, 0), Input(Head(1, 1), "q")), Edge(Head(1, 1), Input(Logits()))]
+
+    def member(seed: int, previous: float, duplicate: float, adjective: float = 0.02):
+        measured = masses(previous, 0, 1)
+        measured.everywhere[DUPLICATE] = torch.full((2, 2), 0.05)
+        measured.everywhere[DUPLICATE][0, 0] = duplicate
+        measured.scored[attends_role("adjective")][0, 0] = adjective
+        found = mechanism_signature(edges, circuit_roles(edges, measured))
+        found = with_profiles(found, measured, read_at_scored(edges))
+        return (seed, "path", found.text, None, found)
+
+    duplicate = [member(0, 0.05, 0.40), member(1, 0.05, 0.38)]
+    previous = member(2, 0.30, 0.05)  # another detector word, 0.35 apart there; the same at the query
+    reads_the_adjective = member(3, 0.05, 0.40, adjective=0.8)  # another target at the query: 0.78 apart
+    assert len({m[2] for m in [*duplicate, previous, reads_the_adjective]}) == 3
+    members, merged = merged_rows([*duplicate, previous, reads_the_adjective])
+    assert [m[2] for m in members] == [duplicate[0][2]] * 3 + [reads_the_adjective[2]]
+    (one,) = merged
+    assert one.label == previous[2] and one.distance < 0.1
+
+
+# A merged row has several names for one layer's part; the separation names the one its seeds play most,
+# and the layer whose profiles lie furthest apart (the Winograd census named a layer-0 near tie where the
+# layer-1 heads read different words).
+def test_a_separation_names_the_layer_furthest_apart_against_the_part_played_most():
+    from probes.circuits.separation import separations
+
+    parts = {
+        "first": {"L0 a": {"L0H0": [3]}, "L0 b": {"L0H0": [0, 1, 2]}, "L1 x": {"L1H0": [0, 1, 2, 3]}},
+        "second": {"L0 c": {"L0H0": [4]}, "L1 y": {"L1H0": [4]}},
+    }
+    profiles = {
+        "first": {"L0": {"attends the so role": 0.2}, "L1": {"attends the first_noun role": 0.5}},
+        "second": {"L0": {"attends the so role": 0.3}, "L1": {"attends the too role": 0.45}},
+    }
+    (told,) = separations(["first", "second"], parts, profiles)
+    assert (told.part, told.counterpart, told.role) == ("L1 y", "L1 x", "attends the first_noun role")
+    assert abs(told.distance - 0.5) < 1e-9
+    parts["second"] = {"L0 c": {"L0H0": [4]}, "L1 x": {"L1H0": [4]}}
+    (told,) = separations(["first", "second"], parts, profiles)
+    assert (told.part, told.counterpart) == ("L0 c", "L0 b")  # not the first name: the one played most

@@ -127,6 +127,15 @@ def test_roles_give_the_mechanism_where_positions_vary(markcopy_analyses):
     assert float(view.attention["query"]["value"][reader.layer, reader.head]) > 0.5
     assert float(view.recovered["query"][reader.layer, reader.head]) > 0.5
     assert "from query attends value" in role_clause(analysis, SMALL)
+    # Labels by role (issue 56): the summary cell and the story name no absolute position of a layout
+    # whose marker moves; the query, at position 7 in every example, is named by its role.
+    from probes.report.story import heads_line
+    from probes.report.summary import compact_circuit
+
+    assert analysis.places == {7: "query"}
+    cell = compact_circuit(analysis, SMALL)
+    assert "@value" in cell and "@p" not in cell, cell
+    assert "matters at value" in heads_line(analysis, SMALL) and " p1 " not in heads_line(analysis, SMALL)
 
 
 # 2. The census counts one mechanism once across seeds: labels name components and heads, never a

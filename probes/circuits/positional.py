@@ -3,11 +3,12 @@
 the smallest top-k positional set reaching the circuit target, and how far it differs from the
 position-aggregated circuit once its positions are dropped.
 
-Only for tasks whose layout is fixed (every sequence of one length, scored at the same positions),
-where position p means the same role in every example. Positions outside `live_positions` (before
-the first token a counterfactual changes, or after the last scored position) are left out: there
-every write is the same in both runs or cannot reach a scored logit, so those edges' effects are 0
-by construction, and leaving them unpatched inside or outside a circuit changes nothing.
+Only for tasks whose layout is fixed (every sequence of one length, scored at the same positions,
+each named role at one position), where position p means the same role in every example.
+Positions outside `live_positions` (before the first token a counterfactual changes, or after the
+last scored position) are left out: there every write is the same in both runs or cannot reach a
+scored logit, so those edges' effects are 0 by construction, and leaving them unpatched inside or
+outside a circuit changes nothing.
 
 Cost: one forward per positional edge. Edges whose aggregated effect alone is below REFINE of the
 gap stay whole (one edge at every position) in the same graph, so every circuit is still judged
@@ -60,8 +61,14 @@ class PositionalCircuit:
 
 
 def fixed_layout(batch: Batch) -> bool:
-    """Every sequence has one length and is scored at the same positions."""
+    """Every sequence has one length, is scored at the same positions and holds each role the task
+    names at one position (probes.attention.role_places): markcopy's sequences are all 8 tokens,
+    scored at 7, but its marker moves, so its position 3 is no one role."""
+    from probes.attention import role_places
+
     if batch.counterfactual is None or bool((batch.lengths != batch.lengths[0]).any()):
+        return False
+    if role_places(batch) is not None:
         return False
     per_example = [tuple(batch.positions[batch.example_index == i].tolist()) for i in range(len(batch))]
     return len(set(per_example)) == 1

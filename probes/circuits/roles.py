@@ -141,12 +141,36 @@ class RoleMasses:
             top = sorted(profile.masses.items(), key=lambda item: -item[1][0])[:2]
             return UNNAMED + " (" + ", ".join(f"{r} {m:.2f}" for r, (m, _) in top) + ")"
         role, mass, margin = found
-        inside = ""
-        if role in self.sets:
-            inside = "; inside it " + ", ".join(
-                f"{m} {profile.masses[m][0]:.2f}" for m in self.sets[role] if m in profile.masses
-            )
-        return f"{role} ({mass:.2f}, {margin:.1f}x its nearest rival{inside})"
+        inside = region_profile(role, {r: m for r, (m, _) in profile.masses.items()})
+        return f"{role} ({mass:.2f}, {margin:.1f}x its nearest rival{'; ' + inside if inside else ''})"
+
+
+def region_profile(role: str, masses: dict) -> str:
+    """For a role set's word ('attends the inside role') with its members' masses among `masses`
+    (role word -> mean mass), the profile inside it in slot order and the shape it makes:
+    'decaying from inside_0: inside_0 0.46, inside_1 0.26, inside_2 0.14'; '' for any other role."""
+    slots = sorted(
+        (int(match["index"]), role_name(word), mass)
+        for word, mass in masses.items()
+        if word.startswith("attends the ")
+        and (match := ROLE_MEMBER.fullmatch(role_name(word)))
+        and match["set"] == role_name(role)
+    )
+    if len(slots) < 2:
+        return ""
+    values = [mass for _, _, mass in slots]
+    if all(a > b for a, b in zip(values, values[1:])):
+        shape = f"decaying from {slots[0][1]}"
+    elif all(a < b for a, b in zip(values, values[1:])):
+        shape = f"rising to {slots[-1][1]}"
+    else:
+        shape = f"largest at {max(slots, key=lambda slot: slot[2])[1]}"
+    return f"{shape}: " + ", ".join(f"{name} {mass:.2f}" for _, name, mass in slots)
+
+
+def role_name(word: str) -> str:
+    """'inside_0' of 'attends the inside_0 role' (attends_role's inverse)."""
+    return word.removeprefix("attends the ").removesuffix(" role")
 
 
 def group_words(best: dict) -> str:

@@ -44,15 +44,16 @@ class Separation:
         )
 
 
-def part_profiles(members: list) -> dict:
+def part_profiles(members: list, by_layer: bool = False) -> dict:
     """label -> part -> role -> mean mass over the label's seeds (members that carry a signature:
-    (run, kind, label, share, signature))."""
+    (run, kind, label, share, signature)); `by_layer`: keyed by each part's layer instead ('L0'), so
+    a row counted from seeds whose role words differ has one profile per layer."""
     sums: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     for _, _, label, _, *rest in members:
         signature = rest[0] if rest else None
         for part, masses in signature.profiles if signature is not None else ():
             for role, mass in masses:
-                sums[label][part][role].append(mass)
+                sums[label][layer_of(part) if by_layer else part][role].append(mass)
     return {
         label: {part: {role: sum(m) / len(m) for role, m in roles.items()} for part, roles in parts.items()}
         for label, parts in sums.items()
@@ -66,7 +67,9 @@ def layer_of(part: str) -> str:
 
 def separations(labels: list[str], parts: dict, profiles: dict) -> tuple[Separation, ...]:
     """Each row of `labels` after the first (the most frequent) told from the first: `parts`
-    label -> its head parts (who_plays), `profiles` part_profiles."""
+    label -> its head parts -> heads -> seeds (who_plays), `profiles` part_profiles by layer. Of the
+    row's head parts the first lacks, the one whose layer's profile lies furthest from the first
+    row's, against the part of that layer the first row's seeds play most (a merged row has several)."""
     if len(labels) < 2:
         return ()
     reference = labels[0]
@@ -77,21 +80,26 @@ def separations(labels: list[str], parts: dict, profiles: dict) -> tuple[Separat
         if not extra:
             out.append(Separation(label, reference, None))
             continue
-        part = extra[0]
-        same_layer = sorted(p for p in theirs - mine if layer_of(p) == layer_of(part))
-        if not same_layer:
-            out.append(Separation(label, reference, part))
-            continue
-        counterpart = same_layer[0]
-        one, other = profiles.get(label, {}).get(part, {}), profiles.get(reference, {}).get(counterpart, {})
-        overall = {r for r in set(one) | set(other) if not r.startswith("(")}  # as profile_distance reads them
-        roles = sorted(overall, key=lambda r: -abs(one.get(r, 0.0) - other.get(r, 0.0)))
-        if not (one and other and roles):
-            out.append(Separation(label, reference, part, counterpart))
-            continue
-        role = roles[0]
-        out.append(Separation(label, reference, part, counterpart, role, one.get(role, 0.0), other.get(role, 0.0)))
+        found = [told(label, reference, part, parts, profiles) for part in extra]
+        out.append(max(found, key=lambda s: (s.distance is not None, s.distance or 0.0)))
     return tuple(out)
+
+
+def told(label: str, reference: str, part: str, parts: dict, profiles: dict) -> Separation:
+    """`part` of row `label` against row `reference`'s most played part of its layer."""
+    played = {p: sum(map(len, heads.values())) for p, heads in parts.get(reference, {}).items()}
+    same_layer = sorted((p for p in played if layer_of(p) == layer_of(part)), key=lambda p: (-played[p], p))
+    if not same_layer:
+        return Separation(label, reference, part)
+    one = profiles.get(label, {}).get(layer_of(part), {})
+    other = profiles.get(reference, {}).get(layer_of(part), {})
+    roles = sorted(
+        compared_roles(one, other), key=lambda r: (-abs(one.get(r, 0.0) - other.get(r, 0.0)), r)
+    )  # ties: by name
+    if not (one and other and roles):
+        return Separation(label, reference, part, same_layer[0])
+    role = roles[0]
+    return Separation(label, reference, part, same_layer[0], role, one.get(role, 0.0), other.get(role, 0.0))
 
 
 # ---- rows within tolerance ---------------------------------------------------------------------
@@ -131,12 +139,23 @@ def skeleton(signature) -> tuple[str, dict] | None:
     return text, layers
 
 
-def profile_distance(one: dict, other: dict) -> float:
-    """The largest difference in mean mass on any role of either profile (a role one lacks: 0), over
-    every scored row: a group's own masses ('(crossed) ...') are left out, since a group-dependent
-    word is what a near tie in one group flips."""
+def compared_roles(one: dict, other: dict) -> set:
+    """The roles two head parts' profiles are compared on: where the circuit reads the heads. A
+    head read at the scored positions (its profile holds attention there: 'attends ...') is compared
+    on that attention, over every scored row: what it does at other query rows (the head-detector
+    patterns) reaches no scored logit through this circuit, as what a head read through keys and
+    values does at the scored position does not (probes.circuits.roles.read_at_scored). A head read
+    elsewhere is compared on the detector patterns it was named by. A group's own masses ('(crossed)
+    ...') are left out: a group-dependent word is what a near tie in one group flips."""
     roles = {r for r in set(one) | set(other) if not r.startswith("(")}
-    return max((abs(one.get(r, 0.0) - other.get(r, 0.0)) for r in roles), default=0.0)
+    scored = {r for r in roles if r.startswith("attends ")}
+    return scored or roles
+
+
+def profile_distance(one: dict, other: dict) -> float:
+    """The largest difference in mean mass on any compared role (`compared_roles`; a role one
+    profile lacks: 0)."""
+    return max((abs(one.get(r, 0.0) - other.get(r, 0.0)) for r in compared_roles(one, other)), default=0.0)
 
 
 def merged_rows(members: list) -> tuple[list, tuple[Merged, ...]]:

@@ -14,6 +14,7 @@ from probes.report.run_analysis import (
     RunAnalysis,
     basis,
     circuit_paths_measured,
+    position_names,
     run_mechanism,
     small_gap,
     unpathed_reason,
@@ -27,7 +28,6 @@ CENSUS_SUMMARY = "traced for the census alone; `python -m probes.circuit report`
 def census_analysis(context) -> RunAnalysis:
     """The run's RunAnalysis with the fields circuit.json's census facts are read from
     (probes.circuits.labels.summarise): equal to analyse_run's there, the other fields None."""
-    from probes.attention import position_labels
     from probes.patching import activation_patching
 
     run, settings, model = context.run, context.settings, context.model
@@ -35,9 +35,7 @@ def census_analysis(context) -> RunAnalysis:
     if (why := untraceable(context)) is not None:
         return dataclasses.replace(analysis, note=why)
     patching = activation_patching(model, context.pairs)
-    analysis = dataclasses.replace(
-        analysis, labels=position_labels(context.heldout.inputs, context.vocabulary), vocabulary=context.vocabulary
-    )
+    analysis = dataclasses.replace(analysis, **position_names(context), vocabulary=context.vocabulary)
     gap = patching.clean.metric - patching.corrupt.metric
     if not settings.traces(gap):
         return dataclasses.replace(analysis, note=small_gap(gap, settings))

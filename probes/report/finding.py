@@ -149,7 +149,10 @@ def drawn_finding(measured: list, settings: ReportSettings, out: Path) -> Findin
 
 def role_numbers(part: str, masses: dict) -> str:
     """The masses a part's role word was read from: each group's largest for a role that depends
-    on the group, else the largest of all (said to be no named role's where the part has none)."""
+    on the group, else the largest of all (said to be no named role's where the part has none);
+    for a role set, its profile inside it ('decaying from inside_0: inside_0 0.46, ...')."""
+    from probes.circuits.roles import region_profile
+
     groups: dict[str, tuple[str, float]] = {}
     for key, mass in masses.items():
         if key.startswith("(") and " / " in part:
@@ -161,7 +164,12 @@ def role_numbers(part: str, masses: dict) -> str:
     top = max(((r, m) for r, m in masses.items() if not r.startswith("(")), key=lambda item: item[1], default=None)
     if top is None:
         return "no profile stored"
-    return f"{top[0]} {top[1]:.2f}" + (", the largest, not twice every rival" if "unnamed role" in part else "")
+    inside = region_profile(top[0], masses)  # a role set's profile inside it, slot by slot
+    return (
+        f"{top[0]} {top[1]:.2f}"
+        + (f", {inside}" if inside else "")
+        + (", the largest, not twice every rival" if "unnamed role" in part else "")
+    )
 
 
 def draw_ladder(finding: Finding, path: Path) -> None:

@@ -70,6 +70,7 @@ class RunAnalysis:
     circuit_ablation: AblationResult | None = None  # the circuit's heads mean-ablated (ablation rows)
     node_views: list | None = None  # NodeView per circuit node
     labels: list | None = None  # key position labels
+    places: dict | None = None  # probes.attention.role_places: None where the layout is fixed
     vocabulary: list | None = None  # token strings, for naming predictions
     roles: RoleView | None = None  # for a task that names positions by role
     figure: str | None = None  # its figure, relative to the report folder
@@ -174,11 +175,20 @@ def small_gap(gap: float, settings) -> str:
     )
 
 
+def position_names(context) -> dict:
+    """RunAnalysis's `labels` and `places` for the held-out split: a position is named by its
+    number where the layout is fixed, by the role every example holds there where roles move."""
+    from probes.attention import position_labels, role_places
+
+    places = role_places(context.heldout)
+    return {"labels": position_labels(context.heldout.inputs, context.vocabulary, places), "places": places}
+
+
 def analyse_run(context) -> RunAnalysis:
     """The circuit part's measure: the run's RunAnalysis, with its figure drawn under the report."""
     from probes.ablation import ABLATION_METHODS
     from probes.ablation_sweep import head_ablation_sweep
-    from probes.attention import pair_attention, patterns, position_labels, role_view, scored_attention
+    from probes.attention import pair_attention, patterns, role_view, scored_attention
     from probes.circuits.roles import role_masses
     from probes.patching import activation_patching
 
@@ -207,7 +217,7 @@ def analyse_run(context) -> RunAnalysis:
         ablations=ablations,
         mlp_ablations=context.mlp_ablations,
         patching=patching,
-        labels=position_labels(context.heldout.inputs, context.vocabulary),
+        **position_names(context),
         vocabulary=context.vocabulary,
         roles=role_view(model, sample, context.pairs, patching, attention),
     )
@@ -345,7 +355,6 @@ def snapshot_summary(context, step: int):
     without the parts no label reads (ablation sweeps, attention, composition)."""
     from probes.ablation import reference_activations, training_reference
     from probes.accuracy import RunAccuracy, split_accuracy
-    from probes.attention import position_labels
     from probes.patching import activation_patching
     from tasks.evaluate import score_split
 
@@ -361,7 +370,7 @@ def snapshot_summary(context, step: int):
         context.spec,
         accuracy,
         basis(context),
-        labels=position_labels(context.heldout.inputs, context.vocabulary),
+        **position_names(context),
     )
     gap = clean_gap(model, pairs)
     untraced = untraced_reason(context.spec)

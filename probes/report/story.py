@@ -84,9 +84,13 @@ def circuit_line(analysis, settings: ReportSettings) -> str:
 
 
 def heads_line(analysis, settings: ReportSettings) -> str:
-    """Each circuit head where patching its output matters most, and what it attends there."""
-    from probes.report.words import attention_words
+    """Each circuit head where patching its output matters most, and what it attends there; by role
+    where the task's roles move (RunAnalysis.places), since an absolute position there holds a
+    different role in each example."""
+    from probes.report.words import attention_words, role_clause
 
+    if analysis.places is not None and (by_role := role_clause(analysis, settings)) is not None:
+        return sentence(by_role) + "."
     labels, said = analysis.labels, []
     for (head, _), view in zip(analysis.circuit.kept.items(), analysis.node_views):
         if not view.matters:

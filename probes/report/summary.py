@@ -135,14 +135,35 @@ def accuracy_cells(models) -> dict:
     }
 
 
+def place(analysis, head: str, position: int) -> str:
+    """A position in a summary cell: 'p14' where the layout is fixed (RunAnalysis.places None);
+    where roles move, the role every example holds there ('query'), else the role at whose own
+    position in each pair patching `head`'s output restores the most (probes.attention.RoleView,
+    'value'), else '' (the number would name a different role in each example)."""
+    if analysis.places is None:
+        return f"p{position}"
+    if position in analysis.places:
+        return analysis.places[position]
+    layer, index = (int(n) for n in head.removeprefix("L").split("H"))
+    recovered = analysis.roles.recovered if analysis.roles is not None else {}
+    best = max(recovered, key=lambda role: float(recovered[role][layer, index]), default=None)
+    return best or ""
+
+
+def path_place(analysis, path) -> str:
+    """Where a named path's sender is patched, as `place` names it ('' for none patched alone)."""
+    return place(analysis, path.sender, path.position) if path.position >= 0 else ""
+
+
 def compact_circuit(analysis, settings) -> str:
     """'L0H0 ->q L1H0 @p14' for each named path (no position when only the sender at every position
     names it), + the other heads; else the heads at their kept positions ('L0H1+L1H0@p14'; a head
-    kept at every position has none)."""
+    kept at every position has none). Where roles move, positions are named by role (`place`)."""
     from probes.report.words import named
 
     def kept(head, positions):
-        return str(head) if positions is None else f"{head}@" + "/".join(f"p{p}" for p in positions)
+        names = [] if positions is None else list(dict.fromkeys(place(analysis, str(head), p) for p in positions))
+        return str(head) if not any(names) else f"{head}@" + "/".join(n for n in names if n)
 
     nodes, paths = analysis.circuit.kept, named(analysis, settings)
     if not paths:
@@ -150,7 +171,8 @@ def compact_circuit(analysis, settings) -> str:
     in_paths = {head for path in paths for head in (path.sender, path.receiver)}
     others = [kept(*n) for n in nodes.items() if str(n[0]) not in in_paths]
     shown = [
-        f"{p.sender} ->{p.component} {p.receiver}" + (f" @p{p.position}" if p.position >= 0 else "") for p in paths
+        f"{p.sender} ->{p.component} {p.receiver}" + (f" @{where}" if (where := path_place(analysis, p)) else "")
+        for p in paths
     ]
     return "+".join([", ".join(shown), *others])
 
