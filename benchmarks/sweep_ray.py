@@ -8,7 +8,8 @@ traced in its worker, the driver writing the files) into fresh folders, `--cpus`
 the local pool in `--cpus` spawned processes, Ray as a fresh local instance with `--cpus` CPUs. The
 wall time of each includes its own start-up (process spawns and imports; for Ray also `ray.init`,
 printed apart). The task's data is generated before either is timed. Both must give bitwise the
-same weights, or the numbers are not compared.
+same weights, or the numbers are not compared. The sweeps are minutes of cold work (fresh
+folders, new worker processes), run once each: wall seconds, one round, no spread.
 
 Then what a Ray task costs beside its work (what toylens.sweeps.batches saves): `--tasks` jobs
 that do nothing, sent one per task and then in batches of MOST_PER_BATCH, alternating over 3
