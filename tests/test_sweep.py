@@ -401,6 +401,26 @@ def fail_first_time(marker: str) -> str:
     return marker
 
 
+def test_a_sweep_run_saves_no_train_state_on_the_way(tmp_path, monkeypatch):
+    """A sweep run trains in its worker's temp folder and is run again from its start if it does
+    not finish, so the train states a train command saves for --resume would never be read."""
+    import tasks.training.loop
+
+    saved = []
+    monkeypatch.setattr(tasks.training.loop, "save_train_state", lambda *args, **kwargs: saved.append(args[0]))
+    # A train state is due every 4 evaluations: at step 20 here, the budget (20 steps of a tiny
+    # model never solve validation: no early stop)
+    (run,) = plan_sweep(
+        WinogradTask, PARAMS, {**TINY, "eval_every": 5}, ["attn-only-2x1"], [0], parse_grid([], WinogradTask), tmp_path
+    )
+    files = run_job(SweepJob(run.plan, "test", trace="census")).files
+    assert json.loads(files["metrics.json"])["steps"] == 20 and saved == []
+    from toylens.family import execute
+
+    execute(run.plan, progress=False)  # the train command's path still saves them
+    assert len(saved) == 1
+
+
 def test_ray_batches_only_with_many_jobs_per_cpu():
     from toylens.sweeps.batches import MOST_PER_BATCH, TASKS_PER_CPU, batch_size, batches
 
