@@ -6,15 +6,14 @@ queued per CPU gains nothing from one task per run: the work waits either way, s
 batches; one with few runs per CPU keeps one task each, so no CPU idles while another works
 through a long batch. Each batch leaves at least TASKS_PER_CPU tasks per CPU for that balance.
 
-A job is tried twice, as with one task each (toylens.sweeps.executors.ATTEMPTS): a batch runs its
-jobs one after another, an error in one is that job's first attempt (the others go on), and its
-second attempt is a task of its own; a batch whose worker process dies is not retried whole (its
-jobs that had not failed would run a third time): each of its jobs is sent again alone.
+How RayExecutor runs them (toylens.sweeps.executors.run_batch): a job is tried twice, as with one
+task each (ATTEMPTS); a batch runs its jobs one after another, an error in one is that job's first
+attempt (the others go on), and its second attempt is a task of its own; a batch whose worker
+process dies is not retried whole (its jobs that had not failed would run a third time): each of
+its jobs is sent again alone.
 """
 
 from __future__ import annotations
-
-from typing import Callable
 
 # At least this many tasks per CPU, so the last batches leave no CPU idle for long.
 TASKS_PER_CPU = 4
@@ -31,18 +30,3 @@ def batch_size(jobs: int, cpus: float) -> int:
 def batches(order: list[int], size: int) -> list[list[int]]:
     """`order` (job indices, costliest first) in consecutive batches of `size`: the costliest go first."""
     return [order[start : start + size] for start in range(0, len(order), size)]
-
-
-def run_batch(function: Callable, items: list) -> list[tuple[object, str | None]]:
-    """In a Ray worker: `function(item)` for each item, one torch thread each (toylens.workers.in_one_thread),
-    as (result, None), or (None, the error in one line) for one that raised."""
-    from toylens.sweeps.executors import one_line
-    from toylens.workers import in_one_thread
-
-    results: list[tuple[object, str | None]] = []
-    for item in items:
-        try:
-            results.append((in_one_thread(function, item), None))
-        except Exception as error:  # noqa: BLE001  (any job error is its first attempt; the driver sends it again alone)
-            results.append((None, one_line(error)))
-    return results

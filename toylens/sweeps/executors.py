@@ -181,7 +181,7 @@ class RayExecutor:
     def run_tasks(self, ray, function: Callable, items: list, on_outcome: Callable, order: list[int]) -> None:
         """Send the jobs (in `order`) as Ray tasks, in batches where toylens.sweeps.batches says
         that is cheaper, and hand each job's Outcome to `on_outcome` as its task ends."""
-        from toylens.sweeps.batches import batch_size, batches, run_batch
+        from toylens.sweeps.batches import batch_size, batches
 
         size = self.batch or batch_size(len(items), ray.cluster_resources().get("CPU", 1.0))
         task = ray.remote(num_cpus=1, num_gpus=self.gpus, max_retries=0)
@@ -213,6 +213,18 @@ class RayExecutor:
             for ref in pending:
                 ray.cancel(ref, force=True, recursive=True)
             raise
+
+
+def run_batch(function: Callable, items: list) -> list[tuple[object, str | None]]:
+    """In a Ray worker: `function(item)` for each item, one torch thread each (toylens.workers.in_one_thread),
+    as (result, None), or (None, the error in one line) for one that raised."""
+    results: list[tuple[object, str | None]] = []
+    for item in items:
+        try:
+            results.append((in_one_thread(function, item), None))
+        except Exception as error:  # noqa: BLE001  (any job error is its first attempt; the driver sends it again alone)
+            results.append((None, one_line(error)))
+    return results
 
 
 def make_executor(name: str, jobs: int, address: str | None = None, gpus: float = 0.0):
