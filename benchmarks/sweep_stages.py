@@ -150,8 +150,8 @@ def report(rounds: list[dict], models: list[str], jobs: int) -> list[str]:
 def whole_census(rounds: list[dict], runs: int, jobs: int, seeds: int = 200) -> list[str]:
     """Per trace: a sweep's CPU seconds outside its runs (the driver, the census stage) and the
     whole census (train + trace + census) of `seeds` times as many runs projected: the runs' CPU
-    on `jobs` cores, the driver's and the census's CPU scaled with the runs (both grow with them;
-    the census more slowly), the workers' start-up once."""
+    on `jobs` cores, the driver's and the census's CPU scaled linearly with the runs (an upper bound
+    if the census grows more slowly than its runs), the workers' start-up once."""
     lines = []
     for trace in TRACES:
         sweeps = [one[trace] for one in rounds]
