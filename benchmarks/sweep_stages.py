@@ -149,7 +149,7 @@ def report(rounds: list[dict], models: list[str], jobs: int) -> list[str]:
 
 def whole_census(rounds: list[dict], runs: int, jobs: int, seeds: int = 200) -> list[str]:
     """Per trace: a sweep's CPU seconds outside its runs (the driver, the census stage) and the
-    whole census (train + trace + census) of `seeds` times as many runs projected: the runs' CPU
+    whole census (train + trace + census) of `seeds` runs projected: the runs' CPU
     on `jobs` cores, the driver's and the census's CPU scaled linearly with the runs (an upper bound
     if the census grows more slowly than its runs), the workers' start-up once."""
     lines = []
