@@ -401,6 +401,7 @@ def fail_first_time(marker: str) -> str:
     return marker
 
 
+@pytest.mark.slow  # 26 s at load 23: trains and traces a run, then trains it again
 def test_a_sweep_run_saves_no_train_state_on_the_way(tmp_path, monkeypatch):
     """A sweep run trains in its worker's temp folder and is run again from its start if it does
     not finish, so the train states a train command saves for --resume would never be read."""
