@@ -2,7 +2,12 @@
 (`tasks.winograd train`, one model, one seed, one job) and times it, then trains and grades every
 dictionary of a one-size, one-k grid on it (`probes.features.measure.run_grades`: its activations
 collected, a TopK SAE on the last residual stream and a transcoder over each MLP) and prints both
-wall times and their ratio. The issue's target: under 60 s per dictionary on 2 cores."""
+wall times and their ratio. The issue's target: under 60 s per dictionary on 2 cores.
+
+Not on benchmarks/timing.py's rounds: each side is minutes of cold work done once, in a fresh
+temporary folder (the run trained in a new process, its dictionaries trained from scratch), so no
+side reuses anything an earlier one computed; one round gives no spread, and the times are wall
+seconds (the run trains in its own process), so a loaded machine makes both slower."""
 
 from __future__ import annotations
 

@@ -9,6 +9,11 @@ its own (`python -m probes.circuit report`, a fresh start-up) on the same runs.
 The baseline trains `--baseline-seeds` seeds per model and scales its time to 3 seeds (the printout
 says so); pass --baseline-seeds 3 for the full recipe (~25 minutes on 2 cores). Held-out accuracies
 of both are printed side by side so a faster run with a different conclusion cannot pass unseen.
+
+Not on benchmarks/timing.py's rounds: every command runs once, in a fresh process on a fresh
+folder (nothing reused from an earlier command but the generated-data cache, which both sides
+read), and takes minutes, so there is one round and no spread; the times are wall seconds of
+child processes, slowed alike by the machine's other load.
 """
 
 from __future__ import annotations

@@ -30,7 +30,6 @@ from tracr_table import write_docs
 
 from common.cli import Parser, out_path, positive_int
 
-from common.stats import mean_interval
 from models import ModelSpec, build_model
 from models.fused import training_forward
 from tasks.training.loop import lm_loss
@@ -65,17 +64,25 @@ class Stepper:
         loss.backward()
         self.optimizer.step()
 
+    def steps(self, steps: int) -> None:
+        for _ in range(steps):
+            self.step()
+
     def rate(self, steps: int) -> float:
         """Steps per CPU second of this process (see benchmarks/timing.py: wall time on a shared
         machine mostly measures the wait for a core)."""
         start = time.process_time()
-        for _ in range(steps):
-            self.step()
+        self.steps(steps)
         return steps / (time.process_time() - start)
 
 
 def compare(spec: ModelSpec, rounds: int, seconds: float, same_optimizer: bool):
-    """(toylens steps/s per round, plain steps/s per round, ratio Interval)."""
+    """(toylens steps/s, plain steps/s, their ratio's Interval): benchmarks/timing.py's interleaved
+    rounds of the same number of steps on each side. Every step is new work (the model trains on),
+    so nothing a round computes is reused by the next; what each round reuses is the model, its
+    optimizer and the fixed tokens, built once."""
+    from timing import interleaved_ratio  # benchmarks/timing.py, beside this script
+
     ours, plain = build_model(spec), PlainGPT(spec)
     forward = training_forward(ours)
     forward.train(), plain.train()
@@ -86,12 +93,10 @@ def compare(spec: ModelSpec, rounds: int, seconds: float, same_optimizer: bool):
     for side in sides:  # warm-up, and the step count that takes about `seconds`
         side.rate(3)
     steps = max(3, math.ceil(seconds * sides[1].rate(3)))
-    rates = {0: [], 1: []}
-    for round_ in range(rounds):
-        for index in (0, 1) if round_ % 2 == 0 else (1, 0):
-            rates[index].append(sides[index].rate(steps))
-    ratios = [a / b for a, b in zip(rates[0], rates[1])]
-    return rates[0], rates[1], mean_interval(ratios, bounds=(0.0, math.inf))
+    ratio, _, _, seconds = interleaved_ratio(
+        lambda: sides[0].steps(steps), lambda: sides[1].steps(steps), rounds, ("toylens", "plain PyTorch")
+    )
+    return steps / seconds[0].value, steps / seconds[1].value, ratio
 
 
 def main() -> None:
@@ -123,7 +128,7 @@ def main() -> None:
     load = os.getloadavg()[0]
     lines = [
         f"{args.rounds} interleaved rounds per shape, batch {BATCH}, {optimizers}, ~{args.seconds:g} CPU s per "
-        f"side per round, load average {load:.1f} at the start; steps per CPU second are medians over the rounds; "
+        f"side per round, load average {load:.1f} at the start; steps per CPU second over the rounds' mean CPU s; "
         "the ratio is the mean of the per-round ratios with its 95% t interval.",
         "",
         "| shape | toylens steps/s | plain steps/s | toylens / plain [95% interval] |",
@@ -132,17 +137,10 @@ def main() -> None:
     print(lines[0])
     for name, spec in SHAPES.items():
         ours, plain, ratio = compare(spec, args.rounds, args.seconds, args.same_optimizer)
-        lines.append(
-            f"| {name} | {median(ours):.1f} | {median(plain):.1f} | "
-            f"{ratio.value:.2f} [{ratio.low:.2f}, {ratio.high:.2f}] |"
-        )
+        lines.append(f"| {name} | {ours:.1f} | {plain:.1f} | {ratio.value:.2f} [{ratio.low:.2f}, {ratio.high:.2f}] |")
         print(lines[-1], flush=True)
     if args.docs:
         write_docs(parser, args.docs, "train_speed.py" + (" --same-optimizer" if args.same_optimizer else ""), lines)
-
-
-def median(values: list[float]) -> float:
-    return sorted(values)[len(values) // 2]
 
 
 if __name__ == "__main__":

@@ -373,11 +373,11 @@ def test_ray_retries_a_worker_killed_mid_run_and_records_a_job_that_dies_twice(l
 
 
 @pytest.mark.isolated
-def test_ray_sweep_through_the_driver_equals_the_local_run_bitwise(local_sweep, tmp_path):
+def test_ray_sweep_in_a_batch_through_the_driver_equals_the_local_run_bitwise(local_sweep, tmp_path):
     local, _ = local_sweep
     out = tmp_path / "sweep"
     with two_node_cluster() as ray_cluster:
-        outcome = sweep(out, RayExecutor(address=ray_cluster.address))
+        outcome = sweep(out, RayExecutor(address=ray_cluster.address, batch=2))  # both runs in one task
         assert (outcome.done, outcome.failed) == (2, 0)
         for width in (16, 32):
             mine, theirs = (base / f"d_model={width}" / "attn-only-2x1" / "seed0" for base in (out, local))
@@ -391,6 +391,66 @@ def test_ray_sweep_through_the_driver_equals_the_local_run_bitwise(local_sweep, 
             assert (mine / "log.jsonl").read_text().count("\n") == (theirs / "log.jsonl").read_text().count("\n")
         again = sweep(out, RayExecutor(address=ray_cluster.address))
         assert (again.kept, again.done) == (2, 0)  # finished runs are never sent again
+
+
+def fail_first_time(marker: str) -> str:
+    """Raises on its first attempt at `marker` (attempts counted in that file), then returns it."""
+    Path(marker).write_text((Path(marker).read_text() if Path(marker).exists() else "") + "x")
+    if Path(marker).read_text() == "x":
+        raise RuntimeError("first attempt fails")
+    return marker
+
+
+@pytest.mark.slow  # 26 s at load 23: trains and traces a run, then trains it again
+def test_a_sweep_run_saves_no_train_state_on_the_way(tmp_path, monkeypatch):
+    """A sweep run trains in its worker's temp folder and is run again from its start if it does
+    not finish, so the train states a train command saves for --resume would never be read."""
+    import tasks.training.loop
+
+    saved = []
+    monkeypatch.setattr(tasks.training.loop, "save_train_state", lambda *args, **kwargs: saved.append(args[0]))
+    # A train state is due every 4 evaluations: at step 20 here, the budget (20 steps of a tiny
+    # model never solve validation: no early stop)
+    (run,) = plan_sweep(
+        WinogradTask, PARAMS, {**TINY, "eval_every": 5}, ["attn-only-2x1"], [0], parse_grid([], WinogradTask), tmp_path
+    )
+    files = run_job(SweepJob(run.plan, "test", trace="census")).files
+    assert json.loads(files["metrics.json"])["steps"] == 20 and saved == []
+    from toylens.family import execute
+
+    execute(run.plan, progress=False)  # the train command's path still saves them
+    assert len(saved) == 1
+
+
+def test_ray_batches_only_with_many_jobs_per_cpu():
+    from toylens.sweeps.batches import MOST_PER_BATCH, TASKS_PER_CPU, batch_size, batches
+
+    assert batch_size(200, 64) == 1  # under TASKS_PER_CPU jobs per CPU: one task each
+    assert batch_size(TASKS_PER_CPU * 2 * 3, 2) == 3  # TASKS_PER_CPU tasks per CPU are left
+    assert batch_size(200, 2) == MOST_PER_BATCH and batch_size(5, 0) == 1
+    assert batches([4, 2, 0, 1, 3], 2) == [[4, 2], [0, 1], [3]]  # the costliest order kept
+
+
+@pytest.mark.isolated
+def test_ray_batches_try_each_job_twice_and_a_dying_job_loses_none_of_its_batch(tmp_path):
+    markers = [str(tmp_path / name) for name in ("a", "b", "c")]
+    with two_node_cluster() as ray_cluster:
+        found = collect(RayExecutor(address=ray_cluster.address, batch=3), fail_first_time, markers)
+        assert [found[m].result for m in markers] == markers
+        assert [Path(m).read_text() for m in markers] == ["xx"] * 3  # in its batch, then alone
+        lost, kept = str(tmp_path / "lost"), str(tmp_path / "kept")
+        found = collect(RayExecutor(address=ray_cluster.address, batch=2), always_die_but_kept, [kept, lost])
+        assert found[lost].result is None and "died" in found[lost].error.lower()
+        assert Path(lost).read_text() == "xx"  # its batch, then alone: tried twice, then given up
+        assert found[kept].error is None and Path(kept).read_text() == "xx"  # finished, its batch died: run alone
+
+
+def always_die_but_kept(marker: str) -> str:
+    """`always_die` for a marker named lost, else `marker` itself (its attempts counted in it)."""
+    if Path(marker).name == "lost":
+        always_die(marker)
+    Path(marker).write_text((Path(marker).read_text() if Path(marker).exists() else "") + "x")
+    return marker
 
 
 def assigned_gpus(_item) -> list:

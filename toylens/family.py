@@ -229,8 +229,10 @@ def execute(
     resume: bool = False,
     checkpoint_every: int | None = None,
     command: str | None = None,
+    checkpoints: bool = True,
 ) -> dict:
-    """Train one run (or continue it from its saved train state) and write its folder; returns its metrics."""
+    """Train one run (or continue it from its saved train state) and write its folder; returns its
+    metrics. Without `checkpoints`, no train state is saved on the way (for a folder nothing resumes)."""
     from models import build_model
     from tasks.data import task_dataset, to_batch
     from probes.accuracy import EVALUATION, TRAINING_FIELDS, measure_accuracy
@@ -254,7 +256,7 @@ def execute(
         progress=progress,
         snapshot_dir=plan.run_dir / SNAPSHOTS,
         label=f"{plan.model_name} seed {plan.seed}",
-        state_path=plan.run_dir / STATE,
+        state_path=plan.run_dir / STATE if checkpoints else None,
         checkpoint_every=checkpoint_every,
         resume=resume,
     )

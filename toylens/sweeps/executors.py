@@ -126,13 +126,16 @@ class RayExecutor:
     """Ray Core tasks, 1 CPU each (and `gpus` GPUs when asked). On this machine by default: a fresh
     local instance with `cpus` CPUs (address "local", never a stale cluster a killed instance left
     behind); or the cluster at `address` (else RAY_ADDRESS). A task whose worker dies or raises is
-    run once more (max_retries=1, retry_exceptions); a second failure becomes an Outcome error."""
+    run once more (max_retries=1, retry_exceptions); a second failure becomes an Outcome error.
+    With many jobs per CPU, several go in one task (toylens.sweeps.batches, which says how each
+    is still tried twice)."""
 
     address: str | None = None
     cpus: int | None = None
     gpus: float = 0.0
     name: str = "ray"
     startup_seconds: float = float("nan")
+    batch: int | None = None  # jobs per task; None: as toylens.sweeps.batches.batch_size chooses
 
     def target(self) -> str:
         return self.address or os.environ.get("RAY_ADDRESS") or "local"
@@ -171,29 +174,57 @@ class RayExecutor:
         try:
             self.startup_seconds = time.perf_counter() - started
             self.check_gpus(ray.nodes())
-            remote = ray.remote(num_cpus=1, num_gpus=self.gpus, max_retries=ATTEMPTS - 1, retry_exceptions=True)(
-                in_one_thread
-            )
-            refs = {remote.remote(function, items[index]): items[index] for index in costliest_first(items, cost)}
-            pending = list(refs)
-            try:
-                while pending:
-                    (ref,), pending = ray.wait(pending, num_returns=1)
-                    try:
-                        outcome = Outcome(ray.get(ref))
-                    except ray.exceptions.RayError as error:
-                        outcome = Outcome(error=one_line(error))
-                    # Dropping the last reference frees the run's files from the object store.
-                    on_outcome(refs.pop(ref), outcome)
-                    del ref
-            except BaseException:
-                # Ctrl-C (or a failed write here): on an existing cluster the tasks would run on
-                # with nobody to take their files; ended at once, not retried.
-                for ref in pending:
-                    ray.cancel(ref, force=True, recursive=True)
-                raise
+            self.run_tasks(ray, function, items, on_outcome, costliest_first(items, cost))
         finally:
             ray.shutdown()
+
+    def run_tasks(self, ray, function: Callable, items: list, on_outcome: Callable, order: list[int]) -> None:
+        """Send the jobs (in `order`) as Ray tasks, in batches where toylens.sweeps.batches says
+        that is cheaper, and hand each job's Outcome to `on_outcome` as its task ends."""
+        from toylens.sweeps.batches import batch_size, batches
+
+        size = self.batch or batch_size(len(items), ray.cluster_resources().get("CPU", 1.0))
+        task = ray.remote(num_cpus=1, num_gpus=self.gpus, max_retries=0)
+        alone = task(in_one_thread)  # a batched job's second attempt: its own task, not retried again
+        pending: dict = {}  # ref -> (its jobs' indices, whether it is a batch)
+        if size == 1:
+            retried = ray.remote(num_cpus=1, num_gpus=self.gpus, max_retries=ATTEMPTS - 1, retry_exceptions=True)
+            pending = {retried(in_one_thread).remote(function, items[i]): ([i], False) for i in order}
+        else:
+            batch = task(run_batch)
+            pending = {batch.remote(function, [items[i] for i in b]): (b, True) for b in batches(order, size)}
+        try:
+            while pending:
+                (ref,), _ = ray.wait(list(pending), num_returns=1)
+                indices, batched = pending.pop(ref)
+                try:
+                    results = ray.get(ref) if batched else [(ray.get(ref), None)]
+                except ray.exceptions.RayError as lost:
+                    results = [(None, one_line(lost))] * len(indices)
+                del ref  # dropping the last reference frees the runs' files from the object store
+                for index, (result, failed) in zip(indices, results):
+                    if failed is not None and batched:  # its first attempt failed (or its batch's worker died)
+                        pending[alone.remote(function, items[index])] = ([index], False)
+                    else:
+                        on_outcome(items[index], Outcome(result) if failed is None else Outcome(error=failed))
+        except BaseException:
+            # Ctrl-C (or a failed write here): on an existing cluster the tasks would run on
+            # with nobody to take their files; ended at once, not retried.
+            for ref in pending:
+                ray.cancel(ref, force=True, recursive=True)
+            raise
+
+
+def run_batch(function: Callable, items: list) -> list[tuple[object, str | None]]:
+    """In a Ray worker: `function(item)` for each item, one torch thread each (toylens.workers.in_one_thread),
+    as (result, None), or (None, the error in one line) for one that raised."""
+    results: list[tuple[object, str | None]] = []
+    for item in items:
+        try:
+            results.append((in_one_thread(function, item), None))
+        except Exception as error:  # noqa: BLE001  (any job error is its first attempt; the driver sends it again alone)
+            results.append((None, one_line(error)))
+    return results
 
 
 def make_executor(name: str, jobs: int, address: str | None = None, gpus: float = 0.0):

@@ -76,7 +76,10 @@ def run_job(job: SweepJob) -> RunFiles:
             run_dir = Path(temp) / job.plan.model_name / f"seed{job.plan.seed}"
             with stage("train"):
                 if job.finished is None:
-                    execute(replace(job.plan, run_dir=run_dir), progress=False, command=job.command)
+                    # No train states: this temp folder goes with its worker, and a sweep runs an
+                    # unfinished run again from its start, so none would be read (each cost ~12 ms
+                    # CPU and 0.1-0.2 s wall with its fsync, every 100 steps; measured on the shared machine).
+                    execute(replace(job.plan, run_dir=run_dir), progress=False, command=job.command, checkpoints=False)
                 else:
                     write_run_files(run_dir, job.finished)
             with stage("load"):
