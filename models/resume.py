@@ -24,7 +24,6 @@ from typing import Any
 import torch
 
 from models.bridge import attention_adds_residual, hook_free_forward
-from models.fused import attention_at, refusal
 
 
 @dataclass(frozen=True)
@@ -95,6 +94,11 @@ def resume(modules: Resumable, residual, start: int, at=None):
         return logits if at is None else logits[at]
     for block in blocks[:-1]:
         (residual,) = block(residual)
+    # Imported here, not at the top: models.fused imports TransformerLens's model bridge (about 2 s
+    # of CPU), which a process that only reads measured results (the report's driver, rendering what
+    # its workers measured, whose classes import this module) never needs; the workers preload it.
+    from models.fused import attention_at, refusal
+
     last: Any = blocks[-1]  # its parts (ln1, attn, mlp) are submodules torch types as Tensor | Module
     if refusal(last) is None:  # native modules (no hook attached): queries at `at` alone
         attended = attention_at(last.attn, last.ln1(residual), at)

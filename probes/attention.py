@@ -272,13 +272,19 @@ class RoleView:
 
 def role_patching(model, pairs: Batch, patching) -> dict[str, torch.Tensor]:
     """role -> [layer, head] share of the gap restored by each head's clean output at that role's
-    position of every pair (`patching`: the run's probes.patching.ActivationPatching, for its scale)."""
+    position of every pair (`patching`: the run's probes.patching.ActivationPatching on these
+    pairs, for its scale and its per-position grid)."""
     from probes.patching import patch_many
 
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
     out = {}
     for role, where in sorted(pairs.roles.items()):
         if bool((where < 0).any()):  # a role some pairs lack has no position to patch there
+            continue
+        if bool((where == where[0]).all()):
+            # The role sits at one position p in every pair: patching there is the patch activation
+            # patching made at p (head_out[:, p], the same forwards up to float rounding), not redone.
+            out[role] = patching.recovered(patching.head_out[:, int(where[0])])
             continue
         targets = [(layer, where, head) for layer in range(n_layers) for head in range(n_heads)]
         metric = torch.tensor([o.metric for o in patch_many(model, pairs, "z", targets)], device="cpu")

@@ -55,3 +55,33 @@ def test_pair_and_query_rows_and_heatmap(heldout, small_winograd):
     assert rows["all"][:, :, 4:].abs().max() == 0  # causal: position 3 sees keys 0..3 only
     figure = attention_heatmap(scored_attention(model, heldout, vocabulary))
     assert len(figure.axes) >= 3
+
+
+def test_roles_at_one_position_reuse_activation_patching(heldout, small_winograd):
+    """A role at the same position in every pair reads activation patching's head_out there; a role
+    whose position varies is patched per pair. Both equal patching the role's positions directly."""
+    import dataclasses
+
+    from probes.attention import role_patching
+    from probes.patching import activation_patching, patch_many
+    from tasks.data import spread_subset
+
+    spec = ModelSpec(
+        n_layers=2,
+        d_model=16,
+        n_heads=2,
+        mlp=False,
+        n_ctx=heldout.inputs.shape[1],
+        d_vocab=len(small_winograd.vocabulary()),
+    )
+    model, pairs = build_model(spec, seed=3), spread_subset(heldout, 32)
+    moved = torch.where(torch.arange(len(pairs)) % 2 == 0, 1, 6)  # a role at position 1 or 6 by pair
+    pairs = dataclasses.replace(pairs, roles={**pairs.roles, "moving": moved})
+    fixed = [role for role, where in pairs.roles.items() if bool((where == where[0]).all()) and int(where[0]) >= 0]
+    assert fixed  # Winograd's template puts its roles at fixed positions
+    patching = activation_patching(model, pairs)
+    found = role_patching(model, pairs, patching)
+    for role in [*fixed, "moving"]:
+        targets = [(layer, pairs.roles[role], head) for layer in range(2) for head in range(2)]
+        direct = torch.tensor([o.metric for o in patch_many(model, pairs, "z", targets)]).view(2, 2)
+        torch.testing.assert_close(found[role], patching.recovered(direct), rtol=0, atol=1e-5)

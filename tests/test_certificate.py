@@ -139,3 +139,25 @@ def test_the_report_sentence_says_certified_or_where_it_fails():
     )
     whole = sentence(CertificateRun("m", 0, 64, 1.0, certify(model, graph, graph.edges, inputs)))
     assert "certified on all 4096 inputs (every filler x word): every answer kept" in whole
+
+
+def test_a_domain_chunk_is_made_once_per_process(monkeypatch):
+    """The report's workers certify several runs of one task: a chunk of its domain is made (through
+    the plugin guard and the example contract) once, for a task of the same class and params."""
+    import tasks.validate
+    from tasks.winograd import WinogradParams, WinogradTask
+
+    made = []
+    real = tasks.validate.domain_examples
+
+    def counted(task, domain, indices):
+        made.append(list(indices))
+        return real(task, domain, indices)
+
+    monkeypatch.setattr(tasks.validate, "domain_examples", counted)
+    first, again, other = WinogradTask(), WinogradTask(), WinogradTask(WinogradParams(nouns=8))
+    batch = task_inputs(first, first.domain()).batch([3, 5, 7])
+    assert task_inputs(again, again.domain()).batch([3, 5, 7]) is batch
+    assert made == [[3, 5, 7]]
+    task_inputs(other, other.domain()).batch([3, 5, 7])  # other params: other examples
+    assert made == [[3, 5, 7], [3, 5, 7]]

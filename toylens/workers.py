@@ -170,6 +170,7 @@ PRELOAD = (
     "probes.report.figures",
     "scipy.stats",
     "tasks.training.loop",
+    "models.fused",  # TransformerLens's model bridge: models.resume imports it only when a forward resumes
 )
 
 

@@ -19,6 +19,7 @@ import torch
 
 from models.bridge import device_of
 from models.graph import Edge, Graph
+from models.resume import forward_from
 from probes.ablation import Ablation
 from probes.patching import replica_scored, scored_metric
 from tasks.data import Batch
@@ -50,14 +51,30 @@ class Inputs:
         return uniform_indices(self.size, n, seed)
 
 
+# The batches task_inputs made in this process: (the task's class, name, params and domain size,
+# the indices) -> Batch. A report worker certifies several runs of one task on the same domain, and
+# making the examples (each through the plugin guard and the example contract) cost more than the
+# forwards checking them; a domain's examples depend on the task's class and params alone (Domain's
+# contract: deterministic), so each chunk is made once per process.
+_BATCHES: dict = {}
+_KEPT_BATCHES = 64  # chunks kept at most (a few domains' worth); the oldest is dropped first
+
+
 def task_inputs(task, domain) -> Inputs:
     """A task's declared tasks.base.Domain as a certificate's Inputs (each example made through the
-    plugin guard and checked against the example contract as it is read)."""
+    plugin guard and checked against the example contract as it is first read in this process)."""
     from tasks.data import columns_to_batch, examples_to_columns
     from tasks.validate import domain_examples
 
+    kind = (type(task), task.name, repr(task.params), domain.size)
+
     def batch(indices: list[int]) -> Batch:
-        return columns_to_batch(examples_to_columns(domain_examples(task, domain, indices)))
+        key = (kind, tuple(indices))
+        if key not in _BATCHES:
+            if len(_BATCHES) >= _KEPT_BATCHES:
+                del _BATCHES[next(iter(_BATCHES))]
+            _BATCHES[key] = columns_to_batch(examples_to_columns(domain_examples(task, domain, indices)))
+        return _BATCHES[key]
 
     def text(i: int) -> str:
         return task.decode(domain_examples(task, domain, [i])[0].tokens)
@@ -131,7 +148,10 @@ def check_chunk(model, batch: Batch, graph: Graph, circuit: frozenset, ablation:
     batch = batch.to(device_of(model))
     with torch.no_grad():
         runs = ablated_runs(model, batch, graph, ablation, reference)
-        full = replica_scored(model(batch.inputs), batch)[0].cpu()
+        # The full model's logits from the clean run just recorded (its residual entering the final
+        # norm): the model's own final norm and unembedding, without a second forward.
+        final = forward_from(model, runs.base.resid_pre[graph.n_layers], graph.n_layers)
+        full = replica_scored(final, batch)[0].cpu()
     patched = forward_patched(model, batch, graph, [frozenset(graph.edges) - circuit], runs, keep_logits=True)[0]
     ours = patched.logits
     assert ours is not None  # asked for with keep_logits
