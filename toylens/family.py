@@ -223,19 +223,21 @@ def continue_run(plan: RunPlan) -> dict:
     return config
 
 
-def execute(
-    plan: RunPlan,
-    progress: bool = True,
-    resume: bool = False,
-    checkpoint_every: int | None = None,
-    command: str | None = None,
-) -> dict:
-    """Train one run (or continue it from its saved train state) and write its folder; returns its metrics."""
+@dataclass(frozen=True)
+class Prepared:
+    """A run about to train: its data, its model (built from its seed) and the config.json written."""
+
+    batches: dict
+    spec: ModelSpec
+    model: object
+    config: dict
+
+
+def prepare(plan: RunPlan, resume: bool = False, command: str | None = None) -> Prepared:
+    """The run's data and model, and its folder started (or continued, with `resume`)."""
     from models import build_model
     from tasks.data import task_dataset, to_batch
-    from probes.accuracy import EVALUATION, TRAINING_FIELDS, measure_accuracy
-    from tasks.training.resume import STATE
-    from tasks.training.loop import SNAPSHOTS, train
+    from tasks.training.loop import SNAPSHOTS
 
     data = task_dataset(plan.task, plan.seed)
     batches = {name: to_batch(split) for name, split in data.items()}
@@ -244,10 +246,25 @@ def execute(
     config = continue_run(plan) if resume else start_run(plan, spec, command)
     for folder in (plan.run_dir, plan.run_dir / SNAPSHOTS):  # temps a kill left mid-write
         clean_leftovers(folder)
+    return Prepared(batches, spec, model, config)
+
+
+def execute(
+    plan: RunPlan,
+    progress: bool = True,
+    resume: bool = False,
+    checkpoint_every: int | None = None,
+    command: str | None = None,
+) -> dict:
+    """Train one run (or continue it from its saved train state) and write its folder; returns its metrics."""
+    from tasks.training.resume import STATE
+    from tasks.training.loop import SNAPSHOTS, train
+
+    run = prepare(plan, resume, command)
     result = train(
-        model,
-        batches["train"],
-        batches["validation"],
+        run.model,
+        run.batches["train"],
+        run.batches["validation"],
         plan.settings,
         plan.seed,
         log_path=plan.run_dir / LOG,
@@ -258,10 +275,19 @@ def execute(
         checkpoint_every=checkpoint_every,
         resume=resume,
     )
-    weights_sha256 = save_checkpoint(plan.run_dir, model, config)
+    return write_finished(plan, run, result)
+
+
+def write_finished(plan: RunPlan, run: Prepared, result) -> dict:
+    """The trained run's weights, its accuracy and metrics.json (written last: the folder is then
+    finished), its train state removed; returns its metrics."""
+    from probes.accuracy import EVALUATION, TRAINING_FIELDS, measure_accuracy
+    from tasks.training.resume import STATE
+
+    weights_sha256 = save_checkpoint(plan.run_dir, run.model, run.config)
     # Measured here, in the worker that holds the model, so the comparison after training reads it
     # (for these exact weights and spec only; folders move, so no path).
-    evaluation = measure_accuracy(model, batches, plan.model_name, plan.seed, plan.run_dir, result.steps)
+    evaluation = measure_accuracy(run.model, run.batches, plan.model_name, plan.seed, plan.run_dir, result.steps)
     record = {k: v for k, v in asdict(evaluation).items() if k not in ("path", *TRAINING_FIELDS)}
     metrics = {
         "steps": result.steps,
@@ -269,7 +295,7 @@ def execute(
         "stop_rule": plan.settings.describe_stop(),
         "train_seconds": round(result.seconds, 3),
         "accuracy": {name: split.accuracy.value for name, split in evaluation.splits.items()},
-        EVALUATION: {**record, "weights_sha256": weights_sha256, "spec": spec.to_dict()},
+        EVALUATION: {**record, "weights_sha256": weights_sha256, "spec": run.spec.to_dict()},
     }
     metrics["sha256"] = metrics_sha256(metrics)
     write_json(plan.run_dir / METRICS, metrics)
@@ -291,8 +317,10 @@ def train_family(
     checkpoint_every: int | None = None,
     jobs: int = 1,
     report_out: Path | None = None,
+    stack: str = "off",
 ) -> list:
-    """Train every plan not already done; with jobs > 1, that many runs at a time in worker processes.
+    """Train every plan not already done; with jobs > 1, that many runs (or stacks) at a time in worker
+    processes; `stack` is toylens.stacking's choice (auto, on, off) of stacking a model's seeds.
     With `report_out`, each worker then measures what the circuit report shows for its run (kept runs
     too), saving the report's own start-up; returns those measurements in plan order (else Nones)."""
     if not plans:
@@ -302,7 +330,7 @@ def train_family(
     out = plans[0].run_dir.parent.parent
     check_out_folder(out, plans[0].task, {plan.run_dir for plan in plans})
     with folder_lock(out, "runs folder"):
-        return train_locked(plans, out, overwrite, progress, resume, checkpoint_every, jobs, report_out)
+        return train_locked(plans, out, overwrite, progress, resume, checkpoint_every, jobs, report_out, stack)
 
 
 def train_locked(
@@ -314,7 +342,10 @@ def train_locked(
     checkpoint_every: int | None,
     jobs: int,
     report_out: Path | None,
+    stack: str = "off",
 ) -> list:
+    from toylens.stacking import stack_units, train_unit
+
     statuses = [existing_status(plan, overwrite, resume) for plan in plans]
     for plan, status in zip(plans, statuses):
         if status != "done":  # this run folder will be written: nothing of the user's may be in it
@@ -337,15 +368,16 @@ def train_locked(
                 )
             )
     task = plans[0].task
+    units = stack_units(todo, stack)
     try:
         results = map_jobs(
-            train_job,
-            todo,
+            train_unit,
+            units,
             jobs,
-            f"training {len(todo)} runs, {min(jobs, len(todo))} at a time",
+            f"training {len(todo)} runs, {min(jobs, len(units))} at a time",
             progress=progress and jobs > 1,
-            on_result=report_run,
-            cost=job_cost,
+            on_result=report_unit,
+            cost=unit_cost,
             isolate=runs_plugin_code(task),
         )
     except KeyboardInterrupt:
@@ -358,7 +390,10 @@ def train_locked(
             f"died ({died.how}): the task's code ended the process (os._exit, a signal) or the system "
             f"killed it (out of memory?); fix the plugin, then continue with: {resume_command()}"
         ) from None
-    measured = {job.plan.run_dir: result for job, (_, result) in zip(todo, results)}
+    outcomes = [
+        (job, outcome) for unit, unit_results in zip(units, results) for job, outcome in zip(unit, unit_results)
+    ]
+    measured = {job.plan.run_dir: result for job, (_, result) in outcomes}
     return [measured.get(plan.run_dir) for plan in plans]
 
 
@@ -374,6 +409,11 @@ def report_run(job: "TrainJob", result: tuple, write=print) -> None:
     )
 
 
+def report_unit(unit: tuple, results: list, write=print) -> None:
+    for job, result in zip(unit, results):
+        report_run(job, result, write)
+
+
 def step_cost(spec: ModelSpec) -> float:
     """Rough relative cost of a training step, so the slowest runs start first and short ones fill
     the gaps at the end (an expensive run started last left a core idle for a minute, measured)."""
@@ -381,8 +421,9 @@ def step_cost(spec: ModelSpec) -> float:
     return spec.n_layers * per_layer
 
 
-def job_cost(job: "TrainJob") -> float:
-    return step_cost(job.plan.spec) if job.train else 0.0
+def unit_cost(unit: tuple) -> float:
+    """A unit of work's cost (one job, or a stack of jobs): its jobs' step costs summed."""
+    return sum(step_cost(job.plan.spec) for job in unit if job.train)
 
 
 @dataclass(frozen=True)
