@@ -6,8 +6,10 @@ rule, log, snapshots and train state. Only the step is shared: the seeds' traina
 stacked ([seeds, ...] per parameter) and the training forward (`models.fused.training_forward`)
 runs over that axis with `torch.func.vmap(functional_call)`; each seed's loss is the loop's own
 function of its own logits, and AdamW (elementwise) steps the stacked tensors, so every element
-follows the one-seed arithmetic. What can differ is float rounding in the batched matmuls and
-attention: tests/test_stacked.py states the tolerance and checks it on three specs.
+follows the one-seed arithmetic. One reduction differs: vmap sums the LayerNorms' weight and bias
+gradients in another order than the fused kernel (every other gradient of a step is bitwise the
+one-seed one, measured), so seeds agree within float rounding that training carries on:
+tests/test_stacked.py states the tolerance and checks it on three specs.
 
 A seed that stops (solved, stalled, or its budget) leaves the stack at once: its weights and
 AdamW moments are copied out, it is finished like a one-seed run, `on_done` writes its run folder,
