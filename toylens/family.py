@@ -9,6 +9,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from models import ModelSpec, UsageError
 from models.checkpoint import CONFIG, FORMAT, WEIGHTS, save_checkpoint
@@ -229,7 +230,7 @@ class Prepared:
 
     batches: dict
     spec: ModelSpec
-    model: object
+    model: Any  # the TransformerBridge models.build_model made
     config: dict
 
 

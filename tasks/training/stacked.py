@@ -29,6 +29,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.func import functional_call, vmap
@@ -55,7 +56,7 @@ from tasks.training.resume import save_train_state
 class SeedJob:
     """One seed of a stack: what `tasks.training.loop.train` takes for that seed."""
 
-    model: torch.nn.Module  # built from this seed (models.build_model), trained in place
+    model: Any  # a TransformerBridge built from this seed (models.build_model), trained in place
     train_batch: Batch
     validation_batch: Batch
     seed: int
