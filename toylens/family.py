@@ -345,7 +345,7 @@ def train_locked(
     report_out: Path | None,
     stack: str = "off",
 ) -> list:
-    from toylens.stacking import stack_units, train_unit
+    from toylens.stacking import stack_units
 
     statuses = [existing_status(plan, overwrite, resume) for plan in plans]
     for plan, status in zip(plans, statuses):
@@ -369,7 +369,7 @@ def train_locked(
                 )
             )
     task = plans[0].task
-    units = stack_units(todo, stack)
+    units = stack_units(todo, stack, sized_spec)
     try:
         results = map_jobs(
             train_unit,
@@ -447,6 +447,16 @@ def announce_start(job: TrainJob) -> None:
     doing += ", then tracing its circuits" if job.report_out is not None else ""
     start = "\r\x1b[K" if sys.stdout.isatty() else ""
     print(f"{start}{job.plan.model_name:>16} seed {job.plan.seed}: {doing}", flush=True)
+
+
+def train_unit(unit: tuple[TrainJob, ...]) -> list[tuple]:
+    """Each job's (metrics, report measurement): one job as `train_job` runs it, or the jobs of one
+    model stacked (toylens.stacking), each run's folder written the moment its seed stops."""
+    from toylens.stacking import train_stack
+
+    if len(unit) == 1:
+        return [train_job(unit[0])]
+    return train_stack(unit, prepare, write_finished)
 
 
 def train_job(job: TrainJob) -> tuple:

@@ -5,16 +5,16 @@ at a time; `auto` measures first: for each such model a short probe times a few 
 throwaway models both ways, at the runs' own settings and batch size, and stacks that model only
 where stacking was faster per seed-step by STACK_MARGIN. Every run folder is written as the
 one-seed path writes it, so nothing downstream knows which path trained it.
+
+`toylens.family` calls this module with its own functions (sizing a spec, starting and finishing a
+run folder) and its TrainJobs, so the import goes one way.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from toylens.family import RunPlan, TrainJob
+from typing import Any, Callable
 
 STACK_CHOICES = ("auto", "on", "off")
 PROBE_SEEDS = 4  # seeds the probe stacks (fewer when fewer are to train)
@@ -46,20 +46,20 @@ class Probe:
         )
 
 
-def probe(plan: RunPlan, seeds: int) -> Probe:
-    """Time PROBE_STEPS training steps of `seeds` fresh models of `plan`'s spec one at a time, then
-    stacked, on `plan`'s data and settings (nothing is written)."""
+def probe(plan: Any, seeds: int, sized: Callable) -> Probe:
+    """Time PROBE_STEPS training steps of `seeds` fresh models of `plan`'s spec (a family RunPlan,
+    sized for its data by `sized`, toylens.family.sized_spec) one at a time, then stacked, on
+    `plan`'s data and settings (nothing is written)."""
     import torch
 
     from models import build_model
     from tasks.data import task_dataset, to_batch
     from tasks.training.loop import finish, start_training, training_device, update
     from tasks.training.stacked import stack_runs, stacked_update
-    from toylens.family import sized_spec
 
     device = training_device()
     batches = {name: to_batch(split).to(device) for name, split in task_dataset(plan.task, plan.seed).items()}
-    spec = sized_spec(plan.spec, plan.task, batches, plan.context, plan.settings.batch_size)
+    spec = sized(plan.spec, plan.task, batches, plan.context, plan.settings.batch_size)
 
     def fresh() -> list:
         models = [build_model(spec, seed=plan.seed + i).to(device, print_details=False) for i in range(seeds)]
@@ -92,10 +92,11 @@ def probe(plan: RunPlan, seeds: int) -> Probe:
     return Probe(one_seed, stacked, seeds, plan.settings.batch_size, "CPU" if device == "cpu" else "wall")
 
 
-def stack_units(jobs: list[TrainJob], choice: str, write=print) -> list[tuple[TrainJob, ...]]:
-    """The jobs as units a worker takes: one job, or the jobs of one model stacked; one line per
-    model with seeds to stack saying which way it trains and why (nothing when there is none)."""
-    by_model: dict[str, list[TrainJob]] = {}
+def stack_units(jobs: list, choice: str, sized: Callable, write=print) -> list[tuple]:
+    """The jobs (toylens.family.TrainJob) as units a worker takes: one job, or the jobs of one model
+    stacked; one line per model with seeds to stack saying which way it trains and why (nothing
+    when there is none). `sized`: toylens.family.sized_spec, for the probe."""
+    by_model: dict[str, list] = {}
     for job in jobs:
         if job.train:
             by_model.setdefault(job.plan.model_name, []).append(job)
@@ -107,33 +108,25 @@ def stack_units(jobs: list[TrainJob], choice: str, write=print) -> list[tuple[Tr
             stacked.add(name)
             write(f"training {name}: {len(members)} seeds stacked (--stack on)")
             continue
-        measured = probe(members[0].plan, min(len(members), PROBE_SEEDS))
+        measured = probe(members[0].plan, min(len(members), PROBE_SEEDS), sized)
         faster = measured.ratio >= STACK_MARGIN
         way = f"{len(members)} seeds stacked" if faster else "one seed at a time"
         write(f"training {name}: {way} (--stack auto: {measured.words()}; stacks at >= {STACK_MARGIN}x)")
         if faster:
             stacked.add(name)
-    units: list[tuple[TrainJob, ...]] = [tuple(by_model[name]) for name in by_model if name in stacked]
+    units: list[tuple] = [tuple(by_model[name]) for name in by_model if name in stacked]
     units += [(job,) for job in jobs if not (job.train and job.plan.model_name in stacked)]
     return units
 
 
-def train_unit(unit: tuple[TrainJob, ...]) -> list[tuple]:
-    """Each job's (metrics, report measurement): one job as `toylens.family.train_job` runs it, or
-    the jobs of a stack trained together, each run's folder written the moment its seed stops."""
-    from toylens.family import train_job
-
-    if len(unit) == 1:
-        return [train_job(unit[0])]
-    return train_stack(unit)
-
-
-def train_stack(unit: tuple[TrainJob, ...]) -> list[tuple]:
+def train_stack(unit: tuple, prepare: Callable, finished: Callable) -> list[tuple]:
+    """Each job's (metrics, report measurement) for the jobs of a stack trained together: every run
+    folder started by `prepare(plan, resume)` (toylens.family.prepare) and written by
+    `finished(plan, prepared, result)` (toylens.family.write_finished) the moment its seed stops."""
     from tasks.training.loop import SNAPSHOTS
     from tasks.training.resume import STATE
     from tasks.training.runs import LOG
     from tasks.training.stacked import SeedJob, train_stacked
-    from toylens.family import prepare, write_finished
 
     prepared = [prepare(job.plan, job.resume) for job in unit]
     seeds = [
@@ -153,13 +146,13 @@ def train_stack(unit: tuple[TrainJob, ...]) -> list[tuple]:
     metrics: dict[int, dict] = {}
 
     def written(index: int, result) -> None:
-        metrics[index] = write_finished(unit[index].plan, prepared[index], result)
+        metrics[index] = finished(unit[index].plan, prepared[index], result)
 
     train_stacked(seeds, unit[0].plan.settings, written, unit[0].checkpoint_every)
     return [(metrics[i], report_measurement(job)) for i, job in enumerate(unit)]
 
 
-def report_measurement(job: TrainJob):
+def report_measurement(job) -> Any:
     """What the circuit report shows for the job's run, when the job asks (`--report`)."""
     if job.report_out is None:
         return None
