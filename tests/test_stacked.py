@@ -133,7 +133,7 @@ def test_a_stacked_seed_that_stops_early_is_not_changed_by_the_others_later_step
     assert not far, far
 
 
-TRAIN = ["--models", "block-1", "--seeds", "0-1", "--steps", "60", "--eval-every", "10", "--checkpoint-every", "10"]
+TRAIN = ["--models", "block-1", "--seeds", "0-1", "--steps", "80", "--eval-every", "10", "--checkpoint-every", "10"]
 TRAIN += ["--nouns", "6", "--batch-size", "16", "--jobs", "1", "--no-progress", "--stack", "on"]
 
 
@@ -153,12 +153,43 @@ def test_a_killed_stacked_train_resumes_to_the_uninterrupted_files(tmp_path):
         train_argv(out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env
     )
     deadline = time.monotonic() + 300
-    while not any(out.rglob(STATE)) and process.poll() is None and time.monotonic() < deadline:
+    saved = f"*/seed*/{STATE}"  # in a run folder itself: rglob would also see the temp of one being written
+    while not any(out.glob(saved)) and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.005)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
-    unfinished = [p.parent for p in out.rglob("config.json") if not (p.parent / "metrics.json").exists()]
-    assert unfinished, "the train finished before the kill: nothing was resumed"
+    resumable = [p.parent for p in out.glob(saved) if not (p.parent / "metrics.json").exists()]
+    assert resumable, "no unfinished run with a saved train state at the kill: nothing was resumed"
     resumed = subprocess.run(train_argv(out, "--resume"), capture_output=True, text=True, env=env, timeout=600)
     assert resumed.returncode == 0, resumed.stderr
     assert_same_files(out, reference)
+
+
+def test_auto_stacks_a_model_only_where_its_probe_measured_stacking_faster(monkeypatch):
+    """`--stack auto` follows each model's probe (stubbed: ratios 1.5 and 0.8) and says so per
+    model; `on` stacks every model with two or more seeds to train, `off` none; a model with one
+    seed to train is never stacked nor probed."""
+    from types import SimpleNamespace
+
+    from toylens import stacking
+
+    def job(name: str, seed: int, train: bool = True):
+        return SimpleNamespace(train=train, plan=SimpleNamespace(model_name=name, seed=seed))
+
+    jobs = [job("fast", 0), job("fast", 1), job("slow", 0), job("slow", 1), job("alone", 0), job("kept", 0, False)]
+    ratios = {"fast": 1.5, "slow": 0.8}
+    probed = []
+
+    def probe(plan, seeds, sized):
+        probed.append(plan.model_name)
+        return stacking.Probe(ratios[plan.model_name] * 0.01, 0.01, seeds, 8, "CPU")
+
+    monkeypatch.setattr(stacking, "probe", probe)
+    lines: list[str] = []
+    units = stacking.stack_units(jobs, "auto", None, lines.append)
+    assert probed == ["fast", "slow"]
+    assert (jobs[0], jobs[1]) in units and sorted(len(unit) for unit in units) == [1, 1, 1, 1, 2]
+    assert "fast: 2 seeds stacked (--stack auto: 1.50x" in lines[0] and "slow: one seed at a time" in lines[1]
+    assert len(lines) == 2
+    assert sorted(len(unit) for unit in stacking.stack_units(jobs, "on", None, lines.append)) == [1, 1, 2, 2]
+    assert all(len(unit) == 1 for unit in stacking.stack_units(jobs, "off", None, lines.append))
