@@ -186,10 +186,10 @@ def test_auto_stacks_a_model_only_where_its_probe_measured_stacking_faster(monke
 
     monkeypatch.setattr(stacking, "probe", probe)
     lines: list[str] = []
-    units = stacking.stack_units(jobs, "auto", None, lines.append)
+    units = stacking.stack_units(jobs, "auto", sized_spec, lines.append)
     assert probed == ["fast", "slow"]
     assert (jobs[0], jobs[1]) in units and sorted(len(unit) for unit in units) == [1, 1, 1, 1, 2]
     assert "fast: 2 seeds stacked (--stack auto: 1.50x" in lines[0] and "slow: one seed at a time" in lines[1]
     assert len(lines) == 2
-    assert sorted(len(unit) for unit in stacking.stack_units(jobs, "on", None, lines.append)) == [1, 1, 2, 2]
-    assert all(len(unit) == 1 for unit in stacking.stack_units(jobs, "off", None, lines.append))
+    assert sorted(len(unit) for unit in stacking.stack_units(jobs, "on", sized_spec, lines.append)) == [1, 1, 2, 2]
+    assert all(len(unit) == 1 for unit in stacking.stack_units(jobs, "off", sized_spec, lines.append))
