@@ -36,6 +36,14 @@ def add_train_arguments(parser: Parser, task_cls: type[Task]) -> None:
     )
     add_jobs_arguments(parser)
     parser.add_argument(
+        "--stack",
+        choices=("auto", "on", "off"),
+        default="off",
+        help="train each model's seeds stacked, as one computation over a seed axis (each run's folder as "
+        "one seed at a time writes it, equal within float rounding): on, off (default), or auto: stack a "
+        "model only where a short probe of a few steps measures stacking faster per seed-step",
+    )
+    parser.add_argument(
         "--strict",
         action="store_true",
         help="exit with status 1 when the shortcut audit fails or is inconclusive (after everything is written)",
@@ -73,6 +81,7 @@ def train_command(task_cls: type[Task], args) -> None:
             checkpoint_every=args.checkpoint_every,
             jobs=args.jobs,
             report_out=staged,
+            stack=args.stack,
         )
         # The comparison is a probe; the CLI composes training and probing, the packages stay apart.
         from toylens.accuracy import compare_runs_command

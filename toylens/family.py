@@ -9,6 +9,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from models import ModelSpec, UsageError
 from models.checkpoint import CONFIG, FORMAT, WEIGHTS, save_checkpoint
@@ -223,6 +224,32 @@ def continue_run(plan: RunPlan) -> dict:
     return config
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A run about to train: its data, its model (built from its seed) and the config.json written."""
+
+    batches: dict
+    spec: ModelSpec
+    model: Any  # the TransformerBridge models.build_model made
+    config: dict
+
+
+def prepare(plan: RunPlan, resume: bool = False, command: str | None = None) -> Prepared:
+    """The run's data and model, and its folder started (or continued, with `resume`)."""
+    from models import build_model
+    from tasks.data import task_dataset, to_batch
+    from tasks.training.loop import SNAPSHOTS
+
+    data = task_dataset(plan.task, plan.seed)
+    batches = {name: to_batch(split) for name, split in data.items()}
+    spec = sized_spec(plan.spec, plan.task, batches, plan.context, plan.settings.batch_size)
+    model = build_model(spec, seed=plan.seed)
+    config = continue_run(plan) if resume else start_run(plan, spec, command)
+    for folder in (plan.run_dir, plan.run_dir / SNAPSHOTS):  # temps a kill left mid-write
+        clean_leftovers(folder)
+    return Prepared(batches, spec, model, config)
+
+
 def execute(
     plan: RunPlan,
     progress: bool = True,
@@ -233,23 +260,14 @@ def execute(
 ) -> dict:
     """Train one run (or continue it from its saved train state) and write its folder; returns its
     metrics. Without `checkpoints`, no train state is saved on the way (for a folder nothing resumes)."""
-    from models import build_model
-    from tasks.data import task_dataset, to_batch
-    from probes.accuracy import EVALUATION, TRAINING_FIELDS, measure_accuracy
     from tasks.training.resume import STATE
     from tasks.training.loop import SNAPSHOTS, train
 
-    data = task_dataset(plan.task, plan.seed)
-    batches = {name: to_batch(split) for name, split in data.items()}
-    spec = sized_spec(plan.spec, plan.task, batches, plan.context, plan.settings.batch_size)
-    model = build_model(spec, seed=plan.seed)
-    config = continue_run(plan) if resume else start_run(plan, spec, command)
-    for folder in (plan.run_dir, plan.run_dir / SNAPSHOTS):  # temps a kill left mid-write
-        clean_leftovers(folder)
+    run = prepare(plan, resume, command)
     result = train(
-        model,
-        batches["train"],
-        batches["validation"],
+        run.model,
+        run.batches["train"],
+        run.batches["validation"],
         plan.settings,
         plan.seed,
         log_path=plan.run_dir / LOG,
@@ -260,10 +278,19 @@ def execute(
         checkpoint_every=checkpoint_every,
         resume=resume,
     )
-    weights_sha256 = save_checkpoint(plan.run_dir, model, config)
+    return write_finished(plan, run, result)
+
+
+def write_finished(plan: RunPlan, run: Prepared, result) -> dict:
+    """The trained run's weights, its accuracy and metrics.json (written last: the folder is then
+    finished), its train state removed; returns its metrics."""
+    from probes.accuracy import EVALUATION, TRAINING_FIELDS, measure_accuracy
+    from tasks.training.resume import STATE
+
+    weights_sha256 = save_checkpoint(plan.run_dir, run.model, run.config)
     # Measured here, in the worker that holds the model, so the comparison after training reads it
     # (for these exact weights and spec only; folders move, so no path).
-    evaluation = measure_accuracy(model, batches, plan.model_name, plan.seed, plan.run_dir, result.steps)
+    evaluation = measure_accuracy(run.model, run.batches, plan.model_name, plan.seed, plan.run_dir, result.steps)
     record = {k: v for k, v in asdict(evaluation).items() if k not in ("path", *TRAINING_FIELDS)}
     metrics = {
         "steps": result.steps,
@@ -271,7 +298,7 @@ def execute(
         "stop_rule": plan.settings.describe_stop(),
         "train_seconds": round(result.seconds, 3),
         "accuracy": {name: split.accuracy.value for name, split in evaluation.splits.items()},
-        EVALUATION: {**record, "weights_sha256": weights_sha256, "spec": spec.to_dict()},
+        EVALUATION: {**record, "weights_sha256": weights_sha256, "spec": run.spec.to_dict()},
     }
     metrics["sha256"] = metrics_sha256(metrics)
     write_json(plan.run_dir / METRICS, metrics)
@@ -293,8 +320,10 @@ def train_family(
     checkpoint_every: int | None = None,
     jobs: int = 1,
     report_out: Path | None = None,
+    stack: str = "off",
 ) -> list:
-    """Train every plan not already done; with jobs > 1, that many runs at a time in worker processes.
+    """Train every plan not already done; with jobs > 1, that many runs (or stacks) at a time in worker
+    processes; `stack` is toylens.stacking's choice (auto, on, off) of stacking a model's seeds.
     With `report_out`, each worker then measures what the circuit report shows for its run (kept runs
     too), saving the report's own start-up; returns those measurements in plan order (else Nones)."""
     if not plans:
@@ -304,7 +333,7 @@ def train_family(
     out = plans[0].run_dir.parent.parent
     check_out_folder(out, plans[0].task, {plan.run_dir for plan in plans})
     with folder_lock(out, "runs folder"):
-        return train_locked(plans, out, overwrite, progress, resume, checkpoint_every, jobs, report_out)
+        return train_locked(plans, out, overwrite, progress, resume, checkpoint_every, jobs, report_out, stack)
 
 
 def train_locked(
@@ -316,7 +345,10 @@ def train_locked(
     checkpoint_every: int | None,
     jobs: int,
     report_out: Path | None,
+    stack: str = "off",
 ) -> list:
+    from toylens.stacking import stack_units
+
     statuses = [existing_status(plan, overwrite, resume) for plan in plans]
     for plan, status in zip(plans, statuses):
         if status != "done":  # this run folder will be written: nothing of the user's may be in it
@@ -339,15 +371,16 @@ def train_locked(
                 )
             )
     task = plans[0].task
+    units = stack_units(todo, stack, sized_spec)
     try:
         results = map_jobs(
-            train_job,
-            todo,
+            train_unit,
+            units,
             jobs,
-            f"training {len(todo)} runs, {min(jobs, len(todo))} at a time",
+            f"training {len(todo)} runs, {min(jobs, len(units))} at a time",
             progress=progress and jobs > 1,
-            on_result=report_run,
-            cost=job_cost,
+            on_result=report_unit,
+            cost=unit_cost,
             isolate=runs_plugin_code(task),
         )
     except KeyboardInterrupt:
@@ -360,7 +393,10 @@ def train_locked(
             f"died ({died.how}): the task's code ended the process (os._exit, a signal) or the system "
             f"killed it (out of memory?); fix the plugin, then continue with: {resume_command()}"
         ) from None
-    measured = {job.plan.run_dir: result for job, (_, result) in zip(todo, results)}
+    outcomes = [
+        (job, outcome) for unit, unit_results in zip(units, results) for job, outcome in zip(unit, unit_results)
+    ]
+    measured = {job.plan.run_dir: result for job, (_, result) in outcomes}
     return [measured.get(plan.run_dir) for plan in plans]
 
 
@@ -376,6 +412,11 @@ def report_run(job: "TrainJob", result: tuple, write=print) -> None:
     )
 
 
+def report_unit(unit: tuple, results: list, write=print) -> None:
+    for job, result in zip(unit, results):
+        report_run(job, result, write)
+
+
 def step_cost(spec: ModelSpec) -> float:
     """Rough relative cost of a training step, so the slowest runs start first and short ones fill
     the gaps at the end (an expensive run started last left a core idle for a minute, measured)."""
@@ -383,8 +424,9 @@ def step_cost(spec: ModelSpec) -> float:
     return spec.n_layers * per_layer
 
 
-def job_cost(job: "TrainJob") -> float:
-    return step_cost(job.plan.spec) if job.train else 0.0
+def unit_cost(unit: tuple) -> float:
+    """A unit of work's cost (one job, or a stack of jobs): its jobs' step costs summed."""
+    return sum(step_cost(job.plan.spec) for job in unit if job.train)
 
 
 @dataclass(frozen=True)
@@ -407,6 +449,16 @@ def announce_start(job: TrainJob) -> None:
     doing += ", then tracing its circuits" if job.report_out is not None else ""
     start = "\r\x1b[K" if sys.stdout.isatty() else ""
     print(f"{start}{job.plan.model_name:>16} seed {job.plan.seed}: {doing}", flush=True)
+
+
+def train_unit(unit: tuple[TrainJob, ...]) -> list[tuple]:
+    """Each job's (metrics, report measurement): one job as `train_job` runs it, or the jobs of one
+    model stacked (toylens.stacking), each run's folder written the moment its seed stops."""
+    from toylens.stacking import train_stack
+
+    if len(unit) == 1:
+        return [train_job(unit[0])]
+    return train_stack(unit, prepare, write_finished)
 
 
 def train_job(job: TrainJob) -> tuple:
