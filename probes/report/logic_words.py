@@ -85,11 +85,23 @@ def split_sentence(r: Relation) -> str:
     )
 
 
+def higher_and_sentence(r: Relation) -> str:
+    alone = ", ".join(f"{c} {ci(a)}" for c, a in zip(r.members, r.alone))
+    return (
+        f"AND of {names(r.members)}: only all {len(r.members)} together add what they add (with the other members "
+        f"kept, together {ci(r.together)}; what only all of them together add, beyond every smaller subset, "
+        f"{ci(r.interaction) if r.interaction else '-'}; above {pct(ADDITIVE)} of together); each alone, the others "
+        f"of the group knocked out, adds {alone}"
+    )
+
+
 def word_sentence(kind: Kind, r: Relation) -> str:
     if kind is Kind.ADDITIVE:
         return (
             f"additive: {names(r.members)} add up (|interaction| within {pct(ADDITIVE)} of together): {pair_numbers(r)}"
         )
+    if kind is Kind.AND and len(r.members) > 2:
+        return higher_and_sentence(r)
     if kind is Kind.AND:
         return f"AND (synergy): {names(r.members)} together add more than the sum of what each adds alone: {pair_numbers(r)}"
     if kind is Kind.SERIES:
