@@ -152,3 +152,15 @@ def test_the_relations_run_on_every_pair_given_within_the_token_budget(monkeypat
     monkeypatch.setattr(subsets, "TOKEN_BUDGET", 20 * per_pair)
     budgeted = logic(g.model, few, graph, g.edges, single, runs, wide=g.batch)
     assert budgeted.interactions.pairs_n == 20 and all(r.pairs == 20 for r in budgeted.relations)
+
+
+def test_every_relation_sentence_says_on_how_many_pairs_it_holds(found):
+    import re
+
+    from probes.report.logic_words import path_sentence, relation_sentence
+
+    for name, (_, logic) in found.items():
+        for r in logic.relations:
+            said = relation_sentence(r)
+            assert re.search(rf"holds on \d+ of \d+ pairs the members move \({PAIRS} pairs\)", said), (name, said)
+        assert f"on {PAIRS} pairs" in path_sentence(logic), name

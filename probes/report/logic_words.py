@@ -132,7 +132,7 @@ def word_sentence(kind: Kind, r: Relation) -> str:
 
 def relation_sentence(r: Relation) -> str:
     if r.kind is Kind.CASE_SPLIT:
-        return split_sentence(r)
+        return split_sentence(r) + f"; {held(r)}"
     if r.kind is Kind.BORDERLINE and r.between:
         point, other = r.between
         return (
@@ -198,14 +198,15 @@ def path_sentence(logic: Logic) -> str:
         more = f" and {len(carrying) - len(shown)} more" if len(carrying) > len(shown) else ""
         return (
             "main path" + ("s" if len(carrying) > 1 else "") + f" (each keeps at least {pct(PATH_CARRIES)} of the "
-            "gap on its own edges, with its first component's other embedding inputs): "
+            f"gap on its own edges, with its first component's other embedding inputs, on {logic.pairs} pairs): "
             + "; ".join(f"{path_text(p)} ({pct(p.effect)})" for p in shown)
             + more
         )
     if logic.paths:
         best = logic.paths[0]
         return (
-            f"no single path through the circuit keeps {pct(PATH_CARRIES)} of the gap on its own (the strongest, "
+            f"no single path through the circuit keeps {pct(PATH_CARRIES)} of the gap on its own on {logic.pairs} pairs "
+            "(the strongest, "
             f"{path_text(best)}, keeps {pct(best.effect)}): the answer needs several paths together"
         )
     return "the circuit has no path from the embeddings to the logits"
