@@ -28,16 +28,27 @@ class KnockOut:
     """f of sets of kept components: every other head's z and MLP's output from the counterfactual
     run, on the clean run (0 = the counterfactual run, 1 = the clean run)."""
 
-    def __init__(self, model, batch: Batch, runs: Runs, components: tuple[Component, ...]):
-        if runs.direction is not Direction.NOISE:
+    def __init__(self, model, batch: Batch, runs: Runs | None, components: tuple[Component, ...]):
+        """`runs`: the pairs' recorded runs where the caller has them; None runs the clean forward here,
+        keeping only what a knock-out reads (record_runs also keeps every sender's write)."""
+        if runs is not None and runs.direction is not Direction.NOISE:
             raise ValueError("components are kept clean: pass runs recorded with direction 'noise'")
-        self.model, self.batch, self.runs, self.components = model, batch.to(device_of(model)), runs, components
+        self.model, self.batch, self.components = model, batch.to(device_of(model)), components
         names = {name_of(c) for c in components}
         logits, cache = model.run_with_cache(corrupt_inputs(self.batch), names_filter=lambda n: n in names)
         self.other = {name: cache[name] for name in names}
         # the counterfactual run's metric at each scored position: 0 of the gap, row by row
         self.other_rows = scored_metric(replica_scored(logits, self.batch), self.batch)[0].detach().cpu()
-        self.empty, self.full = runs.other.outcome.metric, runs.base.outcome.metric
+        if runs is None:
+            embedded = get_act_name("resid_pre", 0)
+            clean, cache = model.run_with_cache(self.batch.inputs, names_filter=lambda n: n == embedded)
+            self.entering = cache[embedded]
+            self.empty, self.full = (
+                outcome(replica_scored(x, self.batch), self.batch)[0].metric for x in (logits, clean)
+            )
+        else:
+            self.entering = runs.base.resid_pre[0]
+            self.empty, self.full = runs.other.outcome.metric, runs.base.outcome.metric
         self.measured = 0
 
     def hook(self, name: str, members: list[frozenset]):
@@ -96,7 +107,7 @@ class KnockOut:
         """The residual entering the last block with the members before it kept as each key says."""
         if not keys:
             return []
-        resid = self.runs.base.resid_pre[0].repeat(len(keys), 1, 1)
+        resid = self.entering.repeat(len(keys), 1, 1)
         if last == 0:
             return list(resid.chunk(len(keys)))
         hooks = [(name, self.hook(name, keys)) for name in self.names(0, last)]

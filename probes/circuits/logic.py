@@ -188,7 +188,7 @@ def logic(
         values = {}
         sets = bounded_sets(values, knock_out, components)
     members = ordered({e.sender for e in circuit if not isinstance(e.sender, Embed)})
-    subsets = relation_subsets(model, batch if wide is None else wide, graph, runs if wide is None else None, members)
+    subsets = relation_subsets(model, batch if wide is None else wide, runs if wide is None else None, members)
     found = own_paths(graph, frozenset(circuit), dict(zip(graph.edges, single.tolist())), f)
     return Logic(
         components,
@@ -203,15 +203,13 @@ def logic(
     )
 
 
-def relation_subsets(model, batch: Batch, graph: Graph, runs: Runs | None, members) -> Subsets | None:
+def relation_subsets(model, batch: Batch, runs: Runs | None, members) -> Subsets | None:
     """f on subsets of the members over `batch`'s pairs within subsets.TOKEN_BUDGET (`runs`: those of
-    `batch`, recorded when None or when the budget takes fewer pairs)."""
+    `batch`, or None; not used when the budget takes fewer pairs)."""
     if not members:
         return None
     pairs = budget_pairs(batch, members)
-    if runs is None or len(pairs) != len(batch):
-        runs = record_runs(model, pairs, graph, Direction.NOISE)
-    return Subsets(model, pairs, runs, members)
+    return Subsets(model, pairs, runs if len(pairs) == len(batch) else None, members)
 
 
 def own_paths(graph: Graph, circuit: frozenset, share: dict, f) -> tuple[Path, ...]:

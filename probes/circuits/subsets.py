@@ -35,8 +35,8 @@ EXACT_MEMBERS = 8  # up to this many members every subset is measured (2^8 sets 
 # block-2; 2^10 took 35-47 s under load)
 BOOTSTRAP = 200  # resamples of the pairs for every interval
 SEED = 0
-TOKEN_BUDGET = 2**19  # sets x pairs x tokens per pair measured first: all 480 Winograd pairs up to 6
-# members (64 sets), 256 of them at 7 members; the CPU this costs on block-2 is about what 64 pairs cost
+TOKEN_BUDGET = 2**19  # sets x pairs x tokens per pair measured first: all 480 Winograd pairs (17 tokens) up to 6
+# members (64 sets), 240 of them at 7 members; the CPU this costs on block-2 is about what 64 pairs cost
 # before the last block was replayed alone (components.KnockOut.scored)
 FLAT_ROW = 1e-3  # a pair whose members move its metric by less than this share of the mean gap is flat
 
@@ -59,7 +59,7 @@ def budget_pairs(batch: Batch, members: tuple[Component, ...]) -> Batch:
 class Subsets:
     """The metric of every subset measured so far, at every scored position; measures more on demand."""
 
-    def __init__(self, model, batch: Batch, runs: Runs, members: tuple[Component, ...]):
+    def __init__(self, model, batch: Batch, runs: Runs | None, members: tuple[Component, ...]):
         self.members = ordered(members)
         self.all = frozenset(self.members)
         self.knock_out = KnockOut(model, batch, runs, self.members)
