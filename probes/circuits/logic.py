@@ -188,7 +188,9 @@ def logic(
         values = {}
         sets = bounded_sets(values, knock_out, components)
     members = ordered({e.sender for e in circuit if not isinstance(e.sender, Embed)})
-    subsets = relation_subsets(model, batch if wide is None else wide, runs if wide is None else None, members)
+    subsets = relation_subsets(
+        model, batch if wide is None else wide, runs if wide is None else None, members, len(batch)
+    )
     found = own_paths(graph, frozenset(circuit), dict(zip(graph.edges, single.tolist())), f)
     return Logic(
         components,
@@ -203,12 +205,12 @@ def logic(
     )
 
 
-def relation_subsets(model, batch: Batch, runs: Runs | None, members) -> Subsets | None:
-    """f on subsets of the members over `batch`'s pairs within subsets.TOKEN_BUDGET (`runs`: those of
-    `batch`, or None; not used when the budget takes fewer pairs)."""
+def relation_subsets(model, batch: Batch, runs: Runs | None, members, least: int) -> Subsets | None:
+    """f on subsets of the members over `batch`'s pairs within subsets.TOKEN_BUDGET, at least `least`
+    of them (`runs`: those of `batch`, or None; not used when the budget takes fewer pairs)."""
     if not members:
         return None
-    pairs = budget_pairs(batch, members)
+    pairs = budget_pairs(batch, members, least)
     return Subsets(model, pairs, runs if len(pairs) == len(batch) else None, members)
 
 

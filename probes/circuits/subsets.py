@@ -17,8 +17,8 @@ Up to EXACT_MEMBERS members every subset is measured (batched, 2^n sets); beyond
 knocks out at most two members, and any other set when a rule asks for it (`f` measures it then).
 
 On how many pairs (`budget_pairs`): every held-out pair the caller passes, unless the first sets
-over them would exceed TOKEN_BUDGET token forwards; then that many pairs, evenly spread (the
-sentences say on how many pairs each relation holds and of how many).
+over them would exceed TOKEN_BUDGET token forwards; then that many pairs, evenly spread, and never
+fewer than the circuit was found on (the sentences say on how many pairs each relation holds).
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ EXACT_MEMBERS = 8  # up to this many members every subset is measured (2^8 sets 
 # block-2; 2^10 took 35-47 s under load)
 BOOTSTRAP = 200  # resamples of the pairs for every interval
 SEED = 0
-TOKEN_BUDGET = 2**19  # sets x pairs x tokens per pair measured first: all 480 Winograd pairs (17 tokens) up to 6
-# members (64 sets), 240 of them at 7 members; the CPU this costs on block-2 is about what 64 pairs cost
-# before the last block was replayed alone (components.KnockOut.scored)
+TOKEN_BUDGET = 2**17  # sets x pairs x tokens per pair measured first (never fewer pairs than the circuit was
+# found on): all 480 Winograd pairs (17 tokens) up to 4 members, 240 at 5 members, the circuit's 64 at 7; on
+# block-2 the CPU then stays what 64 pairs cost before the last block was replayed alone (KnockOut.scored)
 FLAT_ROW = 1e-3  # a pair whose members move its metric by less than this share of the mean gap is flat
 
 
@@ -50,10 +50,11 @@ def first_sets(members: tuple[Component, ...]) -> list[frozenset]:
     return [whole - frozenset(c) for k in range(3) for c in itertools.combinations(members, k)] + [frozenset()]
 
 
-def budget_pairs(batch: Batch, members: tuple[Component, ...]) -> Batch:
-    """`batch`, or as many of its pairs, evenly spread, as keep the first sets within TOKEN_BUDGET."""
+def budget_pairs(batch: Batch, members: tuple[Component, ...], least: int = 1) -> Batch:
+    """`batch`, or as many of its pairs, evenly spread, as keep the first sets within TOKEN_BUDGET (at
+    least `least`)."""
     per_pair = batch.inputs.shape[1] * len(first_sets(ordered(members)))
-    return spread_subset(batch, max(1, TOKEN_BUDGET // per_pair))
+    return spread_subset(batch, max(least, TOKEN_BUDGET // per_pair))
 
 
 class Subsets:
