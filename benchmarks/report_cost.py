@@ -42,6 +42,7 @@ STEPS = (
     ("probes.circuits.named", "edge_circuit"),
     ("probes.circuits.redundancy", "circuit_structure"),
     ("probes.circuits.positional", "positional_circuit"),
+    ("probes.circuits.logic", "logic"),
     ("probes.circuits.timeline", "circuit_timeline"),
     ("probes.dynamics", "run_dynamics"),
     ("probes.report.figures", "save"),

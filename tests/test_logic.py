@@ -131,6 +131,30 @@ def test_knock_out_at_the_components_equals_the_edge_oracle(found):
     assert torch.allclose(torch.tensor(fast), torch.tensor(exact), atol=1e-5)
 
 
+def test_knock_out_replays_the_last_block_alone_as_the_whole_forward_would(found):
+    """KnockOut runs the blocks before the last once per choice of the members kept there: on every
+    subset of the members of a chain with a backed-up link, the edge oracle's numbers."""
+    import itertools
+
+    from probes.circuits.logic import KnockOut
+    from probes.circuits.logic import every_subset
+    from probes.circuits.methods.joint import SetFaithfulness
+    from probes.circuits.oracle import record_runs
+    from models.graph import Embed
+
+    p, logic = found["backup-chain"]
+    graph, members = graph_of(p.spec), [m.component for m in logic.interactions.members]
+    assert any(c.layer < p.spec.n_layers - 1 for c in members), members  # knock-outs before the last block
+    runs = record_runs(p.model, p.batch, graph)
+    sets = every_subset(tuple(members))
+    edges = [frozenset(e for e in graph.edges if isinstance(e.sender, Embed) or e.sender in s) for s in sets]
+    fast = KnockOut(p.model, p.batch, runs, logic.components)(sets)
+    exact = SetFaithfulness(p.model, p.batch, graph, runs)(edges)
+    assert torch.allclose(torch.tensor(fast), torch.tensor(exact), atol=1e-5), list(
+        itertools.compress(sets, [abs(a - b) > 1e-5 for a, b in zip(fast, exact)])
+    )
+
+
 def test_beyond_the_exhaustive_size_the_search_is_bounded_and_says_so(found, monkeypatch):
     import probes.circuits.logic as logic_module
 

@@ -116,3 +116,51 @@ def test_the_cell_names_members_by_contribution_not_index(found):
 
     assert mechanism_cell(found["case-split-2"][1]) == "case split(L1H0>L0H0)"
     assert mechanism_cell(found["case-split-3"][1]) == "case split(L0H0>L0H1=L1H0)"
+
+
+def test_an_and_of_three_is_named_as_one_and_not_as_its_pairs():
+    """and-three: any two of its heads keep nothing, all three everything. Its pairs each show a
+    synergy with the third kept, but only the three together carry it (Harsanyi term 100%)."""
+    from probes.circuits.truth.gates import and_three, and_across
+
+    said = text(traced(and_three(PAIRS)))
+    assert "AND of L0H0, L1H0 and L2H0: only all 3 together add what they add" in said, said
+    assert "beyond every smaller subset, 100% [100%, 100%]" in said
+    assert "AND (synergy): L0H0 and L1H0" not in said
+    pair = text(traced(and_across(PAIRS)))  # an AND of two is no AND of three with a third member
+    assert "AND (synergy): L0H0 and L1H0 together" in pair and "AND of" not in pair, pair
+
+
+def test_the_relations_run_on_every_pair_given_within_the_token_budget(monkeypatch):
+    """The circuit is found on a few pairs; its members' relations on every pair `wide` holds, or on
+    as many as subsets.TOKEN_BUDGET allows, evenly spread, and every sentence says on how many."""
+    from probes.circuits import subsets
+    from probes.circuits.logic import logic
+    from probes.circuits.oracle import edge_effects, record_runs
+    from probes.circuits.truth.relation_gates import relation_gate_models
+    from models.graph import graph_of
+    from tasks.data import spread_subset
+
+    g = next(m for m in relation_gate_models(3 * PAIRS) if m.name == "partial-or-symmetric")
+    graph, few = graph_of(g.spec), spread_subset(g.batch, PAIRS)
+    runs = record_runs(g.model, few, graph)
+    single = edge_effects(g.model, few, graph, runs=runs).normalised()
+    found = logic(g.model, few, graph, g.edges, single, runs, wide=g.batch)
+    assert found.pairs == PAIRS and found.interactions.pairs_n == 3 * PAIRS
+    assert f"({3 * PAIRS} pairs)" in text(found) and f"contributions on {3 * PAIRS} pairs" in text(found)
+    per_pair = g.batch.inputs.shape[1] * 2 ** len(found.interactions.members)
+    monkeypatch.setattr(subsets, "TOKEN_BUDGET", 20 * per_pair)
+    budgeted = logic(g.model, few, graph, g.edges, single, runs, wide=g.batch)
+    assert budgeted.interactions.pairs_n == 20 and all(r.pairs == 20 for r in budgeted.relations)
+
+
+def test_every_relation_sentence_says_on_how_many_pairs_it_holds(found):
+    import re
+
+    from probes.report.logic_words import path_sentence, relation_sentence
+
+    for name, (_, logic) in found.items():
+        for r in logic.relations:
+            said = relation_sentence(r)
+            assert re.search(rf"holds on \d+ of \d+ pairs the members move \({PAIRS} pairs\)", said), (name, said)
+        assert f"on {PAIRS} pairs" in path_sentence(logic), name

@@ -11,6 +11,7 @@ from transformer_lens.utilities import get_act_name
 from common.stats import share
 from models.bridge import device_of
 from models.graph import MLP, Edge, Head
+from models.resume import resumable
 from probes.circuits.edge_hooks import mlp_out_name
 from probes.circuits.oracle import Direction, Runs
 from probes.patching import corrupt_inputs, outcome, replica_scored, replicas_per_forward, scored_logits, scored_metric
@@ -27,16 +28,27 @@ class KnockOut:
     """f of sets of kept components: every other head's z and MLP's output from the counterfactual
     run, on the clean run (0 = the counterfactual run, 1 = the clean run)."""
 
-    def __init__(self, model, batch: Batch, runs: Runs, components: tuple[Component, ...]):
-        if runs.direction is not Direction.NOISE:
+    def __init__(self, model, batch: Batch, runs: Runs | None, components: tuple[Component, ...]):
+        """`runs`: the pairs' recorded runs where the caller has them; None runs the clean forward here,
+        keeping only what a knock-out reads (record_runs also keeps every sender's write)."""
+        if runs is not None and runs.direction is not Direction.NOISE:
             raise ValueError("components are kept clean: pass runs recorded with direction 'noise'")
-        self.model, self.batch, self.runs, self.components = model, batch.to(device_of(model)), runs, components
+        self.model, self.batch, self.components = model, batch.to(device_of(model)), components
         names = {name_of(c) for c in components}
         logits, cache = model.run_with_cache(corrupt_inputs(self.batch), names_filter=lambda n: n in names)
         self.other = {name: cache[name] for name in names}
         # the counterfactual run's metric at each scored position: 0 of the gap, row by row
         self.other_rows = scored_metric(replica_scored(logits, self.batch), self.batch)[0].detach().cpu()
-        self.empty, self.full = runs.other.outcome.metric, runs.base.outcome.metric
+        if runs is None:
+            embedded = get_act_name("resid_pre", 0)
+            clean, cache = model.run_with_cache(self.batch.inputs, names_filter=lambda n: n == embedded)
+            self.entering = cache[embedded]
+            self.empty, self.full = (
+                outcome(replica_scored(x, self.batch), self.batch)[0].metric for x in (logits, clean)
+            )
+        else:
+            self.entering = runs.base.resid_pre[0]
+            self.empty, self.full = runs.other.outcome.metric, runs.base.outcome.metric
         self.measured = 0
 
     def hook(self, name: str, members: list[frozenset]):
@@ -62,16 +74,47 @@ class KnockOut:
 
     @torch.no_grad()
     def scored(self, sets: list[frozenset]):
-        """[replicas, k, vocab] scored logits of each set, a forward's worth of sets at a time."""
+        """[replicas, k, vocab] scored logits of each set, in order. The residual entering the last
+        block depends only on the members kept before it, so the earlier blocks run once per distinct
+        choice of those (`early`) and the last block once per set: on block-2 the 2^n sets of n members
+        cost about half as many block forwards as running every set from the embeddings."""
         self.measured += len(sets)
         per_forward = replicas_per_forward(self.batch)
-        names = sorted({name_of(c) for c in self.components})
-        for first in range(0, len(sets), per_forward):
-            members = sets[first : first + per_forward]
-            hooks = [(name, self.hook(name, members)) for name in names]
-            resid = self.runs.base.resid_pre[0].repeat(len(members), 1, 1)
+        last = self.model.cfg.n_layers - 1
+        order = sorted(range(len(sets)), key=lambda i: sorted(map(str, self.early(sets[i], last))))
+        found: dict[int, torch.Tensor] = {}
+        entering: dict[frozenset, torch.Tensor] = {}
+        for first in range(0, len(order), per_forward):
+            chunk = order[first : first + per_forward]
+            keys = list(dict.fromkeys(self.early(sets[i], last) for i in chunk))
+            entering = {k: entering[k] for k in keys if k in entering}  # the sorted order reuses the last chunk's
+            entering.update(zip(missing := [k for k in keys if k not in entering], self.enter_last(missing, last)))
+            resid = torch.cat([entering[self.early(sets[i], last)] for i in chunk])
+            hooks = [(name, self.hook(name, [sets[i] for i in chunk])) for name in self.names(last, last + 1)]
             with self.model.hooks(fwd_hooks=hooks):  # only the scored logits are read
-                yield scored_logits(self.model, resid, 0, self.batch, len(members))
+                logits = scored_logits(self.model, resid, last, self.batch, len(chunk))
+            found.update(zip(chunk, logits))
+        for first in range(0, len(sets), per_forward):
+            yield torch.stack([found.pop(i) for i in range(first, min(first + per_forward, len(sets)))])
+
+    def early(self, kept: frozenset, last: int) -> frozenset:
+        return frozenset(c for c in kept if c.layer < last)
+
+    def names(self, start: int, stop: int) -> list[str]:
+        return sorted({name_of(c) for c in self.components if start <= c.layer < stop})
+
+    def enter_last(self, keys: list[frozenset], last: int) -> list[torch.Tensor]:
+        """The residual entering the last block with the members before it kept as each key says."""
+        if not keys:
+            return []
+        resid = self.entering.repeat(len(keys), 1, 1)
+        if last == 0:
+            return list(resid.chunk(len(keys)))
+        hooks = [(name, self.hook(name, keys)) for name in self.names(0, last)]
+        with self.model.hooks(fwd_hooks=hooks):
+            for block in resumable(self.model).blocks[:last]:
+                (resid,) = block(resid)
+        return list(resid.chunk(len(keys)))
 
     def __call__(self, sets: list[frozenset]) -> list[float]:
         return [

@@ -36,7 +36,7 @@ from probes.circuits.interactions import Interactions, interactions
 from probes.circuits.methods.joint import SetFaithfulness
 from probes.circuits.oracle import Direction, Runs, record_runs
 from probes.circuits.relation_classes import Relation, relations
-from probes.circuits.subsets import Subsets
+from probes.circuits.subsets import Subsets, budget_pairs
 from tasks.data import Batch
 
 SUFFICES = 0.9  # a set of components keeping this share of the gap suffices
@@ -168,10 +168,13 @@ def logic(
     single,
     runs: Runs | None = None,
     components: tuple[Component, ...] | None = None,
+    wide: Batch | None = None,
 ) -> Logic:
     """`single`: each edge's share of the gap knocked out alone (EdgeEffects.normalised()).
     `components`: those to relate (default: every head and MLP of the graph, so a backup the ranked
-    circuit left out is still seen)."""
+    circuit left out is still seen). `wide`: the pairs the relations between the circuit's members
+    are measured on (subsets.budget_pairs of them; default `batch`); the minimal sets and the paths
+    are measured on `batch`, as the circuit was found."""
     runs = runs or record_runs(model, batch, graph, Direction.NOISE)
     f = SetFaithfulness(model, batch, graph, runs)
     components = ordered(components or [s for s in graph.senders if not isinstance(s, Embed)])
@@ -185,7 +188,9 @@ def logic(
         values = {}
         sets = bounded_sets(values, knock_out, components)
     members = ordered({e.sender for e in circuit if not isinstance(e.sender, Embed)})
-    subsets = Subsets(model, batch, runs, members) if members else None
+    subsets = relation_subsets(
+        model, batch if wide is None else wide, runs if wide is None else None, members, len(batch)
+    )
     found = own_paths(graph, frozenset(circuit), dict(zip(graph.edges, single.tolist())), f)
     return Logic(
         components,
@@ -198,6 +203,15 @@ def logic(
         len(batch),
         interactions(subsets) if subsets else None,
     )
+
+
+def relation_subsets(model, batch: Batch, runs: Runs | None, members, least: int) -> Subsets | None:
+    """f on subsets of the members over `batch`'s pairs within subsets.TOKEN_BUDGET, at least `least`
+    of them (`runs`: those of `batch`, or None; not used when the budget takes fewer pairs)."""
+    if not members:
+        return None
+    pairs = budget_pairs(batch, members, least)
+    return Subsets(model, pairs, runs if len(pairs) == len(batch) else None, members)
 
 
 def own_paths(graph: Graph, circuit: frozenset, share: dict, f) -> tuple[Path, ...]:

@@ -15,6 +15,13 @@ A group: three or more members joined by OR / OVERLAP pairs, G = what they add t
 - SHARED work: no member alone adds EXACT_OR x G, knocking out each costs at most SHARED_LOSS x G,
   and G >= SHARED_GROUP;
 - OVERLAP otherwise.
+A higher AND (every subset measured): three or more members G, none linked to another, with the
+other members kept, G's together >= NEEDED, together above the sum of what each adds alone (the
+rest of G knocked out) by more than ADDITIVE x together (synergy, as for a pair), and the Harsanyi
+term of G (sum over T in G of (-1)^(|G| - |T|) f(M - G + T): what only all of G together add,
+beyond every smaller subset) above ADDITIVE x together, so no pair or smaller group explains the
+synergy (an OR of three has a positive term too, but its members alone add more than together).
+The largest such group is named and its pairs are not (an AND of three read as three pairwise ANDs).
 NECESSARY: knocking the member out alone leaves less than 1 - SUFFICES of the gap.
 CASE_SPLIT: probes.circuits.rows.
 
@@ -206,6 +213,64 @@ def necessary(terms: Terms, c, moved: int) -> Relation | None:
     return Relation(word, (c,), interval(without), (), (interval(full - without),), None, rows, moved, s.pairs, between)
 
 
+def group_interaction(f, rest: frozenset, group: tuple) -> torch.Tensor:
+    """What only all of `group` together add, the members in `rest` kept (its Harsanyi term)."""
+    return sum(
+        (-1) ** (len(group) - k) * f(rest | frozenset(t))
+        for k in range(len(group) + 1)
+        for t in itertools.combinations(group, k)
+    )
+
+
+def and_codes(together, alone: torch.Tensor, interaction) -> torch.Tensor:
+    """The higher AND rule: `alone` [members, ...] what each adds with the rest of the group knocked out."""
+    synergy = (together - alone.sum(0) > ADDITIVE * together) & (interaction > ADDITIVE * together)
+    return torch.where((together >= NEEDED) & synergy, code(Kind.AND), code(None))
+
+
+def higher_and(terms: Terms, group: tuple, moved: int) -> Relation | None:
+    s = terms.subsets
+    rest = s.all - frozenset(group)
+    (full, full_r), (none, none_r) = terms.both(s.all), terms.both(rest)
+    interaction = group_interaction(lambda kept: terms.both(kept)[0], rest, group)
+    by_row = group_interaction(lambda kept: terms.both(kept)[1], rest, group)
+    only = [s.f(rest | {c}) - none for c in group]
+    only_r = torch.stack([s.row_share(rest | {c}).double() - none_r for c in group])
+    word, between, rows = decided(
+        and_codes(full - none, torch.stack(only), interaction), and_codes(full_r - none_r, only_r, by_row)
+    )
+    if word is None:
+        return None
+    order = sorted(range(len(group)), key=lambda i: (-float(only[i][0]), str(group[i])))
+    return Relation(
+        word,
+        tuple(group[i] for i in order),
+        interval(full - none),
+        tuple(interval(only[i]) for i in order),
+        tuple(interval(full - s.f(s.without(group[i]))) for i in order),
+        interval(interaction),
+        rows,
+        moved,
+        s.pairs,
+        between,
+    )
+
+
+def higher_ands(terms: Terms, reach: dict, moved: int) -> list[Relation]:
+    """The largest groups of three or more unlinked members read as an AND (every subset measured)."""
+    s, found = terms.subsets, []
+    if not s.exhaustive:
+        return []
+    for k in range(len(s.members), 2, -1):
+        for group in itertools.combinations(s.members, k):
+            if any(b in reach[a] for a in group for b in group) or any(set(group) <= set(r.members) for r in found):
+                continue
+            relation = higher_and(terms, group, moved)
+            if relation is not None and relation.kind is Kind.AND:
+                found.append(relation)
+    return found
+
+
 def quiet_group(terms: Terms) -> tuple:
     """Members each of whose loss is below SHARED_LOSS of the gap but that add at least NEEDED alone
     among them (the others of the group knocked out): redundancy among three or more that no pair
@@ -267,7 +332,9 @@ def relations(subsets: Subsets, links: frozenset[Edge]) -> tuple[Relation, ...]:
     grouped = [g for g in grouped if not set(g) < set(quiet)] + ([quiet] if quiet and quiet not in grouped else [])
     grouped = [g for g in grouped if split is None or not set(g) <= set(split.members)]
     out += [r for g in grouped if (r := group_relation(terms, g, moved)) is not None]
-    covered = [set(g) for g in grouped] + ([set(split.members)] if split else [])
+    ands = higher_ands(terms, reach, moved)
+    out += ands
+    covered = [set(g) for g in grouped] + [set(r.members) for r in ands] + ([set(split.members)] if split else [])
     out += [r for k, r in pairs.items() if not any(k <= g for g in covered)]
     out += [r for c in subsets.members if (r := necessary(terms, c, moved)) is not None]
     return tuple(out)

@@ -15,6 +15,10 @@ alone (`row_share`: on that pair's own scale, 0 = every member knocked out, 1 = 
 
 Up to EXACT_MEMBERS members every subset is measured (batched, 2^n sets); beyond, every set that
 knocks out at most two members, and any other set when a rule asks for it (`f` measures it then).
+
+On how many pairs (`budget_pairs`): every held-out pair the caller passes, unless the first sets
+over them would exceed TOKEN_BUDGET token forwards; then that many pairs, evenly spread, and never
+fewer than the circuit was found on (the sentences say on how many pairs each relation holds).
 """
 
 from __future__ import annotations
@@ -25,19 +29,38 @@ import torch
 
 from probes.circuits.components import Component, KnockOut, ordered
 from probes.circuits.oracle import Runs
-from tasks.data import Batch
+from tasks.data import Batch, spread_subset
 
 EXACT_MEMBERS = 8  # up to this many members every subset is measured (2^8 sets batched: seconds on
 # block-2; 2^10 took 35-47 s under load)
 BOOTSTRAP = 200  # resamples of the pairs for every interval
 SEED = 0
+TOKEN_BUDGET = 2**17  # sets x pairs x tokens per pair measured first (never fewer pairs than the circuit was
+# found on): all 480 Winograd pairs (17 tokens) up to 4 members, 240 at 5 members, the circuit's 64 at 7; on
+# block-2 the CPU then stays what 64 pairs cost before the last block was replayed alone (KnockOut.scored)
 FLAT_ROW = 1e-3  # a pair whose members move its metric by less than this share of the mean gap is flat
+
+
+def first_sets(members: tuple[Component, ...]) -> list[frozenset]:
+    """The sets measured up front: every subset up to EXACT_MEMBERS, else every set knocking out at
+    most two members, and the empty set."""
+    if len(members) <= EXACT_MEMBERS:
+        return [frozenset(c) for k in range(len(members) + 1) for c in itertools.combinations(members, k)]
+    whole = frozenset(members)
+    return [whole - frozenset(c) for k in range(3) for c in itertools.combinations(members, k)] + [frozenset()]
+
+
+def budget_pairs(batch: Batch, members: tuple[Component, ...], least: int = 1) -> Batch:
+    """`batch`, or as many of its pairs, evenly spread, as keep the first sets within TOKEN_BUDGET (at
+    least `least`)."""
+    per_pair = batch.inputs.shape[1] * len(first_sets(ordered(members)))
+    return spread_subset(batch, max(least, TOKEN_BUDGET // per_pair))
 
 
 class Subsets:
     """The metric of every subset measured so far, at every scored position; measures more on demand."""
 
-    def __init__(self, model, batch: Batch, runs: Runs, members: tuple[Component, ...]):
+    def __init__(self, model, batch: Batch, runs: Runs | None, members: tuple[Component, ...]):
         self.members = ordered(members)
         self.all = frozenset(self.members)
         self.knock_out = KnockOut(model, batch, runs, self.members)
@@ -56,14 +79,8 @@ class Subsets:
         weights = torch.cat([drawn.new_ones(1, self.pairs), drawn])  # row 0: the pairs as drawn
         self.at = weights[:, self.of_pair]  # each scored position's weight in each resample
         self.values: dict[frozenset, torch.Tensor] = {}
-        self.measure(self.first_sets())
+        self.measure(first_sets(self.members))
         self.counterfactual = self.knock_out.other_rows.double()
-
-    def first_sets(self) -> list[frozenset]:
-        if self.exhaustive:
-            return [frozenset(c) for k in range(len(self.members) + 1) for c in itertools.combinations(self.members, k)]
-        out = [self.all - frozenset(c) for k in range(3) for c in itertools.combinations(self.members, k)]
-        return out + [frozenset()]
 
     def measure(self, sets) -> None:
         missing = list(dict.fromkeys(frozenset(s) for s in sets if frozenset(s) not in self.metric))

@@ -76,6 +76,7 @@ def measure_edge_circuit(context: RunContext) -> EdgeRun | None:
             headline(result, structure)[0],
             result.oracle.normalised(),
             context.edge_runs,
+            wide=context.heldout,
         )
         if fixed_layout(context.pairs):
             positional = positional_circuit(

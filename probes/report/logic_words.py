@@ -85,11 +85,23 @@ def split_sentence(r: Relation) -> str:
     )
 
 
+def higher_and_sentence(r: Relation) -> str:
+    alone = ", ".join(f"{c} {ci(a)}" for c, a in zip(r.members, r.alone))
+    return (
+        f"AND of {names(r.members)}: only all {len(r.members)} together add what they add (with the other members "
+        f"kept, together {ci(r.together)}; what only all of them together add, beyond every smaller subset, "
+        f"{ci(r.interaction) if r.interaction else '-'}; above {pct(ADDITIVE)} of together); each alone, the others "
+        f"of the group knocked out, adds {alone}"
+    )
+
+
 def word_sentence(kind: Kind, r: Relation) -> str:
     if kind is Kind.ADDITIVE:
         return (
             f"additive: {names(r.members)} add up (|interaction| within {pct(ADDITIVE)} of together): {pair_numbers(r)}"
         )
+    if kind is Kind.AND and len(r.members) > 2:
+        return higher_and_sentence(r)
     if kind is Kind.AND:
         return f"AND (synergy): {names(r.members)} together add more than the sum of what each adds alone: {pair_numbers(r)}"
     if kind is Kind.SERIES:
@@ -120,7 +132,7 @@ def word_sentence(kind: Kind, r: Relation) -> str:
 
 def relation_sentence(r: Relation) -> str:
     if r.kind is Kind.CASE_SPLIT:
-        return split_sentence(r)
+        return split_sentence(r) + f"; {held(r)}"
     if r.kind is Kind.BORDERLINE and r.between:
         point, other = r.between
         return (
@@ -186,14 +198,15 @@ def path_sentence(logic: Logic) -> str:
         more = f" and {len(carrying) - len(shown)} more" if len(carrying) > len(shown) else ""
         return (
             "main path" + ("s" if len(carrying) > 1 else "") + f" (each keeps at least {pct(PATH_CARRIES)} of the "
-            "gap on its own edges, with its first component's other embedding inputs): "
+            f"gap on its own edges, with its first component's other embedding inputs, on {logic.pairs} pairs): "
             + "; ".join(f"{path_text(p)} ({pct(p.effect)})" for p in shown)
             + more
         )
     if logic.paths:
         best = logic.paths[0]
         return (
-            f"no single path through the circuit keeps {pct(PATH_CARRIES)} of the gap on its own (the strongest, "
+            f"no single path through the circuit keeps {pct(PATH_CARRIES)} of the gap on its own on {logic.pairs} pairs "
+            "(the strongest, "
             f"{path_text(best)}, keeps {pct(best.effect)}): the answer needs several paths together"
         )
     return "the circuit has no path from the embeddings to the logits"
