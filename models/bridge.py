@@ -4,6 +4,14 @@ bridge's public interface (hooks, `cfg`, weight views)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypeAlias
+
+if TYPE_CHECKING:  # TransformerLens is imported where a model is built, not by every `import models`
+    from transformer_lens import TransformerBridge
+
+# What every `model` argument is: a TransformerLens 4 bridge, as build_model makes it.
+Model: TypeAlias = "TransformerBridge"
+
 
 def native(component):
     """The TransformerLens module a bridge component wraps (a Linear, LayerNorm, attention ...)."""
@@ -23,14 +31,14 @@ def attention_adds_residual(block) -> bool:
     return not isinstance(native(block), ReplacingBlock)
 
 
-def post_norm(model) -> bool:
+def post_norm(model: Model) -> bool:
     """Whether some block normalises the stream after its residual add (`models.variants.PostNormBlock`)."""
     from models.variants import PostNormBlock
 
     return any(isinstance(native(block), PostNormBlock) for block in model.blocks)
 
 
-def stream_is_a_sum(model) -> bool:
+def stream_is_a_sum(model: Model) -> bool:
     """Whether every block reads the residual stream through its own pre-norm and adds its writes to
     it, so the stream entering a block is the sum of every earlier component's write: what the
     edge oracle and path patching decompose. False for post-norm blocks and for a block whose
@@ -38,7 +46,7 @@ def stream_is_a_sum(model) -> bool:
     return not post_norm(model) and all(attention_adds_residual(block) for block in model.blocks)
 
 
-def use_fused_layer_norm(model) -> None:
+def use_fused_layer_norm(model: Model) -> None:
     """TL's NormalizationBridge rebuilds LayerNorm from its parts (mean, pow, sqrt, div) so that
     hook_scale / hook_normalized can be edited. Its `use_native_layernorm_autograd` switch (which TL
     sets for OPT, CLIP, ...) runs torch's fused layer_norm instead and still fires those hooks; an
@@ -72,7 +80,7 @@ def lean_norm(bridge, x):
     return result if result.dtype == x.dtype else result.to(x.dtype)
 
 
-def hook_free_forward(model):
+def hook_free_forward(model: Model):
     """The model's own TransformerLens modules (NativeModel, its blocks, attention and MLP, and the
     very Linear / LayerNorm / Embedding leaves holding the parameters) with the bridge's hook
     wrappers peeled off: the same parameter and buffer objects and bitwise the same logits (tested),
@@ -85,7 +93,7 @@ def hook_free_forward(model):
     return unwrapped(native)
 
 
-def has_hooks(model) -> bool:
+def has_hooks(model: Model) -> bool:
     """Whether any hook is attached besides the capture pre-hooks each block bridge wires onto its
     own LayerNorm wrappers at its first forward: those serve the bridge's wrappers only (which the
     hook-free forward does not run), and counting them made the choice depend on whether the model
@@ -115,7 +123,7 @@ def unwrapped(module):
     return clone
 
 
-def device_of(model):
+def device_of(model: Model):
     """Where the model's weights live. Probes move their batches there and create every tensor they
     compute with there (bookkeeping they keep on the CPU says so), so a model moved to a GPU, or a
     CPU model in a notebook that called torch.set_default_device("cuda"), is probed the same way."""

@@ -13,6 +13,8 @@ with the version that wrote it.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 from pathlib import Path
 
@@ -22,6 +24,9 @@ from common.jsonfiles import sha256_file
 from common.stages import timed
 from common.store import damage, load_tensors, read_json, read_tensors, stored_values
 from models.spec import ModelSpec, build_model, stored_spec
+
+if TYPE_CHECKING:
+    from models.bridge import Model
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
@@ -45,7 +50,7 @@ def cpu_tensors(tensors: dict) -> dict:
     return {name: tensor.detach().to("cpu", copy=True).contiguous() for name, tensor in tensors.items()}
 
 
-def load_weights(model, path: Path, fix: str) -> None:
+def load_weights(model: Model, path: Path, fix: str) -> None:
     """Load a weights file saved by `save_tensors` (a snapshot) into `model`, after the checks a
     run's weights get: exactly the model's tensors, shapes and dtypes, and finite values."""
     state, _ = load_tensors(path, fix)
@@ -54,7 +59,7 @@ def load_weights(model, path: Path, fix: str) -> None:
 
 
 @timed("save")
-def save_checkpoint(run_dir: Path, model, config: dict) -> str:
+def save_checkpoint(run_dir: Path, model: Model, config: dict) -> str:
     """Weights first, config (with the weights' SHA-256) last: a config always names its weights.
     Returns that SHA-256."""
     from safetensors.torch import save_file

@@ -22,6 +22,8 @@ later, trains through the native attention, and `training_forward` warns once wi
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import warnings
 
 import torch
@@ -30,6 +32,9 @@ from transformer_lens.model_bridge.sources.native.model import NativeAttention, 
 
 from models.bridge import hook_free_forward
 from models.variants import AlibiBias, ReplacingBlock
+
+if TYPE_CHECKING:
+    from models.bridge import Model
 
 # Blocks whose forward calls `attn(ln1(x), attention_mask=, position_ids=)` and ignores the
 # pattern it returns (FusedAttention returns none: the fused kernel never forms one).
@@ -101,12 +106,12 @@ def refusal(block) -> str | None:
     return None
 
 
-def model_refusal(model) -> str | None:
+def model_refusal(model: Model) -> str | None:
     """Why training runs `model` without fused attention, or None when every block fuses."""
     return forward_refusal(model, hook_free_forward(model))
 
 
-def forward_refusal(model, forward) -> str | None:
+def forward_refusal(model: Model, forward) -> str | None:
     if forward is model:
         return "the model has hooks attached, so it trains through the bridge"
     if type(forward) is not NativeModel:
@@ -115,7 +120,7 @@ def forward_refusal(model, forward) -> str | None:
     return "; ".join(sorted(reasons)) or None
 
 
-def training_forward(model):
+def training_forward(model: Model):
     """What `tasks.training.loop.train` runs: `hook_free_forward(model)` with fused attention in every
     block when `model_refusal` finds nothing against it, else that forward unchanged (with a
     warning naming the reason). The choice depends only on the model's modules, so a resumed run

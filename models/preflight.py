@@ -16,11 +16,16 @@ What fails is named in one line (`Preflight.refusal`); `require` refuses to go o
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import dataclasses
 import time
 from dataclasses import dataclass
 
 from common.cli import UsageError
+
+if TYPE_CHECKING:
+    from models.bridge import Model
 
 TOLERANCE = 1e-4  # |bridge - HF| logits, relative to max(1, max |logit|); measured <= 3e-7 on float32
 NOISE_SEED = 0
@@ -56,7 +61,7 @@ class Preflight:
         )
 
 
-def report_hooks(model, edges: bool = False) -> list[str]:
+def report_hooks(model: Model, edges: bool = False) -> list[str]:
     """The hooks a circuit measurement edits or reads on any bridge: each block's residual input, its
     heads' outputs (per head) and its MLP's output; with `edges`, also what the edge oracle edits (each
     head's query, key and value, each MLP's input, the residual entering the final norm and the
@@ -72,7 +77,7 @@ def report_hooks(model, edges: bool = False) -> list[str]:
     return names + (["ln_final.hook_in", "unembed.hook_in"] if edges else [])
 
 
-def preflight(model, tokens, hf_model=None, names: list[str] | None = None) -> Preflight:
+def preflight(model: Model, tokens, hf_model=None, names: list[str] | None = None) -> Preflight:
     """Every check of the module docstring on `tokens` ([batch, pos] ids), at the hooks `names`
     (default: `report_hooks(model)`)."""
     import torch
@@ -101,12 +106,12 @@ def preflight(model, tokens, hf_model=None, names: list[str] | None = None) -> P
     return Preflight(tuple(checks), time.perf_counter() - began, forwards)
 
 
-def changes(model, tokens, clean, name: str, edit) -> Check:
+def changes(model: Model, tokens, clean, name: str, edit) -> Check:
     moved = float((model.run_with_hooks(tokens, fwd_hooks=[(name, edit)]) - clean).abs().max())
     return Check(f"{name}: an edit changes the logits", moved > 0, f"max |change| {moved:.3g}")
 
 
-def restores(model, tokens, clean, name: str, value) -> Check:
+def restores(model: Model, tokens, clean, name: str, value) -> Check:
     import torch
 
     again = model.run_with_hooks(tokens, fwd_hooks=[(name, lambda act, hook: value.clone())])
@@ -115,7 +120,7 @@ def restores(model, tokens, clean, name: str, value) -> Check:
     return Check(f"{name}: the clean value written back restores the logits", same, detail)
 
 
-def per_head(model, tokens, clean, name: str, value, noise) -> list[Check]:
+def per_head(model: Model, tokens, clean, name: str, value, noise) -> list[Check]:
     from models.graph import port_heads
 
     heads = port_heads(model.cfg, name.rsplit("hook_", 1)[-1])

@@ -19,11 +19,14 @@ computed and discarded, the cost of a full forward).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from models.bridge import attention_adds_residual, hook_free_forward
+
+if TYPE_CHECKING:
+    from models.bridge import Model
 
 
 @dataclass(frozen=True)
@@ -37,7 +40,7 @@ class Resumable:
     attn_only: bool
 
 
-def resumable(model) -> Resumable:
+def resumable(model: Model) -> Resumable:
     """`model`'s bridge modules when a hook is attached, else the native modules they wrap."""
     forward = hook_free_forward(model)
     adds = tuple(attention_adds_residual(block) for block in model.blocks)
@@ -46,7 +49,7 @@ def resumable(model) -> Resumable:
     return Resumable(tuple(forward.layers), adds, forward.ln_out, forward.head, model.cfg.attn_only)
 
 
-def runs_by_blocks(model) -> bool:
+def runs_by_blocks(model: Model) -> bool:
     """Whether a block runs on the residual alone: toylens's own blocks and non-rotary Hugging Face
     blocks (GPT-2) do; a Hugging Face rotary block reads tables the model's forward computes."""
     from transformer_lens.model_bridge.sources.native.model import NativeModel
@@ -55,7 +58,7 @@ def runs_by_blocks(model) -> bool:
     return wrapped is None or isinstance(wrapped, NativeModel) or model.cfg.positional_embedding_type != "rotary"
 
 
-def forward_from(model, residual, start: int, at=None):
+def forward_from(model: Model, residual, start: int, at=None):
     """Logits of `model` ([batch, pos, vocab]) from `residual` ([batch, pos, d_model]) entering block
     `start`; `start` = n_layers unembeds `residual` directly. Positions must start at 0 (rotary
     tables are read from position 0), as they do in every cached run.
@@ -71,7 +74,7 @@ def forward_from(model, residual, start: int, at=None):
     return resume(resumable(model), residual, start, at)
 
 
-def whole_forward(model, residual, start: int):
+def whole_forward(model: Model, residual, start: int):
     """The bridge's whole forward with the stream entering block `start` (the final norm at
     n_layers) replaced by `residual`, ahead of any hook there (so keepers see the replacement)."""
     import torch

@@ -28,17 +28,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, TypeAlias
 
 from common.cli import UsageError
 from common.jsonfiles import short
-from models.bridge import native, native_attention, use_fused_layer_norm
-
-if TYPE_CHECKING:  # TransformerLens is imported where a model is built, not by every `import models`
-    from transformer_lens import TransformerBridge
-
-# What every `model` argument is: a TransformerLens 4 bridge, as build_model makes it.
-Model: TypeAlias = "TransformerBridge"
+from models.bridge import Model, native, native_attention, use_fused_layer_norm
 
 
 class Attention(StrEnum):

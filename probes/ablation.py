@@ -22,6 +22,7 @@ from common.stages import timed
 from models.bridge import device_of
 from models.components import Head
 from models.graph import MLP
+from models import Model
 from tasks.data import Batch
 from tasks.evaluate import TOKENS_PER_FORWARD, Scored, logits_at_scored, score_logits
 
@@ -70,7 +71,7 @@ def mlp_of(value) -> MLP:
     return MLP(int(value[3:]))
 
 
-def check_heads(model, heads, mlps=()) -> None:
+def check_heads(model: Model, heads, mlps=()) -> None:
     for layer, head in heads:
         if not (0 <= layer < model.cfg.n_layers and 0 <= head < model.cfg.n_heads):
             raise UsageError(
@@ -109,7 +110,7 @@ def fit_width(values: torch.Tensor, width: int, fill: torch.Tensor) -> torch.Ten
     return torch.cat([values, extra], dim=1)
 
 
-def chunked_cache(model, tokens: torch.Tensor, names: list[str], keep_logits: bool = False):
+def chunked_cache(model: Model, tokens: torch.Tensor, names: list[str], keep_logits: bool = False):
     """(logits or None, {name: activation}) of run_with_cache over whole rows, at most
     TOKENS_PER_FORWARD tokens a forward: one forward over 512 reference rows holds all their
     attention scores at once (for a plugin's 2000-token sequences, tens of GB)."""
@@ -126,7 +127,7 @@ def chunked_cache(model, tokens: torch.Tensor, names: list[str], keep_logits: bo
 
 
 @torch.no_grad()
-def cached_z(model, tokens: torch.Tensor, layers) -> dict[int, torch.Tensor]:
+def cached_z(model: Model, tokens: torch.Tensor, layers) -> dict[int, torch.Tensor]:
     names = [get_act_name("z", layer) for layer in layers]
     _, cache = chunked_cache(model, tokens, names)
     return {layer: cache[name] for layer, name in zip(layers, names)}
@@ -150,7 +151,7 @@ class Reference:
 
 
 @timed("reference rows")
-def reference_activations(model, batch: Batch, observe: tuple[str, ...] = ()) -> Reference:
+def reference_activations(model: Model, batch: Batch, observe: tuple[str, ...] = ()) -> Reference:
     """`observe`: more hook names to keep from the same forward (Reference.observed)."""
     batch = batch.to(device_of(model))
     layers = range(model.cfg.n_layers)
@@ -168,7 +169,7 @@ def reference_activations(model, batch: Batch, observe: tuple[str, ...] = ()) ->
 
 
 def replacement_z(
-    model, batch: Batch, layers, method: Ablation, seed: int, reference: "Batch | Reference | None"
+    model: Model, batch: Batch, layers, method: Ablation, seed: int, reference: "Batch | Reference | None"
 ) -> dict:
     """Per layer, the [n, pos, head, d_head] values the ablated heads' z is replaced with."""
     width = batch.inputs.shape[1]
@@ -247,7 +248,7 @@ def training_reference(run, rows: int | None = None) -> Batch:
 
 
 def ablation_hooks(
-    model,
+    model: Model,
     batch: Batch,
     components,
     method: Ablation = Ablation.MEAN,
@@ -275,7 +276,7 @@ def ablation_hooks(
     return head_hooks + mlp_ablation_hooks(model, batch, mlps, method, seed, reference)
 
 
-def mlp_ablation_hooks(model, batch: Batch, mlps, method: Ablation, seed: int, reference) -> list:
+def mlp_ablation_hooks(model: Model, batch: Batch, mlps, method: Ablation, seed: int, reference) -> list:
     """Hooks that replace each MLP's output (hook_mlp_out) as `replacement_z` does a head's z."""
     values = mlp_replacements(model, batch, mlps, method, seed, reference)
     return [
@@ -286,7 +287,7 @@ def mlp_ablation_hooks(model, batch: Batch, mlps, method: Ablation, seed: int, r
     ]
 
 
-def mlp_replacements(model, batch: Batch, mlps, method: Ablation, seed: int, reference) -> dict:
+def mlp_replacements(model: Model, batch: Batch, mlps, method: Ablation, seed: int, reference) -> dict:
     """hook_mlp_out name -> what replaces that MLP's output over `batch` ([1 or n, pos, d_model]; None:
     zero), as `replacement_z` does a head's z."""
     names = [get_act_name("mlp_out", mlp.layer) for mlp in mlps]
@@ -308,7 +309,7 @@ def mlp_replacements(model, batch: Batch, mlps, method: Ablation, seed: int, ref
 
 @torch.no_grad()
 def ablated_scored(
-    model,
+    model: Model,
     batch: Batch,
     heads,
     method: Ablation = Ablation.MEAN,
@@ -351,7 +352,7 @@ def nanmean(values: torch.Tensor) -> float:
 
 
 def ablate(
-    model,
+    model: Model,
     batch: Batch,
     heads,
     method: Ablation = Ablation.MEAN,

@@ -20,6 +20,7 @@ from common.stages import timed
 from models.bridge import attention_adds_residual, device_of, post_norm
 from models.graph import MLP
 from models.resume import resumable, resume
+from models import Model
 from probes.ablation import (
     Ablation,
     AblationResult,
@@ -38,7 +39,7 @@ from tasks.evaluate import TOKENS_PER_FORWARD, Scored, logits_at_scored, score_l
 
 @timed("mlp ablations")
 def mlp_ablation_sweep(
-    model,
+    model: Model,
     batch: Batch,
     method: Ablation = Ablation.MEAN,
     seed: int = 0,
@@ -70,7 +71,7 @@ def mlp_ablation_sweep(
     return out
 
 
-def sweep_targets(model) -> list[tuple[tuple[int, int], ...]]:
+def sweep_targets(model: Model) -> list[tuple[tuple[int, int], ...]]:
     """No heads, each head, then each whole layer (skipped when a layer has one head: same thing)."""
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
     singles = [((layer, head),) for layer in range(n_layers) for head in range(n_heads)]
@@ -80,7 +81,7 @@ def sweep_targets(model) -> list[tuple[tuple[int, int], ...]]:
 
 @timed("head ablations")
 def head_ablation_sweep(
-    model,
+    model: Model,
     batch: Batch,
     method: Ablation = Ablation.MEAN,
     seed: int = 0,
@@ -120,7 +121,7 @@ class CleanRun:
 
 @torch.no_grad()
 @timed("clean run")
-def clean_run(model, batch: Batch, observe: tuple[str, ...] = ()) -> CleanRun:
+def clean_run(model: Model, batch: Batch, observe: tuple[str, ...] = ()) -> CleanRun:
     """Positions after the last scored one are left out: attention is causal, so no scored logit
     depends on them, with or without an ablation. `observe`: more hook names to keep from the same
     forward (CleanRun.observed)."""
@@ -143,7 +144,7 @@ def clean_run(model, batch: Batch, observe: tuple[str, ...] = ()) -> CleanRun:
 
 
 @torch.no_grad()
-def replayed_scores(model, batch: Batch, clean: CleanRun, targets, values: dict) -> list[Scored]:
+def replayed_scores(model: Model, batch: Batch, clean: CleanRun, targets, values: dict) -> list[Scored]:
     """The scores with each target's heads (all in one layer; () is the clean run) ablated, without
     rerunning what an ablation cannot change. A layer's output is its clean output plus
     (replacement - z) @ W_O of the ablated heads (the output projection is linear in each head's
@@ -179,7 +180,7 @@ def replayed_scores(model, batch: Batch, clean: CleanRun, targets, values: dict)
     return [scores[heads] for heads in targets]
 
 
-def ablated_residual(model, batch: Batch, clean: CleanRun, heads, values: dict) -> torch.Tensor:
+def ablated_residual(model: Model, batch: Batch, clean: CleanRun, heads, values: dict) -> torch.Tensor:
     """The residual stream after the attention of the heads' layer with `heads` ablated, at the
     clean run's positions, or (the last layer) at the scored positions only, as [scored, 1, d_model]."""
     (layer,) = {l for l, _ in heads}

@@ -14,6 +14,7 @@ from common.atomic import write_json
 from common.cli import UsageError
 from common.stages import timed
 from common.stats import Interval, mean_interval, wilson
+from models import Model
 
 SUMMARY = "summary.json"
 
@@ -95,7 +96,7 @@ SHUFFLE_ROWS = 256  # held-out examples (evenly spread) the shuffle test permute
 
 
 @timed("evaluation")
-def measure_accuracy(model, batches: dict, model_name: str, seed: int, path, steps: int) -> RunAccuracy:
+def measure_accuracy(model: Model, batches: dict, model_name: str, seed: int, path, steps: int) -> RunAccuracy:
     from probes.shuffle import shuffle_test
     from tasks.data import spread_subset
     from tasks.evaluate import score_split
@@ -220,7 +221,7 @@ def measured_accuracy(run, load_model=None) -> RunAccuracy:
     return measure_accuracy(model, run.batches(), run.model_name, run.seed, run.path, run.metrics["steps"])
 
 
-def check_stored(stored: RunAccuracy, model, run) -> None:
+def check_stored(stored: RunAccuracy, model: Model, run) -> None:
     """Refuse stored numbers the weights do not give: checksums catch edits, not a forger who
     recomputes them (all-zero weights with a stored 100%), so the held-out score is measured again.
     Up to 0.5% of the answers may differ: another CPU rounds near-tied logits the other way."""

@@ -18,6 +18,7 @@ from transformer_lens.utilities import get_act_name
 
 from common.stages import timed
 from models.bridge import device_of
+from models import Model
 from tasks.data import Batch
 
 ALL = "all"
@@ -25,7 +26,7 @@ ALL = "all"
 
 @torch.no_grad()
 @timed("attention patterns")
-def patterns(model, tokens: torch.Tensor) -> torch.Tensor:
+def patterns(model: Model, tokens: torch.Tensor) -> torch.Tensor:
     """[n, layer, head, query, key] attention patterns, on the CPU."""
     names = [get_act_name("pattern", layer) for layer in range(model.cfg.n_layers)]
     _, cache = model.run_with_cache(tokens.to(device_of(model)), names_filter=names)
@@ -124,7 +125,7 @@ def offsets(rows: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
 
 @timed("scored attention")
 def scored_attention(
-    model, batch: Batch, vocabulary: list[str] | None = None, attention: torch.Tensor | None = None
+    model: Model, batch: Batch, vocabulary: list[str] | None = None, attention: torch.Tensor | None = None
 ) -> ScoredAttention:
     """`attention`: patterns(model, batch.inputs), when the caller has them."""
     batch = batch.to("cpu")
@@ -172,7 +173,7 @@ class PairAttention:
 
 
 @timed("pair attention")
-def pair_attention(model, batch: Batch, example: int = 0, vocabulary: list[str] | None = None) -> PairAttention:
+def pair_attention(model: Model, batch: Batch, example: int = 0, vocabulary: list[str] | None = None) -> PairAttention:
     from probes.patching import corrupt_inputs
 
     batch = batch.to("cpu")
@@ -192,7 +193,7 @@ def pair_attention(model, batch: Batch, example: int = 0, vocabulary: list[str] 
 
 
 @timed("attention rows")
-def attention_from(model, batch: Batch, position: int) -> dict[str, torch.Tensor]:
+def attention_from(model: Model, batch: Batch, position: int) -> dict[str, torch.Tensor]:
     """Group (and "all") -> [layer, head, key] mean attention row of query `position`, over the
     examples long enough to have it: what a head does at a position that is not scored."""
     batch = batch.to("cpu")
@@ -218,7 +219,9 @@ class ExampleAttention:
     rows: torch.Tensor  # [scored, layer, head, key]
 
 
-def example_attention(model, batch: Batch, example: int = 0, vocabulary: list[str] | None = None) -> ExampleAttention:
+def example_attention(
+    model: Model, batch: Batch, example: int = 0, vocabulary: list[str] | None = None
+) -> ExampleAttention:
     """Attention rows of one example (index into `batch`) at its scored positions."""
     batch = batch.to("cpu")
     length = int(batch.lengths[example]) - 1
@@ -270,7 +273,7 @@ class RoleView:
     recovered: dict[str, torch.Tensor]  # role -> [layer, head] share of the gap, head output patched there
 
 
-def role_patching(model, pairs: Batch, patching) -> dict[str, torch.Tensor]:
+def role_patching(model: Model, pairs: Batch, patching) -> dict[str, torch.Tensor]:
     """role -> [layer, head] share of the gap restored by each head's clean output at that role's
     position of every pair (`patching`: the run's probes.patching.ActivationPatching on these
     pairs, for its scale and its per-position grid)."""
@@ -293,7 +296,9 @@ def role_patching(model, pairs: Batch, patching) -> dict[str, torch.Tensor]:
 
 
 @timed("role view")
-def role_view(model, sample: Batch, pairs: Batch, patching, attention: torch.Tensor | None = None) -> RoleView | None:
+def role_view(
+    model: Model, sample: Batch, pairs: Batch, patching, attention: torch.Tensor | None = None
+) -> RoleView | None:
     """Attention (on `sample`'s scored rows) and patching (on `pairs`) by role; None for a task
     that names no roles. `attention`: patterns(model, sample.inputs), when the caller has them."""
     if not sample.roles:

@@ -19,6 +19,7 @@ import torch
 from common.cli import UsageError
 from common.stages import timed
 from models.bridge import native
+from models import Model
 
 KINDS = ("Q", "K", "V")
 
@@ -38,7 +39,7 @@ class Composition:
         return self.score(kind, sender, receiver) / self.baseline_mean[kind]
 
 
-def scores_of(model) -> dict[str, torch.Tensor]:
+def scores_of(model: Model) -> dict[str, torch.Tensor]:
     with torch.no_grad():
         return {
             kind: torch.as_tensor(model.all_composition_scores(kind), device="cpu").detach().clone() for kind in KINDS
@@ -53,7 +54,7 @@ def pair_mask(n_layers: int, n_heads: int) -> torch.Tensor:
 
 
 @contextmanager
-def random_attention(model, seed: int):
+def random_attention(model: Model, seed: int):
     """Inside the block, `model`'s attention weights are redrawn i.i.d. Gaussian."""
     generator = torch.Generator("cpu").manual_seed(seed)
     weights = [native(getattr(block.attn, name)).weight for block in model.blocks for name in ("q", "k", "v", "o")]
@@ -70,7 +71,7 @@ def random_attention(model, seed: int):
 
 
 @timed("composition")
-def composition_scores(model, baseline_draws: int = 4, seed: int = 0) -> Composition:
+def composition_scores(model: Model, baseline_draws: int = 4, seed: int = 0) -> Composition:
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
     if n_layers < 2:
         raise UsageError("composition needs at least two blocks")

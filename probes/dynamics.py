@@ -17,6 +17,7 @@ from pathlib import Path
 
 from common.cli import UsageError
 from common.jsonfiles import short
+from models import Model
 
 SNAPSHOT_FILE = re.compile(r"^step(\d+)\.safetensors$")
 ROWS = 128  # held-out sequences each snapshot is replayed on
@@ -90,7 +91,7 @@ def position_masks(batch):
     return real, scored
 
 
-def snapshot_point(model, batch, step: int) -> SnapshotPoint:
+def snapshot_point(model: Model, batch, step: int) -> SnapshotPoint:
     import torch
 
     from models.bridge import device_of
@@ -136,7 +137,7 @@ def phase_change(points: list[SnapshotPoint]) -> tuple[int | None, tuple[int, in
     return (interval[0] + interval[1]) // 2, interval, 100 * rate
 
 
-def run_dynamics(run, rows: int = ROWS, model=None) -> Dynamics:
+def run_dynamics(run, rows: int = ROWS, model: Model = None) -> Dynamics:
     """Replay every snapshot of `run` on `rows` evenly spread held-out sequences, in `model` (the
     run's, already loaded, is given back with its own weights) or a freshly loaded one."""
     from models.checkpoint import load_weights

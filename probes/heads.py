@@ -20,6 +20,7 @@ import torch
 
 from models.bridge import device_of
 from models.components import Head
+from models import Model
 from probes.ablation import Ablation, ablate
 from probes.attention import patterns
 from tasks.data import Batch
@@ -68,14 +69,14 @@ def detection_patterns(inputs: torch.Tensor, lengths: torch.Tensor) -> dict[str,
 
 
 @torch.no_grad()
-def attention_scores(model, batch: Batch) -> dict[str, torch.Tensor]:
+def attention_scores(model: Model, batch: Batch) -> dict[str, torch.Tensor]:
     """Per attention role, [layer, head] mean attention on the target over rows that have one."""
     return {role: scores for role, (scores, _) in attention_spread(model, batch).items()}
 
 
 @torch.no_grad()
 def attention_spread(
-    model, batch: Batch, pattern: torch.Tensor | None = None
+    model: Model, batch: Batch, pattern: torch.Tensor | None = None
 ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """Per attention role, (attention_scores' [layer, head] mean, [examples, layer, head] each
     example's own mean over its rows that have a target, for the examples with one): how much the
@@ -96,7 +97,7 @@ def attention_spread(
 
 
 @torch.no_grad()
-def copying_scores(model) -> torch.Tensor:
+def copying_scores(model: Model) -> torch.Tensor:
     """[layer, head] sum(eigenvalues) / sum(|eigenvalues|) of W_E W_OV W_U: 1 for a head whose
     output raises the logit of the token it attends to, -1 for one that suppresses it."""
     eigenvalues = (model.W_E @ model.OV @ model.W_U).eigenvalues  # [layer, head, d_head]
@@ -104,7 +105,7 @@ def copying_scores(model) -> torch.Tensor:
 
 
 @torch.no_grad()
-def direct_logit_effects(model, batch: Batch) -> torch.Tensor:
+def direct_logit_effects(model: Model, batch: Batch) -> torch.Tensor:
     """[layer, head] mean direct contribution of each head's output to the answer logit (minus the
     mean logit) at the scored positions, through the final LayerNorm's cached scale if any."""
     batch = batch.to(device_of(model))
@@ -117,7 +118,7 @@ def direct_logit_effects(model, batch: Batch) -> torch.Tensor:
     return effect.view(model.cfg.n_layers, model.cfg.n_heads)
 
 
-def head_scores(model, batch: Batch) -> HeadScores:
+def head_scores(model: Model, batch: Batch) -> HeadScores:
     attention = attention_scores(model, batch)
     return HeadScores(
         **{role: attention[role].tolist() for role in ATTENTION_ROLES},
@@ -155,7 +156,7 @@ def ranked(scores: list[list[float]]) -> list[Head]:
 
 
 def role_evidence(
-    model,
+    model: Model,
     batch: Batch,
     role: str,
     scores: HeadScores,
@@ -189,7 +190,9 @@ def role_evidence(
     )
 
 
-def head_report(model, batch: Batch, method: Ablation = Ablation.MEAN, reference: Batch | None = None) -> HeadReport:
+def head_report(
+    model: Model, batch: Batch, method: Ablation = Ablation.MEAN, reference: Batch | None = None
+) -> HeadReport:
     """Scores of every head for every role, each ranking checked by `method` ablation (mean and
     resample over `reference`, e.g. probes.ablation.training_reference(run))."""
     scores = head_scores(model, batch)

@@ -22,6 +22,7 @@ from common.cli import UsageError
 from common.stages import timed
 from models.bridge import device_of, post_norm
 from models.resume import forward_from
+from models import Model
 from tasks.base import NO_FOIL
 from tasks.data import Batch
 
@@ -63,7 +64,7 @@ def replica_scored(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
     return logits[:, batch.example_index, batch.positions]
 
 
-def scored_logits(model, residual, start: int, batch: Batch, replicas: int) -> torch.Tensor:
+def scored_logits(model: Model, residual, start: int, batch: Batch, replicas: int) -> torch.Tensor:
     """[replicas, k, vocab]: forward_from on `replicas` stacked copies of `batch` ([replicas * n,
     pos, d] entering block `start`), its last block's MLP and the unembedding run at the k scored
     positions of each copy alone (models.resume's `at`)."""
@@ -103,20 +104,20 @@ def outcome(scored_logits: torch.Tensor, batch: Batch) -> list[Outcome]:
 
 
 @torch.no_grad()
-def run_outcome(model, batch: Batch, tokens: torch.Tensor, hooks=()) -> Outcome:
+def run_outcome(model: Model, batch: Batch, tokens: torch.Tensor, hooks=()) -> Outcome:
     batch = batch.to(device_of(model))
     logits = model.run_with_hooks(tokens.to(batch.tokens.device), fwd_hooks=list(hooks))
     return outcome(replica_scored(logits, batch), batch)[0]
 
 
 @torch.no_grad()
-def clean_activations(model, batch: Batch, names: list[str]) -> dict:
+def clean_activations(model: Model, batch: Batch, names: list[str]) -> dict:
     _, cache = model.run_with_cache(batch.inputs, names_filter=names)
     return {name: cache[name] for name in names}
 
 
 @torch.no_grad()
-def patch_many(model, batch: Batch, activation: str, targets: list[tuple]) -> list[Outcome]:
+def patch_many(model: Model, batch: Batch, activation: str, targets: list[tuple]) -> list[Outcome]:
     """Restore clean `activation` ("z" or "resid_pre") at each target (layer, position|None,
     head|None; None = all) in the corrupt run; replicas of the batch carry many targets per forward.
     A position may be a [n] tensor, one position per example (a role's, tasks.data.Batch.roles).
@@ -218,7 +219,9 @@ def live_positions(batch: Batch) -> list[int]:
     return list(range(int(differs[0]), int(batch.positions.max()) + 1))
 
 
-def patch_grid(model, batch: Batch, activation: str, targets: list[tuple], matters, corrupt: Outcome) -> list[Outcome]:
+def patch_grid(
+    model: Model, batch: Batch, activation: str, targets: list[tuple], matters, corrupt: Outcome
+) -> list[Outcome]:
     """patch_many over the targets where `matters(target)`; the others leave every scored logit as
     in the corrupt run, so they get the corrupt outcome they would measure, without a forward."""
     run = [t for t in targets if matters(t)]
@@ -227,7 +230,7 @@ def patch_grid(model, batch: Batch, activation: str, targets: list[tuple], matte
 
 
 @timed("activation patching")
-def activation_patching(model, batch: Batch) -> ActivationPatching:
+def activation_patching(model: Model, batch: Batch) -> ActivationPatching:
     """Every head's output at every position, every head at all positions, the residual stream
     per layer and position, each restored from clean into corrupt on its own."""
     require_pairs(batch)

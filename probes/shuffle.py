@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from models.bridge import device_of
+from models import Model
 from tasks.data import Batch
 from tasks.evaluate import logits_at_scored, run_logits
 
@@ -45,7 +46,7 @@ def shuffled_prefixes(batch: Batch, generator: torch.Generator) -> torch.Tensor:
 
 
 @torch.no_grad()
-def shuffle_test(model, batch: Batch, permutations: int = 4, seed: int = 0) -> ShuffleResult:
+def shuffle_test(model: Model, batch: Batch, permutations: int = 4, seed: int = 0) -> ShuffleResult:
     on_cpu, batch = batch.to("cpu"), batch.to(device_of(model))
     if not any(len(set(on_cpu.tokens[row, :end].tolist())) > 1 for row, end in enumerate(first_scored(on_cpu))):
         return ShuffleResult(float("nan"), float("nan"), permutations, len(batch))

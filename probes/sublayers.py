@@ -21,6 +21,7 @@ import torch
 from transformer_lens.utilities import get_act_name
 
 from models.bridge import device_of, post_norm
+from models import Model
 from probes.ablation import Ablation, Reference, chunked_cache
 from probes.ablation_sweep import mlp_ablation_sweep
 from probes.ridge_probe import fit_ridge
@@ -70,14 +71,14 @@ class Sublayers:
 
 
 @torch.no_grad()
-def scores(model, batch: Batch, hooks: list) -> Scores:
+def scores(model: Model, batch: Batch, hooks: list) -> Scores:
     logits = model.run_with_hooks(batch.inputs, fwd_hooks=hooks)
     scored = score_logits(logits_at_scored(logits, batch), batch)
     diff = scored.logit_diff
     return Scores(scored.accuracy, diff.nanmean().item() if len(diff) else float("nan"), len(scored.predicted))
 
 
-def stages(model) -> list[tuple[str, str]]:
+def stages(model: Model) -> list[tuple[str, str]]:
     """(what the residual has been through, its hook) in order. Between a block's attention and its
     MLP the stream is at hook_resid_mid, which TL 4's block bridge aliases to ln2's input: a post-norm
     block calls ln2 after its MLP, so there the stream after attention is the MLP's input."""
@@ -91,7 +92,9 @@ def stages(model) -> list[tuple[str, str]]:
     return out
 
 
-def scored_residuals(model, batch: Batch, hooks: list[str], cached: dict | None = None) -> dict[str, torch.Tensor]:
+def scored_residuals(
+    model: Model, batch: Batch, hooks: list[str], cached: dict | None = None
+) -> dict[str, torch.Tensor]:
     """The stream at `hooks` at the batch's scored positions; from `cached` (hook name -> [n, pos,
     ...] over this batch's rows, at least to its last scored position) where it holds them all."""
     cache = cached if cached is not None and all(name in cached for name in hooks) else None
@@ -119,7 +122,7 @@ def fit_probe(x: torch.Tensor, y: torch.Tensor, classes: int) -> torch.nn.Linear
 
 
 def decodability(
-    model, train: Batch, heldout: Batch, cached: tuple[dict | None, dict | None] = (None, None)
+    model: Model, train: Batch, heldout: Batch, cached: tuple[dict | None, dict | None] = (None, None)
 ) -> tuple[Decodable, ...]:
     """`cached`: the stages' activations over train and held-out rows, where the caller has them
     from a forward of its own (scored_residuals)."""
@@ -149,7 +152,7 @@ def decodability(
 
 
 def sublayers(
-    model,
+    model: Model,
     train: Batch,
     heldout: Batch,
     reference: Reference,

@@ -9,6 +9,7 @@ import torch
 
 from models import UsageError
 from models.bridge import device_of
+from models import Model
 from tasks.base import NO_FOIL
 from tasks.data import Batch, select_rows, spread_subset
 
@@ -96,12 +97,12 @@ def score_logits(scored_logits: torch.Tensor, batch: Batch) -> Scored:
 
 
 @torch.no_grad()
-def run_logits(model, tokens: torch.Tensor) -> torch.Tensor:
+def run_logits(model: Model, tokens: torch.Tensor) -> torch.Tensor:
     chunk = max(1, TOKENS_PER_FORWARD // max(tokens.shape[1], 1))
     return torch.cat([model(tokens[i : i + chunk]) for i in range(0, len(tokens), chunk)])
 
 
-def score_model(model, batch: Batch) -> Scored:
+def score_model(model: Model, batch: Batch) -> Scored:
     """Scores at every scored position of `batch`. A task that scores every position (text) makes
     the scored logits as large as the full ones (2048 rows x 128 positions x 1024 tokens = 1 GiB),
     so past SCORED_LOGITS values the rows are scored in chunks and the scores joined."""
@@ -133,7 +134,7 @@ def joined(parts: list[tuple[int, Scored]]) -> Scored:
     )
 
 
-def score_split(model, batch: Batch) -> tuple[Scored, Batch]:
+def score_split(model: Model, batch: Batch) -> tuple[Scored, Batch]:
     """Score a whole split, or an evenly spread SCORE_ROWS-example sample of a larger one; returns
     the scores and the examples they are for."""
     sample = spread_subset(batch, SCORE_ROWS)

@@ -7,6 +7,7 @@ a difference over ROUND_TRIP_TOLERANCE fails the command."""
 from __future__ import annotations
 
 from pathlib import Path
+from models import Model
 
 ROUND_TRIP_TOLERANCE = 1e-5  # max |exported - run| logits, relative to max(1, max |logit|)
 
@@ -46,7 +47,7 @@ def provenance(run) -> dict:
     }
 
 
-def round_trip_difference(folder: Path, model, inputs) -> float:
+def round_trip_difference(folder: Path, model: Model, inputs) -> float:
     """max |logits| difference of the exported folder (loaded offline) against `model`, relative."""
     import torch
     from transformers import AutoModelForCausalLM

@@ -6,11 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from models.hf_load import DEFAULT_MEMORY_GIB
+from models import Model
 
 PROBE_SHAPE = (2, 12)  # [batch, positions] of the seeded random ids the checks run on
 
 
-def probe_tokens(model):
+def probe_tokens(model: Model):
     """Seeded random token ids within the model's vocabulary and context."""
     import torch
 

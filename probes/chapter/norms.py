@@ -24,6 +24,7 @@ from common.cli import UsageError
 from common.stats import Interval, mean_interval
 from models import ModelSpec
 from models.spec import Norm, NormPlace
+from models import Model
 from tasks.settings import StopReason
 from probes.chapter.ladder import steps_text
 
@@ -91,7 +92,7 @@ class NormsResult:
     gradients: list[GradientNorms]
 
 
-def block_gradient_norms(model, batch, rows: int, seed: int) -> list[float]:
+def block_gradient_norms(model: Model, batch, rows: int, seed: int) -> list[float]:
     """L2 norm of d(training loss)/d(block parameters), per block, on `rows` training sequences
     drawn with `seed` (the model is left with its gradients cleared)."""
     import torch

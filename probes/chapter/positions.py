@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from models import ModelSpec
 from models.spec import Positions
+from models import Model
 from tasks.settings import StopReason
 from common.cli import UsageError
 from common.stats import Interval, mean_interval, wilson
@@ -98,7 +99,7 @@ def longer_task(task, factor: int, sequences: int):
     )
 
 
-def score_lengths(model, batches: dict[int, Batch]) -> list[LengthScore]:
+def score_lengths(model: Model, batches: dict[int, Batch]) -> list[LengthScore]:
     """Accuracy and answer loss of `model` on each length's batch."""
     from tasks.evaluate import score_split
 

@@ -23,6 +23,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from tasks.settings import StopReason
+from models import Model
 
 
 DIMS = (4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -107,7 +108,7 @@ def measure_init(dims=DIMS, seed: int = 0) -> list[InitPoint]:
 # Training -----------------------------------------------------------------------------------------
 
 
-def attention_inputs(model):
+def attention_inputs(model: Model):
     """Forward pre-hooks that keep each native attention module's input; returns (store, handles)."""
     from models.bridge import native_attention
 
@@ -132,7 +133,7 @@ def attention_scores(attention, hidden):
     return q @ k.transpose(-2, -1) / attention.scale
 
 
-def trained_point(model, batch, step: int) -> TrainedPoint:
+def trained_point(model: Model, batch, step: int) -> TrainedPoint:
     import torch
 
     from models.bridge import device_of, native_attention

@@ -16,6 +16,7 @@ import torch
 from common.cli import UsageError
 from models.bridge import device_of
 from models.graph import MLP, Embed, Graph, Head
+from models import Model
 from probes.ablation import Ablation, Reference, chunked_cache, position_mean
 from probes.circuits.oracle import Direction, Runs, patched_outcomes, record, record_runs
 from probes.circuits.edge_hooks import Writes, mlp_out_name
@@ -25,7 +26,7 @@ from tasks.data import Batch
 EDGE_ABLATIONS = (Ablation.COUNTERFACTUAL, Ablation.MEAN, Ablation.ZERO)  # what an edge can carry
 
 
-def reference_writes(model, batch: Batch, graph: Graph, reference) -> dict:
+def reference_writes(model: Model, batch: Batch, graph: Graph, reference) -> dict:
     """Each sender's write at each position averaged over `reference` (a Batch, or a
     probes.ablation.Reference holding its activations), real positions only, shaped for `batch`. A head's
     mean write is its mean z through W_O, the mean probes.ablation's mean ablation replaces z with."""
@@ -53,7 +54,7 @@ def reference_writes(model, batch: Batch, graph: Graph, reference) -> dict:
     return out
 
 
-def ablated_runs(model, batch: Batch, graph: Graph, ablation: Ablation, reference=None) -> Runs:
+def ablated_runs(model: Model, batch: Batch, graph: Graph, ablation: Ablation, reference=None) -> Runs:
     """`reference`: what MEAN averages over (a Batch or a probes.ablation.Reference; default the
     batch itself)."""
     if ablation not in EDGE_ABLATIONS:

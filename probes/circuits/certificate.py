@@ -20,6 +20,7 @@ import torch
 from models.bridge import device_of
 from models.graph import Edge, Graph
 from models.resume import forward_from
+from models import Model
 from probes.ablation import Ablation
 from probes.patching import replica_scored, scored_metric
 from tasks.data import Batch
@@ -141,7 +142,7 @@ class Chunk:
     positions: int
 
 
-def check_chunk(model, batch: Batch, graph: Graph, circuit: frozenset, ablation: Ablation, reference) -> Chunk:
+def check_chunk(model: Model, batch: Batch, graph: Graph, circuit: frozenset, ablation: Ablation, reference) -> Chunk:
     from probes.circuits.ablations import ablated_runs
     from probes.circuits.oracle import forward_patched
 
@@ -165,7 +166,7 @@ def check_chunk(model, batch: Batch, graph: Graph, circuit: frozenset, ablation:
 
 
 def certify(
-    model,
+    model: Model,
     graph: Graph,
     circuit: Iterable[Edge],
     inputs: Inputs,

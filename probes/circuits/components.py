@@ -12,6 +12,7 @@ from common.stats import share
 from models.bridge import device_of
 from models.graph import MLP, Edge, Head
 from models.resume import resumable
+from models import Model
 from probes.circuits.edge_hooks import mlp_out_name
 from probes.circuits.oracle import Direction, Runs
 from probes.patching import corrupt_inputs, outcome, replica_scored, replicas_per_forward, scored_logits, scored_metric
@@ -28,7 +29,7 @@ class KnockOut:
     """f of sets of kept components: every other head's z and MLP's output from the counterfactual
     run, on the clean run (0 = the counterfactual run, 1 = the clean run)."""
 
-    def __init__(self, model, batch: Batch, runs: Runs | None, components: tuple[Component, ...]):
+    def __init__(self, model: Model, batch: Batch, runs: Runs | None, components: tuple[Component, ...]):
         """`runs`: the pairs' recorded runs where the caller has them; None runs the clean forward here,
         keeping only what a knock-out reads (record_runs also keeps every sender's write)."""
         if runs is not None and runs.direction is not Direction.NOISE:

@@ -13,6 +13,7 @@ from transformer_lens.utilities import get_act_name
 
 from models.bridge import native
 from models.graph import MLP, Embed, Graph, Head, Input, Logits, port_heads
+from models import Model
 from probes.patching import Outcome
 
 
@@ -46,7 +47,7 @@ def keeper(store: dict, name: str):
     return keep
 
 
-def receiver_input(model, layer: int, port: str, residual: torch.Tensor, heads: list[int]) -> torch.Tensor:
+def receiver_input(model: Model, layer: int, port: str, residual: torch.Tensor, heads: list[int]) -> torch.Tensor:
     """[n, pos, len(heads), d_head]: block `layer`'s own norm (LayerNorm or RMSNorm) and Q/K/V
     projection of `residual` for `heads` alone, key / value groups for k and v under grouped-query
     attention (a patched receiver needs no other head's rows: projecting every head for one cost
@@ -88,7 +89,9 @@ class EdgeHooks:
     """Hooks for one forward over replicas of the base batch resumed at block `start`; replica i
     patches the edges of sets[i]."""
 
-    def __init__(self, model, sets: list[frozenset], base: Writes, other: Writes, n: int, start: int, scored=None):
+    def __init__(
+        self, model: Model, sets: list[frozenset], base: Writes, other: Writes, n: int, start: int, scored=None
+    ):
         self.model, self.sets, self.base, self.other, self.n, self.start = model, sets, base, other, n, start
         # (examples, positions) when the forward runs its last block's MLP and the unembedding at the
         # scored positions alone (models.resume's `at`): their inputs are patched there, [replicas, k].

@@ -19,6 +19,7 @@ from typing import Sequence
 import torch
 
 from models.graph import Edge, Graph
+from models import Model
 from probes.circuits.methods.scores import without_float_noise
 from probes.circuits.oracle import Direction, Runs, circuit_outcomes, record_runs
 from probes.settings import DEFAULT
@@ -103,7 +104,7 @@ def ladder_sizes(total: int, ladder=LADDER) -> list[int]:
 
 
 def curve(
-    model, batch: Batch, graph: Graph, method: str, score: torch.Tensor, runs: Runs | None = None, ladder=LADDER
+    model: Model, batch: Batch, graph: Graph, method: str, score: torch.Tensor, runs: Runs | None = None, ladder=LADDER
 ) -> Curve:
     """Faithfulness of the top-k circuits at each ladder share (k = ceil(share * edges), at least 1)."""
     runs = runs or record_runs(model, batch, graph, Direction.NOISE)
@@ -128,7 +129,7 @@ class SmallestCircuit:
 
 
 def smallest_circuit(
-    model,
+    model: Model,
     batch: Batch,
     graph: Graph,
     method: str,

@@ -19,6 +19,7 @@ import torch
 
 from models.bridge import native
 from models.graph import MLP, Edge, Head, Input, Logits
+from models import Model
 from probes.circuits.edge_hooks import receiver_input
 from probes.circuits.oracle import Runs
 from tasks.data import Batch
@@ -36,7 +37,7 @@ def residual_read(runs: Runs, receiver: Input, n_layers: int) -> torch.Tensor:
     return base.resid_pre[n_layers]
 
 
-def computed_from(model, receiver: Input, residual: torch.Tensor) -> torch.Tensor:
+def computed_from(model: Model, receiver: Input, residual: torch.Tensor) -> torch.Tensor:
     """What `receiver` computes from `residual`: a head's Q/K/V, an MLP's pre-activations, the logits."""
     node = receiver.node
     if isinstance(node, Head):
@@ -49,7 +50,7 @@ def computed_from(model, receiver: Input, residual: torch.Tensor) -> torch.Tenso
 
 
 @torch.no_grad()
-def input_change(model, batch: Batch, runs: Runs, edge: Edge) -> float:
+def input_change(model: Model, batch: Batch, runs: Runs, edge: Edge) -> float:
     """The largest change, relative to the receiver's largest |input|, that patching `edge` alone
     makes to what its receiver computes, over the real positions of every pair."""
     residual = residual_read(runs, edge.receiver, model.cfg.n_layers)
@@ -61,7 +62,7 @@ def input_change(model, batch: Batch, runs: Runs, edge: Edge) -> float:
     return float(moved.abs().max() / clean.abs().max().clamp(min=1e-12)) if moved.numel() else 0.0
 
 
-def unidentifiable(model, batch: Batch, runs: Runs, edges: Iterable[Edge]) -> frozenset[Edge]:
+def unidentifiable(model: Model, batch: Batch, runs: Runs, edges: Iterable[Edge]) -> frozenset[Edge]:
     """The edges among `edges` whose receiver computes the same with the edge ablated alone as
     without, at every real position of every pair (`runs`: the clean run and the ablation's writes)."""
     batch = batch.to(runs.base.resid_pre[0].device)

@@ -31,6 +31,7 @@ import itertools
 from dataclasses import dataclass
 
 from models.graph import Edge, Embed, Graph, Logits
+from models import Model
 from probes.circuits.components import Component, KnockOut, ordered
 from probes.circuits.interactions import Interactions, interactions
 from probes.circuits.methods.joint import SetFaithfulness
@@ -161,7 +162,7 @@ def circuit_paths(graph: Graph, circuit: frozenset, single: dict[Edge, float]) -
 
 
 def logic(
-    model,
+    model: Model,
     batch: Batch,
     graph: Graph,
     circuit: frozenset,
@@ -205,7 +206,7 @@ def logic(
     )
 
 
-def relation_subsets(model, batch: Batch, runs: Runs | None, members, least: int) -> Subsets | None:
+def relation_subsets(model: Model, batch: Batch, runs: Runs | None, members, least: int) -> Subsets | None:
     """f on subsets of the members over `batch`'s pairs within subsets.TOKEN_BUDGET, at least `least`
     of them (`runs`: those of `batch`, or None; not used when the budget takes fewer pairs)."""
     if not members:

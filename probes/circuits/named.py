@@ -11,6 +11,7 @@ import torch
 
 from common.stages import timed
 from models.graph import Edge, Graph
+from models import Model
 from probes.circuits.methods.joint import joint_search
 from probes.circuits.methods.masks import learned_masks
 from probes.circuits.methods.attribution import EdgeScores, acdc, eap, eap_ig
@@ -49,7 +50,7 @@ class EdgeCircuit:
 
 
 def judged(
-    model,
+    model: Model,
     batch: Batch,
     graph: Graph,
     oracle: EdgeEffects,
@@ -73,7 +74,7 @@ def judged(
 
 @timed("edge circuit")
 def edge_circuit(
-    model,
+    model: Model,
     batch: Batch,
     graph: Graph,
     ig_steps: int = 5,

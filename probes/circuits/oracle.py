@@ -38,6 +38,7 @@ from common.cli import UsageError
 from models.bridge import device_of
 from models.graph import HEAD_PORTS, MLP, Edge, Embed, Graph, Head, Input, Logits, Receiver, Sender, port_heads, stage
 from models.resume import forward_from, runs_by_blocks
+from models import Model
 from probes.circuits.edge_hooks import (
     FINAL_RESIDUAL,
     EdgeHooks,
@@ -58,7 +59,7 @@ class Direction(StrEnum):
     DENOISE = "denoise"  # base = the counterfactual, other = clean
 
 
-def model_graph(model, positions: tuple[int, ...] | None = None) -> Graph:
+def model_graph(model: Model, positions: tuple[int, ...] | None = None) -> Graph:
     """models.graph.graph_of's graph, built from the bridge's config, so the oracle takes any
     model, not only a ModelSpec's: in GPT-NeoX's parallel blocks an MLP reads what its block's heads
     read, not their writes (no head -> MLP edge within a block); under grouped-query attention
@@ -94,7 +95,7 @@ def model_graph(model, positions: tuple[int, ...] | None = None) -> Graph:
 
 
 @torch.no_grad()
-def record(model, batch: Batch, tokens: torch.Tensor, graph: Graph, observe: tuple[str, ...] = ()) -> Writes:
+def record(model: Model, batch: Batch, tokens: torch.Tensor, graph: Graph, observe: tuple[str, ...] = ()) -> Writes:
     batch = batch.to(device_of(model))
     n_layers = graph.n_layers
     names = [get_act_name("resid_pre", l) for l in range(n_layers)] + [get_act_name("z", l) for l in range(n_layers)]
@@ -132,7 +133,7 @@ class Runs:
 
 
 def record_runs(
-    model, batch: Batch, graph: Graph, direction: Direction = Direction.NOISE, observe: tuple[str, ...] = ()
+    model: Model, batch: Batch, graph: Graph, direction: Direction = Direction.NOISE, observe: tuple[str, ...] = ()
 ) -> Runs:
     batch = batch.to(device_of(model))
     if not isinstance(direction, Direction):
@@ -152,7 +153,7 @@ class Patched:
 
 
 def patched_runs(
-    model, batch: Batch, graph: Graph, sets: list[frozenset], runs: Runs, observe: tuple[str, ...] = ()
+    model: Model, batch: Batch, graph: Graph, sets: list[frozenset], runs: Runs, observe: tuple[str, ...] = ()
 ) -> list[Patched]:
     """The base run with each set's edges patched from the other run. `observe`: hook names of
     blocks at or after every set's first receiver block (earlier blocks are not rerun). A set
@@ -166,7 +167,7 @@ def patched_runs(
 
 @torch.no_grad()
 def forward_patched(
-    model,
+    model: Model,
     batch: Batch,
     graph: Graph,
     sets: list[frozenset],
@@ -205,7 +206,7 @@ def forward_patched(
     return [results[i] for i in range(len(sets))]
 
 
-def patched_outcomes(model, batch: Batch, graph: Graph, sets: list[frozenset], runs: Runs) -> list[Outcome]:
+def patched_outcomes(model: Model, batch: Batch, graph: Graph, sets: list[frozenset], runs: Runs) -> list[Outcome]:
     """The base run with each set's edges patched from the other run, one Outcome per set."""
     return [patched.outcome for patched in patched_runs(model, batch, graph, sets, runs)]
 
@@ -239,7 +240,7 @@ class EdgeEffects:
 
 
 def edge_effects(
-    model, batch: Batch, graph: Graph, direction: Direction = Direction.NOISE, runs: Runs | None = None
+    model: Model, batch: Batch, graph: Graph, direction: Direction = Direction.NOISE, runs: Runs | None = None
 ) -> EdgeEffects:
     """Every edge of `graph` patched alone (see the module docstring for the directions); `runs`:
     the two recorded runs when the caller already has them (their direction wins)."""
@@ -259,7 +260,7 @@ def edge_effects(
 
 
 def circuit_outcomes(
-    model, batch: Batch, graph: Graph, circuits: list[Iterable[Edge]], runs: Runs | None = None
+    model: Model, batch: Batch, graph: Graph, circuits: list[Iterable[Edge]], runs: Runs | None = None
 ) -> list[Outcome]:
     """The clean run with every edge outside each circuit given its counterfactual value."""
     runs = runs or record_runs(model, batch, graph, Direction.NOISE)

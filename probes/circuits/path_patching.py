@@ -23,6 +23,7 @@ from common.stats import share
 from models.bridge import device_of
 from models.components import Head, HeadSet
 from models.graph import HEAD_PORTS, Edge, Graph, Input
+from models import Model
 from probes.circuits.oracle import Direction, Runs, model_graph, patched_runs, record_runs
 from tasks.data import Batch
 
@@ -112,7 +113,7 @@ def total_variation(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 @timed("path runs")
-def path_runs(model, batch: Batch, layers=None) -> Runs:
+def path_runs(model: Model, batch: Batch, layers=None) -> Runs:
     """The two runs path patching moves between, with the attention patterns of `layers` (default
     every block after the first: any receiver's), for several path_patch_many calls to share."""
     layers = range(1, model.cfg.n_layers) if layers is None else sorted(layers)
@@ -123,7 +124,7 @@ def path_runs(model, batch: Batch, layers=None) -> Runs:
 
 @torch.no_grad()
 @timed("path patching by position")
-def path_patch_many(model, batch: Batch, targets: list[PathTarget], runs: Runs | None = None) -> list[PathPatch]:
+def path_patch_many(model: Model, batch: Batch, targets: list[PathTarget], runs: Runs | None = None) -> list[PathPatch]:
     """`runs`: path_runs of `batch`, when the caller already recorded them."""
     batch = batch.to(device_of(model))
     graph = model_graph(model)
@@ -159,7 +160,7 @@ def path_result(target: PathTarget, patched, runs: Runs, batch: Batch) -> PathPa
     )
 
 
-def joint_path_patch(model, batch: Batch, senders, receivers, component: str, positions=None) -> PathPatch:
+def joint_path_patch(model: Model, batch: Batch, senders, receivers, component: str, positions=None) -> PathPatch:
     """The senders' summed writes at `positions` (None = all) reach only the `component` input of
     every receiver (one layer, later than every sender). Heads as Heads, (layer, head) or "L0H1"."""
     target = PathTarget(
@@ -168,13 +169,13 @@ def joint_path_patch(model, batch: Batch, senders, receivers, component: str, po
     return path_patch_many(model, batch, [target])[0]
 
 
-def path_patch(model, batch: Batch, sender, receiver, component: str, positions=None) -> PathPatch:
+def path_patch(model: Model, batch: Batch, sender, receiver, component: str, positions=None) -> PathPatch:
     """One path: sender head at `positions` (None = all) into the receiver's `component`."""
     return joint_path_patch(model, batch, [sender], [receiver], component, positions)
 
 
 @timed("path patching")
-def path_sweep(model, batch: Batch, runs: Runs | None = None) -> list[PathPatch]:
+def path_sweep(model: Model, batch: Batch, runs: Runs | None = None) -> list[PathPatch]:
     """Every sender -> later receiver head, Q, K and V, sender patched at all positions (`runs`:
     path_runs of `batch`, when already recorded)."""
     heads = [Head(l, h) for l in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]

@@ -25,6 +25,7 @@ import torch
 
 from models.graph import Edge, Graph, graph_of
 from models.spec import ModelSpec
+from models import Model
 from probes.circuits.faithfulness import Faithfulness, normalised, ranked, scaled
 from probes.circuits.oracle import Direction, EdgeEffects, Runs, circuit_outcomes, edge_effects, record_runs
 from probes.patching import live_positions
@@ -85,7 +86,7 @@ def positional_graph(spec: ModelSpec, positions: tuple[int, ...], oracle: EdgeEf
     return Graph(whole.n_layers, whole.senders, whole.inputs, edges)
 
 
-def positional_effects(model, batch: Batch, graph: Graph, oracle: EdgeEffects, runs: Runs) -> EdgeEffects:
+def positional_effects(model: Model, batch: Batch, graph: Graph, oracle: EdgeEffects, runs: Runs) -> EdgeEffects:
     """Every edge of the positional graph alone. A whole edge is the same patch as in the
     aggregated graph, so its effect is the oracle's (read, not run again); only the positional
     edges take a forward each."""
@@ -108,7 +109,7 @@ def positional_effects(model, batch: Batch, graph: Graph, oracle: EdgeEffects, r
 
 
 def smallest(
-    model, batch: Batch, graph: Graph, order: list[Edge], runs: Runs, target: float
+    model: Model, batch: Batch, graph: Graph, order: list[Edge], runs: Runs, target: float
 ) -> tuple[tuple[Edge, ...] | None, Faithfulness]:
     """(the smallest top-k circuit of `order` reaching `target`, its faithfulness), or (None, the
     whole graph's faithfulness: 1 on the null scale by construction).
@@ -128,7 +129,7 @@ def smallest(
 
 
 def positional_circuit(
-    model,
+    model: Model,
     batch: Batch,
     spec: ModelSpec,
     oracle: EdgeEffects,

@@ -23,6 +23,7 @@ from enum import Enum
 import torch
 
 from models.graph import MLP, Embed, Graph, Head
+from models import Model
 from probes.circuits.methods.joint import JointCircuit, SetFaithfulness, joint_search
 from probes.circuits.oracle import Direction, Runs, record_runs
 from tasks.data import Batch
@@ -123,7 +124,7 @@ class Redundancy:
 
 
 def redundancy(
-    model, batch: Batch, graph: Graph, circuit: frozenset, single: torch.Tensor, runs: Runs | None = None
+    model: Model, batch: Batch, graph: Graph, circuit: frozenset, single: torch.Tensor, runs: Runs | None = None
 ) -> Redundancy:
     """`single`: every edge's effect knocked out alone as a share of the gap (the oracle's
     EdgeEffects.normalised()). Costs 2 x groups + layers + edges + 1 faithfulness measurements, batched."""
@@ -182,7 +183,7 @@ class CircuitStructure:
 
 
 def report_joint(
-    model, batch: Batch, graph: Graph, named: Redundancy, single: torch.Tensor, runs: Runs
+    model: Model, batch: Batch, graph: Graph, named: Redundancy, single: torch.Tensor, runs: Runs
 ) -> JointCircuit:
     """The joint search as the report runs it: pruned from the named circuit by joint effect (any
     edge may come back), REPORT_ALTERNATIVES stand-in searches where an edge is backed up, and the
@@ -200,7 +201,7 @@ def report_joint(
 
 
 def circuit_structure(
-    model, batch: Batch, graph: Graph, circuit: frozenset, single: torch.Tensor, runs: Runs | None = None
+    model: Model, batch: Batch, graph: Graph, circuit: frozenset, single: torch.Tensor, runs: Runs | None = None
 ) -> CircuitStructure:
     runs = runs or record_runs(model, batch, graph, Direction.NOISE)
     named = redundancy(model, batch, graph, circuit, single, runs)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from common.stages import timed
 from tasks.validate import ROLE_MEMBER
+from models import Model
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -192,7 +193,7 @@ def lower_end(mean: Tensor, rows: Tensor, confidence: float = 0.95) -> Tensor:
 
 
 @timed("role masses")
-def role_masses(model, batch, ratio: float = RATIO, attention=None) -> RoleMasses:
+def role_masses(model: Model, batch, ratio: float = RATIO, attention=None) -> RoleMasses:
     """TL's head-detector patterns over every query row (probes.heads.attention_scores), and at the
     scored positions the current token, each position role the task names and each role set
     (role_rows), overall and per group. A head is named only when the lower end of its mass's 95%

@@ -28,6 +28,7 @@ import torch
 
 from common.cli import UsageError
 from models.graph import Edge, Graph, Head
+from models import Model
 from tasks.data import Batch
 
 EDGE_BUDGET = 2000  # exact oracle up to this many edges
@@ -84,7 +85,9 @@ class ScaledCircuit:
         return [(self.ranked.names[i], exact.get(self.ranked.names[i], self.ranked.score[i])) for i in order[:k]]
 
 
-def trace_task(model, task, about: About, tokenizer=None, seed: int = 0, pairs: int = 64, **options) -> ScaledCircuit:
+def trace_task(
+    model: Model, task, about: About, tokenizer=None, seed: int = 0, pairs: int = 64, **options
+) -> ScaledCircuit:
     """`trace` on the task's held-out pairs: any bridge (a toylens model, or a loaded checkpoint with
     its `tokenizer`) and any task (a text task for a checkpoint; tasks.templates)."""
     from tasks.templates import heldout_batch
@@ -98,7 +101,7 @@ def trace_task(model, task, about: About, tokenizer=None, seed: int = 0, pairs: 
 
 
 def trace(
-    model,
+    model: Model,
     batch: Batch,
     about: About,
     edge_budget: int = EDGE_BUDGET,
@@ -142,7 +145,7 @@ def fixed_positions(batch: Batch) -> tuple[int, ...]:
     return tuple(range(max(scored) + 1))  # positions after the scored one reach no score
 
 
-def hooks_used(model) -> list[str]:
+def hooks_used(model: Model) -> list[str]:
     """The hooks `trace` edits or reads on this model: what the preflight must check first."""
     from models.preflight import report_hooks
 
@@ -152,7 +155,7 @@ def hooks_used(model) -> list[str]:
 class ForwardCounter:
     """Counts passes through the unembedding: every forward ends there, full or resumed, batched or not."""
 
-    def __init__(self, model):
+    def __init__(self, model: Model):
         self.calls = 0
         self.handle = model.unembed.register_forward_pre_hook(self.count)
 
@@ -168,7 +171,7 @@ def peak_rss_mib() -> float:
     return peak / (2**20 if sys.platform == "darwin" else 2**10)
 
 
-def edge_name(edge: Edge, model) -> str:
+def edge_name(edge: Edge, model: Model) -> str:
     """str(edge), with a grouped key / value input named by its group (`L1KV0.k`), not as a head."""
     grouped = getattr(model.cfg, "n_key_value_heads", None)
     node = edge.receiver.node
@@ -179,7 +182,7 @@ def edge_name(edge: Edge, model) -> str:
     return f"{edge.sender} -> L{node.layer}KV{node.head}.{edge.receiver.port}{where}"
 
 
-def edge_ranking(model, batch: Batch, graph: Graph, runs, budget: int, verify: int, ranking: tuple[str, int]):
+def edge_ranking(model: Model, batch: Batch, graph: Graph, runs, budget: int, verify: int, ranking: tuple[str, int]):
     """(Ranked, the score tensor the curve and the search order by): the exact oracle within the
     budget, else attribution with its top `verify` measured exactly."""
     from probes.circuits.methods.attribution import eap, eap_ig
@@ -207,14 +210,14 @@ def verified_ranking(names, score: torch.Tensor, top: list[int], exact: list[flo
     return Ranked("edge", names, tuple(score.tolist()), method, verified, agreement)
 
 
-def curve_points(model, batch: Batch, graph: Graph, method: str, score: torch.Tensor, runs):
+def curve_points(model: Model, batch: Batch, graph: Graph, method: str, score: torch.Tensor, runs):
     from probes.circuits.faithfulness import curve
 
     faithful = curve(model, batch, graph, method, score, runs)
     return tuple(zip(faithful.sizes, faithful.faithfulness))
 
 
-def joint_from_ranking(model, batch: Batch, graph: Graph, runs, score: torch.Tensor, allowed: int) -> Searched:
+def joint_from_ranking(model: Model, batch: Batch, graph: Graph, runs, score: torch.Tensor, allowed: int) -> Searched:
     """The joint search over the ranking's top `allowed` edges (every other edge given its
     counterfactual value throughout): it starts from all of them and pass 2 may bring back any."""
     from probes.circuits.faithfulness import ranked

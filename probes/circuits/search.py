@@ -40,6 +40,7 @@ from common.stages import timed
 from models.bridge import device_of, stream_is_a_sum
 from models.components import Head
 from models.graph import MLP, Edge, Graph, Logits
+from models import Model
 from probes.ablation import replacement_z
 from probes.circuits.ablations import Ablation, ablated_runs
 from probes.circuits.faithfulness import Faithfulness, scaled
@@ -71,7 +72,7 @@ def every_position(heads: Iterable) -> Kept:
     return {Head.of(head): None for head in heads}
 
 
-def head_graph(model, width: int) -> Graph:
+def head_graph(model: Model, width: int) -> Graph:
     """The model's graph with every head's out-edges resolved by position (0 .. width - 1)."""
     graph = model_graph(model)
     edges = tuple(
@@ -100,7 +101,7 @@ class HeadCircuits:
 
     def __init__(
         self,
-        model,
+        model: Model,
         batch: Batch,
         reference,
         clean: Outcome | None = None,
@@ -144,7 +145,7 @@ class HeadCircuits:
 
 
 @torch.no_grad()
-def z_ablated_outcomes(model, batch: Batch, values: dict, circuits: list[Kept]) -> list[Outcome]:
+def z_ablated_outcomes(model: Model, batch: Batch, values: dict, circuits: list[Kept]) -> list[Outcome]:
     """Each circuit's Outcome with every head outside it (at every position it is not kept at) given
     `values[layer]` ([n, pos, head, d_head], probes.ablation.replacement_z) for its z; circuits share
     forwards as replicas of the batch (probes.patching.replicas_per_forward)."""
@@ -169,7 +170,7 @@ def z_ablated_outcomes(model, batch: Batch, values: dict, circuits: list[Kept]) 
     return found
 
 
-def faithfulness(model, batch: Batch, kept, reference) -> Faithfulness:
+def faithfulness(model: Model, batch: Batch, kept, reference) -> Faithfulness:
     """One head circuit's Faithfulness on `batch`: `kept` a Kept mapping, or heads kept at every
     position; means over `reference` (a notebook passes probes.ablation.training_reference(run)
     for the report's numbers)."""
@@ -220,12 +221,12 @@ class Circuit:
         return tuple(where(head, positions) for head, positions in self.kept.items())
 
 
-def all_heads(model) -> list[Head]:
+def all_heads(model: Model) -> list[Head]:
     return [Head(l, h) for l in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]
 
 
 @timed("circuit search")
-def search_circuit(model, batch: Batch, reference, patching, target: float = 0.9) -> Circuit:
+def search_circuit(model: Model, batch: Batch, reference, patching, target: float = 0.9) -> Circuit:
     """The fewest heads (then positions) whose circuit keeps `target` of the clean - counterfactual
     gap. `batch` holds counterfactual pairs, `reference` the examples mean ablation averages over,
     `patching` the batch's probes.patching.ActivationPatching."""

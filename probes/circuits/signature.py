@@ -37,6 +37,7 @@ from common.cli import UsageError
 from common.jsonfiles import check_fields, of_type
 from common.stages import timed
 from probes.circuits.roles import UNNAMED, RoleMasses, circuit_roles, read_at_scored, role_masses
+from models import Model
 
 SIGNATURE = "signature"  # its field in circuit.json, timeline.json and report.json
 LAST = 10**9  # the logits' stage: after every layer's
@@ -203,7 +204,9 @@ EDGE_BASIS, HEAD_BASIS = "edge circuit", "head circuit"
 
 
 @timed("signature")
-def edge_signature(model, pairs, graph, roles: RoleMasses | None = None, circuit=None) -> MechanismSignature | None:
+def edge_signature(
+    model: Model, pairs, graph, roles: RoleMasses | None = None, circuit=None
+) -> MechanismSignature | None:
     """The signature of the part graph that carries the mechanism (`carrying_parts`), its heads'
     roles read from the exact oracle's smallest edge circuit on `pairs` (`roles`: role_masses,
     None measures them on `pairs`; `circuit`: the probes.circuits.named.EdgeCircuit already
@@ -222,7 +225,7 @@ def edge_signature(model, pairs, graph, roles: RoleMasses | None = None, circuit
     return with_profiles(carrying_parts(model, pairs, graph, head_roles, found.oracle), measured, read)
 
 
-def carrying_parts(model, pairs, graph, roles: dict, oracle) -> MechanismSignature | None:
+def carrying_parts(model: Model, pairs, graph, roles: dict, oracle) -> MechanismSignature | None:
     """The mechanism as a graph of parts, each part a layer's heads of one measured role (or an MLP,
     the embedding, the logits), whatever the number of heads that play it. A part edge is every
     graph edge from one part into one input of another; its cost is the share of the gap lost when
@@ -295,7 +298,7 @@ def part_edges(graph, roles: dict, oracle) -> tuple[dict, dict]:
     return members, names
 
 
-def part_edge_costs(model, pairs, graph, members: dict, keys: list) -> dict:
+def part_edge_costs(model: Model, pairs, graph, members: dict, keys: list) -> dict:
     """Each part edge of `keys` -> the share of the gap lost when all its member edges are patched
     to the counterfactual together (the oracle's direction)."""
     from probes.circuits.oracle import Direction, patched_outcomes, record_runs

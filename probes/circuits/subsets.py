@@ -30,6 +30,7 @@ import torch
 from probes.circuits.components import Component, KnockOut, ordered
 from probes.circuits.oracle import Runs
 from tasks.data import Batch, spread_subset
+from models import Model
 
 EXACT_MEMBERS = 8  # up to this many members every subset is measured (2^8 sets batched: seconds on
 # block-2; 2^10 took 35-47 s under load)
@@ -60,7 +61,7 @@ def budget_pairs(batch: Batch, members: tuple[Component, ...], least: int = 1) -
 class Subsets:
     """The metric of every subset measured so far, at every scored position; measures more on demand."""
 
-    def __init__(self, model, batch: Batch, runs: Runs | None, members: tuple[Component, ...]):
+    def __init__(self, model: Model, batch: Batch, runs: Runs | None, members: tuple[Component, ...]):
         self.members = ordered(members)
         self.all = frozenset(self.members)
         self.knock_out = KnockOut(model, batch, runs, self.members)

@@ -18,6 +18,7 @@ from typing import Callable
 import torch
 
 from models.graph import Edge, Graph
+from models import Model
 from probes.circuits.faithfulness import normalised
 from probes.circuits.oracle import Direction, circuit_outcomes, edge_effects, record_runs
 from probes.settings import DEFAULT, ReportSettings
@@ -52,7 +53,7 @@ class CircuitTimeline:
 
 
 def circuit_timeline(
-    model,
+    model: Model,
     batch: Batch,
     graph: Graph,
     circuit: tuple[Edge, ...],

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from common.cli import UsageError
+from models import Model
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ class Activations:
 
 
 @torch.no_grad()
-def collect(model, tokens: torch.Tensor, real: torch.Tensor, names: list[str]) -> Activations:
+def collect(model: Model, tokens: torch.Tensor, real: torch.Tensor, names: list[str]) -> Activations:
     """Run `model` on `tokens` [n, width] and keep `names`' activations where `real` [n, width] is True."""
     from probes.ablation import chunked_cache
 

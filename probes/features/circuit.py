@@ -29,6 +29,7 @@ import torch
 from models.bridge import native
 from models.graph import MLP, Edge, Input, Logits
 from models.resume import forward_from
+from models import Model
 from probes.circuits.oracle import Direction, Runs, edge_effects, model_graph, patched_outcomes, record_runs
 from probes.circuits.edge_hooks import resid_mid_name
 from probes.features.dictionary import Dictionary
@@ -112,7 +113,7 @@ def sender_changes(dictionaries: dict[int, Dictionary], clean: Writes, other: Wr
 
 
 @torch.no_grad()
-def feature_circuit(model, batch: Batch, dictionaries: dict[int, Dictionary], run: str = "") -> FeatureCircuit:
+def feature_circuit(model: Model, batch: Batch, dictionaries: dict[int, Dictionary], run: str = "") -> FeatureCircuit:
     """The feature graph of `model` on the pairs of `batch` through transcoders {layer: Dictionary}."""
     graph = model_graph(model)
     layers = sorted(dictionaries)
@@ -162,13 +163,15 @@ def feature_circuit(model, batch: Batch, dictionaries: dict[int, Dictionary], ru
     )
 
 
-def logit_effects(model, batch: Batch, final: torch.Tensor, deltas: torch.Tensor, clean_metric: float) -> torch.Tensor:
+def logit_effects(
+    model: Model, batch: Batch, final: torch.Tensor, deltas: torch.Tensor, clean_metric: float
+) -> torch.Tensor:
     logits = forward_from(model, (final[None] + deltas).flatten(0, 1), model.cfg.n_layers)
     return torch.tensor([o.metric for o in outcome(replica_scored(logits, batch), batch)]) - clean_metric
 
 
 def feature_effects(
-    model,
+    model: Model,
     batch: Batch,
     layer: int,
     resid_mid: torch.Tensor,
@@ -184,7 +187,7 @@ def feature_effects(
     return scored.mean(1)
 
 
-def eap_logits(model, batch: Batch, final: torch.Tensor, deltas: list[torch.Tensor]) -> torch.Tensor:
+def eap_logits(model: Model, batch: Batch, final: torch.Tensor, deltas: list[torch.Tensor]) -> torch.Tensor:
     with torch.enable_grad():
         residual = final.detach().clone().requires_grad_(True)
         logits = forward_from(model, residual, model.cfg.n_layers)
@@ -196,22 +199,22 @@ def scored_mean(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
     return scored_metric(replica_scored(logits, batch)[0], batch).mean()
 
 
-def oracle_mlp_logits(model, batch: Batch, graph, runs: Runs, layers: list[int]) -> list[float]:
+def oracle_mlp_logits(model: Model, batch: Batch, graph, runs: Runs, layers: list[int]) -> list[float]:
     sets = [frozenset([Edge(MLP(l), Input(Logits()))]) for l in layers]
     return [o.metric - runs.base.outcome.metric for o in patched_outcomes(model, batch, graph, sets, runs)]
 
 
-def head_edges(model, batch: Batch, graph, runs: Runs, top: int = 8) -> tuple[tuple[str, float], ...]:
+def head_edges(model: Model, batch: Batch, graph, runs: Runs, top: int = 8) -> tuple[tuple[str, float], ...]:
     effects = edge_effects(model, batch, graph, runs=runs)
     return tuple((str(edge), value / effects.gap) for edge, value in effects.ranked()[:top])
 
 
-def spliced_error(model, batch: Batch, dictionaries: dict[int, Dictionary]) -> float:
+def spliced_error(model: Model, batch: Batch, dictionaries: dict[int, Dictionary]) -> float:
     spliced = spliced_logits(model, batch.inputs, *dictionaries.values())
     return float((spliced - model(batch.inputs)).abs().max())
 
 
-def features_only_gap(model, batch: Batch, dictionaries: dict[int, Dictionary]) -> float:
+def features_only_gap(model: Model, batch: Batch, dictionaries: dict[int, Dictionary]) -> float:
     metric = [
         scored_mean(spliced_logits(model, tokens, *dictionaries.values(), error_node=False), batch)
         for tokens in (batch.inputs, corrupt_inputs(batch))

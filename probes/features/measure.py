@@ -23,6 +23,7 @@ from probes.features.circuit import FeatureCircuit, feature_circuit
 from probes.features.dictionary import DictionaryConfig, train_dictionary
 from probes.features.grade import DictionaryGrade, feature_matches, grade, linear_presence
 from probes.features.variables import Variable, task_variables, tracr_variables
+from models import Model
 
 PAIRS = 64  # held-out counterfactual pairs the circuit is measured on (as the circuit report's)
 
@@ -142,7 +143,7 @@ def run_circuit(run, grid: Grid, root: Path, pairs: int = PAIRS) -> TracedRun | 
 
 
 def traced_through(
-    model, held, dictionaries: dict, acts: Activations, variables: list[Variable], label: str, pairs: int = PAIRS
+    model: Model, held, dictionaries: dict, acts: Activations, variables: list[Variable], label: str, pairs: int = PAIRS
 ) -> TracedRun:
     """The feature circuit through `dictionaries` (MLP layer -> its transcoder) on `pairs` held-out
     pairs, and what each feature reads as: on `acts`, the whole held-out split's activations at

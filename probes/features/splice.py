@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from probes.features.dictionary import Dictionary
+from models import Model
 
 
 def splice_hooks(dictionary: Dictionary, error_node: bool = True) -> list:
@@ -32,6 +33,8 @@ def splice_hooks(dictionary: Dictionary, error_node: bool = True) -> list:
 
 
 @torch.no_grad()
-def spliced_logits(model, tokens: torch.Tensor, *dictionaries: Dictionary, error_node: bool = True) -> torch.Tensor:
+def spliced_logits(
+    model: Model, tokens: torch.Tensor, *dictionaries: Dictionary, error_node: bool = True
+) -> torch.Tensor:
     hooks = [hook for dictionary in dictionaries for hook in splice_hooks(dictionary, error_node)]
     return model.run_with_hooks(tokens, fwd_hooks=hooks)

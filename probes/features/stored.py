@@ -17,6 +17,7 @@ from probes.features.activations import Activations, collect, mlp_site
 from probes.features.grade import DictionaryGrade, grade, linear_presence
 from probes.features.measure import TracedRun, traced_through
 from probes.features.variables import task_variables
+from models import Model
 
 TOP = 20  # a recovering feature's strongest activations whose roles are counted
 SHOWN = 5  # of them, the tokens shown
@@ -70,7 +71,7 @@ def strongest(dictionary, grade_of: DictionaryGrade, acts: Activations, batch, v
 
 
 @torch.no_grad()
-def stored_features(run, model, heldout, vocabulary: list[str]) -> RunFeatures | None:
+def stored_features(run, model: Model, heldout, vocabulary: list[str]) -> RunFeatures | None:
     """None when no dictionary is stored for `run`."""
     folder = features_folder(run)
     found = sorted(p.parent for p in folder.rglob(store.CFG)) if folder.is_dir() else []
@@ -101,7 +102,7 @@ def stored_features(run, model, heldout, vocabulary: list[str]) -> RunFeatures |
     return RunFeatures(label, where, tuple(grades), tuple(examples), traced)
 
 
-def circuit_through(model, heldout, dictionaries, acts, variables, label: str, spec) -> TracedRun | None:
+def circuit_through(model: Model, heldout, dictionaries, acts, variables, label: str, spec) -> TracedRun | None:
     """Through each MLP's first stored transcoder (smallest size, then k), when every MLP has one;
     `acts` and `variables`: stored_features' own, read once for the grades and the circuit."""
     if not spec.mlp:

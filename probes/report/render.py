@@ -8,6 +8,7 @@ from typing import Sequence
 from common.stats import Interval
 from probes.accuracy import pooled
 from probes.report.words import pct, shuffle_text
+from models import Model
 
 
 def percent(interval: Interval) -> str:
@@ -112,13 +113,13 @@ def wilson_text(interval: Interval) -> str:
     return "-" if math.isnan(interval.low) else f"[{interval.low:.1%}, {interval.high:.1%}]"
 
 
-def seed_range(model) -> str:
+def seed_range(model: Model) -> str:
     values = [r.splits["heldout"].accuracy.value for r in model.runs]
     low, high = f"{min(values):.1%}", f"{max(values):.1%}"
     return low if low == high else f"{low}-{high}"
 
 
-def seeds_text(model, runs) -> str:
+def seeds_text(model: Model, runs) -> str:
     """A mean over these seeds in words that mean something at 3 seeds: 'k/n seeds' and the pooled interval."""
     values = [r.splits["heldout"].accuracy.value for r in runs]
     if not values:
@@ -127,7 +128,7 @@ def seeds_text(model, runs) -> str:
     return f"{mean:.1%} ({len(runs)}/{len(model.seeds)} seeds, pooled Wilson {wilson_text(pooled(runs))})"
 
 
-def health_flags(model, seed: int) -> str:
+def health_flags(model: Model, seed: int) -> str:
     """A run's health in a word or two for the per-seed table; the notes follow the table (seed_notes)."""
     flags = []
     if seed in model.collapsed:
@@ -161,7 +162,7 @@ def by_group(split) -> str:
     return ", ".join(f"{name} {values['accuracy']['value']:.0%}" for name, values in groups.items())
 
 
-def health_text(model, seed: int) -> str:
+def health_text(model: Model, seed: int) -> str:
     """A run's health flags (collapsed, below chance, neither answer nor foil, budget-limited), ''
     when none."""
     budget = model.budget_limited.get(seed)
@@ -199,7 +200,7 @@ def health_lines(models) -> list[str]:
     return [line + "\n" for line in lines]
 
 
-def budget_line(model) -> str:
+def budget_line(model: Model) -> str:
     """Which seeds stopped at or near their step budget, and why: what is said of them rests on the budget."""
     by_reason: dict[str, list[int]] = {}
     for seed, reason in model.budget_limited.items():

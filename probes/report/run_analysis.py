@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from models.components import Head
 from models.spec import Attention, NormPlace
+from models import Model
 from probes.circuits.labels import summarise
 from probes.circuits.mechanism_timeline import SnapshotCircuit
 from probes.circuits.search import Circuit, search_circuit, where
@@ -105,7 +106,7 @@ def route_positions(patching, sender: Head, batch, count: int) -> list[int]:
     return sorted(p for p, _ in head_effect(patching, layer, head, live_positions(batch))[:count])
 
 
-def node_view(model, pairs, patching, head: Head, kept: tuple[int, ...] | None, threshold: float) -> NodeView:
+def node_view(model: Model, pairs, patching, head: Head, kept: tuple[int, ...] | None, threshold: float) -> NodeView:
     """The circuit head's positions (its `kept` ones, else every live one) where patching its output
     restores at least `threshold` of the gap, at most three; the attention rows there."""
     from probes.attention import attention_from
@@ -269,7 +270,7 @@ def trace_circuit(context, patching) -> dict:
     )
 
 
-def circuit_paths_measured(model, pairs, reference, patching, settings) -> dict:
+def circuit_paths_measured(model: Model, pairs, reference, patching, settings) -> dict:
     """The RunAnalysis fields a circuit's label is named from (probes.circuits.labels): the search,
     every head pair's path patch with the sender at all positions, and the routes among them
     resolved one sender position at a time (None where the stream allows no path patching)."""
@@ -405,7 +406,7 @@ def snapshot_mechanism(context, analysis):
     return run_mechanism(context, analysis, edges)
 
 
-def clean_gap(model, pairs) -> float:
+def clean_gap(model: Model, pairs) -> float:
     """Clean minus counterfactual metric, as activation_patching measures it (its two unpatched
     runs), without the patches a step too early to trace would not use."""
     from models.bridge import device_of

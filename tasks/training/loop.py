@@ -21,6 +21,7 @@ from common.atomic import atomic_write
 from tasks.data import Batch, real_positions
 from tasks.evaluate import logits_at_scored, score_logits
 from models.fused import training_forward
+from models import Model
 from tasks.training.optimizer import FlatAdamW
 from tasks.training.resume import FRESH, load_train_state, save_train_state
 from tasks.settings import LossPositions, StopMetric, StopReason, TrainSettings
@@ -64,7 +65,7 @@ def scored_mask(batch: Batch) -> torch.Tensor:
 
 
 @torch.no_grad()
-def evaluate(model, batch: Batch) -> dict:
+def evaluate(model: Model, batch: Batch) -> dict:
     logits = model(batch.inputs)
     scored = score_logits(logits_at_scored(logits, batch), batch)
     return {
@@ -100,7 +101,7 @@ def stop_reason(history: list[dict], settings: TrainSettings) -> StopReason | No
 
 @timed("steps")
 def train(
-    model,
+    model: Model,
     train_batch: Batch,
     validation_batch: Batch,
     settings: TrainSettings,
@@ -165,7 +166,7 @@ class Training:
 
 
 def start_training(
-    model,
+    model: Model,
     train_batch: Batch,
     validation_batch: Batch,
     settings: TrainSettings,
@@ -289,7 +290,7 @@ def finish(run: Training, device: str) -> None:
         run.model.to("cpu", print_details=False)
 
 
-def adamw(model, settings: TrainSettings) -> FlatAdamW:
+def adamw(model: Model, settings: TrainSettings) -> FlatAdamW:
     return FlatAdamW([p for p in model.parameters() if p.requires_grad], settings.lr, settings.weight_decay)
 
 
@@ -329,6 +330,6 @@ def snapshot_path(snapshot_dir: Path, step: int) -> Path:
     return Path(snapshot_dir) / f"step{step}.safetensors"
 
 
-def save_snapshot(model, snapshot_dir: Path, step: int) -> None:
+def save_snapshot(model: Model, snapshot_dir: Path, step: int) -> None:
     """Weights only (no optimizer state): enough to replay what the model computed at `step`."""
     save_tensors(snapshot_path(snapshot_dir, step), model.state_dict(), {"step": step})

@@ -16,6 +16,7 @@ from models import UsageError
 from common.jsonfiles import canonical_sha256, short
 from common.store import load_tensors
 from models.checkpoint import check_state, cpu_tensors, save_tensors
+from models import Model
 from tasks.validate import is_int
 
 STATE = "train_state.safetensors"
@@ -35,7 +36,7 @@ HISTORY_FIELDS = {"step", "train_loss", "val_loss", "val_scored_loss", "val_accu
 ADAM_KEYS = {"step", "exp_avg", "exp_avg_sq"}
 
 
-def save_train_state(path: Path, model, optimizer, generator, progress: dict) -> None:
+def save_train_state(path: Path, model: Model, optimizer, generator, progress: dict) -> None:
     tensors = {f"model.{name}": tensor for name, tensor in model.state_dict().items()}
     for index, state in optimizer.state_dict()["state"].items():
         # AdamW keeps only tensors per parameter (step, exp_avg, exp_avg_sq).
@@ -61,7 +62,7 @@ def state_sha256(tensors: dict, metadata: dict) -> str:
     return digest.hexdigest()
 
 
-def load_train_state(path: Path, model, optimizer, generator, settings) -> Progress:
+def load_train_state(path: Path, model: Model, optimizer, generator, settings) -> Progress:
     """Restore model, optimizer and generator in place from `path`, after one schema check of the
     whole file; returns the saved progress."""
     fix = "pass --overwrite to start the run again"
@@ -111,7 +112,7 @@ def check_progress(progress, settings, path: Path, fix: str) -> Progress:
     return {"step": step, "history": history, "seconds": float(seconds)}
 
 
-def check_optimizer(tensors: dict, model, step: int, path: Path, fix: str) -> dict:
+def check_optimizer(tensors: dict, model: Model, step: int, path: Path, fix: str) -> dict:
     """AdamW's state for every trainable parameter, shaped like it, having taken exactly `step` steps
     (which ties the recorded step to the weights the optimizer moved)."""
     import torch

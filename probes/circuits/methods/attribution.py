@@ -30,6 +30,7 @@ import torch
 from models.bridge import device_of
 from models.graph import Edge, Graph, Input
 from models.resume import forward_from
+from models import Model
 from probes.circuits.oracle import Direction, Runs, patched_outcomes, record_runs
 from probes.circuits.edge_hooks import EdgeHooks
 from probes.patching import replica_scored, scored_metric
@@ -49,7 +50,7 @@ class InputOffsets(EdgeHooks):
     """One forward (no replicas) where every receiver input reads its residual plus its own offset,
     a zero tensor whose gradient is the metric's gradient with respect to that input."""
 
-    def __init__(self, model, graph: Graph, runs: Runs, n: int):
+    def __init__(self, model: Model, graph: Graph, runs: Runs, n: int):
         super().__init__(model, [frozenset()], runs.base, runs.other, n, 0)
         like = runs.base.resid_pre[0]
         self.offsets = {
@@ -64,7 +65,7 @@ class InputOffsets(EdgeHooks):
         return torch.tensor([0], device=offset.device), offset[None]
 
 
-def input_gradients(model, batch: Batch, graph: Graph, runs: Runs, steps: int = 1) -> dict:
+def input_gradients(model: Model, batch: Batch, graph: Graph, runs: Runs, steps: int = 1) -> dict:
     """Per receiver input, d mean-metric / d input [n, pos, d], averaged over `steps` embeddings
     base + (k / steps)(other - base), k = 0 .. steps - 1."""
     batch = batch.to(device_of(model))
@@ -82,7 +83,7 @@ def input_gradients(model, batch: Batch, graph: Graph, runs: Runs, steps: int = 
 
 
 def gradient_scores(
-    model,
+    model: Model,
     batch: Batch,
     graph: Graph,
     steps: int,
@@ -103,16 +104,16 @@ def gradient_scores(
 
 
 def eap(
-    model, batch: Batch, graph: Graph, direction: Direction = Direction.NOISE, runs: Runs | None = None
+    model: Model, batch: Batch, graph: Graph, direction: Direction = Direction.NOISE, runs: Runs | None = None
 ) -> EdgeScores:
     return gradient_scores(model, batch, graph, 1, "EAP", direction, runs)
 
 
-def eap_ig(model, batch: Batch, graph: Graph, steps: int = 5, runs: Runs | None = None) -> EdgeScores:
+def eap_ig(model: Model, batch: Batch, graph: Graph, steps: int = 5, runs: Runs | None = None) -> EdgeScores:
     return gradient_scores(model, batch, graph, steps, f"EAP-IG ({steps} steps)", runs=runs)
 
 
-def acdc(model, batch: Batch, graph: Graph, threshold: float = 0.01, runs: Runs | None = None) -> EdgeScores:
+def acdc(model: Model, batch: Batch, graph: Graph, threshold: float = 0.01, runs: Runs | None = None) -> EdgeScores:
     """Greedy pruning; `threshold` in units of the clean - counterfactual gap."""
     began = time.perf_counter()
     runs = runs or record_runs(model, batch, graph, Direction.NOISE)

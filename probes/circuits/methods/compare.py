@@ -5,6 +5,7 @@ exact oracle (each edge alone), EAP, EAP-IG, ACDC, the joint search and learned 
 from __future__ import annotations
 
 from models.graph import Graph
+from models import Model
 from probes.circuits.methods.joint import joint_search
 from probes.circuits.methods.masks import MaskSettings, learned_masks
 from probes.circuits.methods.attribution import EdgeScores, acdc, eap, eap_ig
@@ -14,7 +15,7 @@ from tasks.data import Batch
 
 
 def every_method(
-    model,
+    model: Model,
     batch: Batch,
     graph: Graph,
     runs: Runs,

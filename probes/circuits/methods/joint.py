@@ -37,6 +37,7 @@ import torch
 
 from common.stats import share
 from models.graph import Edge, Graph
+from models import Model
 from probes.circuits.methods.attribution import EdgeScores
 from probes.circuits.oracle import Direction, Runs, circuit_outcomes, record_runs
 from tasks.data import Batch
@@ -53,7 +54,7 @@ class SetFaithfulness:
     measured once: the passes ask again for sets they already measured (pass 3's last step is
     `at_target`'s first, a circuit's own f after its search), and a forward costs the same anyway."""
 
-    def __init__(self, model, batch: Batch, graph: Graph, runs: Runs):
+    def __init__(self, model: Model, batch: Batch, graph: Graph, runs: Runs):
         self.model, self.batch, self.graph, self.runs = model, batch, graph, runs
         self.empty, self.full = runs.other.outcome.metric, runs.base.outcome.metric
         self.known: dict[frozenset, float] = {}
@@ -236,7 +237,7 @@ def with_alternatives(
     return frozenset(circuit), tuple(alternatives), scores
 
 
-def single_shares(model, batch: Batch, graph: Graph, runs: Runs, single: torch.Tensor | None) -> dict:
+def single_shares(model: Model, batch: Batch, graph: Graph, runs: Runs, single: torch.Tensor | None) -> dict:
     """Edge -> |share of the gap| knocking it out alone costs (the oracle's, measured when not given)."""
     from probes.circuits.oracle import edge_effects
 
@@ -246,7 +247,7 @@ def single_shares(model, batch: Batch, graph: Graph, runs: Runs, single: torch.T
 
 
 def joint_search(
-    model,
+    model: Model,
     batch: Batch,
     graph: Graph,
     runs: Runs | None = None,

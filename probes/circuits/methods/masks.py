@@ -29,6 +29,7 @@ import torch
 from models.bridge import device_of
 from models.graph import Graph
 from models.resume import forward_from
+from models import Model
 from probes.circuits.methods.joint import (
     TARGET,
     THRESHOLD,
@@ -67,7 +68,7 @@ class GatedEdges(EdgeHooks):
     """One forward (no replicas) where every edge's receiver input takes (1 - gate) of the edge's
     change towards the other run."""
 
-    def __init__(self, model, graph: Graph, runs: Runs, n: int, gates: torch.Tensor):
+    def __init__(self, model: Model, graph: Graph, runs: Runs, n: int, gates: torch.Tensor):
         super().__init__(model, [frozenset()], runs.base, runs.other, n, 0)
         self.gates, self.incoming = gates, {}
         width = runs.base.resid_pre[0].shape[1]
@@ -153,7 +154,7 @@ def gate_values(graph: Graph, circuit: frozenset, device) -> torch.Tensor:
 
 
 def learned_masks(
-    model,
+    model: Model,
     batch: Batch,
     graph: Graph,
     runs: Runs | None = None,

@@ -38,6 +38,7 @@ from common.cli import UsageError
 from common.store import parse_json, read_tensors
 from models import ModelSpec
 from models.graph import MLP, Embed, Graph, Head, Input, Logits, Sender, graph_of
+from models import Model
 from probes.ablation import Ablation
 from probes.circuits.truth.tracr_programs import PROGRAMS, Program
 from tasks.base import NO_FOIL
@@ -270,7 +271,7 @@ def variables(dims: torch.Tensor, labels: tuple[str, ...]) -> frozenset:
     return frozenset(labels[i].split(":")[0] for i in torch.nonzero(dims).flatten().tolist())
 
 
-def read_write_dims(model) -> tuple[dict[Sender, torch.Tensor], dict[Input, torch.Tensor]]:
+def read_write_dims(model: Model) -> tuple[dict[Sender, torch.Tensor], dict[Input, torch.Tensor]]:
     """(sender -> [d_model] bool: the residual dimensions it writes, receiver input -> those it reads)."""
     nz = lambda w, dim: (w.detach().abs() > WEIGHT_ZERO).any(dim)  # noqa: E731
     writes: dict[Sender, torch.Tensor] = {Embed(): nz(model.W_E, 0) | nz(model.W_pos, 0)}
@@ -285,19 +286,19 @@ def read_write_dims(model) -> tuple[dict[Sender, torch.Tensor], dict[Input, torc
     return writes, reads
 
 
-def reads_and_writes(model, compiled: Compiled) -> tuple[dict, dict]:
+def reads_and_writes(model: Model, compiled: Compiled) -> tuple[dict, dict]:
     """(sender -> variables written, receiver input -> variables read) from the bridge's weights."""
     writes, reads = read_write_dims(model)
     labels = compiled.residual_labels
     return ({s: variables(d, labels) for s, d in writes.items()}, {r: variables(d, labels) for r, d in reads.items()})
 
 
-def true_edges(model, compiled: Compiled, graph: Graph) -> frozenset:
+def true_edges(model: Model, compiled: Compiled, graph: Graph) -> frozenset:
     writes, reads = reads_and_writes(model, compiled)
     return frozenset(e for e in graph.edges if writes[e.sender] & reads[e.receiver])
 
 
-def outputs(model, tokens: torch.Tensor, compiled: Compiled) -> torch.Tensor:
+def outputs(model: Model, tokens: torch.Tensor, compiled: Compiled) -> torch.Tensor:
     """[n, pos] the categorical output index, or the numerical output value."""
     with torch.no_grad():
         logits = model(tokens)
@@ -316,7 +317,12 @@ def with_bos(compiled: Compiled, body: torch.Tensor) -> torch.Tensor:
 
 
 def pairs(
-    model, compiled: Compiled, n: int = 64, seed: int = 0, length: int | None = None, distinct: bool | None = None
+    model: Model,
+    compiled: Compiled,
+    n: int = 64,
+    seed: int = 0,
+    length: int | None = None,
+    distinct: bool | None = None,
 ) -> Batch:
     """`n` random inputs of `length` tokens after BOS (default: the full compiled length; `distinct`:
     no token twice, default the program's premise) and independent random counterfactuals of the
@@ -386,7 +392,7 @@ def every_position(compiled: Compiled, tokens: torch.Tensor) -> Batch:
     )
 
 
-def zero_logit_moves(model, compiled: Compiled, graph: Graph, edges: list, length: int) -> list[float]:
+def zero_logit_moves(model: Model, compiled: Compiled, graph: Graph, edges: list, length: int) -> list[float]:
     """Per edge: the largest |logit change| at any position after BOS, over every input of the
     domain with `length` tokens, when that edge alone is zero-ablated."""
     from probes.circuits.ablations import ablated_runs
@@ -402,7 +408,7 @@ def zero_logit_moves(model, compiled: Compiled, graph: Graph, edges: list, lengt
     return [float((p.observed[LOGITS_IN][:, 1:] @ W_U + b_U - clean).abs().max()) for p in patched]
 
 
-def inert_edges(model, compiled: Compiled, graph: Graph, truth: frozenset) -> frozenset:
+def inert_edges(model: Model, compiled: Compiled, graph: Graph, truth: frozenset) -> frozenset:
     """True edges (read off the weights) that no output uses: zero-ablating one alone moves no logit
     after BOS by OUTPUT_NOISE on any input of the domain at any length 1..N (exhaustive: at most
     516 inputs per length here). The rest of the true edges is what zero ablation can find at all
@@ -414,12 +420,12 @@ def inert_edges(model, compiled: Compiled, graph: Graph, truth: frozenset) -> fr
     return frozenset(e for e in edges if moved[e] < OUTPUT_NOISE)
 
 
-def acdc_pairs(model, compiled: Compiled, n: int) -> Batch:
+def acdc_pairs(model: Model, compiled: Compiled, n: int) -> Batch:
     """Pairs as ACDC's experiment draws them (permutations of the vocabulary at its length)."""
     return pairs(model, compiled, n, length=PROGRAMS[compiled.name].acdc_length, distinct=True)
 
 
-def used_edges(model, compiled: Compiled, graph: Graph) -> frozenset:
+def used_edges(model: Model, compiled: Compiled, graph: Graph) -> frozenset:
     """The true edges read off the weights, less the inert ones (inert_edges): the reference set the
     AUROC table scores against. On reverse it is exactly ACDC's reference edges (tested)."""
     truth = true_edges(model, compiled, graph)

@@ -11,9 +11,10 @@ import torch
 
 from probes.circuits.certificate import Inputs
 from tasks.data import Batch
+from models import Model
 
 
-def tracr_inputs(model, compiled, seed: int = 0) -> Inputs:
+def tracr_inputs(model: Model, compiled, seed: int = 0) -> Inputs:
     from probes.circuits.truth.tracr import domain, every_position
 
     every = domain(compiled, compiled.config["n_ctx"] - 1)

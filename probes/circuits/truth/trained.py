@@ -33,6 +33,7 @@ from models import ModelSpec, build_model
 from common.store import load_tensors, read_json
 from models.checkpoint import save_tensors
 from models.graph import Edge, Graph, graph_of
+from models import Model
 from probes.circuits.faithfulness import normalised, ranked
 from probes.circuits.oracle import circuit_outcomes, edge_effects, record_runs
 from tasks.data import Batch, select_rows
@@ -80,7 +81,7 @@ class Trained:
         return str(self.meta["story"])
 
 
-def check(model, batch: Batch, graph: Graph, edges: frozenset) -> Check:
+def check(model: Model, batch: Batch, graph: Graph, edges: frozenset) -> Check:
     """The rule's measurements for `edges` on `batch` (exact patching, counterfactual ablation)."""
     runs = record_runs(model, batch, graph)
     order = [e for e in graph.edges if e in edges]
@@ -93,7 +94,7 @@ def check(model, batch: Batch, graph: Graph, edges: frozenset) -> Check:
     )
 
 
-def establish(model, batch: Batch, graph: Graph) -> frozenset:
+def establish(model: Model, batch: Batch, graph: Graph) -> frozenset:
     """The circuit the rule is checked on: the oracle's smallest top-k circuit within HEADROOM of
     the full model, then, cheapest first, every edge removing which costs under MIN_COST and keeps
     the rest within KEEP_WITHIN, until none is left. Raises when the rule still fails (the model has
@@ -122,7 +123,7 @@ def establish(model, batch: Batch, graph: Graph) -> frozenset:
 
 
 def save(
-    name: str, model, spec: ModelSpec, batch: Batch, graph: Graph, edges: frozenset, meta: dict, folder: Path
+    name: str, model: Model, spec: ModelSpec, batch: Batch, graph: Graph, edges: frozenset, meta: dict, folder: Path
 ) -> Check:
     """Write the fixture (weights and pairs, then the JSON with the truth and its check)."""
     measured = check(model, batch, graph, edges)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from models.graph import MLP, Edge, Graph, Head
+from models import Model
 from probes.ablation import Ablation
 from probes.circuits.truth.tracr import Compiled, acdc_pairs, inert_edges, pairs, read_write_dims, true_edges, variables
 from tasks.data import Batch
@@ -52,7 +53,7 @@ def receiver_output(edge) -> tuple[str, str]:
     return "logits", LOGITS_IN
 
 
-def trace_zero_edges(model, compiled: Compiled, graph: Graph, n: int = 64) -> list[ZeroTrace]:
+def trace_zero_edges(model: Model, compiled: Compiled, graph: Graph, n: int = 64) -> list[ZeroTrace]:
     """Every true edge whose zero-ablation effect on the full-length pairs is below the AUROC's
     float noise, traced (the program must name ACDC's input length)."""
     from probes.circuits.ablations import ablated_runs

@@ -25,6 +25,7 @@ import math
 
 from common.cli import UsageError
 from models.graph import MLP, Edge, Embed, Head, Logits
+from models import Model
 
 # ---- MIB -----------------------------------------------------------------------------------
 
@@ -215,7 +216,7 @@ def component_node(component, port: str, position: int, tokens: list[int], words
     )
 
 
-def attribution_graph(model, pair, spec, vocabulary: list[str], slug: str, scan: str) -> dict:
+def attribution_graph(model: Model, pair, spec, vocabulary: list[str], slug: str, scan: str) -> dict:
     """One prompt's attribution graph. `pair`: a Batch of one clean example and its counterfactual
     partner, scored at one position; every edge resolved by position up to that position and
     measured exactly by probes.circuits.oracle on this prompt alone."""
