@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.interrupting import assert_interrupted, environment, stop_limit
+from tests.interrupting import assert_interrupted, ended_after_press, environment
 from tests.refusals import copy_runs
 
 # Every test here sends signals: each runs in a forked child (tests/isolation.py); each starts the
@@ -75,12 +75,7 @@ def press_at_mark(when: str, argv: list[str], gap: float, tmp_path: Path) -> tup
     os.killpg(process.pid, signal.SIGINT)
     time.sleep(gap)
     os.killpg(process.pid, signal.SIGINT)
-    try:
-        _, stderr = process.communicate(timeout=stop_limit())
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        pytest.fail(f"the command had not ended {stop_limit():.0f} s after Ctrl-C")
-    return process.returncode, stderr, time.monotonic() - pressed
+    return ended_after_press(process, pressed)
 
 
 @pytest.mark.parametrize("gap", [0.002, 0.02, 0.2])
