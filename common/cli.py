@@ -7,9 +7,10 @@ import argparse
 import os
 import re
 import sys
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from common.interrupts import end_process, interrupt_once, interrupted, pressed
 
 EXIT_USAGE = 2
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
@@ -201,63 +202,44 @@ def run_cli(command, *args) -> None:
             signal.signal(signal.SIGINT, previous)
 
 
-_pressed: list[bool] = []  # not empty once Ctrl-C was pressed
-_held: list[bool] = []  # one entry per open held_interrupts block: whether a Ctrl-C came during it
-
-
-def interrupt_once(signum, frame) -> None:
-    """The first Ctrl-C stops the command; the ones after it (pressed again while the first one's
-    cleanup runs: workers stopped, temp files removed) are ignored, so the one line is printed.
-    Inside held_interrupts the stop waits for the block's end."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _pressed.append(True)
-    if _held:
-        _held[-1] = True
-        return
-    raise KeyboardInterrupt
-
-
-@contextmanager
-def held_interrupts():
-    """A Ctrl-C during the block stops the command when the block ends, not inside it: for steps
-    that must not be cut in two (a run's files written one after another, a fork server started
-    whose process id is not yet recorded)."""
-    _held.append(False)
-    try:
-        yield
-    finally:
-        came = _held.pop()
-        if _held:
-            _held[-1] = _held[-1] or came
-    if came:
-        raise KeyboardInterrupt
-
-
-def entry(main) -> None:
+def entry(main, program: bool = False) -> None:
     """Run an entry point's `main` with Ctrl-C handled from its first moment: pressed while the
     command's modules import (torch and TransformerLens take the first second or so), before
-    run_cli takes over, it is the same one line and exit 130, not a KeyboardInterrupt traceback."""
+    run_cli takes over, it is the same one line and exit 130, not a KeyboardInterrupt traceback.
+    `program`: this call is the process's program (its `__main__`, the console script), so it ends
+    the process itself (common.interrupts.end_process), and a press at any moment up to the exit is
+    the one line and 130; in-process callers (tests) get main's SystemExit unless Ctrl-C was pressed."""
     import signal
+    import traceback
 
     signal.signal(signal.SIGINT, interrupt_once)
+    code = 1
     try:
         body(main)
+        code = 0
     except SystemExit as stop:
-        if not _pressed:
+        if not (program or pressed()):
             raise
-        # After a press the process ends here, not in the interpreter's teardown: that teardown puts
-        # SIGINT back to its default, so a second press landing in it ended the process by SIGINT
-        # (status -2) after the one line (seen under load in tests/test_early_interrupts.py).
-        # The exit functions (temp folders, Ray, logging) still run, with presses ignored.
-        import atexit
-        import os
+        code = exit_code(stop.code)
+    except KeyboardInterrupt:  # pressed after the command's own handling: end_process says the line
+        code = 0
+    except BaseException:
+        if not program:
+            raise
+        traceback.print_exc()
+    while program or pressed():
+        try:
+            end_process(code)
+        except KeyboardInterrupt:  # pressed on the way in, before its handler was set: recorded
+            continue
 
-        atexit._run_exitfuncs()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(stop.code if isinstance(stop.code, int) else 1)
+
+def exit_code(code) -> int:
+    """The status `sys.exit(code)` ends a process with (a message is printed, status 1)."""
+    if code is None or isinstance(code, int):
+        return code or 0
+    print(code, file=sys.stderr)
+    return 1
 
 
 def body(command, *args) -> None:
@@ -286,7 +268,7 @@ def body(command, *args) -> None:
     except Exception as error:
         if allocation_failed(error):
             out_of_memory()
-        if not _pressed:
+        if not pressed():
             raise
         # Imported code swallowed the KeyboardInterrupt (seen in numpy's lazy submodule import,
         # whose next use then recursed without end): what fails after a press is the press's.
@@ -327,13 +309,3 @@ def command_name() -> str:
         prog = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "the command"
     words = [word for word in sys.argv[1:2] if not word.startswith("-")]
     return " ".join([prog, *words])
-
-
-def interrupted(how: str) -> None:
-    import signal
-
-    # Ignored from here on whatever imported code did to the handler after the first press: a second
-    # press during the exit would otherwise end the process by SIGINT (status -2) after the line.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    print(f"\ninterrupted: {how or 'stopped; every file written so far is complete'}", file=sys.stderr)
-    sys.exit(130)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from common.atomic import DISK_ERRORS, made, write_failed
 from common.cli import UsageError, check_no_link
+from common.interrupts import held_interrupts
 from common.ownership import LOCK, MANIFEST
 
 
@@ -87,11 +88,14 @@ def folder_lock(folder: Path, what: str):
         finally:
             HELD.discard(key)
     finally:
-        if made_here and not (folder / MANIFEST).is_file():
-            # A folder toylens owns nothing in (a user's, or one a refused command made): the lock
-            # it made there goes, whatever the outcome; removed while still held.
-            path.unlink(missing_ok=True)
-        os.close(handle)
+        # A Ctrl-C pressed now (the command's work done) stops it once the lock is released, not
+        # half-way with a lock file left in a user's folder.
+        with held_interrupts():
+            if made_here and not (folder / MANIFEST).is_file():
+                # A folder toylens owns nothing in (a user's, or one a refused command made): the lock
+                # it made there goes, whatever the outcome; removed while still held.
+                path.unlink(missing_ok=True)
+            os.close(handle)
 
 
 def above(folder: Path) -> list[Path]:

@@ -17,4 +17,4 @@ if __name__ == "__main__":
 
         main()
 
-    entry(main)
+    entry(main, program=True)

@@ -172,4 +172,4 @@ if __name__ == "__main__":
     from common.cli import entry
     from toylens.cli import main_for_task
 
-    entry(lambda: main_for_task("winograd"))
+    entry(lambda: main_for_task("winograd"), program=True)

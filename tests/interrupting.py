@@ -77,6 +77,17 @@ def press_ctrl_c(argv: list[str], ready: Callable[[int], bool], env: dict, stdou
     return process.returncode, stderr, seconds
 
 
+def ended_after_press(process: subprocess.Popen, pressed: float) -> tuple[int, str, float]:
+    """(exit status, stderr, seconds from `pressed` until it ended) of a `process` Ctrl-C was pressed
+    in; fails if it outlives the press by `stop_limit()`."""
+    try:
+        _, stderr = process.communicate(timeout=stop_limit())
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        pytest.fail(f"the command had not ended {stop_limit():.0f} s after Ctrl-C")
+    return process.returncode, stderr, time.monotonic() - pressed
+
+
 def assert_interrupted(code: int, stderr: str, seconds: float) -> str:
     """Exit 130 within 10 s (`stop_limit`), one line on stderr (a progress bar's redraws aside), no traceback."""
     lines = [line for line in stderr.splitlines() if line.strip() and "%|" not in line]

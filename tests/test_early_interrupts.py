@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.interrupting import PRESSES, assert_interrupted, environment, stop_limit
+from tests.interrupting import PRESSES, assert_interrupted, ended_after_press, environment
 
 # Every test here sends signals or kills processes: each runs in a forked child (tests/isolation.py).
 pytestmark = pytest.mark.isolated
@@ -49,12 +49,7 @@ def press_early(argv: list[str], moment: str, env: dict) -> tuple[int, str, floa
         os.killpg(process.pid, signal.SIGINT)
         time.sleep(0.01)
     pressed = time.monotonic()
-    try:
-        _, stderr = process.communicate(timeout=stop_limit())
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        pytest.fail(f"the command had not ended {stop_limit():.0f} s after Ctrl-C")
-    return process.returncode, stderr, time.monotonic() - pressed
+    return ended_after_press(process, pressed)
 
 
 @pytest.mark.parametrize("moment", MOMENTS)

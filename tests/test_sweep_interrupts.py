@@ -99,7 +99,7 @@ def test_ctrl_c_stops_in_seconds_with_one_line_and_resume_is_bitwise(uninterrupt
 
 def test_a_ctrl_c_inside_held_interrupts_stops_the_command_when_the_block_ends():
     """The driver writes a run's files with Ctrl-C held: the block finishes, then the command stops."""
-    from common.cli import held_interrupts, interrupt_once
+    from common.interrupts import held_interrupts, interrupt_once
 
     previous = signal.signal(signal.SIGINT, interrupt_once)
     done = []

@@ -71,7 +71,7 @@ def usage() -> str:
 
 
 def main(argv=None) -> None:
-    entry(lambda: dispatch(argv))
+    entry(lambda: dispatch(argv), program=argv is None)  # the console script and `python -m toylens`
 
 
 def dispatch(argv) -> None:

@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable
 
-from common.cli import UsageError, held_interrupts
+from common.cli import UsageError
+from common.interrupts import held_interrupts
 
 
 def default_jobs() -> int:

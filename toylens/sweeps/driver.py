@@ -19,7 +19,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common.cli import UsageError, held_interrupts
+from common.cli import UsageError
+from common.interrupts import held_interrupts
 from common.atomic import atomic_write, write_json
 from common.ownership import LOCK, MANIFEST, check_replaceable
 from models.checkpoint import CONFIG
