@@ -1,10 +1,11 @@
 """Which behaviours only the slow tier checks (issue 54). Not a test module; run it as
 
-    .venv/bin/python tests/tier_coverage.py
+    .venv/bin/python tests/tier_coverage.py [--files-only]
 
-Collects both tiers as tests/conftest.py splits them and prints, per test file, how many tests run in
-the fast tier (plain `pytest`) and how many only in `pytest -m slow`; then the files checked by the
-slow tier alone, each with its module docstring's first line (what those tests are about)."""
+Collects both tiers as tests/conftest.py splits them and prints the totals, the files checked by the
+slow tier alone, each with its module docstring's first sentence (what those tests are about), and
+then (unless --files-only) per test file how many tests run in the fast tier (plain `pytest`) and how
+many only in `pytest -m slow`."""
 
 from __future__ import annotations
 
@@ -35,23 +36,26 @@ def collected(marker: str) -> Counter[str]:
 
 
 def about(test_file: str) -> str:
-    docstring = ast.get_docstring(ast.parse((ROOT / test_file).read_text())) or ""
-    return docstring.split("\n\n")[0].replace("\n", " ") or "(no module docstring)"
+    """The first sentence of the file's docstring."""
+    docstring = ast.get_docstring(ast.parse((ROOT / test_file).read_text())) or "(no module docstring)."
+    first, period, _ = docstring.replace("\n", " ").partition(". ")
+    return first + (period.strip() or "")
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
     fast, slow = collected("not slow"), collected("slow")
     files = sorted(set(fast) | set(slow))
-    print(f"{sum(fast.values())} fast tests, {sum(slow.values())} slow-only tests, {len(files)} files\n")
-    print("| file | fast | slow only |\n|---|---|---|")
-    for name in files:
-        print(f"| {name} | {fast[name]} | {slow[name]} |")
+    print(f"{sum(fast.values())} fast tests, {sum(slow.values())} slow-only tests, {len(files)} files")
     only_slow = [name for name in files if not fast[name]]
     print(f"\nChecked by the slow tier alone ({len(only_slow)} files):\n")
     for name in only_slow:
         print(f"- {name}: {about(name)}")
+    if "--files-only" not in argv:
+        print("\n| file | fast | slow only |\n|---|---|---|")
+        for name in files:
+            print(f"| {name} | {fast[name]} | {slow[name]} |")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
