@@ -54,18 +54,24 @@ def press_not_dropped(unraisable) -> None:
     for _ in range(3):
         try:
             signal.signal(signal.SIGINT, interrupt_once)
-            threading.Thread(target=press_again, daemon=True).start()
+            deliver_again(signal.SIGINT)
             return
         except KeyboardInterrupt:  # delivered already, inside this hook: once more
             continue
 
 
-def press_again() -> None:
+def deliver_again(signum: int) -> None:
+    """The signal's Python handler run again in the main thread a moment from now, once the
+    unraisable hook that calls this has returned (raised inside it, it would be dropped again)."""
+    threading.Thread(target=signal_main, args=(signum,), daemon=True).start()
+
+
+def signal_main(signum: int) -> None:
     import _thread
     import time
 
-    time.sleep(0.01)  # once the hook has returned: a press inside it would be dropped again
-    _thread.interrupt_main(signal.SIGINT)
+    time.sleep(0.01)
+    _thread.interrupt_main(signum)
 
 
 @contextmanager

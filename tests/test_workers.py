@@ -148,3 +148,28 @@ def test_the_workers_cpu_time_counts_as_the_commands(monkeypatch):
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
     assert workers.map_jobs(burn, [0.4, 0.4], jobs=2, desc="burning", progress=False) == [0.4, 0.4]
     assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime - before >= 0.7
+
+
+def test_a_stop_raised_inside_a_finaliser_still_ends_the_worker_without_a_traceback():
+    """A SIGTERM (the driver stopping its workers on Ctrl-C) that lands inside a __del__ or a weakref
+    callback: Python would print "Exception ignored in ..." with a traceback and run the job on (seen
+    under load while the report's workers started). The worker's hook delivers it again: the worker
+    ends with Terminated's status and prints nothing."""
+    child = textwrap.dedent(
+        """
+        import os, time
+        from toylens.workers import Terminated, exit_with_parent
+        exit_with_parent(os.getppid())  # set up as every pool worker is
+
+        class Finalised:
+            def __del__(self):
+                raise Terminated
+
+        Finalised()  # its __del__ runs here; what it raises cannot propagate
+        time.sleep(10)
+        print("ran on")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", child], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 128 + signal.SIGTERM, (done.returncode, done.stdout, done.stderr)
+    assert done.stderr == "" and "ran on" not in done.stdout, done.stderr

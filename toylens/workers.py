@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterable
 
 from common.cli import UsageError
-from common.interrupts import held_interrupts
+from common.interrupts import deliver_again, held_interrupts
 
 
 def default_jobs() -> int:
@@ -52,6 +54,19 @@ def terminate(signum, frame) -> None:
     raise Terminated
 
 
+def terminate_not_dropped(unraisable) -> None:
+    """sys.unraisablehook in a worker. A Terminated raised inside a __del__ or a weakref callback
+    cannot stop the job: Python prints "Exception ignored in ..." with its traceback on the user's
+    terminal and carries on (seen under load, a Ctrl-C while the report's workers started). Not
+    printed here: the stop is delivered again, a moment later, where it can end the job."""
+    main = threading.current_thread() is threading.main_thread()
+    if not isinstance(unraisable.exc_value, Terminated) or not main:
+        sys.__unraisablehook__(unraisable)
+        return
+    signal.signal(signal.SIGTERM, terminate)
+    deliver_again(signal.SIGTERM)
+
+
 STARTED = 0.0  # time.time() when this worker process started (exit_with_parent); 0 outside a worker
 
 
@@ -86,6 +101,7 @@ def exit_with_parent(parent: int) -> None:
     # Last: a SIGTERM during the set-up above ends the worker by the default action (nothing of a
     # job to clean up yet); as Terminated it would surface as the pool's "Exception in
     # initializer" traceback (seen once in CI: the thread start was waiting when the driver stopped it).
+    sys.unraisablehook = terminate_not_dropped
     signal.signal(signal.SIGTERM, terminate)
 
 
