@@ -60,13 +60,13 @@ def press_not_dropped(unraisable) -> None:
             continue
 
 
-def deliver_again(signum: int) -> None:
+def deliver_again(signum: signal.Signals) -> None:
     """The signal's Python handler run again in the main thread a moment from now, once the
     unraisable hook that calls this has returned (raised inside it, it would be dropped again)."""
     threading.Thread(target=signal_main, args=(signum,), daemon=True).start()
 
 
-def signal_main(signum: int) -> None:
+def signal_main(signum: signal.Signals) -> None:
     import _thread
     import time
 
