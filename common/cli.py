@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.interrupts import end_process, interrupt_once, interrupted, pressed
+from common.interrupts import end_process, interrupt_once, interrupted, new_command, pressed
 
 EXIT_USAGE = 2
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
@@ -212,6 +212,7 @@ def entry(main, program: bool = False) -> None:
     import signal
     import traceback
 
+    new_command()
     signal.signal(signal.SIGINT, interrupt_once)
     code = 1
     try:

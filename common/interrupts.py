@@ -24,6 +24,12 @@ def pressed() -> bool:
     return bool(_pressed)
 
 
+def new_command() -> None:
+    """A command starts with no press recorded: in-process callers (tests, notebooks) run several in
+    one process, and a press that stopped an earlier one must not end the process after a later one."""
+    _pressed.clear()
+
+
 def interrupt_once(signum, frame) -> None:
     """The first Ctrl-C stops the command; the ones after it (pressed again while the first one's
     cleanup runs: workers stopped, temp files removed) are ignored, so the one line is printed.

@@ -293,3 +293,19 @@ def test_sequences_longer_than_the_context(tiny_runs, tmp_path, capsys):
         "n_ctx=10",
         "task parameters the run was trained with",
     )
+
+
+@pytest.mark.isolated  # on the bug this guards, the process ends (os._exit) instead of the test failing
+def test_a_press_that_stopped_an_earlier_command_does_not_end_a_later_one_in_the_same_process():
+    """In-process callers (tests, notebooks) run several commands in one process: a Ctrl-C that
+    stopped one must not make a later one end the process after it (common.interrupts.end_process)."""
+    from common import interrupts
+    from common.cli import entry
+
+    interrupts._pressed.append(True)  # as interrupt_once records a press
+
+    def refused() -> None:
+        raise SystemExit(2)
+
+    with pytest.raises(SystemExit):
+        entry(refused)
