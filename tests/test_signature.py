@@ -365,31 +365,3 @@ def test_a_part_holds_its_heads_by_contribution_and_keeps_one_whose_edges_are_ea
     found = parts_from_shares(monkeypatch, graph, roles, values)
     heads = dict(found.heads)
     assert heads["L1 head of unnamed role"] == ("L1H3", "L1H0", "L1H1"), heads
-
-
-@pytest.mark.parametrize("branch,joins", [(3.0, True), (0.5, False)])
-def test_a_parallel_head_branch_below_the_main_paths_bar_joins_when_each_edge_carries(monkeypatch, branch, joins):
-    """block-2 seed 2 left out L0H0 (another role than L0H2, part edges 34% and 30% of the gap, against
-    the main path's weakest edge at 50%) though it adds 37% with L0H2 knocked out: a head part off the
-    main path joins when each of its part edges costs BRANCH; one whose edges are below it stays out."""
-    import probes.circuits.signature as signature
-    from models.graph import graph_of
-
-    graph = graph_of(ModelSpec(n_layers=2, d_model=16, n_heads=2, mlp=False, n_ctx=4, d_vocab=5))
-    roles = {Head(0, 0): "previous-token head", Head(0, 1): "duplicate-token head", Head(1, 0): UNNAMED}
-    roles[Head(1, 1)] = UNNAMED
-    share = {
-        (Embed(), Head(0, 0)): 1.0,
-        (Head(0, 0), Head(1, 0)): 0.6,
-        (Head(1, 0), Logits()): 0.6,
-        (Embed(), Head(0, 1)): branch * signature.BRANCH / 3,
-        (Head(0, 1), Head(1, 0)): branch * signature.BRANCH,
-    }
-    values = [
-        share.get((e.sender, e.receiver.node), 0.0) if e.receiver.port in ("k", "in") else 0.0 for e in graph.edges
-    ]
-    found = parts_from_shares(monkeypatch, graph, roles, values)
-    heads = dict(found.heads)
-    assert heads["L0 previous-token head"] == ("L0H0",)
-    assert (heads.get("L0 duplicate-token head") == ("L0H1",)) is joins, found
-    assert ("L0 duplicate-token head -> L1 head of unnamed role.k" in found.edges) is joins, found.edges

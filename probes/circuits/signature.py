@@ -41,8 +41,6 @@ from models import Model
 
 SIGNATURE = "signature"  # its field in circuit.json, timeline.json and report.json
 LAST = 10**9  # the logits' stage: after every layer's
-BRANCH = 0.1  # a head part off the main path joins when each of its part edges on a path costs this share of
-# the gap (probes.circuits.logic.NEEDED: below it a share is no contribution)
 FIELDS = {"parts": list, "edges": list, "heads": dict, "relations": list, "basis": str, "profiles": dict}
 OPTIONAL = {"profiles"}  # circuit.json written before profiles were kept has none
 
@@ -233,10 +231,7 @@ def carrying_parts(model: Model, pairs, graph, roles: dict, oracle) -> Mechanism
     Kept: the main path from the embedding to the logits (the one whose weakest part edge costs the
     most), and every part edge that costs at least as much as that weakest edge and lies on a path
     from the embedding to the logits through kept edges. No share is tuned: the bar is the main
-    path's own. A head part the bar left out joins when its part edges costing at least BRANCH each
-    make a path from the embedding to the logits through kept parts (a parallel branch: block-2 seed 2's
-    L0H0, part edges 34% and 30% of the gap beside L0H2's path, whose weakest edge costs 50%, adds 37% of
-    the gap with L0H2 knocked out; it was left out of the signature). Why coarse: the full edge circuit's small edges, and how many heads share a part's
+    path's own. Why coarse: the full edge circuit's small edges, and how many heads share a part's
     work, differ between seeds of one mechanism (3 seeds of tests/plugins/census_tasks.py's
     neighbour gave 3 signatures each on attn-only-2x2 and block-2). A part's heads are those whose
     member edges in kept part edges move the gap by REFERENCE_NOISE alone, summed (a head with
@@ -322,11 +317,7 @@ def carried(keys: list, cost: dict, start, end) -> list | None:
     bar = widest.get(start, -math.inf)
     if not bar > 0:
         return None
-    kept = on_paths([k for k in keys if cost[k] >= bar], start, end)
-    parts = {p for k in kept for p in (k[0], k[3])}
-    # a head part the bar left out, whose edges each carry BRANCH: a parallel branch, not a small edge
-    branch = [k for k in keys if cost[k] >= BRANCH and {k[0], k[3]} - parts and all(p in parts or p[1] for p in k[::3])]
-    return on_paths(kept + branch, start, end) if branch else kept
+    return on_paths([k for k in keys if cost[k] >= bar], start, end)
 
 
 def on_paths(kept: list, start, end) -> list:
