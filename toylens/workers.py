@@ -75,9 +75,6 @@ def exit_with_parent(parent: int) -> None:
     writing into folders nobody watches (seen: orphans overwrote a restarted family's runs).
     Ctrl-C reaches the whole process group; the parent alone handles it (and stops the workers),
     so no idle worker prints a traceback of its own."""
-    import signal
-    import threading
-    import time
 
     global STARTED
     STARTED = time.time()
@@ -114,7 +111,6 @@ def die_with_fork_server(parent: int) -> None:
     driver's and a copy in each worker, closed here (the worker starts no processes of its own).
     Unlike the watch thread this needs nothing of the worker, which may hold the GIL in native code
     for minutes (seen: an orphan still running 5 s after its driver was SIGKILLed, under load)."""
-    import sys
 
     if not sys.platform.startswith("linux"):
         return
